@@ -1,0 +1,268 @@
+// Per-pixel colour transforms of FLIP and their adjoints (vector-Jacobian products).
+// Header-only, framework-free, usable from host and device code.
+#pragma once
+
+#include <cmath>
+
+#include "constants.h"
+
+#if defined(__CUDACC__)
+#define FLIP_HD __host__ __device__ __forceinline__
+#else
+#define FLIP_HD inline
+#endif
+
+namespace flip {
+
+template <class T>
+struct ColorConsts {
+  T cmax, pccmax;
+};
+
+template <class T>
+FLIP_HD T clamp01(T v) {
+  return v < T(0) ? T(0) : (v > T(1) ? T(1) : v);
+}
+
+template <class T>
+FLIP_HD T inside01(T v) {  // derivative of clamp01 (the closed interval passes, as torch.clamp)
+  return (v >= T(0) && v <= T(1)) ? T(1) : T(0);
+}
+
+template <class T>
+FLIP_HD T srgb_decode(T c) {
+  // The power branch runs on max(c, knee) so that it never sees a negative base.
+  T p = std::pow((c > T(kSrgbKnee) ? c : T(kSrgbKnee)) * T(1.0 / 1.055) + T(0.055 / 1.055), T(2.4));
+  return c <= T(kSrgbKnee) ? c * T(1.0 / 12.92) : p;
+}
+
+template <class T>
+FLIP_HD T srgb_decode_deriv(T c) {
+  T base = (c > T(kSrgbKnee) ? c : T(kSrgbKnee)) * T(1.0 / 1.055) + T(0.055 / 1.055);
+  return c <= T(kSrgbKnee) ? T(1.0 / 12.92) : T(2.4 / 1.055) * std::pow(base, T(1.4));
+}
+
+// Input stage: (clamped) input value -> linear value, and d(linear)/d(input).
+template <class T>
+FLIP_HD T input_to_linear(T v, bool srgb) {
+  T c = clamp01(v);
+  return srgb ? srgb_decode(c) : c;
+}
+
+template <class T>
+FLIP_HD T input_to_linear_deriv(T v, bool srgb) {
+  return inside01(v) * (srgb ? srgb_decode_deriv(clamp01(v)) : T(1));
+}
+
+template <class T>
+FLIP_HD void rgb_to_xyz(const T rgb[3], T xyz[3]) {
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+    xyz[i] = T(kRgbToXyz[i][0]) * rgb[0] + T(kRgbToXyz[i][1]) * rgb[1] + T(kRgbToXyz[i][2]) * rgb[2];
+}
+
+// Linear RGB -> YCxCz ("linear Lab"): Y = 116 y - 16, Cx = 500 (x - y), Cz = 200 (y - z).
+template <class T>
+FLIP_HD void linear_to_opponent(const T rgb[3], T opp[3]) {
+  T xyz[3];
+  rgb_to_xyz(rgb, xyz);
+  T x = xyz[0] * T(kInvWhite[0]), y = xyz[1] * T(kInvWhite[1]), z = xyz[2] * T(kInvWhite[2]);
+  opp[0] = T(116) * y - T(16);
+  opp[1] = T(500) * (x - y);
+  opp[2] = T(200) * (y - z);
+}
+
+// Adjoint of linear_to_opponent: g_rgb = J^T g_opp.
+template <class T>
+FLIP_HD void linear_to_opponent_vjp(const T g_opp[3], T g_rgb[3]) {
+  T gx = T(500) * g_opp[1];
+  T gy = T(116) * g_opp[0] - T(500) * g_opp[1] + T(200) * g_opp[2];
+  T gz = T(-200) * g_opp[2];
+  T gX = gx * T(kInvWhite[0]), gY = gy * T(kInvWhite[1]), gZ = gz * T(kInvWhite[2]);
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+    g_rgb[j] = T(kRgbToXyz[0][j]) * gX + T(kRgbToXyz[1][j]) * gY + T(kRgbToXyz[2][j]) * gZ;
+}
+
+// YCxCz -> linear RGB (no clamp).
+template <class T>
+FLIP_HD void opponent_to_linear(const T opp[3], T rgb[3]) {
+  T y = (opp[0] + T(16)) * T(1.0 / 116.0);
+  T x = y + opp[1] * T(1.0 / 500.0);
+  T z = y - opp[2] * T(1.0 / 200.0);
+  T X = x * T(kWhite[0]), Y = y * T(kWhite[1]), Z = z * T(kWhite[2]);
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+    rgb[i] = T(kXyzToRgb[i][0]) * X + T(kXyzToRgb[i][1]) * Y + T(kXyzToRgb[i][2]) * Z;
+}
+
+template <class T>
+FLIP_HD void opponent_to_linear_vjp(const T g_rgb[3], T g_opp[3]) {
+  T gXYZ[3];
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+    gXYZ[j] = T(kXyzToRgb[0][j]) * g_rgb[0] + T(kXyzToRgb[1][j]) * g_rgb[1] + T(kXyzToRgb[2][j]) * g_rgb[2];
+  T gx = gXYZ[0] * T(kWhite[0]), gy = gXYZ[1] * T(kWhite[1]), gz = gXYZ[2] * T(kWhite[2]);
+  g_opp[0] = (gy + gx + gz) * T(1.0 / 116.0);
+  g_opp[1] = gx * T(1.0 / 500.0);
+  g_opp[2] = -gz * T(1.0 / 200.0);
+}
+
+template <class T>
+FLIP_HD T lab_f(T t) {
+  // Cube-root branch on max(t, delta^3): the unselected branch never has an infinite slope.
+  T c = std::cbrt(t > T(kLabDelta3) ? t : T(kLabDelta3));
+  return t > T(kLabDelta3) ? c : t * T(kLabLinSlope) + T(kLabLinOffset);
+}
+
+template <class T>
+FLIP_HD T lab_f_deriv(T t) {
+  T c = std::cbrt(t > T(kLabDelta3) ? t : T(kLabDelta3));
+  return t > T(kLabDelta3) ? T(1) / (T(3) * c * c) : T(kLabLinSlope);
+}
+
+// Linear RGB -> Hunt-adjusted CIELAB (L, 0.01 L a, 0.01 L b).
+template <class T>
+FLIP_HD void hunt_lab(const T rgb[3], T out[3]) {
+  T xyz[3];
+  rgb_to_xyz(rgb, xyz);
+  T fx = lab_f(xyz[0] * T(kInvWhite[0]));
+  T fy = lab_f(xyz[1] * T(kInvWhite[1]));
+  T fz = lab_f(xyz[2] * T(kInvWhite[2]));
+  T L = T(116) * fy - T(16);
+  T a = T(500) * (fx - fy);
+  T b = T(200) * (fy - fz);
+  out[0] = L;
+  out[1] = T(0.01) * L * a;
+  out[2] = T(0.01) * L * b;
+}
+
+template <class T>
+FLIP_HD void hunt_lab_vjp(const T rgb[3], const T g[3], T g_rgb[3]) {
+  T xyz[3];
+  rgb_to_xyz(rgb, xyz);
+  T t[3], f[3], df[3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    t[i] = xyz[i] * T(kInvWhite[i]);
+    f[i] = lab_f(t[i]);
+    df[i] = lab_f_deriv(t[i]);
+  }
+  T L = T(116) * f[1] - T(16);
+  T a = T(500) * (f[0] - f[1]);
+  T b = T(200) * (f[1] - f[2]);
+  T gL = g[0] + T(0.01) * (g[1] * a + g[2] * b);
+  T ga = T(0.01) * L * g[1];
+  T gb = T(0.01) * L * g[2];
+  T gf0 = T(500) * ga;
+  T gf1 = T(116) * gL - T(500) * ga + T(200) * gb;
+  T gf2 = T(-200) * gb;
+  T gX = gf0 * df[0] * T(kInvWhite[0]);
+  T gY = gf1 * df[1] * T(kInvWhite[1]);
+  T gZ = gf2 * df[2] * T(kInvWhite[2]);
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+    g_rgb[j] = T(kRgbToXyz[0][j]) * gX + T(kRgbToXyz[1][j]) * gY + T(kRgbToXyz[2][j]) * gZ;
+}
+
+// HyAB distance of two Hunt-Lab colours, with the L term regularised as sqrt(max(dL^2, eps)).
+template <class T>
+FLIP_HD T hyab(const T ht[3], const T hr[3], T eps) {
+  T dL = hr[0] - ht[0], da = hr[1] - ht[1], db = hr[2] - ht[2];
+  T dL2 = dL * dL;
+  return std::sqrt(dL2 > eps ? dL2 : eps) + std::sqrt(da * da + db * db);
+}
+
+template <class T>
+FLIP_HD T redistribute(T e, const ColorConsts<T>& k) {
+  return e < k.pccmax ? e * (T(kPt) / k.pccmax)
+                      : T(kPt) + (e - k.pccmax) / (k.cmax - k.pccmax) * T(1 - kPt);
+}
+
+// Colour error dE_c in [0, 1] from two Hunt-Lab colours.
+template <class T>
+FLIP_HD T color_error(const T ht[3], const T hr[3], T eps, const ColorConsts<T>& k) {
+  return redistribute(std::pow(hyab(ht, hr, eps), T(kQc)), k);
+}
+
+// Adjoint of color_error w.r.t. both Hunt-Lab colours, for an incoming gradient g.
+template <class T>
+FLIP_HD void color_error_vjp(const T ht[3], const T hr[3], T eps, const ColorConsts<T>& k, T g,
+                             T g_ht[3], T g_hr[3]) {
+  T dL = hr[0] - ht[0], da = hr[1] - ht[1], db = hr[2] - ht[2];
+  T dL2 = dL * dL;
+  T nL = std::sqrt(dL2 > eps ? dL2 : eps);
+  T nab = std::sqrt(da * da + db * db);
+  T dE = nL + nab;
+  T e = std::pow(dE, T(kQc));
+  T slope = e < k.pccmax ? T(kPt) / k.pccmax : T(1 - kPt) / (k.cmax - k.pccmax);
+  T gdE = dE > T(0) ? g * slope * T(kQc) * e / dE : T(0);
+  // torch.clamp passes the gradient at the bound; sqrt(dL^2) has slope sign(dL).
+  T gL = (dL2 >= eps && dL2 > T(0)) ? gdE * dL / nL : T(0);
+  T ga = nab > T(0) ? gdE * da / nab : T(0);
+  T gb = nab > T(0) ? gdE * db / nab : T(0);
+  g_hr[0] = gL;
+  g_hr[1] = ga;
+  g_hr[2] = gb;
+  g_ht[0] = -gL;
+  g_ht[1] = -ga;
+  g_ht[2] = -gb;
+}
+
+// Feature error dE_f from edge and point magnitudes of test (t) and reference (r).
+template <class T>
+FLIP_HD T feature_error(T edge_t, T edge_r, T point_t, T point_r, T eps) {
+  T de = std::fabs(edge_r - edge_t), dp = std::fabs(point_r - point_t);
+  T raw = (de >= dp ? de : dp) * T(0.70710678118654752440);
+  return std::sqrt(raw > eps ? raw : eps);
+}
+
+// Adjoint of feature_error: gradients w.r.t. edge_t, edge_r, point_t, point_r.
+template <class T>
+FLIP_HD void feature_error_vjp(T edge_t, T edge_r, T point_t, T point_r, T eps, T g, T out[4]) {
+  T de = edge_r - edge_t, dp = point_r - point_t;
+  T ade = std::fabs(de), adp = std::fabs(dp);
+  bool use_edge = ade >= adp;
+  T raw = (use_edge ? ade : adp) * T(0.70710678118654752440);
+  T graw = (raw >= eps && raw > T(0)) ? g * T(0.5) / std::sqrt(raw) : T(0);
+  T gm = graw * T(0.70710678118654752440);
+  T s = use_edge ? (de > T(0) ? gm : (de < T(0) ? -gm : T(0)))
+                 : (dp > T(0) ? gm : (dp < T(0) ? -gm : T(0)));
+  out[0] = use_edge ? -s : T(0);
+  out[1] = use_edge ? s : T(0);
+  out[2] = use_edge ? T(0) : -s;
+  out[3] = use_edge ? T(0) : s;
+}
+
+// Gradient of a Euclidean norm sqrt(u^2 + v^2), zero at the origin.
+template <class T>
+FLIP_HD void norm2_vjp(T u, T v, T g, T& gu, T& gv) {
+  T n = std::sqrt(u * u + v * v);
+  gu = n > T(0) ? g * u / n : T(0);
+  gv = n > T(0) ? g * v / n : T(0);
+}
+
+// Final combination FLIP = dE_c ^ (1 - dE_f).
+template <class T>
+FLIP_HD T combine(T c, T f) {
+  return std::pow(c, T(1) - f);
+}
+
+template <class T>
+FLIP_HD void combine_vjp(T c, T f, T g, T& gc, T& gf) {
+  T v = std::pow(c, T(1) - f);
+  gc = c > T(0) ? g * (T(1) - f) * v / c : T(0);
+  gf = c > T(0) ? -g * v * std::log(c) : T(0);
+}
+
+template <class T>
+inline ColorConsts<T> color_consts() {
+  T green[3] = {T(0), T(1), T(0)}, blue[3] = {T(0), T(0), T(1)};
+  T hg[3], hb[3];
+  hunt_lab(green, hg);
+  hunt_lab(blue, hb);
+  T cmax = std::pow(hyab(hg, hb, T(0)), T(kQc));
+  return ColorConsts<T>{cmax, T(kPc) * cmax};
+}
+
+}  // namespace flip

@@ -1,0 +1,46 @@
+// Published FLIP constants (Andersson et al. 2020; flip_reference.md §2-§3). Framework-free.
+#pragma once
+
+namespace flip {
+
+// Linear sRGB (D65) -> CIE XYZ, exact rationals of the reference implementation.
+constexpr double kRgbToXyz[3][3] = {
+    {10135552.0 / 24577794.0, 8788810.0 / 24577794.0, 4435075.0 / 24577794.0},
+    {2613072.0 / 12288897.0, 8788810.0 / 12288897.0, 887015.0 / 12288897.0},
+    {1425312.0 / 73733382.0, 8788810.0 / 73733382.0, 70074185.0 / 73733382.0}};
+
+// CIE XYZ -> linear sRGB: the exact inverse of kRgbToXyz (the published 9-decimal table rounds
+// it; both give the same float32 values).
+constexpr double kXyzToRgb[3][3] = {{3.2410032329763587, -1.5373989694887855, -0.4986158819963629},
+                                    {-0.9692242522025166, 1.875929983695176, 0.041554226340084724},
+                                    {0.055639419851975444, -0.20401120612390997, 1.0571489771875335}};
+
+// D65 white: XYZ of linear RGB (1, 1, 1), i.e. the row sums (0.950428545, 1, 1.088900371).
+constexpr double kWhite[3] = {kRgbToXyz[0][0] + kRgbToXyz[0][1] + kRgbToXyz[0][2],
+                              kRgbToXyz[1][0] + kRgbToXyz[1][1] + kRgbToXyz[1][2],
+                              kRgbToXyz[2][0] + kRgbToXyz[2][1] + kRgbToXyz[2][2]};
+constexpr double kInvWhite[3] = {1.0 / kWhite[0], 1.0 / kWhite[1], 1.0 / kWhite[2]};
+
+constexpr double kQc = 0.7;    // exponent on the HyAB colour difference
+constexpr double kPc = 0.4;    // knee position as a fraction of cmax
+constexpr double kPt = 0.95;   // value at the knee
+constexpr double kGw = 0.082;  // feature detector peak-to-trough width (degrees)
+constexpr double kQf = 0.5;    // exponent on the feature difference
+
+// Contrast sensitivity: per channel (achromatic, red-green, blue-yellow) two Gaussians a*sqrt(pi/b).
+constexpr double kCsfA1[3] = {1.0, 1.0, 34.1};
+constexpr double kCsfB1[3] = {0.0047, 0.0053, 0.04};
+constexpr double kCsfA2[3] = {0.0, 0.0, 13.5};
+constexpr double kCsfB2[3] = {1e-5, 1e-5, 0.025};
+constexpr double kCsfBMax = 0.04;
+
+constexpr double kPi = 3.14159265358979323846;
+
+// Lab: delta = 6/29.
+constexpr double kLabDelta3 = 216.0 / 24389.0;      // delta^3
+constexpr double kLabLinSlope = 841.0 / 108.0;      // 1 / (3 delta^2)
+constexpr double kLabLinOffset = 4.0 / 29.0;
+
+constexpr double kSrgbKnee = 0.04045;
+
+}  // namespace flip

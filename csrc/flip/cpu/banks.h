@@ -1,0 +1,120 @@
+// The two filter banks of FLIP as row operations: the CSF bank (opponent image -> filtered
+// opponent image) and the feature bank (achromatic image -> dx, dy, ddx, ddy), each with its
+// horizontal pass, vertical pass and transpose (for the backward).
+#pragma once
+
+#include <vector>
+
+#include "separable.h"
+
+namespace flip {
+namespace cpu {
+
+// Horizontal intermediates of one image, each an H x W plane.
+template <class T>
+struct CsfPlanes {
+  T *y, *cx, *cz1, *cz2;
+};
+template <class T>
+struct FeaturePlanes {
+  T *g, *dg, *ddg;  // the horizontal filter that was applied
+};
+
+template <class T>
+inline CsfPlanes<T> csf_planes(T* base, int64_t hw) {
+  return {base, base + hw, base + 2 * hw, base + 3 * hw};
+}
+template <class T>
+inline FeaturePlanes<T> feature_planes(T* base, int64_t hw) {
+  return {base, base + hw, base + 2 * hw};
+}
+
+// Per-thread scratch: one padded row plus `rows` plain rows.
+template <class T>
+struct Scratch {
+  std::vector<T> buf;
+  int64_t W, padlen;
+  Scratch(int64_t W_, int rmax, int rows) : buf(W_ + 2 * rmax + rows * W_), W(W_), padlen(W_ + 2 * rmax) {}
+  T* pad() { return buf.data(); }
+  T* row(int i) { return buf.data() + padlen + i * W; }
+};
+
+// Horizontal CSF pass of one row: opponent rows o0, o1, o2 -> the four intermediates at `off`.
+template <class T>
+inline void csf_h_row(const T* o0, const T* o1, const T* o2, int64_t W, const CsfTaps<T>& t, T* pad,
+                      CsfPlanes<T> p, int64_t off) {
+  hconv(o0, W, t.y, pad, p.y + off);
+  hconv(o1, W, t.cx, pad, p.cx + off);
+  pad_edge(o2, W, t.cz1.radius, pad);
+  hconv_padded(pad, W, t.cz1, p.cz1 + off);
+  hconv_padded(pad, W, t.cz2, p.cz2 + off);
+}
+
+// Vertical CSF pass: row `row` of the filtered opponent image into f0, f1, f2.
+template <class T>
+inline void csf_v_row(CsfPlanes<T> p, int64_t H, int64_t W, int64_t row, const CsfTaps<T>& t, T* f0,
+                      T* f1, T* f2) {
+  vconv(p.y, H, W, row, t.y, f0);
+  vconv(p.cx, H, W, row, t.cx, f1);
+  vconv(p.cz1, H, W, row, t.cz1, f2);
+  vconv(p.cz2, H, W, row, t.cz2, f2, true);
+}
+
+// Transpose of the CSF bank for row `row`: gradient planes w.r.t. the filtered channels ->
+// gradient rows w.r.t. the opponent channels (overwritten). tmp holds 4 rows.
+template <class T>
+inline void csf_t_row(const T* g0, const T* g1, const T* g2, int64_t H, int64_t W, int64_t row,
+                      const CsfTaps<T>& t, T* tmp, T* pad, T* o0, T* o1, T* o2) {
+  T *t0 = tmp, *t1 = tmp + W, *t2 = tmp + 2 * W, *t3 = tmp + 3 * W;
+  std::fill(tmp, tmp + 4 * W, T(0));
+  vconv_t_acc(g0, H, W, row, t.y, t0);
+  vconv_t_acc(g1, H, W, row, t.cx, t1);
+  vconv_t_acc(g2, H, W, row, t.cz1, t2);
+  vconv_t_acc(g2, H, W, row, t.cz2, t3);
+  std::fill(o0, o0 + W, T(0));
+  std::fill(o1, o1 + W, T(0));
+  std::fill(o2, o2 + W, T(0));
+  hconv_t_acc(t0, W, t.y, pad, o0);
+  hconv_t_acc(t1, W, t.cx, pad, o1);
+  hconv_t_acc(t2, W, t.cz1, pad, o2);
+  hconv_t_acc(t3, W, t.cz2, pad, o2);
+}
+
+// Horizontal feature pass of one achromatic row.
+template <class T>
+inline void feature_h_row(const T* yhat, int64_t W, const FeatureTaps<T>& t, T* pad,
+                          FeaturePlanes<T> p, int64_t off) {
+  pad_edge(yhat, W, t.g.radius, pad);
+  hconv_padded(pad, W, t.g, p.g + off);
+  hconv_padded(pad, W, t.dg, p.dg + off);
+  hconv_padded(pad, W, t.ddg, p.ddg + off);
+}
+
+// Vertical feature pass: dx = g_y * (dg_x), ddx = g_y * (ddg_x), dy = dg_y * (g_x), ddy = ddg_y * (g_x).
+template <class T>
+inline void feature_v_row(FeaturePlanes<T> p, int64_t H, int64_t W, int64_t row,
+                          const FeatureTaps<T>& t, T* dx, T* dy, T* ddx, T* ddy) {
+  vconv(p.dg, H, W, row, t.g, dx);
+  vconv(p.ddg, H, W, row, t.g, ddx);
+  vconv(p.g, H, W, row, t.dg, dy);
+  vconv(p.g, H, W, row, t.ddg, ddy);
+}
+
+// Transpose of the feature bank for row `row`: gradient planes w.r.t. dx, dy, ddx, ddy ->
+// gradient row w.r.t. the achromatic input, accumulated into out. tmp holds 3 rows.
+template <class T>
+inline void feature_t_row(const T* gdx, const T* gdy, const T* gddx, const T* gddy, int64_t H,
+                          int64_t W, int64_t row, const FeatureTaps<T>& t, T* tmp, T* pad, T* out) {
+  T *a = tmp, *b = tmp + W, *c = tmp + 2 * W;
+  std::fill(tmp, tmp + 3 * W, T(0));
+  vconv_t_acc(gdx, H, W, row, t.g, a);
+  vconv_t_acc(gddx, H, W, row, t.g, b);
+  vconv_t_acc(gdy, H, W, row, t.dg, c);
+  vconv_t_acc(gddy, H, W, row, t.ddg, c);
+  hconv_t_acc(a, W, t.dg, pad, out);
+  hconv_t_acc(b, W, t.ddg, pad, out);
+  hconv_t_acc(c, W, t.g, pad, out);
+}
+
+}  // namespace cpu
+}  // namespace flip

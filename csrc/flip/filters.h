@@ -1,0 +1,147 @@
+// CSF and feature-detector taps for a given pixels-per-degree (flip_reference.md §3.5, §3.7).
+// Built in double once per (ppd, type) and cached; framework-free.
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "constants.h"
+
+namespace flip {
+
+// One 1-D correlation filter with 2r+1 taps w[k + r], k in [-r, r], plus the tap sums that a
+// clamp-to-edge border folds onto the first/last sample (used by the transposed filter):
+// left[i] = sum_{k < -i} w[k] and right[d] = sum_{k > d} w[k], for i, d in [0, r).
+template <class T>
+struct Filter1D {
+  int radius = 0;
+  std::vector<T> w, left, right;
+};
+
+template <class T>
+struct CsfTaps {
+  Filter1D<T> y, cx, cz1, cz2;  // achromatic, red-green, and the two blue-yellow Gaussians
+};
+
+template <class T>
+struct FeatureTaps {
+  Filter1D<T> g, dg, ddg;  // Gaussian, first and second derivative (lobe-normalised)
+};
+
+inline int csf_radius(double ppd) {
+  return static_cast<int>(std::ceil(3.0 * std::sqrt(kCsfBMax / (2.0 * kPi * kPi)) * ppd));
+}
+
+inline double feature_sigma(double ppd) { return 0.5 * kGw * ppd; }
+inline int feature_radius(double ppd) { return static_cast<int>(std::ceil(3.0 * feature_sigma(ppd))); }
+
+template <class T>
+Filter1D<T> make_filter(const std::vector<double>& w) {
+  Filter1D<T> f;
+  f.radius = static_cast<int>(w.size() / 2);
+  const int r = f.radius;
+  for (double v : w) f.w.push_back(static_cast<T>(v));
+  f.left.assign(r, T(0));
+  f.right.assign(r, T(0));
+  for (int i = 0; i < r; ++i) {
+    double sl = 0, sr = 0;
+    for (int k = -r; k < -i; ++k) sl += w[k + r];
+    for (int k = i + 1; k <= r; ++k) sr += w[k + r];
+    f.left[i] = static_cast<T>(sl);
+    f.right[i] = static_cast<T>(sr);
+  }
+  return f;
+}
+
+inline std::vector<double> scaled(std::vector<double> w, double s) {
+  for (double& v : w) v = s != 0 ? v / s : 0.0;
+  return w;
+}
+
+template <class T>
+CsfTaps<T> build_csf_taps(double ppd) {
+  const int r = csf_radius(ppd);
+  auto gauss = [&](double amp, double b) {
+    std::vector<double> w(2 * r + 1);
+    for (int i = -r; i <= r; ++i) {
+      double x = i / ppd;
+      w[i + r] = amp * std::exp(-kPi * kPi * x * x / b);
+    }
+    return w;
+  };
+  auto sum = [](const std::vector<double>& w) {
+    double s = 0;
+    for (double v : w) s += v;
+    return s;
+  };
+  CsfTaps<T> t;
+  auto wy = gauss(kCsfA1[0] * std::sqrt(kPi / kCsfB1[0]), kCsfB1[0]);
+  auto wx = gauss(kCsfA1[1] * std::sqrt(kPi / kCsfB1[1]), kCsfB1[1]);
+  t.y = make_filter<T>(scaled(wy, sum(wy)));
+  t.cx = make_filter<T>(scaled(wx, sum(wx)));
+  // Blue-yellow: a sum of two Gaussians, each separated with square-root amplitudes and both
+  // divided by one factor so that the 2-D kernel sums to 1.
+  auto w1 = gauss(std::sqrt(kCsfA1[2] * std::sqrt(kPi / kCsfB1[2])), kCsfB1[2]);
+  auto w2 = gauss(std::sqrt(kCsfA2[2] * std::sqrt(kPi / kCsfB2[2])), kCsfB2[2]);
+  double m = std::sqrt(sum(w1) * sum(w1) + sum(w2) * sum(w2));
+  t.cz1 = make_filter<T>(scaled(w1, m));
+  t.cz2 = make_filter<T>(scaled(w2, m));
+  return t;
+}
+
+template <class T>
+FeatureTaps<T> build_feature_taps(double ppd) {
+  const double sigma = feature_sigma(ppd);
+  const int r = feature_radius(ppd);
+  std::vector<double> g(2 * r + 1), dg(2 * r + 1), ddg(2 * r + 1);
+  double sg = 0;
+  for (int k = -r; k <= r; ++k) {
+    double gk = std::exp(-double(k) * k / (2 * sigma * sigma));
+    g[k + r] = gk;
+    dg[k + r] = -k * gk;
+    ddg[k + r] = (double(k) * k / (sigma * sigma) - 1.0) * gk;
+    sg += gk;
+  }
+  // Positive and negative lobes normalised separately to +1 and -1.
+  auto lobes = [](std::vector<double> w) {
+    double pos = 0, neg = 0;
+    for (double v : w) (v > 0 ? pos : neg) += v;
+    for (double& v : w) v = v > 0 ? (pos > 0 ? v / pos : 0.0) : (neg < 0 ? v / -neg : 0.0);
+    return w;
+  };
+  FeatureTaps<T> t;
+  t.g = make_filter<T>(scaled(g, sg));
+  t.dg = make_filter<T>(lobes(dg));
+  t.ddg = make_filter<T>(lobes(ddg));
+  return t;
+}
+
+// Taps are rebuilt only when a new pixels-per-degree value is seen.
+template <class Taps, class Build>
+std::shared_ptr<const Taps> cached_taps(double ppd, Build build) {
+  static std::mutex mu;
+  static std::map<double, std::shared_ptr<const Taps>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(ppd);
+  if (it != cache.end()) return it->second;
+  if (cache.size() > 64) cache.clear();  // bound memory when a caller sweeps ppd
+  auto taps = std::make_shared<const Taps>(build(ppd));
+  cache.emplace(ppd, taps);
+  return taps;
+}
+
+template <class T>
+std::shared_ptr<const CsfTaps<T>> csf_taps(double ppd) {
+  return cached_taps<CsfTaps<T>>(ppd, build_csf_taps<T>);
+}
+
+template <class T>
+std::shared_ptr<const FeatureTaps<T>> feature_taps(double ppd) {
+  return cached_taps<FeatureTaps<T>>(ppd, build_feature_taps<T>);
+}
+
+}  // namespace flip

@@ -1,0 +1,73 @@
+// Argument checks shared by the CPU, CUDA and meta kernels. Messages say what to fix.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <c10/util/string_view.h>
+
+#include <cmath>
+#include <string>
+
+namespace flip_ops {
+
+inline void check_image(const at::Tensor& t, const char* name, int64_t channels) {
+  TORCH_CHECK(t.defined(), "flip: ", name, " is undefined");
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()), "flip: ", name,
+              " must have a floating-point dtype (float16, bfloat16, float32 or float64), got ",
+              t.scalar_type());
+  TORCH_CHECK(t.dim() == 3 || t.dim() == 4, "flip: ", name, " must be N x ", channels,
+              " x H x W or ", channels, " x H x W, got ", t.dim(), " dimensions ", t.sym_sizes());
+  TORCH_CHECK(t.sym_size(-3) == channels, "flip: ", name, " must have ", channels,
+              " channel(s) in dimension -3, got shape ", t.sym_sizes());
+  TORCH_CHECK(t.sym_size(-1) > 0 && t.sym_size(-2) > 0, "flip: ", name,
+              " must have a non-empty H x W, got shape ", t.sym_sizes());
+}
+
+inline void check_pair(const at::Tensor& test, const at::Tensor& ref, int64_t channels) {
+  check_image(test, "test", channels);
+  check_image(ref, "reference", channels);
+  TORCH_CHECK(test.sym_sizes() == ref.sym_sizes(), "flip: test and reference shapes differ: ",
+              test.sym_sizes(), " vs ", ref.sym_sizes());
+  TORCH_CHECK(test.device() == ref.device(), "flip: test and reference are on different devices: ",
+              test.device(), " vs ", ref.device());
+  TORCH_CHECK(test.scalar_type() == ref.scalar_type(), "flip: test and reference dtypes differ: ",
+              test.scalar_type(), " vs ", ref.scalar_type());
+}
+
+inline void check_grad(const at::Tensor& grad, const at::Tensor& like, int64_t channels) {
+  TORCH_CHECK(grad.defined(), "flip: grad is undefined");
+  TORCH_CHECK(grad.device() == like.device(), "flip: grad is on ", grad.device(), ", inputs on ", like.device());
+  auto expected = like.sym_sizes().vec();
+  expected[expected.size() - 3] = channels;
+  TORCH_CHECK(grad.sym_sizes() == c10::SymIntArrayRef(expected), "flip: grad must have shape ",
+              c10::SymIntArrayRef(expected), ", got ", grad.sym_sizes());
+}
+
+inline void check_ppd(double ppd) {
+  TORCH_CHECK(std::isfinite(ppd) && ppd > 0, "flip: pixels_per_degree must be a positive finite number, got ",
+              ppd);
+  // A radius of thousands of pixels means the caller passed something that is not a ppd.
+  TORCH_CHECK(ppd <= 10000, "flip: pixels_per_degree = ", ppd, " is implausibly large (at most 10000)");
+}
+
+inline void check_eps(double eps) {
+  TORCH_CHECK(std::isfinite(eps) && eps >= 0, "flip: eps must be a finite number >= 0, got ", eps);
+}
+
+// Returns true for sRGB input.
+inline bool parse_input_space(c10::string_view space) {
+  std::string s(space.data(), space.size());
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  TORCH_CHECK(s == "srgb" || s == "linear", "flip: input_space must be \"srgb\" or \"linear\", got \"",
+              std::string(space.data(), space.size()), "\"");
+  return s == "srgb";
+}
+
+// The shape of a per-pixel map for an image of shape like.
+inline std::vector<c10::SymInt> map_shape(const at::Tensor& like) {
+  auto s = like.sym_sizes().vec();
+  s[s.size() - 3] = 1;
+  return s;
+}
+
+}  // namespace flip_ops

@@ -1,0 +1,211 @@
+// TORCH_LIBRARY_IMPL(flip, CPU): argument checks, dtype dispatch, calls into the CPU core.
+// float16/bfloat16 are computed in float32 and returned in the input dtype.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <array>
+#include <tuple>
+
+#include "../flip/cpu/kernels.h"
+#include "../flip/cpu/parallel.h"
+#include "checks.h"
+
+namespace flip {
+namespace cpu {
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& fn) {
+  at::parallel_for(begin, end, grain, fn);
+}
+}  // namespace cpu
+}  // namespace flip
+
+namespace flip_ops {
+namespace {
+
+using flip::cpu::Shape;
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+
+at::Tensor compute_copy(const at::Tensor& t) {
+  auto c = t.scalar_type() == at::kDouble ? t : t.to(at::kFloat);
+  return c.contiguous();
+}
+
+Shape shape_of(const at::Tensor& t) {
+  return Shape{t.dim() == 4 ? t.size(0) : 1, t.size(-2), t.size(-1)};
+}
+
+std::vector<int64_t> map_sizes(const at::Tensor& like) {
+  auto s = like.sizes().vec();
+  s[s.size() - 3] = 1;
+  return s;
+}
+
+template <class T>
+T* ptr_or_null(at::Tensor& t) {
+  return t.numel() ? t.data_ptr<T>() : nullptr;
+}
+
+void check_finite(bool ok, const char* op) {
+  TORCH_CHECK(ok, "flip::", op, ": an input contains NaN or infinite values");
+}
+
+// Gradient outputs: computed only where output_mask asks, else an empty tensor.
+std::array<at::Tensor, 2> grad_buffers(const at::Tensor& like, std::array<bool, 2> mask) {
+  return {mask[0] ? at::empty_like(like) : at::empty({0}, like.options()),
+          mask[1] ? at::empty_like(like) : at::empty({0}, like.options())};
+}
+
+Pair cast_back(std::array<at::Tensor, 2> g, const at::Tensor& a, const at::Tensor& b) {
+  return {g[0].to(a.scalar_type()), g[1].to(b.scalar_type())};
+}
+
+at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
+                    double eps) {
+  check_pair(test, ref, 3);
+  check_ppd(ppd);
+  check_eps(eps);
+  const bool srgb = parse_input_space(space);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto out = at::empty(map_sizes(t), t.options());
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip", [&] {
+    ok = flip::cpu::ldr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
+                                               out.data_ptr<scalar_t>(), shape_of(t), ppd, srgb, eps);
+  });
+  check_finite(ok, "ldr_flip");
+  return out.to(test.scalar_type());
+}
+
+Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                       c10::string_view space, double eps, std::array<bool, 2> mask) {
+  check_pair(test, ref, 3);
+  check_grad(grad, test, 1);
+  check_ppd(ppd);
+  check_eps(eps);
+  const bool srgb = parse_input_space(space);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto g = grad.to(t.scalar_type()).contiguous();
+  auto gb = grad_buffers(t, mask);
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip_backward", [&] {
+    ok = flip::cpu::ldr_flip_backward<scalar_t>(g.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(),
+                                                r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
+                                                ptr_or_null<scalar_t>(gb[1]), shape_of(t), ppd, srgb, eps);
+  });
+  check_finite(ok, "ldr_flip_backward");
+  return cast_back(gb, test, ref);
+}
+
+at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
+  check_image(opp, "opponent", 3);
+  check_ppd(ppd);
+  auto o = compute_copy(opp);
+  auto out = at::empty_like(o);
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter", [&] {
+    ok = flip::cpu::csf_filter_forward<scalar_t>(o.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                                                 shape_of(o), ppd);
+  });
+  check_finite(ok, "csf_filter");
+  return out.to(opp.scalar_type());
+}
+
+at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
+  check_image(opp, "opponent", 3);
+  check_grad(grad, opp, 3);
+  check_ppd(ppd);
+  auto o = compute_copy(opp);
+  auto g = grad.to(o.scalar_type()).contiguous();
+  auto out = at::empty_like(o);
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter_backward", [&] {
+    ok = flip::cpu::csf_filter_backward<scalar_t>(g.data_ptr<scalar_t>(), o.data_ptr<scalar_t>(),
+                                                  out.data_ptr<scalar_t>(), shape_of(o), ppd);
+  });
+  check_finite(ok, "csf_filter_backward");
+  return out.to(opp.scalar_type());
+}
+
+at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) {
+  check_pair(test, ref, 3);
+  check_eps(eps);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto out = at::empty(map_sizes(t), t.options());
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab", [&] {
+    ok = flip::cpu::hunt_hyab_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
+                                                out.data_ptr<scalar_t>(), shape_of(t), eps);
+  });
+  check_finite(ok, "hunt_hyab");
+  return out.to(test.scalar_type());
+}
+
+Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps,
+                        std::array<bool, 2> mask) {
+  check_pair(test, ref, 3);
+  check_grad(grad, test, 1);
+  check_eps(eps);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto g = grad.to(t.scalar_type()).contiguous();
+  auto gb = grad_buffers(t, mask);
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab_backward", [&] {
+    ok = flip::cpu::hunt_hyab_backward<scalar_t>(g.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(),
+                                                 r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
+                                                 ptr_or_null<scalar_t>(gb[1]), shape_of(t), eps);
+  });
+  check_finite(ok, "hunt_hyab_backward");
+  return cast_back(gb, test, ref);
+}
+
+at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, double ppd, double eps) {
+  check_pair(test, ref, 1);
+  check_ppd(ppd);
+  check_eps(eps);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto out = at::empty_like(t);
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference", [&] {
+    ok = flip::cpu::feature_difference_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
+                                                         out.data_ptr<scalar_t>(), shape_of(t), ppd, eps);
+  });
+  check_finite(ok, "feature_difference");
+  return out.to(test.scalar_type());
+}
+
+Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
+                                 double ppd, double eps, std::array<bool, 2> mask) {
+  check_pair(test, ref, 1);
+  check_grad(grad, test, 1);
+  check_ppd(ppd);
+  check_eps(eps);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto g = grad.to(t.scalar_type()).contiguous();
+  auto gb = grad_buffers(t, mask);
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference_backward", [&] {
+    ok = flip::cpu::feature_difference_backward<scalar_t>(
+        g.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
+        ptr_or_null<scalar_t>(gb[1]), shape_of(t), ppd, eps);
+  });
+  check_finite(ok, "feature_difference_backward");
+  return cast_back(gb, test, ref);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(flip, CPU, m) {
+  m.impl("ldr_flip", &ldr_flip);
+  m.impl("ldr_flip_backward", &ldr_flip_backward);
+  m.impl("csf_filter", &csf_filter);
+  m.impl("csf_filter_backward", &csf_filter_backward);
+  m.impl("hunt_hyab", &hunt_hyab);
+  m.impl("hunt_hyab_backward", &hunt_hyab_backward);
+  m.impl("feature_difference", &feature_difference);
+  m.impl("feature_difference_backward", &feature_difference_backward);
+}
+
+}  // namespace flip_ops

@@ -1,0 +1,91 @@
+// TORCH_LIBRARY_IMPL(flip, Meta): shapes and dtypes only, with symbolic sizes, so that
+// torch.compile, torch.export and FakeTensor tracing need no data.
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <array>
+#include <tuple>
+
+#include "checks.h"
+
+namespace flip_ops {
+namespace {
+
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+using Mask = std::array<bool, 2>;
+
+at::Tensor map_like(const at::Tensor& t) { return at::empty_symint(map_shape(t), t.options()); }
+
+at::Tensor grad_like(const at::Tensor& t, bool needed) {
+  return needed ? at::empty_symint(t.sym_sizes(), t.options()) : at::empty({0}, t.options());
+}
+
+at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
+                    double eps) {
+  check_pair(test, ref, 3);
+  check_ppd(ppd);
+  check_eps(eps);
+  parse_input_space(space);
+  return map_like(test);
+}
+
+Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                       c10::string_view space, double eps, Mask m) {
+  check_pair(test, ref, 3);
+  check_grad(grad, test, 1);
+  parse_input_space(space);
+  return {grad_like(test, m[0]), grad_like(ref, m[1])};
+}
+
+at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
+  check_image(opp, "opponent", 3);
+  check_ppd(ppd);
+  return at::empty_symint(opp.sym_sizes(), opp.options());
+}
+
+at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
+  check_image(opp, "opponent", 3);
+  check_grad(grad, opp, 3);
+  return at::empty_symint(opp.sym_sizes(), opp.options());
+}
+
+at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) {
+  check_pair(test, ref, 3);
+  check_eps(eps);
+  return map_like(test);
+}
+
+Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps, Mask m) {
+  check_pair(test, ref, 3);
+  check_grad(grad, test, 1);
+  return {grad_like(test, m[0]), grad_like(ref, m[1])};
+}
+
+at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, double ppd, double eps) {
+  check_pair(test, ref, 1);
+  check_ppd(ppd);
+  check_eps(eps);
+  return at::empty_symint(test.sym_sizes(), test.options());
+}
+
+Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                                 double eps, Mask m) {
+  check_pair(test, ref, 1);
+  check_grad(grad, test, 1);
+  return {grad_like(test, m[0]), grad_like(ref, m[1])};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(flip, Meta, m) {
+  m.impl("ldr_flip", &ldr_flip);
+  m.impl("ldr_flip_backward", &ldr_flip_backward);
+  m.impl("csf_filter", &csf_filter);
+  m.impl("csf_filter_backward", &csf_filter_backward);
+  m.impl("hunt_hyab", &hunt_hyab);
+  m.impl("hunt_hyab_backward", &hunt_hyab_backward);
+  m.impl("feature_difference", &feature_difference);
+  m.impl("feature_difference_backward", &feature_difference_backward);
+}
+
+}  // namespace flip_ops

@@ -1,0 +1,23 @@
+// Every public op of the flip library, in one place. Each differentiable op has a separately
+// registered backward op, so that torch.compile, opcheck and C++ autograd all see the same graph.
+#include <torch/library.h>
+
+TORCH_LIBRARY(flip, m) {
+  // Opponent (YCxCz) image -> CSF-filtered linear RGB, clamped to [0, 1].
+  m.def("csf_filter(Tensor opponent, float pixels_per_degree) -> Tensor");
+  m.def("csf_filter_backward(Tensor grad, Tensor opponent, float pixels_per_degree) -> Tensor");
+  // Two filtered linear-RGB images -> colour error dE_c in [0, 1].
+  m.def("hunt_hyab(Tensor test, Tensor reference, float eps=1e-15) -> Tensor");
+  m.def("hunt_hyab_backward(Tensor grad, Tensor test, Tensor reference, float eps, bool[2] output_mask)"
+        " -> (Tensor, Tensor)");
+  // Two normalised achromatic images -> feature error dE_f in [0, 1].
+  m.def("feature_difference(Tensor test, Tensor reference, float pixels_per_degree, float eps=1e-15)"
+        " -> Tensor");
+  m.def("feature_difference_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
+        " float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+  // The whole LDR-FLIP error map.
+  m.def("ldr_flip(Tensor test, Tensor reference, float pixels_per_degree=67.02064327658225,"
+        " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
+  m.def("ldr_flip_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
+        " str input_space, float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+}

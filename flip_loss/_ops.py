@@ -1,0 +1,45 @@
+"""Loads the compiled operator library (``flip_loss._C``), which registers ``torch.ops.flip.*``."""
+import warnings
+
+import torch
+
+HAS_EXTENSION = False
+IMPORT_ERROR = None
+try:
+    from . import _C  # noqa: F401  (importing registers the ops with the dispatcher)
+
+    HAS_EXTENSION = True
+except ImportError as exc:  # pragma: no cover - exercised only on broken installs
+    IMPORT_ERROR = exc
+
+_warned = set()
+
+
+def warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def use_extension(*tensors: torch.Tensor) -> bool:
+    """True when the compiled kernels can serve these tensors; otherwise warn once and let the
+    caller fall back to the pure-PyTorch reference."""
+    if not HAS_EXTENSION:
+        warn_once("no-ext", f"flip_loss: the compiled extension could not be loaded ({IMPORT_ERROR}); "
+                  "falling back to the slow pure-PyTorch reference implementation")
+        return False
+    for t in tensors:
+        if t.device.type not in _devices_with_kernels():
+            warn_once("dev-" + t.device.type,
+                      f"flip_loss: no compiled kernels for device '{t.device.type}' in this build; "
+                      "using the pure-PyTorch reference implementation")
+            return False
+    return True
+
+
+def _devices_with_kernels():
+    devs = {"cpu"}
+    if HAS_EXTENSION and torch.ops.flip.ldr_flip.default.has_kernel_for_dispatch_key(
+            torch._C.DispatchKey.CUDA):
+        devs.add("cuda")
+    return devs

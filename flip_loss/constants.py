@@ -1,0 +1,23 @@
+"""Published FLIP constants (see README, "Conventions")."""
+import math
+
+
+def pixels_per_degree(distance_m: float, display_width_m: float, display_width_px: float) -> float:
+    """Pixels per degree of visual angle for a display of ``display_width_px`` pixels spanning
+    ``display_width_m`` metres, seen from ``distance_m`` metres (small-angle approximation)."""
+    for name, v in (("distance_m", distance_m), ("display_width_m", display_width_m),
+                    ("display_width_px", display_width_px)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+    return distance_m * (display_width_px / display_width_m) * (math.pi / 180.0)
+
+
+# A 0.7 m wide 4K display seen from 0.7 m: 67.0206...
+DEFAULT_PPD = pixels_per_degree(0.7, 0.7, 3840)
+
+QC = 0.7
+PC = 0.4
+PT = 0.95
+GW = 0.082
+QF = 0.5
+DEFAULT_EPS = 1e-15

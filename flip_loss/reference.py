@@ -1,0 +1,378 @@
+"""Pure-PyTorch LDR-FLIP: the test oracle for the compiled kernels and the fallback when they are
+missing.
+
+Written from the project's spec (``flip_reference.md`` sections 3, 9 and 12). Clarity and exactness
+come first; speed second (the filters are separable 1-D passes with clamp-to-edge borders).
+
+* Works on any device and float dtype. float64 is computed in float64, float32 in float32, and
+  float16 / bfloat16 are computed in float32 with the result cast back to the input dtype.
+* Everything is built from differentiable torch ops, so autograd gives the gradient of every public
+  function with respect to every tensor argument. Following the project's gradient policy
+  (spec section 12.4): the two square roots with an infinite slope at zero are regularised with
+  ``eps``; the unselected branches of the sRGB decode and the Lab cube root are evaluated on
+  threshold-clamped arguments; Euclidean norms and absolute values have a zero sub-gradient at
+  zero; ``max`` routes the gradient to the winner; the gradient is zero outside the clamps.
+* Tensors are N x C x H x W. Only :func:`ldr_flip` also accepts an unbatched C x H x W pair.
+"""
+import functools
+import math
+from fractions import Fraction
+
+import torch
+
+from .constants import DEFAULT_EPS, DEFAULT_PPD, GW, PC, PT, QC, QF
+
+__all__ = [
+    "srgb_to_linear", "linear_to_srgb", "linear_rgb_to_opponent", "opponent_to_linear_rgb",
+    "csf_taps", "feature_taps", "csf_filter", "hunt_hyab", "feature_difference", "ldr_flip",
+    "cmax",
+]
+
+# --------------------------------------------------------------------------------------------
+# Constants (spec sections 2 and 3.3)
+# --------------------------------------------------------------------------------------------
+
+# Linear sRGB (D65) -> XYZ, as exact rationals.
+_RGB_TO_XYZ_EXACT = (
+    (Fraction(10135552, 24577794), Fraction(8788810, 24577794), Fraction(4435075, 24577794)),
+    (Fraction(2613072, 12288897), Fraction(8788810, 12288897), Fraction(887015, 12288897)),
+    (Fraction(1425312, 73733382), Fraction(8788810, 73733382), Fraction(70074185, 73733382)),
+)
+
+
+def _inverse3(m):
+    """Exact inverse of a 3x3 matrix of Fractions (adjugate / determinant)."""
+    (a, b, c), (d, e, f), (g, h, i) = m
+    det = a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
+    adj = ((e * i - f * h, c * h - b * i, b * f - c * e),
+           (f * g - d * i, a * i - c * g, c * d - a * f),
+           (d * h - e * g, b * g - a * h, a * e - b * d))
+    return tuple(tuple(x / det for x in row) for row in adj)
+
+
+_RGB_TO_XYZ = tuple(tuple(float(x) for x in row) for row in _RGB_TO_XYZ_EXACT)
+_XYZ_TO_RGB = tuple(tuple(float(x) for x in row) for row in _inverse3(_RGB_TO_XYZ_EXACT))
+# D65 white = XYZ of linear RGB (1, 1, 1): (0.950428545, 1, 1.088900371).
+_WHITE = tuple(float(sum(row)) for row in _RGB_TO_XYZ_EXACT)
+_INV_WHITE = tuple(1.0 / w for w in _WHITE)
+
+# CSF parameters per opponent channel (achromatic Y, red-green Cx, blue-yellow Cz).
+_CSF_A1 = (1.0, 1.0, 34.1)
+_CSF_B1 = (0.0047, 0.0053, 0.04)
+_CSF_A2 = (0.0, 0.0, 13.5)
+_CSF_B2 = (1e-5, 1e-5, 0.025)
+
+# sRGB transfer-function thresholds and the CIE Lab break point.
+_SRGB_DECODE_T = 0.04045
+_SRGB_ENCODE_T = 0.0031308
+_LAB_DELTA = 6.0 / 29.0
+_LAB_T = _LAB_DELTA ** 3  # 0.008856...
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+def _compute_dtype(dtype):
+    """float64 stays float64; everything else (float32, float16, bfloat16) computes in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _upcast(x):
+    return x.to(_compute_dtype(x.dtype))
+
+
+def _mix3(m, c0, c1, c2):
+    """Apply a 3x3 matrix (nested tuples of Python floats) to three channel tensors. Written out
+    element-wise rather than as a matmul so that no TF32 / reduced-precision path is taken."""
+    return tuple(r[0] * c0 + r[1] * c1 + r[2] * c2 for r in m)
+
+
+def _safe_norm(u, v):
+    """sqrt(u^2 + v^2) with a zero gradient where u = v = 0 (instead of NaN)."""
+    s = u * u + v * v
+    nonzero = s > 0
+    return torch.where(nonzero, torch.sqrt(torch.where(nonzero, s, torch.ones_like(s))),
+                       torch.zeros_like(s))
+
+
+def _floored_abs(d, eps):
+    """sqrt(max(d^2, eps)): |d| where d^2 > eps, else sqrt(eps), with the same gradient as the
+    clamped square root (sign(d), resp. 0) and no NaN for eps = 0 at d = 0."""
+    return torch.where(d * d > eps, d.abs(), torch.full_like(d, math.sqrt(eps)))
+
+
+def _pad_index(x, r, dim):
+    """Clamp-to-edge padding of ``r`` samples on both sides of ``dim``, by index (works for any
+    size, including sizes smaller than ``r``)."""
+    n = x.shape[dim]
+    idx = torch.arange(-r, n + r, device=x.device).clamp_(0, n - 1)
+    return x.index_select(dim, idx)
+
+
+def _correlate(x, taps, dim):
+    """1-D correlation of ``x`` along ``dim`` with the odd-length ``taps`` (centre tap at index r),
+    clamp-to-edge borders: out[i] = sum_k taps[k] * x[clamp(i + k - r)]."""
+    r = (taps.shape[0] - 1) // 2
+    n = x.shape[dim]
+    xp = _pad_index(x, r, dim)
+    out = None
+    for k in range(2 * r + 1):
+        term = taps[k] * xp.narrow(dim, k, n)
+        out = term if out is None else out + term
+    return out
+
+
+def _separable(x, taps_h, taps_v):
+    """Horizontal pass with ``taps_h`` then vertical pass with ``taps_v`` (N x C x H x W)."""
+    return _correlate(_correlate(x, taps_h, -1), taps_v, -2)
+
+
+# --------------------------------------------------------------------------------------------
+# Colour transforms (spec 3.2 - 3.4)
+# --------------------------------------------------------------------------------------------
+
+def srgb_to_linear(x):
+    """sRGB decode per channel: c <= 0.04045 -> c / 12.92, else ((c + 0.055) / 1.055)^2.4.
+    The power branch is evaluated on max(c, 0.04045) so it never yields NaN gradients."""
+    dt = x.dtype
+    x = _upcast(x)
+    power = torch.pow((torch.clamp(x, min=_SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
+    return torch.where(x <= _SRGB_DECODE_T, x / 12.92, power).to(dt)
+
+
+def linear_to_srgb(x):
+    """sRGB encode per channel: l <= 0.0031308 -> 12.92 l, else 1.055 l^(1/2.4) - 0.055.
+    The power branch is evaluated on max(l, 0.0031308)."""
+    dt = x.dtype
+    x = _upcast(x)
+    power = 1.055 * torch.pow(torch.clamp(x, min=_SRGB_ENCODE_T), 1.0 / 2.4) - 0.055
+    return torch.where(x <= _SRGB_ENCODE_T, 12.92 * x, power).to(dt)
+
+
+def _rgb_to_opponent(r, g, b):
+    X, Y, Z = _mix3(_RGB_TO_XYZ, r, g, b)
+    x, y, z = X * _INV_WHITE[0], Y * _INV_WHITE[1], Z * _INV_WHITE[2]
+    return 116.0 * y - 16.0, 500.0 * (x - y), 200.0 * (y - z)
+
+
+def _opponent_to_rgb(Yo, Cx, Cz):
+    y = (Yo + 16.0) / 116.0
+    x = y + Cx / 500.0
+    z = y - Cz / 200.0
+    return _mix3(_XYZ_TO_RGB, x * _WHITE[0], y * _WHITE[1], z * _WHITE[2])
+
+
+def linear_rgb_to_opponent(lin):
+    """N x 3 x H x W linear RGB -> YCxCz (XYZ / D65 white; Y = 116 y - 16, Cx = 500 (x - y),
+    Cz = 200 (y - z))."""
+    dt = lin.dtype
+    lin = _upcast(lin)
+    return torch.stack(_rgb_to_opponent(lin[:, 0], lin[:, 1], lin[:, 2]), dim=1).to(dt)
+
+
+def opponent_to_linear_rgb(opp):
+    """Exact inverse of :func:`linear_rgb_to_opponent` (no clamp)."""
+    dt = opp.dtype
+    opp = _upcast(opp)
+    return torch.stack(_opponent_to_rgb(opp[:, 0], opp[:, 1], opp[:, 2]), dim=1).to(dt)
+
+
+def _lab(r, g, b):
+    """Linear RGB -> CIE L*a*b* (D65). The cube-root branch is evaluated on max(t, delta^3)."""
+    def f(t):
+        cube_root = torch.pow(torch.clamp(t, min=_LAB_T), 1.0 / 3.0)
+        return torch.where(t > _LAB_T, cube_root, t / (3.0 * _LAB_DELTA ** 2) + 4.0 / 29.0)
+
+    X, Y, Z = _mix3(_RGB_TO_XYZ, r, g, b)
+    fx, fy, fz = f(X * _INV_WHITE[0]), f(Y * _INV_WHITE[1]), f(Z * _INV_WHITE[2])
+    return 116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)
+
+
+def _hunt_lab(r, g, b):
+    L, a, bb = _lab(r, g, b)
+    return L, 0.01 * L * a, 0.01 * L * bb
+
+
+def _hyab(lab_t, lab_r, eps):
+    """HyAB distance of two Hunt-adjusted Lab colours: sqrt(max(dL^2, eps)) + ||(da', db')||."""
+    return _floored_abs(lab_r[0] - lab_t[0], eps) + _safe_norm(lab_r[1] - lab_t[1],
+                                                                lab_r[2] - lab_t[2])
+
+
+# --------------------------------------------------------------------------------------------
+# Filter taps (spec 3.5 and 3.7)
+# --------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=64)
+def _csf_taps64(ppd):
+    b_max = max(_CSF_B1 + _CSF_B2)
+    r = int(math.ceil(3.0 * math.sqrt(b_max / (2.0 * math.pi ** 2)) * ppd))
+    x = torch.arange(-r, r + 1, dtype=torch.float64) / ppd
+    x2 = x * x
+
+    def gauss(a, b):
+        return a * math.sqrt(math.pi / b) * torch.exp(-math.pi ** 2 * x2 / b)
+
+    y = gauss(_CSF_A1[0], _CSF_B1[0])
+    cx = gauss(_CSF_A1[1], _CSF_B1[1])
+    # Blue-yellow: two separable Gaussians with square-root amplitudes, jointly normalised so
+    # that the 2-D kernel f1 (x) f1 + f2 (x) f2 sums to one.
+    f1 = math.sqrt(_CSF_A1[2] * math.sqrt(math.pi / _CSF_B1[2])) * torch.exp(-math.pi ** 2 * x2 / _CSF_B1[2])
+    f2 = math.sqrt(_CSF_A2[2] * math.sqrt(math.pi / _CSF_B2[2])) * torch.exp(-math.pi ** 2 * x2 / _CSF_B2[2])
+    m = math.sqrt(f1.sum().item() ** 2 + f2.sum().item() ** 2)
+    return r, y / y.sum(), cx / cx.sum(), f1 / m, f2 / m
+
+
+def _lobe_normalise(t):
+    """Positive taps scaled to sum to +1, negative taps to sum to -1 (zero taps stay zero)."""
+    pos = torch.clamp(t, min=0.0)
+    neg = torch.clamp(t, max=0.0)
+    ps, ns = pos.sum().item(), -neg.sum().item()
+    return (pos / ps if ps > 0 else pos) + (neg / ns if ns > 0 else neg)
+
+
+@functools.lru_cache(maxsize=64)
+def _feature_taps64(ppd):
+    sigma = 0.5 * GW * ppd
+    r = int(math.ceil(3.0 * sigma))
+    k = torch.arange(-r, r + 1, dtype=torch.float64)
+    g = torch.exp(-k * k / (2.0 * sigma * sigma))
+    dg = -k * g
+    ddg = (k * k / (sigma * sigma) - 1.0) * g
+    return r, g / g.sum(), _lobe_normalise(dg), _lobe_normalise(ddg)
+
+
+@functools.lru_cache(maxsize=64)
+def _taps_cached(kind, ppd, dtype, device):
+    src = _csf_taps64(ppd) if kind == "csf" else _feature_taps64(ppd)
+    return (src[0],) + tuple(t.to(dtype=dtype, device=device) for t in src[1:])
+
+
+def _device_key(device):
+    if device is None:
+        return torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def csf_taps(pixels_per_degree, dtype=torch.float64, device=None):
+    """Normalised 1-D CSF taps for ``pixels_per_degree``: ``{"radius": r, "y", "cx", "cz1",
+    "cz2"}``, each tap tensor of length 2r + 1 (built in float64, then cast)."""
+    r, y, cx, cz1, cz2 = _csf_taps64(float(pixels_per_degree))
+    cast = dict(dtype=dtype, device=device)
+    return {"radius": r, "y": y.to(**cast), "cx": cx.to(**cast), "cz1": cz1.to(**cast),
+            "cz2": cz2.to(**cast)}
+
+
+def feature_taps(pixels_per_degree, dtype=torch.float64, device=None):
+    """Normalised 1-D feature-detector taps: ``{"radius": r, "g", "dg", "ddg"}`` (Gaussian, and
+    its first / second derivative with lobe-wise normalisation)."""
+    r, g, dg, ddg = _feature_taps64(float(pixels_per_degree))
+    cast = dict(dtype=dtype, device=device)
+    return {"radius": r, "g": g.to(**cast), "dg": dg.to(**cast), "ddg": ddg.to(**cast)}
+
+
+# --------------------------------------------------------------------------------------------
+# Stages
+# --------------------------------------------------------------------------------------------
+
+def csf_filter(opponent, pixels_per_degree):
+    """N x 3 x H x W YCxCz -> CSF-filtered linear RGB clamped to [0, 1] (spec 3.5, 3.6 steps 1-2).
+    Separable correlation (horizontal, then vertical) with clamp-to-edge borders; the blue-yellow
+    channel is the sum of two separable Gaussian filters."""
+    dt = opponent.dtype
+    opp = _upcast(opponent)
+    _, ty, tcx, tcz1, tcz2 = _taps_cached("csf", float(pixels_per_degree), opp.dtype,
+                                         _device_key(opp.device))
+    Yo, Cx, Cz = opp[:, 0:1], opp[:, 1:2], opp[:, 2:3]
+    Yf = _separable(Yo, ty, ty)
+    Cxf = _separable(Cx, tcx, tcx)
+    Czf = _separable(Cz, tcz1, tcz1) + _separable(Cz, tcz2, tcz2)
+    r, g, b = _opponent_to_rgb(Yf[:, 0], Cxf[:, 0], Czf[:, 0])
+    return torch.clamp(torch.stack((r, g, b), dim=1), 0.0, 1.0).to(dt)
+
+
+@functools.lru_cache(maxsize=None)
+def cmax():
+    """Largest Hunt-HyAB colour difference ^ qc: green (0,1,0) vs blue (0,0,1), in float64
+    (about 41.2760963)."""
+    one, zero = torch.ones((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+    d = _hyab(_hunt_lab(zero, one, zero), _hunt_lab(zero, zero, one), DEFAULT_EPS)
+    return float(d.item()) ** QC
+
+
+def hunt_hyab(test_rgb, reference_rgb, eps=DEFAULT_EPS):
+    """Two filtered linear-RGB images (N x 3 x H x W) -> colour difference dE_c (N x 1 x H x W) in
+    [0, 1]: Hunt-adjusted Lab, HyAB with the L term sqrt(max(dL^2, eps)), ^qc, then the piecewise
+    linear redistribution with its knee at pc * cmax (spec 3.6 steps 3-8)."""
+    dt = test_rgb.dtype
+    t, r = _upcast(test_rgb), _upcast(reference_rgb)
+    lab_t = _hunt_lab(t[:, 0:1], t[:, 1:2], t[:, 2:3])
+    lab_r = _hunt_lab(r[:, 0:1], r[:, 1:2], r[:, 2:3])
+    e = torch.pow(_hyab(lab_t, lab_r, eps), QC)
+    c_max = cmax()
+    knee = PC * c_max
+    low = e * (PT / knee)
+    high = PT + (e - knee) * ((1.0 - PT) / (c_max - knee))
+    return torch.where(e < knee, low, high).to(dt)
+
+
+def _edge_point(yhat, ppd):
+    """Edge and point magnitudes of one normalised achromatic image (N x 1 x H x W)."""
+    _, g, dg, ddg = _taps_cached("feature", ppd, yhat.dtype, _device_key(yhat.device))
+    h_dg = _correlate(yhat, dg, -1)
+    h_ddg = _correlate(yhat, ddg, -1)
+    h_g = _correlate(yhat, g, -1)
+    dx = _correlate(h_dg, g, -2)
+    ddx = _correlate(h_ddg, g, -2)
+    dy = _correlate(h_g, dg, -2)
+    ddy = _correlate(h_g, ddg, -2)
+    return _safe_norm(dx, dy), _safe_norm(ddx, ddy)
+
+
+def feature_difference(test_y, reference_y, pixels_per_degree, eps=DEFAULT_EPS):
+    """Two normalised achromatic images (N x 1 x H x W, Y-hat = (Y + 16) / 116 of the unfiltered
+    opponent image) -> feature difference dE_f (N x 1 x H x W):
+    (max(|d edge|, |d point|) / sqrt(2)) ^ qf, floored at eps before the power (spec 3.7)."""
+    dt = test_y.dtype
+    ppd = float(pixels_per_degree)
+    edge_t, point_t = _edge_point(_upcast(test_y), ppd)
+    edge_r, point_r = _edge_point(_upcast(reference_y), ppd)
+    d_edge = (edge_r - edge_t).abs()
+    d_point = (point_r - point_t).abs()
+    m = torch.where(d_edge >= d_point, d_edge, d_point)  # ties go to the edge term
+    return torch.pow(torch.clamp(m / math.sqrt(2.0), min=eps), QF).to(dt)
+
+
+def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb", eps=DEFAULT_EPS):
+    """LDR-FLIP error map of ``test`` against ``reference`` (N x 3 x H x W -> N x 1 x H x W, or
+    3 x H x W -> 1 x H x W), in the input dtype.
+
+    ``input_space="srgb"``: inputs are clamped to [0, 1] and sRGB-decoded; ``"linear"``: inputs
+    are linear RGB, clamped to [0, 1]."""
+    space = input_space.lower()
+    if space not in ("srgb", "linear"):
+        raise ValueError(f"input_space must be 'srgb' or 'linear', got {input_space!r}")
+    dt = test.dtype
+    unbatched = test.dim() == 3
+    if unbatched:
+        test, reference = test.unsqueeze(0), reference.unsqueeze(0)
+    ppd = float(pixels_per_degree)
+    cdt = _compute_dtype(torch.promote_types(test.dtype, reference.dtype))
+    t = torch.clamp(test.to(cdt), 0.0, 1.0)
+    r = torch.clamp(reference.to(cdt), 0.0, 1.0)
+    if space == "srgb":
+        t, r = srgb_to_linear(t), srgb_to_linear(r)
+    opp_t, opp_r = linear_rgb_to_opponent(t), linear_rgb_to_opponent(r)
+    # The feature detectors see the unfiltered, normalised achromatic channel.
+    yhat_t = (opp_t[:, 0:1] + 16.0) / 116.0
+    yhat_r = (opp_r[:, 0:1] + 16.0) / 116.0
+    dec = hunt_hyab(csf_filter(opp_t, ppd), csf_filter(opp_r, ppd), eps)
+    def_ = feature_difference(yhat_t, yhat_r, ppd, eps)
+    out = torch.pow(dec, 1.0 - def_)
+    if unbatched:
+        out = out.squeeze(0)
+    return out.to(dt)

@@ -1,0 +1,56 @@
+"""Builds flip_loss._C, the operator library behind torch.ops.flip.*.
+
+Switches (environment variables):
+  FLIP_LOSS_CUDA=0|1   build the CUDA kernels (default: 1 when nvcc and a CUDA build of torch exist)
+  MAX_JOBS=N           parallel compile jobs (ninja)
+"""
+import glob
+import os
+
+from setuptools import find_packages, setup
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def sources(pattern):
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
+
+
+def want_cuda():
+    import torch
+
+    flag = os.environ.get("FLIP_LOSS_CUDA")
+    if flag is not None:
+        return flag not in ("0", "", "false", "off", "no")
+    return CUDA_HOME is not None and torch.version.cuda is not None
+
+
+cpp_sources = sources("csrc/flip/cpu/*.cpp") + [
+    "csrc/ops/schema.cpp", "csrc/ops/cpu.cpp", "csrc/ops/autograd.cpp", "csrc/ops/meta.cpp",
+    "csrc/ops/python_module.cpp",
+]
+cuda_sources = sources("csrc/flip/cuda/*.cu") + sources("csrc/ops/*.cu")
+cxx_flags = ["-O3", "-fvisibility=hidden"]
+
+if want_cuda() and cuda_sources:
+    ext = CUDAExtension(
+        "flip_loss._C", cpp_sources + cuda_sources,
+        extra_compile_args={"cxx": cxx_flags + ["-DFLIP_WITH_CUDA"],
+                            "nvcc": ["-O3", "--use_fast_math", "-lineinfo", "-DFLIP_WITH_CUDA"]},
+        py_limited_api=False)
+else:
+    ext = CppExtension("flip_loss._C", cpp_sources, extra_compile_args={"cxx": cxx_flags})
+
+setup(
+    name="flip-loss",
+    version="0.1.0",
+    description="Fast, differentiable FLIP (LDR/HDR) image-difference loss for PyTorch, in C++ and CUDA",
+    packages=find_packages(include=["flip_loss", "flip_loss.*"]),
+    package_data={"flip_loss": ["data/*.png", "data/*.md"]},
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    entry_points={"console_scripts": ["flip-loss=flip_loss.cli:main"]},
+    python_requires=">=3.10",
+    install_requires=["torch", "numpy", "pillow"],
+)
