@@ -29,7 +29,7 @@ def use_extension(*tensors: torch.Tensor) -> bool:
                   "falling back to the slow pure-PyTorch reference implementation")
         return False
     for t in tensors:
-        if t.device.type not in _devices_with_kernels():
+        if t.device.type not in KERNEL_DEVICES:
             warn_once("dev-" + t.device.type,
                       f"flip_loss: no compiled kernels for device '{t.device.type}' in this build; "
                       "using the pure-PyTorch reference implementation")
@@ -38,8 +38,13 @@ def use_extension(*tensors: torch.Tensor) -> bool:
 
 
 def _devices_with_kernels():
+    if not HAS_EXTENSION:
+        return frozenset()
     devs = {"cpu"}
-    if HAS_EXTENSION and torch.ops.flip.ldr_flip.default.has_kernel_for_dispatch_key(
-            torch._C.DispatchKey.CUDA):
+    if torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"):
         devs.add("cuda")
-    return devs
+    return frozenset(devs)
+
+
+# Fixed at import so that torch.compile sees a constant.
+KERNEL_DEVICES = _devices_with_kernels()

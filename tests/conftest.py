@@ -1,0 +1,34 @@
+import pytest
+import torch
+
+import flip_loss
+
+
+def pytest_collection_modifyitems(config, items):
+    # CUDA tests skip cleanly on machines without a GPU.
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA device")
+
+
+@pytest.fixture(scope="session")
+def ops():
+    if not flip_loss.HAS_EXTENSION:
+        pytest.fail(f"flip_loss._C failed to load: {flip_loss._ops.IMPORT_ERROR}")
+    return torch.ops.flip
+
+
+@pytest.fixture(scope="session")
+def crops():
+    """The committed test crops as 3 x H x W float32 sRGB tensors."""
+    from conformance import load_crop
+
+    return {name: torch.from_numpy(load_crop(name)).permute(2, 0, 1).contiguous()
+            for name in ("rug", "toys", "blocks")}

@@ -1,0 +1,190 @@
+"""Python API: ldr_flip, FLIPLoss, torch.compile, TorchScript, fallback, validation."""
+import math
+
+import pytest
+import torch
+
+import flip_loss
+from flip_loss import _ops
+from flip_loss import reference as ref_impl
+
+
+def images(seed=0, shape=(2, 3, 20, 24), dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(shape, generator=g, dtype=dtype)
+    b = (a + 0.1 * torch.randn(shape, generator=g, dtype=dtype)).clamp(0, 1)
+    return a, b
+
+
+def test_pixels_per_degree():
+    assert flip_loss.DEFAULT_PPD == pytest.approx(67.02064327658225, rel=1e-12)
+    assert flip_loss.pixels_per_degree(0.7, 0.7, 3840) == flip_loss.DEFAULT_PPD
+    assert flip_loss.pixels_per_degree(1.0, 0.5, 1920) == pytest.approx(1920 / 0.5 * math.pi / 180)
+    for bad in [(0, 0.7, 3840), (0.7, -1, 3840), (0.7, 0.7, float("nan"))]:
+        with pytest.raises(ValueError):
+            flip_loss.pixels_per_degree(*bad)
+
+
+def test_ldr_flip_shapes_and_dtype():
+    a, b = images()
+    out = flip_loss.ldr_flip(a, b)
+    assert out.shape == (2, 1, 20, 24) and out.dtype == torch.float32
+    assert flip_loss.ldr_flip(a[0], b[0]).shape == (1, 20, 24)
+    assert flip_loss.ldr_flip(a.double(), b.double()).dtype == torch.float64
+    # Mixed dtypes are promoted.
+    assert flip_loss.ldr_flip(a, b.double()).dtype == torch.float64
+
+
+def test_input_space_linear_equals_decoded_srgb():
+    a, b = images(dtype=torch.float64)
+    srgb = flip_loss.ldr_flip(a, b, input_space="srgb")
+    linear = flip_loss.ldr_flip(ref_impl.srgb_to_linear(a), ref_impl.srgb_to_linear(b), input_space="linear")
+    torch.testing.assert_close(srgb, linear, rtol=0, atol=1e-12)
+    assert torch.equal(flip_loss.ldr_flip(a, b, input_space="SRGB"), srgb)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_flip_loss_reductions(reduction):
+    a, b = images()
+    full = flip_loss.ldr_flip(a, b)
+    out = flip_loss.FLIPLoss(reduction=reduction)(a, b)
+    expected = {"mean": full.mean(), "sum": full.sum(), "none": full}[reduction]
+    torch.testing.assert_close(out, expected)
+
+
+def test_flip_loss_trains_towards_reference():
+    a, b = images(shape=(1, 3, 16, 16))
+    x = a.clone().requires_grad_()
+    loss_fn = flip_loss.FLIPLoss()
+    opt = torch.optim.Adam([x], lr=0.02)
+    first = loss_fn(x, b).item()
+    for _ in range(30):
+        opt.zero_grad()
+        loss = loss_fn(x, b)
+        loss.backward()
+        opt.step()
+    assert loss_fn(x, b).item() < 0.5 * first
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    torch._dynamo.reset()
+    a, b = images(seed=3)
+    loss_fn = flip_loss.FLIPLoss(pixels_per_degree=40.0)
+
+    def step(x, y):
+        return loss_fn(x, y)
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    x1, y1 = a.clone().requires_grad_(), b.clone().requires_grad_()
+    x2, y2 = a.clone().requires_grad_(), b.clone().requires_grad_()
+    eager = step(x1, y1)
+    eager.backward()
+    out = compiled(x2, y2)
+    out.backward()
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x2.grad, x1.grad, rtol=0, atol=0)
+    torch.testing.assert_close(y2.grad, y1.grad, rtol=0, atol=0)
+
+
+def test_torch_compile_inductor_fullgraph():
+    torch._dynamo.reset()
+    a, b = images(seed=4)
+    x = a.clone().requires_grad_()
+
+    @torch.compile(fullgraph=True)
+    def f(x, y):
+        return torch.ops.flip.ldr_flip(x * 0.9 + 0.05, y, 30.0, "srgb", 1e-15).mean()
+
+    out = f(x, b)
+    out.backward()
+    x_e = a.clone().requires_grad_()
+    eager = torch.ops.flip.ldr_flip(x_e * 0.9 + 0.05, b, 30.0, "srgb", 1e-15).mean()
+    eager.backward()
+    torch.testing.assert_close(out, eager, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(x.grad, x_e.grad, rtol=1e-5, atol=1e-8)
+
+
+def test_torchscript_save_load_forward_backward(tmp_path):
+    a, b = images(seed=5)
+    module = flip_loss.FLIPLoss(pixels_per_degree=30.0, reduction="sum")
+    scripted = torch.jit.script(module)
+    path = tmp_path / "flip.pt"
+    scripted.save(str(path))
+    loaded = torch.jit.load(str(path))
+    x1, y1 = a.clone().requires_grad_(), b.clone().requires_grad_()
+    x2, y2 = a.clone().requires_grad_(), b.clone().requires_grad_()
+    eager = module(x1, y1)
+    eager.backward()
+    out = loaded(x2, y2)
+    out.backward()
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x2.grad, x1.grad, rtol=0, atol=0)
+    torch.testing.assert_close(y2.grad, y1.grad, rtol=0, atol=0)
+
+
+def test_scripted_module_rejects_bad_input():
+    scripted = torch.jit.script(flip_loss.FLIPLoss())
+    a, b = images()
+    with pytest.raises(RuntimeError, match="shapes differ"):
+        scripted(a, b[..., :5])
+
+
+def test_fallback_to_reference_warns(monkeypatch):
+    a, b = images()
+    expected = flip_loss.ldr_flip(a, b)
+    monkeypatch.setattr(_ops, "HAS_EXTENSION", False)
+    monkeypatch.setattr(_ops, "_warned", set())
+    with pytest.warns(RuntimeWarning, match="pure-PyTorch reference"):
+        out = flip_loss.ldr_flip(a, b)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("case,exc", [
+    ("channels", ValueError), ("shape", ValueError), ("int", TypeError), ("ppd", ValueError),
+    ("space", ValueError), ("not-tensor", TypeError), ("dims", ValueError), ("eps", ValueError),
+])
+def test_api_bad_input_raises(case, exc):
+    a, b = images()
+    kwargs = {}
+    if case == "channels":
+        a, b = a[:, :1], b[:, :1]
+    elif case == "shape":
+        b = b[:, :, :10]
+    elif case == "int":
+        a, b = (a * 255).byte(), (b * 255).byte()
+    elif case == "ppd":
+        kwargs["pixels_per_degree"] = -3
+    elif case == "space":
+        kwargs["input_space"] = "xyz"
+    elif case == "not-tensor":
+        a = a.numpy()
+    elif case == "dims":
+        a, b = a[0, 0], b[0, 0]
+    elif case == "eps":
+        kwargs["eps"] = float("inf")
+    with pytest.raises(exc, match="flip_loss"):
+        flip_loss.ldr_flip(a, b, **kwargs)
+
+
+def test_module_rejects_bad_options():
+    with pytest.raises(ValueError, match="reduction"):
+        flip_loss.FLIPLoss(reduction="max")
+    with pytest.raises(ValueError, match="pixels_per_degree"):
+        flip_loss.FLIPLoss(pixels_per_degree=0)
+    with pytest.raises(ValueError, match="input_space"):
+        flip_loss.FLIPLoss(input_space="hdr")
+
+
+def test_nan_input_raises():
+    a, b = images()
+    a[0, 0, 0, 0] = float("nan")
+    with pytest.raises(RuntimeError, match="NaN"):
+        flip_loss.ldr_flip(a, b)
+
+
+@pytest.mark.cuda
+def test_cuda_tensors_use_reference_until_kernels_exist():
+    a, b = images()
+    out = flip_loss.ldr_flip(a.cuda(), b.cuda())
+    assert out.is_cuda
+    torch.testing.assert_close(out.cpu(), flip_loss.ldr_flip(a, b), rtol=0, atol=1e-5)

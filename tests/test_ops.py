@@ -1,0 +1,262 @@
+"""The registered ops: gradients (gradcheck, against the reference), opcheck, dtypes, layouts."""
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+from flip_loss import reference as ref_impl
+
+PPD_SMALL = 4.0  # small radii (CSF 1, features 2) keep gradcheck quick
+
+
+def pair(shape, seed=0, dtype=torch.float64, lo=0.1, hi=0.9):
+    g = torch.Generator().manual_seed(seed)
+    a = lo + (hi - lo) * torch.rand(shape, generator=g, dtype=dtype)
+    b = lo + (hi - lo) * torch.rand(shape, generator=g, dtype=dtype)
+    return a, b
+
+
+def grads(fn, *inputs, weight_seed=1):
+    xs = [x.detach().clone().requires_grad_() for x in inputs]
+    out = fn(*xs)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(weight_seed), dtype=out.dtype)
+    (out * w).sum().backward()
+    return out.detach(), [x.grad for x in xs]
+
+
+# ---- gradcheck (float64, both inputs) ----
+
+@pytest.mark.parametrize("space", ["srgb", "linear"])
+def test_gradcheck_ldr_flip(ops, space):
+    a, b = pair((2, 3, 5, 6))
+    a.requires_grad_(), b.requires_grad_()
+    assert gradcheck(lambda x, y: ops.ldr_flip(x, y, PPD_SMALL, space, 1e-15), (a, b), eps=1e-7, atol=1e-6)
+
+
+def test_gradcheck_ldr_flip_larger_radius(ops):
+    a, b = pair((1, 3, 9, 7), seed=3)
+    a.requires_grad_(), b.requires_grad_()
+    assert gradcheck(lambda x, y: ops.ldr_flip(x, y, 12.0, "srgb", 1e-15), (a, b), eps=1e-7, atol=1e-6)
+
+
+def test_gradcheck_csf_filter(ops):
+    a, _ = pair((2, 3, 6, 5))
+    opp = ref_impl.linear_rgb_to_opponent(a * 0.8).requires_grad_()
+    assert gradcheck(lambda o: ops.csf_filter(o, PPD_SMALL), (opp,), eps=1e-6, atol=1e-6)
+
+
+def test_gradcheck_hunt_hyab(ops):
+    a, b = pair((2, 3, 4, 5))
+    a.requires_grad_(), b.requires_grad_()
+    assert gradcheck(lambda x, y: ops.hunt_hyab(x, y, 1e-15), (a, b), eps=1e-7, atol=1e-6)
+
+
+def test_gradcheck_feature_difference(ops):
+    a, b = pair((2, 1, 7, 6))
+    a.requires_grad_(), b.requires_grad_()
+    assert gradcheck(lambda x, y: ops.feature_difference(x, y, PPD_SMALL, 1e-15), (a, b), eps=1e-7, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["ldr_flip_backward", "hunt_hyab_backward", "feature_difference_backward"])
+def test_output_mask_skips_unneeded_gradient(ops, op):
+    a, b = pair((1, 3 if op != "feature_difference_backward" else 1, 6, 7))
+    g = torch.ones(1, 1, 6, 7, dtype=torch.float64)
+    args = {"ldr_flip_backward": (67.0, "srgb", 1e-15), "hunt_hyab_backward": (1e-15,),
+            "feature_difference_backward": (67.0, 1e-15)}[op]
+    full = getattr(ops, op)(g, a, b, *args, [True, True])
+    only_test = getattr(ops, op)(g, a, b, *args, [True, False])
+    assert only_test[1].numel() == 0
+    torch.testing.assert_close(only_test[0], full[0], rtol=0, atol=0)
+
+
+# ---- agreement with autograd through the pure-PyTorch reference, on real images ----
+
+@pytest.mark.parametrize("ppd", [30.0, 67.0206451])
+def test_ldr_flip_matches_reference_on_real_images(ops, crops, ppd):
+    ref = crops["blocks"].unsqueeze(0).double()
+    test = (ref + 0.05 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(0),
+                                     dtype=torch.float64)).clamp(0, 1)
+    o1, g1 = grads(lambda x, y: ops.ldr_flip(x, y, ppd, "srgb", 1e-15), test, ref)
+    o2, g2 = grads(lambda x, y: ref_impl.ldr_flip(x, y, ppd, "srgb", 1e-15), test, ref)
+    torch.testing.assert_close(o1, o2, rtol=0, atol=1e-12)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_stage_ops_match_reference(ops, crops):
+    img = crops["toys"].unsqueeze(0).double()
+    other = torch.roll(img, 1, dims=-1)
+    lin_a, lin_b = ref_impl.srgb_to_linear(img), ref_impl.srgb_to_linear(other)
+    opp = ref_impl.linear_rgb_to_opponent(lin_a)
+    cases = [
+        (lambda o: ops.csf_filter(o, 67.0), lambda o: ref_impl.csf_filter(o, 67.0), (opp,)),
+        (lambda x, y: ops.hunt_hyab(x, y, 1e-15), lambda x, y: ref_impl.hunt_hyab(x, y, 1e-15), (lin_a, lin_b)),
+        (lambda x, y: ops.feature_difference(x, y, 67.0, 1e-15),
+         lambda x, y: ref_impl.feature_difference(x, y, 67.0, 1e-15), (lin_a[:, 1:2], lin_b[:, 1:2])),
+    ]
+    for f_op, f_ref, inputs in cases:
+        o1, g1 = grads(f_op, *inputs)
+        o2, g2 = grads(f_ref, *inputs)
+        torch.testing.assert_close(o1, o2, rtol=0, atol=1e-12)
+        for a, b in zip(g1, g2):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["identical", "flat", "black-white", "out-of-range"])
+def test_gradients_finite_at_singular_points(ops, kind):
+    a, b = pair((1, 3, 12, 10))
+    if kind == "identical":
+        b = a.clone()
+    elif kind == "flat":
+        a, b = torch.full_like(a, 0.5), torch.full_like(a, 0.5)
+    elif kind == "black-white":
+        a, b = torch.zeros_like(a), torch.ones_like(a)
+    else:
+        a, b = a * 4 - 2, b * 4 - 2
+    for dtype in (torch.float32, torch.float64):
+        out, (ga, gb) = grads(lambda x, y: ops.ldr_flip(x, y, 67.0, "srgb", 1e-15), a.to(dtype), b.to(dtype))
+        assert torch.isfinite(out).all() and torch.isfinite(ga).all() and torch.isfinite(gb).all()
+        assert (out >= 0).all() and (out <= 1).all()
+
+
+def test_identical_images_give_near_zero_error(ops, crops):
+    img = crops["rug"].unsqueeze(0)
+    out = ops.ldr_flip(img, img, 67.0, "srgb", 1e-15)
+    assert out.max() < 1e-5
+    assert ops.ldr_flip(img, img, 67.0, "srgb", 0.0).max() == 0
+
+
+def test_symmetric_in_its_arguments(ops, crops):
+    a = crops["toys"].unsqueeze(0)
+    b = torch.flip(a, dims=[-1])
+    torch.testing.assert_close(ops.ldr_flip(a, b, 67.0, "srgb", 1e-15), ops.ldr_flip(b, a, 67.0, "srgb", 1e-15),
+                               rtol=0, atol=1e-6)
+
+
+# ---- dtypes, layouts, batches ----
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_inputs_computed_in_float32(ops, crops, dtype):
+    a = crops["toys"].unsqueeze(0)
+    b = a.flip(-2)
+    out = ops.ldr_flip(a.to(dtype), b.to(dtype), 67.0, "srgb", 1e-15)
+    assert out.dtype == dtype
+    expected = ops.ldr_flip(a.to(dtype).float(), b.to(dtype).float(), 67.0, "srgb", 1e-15)
+    torch.testing.assert_close(out, expected.to(dtype))
+    _, (ga, gb) = grads(lambda x, y: ops.ldr_flip(x, y, 67.0, "srgb", 1e-15), a.to(dtype), b.to(dtype))
+    assert ga.dtype == dtype and gb.dtype == dtype and torch.isfinite(ga.float()).all()
+
+
+def test_non_contiguous_and_unbatched_inputs(ops, crops):
+    a = crops["blocks"].unsqueeze(0)
+    b = a.flip(-1)
+    expected = ops.ldr_flip(a, b, 67.0, "srgb", 1e-15)
+    a_nhwc = a.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # channels-last strides
+    torch.testing.assert_close(ops.ldr_flip(a_nhwc, b, 67.0, "srgb", 1e-15), expected, rtol=0, atol=0)
+    chw = ops.ldr_flip(a[0], b[0], 67.0, "srgb", 1e-15)
+    assert chw.shape == (1,) + a.shape[-2:]
+    torch.testing.assert_close(chw, expected[0], rtol=0, atol=0)
+    wide = torch.cat([a, b], dim=-1)[..., ::2]  # strided view
+    torch.testing.assert_close(ops.ldr_flip(wide, wide.flip(-1), 67.0, "srgb", 1e-15),
+                               ops.ldr_flip(wide.contiguous(), wide.flip(-1).contiguous(), 67.0, "srgb", 1e-15))
+
+
+def test_batch_equals_per_image(ops, crops):
+    a = torch.stack([crops["toys"], crops["toys"].flip(-1), crops["toys"].flip(-2)])
+    b = a.roll(1, dims=0)
+    batch = ops.ldr_flip(a, b, 40.0, "linear", 1e-15)
+    for i in range(3):
+        torch.testing.assert_close(batch[i:i + 1], ops.ldr_flip(a[i:i + 1], b[i:i + 1], 40.0, "linear", 1e-15),
+                                   rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("hw", [(1, 1), (2, 3), (5, 7), (40, 1), (1, 33)])
+def test_images_smaller_than_the_filters(ops, hw):
+    a, b = pair((2, 3) + hw, seed=5)
+    o1, g1 = grads(lambda x, y: ops.ldr_flip(x, y, 67.0, "srgb", 1e-15), a, b)
+    o2, g2 = grads(lambda x, y: ref_impl.ldr_flip(x, y, 67.0, "srgb", 1e-15), a, b)
+    torch.testing.assert_close(o1, o2, rtol=0, atol=1e-12)
+    for x, y in zip(g1, g2):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+
+
+def test_empty_batch(ops):
+    a = torch.rand(0, 3, 8, 8)
+    assert ops.ldr_flip(a, a, 67.0, "srgb", 1e-15).shape == (0, 1, 8, 8)
+
+
+# ---- opcheck ----
+
+def _opcheck_cases():
+    a, b = pair((2, 3, 6, 7), dtype=torch.float32)
+    y1, y2 = pair((2, 1, 6, 7), seed=4, dtype=torch.float32)
+    g1 = torch.rand(2, 1, 6, 7)
+    g3 = torch.rand(2, 3, 6, 7)
+    opp = ref_impl.linear_rgb_to_opponent(a)
+    return [
+        ("ldr_flip", (a, b, 30.0, "srgb", 1e-15)),
+        ("ldr_flip", (a[0], b[0], 30.0, "linear", 1e-15)),
+        ("ldr_flip_backward", (g1, a, b, 30.0, "srgb", 1e-15, [True, True])),
+        ("ldr_flip_backward", (g1, a, b, 30.0, "srgb", 1e-15, [True, False])),
+        ("csf_filter", (opp, 30.0)),
+        ("csf_filter_backward", (g3, opp, 30.0)),
+        ("hunt_hyab", (a, b, 1e-15)),
+        ("hunt_hyab_backward", (g1, a, b, 1e-15, [True, True])),
+        ("feature_difference", (y1, y2, 30.0, 1e-15)),
+        ("feature_difference_backward", (g1, y1, y2, 30.0, 1e-15, [False, True])),
+    ]
+
+
+@pytest.mark.parametrize("name,args", _opcheck_cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_opcheck(ops, name, args):
+    differentiable = not name.endswith("_backward")
+    if differentiable:
+        n = 1 if name == "csf_filter" else 2
+        args = tuple(a.clone().requires_grad_() if i < n else a for i, a in enumerate(args))
+    torch.library.opcheck(getattr(ops, name).default, args)
+
+
+# ---- bad input ----
+
+@pytest.mark.parametrize("case", ["channels", "shape", "dtype", "int", "ppd", "ppd-nan", "space", "eps",
+                                  "nan", "inf", "dims", "empty-hw"])
+def test_bad_input_raises(ops, case):
+    a, b = pair((1, 3, 8, 8), dtype=torch.float32)
+    args = [a, b, 67.0, "srgb", 1e-15]
+    if case == "channels":
+        args[0], args[1] = a[:, :2], b[:, :2]
+    elif case == "shape":
+        args[1] = b[..., :7]
+    elif case == "dtype":
+        args[1] = b.double()
+    elif case == "int":
+        args[0], args[1] = (a * 255).to(torch.uint8), (b * 255).to(torch.uint8)
+    elif case == "ppd":
+        args[2] = 0.0
+    elif case == "ppd-nan":
+        args[2] = float("nan")
+    elif case == "space":
+        args[3] = "rgb"
+    elif case == "eps":
+        args[4] = -1.0
+    elif case == "nan":
+        args[0] = a.clone()
+        args[0][0, 1, 2, 3] = float("nan")
+    elif case == "inf":
+        args[1] = b.clone()
+        args[1][0, 0, 0, 0] = float("inf")
+    elif case == "dims":
+        args[0], args[1] = a[0, 0], b[0, 0]
+    elif case == "empty-hw":
+        args[0], args[1] = a[..., :0], b[..., :0]
+    with pytest.raises(RuntimeError, match="flip"):
+        ops.ldr_flip(*args)
+
+
+def test_stage_ops_reject_bad_input(ops):
+    a, b = pair((1, 3, 8, 8), dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="1 channel"):
+        ops.feature_difference(a, b, 67.0, 1e-15)
+    with pytest.raises(RuntimeError, match="pixels_per_degree"):
+        ops.csf_filter(a, -1.0)
+    with pytest.raises(RuntimeError, match="grad must have shape"):
+        ops.ldr_flip_backward(torch.ones(1, 3, 8, 8), a, b, 67.0, "srgb", 1e-15, [True, True])
