@@ -31,16 +31,20 @@ cpp_sources = sources("csrc/flip/cpu/*.cpp") + [
     "csrc/ops/python_module.cpp",
 ]
 cuda_sources = sources("csrc/flip/cuda/*.cu") + sources("csrc/ops/*.cu")
-cxx_flags = ["-O3", "-fvisibility=hidden"]
+# -fopenmp: at::parallel_for is inline and runs serially unless the extension itself is built with
+# OpenMP (PyTorch's CPU backend is OpenMP).
+cxx_flags = ["-O3", "-fno-math-errno", "-fvisibility=hidden", "-fopenmp"]
+link_flags = ["-fopenmp"]
 
 if want_cuda() and cuda_sources:
     ext = CUDAExtension(
         "flip_loss._C", cpp_sources + cuda_sources,
         extra_compile_args={"cxx": cxx_flags + ["-DFLIP_WITH_CUDA"],
-                            "nvcc": ["-O3", "--use_fast_math", "-lineinfo", "-DFLIP_WITH_CUDA"]},
-        py_limited_api=False)
+                            "nvcc": ["-O3", "-lineinfo", "-DFLIP_WITH_CUDA"]},
+        extra_link_args=link_flags)
 else:
-    ext = CppExtension("flip_loss._C", cpp_sources, extra_compile_args={"cxx": cxx_flags})
+    ext = CppExtension("flip_loss._C", cpp_sources, extra_compile_args={"cxx": cxx_flags},
+                       extra_link_args=link_flags)
 
 setup(
     name="flip-loss",

@@ -119,8 +119,8 @@ def weighted_histogram(error_map, bins: int = 100):
 
     ``bins`` equal buckets on [0, 1]; a value ``v`` goes into bucket ``floor(v / bucket_size)``
     (``bucket_size`` = ``1 / bins`` rounded to float32, the division done in float64, as the tool
-    does), ``v = 1`` into the last bucket; values outside [0, 1] are left out. Each bucket's count is
-    multiplied by the bucket centre ``(i + 0.5) / bins`` and divided by the number of megapixels,
+    does), ``v = 1`` into the last bucket; values outside [0, 1] are left out. Each bucket's count
+    is multiplied by the bucket centre ``(i + 0.5) / bins`` and divided by the number of megapixels,
     ``numel / 1024**2`` (all elements, including the ones left out).
 
     Returns ``(bin_edges, weighted_counts)``: float64 arrays of ``bins + 1`` and ``bins`` entries.

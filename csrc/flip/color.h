@@ -29,29 +29,25 @@ FLIP_HD T inside01(T v) {  // derivative of clamp01 (the closed interval passes,
   return (v >= T(0) && v <= T(1)) ? T(1) : T(0);
 }
 
+// sRGB decoding of c and its derivative from one power: with u = (c + 0.055) / 1.055,
+// decode = u^2.4 = u * u^1.4 and decode' = (2.4 / 1.055) u^1.4. The power runs on max(c, knee) so
+// that it never sees a negative base.
 template <class T>
-FLIP_HD T srgb_decode(T c) {
-  // The power branch runs on max(c, knee) so that it never sees a negative base.
-  T p = std::pow((c > T(kSrgbKnee) ? c : T(kSrgbKnee)) * T(1.0 / 1.055) + T(0.055 / 1.055), T(2.4));
-  return c <= T(kSrgbKnee) ? c * T(1.0 / 12.92) : p;
+FLIP_HD T srgb_decode(T c, T* deriv = nullptr) {
+  T u = (c > T(kSrgbKnee) ? c : T(kSrgbKnee)) * T(1.0 / 1.055) + T(0.055 / 1.055);
+  T p = std::pow(u, T(1.4));
+  if (deriv) *deriv = c <= T(kSrgbKnee) ? T(1.0 / 12.92) : T(2.4 / 1.055) * p;
+  return c <= T(kSrgbKnee) ? c * T(1.0 / 12.92) : u * p;
 }
 
+// Input stage: input value -> clamped linear value, with d(linear)/d(input) if asked.
 template <class T>
-FLIP_HD T srgb_decode_deriv(T c) {
-  T base = (c > T(kSrgbKnee) ? c : T(kSrgbKnee)) * T(1.0 / 1.055) + T(0.055 / 1.055);
-  return c <= T(kSrgbKnee) ? T(1.0 / 12.92) : T(2.4 / 1.055) * std::pow(base, T(1.4));
-}
-
-// Input stage: (clamped) input value -> linear value, and d(linear)/d(input).
-template <class T>
-FLIP_HD T input_to_linear(T v, bool srgb) {
+FLIP_HD T input_to_linear(T v, bool srgb, T* deriv = nullptr) {
   T c = clamp01(v);
-  return srgb ? srgb_decode(c) : c;
-}
-
-template <class T>
-FLIP_HD T input_to_linear_deriv(T v, bool srgb) {
-  return inside01(v) * (srgb ? srgb_decode_deriv(clamp01(v)) : T(1));
+  T d = T(1);
+  T lin = srgb ? srgb_decode(c, &d) : c;
+  if (deriv) *deriv = (v >= T(0) && v <= T(1)) ? d : T(0);
+  return lin;
 }
 
 template <class T>

@@ -34,17 +34,50 @@ FLIP_HD T pixel_flip(const T Ft[3], const T Fr[3], const Features<T>& ft, const 
   return combine(c, f);
 }
 
-// Adjoint of the colour half: gradient w.r.t. the filtered opponent colour F of one image,
-// given the gradient g_hl w.r.t. its Hunt-Lab colour.
+// Everything the adjoint of "filtered opponent colour -> Hunt-Lab" needs, computed once.
 template <class T>
-FLIP_HD void filtered_to_hunt_lab_vjp(const T F[3], const T g_hl[3], T g_F[3]) {
-  T pre[3], lin[3], g_lin[3];
-  opponent_to_linear(F, pre);
+struct LabState {
+  T pre[3];  // linear RGB before the RGB-cube clamp
+  T df[3];   // Lab f'(t) per XYZ channel
+  T L, a, b;
+  T hl[3];
+};
+
+template <class T>
+FLIP_HD void lab_state(const T F[3], LabState<T>& s) {
+  T lin[3], xyz[3], f[3];
+  opponent_to_linear(F, s.pre);
 #pragma unroll
-  for (int c = 0; c < 3; ++c) lin[c] = clamp01(pre[c]);
-  hunt_lab_vjp(lin, g_hl, g_lin);
+  for (int c = 0; c < 3; ++c) lin[c] = clamp01(s.pre[c]);
+  rgb_to_xyz(lin, xyz);
 #pragma unroll
-  for (int c = 0; c < 3; ++c) g_lin[c] *= inside01(pre[c]);
+  for (int i = 0; i < 3; ++i) {
+    T t = xyz[i] * T(kInvWhite[i]);
+    T c = std::cbrt(t > T(kLabDelta3) ? t : T(kLabDelta3));
+    f[i] = t > T(kLabDelta3) ? c : t * T(kLabLinSlope) + T(kLabLinOffset);
+    s.df[i] = t > T(kLabDelta3) ? T(1) / (T(3) * c * c) : T(kLabLinSlope);
+  }
+  s.L = T(116) * f[1] - T(16);
+  s.a = T(500) * (f[0] - f[1]);
+  s.b = T(200) * (f[1] - f[2]);
+  s.hl[0] = s.L;
+  s.hl[1] = T(0.01) * s.L * s.a;
+  s.hl[2] = T(0.01) * s.L * s.b;
+}
+
+// Gradient w.r.t. the filtered opponent colour F, given the gradient g w.r.t. its Hunt-Lab colour.
+template <class T>
+FLIP_HD void lab_state_vjp(const LabState<T>& s, const T g[3], T g_F[3]) {
+  T gL = g[0] + T(0.01) * (g[1] * s.a + g[2] * s.b);
+  T ga = T(0.01) * s.L * g[1];
+  T gb = T(0.01) * s.L * g[2];
+  T gX = T(500) * ga * s.df[0] * T(kInvWhite[0]);
+  T gY = (T(116) * gL - T(500) * ga + T(200) * gb) * s.df[1] * T(kInvWhite[1]);
+  T gZ = T(-200) * gb * s.df[2] * T(kInvWhite[2]);
+  T g_lin[3];
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+    g_lin[j] = (T(kRgbToXyz[0][j]) * gX + T(kRgbToXyz[1][j]) * gY + T(kRgbToXyz[2][j]) * gZ) * inside01(s.pre[j]);
   opponent_to_linear_vjp(g_lin, g_F);
 }
 
@@ -54,29 +87,44 @@ FLIP_HD void features_vjp(const Features<T>& f, T g_edge, T g_point, Features<T>
   norm2_vjp(f.ddx, f.ddy, g_point, g.ddx, g.ddy);
 }
 
-// Returns the error value; writes the gradients of g * value w.r.t. both images' inputs.
+// Returns the error value; writes the gradients of g * value w.r.t. both images' filtered
+// colours and feature responses.
 template <class T>
 FLIP_HD T pixel_flip_vjp(const T Ft[3], const T Fr[3], const Features<T>& ft, const Features<T>& fr,
                          T eps, const ColorConsts<T>& k, T g, T gFt[3], T gFr[3], Features<T>& gft,
                          Features<T>& gfr) {
-  T ht[3], hr[3];
-  filtered_to_hunt_lab(Ft, ht);
-  filtered_to_hunt_lab(Fr, hr);
-  T c = color_error(ht, hr, eps, k);
+  LabState<T> st, sr;
+  lab_state(Ft, st);
+  lab_state(Fr, sr);
+  // Colour term, keeping the pieces its adjoint needs.
+  T dL = sr.hl[0] - st.hl[0], da = sr.hl[1] - st.hl[1], db = sr.hl[2] - st.hl[2];
+  T dL2 = dL * dL;
+  T nL = std::sqrt(dL2 > eps ? dL2 : eps);
+  T nab = std::sqrt(da * da + db * db);
+  T dE = nL + nab;
+  T e = std::pow(dE, T(kQc));
+  T c = redistribute(e, k);
+  // Feature term.
   T et = std::sqrt(ft.dx * ft.dx + ft.dy * ft.dy), er = std::sqrt(fr.dx * fr.dx + fr.dy * fr.dy);
   T pt = std::sqrt(ft.ddx * ft.ddx + ft.ddy * ft.ddy), pr = std::sqrt(fr.ddx * fr.ddx + fr.ddy * fr.ddy);
   T f = feature_error(et, er, pt, pr, eps);
-  T gc, gf;
-  combine_vjp(c, f, g, gc, gf);
-  T ght[3], ghr[3];
-  color_error_vjp(ht, hr, eps, k, gc, ght, ghr);
-  filtered_to_hunt_lab_vjp(Ft, ght, gFt);
-  filtered_to_hunt_lab_vjp(Fr, ghr, gFr);
+  T value = combine(c, f);
+  T gc = c > T(0) ? g * (T(1) - f) * value / c : T(0);
+  T gf = c > T(0) ? -g * value * std::log(c) : T(0);
+  // Colour adjoint (same rules as color_error_vjp).
+  T slope = e < k.pccmax ? T(kPt) / k.pccmax : T(1 - kPt) / (k.cmax - k.pccmax);
+  T gdE = dE > T(0) ? gc * slope * T(kQc) * e / dE : T(0);
+  T gL = (dL2 >= eps && dL2 > T(0)) ? gdE * dL / nL : T(0);
+  T ga = nab > T(0) ? gdE * da / nab : T(0);
+  T gb = nab > T(0) ? gdE * db / nab : T(0);
+  T ghr[3] = {gL, ga, gb}, ght[3] = {-gL, -ga, -gb};
+  lab_state_vjp(st, ght, gFt);
+  lab_state_vjp(sr, ghr, gFr);
   T gep[4];
   feature_error_vjp(et, er, pt, pr, eps, gf, gep);
   features_vjp(ft, gep[0], gep[2], gft);
   features_vjp(fr, gep[1], gep[3], gfr);
-  return combine(c, f);
+  return value;
 }
 
 }  // namespace flip

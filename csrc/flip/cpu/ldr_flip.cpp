@@ -32,9 +32,10 @@ struct Context {
 };
 
 // Horizontal passes of both images of batch item n into planes[2 * kPlanes * HW].
+// When deriv[im] is given, d(linear)/d(input) of image im is stored there (NCHW, one image).
 template <class T>
 bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, bool srgb,
-                      const Context<T>& cx) {
+                      const Context<T>& cx, T* const deriv[2] = nullptr) {
   const int64_t HW = H * W;
   std::atomic<bool> finite{true};
   parallel_for(0, 2 * H, row_grain(W), [&](int64_t b, int64_t e) {
@@ -45,13 +46,16 @@ bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, bo
       const int im = static_cast<int>(idx / H);
       const int64_t row = idx % H;
       const T* src = img[im] + row * W;
+      T* dv = deriv && deriv[im] ? deriv[im] + row * W : nullptr;
       for (int64_t x = 0; x < W; ++x) {
-        T lin[3], opp[3];
+        T lin[3], opp[3], d[3];
         for (int c = 0; c < 3; ++c) {
           T v = src[c * HW + x];
           ok = ok && std::isfinite(v);
-          lin[c] = input_to_linear(v, srgb);
+          lin[c] = input_to_linear(v, srgb, &d[c]);
         }
+        if (dv)
+          for (int c = 0; c < 3; ++c) dv[c * HW + x] = d[c];
         linear_to_opponent(lin, opp);
         o0[x] = opp[0];
         o1[x] = opp[1];
@@ -126,7 +130,8 @@ bool ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
   for (int64_t n = 0; n < s.n; ++n) {
     const T* img[2] = {test + n * 3 * HW, ref + n * 3 * HW};
     T* gout[2] = {g_test ? g_test + n * 3 * HW : nullptr, g_ref ? g_ref + n * 3 * HW : nullptr};
-    if (!horizontal_stage(img, planes.data(), H, W, srgb, cx)) return false;
+    // The input derivative is parked in the gradient buffers and multiplied in at the end.
+    if (!horizontal_stage(img, planes.data(), H, W, srgb, cx, gout)) return false;
     const T* gmap = grad + n * HW;
     // Gradients w.r.t. the filtered responses: per image F0, F1, F2, dx, dy, ddx, ddy planes.
     parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
@@ -166,12 +171,11 @@ bool ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
         std::fill(yh, yh + W, T(0));
         feature_t_row(g + 3 * HW, g + 4 * HW, g + 5 * HW, g + 6 * HW, H, W, row, *cx.feat, tmp,
                       sc.pad(), yh);
-        const T* src = img[im] + row * W;
         T* dst = gout[im] + row * W;
         for (int64_t x = 0; x < W; ++x) {
           T gopp[3] = {o0[x] + yh[x] * T(1.0 / 116.0), o1[x], o2[x]}, glin[3];
           linear_to_opponent_vjp(gopp, glin);
-          for (int c = 0; c < 3; ++c) dst[c * HW + x] = glin[c] * input_to_linear_deriv(src[c * HW + x], srgb);
+          for (int c = 0; c < 3; ++c) dst[c * HW + x] *= glin[c];
         }
       }
     });

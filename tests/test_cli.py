@@ -1,0 +1,408 @@
+"""The command-line evaluator (flip_loss.cli, python -m flip_loss) and image loading."""
+import os
+import re
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from flip_loss.cli import example_paths, main
+from flip_loss.colormaps import MAGMA, apply_colormap, to_grey_uint8
+from flip_loss.constants import DEFAULT_PPD, pixels_per_degree
+from flip_loss.functional import ldr_flip
+from flip_loss.imageio import load_image, save_png
+from flip_loss.pooling import pool
+
+ROOT = Path(__file__).resolve().parents[1]
+W, H = 40, 28
+VALUE_LINES = ("Mean", "Weighted median", "1st weighted quartile", "3rd weighted quartile",
+               "Min", "Max")
+
+
+def run_module(args, cwd):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "flip_loss", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """A small reference crop of the bundled example and a distorted copy, as PNG files."""
+    d = tmp_path_factory.mktemp("pair")
+    ref = Image.open(example_paths()[0]).convert("RGB").crop((100, 60, 100 + W, 60 + H))
+    a = np.asarray(ref).astype(np.float64)
+    a = a + np.random.default_rng(1).normal(0, 12, a.shape)
+    a[:, W // 2:, 2] *= 0.8
+    ref.save(d / "ref.png")
+    Image.fromarray(np.clip(np.round(a), 0, 255).astype(np.uint8)).save(d / "test.png")
+    return d / "ref.png", d / "test.png"
+
+
+def expected_map(ref_path, test_path, ppd=DEFAULT_PPD):
+    with torch.no_grad():
+        return ldr_flip(load_image(test_path), load_image(ref_path), ppd)[0].float().numpy()
+
+
+def printed_values(stdout):
+    vals = {}
+    for name in VALUE_LINES:
+        found = re.findall(rf"^     {re.escape(name)}: (\d+\.\d{{6}})$", stdout, flags=re.M)
+        if found:
+            vals[name] = found
+    return vals
+
+
+def formatted(p):
+    return dict(zip(VALUE_LINES, [f"{x:.6f}" for x in p]))
+
+
+def error_line(stderr):
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("flip-loss: error: ")
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# As a subprocess
+# ----------------------------------------------------------------------------------------------
+
+def test_module_prints_pooled_values_and_writes_magma_map(pair, tmp_path):
+    ref, test = pair
+    res = run_module(["-r", ref, "-t", test], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "Invoking LDR-FLIP"
+    assert lines[1] == "     Pixels per degree: 67"
+    assert lines[2] == ""
+    assert lines[3] == f"FLIP between reference image <{ref}> and test image <{test}>"
+    assert lines[4].startswith("     Mean: ")  # line 5, as in NVIDIA's tool
+    assert [ln.split(":")[0].strip() for ln in lines[4:10]] == list(VALUE_LINES)
+    assert re.fullmatch(r"     Evaluation time: \d+\.\d{4} seconds", lines[10])
+    name = "flip.ref.test.67ppd.ldr.png"
+    assert lines[11] == f"     FLIP error map location: {os.path.join('.', name)}"
+    assert lines[12] == "" and re.fullmatch(r"Total time: \d+\.\d{4} seconds", lines[13])
+    assert len(lines) == 14
+
+    emap = expected_map(ref, test)
+    want = formatted(pool(emap))
+    got = printed_values(res.stdout)
+    assert {k: v[0] for k, v in got.items()} == want
+    assert float(want["Mean"]) > 0.01
+
+    png = Image.open(tmp_path / name)
+    assert png.size == (W, H) and png.mode == "RGB"
+    np.testing.assert_array_equal(np.asarray(png), apply_colormap(emap, MAGMA))
+
+
+def test_module_example(tmp_path):
+    res = run_module(["--example"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    ref, test = example_paths()
+    emap = expected_map(ref, test)
+    assert printed_values(res.stdout)["Mean"] == [f"{pool(emap).mean:.6f}"]
+    out = tmp_path / "flip.example_reference.example_test.67ppd.ldr.png"
+    assert Image.open(out).size == Image.open(ref).size
+
+
+def test_module_error_exit_code(tmp_path, pair):
+    res = run_module(["-r", tmp_path / "nope.png", "-t", pair[1]], cwd=tmp_path)
+    assert res.returncode == 2
+    assert "nope.png" in error_line(res.stderr) and "does not exist" in res.stderr
+    assert res.stdout == ""
+
+
+def test_module_help_documents_exit_codes(tmp_path):
+    res = run_module(["--help"], cwd=tmp_path)
+    assert res.returncode == 0
+    assert "exit codes:" in res.stdout and "--viewing-conditions" in res.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# In process
+# ----------------------------------------------------------------------------------------------
+
+def test_grey_map_and_directory(pair, tmp_path, capsys):
+    ref, test = pair
+    out_dir = tmp_path / "maps" / "sub"
+    assert main(["-r", str(ref), "-t", str(test), "--no-magma", "-d", str(out_dir)]) == 0
+    name = "flip.ref.test.67ppd.ldr.png"
+    stdout = capsys.readouterr().out
+    assert f"     FLIP error map location: {os.path.join(str(out_dir), name)}" in stdout
+    png = np.asarray(Image.open(out_dir / name))
+    assert png.shape == (H, W, 3)
+    grey = to_grey_uint8(expected_map(ref, test))
+    for c in range(3):
+        np.testing.assert_array_equal(png[..., c], grey)
+
+
+def test_output_option(pair, tmp_path, capsys, monkeypatch):
+    ref, test = pair
+    monkeypatch.chdir(tmp_path)
+    assert main(["-r", str(ref), "-t", str(test), "-o", "custom.png"]) == 0
+    assert "     FLIP error map location: custom.png" in capsys.readouterr().out
+    assert Image.open(tmp_path / "custom.png").size == (W, H)
+    assert main(["-r", str(ref), "-t", str(test), "-o", "c2.png", "-d", "outdir"]) == 0
+    assert (tmp_path / "outdir" / "c2.png").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["custom.png", "outdir"]
+
+
+def test_no_error_map_and_several_tests(pair, tmp_path, capsys, monkeypatch):
+    ref, test = pair
+    monkeypatch.chdir(tmp_path)
+    assert main(["-r", str(ref), "-t", str(test), str(ref), "--no-error-map"]) == 0
+    assert list(tmp_path.iterdir()) == []
+    stdout = capsys.readouterr().out
+    assert stdout.count("FLIP between reference image") == 2
+    assert f"and test image <{ref}>" in stdout
+    vals = printed_values(stdout)
+    assert vals["Mean"][1] == "0.000000" and vals["Max"][1] == "0.000000"  # identical images
+    assert vals["Mean"][0] == formatted(pool(expected_map(ref, test)))["Mean"]
+    assert "FLIP error map location" not in stdout
+
+
+def test_verbosity(pair, tmp_path, capsys, monkeypatch):
+    ref, test = pair
+    monkeypatch.chdir(tmp_path)
+    assert main(["-r", str(ref), "-t", str(test), "-v", "0"]) == 0
+    assert capsys.readouterr().out == ""
+    assert (tmp_path / "flip.ref.test.67ppd.ldr.png").exists()
+    assert main(["-r", str(ref), "-t", str(test), "--verbosity", "1", "-nerm"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and lines[0].startswith("FLIP between") and lines[1].startswith(
+        "     Mean: ") and lines[2] == "" and lines[3].startswith("Total time: ")
+
+
+def test_viewing_conditions_give_the_same_ppd(pair, tmp_path, capsys, monkeypatch):
+    ref, test = pair
+    monkeypatch.chdir(tmp_path)
+    vc = (0.5, 0.6, 2000)
+    ppd = pixels_per_degree(*vc)
+    assert main(["-r", str(ref), "-t", str(test), "-vc", *map(str, vc)]) == 0
+    out_vc = capsys.readouterr().out
+    assert main(["-r", str(ref), "-t", str(test), "--pixels-per-degree", repr(ppd), "-nerm"]) == 0
+    out_ppd = capsys.readouterr().out
+    assert f"     Pixels per degree: {int(ppd + 0.5)}" in out_vc  # 29
+    assert printed_values(out_vc) == printed_values(out_ppd)
+    assert printed_values(out_vc)["Mean"] == [f"{pool(expected_map(ref, test, ppd)).mean:.6f}"]
+    assert printed_values(out_vc) != printed_values(main_values(ref, test, capsys))
+    assert (tmp_path / f"flip.ref.test.{int(ppd + 0.5)}ppd.ldr.png").exists()
+
+
+def main_values(ref, test, capsys):
+    assert main(["-r", str(ref), "-t", str(test), "-nerm"]) == 0
+    return capsys.readouterr().out
+
+
+def test_ppd_is_printed_rounded_half_up(pair, tmp_path, capsys, monkeypatch):
+    ref, test = pair
+    monkeypatch.chdir(tmp_path)
+    assert main(["-r", str(ref), "-t", str(test), "-ppd", "40.5"]) == 0  # round(40.5) would be 40
+    assert "     Pixels per degree: 41\n" in capsys.readouterr().out
+    assert (tmp_path / "flip.ref.test.41ppd.ldr.png").exists()
+
+
+def test_example_in_process(tmp_path, capsys):
+    assert main(["--example", "-d", str(tmp_path), "-v", "1"]) == 0
+    assert "     Mean: " in capsys.readouterr().out
+    assert (tmp_path / "flip.example_reference.example_test.67ppd.ldr.png").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors: one line on stderr, exit code 2
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def bad_files(tmp_path, pair):
+    Image.new("RGB", (W + 1, H)).save(tmp_path / "wider.png")
+    (tmp_path / "garbage.png").write_bytes(b"this is not a PNG file at all")
+    full = (tmp_path / "trunc.png")
+    data = pair[1].read_bytes()
+    full.write_bytes(data[: len(data) // 2])
+    (tmp_path / "image.exr").write_bytes(b"v/1\x01" + b"\0" * 100)
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["-r", "{ref}", "-t", "{d}/missing.png"], "does not exist"),
+    (["-r", "{d}/missing.png", "-t", "{test}"], "does not exist"),
+    (["-r", "{ref}", "-t", "{d}/wider.png"], "same size"),
+    (["-r", "{ref}", "-t", "{test}", "{d}/wider.png"], "41x28"),
+    (["-r", "{ref}", "-t", "{d}/garbage.png"], "cannot read image"),
+    (["-r", "{ref}", "-t", "{d}"], "directory"),
+    (["-r", "{d}/image.exr", "-t", "{test}"], "HDR input is not supported yet"),
+    (["-r", "{ref}", "-t", "{d}/image.exr"], "HDR input is not supported yet"),
+    (["-r", "{ref}", "-t", "{test}", "--ppd", "abc"], "positive number"),
+    (["-r", "{ref}", "-t", "{test}", "--ppd", "-3"], "positive number"),
+    (["-r", "{ref}", "-t", "{test}", "--ppd", "0"], "positive number"),
+    (["-r", "{ref}", "-t", "{test}", "--ppd", "nan"], "positive number"),
+    (["-r", "{ref}", "-t", "{test}", "-vc", "0.7", "0", "3840"], "positive number"),
+    (["-r", "{ref}", "-t", "{test}", "-vc", "0.7", "0.7"], "expected 3 arguments"),
+    (["-r", "{ref}", "-t", "{test}", "--ppd", "60", "-vc", "0.7", "0.7", "3840"], "not allowed"),
+    (["-r", "{ref}", "-t", "{test}", "-v", "3"], "invalid choice"),
+    (["-r", "{ref}", "-t", "{test}", "--device", "tpu"], "invalid choice"),
+    (["-r", "{ref}", "-t", "{test}", "{test}", "-o", "{d}/x.png"], "one test image"),
+    (["-r", "{ref}", "-t", "{test}", "-o", "{d}/x.jpg"], ".png"),
+    (["-r", "{ref}"], "required"),
+    ([], "required"),
+    (["--example", "-r", "{ref}"], "cannot be combined"),
+    (["-r", "{ref}", "-t", "{test}", "--bogus"], "unrecognized arguments"),
+])
+def test_user_errors(argv, needle, pair, bad_files, capsys):
+    ref, test = pair
+    args = [a.format(ref=ref, test=test, d=bad_files) for a in argv]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert needle in error_line(captured.err)
+    assert not (bad_files / "x.png").exists()
+
+
+def test_truncated_file(pair, bad_files, capsys):
+    # the header reads fine, the pixel data does not
+    assert main(["-r", str(pair[0]), "-t", str(bad_files / "trunc.png"), "-nerm"]) == 2
+    assert "trunc.png" in error_line(capsys.readouterr().err)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is available")
+def test_cuda_requested_without_cuda(pair, capsys):
+    assert main(["-r", str(pair[0]), "-t", str(pair[1]), "--device", "cuda", "-nerm"]) == 2
+    assert "no CUDA device" in error_line(capsys.readouterr().err)
+
+
+def test_device_cpu(pair, capsys):
+    assert main(["-r", str(pair[0]), "-t", str(pair[1]), "--device", "cpu", "-nerm"]) == 0
+    assert printed_values(capsys.readouterr().out)["Mean"] == [
+        f"{pool(expected_map(*pair)).mean:.6f}"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The bundled example and image I/O
+# ----------------------------------------------------------------------------------------------
+
+def test_example_files():
+    ref, test = example_paths()
+    assert os.path.isabs(ref) and os.path.isfile(ref) and os.path.isfile(test)
+    assert os.path.getsize(ref) + os.path.getsize(test) < 200 * 1024
+    a, b = Image.open(ref), Image.open(test)
+    assert a.size == b.size and 200 <= a.size[0] <= 320 and 150 <= a.size[1] <= 320
+    assert a.mode == b.mode == "RGB"
+    licence = (Path(ref).parent / "LICENSE.md").read_text()
+    assert "BSD-3-Clause" in licence and "NVIDIA" in licence
+    d = np.abs(np.asarray(a).astype(int) - np.asarray(b).astype(int))
+    assert 0 < d.mean() < 10  # a mild, visible distortion
+
+
+def _write_png16(path, samples, colour_type, filter_type=0):
+    """A minimal 16-bit PNG writer (no Pillow support for 16-bit colour), filters 0, 1 or 4."""
+    h, w = samples.shape[:2]
+    raw = samples.reshape(h, -1).astype(">u2").view(np.uint8).reshape(h, -1).astype(np.int64)
+    bpp = raw.shape[1] // w
+    rows = []
+    for y in range(h):
+        cur = raw[y]
+        prev = raw[y - 1] if y else np.zeros_like(cur)
+        left = np.concatenate([np.zeros(bpp, np.int64), cur[:-bpp]])
+        if filter_type == 1:
+            f = cur - left
+        elif filter_type == 4:
+            upleft = np.concatenate([np.zeros(bpp, np.int64), prev[:-bpp]])
+            p = left + prev - upleft
+            pa, pb, pc = np.abs(p - left), np.abs(p - prev), np.abs(p - upleft)
+            pred = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, prev, upleft))
+            f = cur - pred
+        else:
+            f = cur
+        rows.append(bytes([filter_type]) + (f % 256).astype(np.uint8).tobytes())
+
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    ihdr = struct.pack(">IIBBBBB", w, h, 16, colour_type, 0, 0, 0)
+    Path(path).write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
+                           + chunk(b"IDAT", zlib.compress(b"".join(rows))) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("colour_type,channels", [(0, 1), (2, 3), (4, 2), (6, 4)])
+@pytest.mark.parametrize("filter_type", [0, 1, 4])
+def test_load_16_bit_png(tmp_path, colour_type, channels, filter_type):
+    s = np.random.default_rng(colour_type).integers(0, 65536, (6, 9, channels)).astype(np.uint16)
+    s[0, 0] = 0
+    s[0, 1] = 65535
+    path = tmp_path / "x16.png"
+    _write_png16(path, s if channels > 1 else s[..., 0], colour_type, filter_type)
+    t = load_image(path)
+    assert t.shape == (3, 6, 9) and t.dtype == torch.float32
+    want = s[..., :3] if channels >= 3 else np.repeat(s[..., :1], 3, axis=2)
+    np.testing.assert_array_equal(np.round(t.numpy().transpose(1, 2, 0) * 65535).astype(int), want)
+
+
+@pytest.mark.parametrize("fmt,mode", [("PNG", "RGB"), ("PNG", "RGBA"), ("PNG", "L"), ("PNG", "LA"),
+                                      ("PNG", "P"), ("BMP", "RGB"), ("TGA", "RGB"),
+                                      ("JPEG", "RGB"), ("JPEG", "L")])
+def test_load_8_bit_formats(tmp_path, fmt, mode):
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (5, 7, 3)).astype(np.uint8)
+    im = Image.fromarray(rgb)
+    if mode == "RGBA":
+        im = Image.fromarray(np.dstack([rgb, np.full((5, 7), 10, np.uint8)]))
+    elif mode in ("L", "LA"):
+        im = Image.fromarray(rgb[..., 0]).convert(mode)
+    elif mode == "P":
+        im = im.quantize(16)
+    path = tmp_path / f"x.{fmt.lower()}"
+    im.save(path, format=fmt)
+    t = load_image(path)
+    assert t.shape == (3, 5, 7) and t.dtype == torch.float32
+    want = np.asarray(Image.open(path).convert("RGB")).astype(np.float32) / 255
+    np.testing.assert_array_equal(t.numpy().transpose(1, 2, 0), want)
+    if fmt != "JPEG":
+        expect = np.asarray(im.convert("RGB"))
+        np.testing.assert_array_equal(np.round(t.numpy().transpose(1, 2, 0) * 255), expect)
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_image(tmp_path / "missing.png")
+    (tmp_path / "bad.png").write_bytes(b"nope")
+    with pytest.raises(ValueError, match="cannot read image"):
+        load_image(tmp_path / "bad.png")
+    (tmp_path / "x.exr").write_bytes(b"nope")
+    with pytest.raises(ValueError, match="HDR input"):
+        load_image(tmp_path / "x.exr")
+    with pytest.raises(ValueError, match="directory"):
+        load_image(tmp_path)
+
+
+def test_save_png_round_trip(tmp_path):
+    a = np.random.default_rng(0).integers(0, 256, (4, 6, 3)).astype(np.uint8)
+    save_png(tmp_path / "a.png", a)
+    np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "a.png")), a)
+    save_png(tmp_path / "g.png", torch.from_numpy(a[..., 0]))
+    assert Image.open(tmp_path / "g.png").mode == "L"
+    with pytest.raises(TypeError):
+        save_png(tmp_path / "f.png", a.astype(np.float32))
+    with pytest.raises(ValueError):
+        save_png(tmp_path / "f.png", a[..., :2])
+
+
+def test_fallback_warning_is_one_stderr_line(pair, capsys, monkeypatch):
+    from flip_loss import _ops
+
+    monkeypatch.setattr(_ops, "HAS_EXTENSION", False)
+    monkeypatch.setattr(_ops, "_warned", set())
+    assert main(["-r", str(pair[0]), "-t", str(pair[1]), str(pair[1]), "-nerm"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flip-loss: warning: ")
+    assert "reference" in lines[0]
+    assert printed_values(captured.out)["Mean"] == [f"{pool(expected_map(*pair)).mean:.6f}"] * 2
+    monkeypatch.setattr(_ops, "_warned", set())
+    assert main(["-r", str(pair[0]), "-t", str(pair[1]), "-nerm", "-v", "0"]) == 0
+    assert capsys.readouterr() == ("", "")
