@@ -2,6 +2,8 @@
 
 Switches (environment variables):
   FLIP_LOSS_CUDA=0|1   build the CUDA kernels (default: 1 when nvcc and a CUDA build of torch exist)
+  FLIP_LOSS_NATIVE=0|1 tune the CPU kernels for this machine's CPU (-march=native, default 1);
+                       set 0 when building a binary for other machines
   MAX_JOBS=N           parallel compile jobs (ninja)
 """
 import glob
@@ -33,7 +35,11 @@ cpp_sources = sources("csrc/flip/cpu/*.cpp") + [
 cuda_sources = sources("csrc/flip/cuda/*.cu") + sources("csrc/ops/*.cu")
 # -fopenmp: at::parallel_for is inline and runs serially unless the extension itself is built with
 # OpenMP (PyTorch's CPU backend is OpenMP).
-cxx_flags = ["-O3", "-fno-math-errno", "-fvisibility=hidden", "-fopenmp"]
+# -ffp-contract=off: vector and scalar loop paths must round alike, so that identical images give
+# exactly zero error and the map is symmetric in its arguments.
+cxx_flags = ["-O3", "-fno-math-errno", "-fvisibility=hidden", "-fopenmp", "-ffp-contract=off"]
+if os.environ.get("FLIP_LOSS_NATIVE", "1") not in ("0", "false", "off", "no"):
+    cxx_flags.append("-march=native")
 link_flags = ["-fopenmp"]
 
 if want_cuda() and cuda_sources:

@@ -11,6 +11,7 @@
 #include "banks.h"
 #include "kernels.h"
 #include "parallel.h"
+#include "workspace.h"
 
 namespace flip {
 namespace cpu {
@@ -96,17 +97,18 @@ bool ldr_flip_forward(const T* test, const T* ref, T* out, Shape s, double ppd, 
   const Context<T> cx(ppd);
   const int64_t H = s.h, W = s.w, HW = H * W;
   const T eps = static_cast<T>(eps_d);
-  std::vector<T> planes(2 * kPlanes * HW);
+  Workspace ws_planes(sizeof(T) * (2 * kPlanes * HW));
+  T* planes = ws_planes.as<T>();
   for (int64_t n = 0; n < s.n; ++n) {
     const T* img[2] = {test + n * 3 * HW, ref + n * 3 * HW};
-    if (!horizontal_stage(img, planes.data(), H, W, srgb, cx)) return false;
+    if (!horizontal_stage(img, planes, H, W, srgb, cx)) return false;
     T* dst = out + n * HW;
     parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
       Scratch<T> sc(W, 0, 2 * kPlanes);
       T *rt = sc.row(0), *rr = sc.row(kPlanes);
       for (int64_t row = b; row < e; ++row) {
-        vertical_row(planes.data(), 0, H, W, row, cx, rt);
-        vertical_row(planes.data(), 1, H, W, row, cx, rr);
+        vertical_row(planes, 0, H, W, row, cx, rt);
+        vertical_row(planes, 1, H, W, row, cx, rr);
         for (int64_t x = 0; x < W; ++x) {
           T Ft[3], Fr[3];
           Features<T> ft, fr;
@@ -126,20 +128,23 @@ bool ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
   const Context<T> cx(ppd);
   const int64_t H = s.h, W = s.w, HW = H * W;
   const T eps = static_cast<T>(eps_d);
-  std::vector<T> planes(2 * kPlanes * HW), gplanes(2 * kPlanes * HW);
+  Workspace ws_planes(sizeof(T) * (2 * kPlanes * HW));
+  T* planes = ws_planes.as<T>();
+  Workspace ws_gplanes(sizeof(T) * (2 * kPlanes * HW));
+  T* gplanes = ws_gplanes.as<T>();
   for (int64_t n = 0; n < s.n; ++n) {
     const T* img[2] = {test + n * 3 * HW, ref + n * 3 * HW};
     T* gout[2] = {g_test ? g_test + n * 3 * HW : nullptr, g_ref ? g_ref + n * 3 * HW : nullptr};
     // The input derivative is parked in the gradient buffers and multiplied in at the end.
-    if (!horizontal_stage(img, planes.data(), H, W, srgb, cx, gout)) return false;
+    if (!horizontal_stage(img, planes, H, W, srgb, cx, gout)) return false;
     const T* gmap = grad + n * HW;
     // Gradients w.r.t. the filtered responses: per image F0, F1, F2, dx, dy, ddx, ddy planes.
     parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
       Scratch<T> sc(W, 0, 2 * kPlanes);
       T *rt = sc.row(0), *rr = sc.row(kPlanes);
       for (int64_t row = b; row < e; ++row) {
-        vertical_row(planes.data(), 0, H, W, row, cx, rt);
-        vertical_row(planes.data(), 1, H, W, row, cx, rr);
+        vertical_row(planes, 0, H, W, row, cx, rt);
+        vertical_row(planes, 1, H, W, row, cx, rr);
         for (int64_t x = 0; x < W; ++x) {
           T Ft[3], Fr[3], gFt[3], gFr[3];
           Features<T> ft, fr, gft, gfr;
@@ -147,7 +152,7 @@ bool ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
           load_pixel(rr, W, x, Fr, fr);
           pixel_flip_vjp(Ft, Fr, ft, fr, eps, cx.k, gmap[row * W + x], gFt, gFr, gft, gfr);
           const int64_t p = row * W + x;
-          T* gt = gplanes.data();
+          T* gt = gplanes;
           T* gr = gt + kPlanes * HW;
           for (int c = 0; c < 3; ++c) {
             gt[c * HW + p] = gFt[c];
@@ -166,7 +171,7 @@ bool ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
         const int im = static_cast<int>(idx / H);
         const int64_t row = idx % H;
         if (!gout[im]) continue;
-        const T* g = gplanes.data() + im * kPlanes * HW;
+        const T* g = gplanes + im * kPlanes * HW;
         csf_t_row(g, g + HW, g + 2 * HW, H, W, row, *cx.csf, tmp, sc.pad(), o0, o1, o2);
         std::fill(yh, yh + W, T(0));
         feature_t_row(g + 3 * HW, g + 4 * HW, g + 5 * HW, g + 6 * HW, H, W, row, *cx.feat, tmp,

@@ -9,6 +9,7 @@
 #include "banks.h"
 #include "kernels.h"
 #include "parallel.h"
+#include "workspace.h"
 
 namespace flip {
 namespace cpu {
@@ -33,8 +34,9 @@ bool csf_filter_forward(const T* opp, T* out, Shape s, double ppd) {
   if (!all_finite(opp, s.n * 3 * HW)) return false;
   auto taps = csf_taps<T>(ppd);
   const CsfTaps<T>& t = *taps;
-  std::vector<T> planes(4 * HW);
-  const auto P = csf_planes(planes.data(), HW);
+  Workspace ws_planes(sizeof(T) * (4 * HW));
+  T* planes = ws_planes.as<T>();
+  const auto P = csf_planes(planes, HW);
   for (int64_t n = 0; n < s.n; ++n) {
     const T* src = opp + n * 3 * HW;
     T* dst = out + n * 3 * HW;
@@ -64,8 +66,11 @@ bool csf_filter_backward(const T* grad, const T* opp, T* g_opp, Shape s, double 
   if (!all_finite(opp, s.n * 3 * HW)) return false;
   auto taps = csf_taps<T>(ppd);
   const CsfTaps<T>& t = *taps;
-  std::vector<T> planes(4 * HW), gplanes(3 * HW);
-  const auto P = csf_planes(planes.data(), HW);
+  Workspace ws_planes(sizeof(T) * (4 * HW));
+  T* planes = ws_planes.as<T>();
+  Workspace ws_gplanes(sizeof(T) * (3 * HW));
+  T* gplanes = ws_gplanes.as<T>();
+  const auto P = csf_planes(planes, HW);
   for (int64_t n = 0; n < s.n; ++n) {
     const T* src = opp + n * 3 * HW;
     const T* g = grad + n * 3 * HW;
@@ -92,7 +97,7 @@ bool csf_filter_backward(const T* grad, const T* opp, T* g_opp, Shape s, double 
     parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
       Scratch<T> sc(W, t.y.radius, 4);
       for (int64_t row = b; row < e; ++row)
-        csf_t_row(gplanes.data(), gplanes.data() + HW, gplanes.data() + 2 * HW, H, W, row, t, sc.row(0),
+        csf_t_row(gplanes, gplanes + HW, gplanes + 2 * HW, H, W, row, t, sc.row(0),
                   sc.pad(), dst + row * W, dst + HW + row * W, dst + 2 * HW + row * W);
     });
   }
@@ -195,15 +200,16 @@ bool feature_difference_forward(const T* test, const T* ref, T* out, Shape s, do
   auto taps = feature_taps<T>(ppd);
   const FeatureTaps<T>& t = *taps;
   const T eps = static_cast<T>(eps_d);
-  std::vector<T> planes(2 * 3 * HW);
+  Workspace ws_planes(sizeof(T) * (2 * 3 * HW));
+  T* planes = ws_planes.as<T>();
   for (int64_t n = 0; n < s.n; ++n) {
     const T* img[2] = {test + n * HW, ref + n * HW};
-    feature_horizontal(img, planes.data(), H, W, t);
+    feature_horizontal(img, planes, H, W, t);
     parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
       Scratch<T> sc(W, 0, 8);
       for (int64_t row = b; row < e; ++row) {
-        feature_vertical(planes.data(), 0, H, W, row, t, sc.row(0));
-        feature_vertical(planes.data(), 1, H, W, row, t, sc.row(4));
+        feature_vertical(planes, 0, H, W, row, t, sc.row(0));
+        feature_vertical(planes, 1, H, W, row, t, sc.row(4));
         const T *a = sc.row(0), *r = sc.row(4);
         for (int64_t x = 0; x < W; ++x)
           out[n * HW + row * W + x] = feature_error(
@@ -223,16 +229,19 @@ bool feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
   auto taps = feature_taps<T>(ppd);
   const FeatureTaps<T>& t = *taps;
   const T eps = static_cast<T>(eps_d);
-  std::vector<T> planes(2 * 3 * HW), gplanes(2 * 4 * HW);
+  Workspace ws_planes(sizeof(T) * (2 * 3 * HW));
+  T* planes = ws_planes.as<T>();
+  Workspace ws_gplanes(sizeof(T) * (2 * 4 * HW));
+  T* gplanes = ws_gplanes.as<T>();
   for (int64_t n = 0; n < s.n; ++n) {
     const T* img[2] = {test + n * HW, ref + n * HW};
     T* gout[2] = {g_test ? g_test + n * HW : nullptr, g_ref ? g_ref + n * HW : nullptr};
-    feature_horizontal(img, planes.data(), H, W, t);
+    feature_horizontal(img, planes, H, W, t);
     parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
       Scratch<T> sc(W, 0, 8);
       for (int64_t row = b; row < e; ++row) {
-        feature_vertical(planes.data(), 0, H, W, row, t, sc.row(0));
-        feature_vertical(planes.data(), 1, H, W, row, t, sc.row(4));
+        feature_vertical(planes, 0, H, W, row, t, sc.row(0));
+        feature_vertical(planes, 1, H, W, row, t, sc.row(4));
         const T *a = sc.row(0), *r = sc.row(4);
         for (int64_t x = 0; x < W; ++x) {
           const int64_t p = row * W + x;
@@ -244,7 +253,7 @@ bool feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
           Features<T> gft, gfr;
           features_vjp(ft, gep[0], gep[2], gft);
           features_vjp(fr, gep[1], gep[3], gfr);
-          T* gt = gplanes.data();
+          T* gt = gplanes;
           T* gr = gt + 4 * HW;
           gt[p] = gft.dx; gt[HW + p] = gft.dy; gt[2 * HW + p] = gft.ddx; gt[3 * HW + p] = gft.ddy;
           gr[p] = gfr.dx; gr[HW + p] = gfr.dy; gr[2 * HW + p] = gfr.ddx; gr[3 * HW + p] = gfr.ddy;
@@ -257,7 +266,7 @@ bool feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
         const int im = static_cast<int>(idx / H);
         const int64_t row = idx % H;
         if (!gout[im]) continue;
-        const T* g = gplanes.data() + im * 4 * HW;
+        const T* g = gplanes + im * 4 * HW;
         T* dst = gout[im] + row * W;
         std::fill(dst, dst + W, T(0));
         feature_t_row(g, g + HW, g + 2 * HW, g + 3 * HW, H, W, row, t, sc.row(0), sc.pad(), dst);

@@ -1,0 +1,59 @@
+// Scratch planes for the CPU kernels, borrowed from a small process-wide pool. Fresh allocations
+// of hundreds of MB (1080p backward) cost more in page faults and zeroing than the filters
+// themselves, so the pool keeps the last few buffers alive (at most kKeep of them).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace flip {
+namespace cpu {
+
+class Workspace {
+ public:
+  Workspace(size_t bytes) : bytes_(bytes) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto& pool = free_list();
+    for (size_t i = 0; i < pool.size(); ++i) {
+      if (pool[i].second >= bytes) {
+        buf_ = std::move(pool[i].first);
+        bytes_ = pool[i].second;
+        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+      }
+    }
+    buf_.reset(new char[bytes]);  // uninitialised on purpose: every element is written before use
+  }
+  ~Workspace() {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto& pool = free_list();
+    pool.emplace_back(std::move(buf_), bytes_);
+    if (pool.size() > kKeep) pool.erase(pool.begin());  // drop the oldest
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  template <class T>
+  T* as() {
+    return reinterpret_cast<T*>(buf_.get());
+  }
+
+ private:
+  static constexpr size_t kKeep = 2;
+  using Entry = std::pair<std::unique_ptr<char[]>, size_t>;
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<Entry>& free_list() {
+    static std::vector<Entry> pool;
+    return pool;
+  }
+  std::unique_ptr<char[]> buf_;
+  size_t bytes_;
+};
+
+}  // namespace cpu
+}  // namespace flip

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Sets up everything flip-loss needs on a fresh Debian/Ubuntu machine with Python >= 3.10:
+# system build tools (apt-get, when missing), a virtual environment in .venv with the pinned
+# Python packages, and the compiled extension flip_loss._C (built in place, editable install).
+#
+#   FLIP_LOSS_CUDA=0|1   force the CUDA kernels off/on (default: on when nvcc and CUDA torch exist)
+#   MAX_JOBS=N           parallel compile jobs (default 2)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v g++ >/dev/null || need_apt+=(g++)
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v ninja >/dev/null || need_apt+=(ninja-build)
+python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== installing system packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv"
+  python3 -m venv .venv
+fi
+PY=.venv/bin/python
+echo "== installing pinned Python packages (requirements-test.txt)"
+$PY -m pip install -q --upgrade pip
+$PY -m pip install -q -r requirements-test.txt
+
+echo "== building flip_loss._C"
+export MAX_JOBS="${MAX_JOBS:-2}"
+$PY -m pip install -q --no-build-isolation --no-deps -e .
+$PY -c "import flip_loss, torch; assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR; \
+print('flip_loss', flip_loss.__version__, '| torch', torch.__version__, '| CUDA kernels:', 'cuda' in flip_loss._ops.KERNEL_DEVICES)"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and runs every test: Python (pytest) and C++ (built with CMake and
+# run from pytest, tests/test_cpp.py). CUDA tests skip cleanly without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+echo "== running tests"
+.venv/bin/python -m pytest tests -q -p no:cacheprovider "$@"
