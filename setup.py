@@ -2,6 +2,7 @@
 
 Switches (environment variables):
   FLIP_LOSS_CUDA=0|1   build the CUDA kernels (default: 1 when nvcc and a CUDA build of torch exist)
+  TORCH_CUDA_ARCH_LIST GPU targets (default "8.0;8.6;9.0")
   FLIP_LOSS_NATIVE=0|1 tune the CPU kernels for this machine's CPU (-march=native, default 1);
                        set 0 when building a binary for other machines
   MAX_JOBS=N           parallel compile jobs (ninja)
@@ -30,9 +31,9 @@ def want_cuda():
 
 cpp_sources = sources("csrc/flip/cpu/*.cpp") + [
     "csrc/ops/schema.cpp", "csrc/ops/cpu.cpp", "csrc/ops/autograd.cpp", "csrc/ops/meta.cpp",
-    "csrc/ops/python_module.cpp",
+    "csrc/ops/emulation.cpp", "csrc/ops/python_module.cpp",
 ]
-cuda_sources = sources("csrc/flip/cuda/*.cu") + sources("csrc/ops/*.cu")
+cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
 # -fopenmp: at::parallel_for is inline and runs serially unless the extension itself is built with
 # OpenMP (PyTorch's CPU backend is OpenMP).
 # -ffp-contract=off: vector and scalar loop paths must round alike, so that identical images give
@@ -42,7 +43,10 @@ if os.environ.get("FLIP_LOSS_NATIVE", "1") not in ("0", "false", "off", "no"):
     cxx_flags.append("-march=native")
 link_flags = ["-fopenmp"]
 
-if want_cuda() and cuda_sources:
+if want_cuda():
+    # Without a GPU to detect, build for the common data-centre and desktop targets (A100/RTX 30xx,
+    # H100/H200); set TORCH_CUDA_ARCH_LIST=9.0 on an H200 for a quicker build.
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;8.6;9.0")
     ext = CUDAExtension(
         "flip_loss._C", cpp_sources + cuda_sources,
         extra_compile_args={"cxx": cxx_flags + ["-DFLIP_WITH_CUDA"],

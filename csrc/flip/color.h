@@ -8,8 +8,10 @@
 
 #if defined(__CUDACC__)
 #define FLIP_HD __host__ __device__ __forceinline__
+#define FLIP_UNROLL _Pragma("unroll")
 #else
 #define FLIP_HD inline
+#define FLIP_UNROLL
 #endif
 
 namespace flip {
@@ -52,9 +54,9 @@ FLIP_HD T input_to_linear(T v, bool srgb, T* deriv = nullptr) {
 
 template <class T>
 FLIP_HD void rgb_to_xyz(const T rgb[3], T xyz[3]) {
-#pragma unroll
+FLIP_UNROLL
   for (int i = 0; i < 3; ++i)
-    xyz[i] = T(kRgbToXyz[i][0]) * rgb[0] + T(kRgbToXyz[i][1]) * rgb[1] + T(kRgbToXyz[i][2]) * rgb[2];
+    xyz[i] = T(rgb_to_xyz_m(i, 0)) * rgb[0] + T(rgb_to_xyz_m(i, 1)) * rgb[1] + T(rgb_to_xyz_m(i, 2)) * rgb[2];
 }
 
 // Linear RGB -> YCxCz ("linear Lab"): Y = 116 y - 16, Cx = 500 (x - y), Cz = 200 (y - z).
@@ -62,7 +64,7 @@ template <class T>
 FLIP_HD void linear_to_opponent(const T rgb[3], T opp[3]) {
   T xyz[3];
   rgb_to_xyz(rgb, xyz);
-  T x = xyz[0] * T(kInvWhite[0]), y = xyz[1] * T(kInvWhite[1]), z = xyz[2] * T(kInvWhite[2]);
+  T x = xyz[0] * T(inv_white(0)), y = xyz[1] * T(inv_white(1)), z = xyz[2] * T(inv_white(2));
   opp[0] = T(116) * y - T(16);
   opp[1] = T(500) * (x - y);
   opp[2] = T(200) * (y - z);
@@ -74,10 +76,10 @@ FLIP_HD void linear_to_opponent_vjp(const T g_opp[3], T g_rgb[3]) {
   T gx = T(500) * g_opp[1];
   T gy = T(116) * g_opp[0] - T(500) * g_opp[1] + T(200) * g_opp[2];
   T gz = T(-200) * g_opp[2];
-  T gX = gx * T(kInvWhite[0]), gY = gy * T(kInvWhite[1]), gZ = gz * T(kInvWhite[2]);
-#pragma unroll
+  T gX = gx * T(inv_white(0)), gY = gy * T(inv_white(1)), gZ = gz * T(inv_white(2));
+FLIP_UNROLL
   for (int j = 0; j < 3; ++j)
-    g_rgb[j] = T(kRgbToXyz[0][j]) * gX + T(kRgbToXyz[1][j]) * gY + T(kRgbToXyz[2][j]) * gZ;
+    g_rgb[j] = T(rgb_to_xyz_m(0, j)) * gX + T(rgb_to_xyz_m(1, j)) * gY + T(rgb_to_xyz_m(2, j)) * gZ;
 }
 
 // YCxCz -> linear RGB (no clamp).
@@ -86,19 +88,19 @@ FLIP_HD void opponent_to_linear(const T opp[3], T rgb[3]) {
   T y = (opp[0] + T(16)) * T(1.0 / 116.0);
   T x = y + opp[1] * T(1.0 / 500.0);
   T z = y - opp[2] * T(1.0 / 200.0);
-  T X = x * T(kWhite[0]), Y = y * T(kWhite[1]), Z = z * T(kWhite[2]);
-#pragma unroll
+  T X = x * T(white(0)), Y = y * T(white(1)), Z = z * T(white(2));
+FLIP_UNROLL
   for (int i = 0; i < 3; ++i)
-    rgb[i] = T(kXyzToRgb[i][0]) * X + T(kXyzToRgb[i][1]) * Y + T(kXyzToRgb[i][2]) * Z;
+    rgb[i] = T(xyz_to_rgb_m(i, 0)) * X + T(xyz_to_rgb_m(i, 1)) * Y + T(xyz_to_rgb_m(i, 2)) * Z;
 }
 
 template <class T>
 FLIP_HD void opponent_to_linear_vjp(const T g_rgb[3], T g_opp[3]) {
   T gXYZ[3];
-#pragma unroll
+FLIP_UNROLL
   for (int j = 0; j < 3; ++j)
-    gXYZ[j] = T(kXyzToRgb[0][j]) * g_rgb[0] + T(kXyzToRgb[1][j]) * g_rgb[1] + T(kXyzToRgb[2][j]) * g_rgb[2];
-  T gx = gXYZ[0] * T(kWhite[0]), gy = gXYZ[1] * T(kWhite[1]), gz = gXYZ[2] * T(kWhite[2]);
+    gXYZ[j] = T(xyz_to_rgb_m(0, j)) * g_rgb[0] + T(xyz_to_rgb_m(1, j)) * g_rgb[1] + T(xyz_to_rgb_m(2, j)) * g_rgb[2];
+  T gx = gXYZ[0] * T(white(0)), gy = gXYZ[1] * T(white(1)), gz = gXYZ[2] * T(white(2));
   g_opp[0] = (gy + gx + gz) * T(1.0 / 116.0);
   g_opp[1] = gx * T(1.0 / 500.0);
   g_opp[2] = -gz * T(1.0 / 200.0);
@@ -122,9 +124,9 @@ template <class T>
 FLIP_HD void hunt_lab(const T rgb[3], T out[3]) {
   T xyz[3];
   rgb_to_xyz(rgb, xyz);
-  T fx = lab_f(xyz[0] * T(kInvWhite[0]));
-  T fy = lab_f(xyz[1] * T(kInvWhite[1]));
-  T fz = lab_f(xyz[2] * T(kInvWhite[2]));
+  T fx = lab_f(xyz[0] * T(inv_white(0)));
+  T fy = lab_f(xyz[1] * T(inv_white(1)));
+  T fz = lab_f(xyz[2] * T(inv_white(2)));
   T L = T(116) * fy - T(16);
   T a = T(500) * (fx - fy);
   T b = T(200) * (fy - fz);
@@ -138,9 +140,9 @@ FLIP_HD void hunt_lab_vjp(const T rgb[3], const T g[3], T g_rgb[3]) {
   T xyz[3];
   rgb_to_xyz(rgb, xyz);
   T t[3], f[3], df[3];
-#pragma unroll
+FLIP_UNROLL
   for (int i = 0; i < 3; ++i) {
-    t[i] = xyz[i] * T(kInvWhite[i]);
+    t[i] = xyz[i] * T(inv_white(i));
     f[i] = lab_f(t[i]);
     df[i] = lab_f_deriv(t[i]);
   }
@@ -153,12 +155,12 @@ FLIP_HD void hunt_lab_vjp(const T rgb[3], const T g[3], T g_rgb[3]) {
   T gf0 = T(500) * ga;
   T gf1 = T(116) * gL - T(500) * ga + T(200) * gb;
   T gf2 = T(-200) * gb;
-  T gX = gf0 * df[0] * T(kInvWhite[0]);
-  T gY = gf1 * df[1] * T(kInvWhite[1]);
-  T gZ = gf2 * df[2] * T(kInvWhite[2]);
-#pragma unroll
+  T gX = gf0 * df[0] * T(inv_white(0));
+  T gY = gf1 * df[1] * T(inv_white(1));
+  T gZ = gf2 * df[2] * T(inv_white(2));
+FLIP_UNROLL
   for (int j = 0; j < 3; ++j)
-    g_rgb[j] = T(kRgbToXyz[0][j]) * gX + T(kRgbToXyz[1][j]) * gY + T(kRgbToXyz[2][j]) * gZ;
+    g_rgb[j] = T(rgb_to_xyz_m(0, j)) * gX + T(rgb_to_xyz_m(1, j)) * gY + T(rgb_to_xyz_m(2, j)) * gZ;
 }
 
 // HyAB distance of two Hunt-Lab colours, with the L term regularised as sqrt(max(dL^2, eps)).

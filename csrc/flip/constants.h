@@ -1,6 +1,12 @@
 // Published FLIP constants (Andersson et al. 2020; flip_reference.md §2-§3). Framework-free.
 #pragma once
 
+#if defined(__CUDACC__)
+#define FLIP_CONSTFN __host__ __device__ constexpr
+#else
+#define FLIP_CONSTFN constexpr
+#endif
+
 namespace flip {
 
 // Linear sRGB (D65) -> CIE XYZ, exact rationals of the reference implementation.
@@ -20,6 +26,21 @@ constexpr double kWhite[3] = {kRgbToXyz[0][0] + kRgbToXyz[0][1] + kRgbToXyz[0][2
                               kRgbToXyz[1][0] + kRgbToXyz[1][1] + kRgbToXyz[1][2],
                               kRgbToXyz[2][0] + kRgbToXyz[2][1] + kRgbToXyz[2][2]};
 constexpr double kInvWhite[3] = {1.0 / kWhite[0], 1.0 / kWhite[1], 1.0 / kWhite[2]};
+
+// Element access usable in device code (constexpr arrays cannot be indexed there).
+FLIP_CONSTFN double pick3(int j, double a, double b, double c) { return j == 0 ? a : (j == 1 ? b : c); }
+FLIP_CONSTFN double rgb_to_xyz_m(int i, int j) {
+  return i == 0 ? pick3(j, 10135552.0 / 24577794.0, 8788810.0 / 24577794.0, 4435075.0 / 24577794.0)
+       : i == 1 ? pick3(j, 2613072.0 / 12288897.0, 8788810.0 / 12288897.0, 887015.0 / 12288897.0)
+                : pick3(j, 1425312.0 / 73733382.0, 8788810.0 / 73733382.0, 70074185.0 / 73733382.0);
+}
+FLIP_CONSTFN double xyz_to_rgb_m(int i, int j) {
+  return i == 0 ? pick3(j, 3.2410032329763587, -1.5373989694887855, -0.4986158819963629)
+       : i == 1 ? pick3(j, -0.9692242522025166, 1.875929983695176, 0.041554226340084724)
+                : pick3(j, 0.055639419851975444, -0.20401120612390997, 1.0571489771875335);
+}
+FLIP_CONSTFN double white(int i) { return rgb_to_xyz_m(i, 0) + rgb_to_xyz_m(i, 1) + rgb_to_xyz_m(i, 2); }
+FLIP_CONSTFN double inv_white(int i) { return 1.0 / white(i); }
 
 constexpr double kQc = 0.7;    // exponent on the HyAB colour difference
 constexpr double kPc = 0.4;    // knee position as a fraction of cmax

@@ -16,7 +16,7 @@ template <class T>
 FLIP_HD void filtered_to_hunt_lab(const T F[3], T hl[3]) {
   T lin[3];
   opponent_to_linear(F, lin);
-#pragma unroll
+FLIP_UNROLL
   for (int c = 0; c < 3; ++c) lin[c] = clamp01(lin[c]);
   hunt_lab(lin, hl);
 }
@@ -47,12 +47,12 @@ template <class T>
 FLIP_HD void lab_state(const T F[3], LabState<T>& s) {
   T lin[3], xyz[3], f[3];
   opponent_to_linear(F, s.pre);
-#pragma unroll
+FLIP_UNROLL
   for (int c = 0; c < 3; ++c) lin[c] = clamp01(s.pre[c]);
   rgb_to_xyz(lin, xyz);
-#pragma unroll
+FLIP_UNROLL
   for (int i = 0; i < 3; ++i) {
-    T t = xyz[i] * T(kInvWhite[i]);
+    T t = xyz[i] * T(inv_white(i));
     T c = std::cbrt(t > T(kLabDelta3) ? t : T(kLabDelta3));
     f[i] = t > T(kLabDelta3) ? c : t * T(kLabLinSlope) + T(kLabLinOffset);
     s.df[i] = t > T(kLabDelta3) ? T(1) / (T(3) * c * c) : T(kLabLinSlope);
@@ -71,13 +71,13 @@ FLIP_HD void lab_state_vjp(const LabState<T>& s, const T g[3], T g_F[3]) {
   T gL = g[0] + T(0.01) * (g[1] * s.a + g[2] * s.b);
   T ga = T(0.01) * s.L * g[1];
   T gb = T(0.01) * s.L * g[2];
-  T gX = T(500) * ga * s.df[0] * T(kInvWhite[0]);
-  T gY = (T(116) * gL - T(500) * ga + T(200) * gb) * s.df[1] * T(kInvWhite[1]);
-  T gZ = T(-200) * gb * s.df[2] * T(kInvWhite[2]);
+  T gX = T(500) * ga * s.df[0] * T(inv_white(0));
+  T gY = (T(116) * gL - T(500) * ga + T(200) * gb) * s.df[1] * T(inv_white(1));
+  T gZ = T(-200) * gb * s.df[2] * T(inv_white(2));
   T g_lin[3];
-#pragma unroll
+FLIP_UNROLL
   for (int j = 0; j < 3; ++j)
-    g_lin[j] = (T(kRgbToXyz[0][j]) * gX + T(kRgbToXyz[1][j]) * gY + T(kRgbToXyz[2][j]) * gZ) * inside01(s.pre[j]);
+    g_lin[j] = (T(rgb_to_xyz_m(0, j)) * gX + T(rgb_to_xyz_m(1, j)) * gY + T(rgb_to_xyz_m(2, j)) * gZ) * inside01(s.pre[j]);
   opponent_to_linear_vjp(g_lin, g_F);
 }
 

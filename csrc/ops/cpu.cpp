@@ -12,6 +12,7 @@
 #include "../flip/cpu/kernels.h"
 #include "../flip/cpu/parallel.h"
 #include "checks.h"
+#include "common.h"
 
 namespace flip {
 namespace cpu {
@@ -26,41 +27,8 @@ namespace flip_ops {
 namespace {
 
 using flip::cpu::Shape;
-using Pair = std::tuple<at::Tensor, at::Tensor>;
 
-at::Tensor compute_copy(const at::Tensor& t) {
-  auto c = t.scalar_type() == at::kDouble ? t : t.to(at::kFloat);
-  return c.contiguous();
-}
-
-Shape shape_of(const at::Tensor& t) {
-  return Shape{t.dim() == 4 ? t.size(0) : 1, t.size(-2), t.size(-1)};
-}
-
-std::vector<int64_t> map_sizes(const at::Tensor& like) {
-  auto s = like.sizes().vec();
-  s[s.size() - 3] = 1;
-  return s;
-}
-
-template <class T>
-T* ptr_or_null(at::Tensor& t) {
-  return t.numel() ? t.data_ptr<T>() : nullptr;
-}
-
-void check_finite(bool ok, const char* op) {
-  TORCH_CHECK(ok, "flip::", op, ": an input contains NaN or infinite values");
-}
-
-// Gradient outputs: computed only where output_mask asks, else an empty tensor.
-std::array<at::Tensor, 2> grad_buffers(const at::Tensor& like, std::array<bool, 2> mask) {
-  return {mask[0] ? at::empty_like(like) : at::empty({0}, like.options()),
-          mask[1] ? at::empty_like(like) : at::empty({0}, like.options())};
-}
-
-Pair cast_back(std::array<at::Tensor, 2> g, const at::Tensor& a, const at::Tensor& b) {
-  return {g[0].to(a.scalar_type()), g[1].to(b.scalar_type())};
-}
+Shape shape_of(const at::Tensor& t) { return Shape{batch_of(t), t.size(-2), t.size(-1)}; }
 
 at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
                     double eps) {

@@ -20,4 +20,6 @@ TORCH_LIBRARY(flip, m) {
         " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
   m.def("ldr_flip_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
         " str input_space, float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+  // Test-only: runs the CUDA kernels' per-thread code on the CPU (see csrc/flip/passes.h).
+  m.def("_gpu_emulation(str op, Tensor[] inputs, float[] scalars, str input_space=\"srgb\") -> Tensor[]");
 }

@@ -1,0 +1,136 @@
+#include "emulate.h"
+
+#include <algorithm>
+
+namespace flip {
+namespace emulate {
+namespace {
+
+constexpr int kBlock = 128;  // as csrc/flip/cuda/kernels.h
+
+template <class T>
+FilterView<T> view_of(const Filter1D<T>& f) {
+  return FilterView<T>{f.w.data(), f.left.data(), f.right.data(), f.radius};
+}
+
+template <class T>
+void run_h(const T* src0, const T* src1, int channels, const Geometry& g, Input mode, const TapsView<T>& t,
+           T* planes) {
+  std::vector<T> smem(h_smem_len(kBlock, t.rmax));
+  for (int64_t z = 0; z < g.n * g.images; ++z) {
+    const int64_t n = z / g.images;
+    const int im = static_cast<int>(z % g.images);
+    const T* src = (im == 0 ? src0 : src1) + n * channels * g.hw();
+    T* pl = planes + z * g.planes() * g.hw();
+    for (int64_t y = 0; y < g.h; ++y)
+      for (int64_t x0 = 0; x0 < g.w; x0 += kBlock) {
+        for (int tid = 0; tid < kBlock; ++tid) h_load(src, g, mode, y, x0, kBlock, t.rmax, tid, smem.data());
+        for (int tid = 0; tid < kBlock; ++tid) h_compute(g, t, y, x0, kBlock, t.rmax, tid, smem.data(), pl);
+      }
+  }
+}
+
+template <class T>
+void run_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* out0, T* out1, int channels,
+               const Geometry& g, Input mode, const TapsView<T>& t) {
+  const int64_t hw = g.hw();
+  for (int64_t z = 0; z < g.n * g.images; ++z)
+    for (int64_t p = 0; p < hw; ++p)
+      vt_pixel(gplanes + z * g.gplanes() * hw, tplanes + z * g.planes() * hw, g, t, p / g.w, p % g.w);
+  std::vector<T> smem(ht_smem_len(kBlock, t.rmax, g.planes()));
+  for (int64_t z = 0; z < g.n * g.images; ++z) {
+    const int64_t n = z / g.images;
+    const int im = static_cast<int>(z % g.images);
+    T* out = im == 0 ? out0 : out1;
+    if (out == nullptr) continue;
+    out += n * channels * hw;
+    const T* src = (im == 0 ? src0 : src1) + n * channels * hw;
+    const T* tpl = tplanes + z * g.planes() * hw;
+    for (int64_t y = 0; y < g.h; ++y)
+      for (int64_t x0 = 0; x0 < g.w; x0 += kBlock) {
+        for (int tid = 0; tid < kBlock; ++tid) ht_load(tpl, g, y, x0, kBlock, t.rmax, tid, smem.data());
+        for (int tid = 0; tid < kBlock; ++tid) {
+          T g_opp[3], g_yh;
+          if (ht_compute(g, t, x0, kBlock, t.rmax, tid, smem.data(), g_opp, g_yh))
+            ht_store(g, mode, y * g.w + x0 + tid, g_opp, g_yh, src, out);
+        }
+      }
+  }
+}
+
+}  // namespace
+
+template <class T>
+HostTaps<T>::HostTaps(double ppd) : csf(csf_taps<T>(ppd)), feat(feature_taps<T>(ppd)) {
+  view = TapsView<T>{view_of(csf->y),  view_of(csf->cx), view_of(csf->cz1), view_of(csf->cz2),
+                     view_of(feat->g), view_of(feat->dg), view_of(feat->ddg), std::max(csf->y.radius, feat->g.radius)};
+}
+
+template <class T>
+void ldr_flip_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
+                      T eps) {
+  const auto k = color_consts<T>();
+  std::vector<T> planes(g.n * g.images * g.planes() * g.hw());
+  run_h(test, ref, 3, g, srgb ? Input::kSrgb : Input::kLinear, t, planes.data());
+  for (int64_t i = 0; i < g.n * g.hw(); ++i) ldr_pixel(planes.data(), out, g, t, i, eps, k);
+}
+
+template <class T>
+void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
+                       const TapsView<T>& t, bool srgb, T eps) {
+  const auto k = color_consts<T>();
+  const Input mode = srgb ? Input::kSrgb : Input::kLinear;
+  std::vector<T> planes(g.n * g.images * g.planes() * g.hw()), gplanes(g.n * g.images * g.gplanes() * g.hw());
+  run_h(test, ref, 3, g, mode, t, planes.data());
+  for (int64_t i = 0; i < g.n * g.hw(); ++i) ldr_vjp_pixel(grad, planes.data(), gplanes.data(), g, t, i, eps, k);
+  run_vt_ht(gplanes.data(), planes.data(), test, ref, g_test, g_ref, 3, g, mode, t);
+}
+
+template <class T>
+void csf_filter_forward(const T* opp, T* out, const Geometry& g, const TapsView<T>& t) {
+  std::vector<T> planes(g.n * g.planes() * g.hw());
+  run_h(opp, opp, 3, g, Input::kOpponent, t, planes.data());
+  for (int64_t i = 0; i < g.n * g.hw(); ++i) csf_pixel(planes.data(), out, g, t, i);
+}
+
+template <class T>
+void csf_filter_backward(const T* grad, const T* opp, T* g_opp, const Geometry& g, const TapsView<T>& t) {
+  std::vector<T> planes(g.n * g.planes() * g.hw()), gplanes(g.n * g.gplanes() * g.hw());
+  run_h(opp, opp, 3, g, Input::kOpponent, t, planes.data());
+  for (int64_t i = 0; i < g.n * g.hw(); ++i) csf_vjp_pixel(grad, planes.data(), gplanes.data(), g, t, i);
+  run_vt_ht(gplanes.data(), planes.data(), opp, opp, g_opp, static_cast<T*>(nullptr), 3, g, Input::kOpponent, t);
+}
+
+template <class T>
+void feature_difference_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t,
+                                T eps) {
+  std::vector<T> planes(g.n * 2 * g.planes() * g.hw());
+  run_h(test, ref, 1, g, Input::kAchromatic, t, planes.data());
+  for (int64_t i = 0; i < g.n * g.hw(); ++i) feat_pixel(planes.data(), out, g, t, i, eps);
+}
+
+template <class T>
+void feature_difference_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
+                                 const TapsView<T>& t, T eps) {
+  std::vector<T> planes(g.n * 2 * g.planes() * g.hw()), gplanes(g.n * 2 * g.gplanes() * g.hw());
+  run_h(test, ref, 1, g, Input::kAchromatic, t, planes.data());
+  for (int64_t i = 0; i < g.n * g.hw(); ++i) feat_vjp_pixel(grad, planes.data(), gplanes.data(), g, t, i, eps);
+  run_vt_ht(gplanes.data(), planes.data(), test, ref, g_test, g_ref, 1, g, Input::kAchromatic, t);
+}
+
+#define FLIP_INSTANTIATE(T)                                                                                  \
+  template struct HostTaps<T>;                                                                               \
+  template void ldr_flip_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T);   \
+  template void ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, \
+                                     bool, T);                                                               \
+  template void csf_filter_forward<T>(const T*, T*, const Geometry&, const TapsView<T>&);                    \
+  template void csf_filter_backward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&);         \
+  template void feature_difference_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, T); \
+  template void feature_difference_backward<T>(const T*, const T*, const T*, T*, T*, const Geometry&,        \
+                                               const TapsView<T>&, T);
+FLIP_INSTANTIATE(float)
+FLIP_INSTANTIATE(double)
+#undef FLIP_INSTANTIATE
+
+}  // namespace emulate
+}  // namespace flip

@@ -1,0 +1,41 @@
+// Host emulation of the CUDA kernels' launch sequences (csrc/flip/cuda/kernels.cu): the same
+// per-thread functions of passes.h, run block by block and thread by thread. Slow; it exists so
+// that CPU-only CI checks the GPU formulation against the CPU kernels.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "../filters.h"
+#include "../passes.h"
+
+namespace flip {
+namespace emulate {
+
+// Host copies of the taps with a view over them.
+template <class T>
+struct HostTaps {
+  std::shared_ptr<const CsfTaps<T>> csf;
+  std::shared_ptr<const FeatureTaps<T>> feat;
+  TapsView<T> view;
+  explicit HostTaps(double ppd);
+};
+
+template <class T>
+void ldr_flip_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
+                      T eps);
+template <class T>
+void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
+                       const TapsView<T>& t, bool srgb, T eps);
+template <class T>
+void csf_filter_forward(const T* opp, T* out, const Geometry& g, const TapsView<T>& t);
+template <class T>
+void csf_filter_backward(const T* grad, const T* opp, T* g_opp, const Geometry& g, const TapsView<T>& t);
+template <class T>
+void feature_difference_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, T eps);
+template <class T>
+void feature_difference_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
+                                 const TapsView<T>& t, T eps);
+
+}  // namespace emulate
+}  // namespace flip

@@ -1,0 +1,262 @@
+// CUDA kernels of the FLIP ops: thin wrappers that run the per-thread functions of passes.h
+// (shared with the host emulator in csrc/flip/cpu/emulate.cpp) over a grid. Every launch goes
+// on the caller's stream; nothing synchronises with the host.
+#include <algorithm>
+
+#include "kernels.h"
+
+namespace flip {
+namespace cuda {
+namespace {
+
+constexpr int kMaxGridY = 65535, kMaxGridZ = 65535;
+
+inline unsigned blocks_for(int64_t total) {
+  // Grid-stride loops cover the rest; this many blocks saturate any current GPU.
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((total + kBlock - 1) / kBlock, 1 << 20)));
+}
+
+inline dim3 row_grid(const Geometry& g) {
+  return dim3(static_cast<unsigned>((g.w + kBlock - 1) / kBlock),
+              static_cast<unsigned>(std::min<int64_t>(g.h, kMaxGridY)),
+              static_cast<unsigned>(std::min<int64_t>(g.n * g.images, kMaxGridZ)));
+}
+
+template <class T>
+__device__ T* shared_buffer() {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  return reinterpret_cast<T*>(smem_raw);
+}
+
+#define FLIP_GRID_STRIDE(i, total) \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (total); i += (int64_t)gridDim.x * blockDim.x)
+
+// H pass: one block per (x tile, row, image). src1 may equal src0 when images == 1.
+template <class T>
+__global__ void __launch_bounds__(kBlock) h_kernel(const T* src0, const T* src1, int channels, Geometry g,
+                                                   Input mode, TapsView<T> t, T* planes) {
+  T* smem = shared_buffer<T>();
+  const int64_t x0 = (int64_t)blockIdx.x * kBlock;
+  for (int64_t z = blockIdx.z; z < g.n * g.images; z += gridDim.z) {
+    const int64_t n = z / g.images;
+    const int im = static_cast<int>(z % g.images);
+    const T* src = (im == 0 ? src0 : src1) + n * channels * g.hw();
+    T* pl = planes + z * g.planes() * g.hw();
+    for (int64_t y = blockIdx.y; y < g.h; y += gridDim.y) {
+      h_load(src, g, mode, y, x0, kBlock, t.rmax, threadIdx.x, smem);
+      __syncthreads();
+      h_compute(g, t, y, x0, kBlock, t.rmax, threadIdx.x, smem, pl);
+      __syncthreads();
+    }
+  }
+}
+
+template <class T>
+__global__ void vt_kernel(const T* gplanes, T* tplanes, Geometry g, TapsView<T> t) {
+  const int64_t hw = g.hw();
+  FLIP_GRID_STRIDE(i, g.n * g.images * hw) {
+    const int64_t z = i / hw, p = i % hw;
+    vt_pixel(gplanes + z * g.gplanes() * hw, tplanes + z * g.planes() * hw, g, t, p / g.w, p % g.w);
+  }
+}
+
+// HT pass + the chain to the op's input. What the input is decides the last step:
+// images (sRGB/linear): gradient w.r.t. the 3 input channels; opponent: w.r.t. the 3 opponent
+// channels; achromatic: w.r.t. the single channel.
+template <class T>
+__global__ void __launch_bounds__(kBlock) ht_kernel(const T* tplanes, const T* src0, const T* src1, T* out0,
+                                                    T* out1, int channels, Geometry g, Input mode, TapsView<T> t) {
+  T* smem = shared_buffer<T>();
+  const int64_t x0 = (int64_t)blockIdx.x * kBlock;
+  const int64_t hw = g.hw();
+  for (int64_t z = blockIdx.z; z < g.n * g.images; z += gridDim.z) {
+    const int64_t n = z / g.images;
+    const int im = static_cast<int>(z % g.images);
+    T* out = im == 0 ? out0 : out1;
+    if (out == nullptr) continue;  // uniform over the block
+    out += n * channels * hw;
+    const T* src = (im == 0 ? src0 : src1) + n * channels * hw;
+    const T* tpl = tplanes + z * g.planes() * hw;
+    for (int64_t y = blockIdx.y; y < g.h; y += gridDim.y) {
+      ht_load(tpl, g, y, x0, kBlock, t.rmax, threadIdx.x, smem);
+      __syncthreads();
+      T g_opp[3], g_yh;
+      if (ht_compute(g, t, x0, kBlock, t.rmax, threadIdx.x, smem, g_opp, g_yh))
+        ht_store(g, mode, y * g.w + x0 + threadIdx.x, g_opp, g_yh, src, out);
+      __syncthreads();
+    }
+  }
+}
+
+// ---- per-op V kernels ----
+
+template <class T>
+__global__ void v_ldr_kernel(const T* planes, T* out, Geometry g, TapsView<T> t, T eps, ColorConsts<T> k) {
+  FLIP_GRID_STRIDE(i, g.n * g.hw()) ldr_pixel(planes, out, g, t, i, eps, k);
+}
+
+template <class T>
+__global__ void v_ldr_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g, TapsView<T> t, T eps,
+                                 ColorConsts<T> k) {
+  FLIP_GRID_STRIDE(i, g.n * g.hw()) ldr_vjp_pixel(grad, planes, gplanes, g, t, i, eps, k);
+}
+
+template <class T>
+__global__ void v_csf_kernel(const T* planes, T* out, Geometry g, TapsView<T> t) {
+  FLIP_GRID_STRIDE(i, g.n * g.hw()) csf_pixel(planes, out, g, t, i);
+}
+
+template <class T>
+__global__ void v_csf_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g, TapsView<T> t) {
+  FLIP_GRID_STRIDE(i, g.n * g.hw()) csf_vjp_pixel(grad, planes, gplanes, g, t, i);
+}
+
+template <class T>
+__global__ void v_feat_kernel(const T* planes, T* out, Geometry g, TapsView<T> t, T eps) {
+  FLIP_GRID_STRIDE(i, g.n * g.hw()) feat_pixel(planes, out, g, t, i, eps);
+}
+
+template <class T>
+__global__ void v_feat_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g, TapsView<T> t, T eps) {
+  FLIP_GRID_STRIDE(i, g.n * g.hw()) feat_vjp_pixel(grad, planes, gplanes, g, t, i, eps);
+}
+
+template <class T>
+__global__ void hunt_hyab_kernel(const T* test, const T* ref, T* out, int64_t n, int64_t hw, T eps,
+                                 ColorConsts<T> k) {
+  FLIP_GRID_STRIDE(i, n * hw) {
+    const int64_t b = i / hw, p = i % hw;
+    T lt[3], lr[3], ht[3], hr[3];
+    for (int c = 0; c < 3; ++c) {
+      lt[c] = test[(b * 3 + c) * hw + p];
+      lr[c] = ref[(b * 3 + c) * hw + p];
+    }
+    hunt_lab(lt, ht);
+    hunt_lab(lr, hr);
+    out[i] = color_error(ht, hr, eps, k);
+  }
+}
+
+template <class T>
+__global__ void hunt_hyab_vjp_kernel(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, int64_t n,
+                                     int64_t hw, T eps, ColorConsts<T> k) {
+  FLIP_GRID_STRIDE(i, n * hw) {
+    const int64_t b = i / hw, p = i % hw;
+    T lt[3], lr[3], ht[3], hr[3], ght[3], ghr[3], gt[3], gr[3];
+    for (int c = 0; c < 3; ++c) {
+      lt[c] = test[(b * 3 + c) * hw + p];
+      lr[c] = ref[(b * 3 + c) * hw + p];
+    }
+    hunt_lab(lt, ht);
+    hunt_lab(lr, hr);
+    color_error_vjp(ht, hr, eps, k, grad[i], ght, ghr);
+    hunt_lab_vjp(lt, ght, gt);
+    hunt_lab_vjp(lr, ghr, gr);
+    for (int c = 0; c < 3; ++c) {
+      if (g_test) g_test[(b * 3 + c) * hw + p] = gt[c];
+      if (g_ref) g_ref[(b * 3 + c) * hw + p] = gr[c];
+    }
+  }
+}
+
+template <class T>
+void launch_h(const T* src0, const T* src1, int channels, const Geometry& g, Input mode, const TapsView<T>& t,
+              T* planes, cudaStream_t s) {
+  const size_t smem = h_smem_bytes<T>(t.rmax);
+  if (smem > 48 * 1024)
+    cudaFuncSetAttribute(h_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  h_kernel<T><<<row_grid(g), kBlock, smem, s>>>(src0, src1, channels, g, mode, t, planes);
+}
+
+template <class T>
+void launch_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* out0, T* out1, int channels,
+                  const Geometry& g, Input mode, const TapsView<T>& t, cudaStream_t s) {
+  vt_kernel<T><<<blocks_for(g.n * g.images * g.hw()), kBlock, 0, s>>>(gplanes, tplanes, g, t);
+  const size_t smem = ht_smem_bytes<T>(t.rmax, g.planes());
+  if (smem > 48 * 1024)
+    cudaFuncSetAttribute(ht_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  ht_kernel<T><<<row_grid(g), kBlock, smem, s>>>(tplanes, src0, src1, out0, out1, channels, g, mode, t);
+}
+
+}  // namespace
+
+template <class T>
+void ldr_flip_forward(const T* test, const T* ref, T* out, T* planes, const Geometry& g, const TapsView<T>& t,
+                      bool srgb, T eps, ColorConsts<T> k, cudaStream_t s) {
+  launch_h(test, ref, 3, g, srgb ? Input::kSrgb : Input::kLinear, t, planes, s);
+  v_ldr_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(planes, out, g, t, eps, k);
+}
+
+template <class T>
+void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, T* planes, T* gplanes,
+                       const Geometry& g, const TapsView<T>& t, bool srgb, T eps, ColorConsts<T> k,
+                       cudaStream_t s) {
+  const Input mode = srgb ? Input::kSrgb : Input::kLinear;
+  launch_h(test, ref, 3, g, mode, t, planes, s);
+  v_ldr_vjp_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(grad, planes, gplanes, g, t, eps, k);
+  // The H planes are dead now: they hold the transposed-vertical planes.
+  launch_vt_ht(gplanes, planes, test, ref, g_test, g_ref, 3, g, mode, t, s);
+}
+
+template <class T>
+void csf_filter_forward(const T* opp, T* out, T* planes, const Geometry& g, const TapsView<T>& t, cudaStream_t s) {
+  launch_h(opp, opp, 3, g, Input::kOpponent, t, planes, s);
+  v_csf_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(planes, out, g, t);
+}
+
+template <class T>
+void csf_filter_backward(const T* grad, const T* opp, T* g_opp, T* planes, T* gplanes, const Geometry& g,
+                         const TapsView<T>& t, cudaStream_t s) {
+  launch_h(opp, opp, 3, g, Input::kOpponent, t, planes, s);
+  v_csf_vjp_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(grad, planes, gplanes, g, t);
+  launch_vt_ht(gplanes, planes, opp, opp, g_opp, static_cast<T*>(nullptr), 3, g, Input::kOpponent, t, s);
+}
+
+template <class T>
+void feature_difference_forward(const T* test, const T* ref, T* out, T* planes, const Geometry& g,
+                                const TapsView<T>& t, T eps, cudaStream_t s) {
+  launch_h(test, ref, 1, g, Input::kAchromatic, t, planes, s);
+  v_feat_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(planes, out, g, t, eps);
+}
+
+template <class T>
+void feature_difference_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, T* planes,
+                                 T* gplanes, const Geometry& g, const TapsView<T>& t, T eps, cudaStream_t s) {
+  launch_h(test, ref, 1, g, Input::kAchromatic, t, planes, s);
+  v_feat_vjp_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(grad, planes, gplanes, g, t, eps);
+  launch_vt_ht(gplanes, planes, test, ref, g_test, g_ref, 1, g, Input::kAchromatic, t, s);
+}
+
+template <class T>
+void hunt_hyab_forward(const T* test, const T* ref, T* out, int64_t n, int64_t hw, T eps, ColorConsts<T> k,
+                       cudaStream_t s) {
+  hunt_hyab_kernel<T><<<blocks_for(n * hw), kBlock, 0, s>>>(test, ref, out, n, hw, eps, k);
+}
+
+template <class T>
+void hunt_hyab_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, int64_t n, int64_t hw,
+                        T eps, ColorConsts<T> k, cudaStream_t s) {
+  hunt_hyab_vjp_kernel<T><<<blocks_for(n * hw), kBlock, 0, s>>>(grad, test, ref, g_test, g_ref, n, hw, eps, k);
+}
+
+#define FLIP_INSTANTIATE(T)                                                                                   \
+  template void ldr_flip_forward<T>(const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, bool, T,  \
+                                    ColorConsts<T>, cudaStream_t);                                            \
+  template void ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, T*, T*, const Geometry&,           \
+                                     const TapsView<T>&, bool, T, ColorConsts<T>, cudaStream_t);             \
+  template void csf_filter_forward<T>(const T*, T*, T*, const Geometry&, const TapsView<T>&, cudaStream_t);   \
+  template void csf_filter_backward<T>(const T*, const T*, T*, T*, T*, const Geometry&, const TapsView<T>&,   \
+                                       cudaStream_t);                                                         \
+  template void feature_difference_forward<T>(const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, \
+                                              T, cudaStream_t);                                               \
+  template void feature_difference_backward<T>(const T*, const T*, const T*, T*, T*, T*, T*, const Geometry&, \
+                                               const TapsView<T>&, T, cudaStream_t);                          \
+  template void hunt_hyab_forward<T>(const T*, const T*, T*, int64_t, int64_t, T, ColorConsts<T>, cudaStream_t); \
+  template void hunt_hyab_backward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t, T, ColorConsts<T>, \
+                                      cudaStream_t);
+FLIP_INSTANTIATE(float)
+FLIP_INSTANTIATE(double)
+#undef FLIP_INSTANTIATE
+
+}  // namespace cuda
+}  // namespace flip

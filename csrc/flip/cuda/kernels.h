@@ -1,0 +1,53 @@
+// Launchers of the CUDA kernels (kernels.cu) on raw device pointers and a stream. No torch here:
+// csrc/ops/cuda.cpp allocates the planes, builds the device taps and calls these.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "../passes.h"
+
+namespace flip {
+namespace cuda {
+
+constexpr int kBlock = 128;  // threads per H/HT block (one row tile) and per pixel-kernel block
+
+// Shared memory the H and HT passes need; the caller checks it against the device limit.
+template <class T>
+size_t h_smem_bytes(int R) {
+  return sizeof(T) * h_smem_len(kBlock, R);
+}
+template <class T>
+size_t ht_smem_bytes(int R, int planes) {
+  return sizeof(T) * ht_smem_len(kBlock, R, planes);
+}
+
+// planes: n * images * g.planes() * H * W; gplanes: n * images * g.gplanes() * H * W.
+template <class T>
+void ldr_flip_forward(const T* test, const T* ref, T* out, T* planes, const Geometry& g, const TapsView<T>& t,
+                      bool srgb, T eps, ColorConsts<T> k, cudaStream_t s);
+template <class T>
+void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, T* planes, T* gplanes,
+                       const Geometry& g, const TapsView<T>& t, bool srgb, T eps, ColorConsts<T> k, cudaStream_t s);
+
+template <class T>
+void csf_filter_forward(const T* opp, T* out, T* planes, const Geometry& g, const TapsView<T>& t, cudaStream_t s);
+template <class T>
+void csf_filter_backward(const T* grad, const T* opp, T* g_opp, T* planes, T* gplanes, const Geometry& g,
+                         const TapsView<T>& t, cudaStream_t s);
+
+template <class T>
+void feature_difference_forward(const T* test, const T* ref, T* out, T* planes, const Geometry& g,
+                                const TapsView<T>& t, T eps, cudaStream_t s);
+template <class T>
+void feature_difference_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, T* planes,
+                                 T* gplanes, const Geometry& g, const TapsView<T>& t, T eps, cudaStream_t s);
+
+template <class T>
+void hunt_hyab_forward(const T* test, const T* ref, T* out, int64_t n, int64_t hw, T eps, ColorConsts<T> k,
+                       cudaStream_t s);
+template <class T>
+void hunt_hyab_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, int64_t n, int64_t hw,
+                        T eps, ColorConsts<T> k, cudaStream_t s);
+
+}  // namespace cuda
+}  // namespace flip

@@ -1,0 +1,394 @@
+// The GPU formulation of FLIP's filter banks, as per-thread functions that run unchanged on the
+// host. A CUDA kernel calls one of them per thread (csrc/flip/cuda/); csrc/flip/cpu/emulate.cpp
+// runs the very same functions in loops so that the CPU test suite checks the GPU index math.
+//
+// Passes (each a kernel launch; planes live in global memory, H x W each):
+//   H   one block per (row, image, x-tile): phase 1 loads the tile and its halo into shared
+//       memory (converting the input), phase 2 writes the horizontal filter outputs.
+//   V   one thread per pixel: vertical filters of the H planes + the per-pixel tail.
+//   VT  one thread per pixel: transposed vertical filters of the gradient planes.
+//   HT  like H: transposed horizontal filters, then the chain back to the op's input.
+// Planes of one image: 0-3 CSF (Y, Cx, Cz1, Cz2), then 3 feature planes (g, dg, ddg) when present.
+#pragma once
+
+#include <cstdint>
+
+#include "pixel.h"
+
+namespace flip {
+
+template <class T>
+struct FilterView {
+  const T* w;      // 2r + 1 taps
+  const T* left;   // r border sums (see Filter1D)
+  const T* right;  // r border sums
+  int r;
+};
+
+template <class T>
+struct TapsView {
+  FilterView<T> y, cx, cz1, cz2, g, dg, ddg;
+  int rmax;
+};
+
+enum class Input : int { kSrgb = 0, kLinear = 1, kOpponent = 2, kAchromatic = 3 };
+
+struct Geometry {
+  int64_t n, h, w;  // batch, height, width
+  int images;       // images per batch item in the planes (2 for test + reference)
+  bool csf, feat;   // which banks
+  FLIP_HD int planes() const { return (csf ? 4 : 0) + (feat ? 3 : 0); }   // H outputs / VT outputs
+  FLIP_HD int gplanes() const { return (csf ? 3 : 0) + (feat ? 4 : 0); }  // V adjoint outputs
+  FLIP_HD int feat0() const { return csf ? 4 : 0; }
+  FLIP_HD int64_t hw() const { return h * w; }
+};
+
+FLIP_HD int64_t clampi(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+// NaN and infinities give v - v = NaN (no fast-math anywhere in this project).
+template <class T>
+FLIP_HD bool is_finite(T v) {
+  return v - v == T(0);
+}
+
+// The planes of image im of batch item n (count = planes per image).
+template <class T>
+FLIP_HD T* image_planes(T* base, const Geometry& g, int64_t n, int im, int count) {
+  return base + (n * g.images + im) * count * g.hw();
+}
+
+// ---- H pass --------------------------------------------------------------------------------
+
+// Shared-memory floats an H block needs: 4 rows (3 opponent channels + achromatic) of B + 2R.
+FLIP_HD int h_smem_len(int B, int R) { return 4 * (B + 2 * R); }
+
+// Phase 1: thread tid of a block of B threads loads columns [x0 - R, x0 + B + R) of row y of
+// one image (clamped to the border) and converts them. src points at the image (C x H x W).
+// Returns false if it met a non-finite value.
+template <class T>
+FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int64_t x0, int B, int R, int tid,
+                    T* smem) {
+  const int L = B + 2 * R;
+  const int64_t hw = g.hw();
+  bool ok = true;
+  for (int i = tid; i < L; i += B) {
+    const int64_t xs = clampi(x0 - R + i, 0, g.w - 1);
+    const int64_t p = y * g.w + xs;
+    T opp[3] = {T(0), T(0), T(0)}, yh;
+    if (mode == Input::kAchromatic) {
+      yh = src[p];
+      ok = ok && is_finite(yh);
+    } else {
+      T v[3] = {src[p], src[hw + p], src[2 * hw + p]};
+      ok = ok && is_finite(v[0]) && is_finite(v[1]) && is_finite(v[2]);
+      if (mode == Input::kOpponent) {
+        opp[0] = v[0];
+        opp[1] = v[1];
+        opp[2] = v[2];
+      } else {
+        const bool srgb = mode == Input::kSrgb;
+        T lin[3] = {input_to_linear(v[0], srgb), input_to_linear(v[1], srgb), input_to_linear(v[2], srgb)};
+        linear_to_opponent(lin, opp);
+      }
+      yh = (opp[0] + T(16)) * T(1.0 / 116.0);
+    }
+    smem[i] = opp[0];
+    smem[L + i] = opp[1];
+    smem[2 * L + i] = opp[2];
+    smem[3 * L + i] = yh;
+  }
+  return ok;
+}
+
+template <class T>
+FLIP_HD T hsum(const T* c, const FilterView<T>& f) {  // c points at the centre sample
+  T acc = T(0);
+  for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * c[k];
+  return acc;
+}
+
+// Phase 2: the horizontal outputs of pixel (y, x0 + tid) into the image's planes.
+template <class T>
+FLIP_HD void h_compute(const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x0, int B, int R, int tid,
+                       const T* smem, T* planes) {
+  const int64_t x = x0 + tid;
+  if (x >= g.w) return;
+  const int L = B + 2 * R, c = tid + R;
+  const int64_t hw = g.hw(), p = y * g.w + x;
+  if (g.csf) {
+    planes[p] = hsum(smem + c, t.y);
+    planes[hw + p] = hsum(smem + L + c, t.cx);
+    planes[2 * hw + p] = hsum(smem + 2 * L + c, t.cz1);
+    planes[3 * hw + p] = hsum(smem + 2 * L + c, t.cz2);
+  }
+  if (g.feat) {
+    T* f = planes + g.feat0() * hw;
+    f[p] = hsum(smem + 3 * L + c, t.g);
+    f[hw + p] = hsum(smem + 3 * L + c, t.dg);
+    f[2 * hw + p] = hsum(smem + 3 * L + c, t.ddg);
+  }
+}
+
+// ---- V pass --------------------------------------------------------------------------------
+
+template <class T>
+FLIP_HD T vsum(const T* pl, const Geometry& g, int64_t y, int64_t x, const FilterView<T>& f) {
+  T acc = T(0);
+  for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * pl[clampi(y + k, 0, g.h - 1) * g.w + x];
+  return acc;
+}
+
+// Filtered opponent colour of pixel (y, x) from the CSF planes.
+template <class T>
+FLIP_HD void v_csf(const T* pl, const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x, T F[3]) {
+  const int64_t hw = g.hw();
+  F[0] = vsum(pl, g, y, x, t.y);
+  F[1] = vsum(pl + hw, g, y, x, t.cx);
+  F[2] = vsum(pl + 2 * hw, g, y, x, t.cz1) + vsum(pl + 3 * hw, g, y, x, t.cz2);
+}
+
+// Feature responses of pixel (y, x) from the feature planes (pl points at the g plane).
+template <class T>
+FLIP_HD Features<T> v_feat(const T* pl, const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x) {
+  const int64_t hw = g.hw();
+  Features<T> f;
+  f.dx = vsum(pl + hw, g, y, x, t.g);       // horizontal dg, vertical g
+  f.ddx = vsum(pl + 2 * hw, g, y, x, t.g);  // horizontal ddg, vertical g
+  f.dy = vsum(pl, g, y, x, t.dg);           // horizontal g, vertical dg
+  f.ddy = vsum(pl, g, y, x, t.ddg);         // horizontal g, vertical ddg
+  return f;
+}
+
+// LDR-FLIP forward tail of pixel (n, y, x): planes hold both images.
+template <class T>
+FLIP_HD T v_ldr_flip(const T* planes, const Geometry& g, const TapsView<T>& t, int64_t n, int64_t y, int64_t x,
+                     T eps, const ColorConsts<T>& k) {
+  const T* pt = planes + (n * 2 + 0) * g.planes() * g.hw();
+  const T* pr = planes + (n * 2 + 1) * g.planes() * g.hw();
+  T Ft[3], Fr[3];
+  v_csf(pt, g, t, y, x, Ft);
+  v_csf(pr, g, t, y, x, Fr);
+  Features<T> ft = v_feat(pt + 4 * g.hw(), g, t, y, x), fr = v_feat(pr + 4 * g.hw(), g, t, y, x);
+  return pixel_flip(Ft, Fr, ft, fr, eps, k);
+}
+
+// LDR-FLIP backward tail: gradient planes (same layout as the planes: per image gF0..2 in planes
+// 0-2, gdx, gdy, gddx, gddy in planes 3-6).
+template <class T>
+FLIP_HD void v_ldr_flip_vjp(const T* planes, T* gplanes, const Geometry& g, const TapsView<T>& t, int64_t n,
+                            int64_t y, int64_t x, T eps, const ColorConsts<T>& k, T grad) {
+  const int64_t hw = g.hw(), p = y * g.w + x;
+  const T* pt = planes + (n * 2 + 0) * g.planes() * hw;
+  const T* pr = planes + (n * 2 + 1) * g.planes() * hw;
+  T Ft[3], Fr[3], gFt[3], gFr[3];
+  v_csf(pt, g, t, y, x, Ft);
+  v_csf(pr, g, t, y, x, Fr);
+  Features<T> ft = v_feat(pt + 4 * hw, g, t, y, x), fr = v_feat(pr + 4 * hw, g, t, y, x), gft, gfr;
+  pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, grad, gFt, gFr, gft, gfr);
+  T* gt = gplanes + (n * 2 + 0) * g.gplanes() * hw;
+  T* gr = gplanes + (n * 2 + 1) * g.gplanes() * hw;
+  for (int c = 0; c < 3; ++c) {
+    gt[c * hw + p] = gFt[c];
+    gr[c * hw + p] = gFr[c];
+  }
+  gt[3 * hw + p] = gft.dx; gt[4 * hw + p] = gft.dy; gt[5 * hw + p] = gft.ddx; gt[6 * hw + p] = gft.ddy;
+  gr[3 * hw + p] = gfr.dx; gr[4 * hw + p] = gfr.dy; gr[5 * hw + p] = gfr.ddx; gr[6 * hw + p] = gfr.ddy;
+}
+
+// ---- VT pass -------------------------------------------------------------------------------
+
+// Transposed vertical clamp-to-edge correlation at (y, x) of the plane gp.
+template <class T>
+FLIP_HD T vsum_t(const T* gp, const Geometry& g, int64_t y, int64_t x, const FilterView<T>& f) {
+  T acc = T(0);
+  for (int k = -f.r; k <= f.r; ++k) {
+    const int64_t i = y - k;
+    if (i >= 0 && i < g.h) acc += f.w[k + f.r] * gp[i * g.w + x];
+  }
+  const int64_t m = f.r < g.h ? f.r : g.h;
+  if (y == 0)
+    for (int64_t i = 0; i < m; ++i) acc += f.left[i] * gp[i * g.w + x];
+  if (y == g.h - 1)
+    for (int64_t d = 0; d < m; ++d) acc += f.right[d] * gp[(g.h - 1 - d) * g.w + x];
+  return acc;
+}
+
+// Gradient planes (per image: CSF gF0..2 at 0-2 when csf; feature gdx, gdy, gddx, gddy after)
+// -> transposed-vertical planes (per image: CSF t0..t3 at 0-3; feature A, B, C after), pixel (y, x).
+template <class T>
+FLIP_HD void vt_pixel(const T* gpl, T* tpl, const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x) {
+  const int64_t hw = g.hw(), p = y * g.w + x;
+  int gi = 0;
+  if (g.csf) {
+    tpl[p] = vsum_t(gpl, g, y, x, t.y);
+    tpl[hw + p] = vsum_t(gpl + hw, g, y, x, t.cx);
+    tpl[2 * hw + p] = vsum_t(gpl + 2 * hw, g, y, x, t.cz1);
+    tpl[3 * hw + p] = vsum_t(gpl + 2 * hw, g, y, x, t.cz2);
+    gi = 3;
+  }
+  if (g.feat) {
+    const T *gdx = gpl + gi * hw, *gdy = gdx + hw, *gddx = gdx + 2 * hw, *gddy = gdx + 3 * hw;
+    T* f = tpl + g.feat0() * hw;
+    f[p] = vsum_t(gdx, g, y, x, t.g);                                   // A: to be dg-transposed
+    f[hw + p] = vsum_t(gddx, g, y, x, t.g);                             // B: to be ddg-transposed
+    f[2 * hw + p] = vsum_t(gdy, g, y, x, t.dg) + vsum_t(gddy, g, y, x, t.ddg);  // C: to be g-transposed
+  }
+}
+
+// ---- HT pass -------------------------------------------------------------------------------
+
+FLIP_HD int ht_smem_len(int B, int R, int planes) { return planes * (B + 2 * R); }
+
+// Phase 1: load columns [x0 - R, x0 + B + R) of row y of every transposed-vertical plane, zero
+// outside the image.
+template <class T>
+FLIP_HD void ht_load(const T* tpl, const Geometry& g, int64_t y, int64_t x0, int B, int R, int tid, T* smem) {
+  const int L = B + 2 * R, np = g.planes();
+  const int64_t hw = g.hw();
+  for (int i = tid; i < L; i += B) {
+    const int64_t xs = x0 - R + i;
+    const bool in = xs >= 0 && xs < g.w;
+    for (int q = 0; q < np; ++q) smem[q * L + i] = in ? tpl[q * hw + y * g.w + xs] : T(0);
+  }
+}
+
+// Transposed horizontal correlation at column x; c points at x's sample in a zero-padded row
+// whose sample for column j is row0[j] (valid for j within the tile).
+template <class T>
+FLIP_HD T hsum_t(const T* c, const T* row0, int64_t x, int64_t W, const FilterView<T>& f) {
+  T acc = T(0);
+  for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * c[-k];
+  const int64_t m = f.r < W ? f.r : W;
+  if (x == 0)
+    for (int64_t i = 0; i < m; ++i) acc += f.left[i] * row0[i];
+  if (x == W - 1)
+    for (int64_t d = 0; d < m; ++d) acc += f.right[d] * row0[W - 1 - d];
+  return acc;
+}
+
+// Phase 2: gradient w.r.t. the opponent channels (g_opp, CSF) and the achromatic channel (g_yh,
+// features) of pixel (y, x0 + tid). Returns false when the thread has no pixel.
+template <class T>
+FLIP_HD bool ht_compute(const Geometry& g, const TapsView<T>& t, int64_t x0, int B, int R, int tid, const T* smem,
+                        T g_opp[3], T& g_yh) {
+  const int64_t x = x0 + tid;
+  if (x >= g.w) return false;
+  const int L = B + 2 * R, c = tid + R;
+  const int64_t origin = x0 - R;  // column of smem[0]
+  g_opp[0] = g_opp[1] = g_opp[2] = g_yh = T(0);
+  if (g.csf) {
+    g_opp[0] = hsum_t(smem + c, smem - origin, x, g.w, t.y);
+    g_opp[1] = hsum_t(smem + L + c, smem + L - origin, x, g.w, t.cx);
+    g_opp[2] = hsum_t(smem + 2 * L + c, smem + 2 * L - origin, x, g.w, t.cz1) +
+               hsum_t(smem + 3 * L + c, smem + 3 * L - origin, x, g.w, t.cz2);
+  }
+  if (g.feat) {
+    const T* s = smem + g.feat0() * L;
+    g_yh = hsum_t(s + c, s - origin, x, g.w, t.dg) + hsum_t(s + L + c, s + L - origin, x, g.w, t.ddg) +
+           hsum_t(s + 2 * L + c, s + 2 * L - origin, x, g.w, t.g);
+  }
+  return true;
+}
+
+// Chain from the opponent / achromatic gradients of an image pixel back to its input values.
+template <class T>
+FLIP_HD void chain_to_input(const T g_opp[3], T g_yh, const T v[3], bool srgb, T g_in[3]) {
+  T go[3] = {g_opp[0] + g_yh * T(1.0 / 116.0), g_opp[1], g_opp[2]}, glin[3];
+  linear_to_opponent_vjp(go, glin);
+  for (int c = 0; c < 3; ++c) {
+    T d;
+    input_to_linear(v[c], srgb, &d);
+    g_in[c] = glin[c] * d;
+  }
+}
+
+// ---- per-thread bodies of the V kernels, indexed by i = n * H * W + pixel ----
+
+template <class T>
+FLIP_HD T magnitude(T u, T v) {
+  return std::sqrt(u * u + v * v);
+}
+
+template <class T>
+FLIP_HD void ldr_pixel(const T* planes, T* out, const Geometry& g, const TapsView<T>& t, int64_t i, T eps,
+                       const ColorConsts<T>& k) {
+  const int64_t n = i / g.hw(), p = i % g.hw();
+  out[i] = v_ldr_flip(planes, g, t, n, p / g.w, p % g.w, eps, k);
+}
+
+template <class T>
+FLIP_HD void ldr_vjp_pixel(const T* grad, const T* planes, T* gplanes, const Geometry& g, const TapsView<T>& t,
+                           int64_t i, T eps, const ColorConsts<T>& k) {
+  const int64_t n = i / g.hw(), p = i % g.hw();
+  v_ldr_flip_vjp(planes, gplanes, g, t, n, p / g.w, p % g.w, eps, k, grad[i]);
+}
+
+// csf_filter: filtered, RGB-cube-clamped linear RGB of one pixel.
+template <class T>
+FLIP_HD void csf_pixel(const T* planes, T* out, const Geometry& g, const TapsView<T>& t, int64_t i) {
+  const int64_t hw = g.hw(), n = i / hw, p = i % hw;
+  T F[3], lin[3];
+  v_csf(planes + n * g.planes() * hw, g, t, p / g.w, p % g.w, F);
+  opponent_to_linear(F, lin);
+  for (int c = 0; c < 3; ++c) out[(n * 3 + c) * hw + p] = clamp01(lin[c]);
+}
+
+template <class T>
+FLIP_HD void csf_vjp_pixel(const T* grad, const T* planes, T* gplanes, const Geometry& g, const TapsView<T>& t,
+                           int64_t i) {
+  const int64_t hw = g.hw(), n = i / hw, p = i % hw;
+  T F[3], lin[3], gl[3], gF[3];
+  v_csf(planes + n * g.planes() * hw, g, t, p / g.w, p % g.w, F);
+  opponent_to_linear(F, lin);
+  for (int c = 0; c < 3; ++c) gl[c] = grad[(n * 3 + c) * hw + p] * inside01(lin[c]);
+  opponent_to_linear_vjp(gl, gF);
+  for (int c = 0; c < 3; ++c) gplanes[(n * 3 + c) * hw + p] = gF[c];
+}
+
+// feature_difference of one pixel (planes hold both images' feature planes).
+template <class T>
+FLIP_HD void feat_pixel(const T* planes, T* out, const Geometry& g, const TapsView<T>& t, int64_t i, T eps) {
+  const int64_t hw = g.hw(), n = i / hw, p = i % hw, y = p / g.w, x = p % g.w;
+  Features<T> ft = v_feat(planes + (n * 2) * g.planes() * hw, g, t, y, x);
+  Features<T> fr = v_feat(planes + (n * 2 + 1) * g.planes() * hw, g, t, y, x);
+  out[i] = feature_error(magnitude(ft.dx, ft.dy), magnitude(fr.dx, fr.dy), magnitude(ft.ddx, ft.ddy),
+                         magnitude(fr.ddx, fr.ddy), eps);
+}
+
+template <class T>
+FLIP_HD void feat_vjp_pixel(const T* grad, const T* planes, T* gplanes, const Geometry& g, const TapsView<T>& t,
+                            int64_t i, T eps) {
+  const int64_t hw = g.hw(), n = i / hw, p = i % hw, y = p / g.w, x = p % g.w;
+  Features<T> f[2], gf[2];
+  for (int im = 0; im < 2; ++im) f[im] = v_feat(planes + (n * 2 + im) * g.planes() * hw, g, t, y, x);
+  T gep[4];
+  feature_error_vjp(magnitude(f[0].dx, f[0].dy), magnitude(f[1].dx, f[1].dy), magnitude(f[0].ddx, f[0].ddy),
+                    magnitude(f[1].ddx, f[1].ddy), eps, grad[i], gep);
+  features_vjp(f[0], gep[0], gep[2], gf[0]);
+  features_vjp(f[1], gep[1], gep[3], gf[1]);
+  for (int im = 0; im < 2; ++im) {
+    T* gp = gplanes + (n * 2 + im) * g.gplanes() * hw;
+    gp[p] = gf[im].dx;
+    gp[hw + p] = gf[im].dy;
+    gp[2 * hw + p] = gf[im].ddx;
+    gp[3 * hw + p] = gf[im].ddy;
+  }
+}
+
+// Last step of the HT pass: store the gradient w.r.t. the op's input at pixel p. out and src
+// point at the image (C x H x W).
+template <class T>
+FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3], T g_yh, const T* src, T* out) {
+  const int64_t hw = g.hw();
+  if (mode == Input::kAchromatic) {
+    out[p] = g_yh;
+  } else if (mode == Input::kOpponent) {
+    for (int c = 0; c < 3; ++c) out[c * hw + p] = g_opp[c];
+  } else {
+    T v[3] = {src[p], src[hw + p], src[2 * hw + p]}, gi[3];
+    chain_to_input(g_opp, g_yh, v, mode == Input::kSrgb, gi);
+    for (int c = 0; c < 3; ++c) out[c * hw + p] = gi[c];
+  }
+}
+
+}  // namespace flip

@@ -1,0 +1,49 @@
+// Tensor plumbing shared by the CPU, CUDA and emulation kernels of the ops.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+
+#include <array>
+#include <tuple>
+#include <vector>
+
+namespace flip_ops {
+
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+
+// float16/bfloat16 are computed in float32; kernels want contiguous NCHW.
+inline at::Tensor compute_copy(const at::Tensor& t) {
+  auto c = t.scalar_type() == at::kDouble ? t : t.to(at::kFloat);
+  return c.contiguous();
+}
+
+inline int64_t batch_of(const at::Tensor& t) { return t.dim() == 4 ? t.size(0) : 1; }
+
+inline std::vector<int64_t> map_sizes(const at::Tensor& like) {
+  auto s = like.sizes().vec();
+  s[s.size() - 3] = 1;
+  return s;
+}
+
+template <class T>
+T* ptr_or_null(at::Tensor& t) {
+  return t.numel() ? t.data_ptr<T>() : nullptr;
+}
+
+inline void check_finite(bool ok, const char* op) {
+  TORCH_CHECK(ok, "flip::", op, ": an input contains NaN or infinite values");
+}
+
+// Gradient outputs: computed only where output_mask asks, else an empty tensor.
+inline std::array<at::Tensor, 2> grad_buffers(const at::Tensor& like, std::array<bool, 2> mask) {
+  return {mask[0] ? at::empty_like(like) : at::empty({0}, like.options()),
+          mask[1] ? at::empty_like(like) : at::empty({0}, like.options())};
+}
+
+inline Pair cast_back(std::array<at::Tensor, 2> g, const at::Tensor& a, const at::Tensor& b) {
+  return {g[0].to(a.scalar_type()), g[1].to(b.scalar_type())};
+}
+
+}  // namespace flip_ops

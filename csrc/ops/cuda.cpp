@@ -1,0 +1,282 @@
+// TORCH_LIBRARY_IMPL(flip, CUDA): device guard, current stream, device-resident taps, scratch
+// planes from the caching allocator, then the launchers of csrc/flip/cuda/kernels.cu.
+// Built only with FLIP_LOSS_CUDA (setup.py / CMake). No host synchronisation after the first call
+// for a given pixels_per_degree, dtype and device (that one uploads the taps).
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "../flip/cuda/kernels.h"
+#include "../flip/filters.h"
+#include "checks.h"
+#include "common.h"
+
+namespace flip_ops {
+namespace {
+
+using flip::Geometry;
+using flip::TapsView;
+using Mask = std::array<bool, 2>;
+
+template <class T>
+struct DeviceTaps {
+  at::Tensor buffer;  // keeps the device memory alive
+  TapsView<T> view;
+};
+
+// Taps for (ppd, dtype, device), uploaded once and kept for the life of the process.
+template <class T>
+TapsView<T> device_taps(double ppd, const at::Tensor& like) {
+  static std::mutex mu;
+  static std::map<std::pair<double, int>, std::unique_ptr<DeviceTaps<T>>> cache;
+  const int dev = like.get_device();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[{ppd, dev}];
+  if (slot) return slot->view;
+  auto csf = flip::csf_taps<T>(ppd);
+  auto feat = flip::feature_taps<T>(ppd);
+  const flip::Filter1D<T>* filters[7] = {&csf->y, &csf->cx, &csf->cz1, &csf->cz2, &feat->g, &feat->dg, &feat->ddg};
+  std::vector<T> host;
+  std::vector<size_t> offsets;
+  for (auto* f : filters) {
+    offsets.push_back(host.size());
+    host.insert(host.end(), f->w.begin(), f->w.end());
+    host.insert(host.end(), f->left.begin(), f->left.end());
+    host.insert(host.end(), f->right.begin(), f->right.end());
+    host.push_back(T(0));  // keeps every view non-empty, even for radius 0
+  }
+  auto cpu = at::empty({static_cast<int64_t>(host.size())}, like.options().device(at::kCPU));
+  std::copy(host.begin(), host.end(), cpu.data_ptr<T>());
+  auto entry = std::make_unique<DeviceTaps<T>>();
+  entry->buffer = cpu.to(like.device());
+  const T* base = entry->buffer.template data_ptr<T>();
+  flip::FilterView<T> v[7];
+  for (int i = 0; i < 7; ++i) {
+    const int r = filters[i]->radius;
+    const T* w = base + offsets[i];
+    v[i] = flip::FilterView<T>{w, w + 2 * r + 1, w + 3 * r + 1, r};
+  }
+  entry->view = TapsView<T>{v[0], v[1], v[2], v[3], v[4], v[5], v[6], std::max(csf->y.radius, feat->g.radius)};
+  slot = std::move(entry);
+  return slot->view;
+}
+
+template <class T>
+void check_shared_memory(const TapsView<T>& t, int planes) {
+  const size_t need = std::max(flip::cuda::h_smem_bytes<T>(t.rmax), flip::cuda::ht_smem_bytes<T>(t.rmax, planes));
+  const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
+  TORCH_CHECK(need <= have, "flip: pixels_per_degree is too large for this GPU's shared memory (filter radius ",
+              t.rmax, " needs ", need, " bytes per block, the device has ", have, ")");
+}
+
+Geometry geometry(const at::Tensor& t, int images, bool csf, bool feat) {
+  return Geometry{batch_of(t), t.size(-2), t.size(-1), images, csf, feat};
+}
+
+at::Tensor planes_for(const Geometry& g, const at::Tensor& like, int per_image) {
+  return at::empty({g.n * g.images * per_image * g.hw()}, like.options());
+}
+
+at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps) {
+  check_pair(test, ref, 3);
+  check_ppd(ppd);
+  check_eps(eps);
+  const bool srgb = parse_input_space(space);
+  c10::cuda::CUDAGuard guard(test.device());
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto out = at::empty(map_sizes(t), t.options());
+  const Geometry g = geometry(t, 2, true, true);
+  if (g.n == 0) return out.to(test.scalar_type());
+  auto planes = planes_for(g, t, g.planes());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip (CUDA)", [&] {
+    auto taps = device_taps<scalar_t>(ppd, t);
+    check_shared_memory(taps, g.planes());
+    flip::cuda::ldr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                                           planes.data_ptr<scalar_t>(), g, taps, srgb, static_cast<scalar_t>(eps),
+                                           flip::color_consts<scalar_t>(), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out.to(test.scalar_type());
+}
+
+Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                       c10::string_view space, double eps, Mask mask) {
+  check_pair(test, ref, 3);
+  check_grad(grad, test, 1);
+  check_ppd(ppd);
+  check_eps(eps);
+  const bool srgb = parse_input_space(space);
+  c10::cuda::CUDAGuard guard(test.device());
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto gb = grad_buffers(t, mask);
+  const Geometry g = geometry(t, 2, true, true);
+  if (g.n == 0) return cast_back(gb, test, ref);
+  auto planes = planes_for(g, t, g.planes());
+  auto gplanes = planes_for(g, t, g.gplanes());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip_backward (CUDA)", [&] {
+    auto taps = device_taps<scalar_t>(ppd, t);
+    check_shared_memory(taps, g.planes());
+    flip::cuda::ldr_flip_backward<scalar_t>(
+        gr.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
+        ptr_or_null<scalar_t>(gb[1]), planes.data_ptr<scalar_t>(), gplanes.data_ptr<scalar_t>(), g, taps, srgb,
+        static_cast<scalar_t>(eps), flip::color_consts<scalar_t>(), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return cast_back(gb, test, ref);
+}
+
+at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
+  check_image(opp, "opponent", 3);
+  check_ppd(ppd);
+  c10::cuda::CUDAGuard guard(opp.device());
+  auto o = compute_copy(opp);
+  auto out = at::empty_like(o);
+  const Geometry g = geometry(o, 1, true, false);
+  if (g.n == 0) return out.to(opp.scalar_type());
+  auto planes = planes_for(g, o, g.planes());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter (CUDA)", [&] {
+    auto taps = device_taps<scalar_t>(ppd, o);
+    check_shared_memory(taps, g.planes());
+    flip::cuda::csf_filter_forward<scalar_t>(o.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                                             planes.data_ptr<scalar_t>(), g, taps, stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out.to(opp.scalar_type());
+}
+
+at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
+  check_image(opp, "opponent", 3);
+  check_grad(grad, opp, 3);
+  check_ppd(ppd);
+  c10::cuda::CUDAGuard guard(opp.device());
+  auto o = compute_copy(opp);
+  auto gr = grad.to(o.scalar_type()).contiguous();
+  auto out = at::empty_like(o);
+  const Geometry g = geometry(o, 1, true, false);
+  if (g.n == 0) return out.to(opp.scalar_type());
+  auto planes = planes_for(g, o, g.planes());
+  auto gplanes = planes_for(g, o, g.gplanes());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter_backward (CUDA)", [&] {
+    auto taps = device_taps<scalar_t>(ppd, o);
+    check_shared_memory(taps, g.planes());
+    flip::cuda::csf_filter_backward<scalar_t>(gr.data_ptr<scalar_t>(), o.data_ptr<scalar_t>(),
+                                              out.data_ptr<scalar_t>(), planes.data_ptr<scalar_t>(),
+                                              gplanes.data_ptr<scalar_t>(), g, taps, stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out.to(opp.scalar_type());
+}
+
+at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) {
+  check_pair(test, ref, 3);
+  check_eps(eps);
+  c10::cuda::CUDAGuard guard(test.device());
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto out = at::empty(map_sizes(t), t.options());
+  if (out.numel() == 0) return out.to(test.scalar_type());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab (CUDA)", [&] {
+    flip::cuda::hunt_hyab_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                                            batch_of(t), t.size(-2) * t.size(-1), static_cast<scalar_t>(eps),
+                                            flip::color_consts<scalar_t>(), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out.to(test.scalar_type());
+}
+
+Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps, Mask mask) {
+  check_pair(test, ref, 3);
+  check_grad(grad, test, 1);
+  check_eps(eps);
+  c10::cuda::CUDAGuard guard(test.device());
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto gb = grad_buffers(t, mask);
+  if (t.numel() == 0) return cast_back(gb, test, ref);
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab_backward (CUDA)", [&] {
+    flip::cuda::hunt_hyab_backward<scalar_t>(gr.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
+                                             ptr_or_null<scalar_t>(gb[0]), ptr_or_null<scalar_t>(gb[1]), batch_of(t),
+                                             t.size(-2) * t.size(-1), static_cast<scalar_t>(eps),
+                                             flip::color_consts<scalar_t>(), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return cast_back(gb, test, ref);
+}
+
+at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, double ppd, double eps) {
+  check_pair(test, ref, 1);
+  check_ppd(ppd);
+  check_eps(eps);
+  c10::cuda::CUDAGuard guard(test.device());
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto out = at::empty_like(t);
+  const Geometry g = geometry(t, 2, false, true);
+  if (g.n == 0) return out.to(test.scalar_type());
+  auto planes = planes_for(g, t, g.planes());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference (CUDA)", [&] {
+    auto taps = device_taps<scalar_t>(ppd, t);
+    check_shared_memory(taps, g.planes());
+    flip::cuda::feature_difference_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
+                                                     out.data_ptr<scalar_t>(), planes.data_ptr<scalar_t>(), g, taps,
+                                                     static_cast<scalar_t>(eps), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out.to(test.scalar_type());
+}
+
+Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                                 double eps, Mask mask) {
+  check_pair(test, ref, 1);
+  check_grad(grad, test, 1);
+  check_ppd(ppd);
+  check_eps(eps);
+  c10::cuda::CUDAGuard guard(test.device());
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto gb = grad_buffers(t, mask);
+  const Geometry g = geometry(t, 2, false, true);
+  if (g.n == 0) return cast_back(gb, test, ref);
+  auto planes = planes_for(g, t, g.planes());
+  auto gplanes = planes_for(g, t, g.gplanes());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference_backward (CUDA)", [&] {
+    auto taps = device_taps<scalar_t>(ppd, t);
+    check_shared_memory(taps, g.planes());
+    flip::cuda::feature_difference_backward<scalar_t>(
+        gr.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
+        ptr_or_null<scalar_t>(gb[1]), planes.data_ptr<scalar_t>(), gplanes.data_ptr<scalar_t>(), g, taps,
+        static_cast<scalar_t>(eps), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return cast_back(gb, test, ref);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(flip, CUDA, m) {
+  m.impl("ldr_flip", &ldr_flip);
+  m.impl("ldr_flip_backward", &ldr_flip_backward);
+  m.impl("csf_filter", &csf_filter);
+  m.impl("csf_filter_backward", &csf_filter_backward);
+  m.impl("hunt_hyab", &hunt_hyab);
+  m.impl("hunt_hyab_backward", &hunt_hyab_backward);
+  m.impl("feature_difference", &feature_difference);
+  m.impl("feature_difference_backward", &feature_difference_backward);
+}
+
+}  // namespace flip_ops

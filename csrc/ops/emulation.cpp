@@ -1,0 +1,76 @@
+// flip::_gpu_emulation: runs the CUDA kernels' per-thread code (csrc/flip/passes.h) on the CPU,
+// block by block, so that tests on machines without a GPU check the GPU formulation against the
+// CPU kernels. For tests only; slow.
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include <string>
+#include <vector>
+
+#include "../flip/cpu/emulate.h"
+#include "checks.h"
+#include "common.h"
+
+namespace flip_ops {
+namespace {
+
+namespace em = flip::emulate;
+using flip::Geometry;
+
+Geometry geometry(const at::Tensor& t, int images, bool csf, bool feat) {
+  return Geometry{batch_of(t), t.size(-2), t.size(-1), images, csf, feat};
+}
+
+std::vector<at::Tensor> gpu_emulation(c10::string_view op_name, at::TensorList inputs, at::ArrayRef<double> scalars,
+                                      c10::string_view space) {
+  const std::string op(op_name.data(), op_name.size());
+  TORCH_CHECK(!inputs.empty() && !scalars.empty(), "flip::_gpu_emulation: missing inputs");
+  std::vector<at::Tensor> x;
+  for (const auto& t : inputs) x.push_back(compute_copy(t));
+  const double ppd = scalars[0];
+  const double eps = scalars.size() > 1 ? scalars[1] : 0.0;
+  std::vector<at::Tensor> out;
+  AT_DISPATCH_FLOATING_TYPES(x[0].scalar_type(), "flip::_gpu_emulation", [&] {
+    using T = scalar_t;
+    em::HostTaps<T> taps(ppd);
+    const auto& tv = taps.view;
+    auto p = [](at::Tensor& t) { return t.data_ptr<T>(); };
+    const T e = static_cast<T>(eps);
+    if (op == "ldr_flip") {
+      auto o = at::empty(map_sizes(x[0]), x[0].options());
+      em::ldr_flip_forward<T>(p(x[0]), p(x[1]), p(o), geometry(x[0], 2, true, true), tv, parse_input_space(space), e);
+      out = {o};
+    } else if (op == "ldr_flip_backward") {
+      auto gt = at::empty_like(x[1]), gr = at::empty_like(x[2]);
+      em::ldr_flip_backward<T>(p(x[0]), p(x[1]), p(x[2]), p(gt), p(gr), geometry(x[1], 2, true, true), tv,
+                               parse_input_space(space), e);
+      out = {gt, gr};
+    } else if (op == "csf_filter") {
+      auto o = at::empty_like(x[0]);
+      em::csf_filter_forward<T>(p(x[0]), p(o), geometry(x[0], 1, true, false), tv);
+      out = {o};
+    } else if (op == "csf_filter_backward") {
+      auto go = at::empty_like(x[1]);
+      em::csf_filter_backward<T>(p(x[0]), p(x[1]), p(go), geometry(x[1], 1, true, false), tv);
+      out = {go};
+    } else if (op == "feature_difference") {
+      auto o = at::empty_like(x[0]);
+      em::feature_difference_forward<T>(p(x[0]), p(x[1]), p(o), geometry(x[0], 2, false, true), tv, e);
+      out = {o};
+    } else if (op == "feature_difference_backward") {
+      auto gt = at::empty_like(x[1]), gr = at::empty_like(x[2]);
+      em::feature_difference_backward<T>(p(x[0]), p(x[1]), p(x[2]), p(gt), p(gr), geometry(x[1], 2, false, true),
+                                         tv, e);
+      out = {gt, gr};
+    } else {
+      TORCH_CHECK(false, "flip::_gpu_emulation: unknown op '", op, "'");
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(flip, CPU, m) { m.impl("_gpu_emulation", &gpu_emulation); }
+
+}  // namespace flip_ops

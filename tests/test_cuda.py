@@ -1,0 +1,157 @@
+"""CUDA kernels against the CPU kernels, gradcheck/opcheck on CUDA, torch.compile with CUDA graphs,
+device checks. Every test here skips cleanly on machines without a GPU."""
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+import flip_loss
+from flip_loss import reference as ref_impl
+
+pytestmark = pytest.mark.cuda
+
+needs_kernels = pytest.mark.skipif(
+    not torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"),
+    reason="built without CUDA kernels")
+
+
+def inputs(shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(shape, generator=g, dtype=dtype)
+    b = (a + 0.1 * torch.randn(shape, generator=g, dtype=dtype)).clamp(0, 1)
+    return a, b
+
+
+def grads(fn, *xs, weight_seed=1):
+    xs = [x.detach().clone().requires_grad_() for x in xs]
+    out = fn(*xs)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(weight_seed), dtype=out.dtype).to(out.device)
+    (out * w).sum().backward()
+    return out.detach(), [x.grad for x in xs]
+
+
+def assert_close_to_cpu(cuda_vals, cpu_vals, dtype, map_tol=None):
+    for c, h in zip(cuda_vals, cpu_vals):
+        c = c.cpu()
+        scale = max(h.abs().max().item(), 1.0)
+        tol = map_tol if map_tol is not None else (1e-10 if dtype == torch.float64 else 1e-5)
+        assert (c - h).abs().max().item() <= tol * scale, (c - h).abs().max().item()
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(2, 3, 37, 53), (1, 3, 5, 7), (1, 3, 1, 1), (3, 3, 64, 300)], ids=str)
+@pytest.mark.parametrize("space", ["srgb", "linear"])
+def test_ldr_flip_cuda_matches_cpu(ops, dtype, shape, space):
+    a, b = inputs(shape, dtype)
+    fn = lambda x, y: ops.ldr_flip(x, y, 67.0, space, 1e-15)  # noqa: E731
+    oc, gc = grads(fn, a.cuda(), b.cuda())
+    oh, gh = grads(fn, a, b)
+    assert_close_to_cpu([oc], [oh], dtype)
+    # Gradients: relative to their scale (float32 sums differ in order between the two devices).
+    assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
+
+
+@needs_kernels
+def test_ldr_flip_cuda_real_image(ops, crops):
+    ref = crops["blocks"].unsqueeze(0)
+    test = (ref + 0.05 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(0))).clamp(0, 1)
+    assert_close_to_cpu([ops.ldr_flip(test.cuda(), ref.cuda(), 67.02, "srgb", 1e-15)],
+                        [ops.ldr_flip(test, ref, 67.02, "srgb", 1e-15)], torch.float32)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_stage_ops_cuda_match_cpu(ops, dtype):
+    a, b = inputs((2, 3, 19, 41), dtype)
+    opp = ref_impl.linear_rgb_to_opponent(a)
+    cases = [
+        (lambda o: ops.csf_filter(o, 30.0), (opp,)),
+        (lambda x, y: ops.hunt_hyab(x, y, 1e-15), (a, b)),
+        (lambda x, y: ops.feature_difference(x, y, 30.0, 1e-15), (a[:, :1], b[:, :1])),
+    ]
+    for fn, xs in cases:
+        oc, gc = grads(fn, *[x.cuda() for x in xs])
+        oh, gh = grads(fn, *xs)
+        assert_close_to_cpu([oc], [oh], dtype)
+        assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_on_cuda(ops, dtype):
+    a, b = inputs((1, 3, 16, 16))
+    out = ops.ldr_flip(a.cuda().to(dtype), b.cuda().to(dtype), 67.0, "srgb", 1e-15)
+    assert out.dtype == dtype
+    expected = ops.ldr_flip(a.to(dtype).float(), b.to(dtype).float(), 67.0, "srgb", 1e-15)
+    torch.testing.assert_close(out.cpu().float(), expected, rtol=1e-2, atol=1e-2)
+
+
+@needs_kernels
+def test_non_contiguous_cuda(ops):
+    a, b = inputs((2, 3, 20, 30))
+    ac = a.cuda().permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    torch.testing.assert_close(ops.ldr_flip(ac, b.cuda(), 67.0, "srgb", 1e-15),
+                               ops.ldr_flip(a.cuda(), b.cuda(), 67.0, "srgb", 1e-15), rtol=0, atol=0)
+
+
+@needs_kernels
+def test_gradcheck_cuda(ops):
+    a, b = inputs((1, 3, 6, 7), torch.float64)
+    a = (0.1 + 0.8 * a).cuda().requires_grad_()
+    b = (0.1 + 0.8 * b).cuda().requires_grad_()
+    assert gradcheck(lambda x, y: ops.ldr_flip(x, y, 4.0, "srgb", 1e-15), (a, b), eps=1e-7, atol=1e-6)
+    y1, y2 = a[:, :1].detach().clone().requires_grad_(), b[:, :1].detach().clone().requires_grad_()
+    assert gradcheck(lambda x, y: ops.feature_difference(x, y, 4.0, 1e-15), (y1, y2), eps=1e-7, atol=1e-6)
+    opp = ref_impl.linear_rgb_to_opponent(a.detach() * 0.8).requires_grad_()
+    assert gradcheck(lambda o: ops.csf_filter(o, 4.0), (opp,), eps=1e-6, atol=1e-6)
+    assert gradcheck(lambda x, y: ops.hunt_hyab(x, y, 1e-15), (a, b), eps=1e-7, atol=1e-6)
+
+
+@needs_kernels
+def test_opcheck_cuda(ops):
+    a, b = inputs((2, 3, 6, 7))
+    a, b = a.cuda().requires_grad_(), b.cuda().requires_grad_()
+    torch.library.opcheck(ops.ldr_flip.default, (a, b, 30.0, "srgb", 1e-15))
+    g = torch.rand(2, 1, 6, 7, device="cuda")
+    torch.library.opcheck(ops.ldr_flip_backward.default, (g, a.detach(), b.detach(), 30.0, "srgb", 1e-15, [True, True]))
+    torch.library.opcheck(ops.hunt_hyab.default, (a, b, 1e-15))
+    torch.library.opcheck(ops.feature_difference.default, (a[:, :1].detach().requires_grad_(),
+                                                            b[:, :1].detach().requires_grad_(), 30.0, 1e-15))
+
+
+@needs_kernels
+def test_compile_reduce_overhead_cuda():
+    torch._dynamo.reset()
+    a, b = inputs((2, 3, 32, 48))
+    a, b = a.cuda(), b.cuda()
+    loss_fn = flip_loss.FLIPLoss()
+
+    @torch.compile(mode="reduce-overhead", fullgraph=True)
+    def step(x, y):
+        return loss_fn(x, y)
+
+    eager_x = a.clone().requires_grad_()
+    eager = loss_fn(eager_x, b)
+    eager.backward()
+    for _ in range(3):  # warm-up, then CUDA-graph replays
+        x = a.clone().requires_grad_()
+        out = step(x, b)
+        out.backward()
+    torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x.grad, eager_x.grad, rtol=1e-4, atol=1e-7)
+
+
+def test_mixed_devices_raise(ops):
+    a, b = inputs((1, 3, 8, 8))
+    with pytest.raises(RuntimeError, match="different devices"):
+        ops.ldr_flip(a.cuda(), b, 67.0, "srgb", 1e-15)
+    with pytest.raises(ValueError, match="different devices"):
+        flip_loss.ldr_flip(a.cuda(), b)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_second_device(ops):
+    a, b = inputs((1, 3, 8, 8))
+    out = ops.ldr_flip(a.to("cuda:1"), b.to("cuda:1"), 67.0, "srgb", 1e-15)
+    assert out.device == torch.device("cuda:1")
+    torch.testing.assert_close(out.cpu(), ops.ldr_flip(a, b, 67.0, "srgb", 1e-15), rtol=1e-5, atol=1e-5)
