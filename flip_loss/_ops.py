@@ -21,30 +21,33 @@ def warn_once(key: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def use_extension(*tensors: torch.Tensor) -> bool:
-    """True when the compiled kernels can serve these tensors; otherwise warn once and let the
-    caller fall back to the pure-PyTorch reference."""
+def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
+    """True when the compiled kernels of ``op`` can serve these tensors; otherwise warn once and
+    let the caller fall back to the pure-PyTorch reference."""
     if not HAS_EXTENSION:
         warn_once("no-ext", f"flip_loss: the compiled extension could not be loaded ({IMPORT_ERROR}); "
                   "falling back to the slow pure-PyTorch reference implementation")
         return False
     for t in tensors:
-        if t.device.type not in KERNEL_DEVICES:
-            warn_once("dev-" + t.device.type,
-                      f"flip_loss: no compiled kernels for device '{t.device.type}' in this build; "
+        if t.device.type not in KERNEL_DEVICES.get(op, ()):
+            warn_once(f"dev-{op}-{t.device.type}",
+                      f"flip_loss: no compiled {op} kernels for device '{t.device.type}' in this build; "
                       "using the pure-PyTorch reference implementation")
             return False
     return True
 
 
 def _devices_with_kernels():
-    if not HAS_EXTENSION:
-        return frozenset()
-    devs = {"cpu"}
-    if torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"):
-        devs.add("cuda")
-    return frozenset(devs)
+    table = {}
+    for op in ("ldr_flip", "hdr_flip"):
+        devs = set()
+        if HAS_EXTENSION:
+            for key, dev in (("CPU", "cpu"), ("CUDA", "cuda")):
+                if torch._C._dispatch_has_kernel_for_dispatch_key(f"flip::{op}", key):
+                    devs.add(dev)
+        table[op] = frozenset(devs)
+    return table
 
 
-# Fixed at import so that torch.compile sees a constant.
+# op -> devices with compiled kernels; fixed at import so that torch.compile sees constants.
 KERNEL_DEVICES = _devices_with_kernels()

@@ -25,7 +25,7 @@ from .constants import DEFAULT_EPS, DEFAULT_PPD, GW, PC, PT, QC, QF
 __all__ = [
     "srgb_to_linear", "linear_to_srgb", "linear_rgb_to_opponent", "opponent_to_linear_rgb",
     "csf_taps", "feature_taps", "csf_filter", "hunt_hyab", "feature_difference", "ldr_flip",
-    "cmax",
+    "cmax", "hdr_to_ldr", "hdr_flip", "tone_coefficients", "TONE_MAPPERS",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -376,3 +376,71 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
     if unbatched:
         out = out.squeeze(0)
     return out.to(dt)
+
+
+# --------------------------------------------------------------------------------------------
+# HDR-FLIP (spec section 4)
+# --------------------------------------------------------------------------------------------
+
+TONE_MAPPERS = ("reinhard", "aces", "hable")
+
+
+def tone_coefficients(tone_mapper):
+    """The evaluator's (k0..k5) of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5), rounded to
+    float32 as it computes them; Reinhard's row (x / (1 + x)) is used only by the exposure solve."""
+    import numpy as np
+
+    f = np.float32
+    table = {
+        "reinhard": (0.0, 1.0, 0.0, 0.0, 1.0, 1.0),
+        "aces": (f(0.6) * f(0.6) * f(2.51), f(0.6) * f(0.03), 0.0, f(0.6) * f(0.6) * f(2.43), f(0.6) * f(0.59),
+                 f(0.14)),
+        "hable": (f(0.231683), f(0.013791), 0.0, f(0.18), f(0.3), f(0.018)),
+    }
+    return tuple(float(v) for v in table[tone_mapper.lower()])
+
+
+_HDR_CAP = 1e15  # exposed values beyond this saturate every curve; capped so x^2 stays finite
+
+
+def hdr_to_ldr(x, scale, tone_mapper):
+    """Expose (x * scale, negatives clamped to 0), tone map and clamp to [0, 1]; x is N x 3 x H x W,
+    scale broadcastable to N x 1 x 1 x 1."""
+    import numpy as np
+
+    e = torch.clamp(torch.clamp(x, min=0.0) * scale, max=_HDR_CAP)
+    if tone_mapper == "reinhard":
+        w = [float(np.float32(v)) for v in (0.2126, 0.7152, 0.0722)]  # the evaluator's float weights
+        lum = w[0] * e[:, 0:1] + w[1] * e[:, 1:2] + w[2] * e[:, 2:3]
+        return torch.clamp(e / (1.0 + lum), 0.0, 1.0)
+    k = tone_coefficients(tone_mapper)
+    ee = e * e
+    return torch.clamp((k[0] * ee + k[1] * e + k[2]) / (k[3] * ee + k[4] * e + k[5]), 0.0, 1.0)
+
+
+def hdr_flip(test, reference, pixels_per_degree, tone_mapper, exposures, counts, eps=DEFAULT_EPS):
+    """HDR-FLIP with given exposures: ``exposures`` N x E (stops), ``counts`` N (how many of each
+    row to use). Returns (error map, exposure map, winning index) like ``torch.ops.flip.hdr_flip``."""
+    tm = tone_mapper.lower()
+    if tm not in TONE_MAPPERS:
+        raise ValueError(f"tone_mapper must be one of {TONE_MAPPERS}, got {tone_mapper!r}")
+    dt = test.dtype
+    cdt = _compute_dtype(dt)
+    t, r = test.to(cdt), reference.to(cdt)
+    n = t.shape[0]
+    ex = exposures.to(device=t.device, dtype=cdt)
+    counts = [int(c) for c in counts.tolist()]
+    shape = (n, 1) + tuple(t.shape[-2:])
+    best = torch.zeros(shape, dtype=cdt, device=t.device)
+    emap = torch.zeros(shape, dtype=cdt, device=t.device)
+    index = torch.full(shape, -1, dtype=torch.int32, device=t.device)
+    for i in range(max(counts)):
+        active = torch.tensor([i < c for c in counts], device=t.device).view(n, 1, 1, 1)
+        scale = torch.exp2(ex[:, min(i, ex.shape[1] - 1)]).view(n, 1, 1, 1)
+        err = ldr_flip(hdr_to_ldr(t, scale, tm), hdr_to_ldr(r, scale, tm), pixels_per_degree, "linear", eps)
+        wins = (err > best) & active  # strict: ties keep the earlier (darker) exposure
+        level = torch.tensor([i / (c - 1) for c in counts], dtype=cdt, device=t.device).view(n, 1, 1, 1)
+        best = torch.where(wins, err, best)
+        emap = torch.where(wins, level.expand_as(emap), emap)
+        index = torch.where(wins, torch.full_like(index, i), index)
+    return best.to(dt), emap.to(dt), index

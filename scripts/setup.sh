@@ -13,6 +13,8 @@ command -v g++ >/dev/null || need_apt+=(g++)
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v ninja >/dev/null || need_apt+=(ninja-build)
 python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
+# stb_image / stb_image_write (header-only PNG I/O of the C++ examples, examples/cpp)
+[ -f /usr/include/stb/stb_image.h ] || need_apt+=(libstb-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing system packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -32,4 +34,4 @@ echo "== building flip_loss._C"
 export MAX_JOBS="${MAX_JOBS:-2}"
 $PY -m pip install -q --no-build-isolation --no-deps -e .
 $PY -c "import flip_loss, torch; assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR; \
-print('flip_loss', flip_loss.__version__, '| torch', torch.__version__, '| CUDA kernels:', 'cuda' in flip_loss._ops.KERNEL_DEVICES)"
+print('flip_loss', flip_loss.__version__, '| torch', torch.__version__, '| CUDA kernels:', 'cuda' in flip_loss._ops.KERNEL_DEVICES['ldr_flip'])"

@@ -43,6 +43,37 @@ class LdrFlip : public torch::autograd::Function<LdrFlip> {
   }
 };
 
+class HdrFlip : public torch::autograd::Function<HdrFlip> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& test, const at::Tensor& ref,
+                               const at::Tensor& exposures, const at::Tensor& counts, double ppd,
+                               c10::string_view tone_mapper, double eps) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static auto f = op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+        const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double, c10::string_view, double)>(
+        "flip::hdr_flip");
+    auto [map, emap, index] = f.call(test, ref, exposures, counts, ppd, tone_mapper, eps);
+    ctx->save_for_backward({test, ref, exposures, counts, index});
+    ctx->saved_data["ppd"] = ppd;
+    ctx->saved_data["tone_mapper"] = std::string(tone_mapper.data(), tone_mapper.size());
+    ctx->saved_data["eps"] = eps;
+    ctx->mark_non_differentiable({emap, index});
+    return {map, emap, index};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto s = ctx->get_saved_variables();
+    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor&, double, c10::string_view, double, Mask)>(
+        "flip::hdr_flip_backward");
+    const std::string tm = ctx->saved_data["tone_mapper"].toStringRef();
+    const Mask m = needs(ctx);
+    auto [gt, gr] = f.call(grads[0], s[0], s[1], s[2], s[3], s[4], ctx->saved_data["ppd"].toDouble(), tm,
+                           ctx->saved_data["eps"].toDouble(), m);
+    return {keep_if(m[0], gt), keep_if(m[1], gr), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
 class CsfFilter : public torch::autograd::Function<CsfFilter> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& opp, double ppd) {
@@ -105,6 +136,12 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
                     double eps) {
   return LdrFlip::apply(test, ref, ppd, space, eps);
 }
+std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
+                                                        const at::Tensor& exposures, const at::Tensor& counts,
+                                                        double ppd, c10::string_view tone_mapper, double eps) {
+  auto out = HdrFlip::apply(test, ref, exposures, counts, ppd, tone_mapper, eps);
+  return {out[0], out[1], out[2]};
+}
 at::Tensor csf_filter(const at::Tensor& opp, double ppd) { return CsfFilter::apply(opp, ppd); }
 at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) {
   return HuntHyab::apply(test, ref, eps);
@@ -117,6 +154,7 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
 
 TORCH_LIBRARY_IMPL(flip, Autograd, m) {
   m.impl("ldr_flip", &ldr_flip);
+  m.impl("hdr_flip", &hdr_flip);
   m.impl("csf_filter", &csf_filter);
   m.impl("hunt_hyab", &hunt_hyab);
   m.impl("feature_difference", &feature_difference);

@@ -63,6 +63,34 @@ inline bool parse_input_space(c10::string_view space) {
   return s == "srgb";
 }
 
+// Tone mapper name (case-insensitive) -> flip::ToneMapper value.
+inline int parse_tone_mapper(c10::string_view name) {
+  std::string s(name.data(), name.size());
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (s == "reinhard") return 0;
+  if (s == "aces") return 1;
+  if (s == "hable") return 2;
+  TORCH_CHECK(false, "flip: tone_mapper must be \"aces\", \"hable\" or \"reinhard\", got \"",
+              std::string(name.data(), name.size()), "\"");
+  return -1;
+}
+
+// exposures: N x E floating (stops), counts: N integers, on the images' device.
+inline void check_exposures(const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& like) {
+  const auto n = like.dim() == 4 ? like.sym_size(0) : c10::SymInt(1);
+  TORCH_CHECK(exposures.dim() == 2 && exposures.sym_size(0) == n && exposures.sym_size(1) >= 1,
+              "flip: exposures must be N x E (one row of exposures per image), got shape ", exposures.sym_sizes(),
+              " for ", n, " image(s)");
+  TORCH_CHECK(at::isFloatingType(exposures.scalar_type()), "flip: exposures must be floating point, got ",
+              exposures.scalar_type());
+  TORCH_CHECK(counts.dim() == 1 && counts.sym_size(0) == n, "flip: counts must have one entry per image, got shape ",
+              counts.sym_sizes());
+  TORCH_CHECK(at::isIntegralType(counts.scalar_type(), /*includeBool=*/false), "flip: counts must be integers, got ",
+              counts.scalar_type());
+  TORCH_CHECK(exposures.device() == like.device() && counts.device() == like.device(),
+              "flip: exposures and counts must be on the images' device (", like.device(), ")");
+}
+
 // The shape of a per-pixel map for an image of shape like.
 inline std::vector<c10::SymInt> map_shape(const at::Tensor& like) {
   auto s = like.sym_sizes().vec();

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/isfinite.h>
 #include <torch/library.h>
 
 #include <array>
@@ -64,6 +65,70 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
                                                 ptr_or_null<scalar_t>(gb[1]), shape_of(t), ppd, srgb, eps);
   });
   check_finite(ok, "ldr_flip_backward");
+  return cast_back(gb, test, ref);
+}
+
+// Counts are read on the host here: each must lie in [2, E].
+void check_counts_values(const at::Tensor& counts, int64_t E) {
+  const int64_t* c = counts.data_ptr<int64_t>();
+  for (int64_t i = 0; i < counts.numel(); ++i)
+    TORCH_CHECK(c[i] >= 2 && c[i] <= E, "flip::hdr_flip: counts[", i, "] = ", c[i],
+                " must be at least 2 and at most the number of exposure columns (", E, ")");
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
+                                                        const at::Tensor& exposures, const at::Tensor& counts,
+                                                        double ppd, c10::string_view tone_mapper, double eps) {
+  check_pair(test, ref, 3);
+  check_ppd(ppd);
+  check_eps(eps);
+  const int tm = parse_tone_mapper(tone_mapper);
+  check_exposures(exposures, counts, test);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto ex = exposures.to(t.scalar_type()).contiguous();
+  auto cn = counts.to(at::kLong).contiguous();
+  check_counts_values(cn, ex.size(1));
+  TORCH_CHECK(ex.isfinite().all().item<bool>(), "flip::hdr_flip: exposures must be finite");
+  auto out = at::empty(map_sizes(t), t.options());
+  auto emap = at::empty(map_sizes(t), t.options());
+  auto idx = at::empty(map_sizes(t), t.options().dtype(at::kInt));
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip", [&] {
+    ok = flip::cpu::hdr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(),
+                                               cn.data_ptr<int64_t>(), ex.size(1), out.data_ptr<scalar_t>(),
+                                               emap.data_ptr<scalar_t>(), idx.data_ptr<int32_t>(), shape_of(t), ppd, tm,
+                                               eps);
+  });
+  check_finite(ok, "hdr_flip");
+  return {out.to(test.scalar_type()), emap.to(test.scalar_type()), idx};
+}
+
+Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
+                       const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
+                       c10::string_view tone_mapper, double eps, std::array<bool, 2> mask) {
+  check_pair(test, ref, 3);
+  check_grad(grad, test, 1);
+  check_ppd(ppd);
+  check_eps(eps);
+  const int tm = parse_tone_mapper(tone_mapper);
+  check_exposures(exposures, counts, test);
+  TORCH_CHECK(index.sizes() == grad.sizes() && index.scalar_type() == at::kInt,
+              "flip::hdr_flip_backward: exposure_index must be the int32 index returned by hdr_flip");
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto g = grad.to(t.scalar_type()).contiguous();
+  auto ex = exposures.to(t.scalar_type()).contiguous();
+  auto cn = counts.to(at::kLong).contiguous();
+  check_counts_values(cn, ex.size(1));
+  auto ix = index.contiguous();
+  auto gb = grad_buffers(t, mask);
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip_backward", [&] {
+    ok = flip::cpu::hdr_flip_backward<scalar_t>(
+        g.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(),
+        cn.data_ptr<int64_t>(), ex.size(1), ix.data_ptr<int32_t>(), ptr_or_null<scalar_t>(gb[0]),
+        ptr_or_null<scalar_t>(gb[1]), shape_of(t), ppd, tm, eps);
+  });
+  check_finite(ok, "hdr_flip_backward");
   return cast_back(gb, test, ref);
 }
 
@@ -168,6 +233,8 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
 TORCH_LIBRARY_IMPL(flip, CPU, m) {
   m.impl("ldr_flip", &ldr_flip);
   m.impl("ldr_flip_backward", &ldr_flip_backward);
+  m.impl("hdr_flip", &hdr_flip);
+  m.impl("hdr_flip_backward", &hdr_flip_backward);
   m.impl("csf_filter", &csf_filter);
   m.impl("csf_filter_backward", &csf_filter_backward);
   m.impl("hunt_hyab", &hunt_hyab);

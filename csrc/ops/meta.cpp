@@ -37,6 +37,27 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   return {grad_like(test, m[0]), grad_like(ref, m[1])};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
+                                                        const at::Tensor& exposures, const at::Tensor& counts,
+                                                        double ppd, c10::string_view tone_mapper, double eps) {
+  check_pair(test, ref, 3);
+  check_ppd(ppd);
+  check_eps(eps);
+  parse_tone_mapper(tone_mapper);
+  check_exposures(exposures, counts, test);
+  return {map_like(test), map_like(test), at::empty_symint(map_shape(test), test.options().dtype(at::kInt))};
+}
+
+Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
+                       const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
+                       c10::string_view tone_mapper, double eps, Mask m) {
+  check_pair(test, ref, 3);
+  check_grad(grad, test, 1);
+  parse_tone_mapper(tone_mapper);
+  check_exposures(exposures, counts, test);
+  return {grad_like(test, m[0]), grad_like(ref, m[1])};
+}
+
 at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
   check_image(opp, "opponent", 3);
   check_ppd(ppd);
@@ -80,6 +101,8 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
 TORCH_LIBRARY_IMPL(flip, Meta, m) {
   m.impl("ldr_flip", &ldr_flip);
   m.impl("ldr_flip_backward", &ldr_flip_backward);
+  m.impl("hdr_flip", &hdr_flip);
+  m.impl("hdr_flip_backward", &hdr_flip_backward);
   m.impl("csf_filter", &csf_filter);
   m.impl("csf_filter_backward", &csf_filter_backward);
   m.impl("hunt_hyab", &hunt_hyab);

@@ -20,6 +20,14 @@ TORCH_LIBRARY(flip, m) {
         " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
   m.def("ldr_flip_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
         " str input_space, float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+  // HDR-FLIP: per-pixel maximum of LDR-FLIP over exposures (stops) exposures[n, :counts[n]] of the
+  // exposed, tone-mapped images. Returns the error map, the exposure map (winning exposure index /
+  // (count - 1), 0 where none wins) and the winning index (int32, -1 where none wins).
+  m.def("hdr_flip(Tensor test, Tensor reference, Tensor exposures, Tensor counts, float pixels_per_degree,"
+        " str tone_mapper=\"aces\", float eps=1e-15) -> (Tensor, Tensor, Tensor)");
+  m.def("hdr_flip_backward(Tensor grad, Tensor test, Tensor reference, Tensor exposures, Tensor counts,"
+        " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask)"
+        " -> (Tensor, Tensor)");
   // Test-only: runs the CUDA kernels' per-thread code on the CPU (see csrc/flip/passes.h).
   m.def("_gpu_emulation(str op, Tensor[] inputs, float[] scalars, str input_space=\"srgb\") -> Tensor[]");
 }

@@ -18,6 +18,17 @@ template <class T>
 bool ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, Shape s,
                        double ppd, bool srgb, double eps);
 
+// HDR-FLIP: exposures is N x E (stops), counts[n] <= E of them used for item n. Outputs the error
+// map, the exposure map (winning index / (count - 1), 0 where none wins) and the winning index
+// (-1 where none wins), each N x H x W.
+template <class T>
+bool hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
+                      T* exposure_map, int32_t* index, Shape s, double ppd, int tone_mapper, double eps);
+template <class T>
+bool hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
+                       int64_t E, const int32_t* index, T* g_test, T* g_ref, Shape s, double ppd, int tone_mapper,
+                       double eps);
+
 template <class T>
 bool csf_filter_forward(const T* opponent, T* out, Shape s, double ppd);
 template <class T>

@@ -1,0 +1,110 @@
+// HDR-FLIP's per-pixel front end (flip_reference.md §4.2): exposure compensation, tone mapping and
+// the clamp to [0, 1], with its adjoint; and the automatic-exposure solve (§4.3).
+// Framework-free, usable from host and device code.
+#pragma once
+
+#include <cmath>
+
+#include "color.h"
+
+namespace flip {
+
+enum class ToneMapper : int { kReinhard = 0, kAces = 1, kHable = 2 };
+
+// The evaluator's coefficients of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5), rounded to
+// float as it computes them (parity); Reinhard's row is x / (1 + x), used only by the exposure solve.
+FLIP_CONSTFN float tone_coef(int tm, int j) {
+  return tm == 0 ? (j == 1 || j == 4 || j == 5 ? 1.0f : 0.0f)
+       : tm == 1 ? (j == 0 ? 0.6f * 0.6f * 2.51f : j == 1 ? 0.6f * 0.03f : j == 2 ? 0.0f
+                  : j == 3 ? 0.6f * 0.6f * 2.43f : j == 4 ? 0.6f * 0.59f : 0.14f)
+                 : (j == 0 ? 0.231683f : j == 1 ? 0.013791f : j == 2 ? 0.0f
+                  : j == 3 ? 0.18f : j == 4 ? 0.3f : 0.018f);
+}
+
+// Exposed values beyond this saturate every tone curve (T(x) is within 1e-15 of its limit), and
+// squaring them stays finite in float: larger inputs are capped here, with zero gradient.
+template <class T>
+FLIP_HD T hdr_cap() {
+  return T(1e15);
+}
+
+template <class T>
+FLIP_HD T luminance(const T x[3]) {
+  return T(0.2126f) * x[0] + T(0.7152f) * x[1] + T(0.0722f) * x[2];
+}
+
+// HDR value v (linear, one pixel) -> exposed (by scale = 2^c), tone-mapped, clamped LDR value.
+template <class T>
+FLIP_HD void hdr_to_ldr(const T v[3], T scale, int tm, T out[3]) {
+  T x[3];
+  FLIP_UNROLL
+  for (int c = 0; c < 3; ++c) {
+    T e = (v[c] > T(0) ? v[c] : T(0)) * scale;
+    x[c] = e < hdr_cap<T>() ? e : hdr_cap<T>();
+  }
+  if (tm == 0) {
+    const T f = T(1) / (T(1) + luminance(x));
+    FLIP_UNROLL
+    for (int c = 0; c < 3; ++c) out[c] = clamp01(x[c] * f);
+    return;
+  }
+  FLIP_UNROLL
+  for (int c = 0; c < 3; ++c) {
+    const T xx = x[c] * x[c];
+    const T num = xx * T(tone_coef(tm, 0)) + x[c] * T(tone_coef(tm, 1)) + T(tone_coef(tm, 2));
+    const T den = xx * T(tone_coef(tm, 3)) + x[c] * T(tone_coef(tm, 4)) + T(tone_coef(tm, 5));
+    out[c] = clamp01(num / den);
+  }
+}
+
+// Adjoint of hdr_to_ldr: g_v = J^T g.
+template <class T>
+FLIP_HD void hdr_to_ldr_vjp(const T v[3], T scale, int tm, const T g[3], T g_v[3]) {
+  T x[3], dx[3];  // exposed value and d(x)/d(v)
+  FLIP_UNROLL
+  for (int c = 0; c < 3; ++c) {
+    T e = (v[c] > T(0) ? v[c] : T(0)) * scale;
+    x[c] = e < hdr_cap<T>() ? e : hdr_cap<T>();
+    dx[c] = (v[c] >= T(0) && e < hdr_cap<T>()) ? scale : T(0);
+  }
+  if (tm == 0) {
+    const T f = T(1) / (T(1) + luminance(x));
+    const T w[3] = {T(0.2126f), T(0.7152f), T(0.0722f)};
+    T gm[3], s = T(0);
+    FLIP_UNROLL
+    for (int c = 0; c < 3; ++c) {
+      gm[c] = g[c] * inside01(x[c] * f);  // through the clamp
+      s += gm[c] * x[c];
+    }
+    // out_c = x_c f, d out_c / d x_j = delta_cj f - x_c w_j f^2.
+    FLIP_UNROLL
+    for (int j = 0; j < 3; ++j) g_v[j] = (gm[j] * f - s * w[j] * f * f) * dx[j];
+    return;
+  }
+  FLIP_UNROLL
+  for (int c = 0; c < 3; ++c) {
+    const T xx = x[c] * x[c];
+    const T num = xx * T(tone_coef(tm, 0)) + x[c] * T(tone_coef(tm, 1)) + T(tone_coef(tm, 2));
+    const T den = xx * T(tone_coef(tm, 3)) + x[c] * T(tone_coef(tm, 4)) + T(tone_coef(tm, 5));
+    const T dnum = T(2) * x[c] * T(tone_coef(tm, 0)) + T(tone_coef(tm, 1));
+    const T dden = T(2) * x[c] * T(tone_coef(tm, 3)) + T(tone_coef(tm, 4));
+    const T q = num / den;
+    // (N/D)' = (N' - (N/D) D') / D: no D^2, which overflows float for bright pixels.
+    g_v[c] = dx[c] != T(0) ? g[c] * inside01(q) * ((dnum - q * dden) / den) * dx[c] : T(0);
+  }
+}
+
+// The scene value that the tone curve maps to 0.85 (larger root of the quadratic), in float like
+// the evaluator, so that automatic exposures agree with it.
+inline float exposure_anchor(int tm) {
+  const float t = 0.85f;
+  const float a = tone_coef(tm, 0) - t * tone_coef(tm, 3);
+  const float b = tone_coef(tm, 1) - t * tone_coef(tm, 4);
+  const float c = tone_coef(tm, 2) - t * tone_coef(tm, 5);
+  if (a == 0.0f) return -c / b;
+  const float d1 = -0.5f * (b / a);
+  const float d2 = std::sqrt(d1 * d1 - c / a);
+  return d1 + d2;
+}
+
+}  // namespace flip
