@@ -155,3 +155,56 @@ def test_second_device(ops):
     out = ops.ldr_flip(a.to("cuda:1"), b.to("cuda:1"), 67.0, "srgb", 1e-15)
     assert out.device == torch.device("cuda:1")
     torch.testing.assert_close(out.cpu(), ops.ldr_flip(a, b, 67.0, "srgb", 1e-15), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("tm", ["aces", "hable", "reinhard"])
+def test_hdr_flip_cuda_matches_cpu(ops, dtype, tm):
+    g = torch.Generator().manual_seed(3)
+    ref = torch.exp2(6 * torch.rand(2, 3, 21, 150, generator=g, dtype=dtype) - 3)
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
+    ex = torch.tensor([[-2.0, 0.0, 1.5], [0.0, 1.0, 1.0]], dtype=torch.float64)
+    counts = torch.tensor([3, 2])
+
+    def run(x, y):
+        return ops.hdr_flip(x, y, ex.to(x.device), counts.to(x.device), 30.0, tm, 1e-15)[0]
+
+    oc, gc = grads(run, test.cuda(), ref.cuda())
+    oh, gh = grads(run, test, ref)
+    assert_close_to_cpu([oc], [oh], dtype)
+    assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
+    _, emc, ixc = ops.hdr_flip(test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), 30.0, tm, 1e-15)
+    _, emh, ixh = ops.hdr_flip(test, ref, ex, counts, 30.0, tm, 1e-15)
+    assert (ixc.cpu() != ixh).float().mean() < 1e-3  # near-ties may flip in float32
+
+
+@needs_kernels
+def test_hdr_api_on_cuda_with_automatic_exposures():
+    g = torch.Generator().manual_seed(4)
+    ref = torch.exp2(8 * torch.rand(3, 3, 32, 40, generator=g) - 4)
+    test = (ref * 1.1).clamp(min=0)
+    out = flip_loss.hdr_flip(test.cuda(), ref.cuda(), 67.0)
+    torch.testing.assert_close(out.cpu(), flip_loss.hdr_flip(test, ref, 67.0), rtol=1e-4, atol=1e-5)
+
+
+@needs_kernels
+def test_hdr_compile_reduce_overhead_given_exposures():
+    torch._dynamo.reset()
+    ref = torch.exp2(4 * torch.rand(1, 3, 24, 24) - 2).cuda()
+    test = (ref * 0.9).clamp(min=0)
+    loss_fn = flip_loss.FLIPLoss(hdr=True, start_exposure=-2.0, stop_exposure=2.0, num_exposures=4)
+
+    @torch.compile(mode="reduce-overhead", fullgraph=True)
+    def step(x, y):
+        return loss_fn(x, y)
+
+    for _ in range(3):
+        x = test.clone().requires_grad_()
+        out = step(x, ref)
+        out.backward()
+    xe = test.clone().requires_grad_()
+    eager = loss_fn(xe, ref)
+    eager.backward()
+    torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x.grad, xe.grad, rtol=1e-4, atol=1e-7)

@@ -65,3 +65,23 @@ def test_wide_image_crosses_tile_borders(ops, crops):
     other = wide.roll(3, dims=-1)
     close(emulate("ldr_flip", [wide, other], [67.0, 1e-15])[0], ops.ldr_flip(wide, other, 67.0, "srgb", 1e-15),
           torch.float64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("tm", ["aces", "hable", "reinhard"])
+def test_hdr_passes_match_cpu_kernels(ops, dtype, tm):
+    g = torch.Generator().manual_seed(2)
+    ref = torch.exp2(6 * torch.rand(2, 3, 13, 140, generator=g, dtype=dtype) - 3)
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
+    # Item 1 uses only two of the three exposure columns.
+    ex = torch.tensor([[-2.0, 0.0, 1.5], [0.0, 1.0, 1.0]], dtype=dtype)
+    counts = torch.tensor([3, 2])
+    expected = ops.hdr_flip(test, ref, ex, counts, 20.0, tm, 1e-15)
+    got = emulate("hdr_flip", [test, ref, ex, counts], [20.0, 1e-15], tm)
+    close(got[0], expected[0], dtype)
+    assert torch.equal(got[1], expected[1]) and torch.equal(got[2], expected[2])
+    grad = torch.rand(expected[0].shape, generator=g, dtype=dtype)
+    want = ops.hdr_flip_backward(grad, test, ref, ex, counts, expected[2], 20.0, tm, 1e-15, [True, True])
+    have = emulate("hdr_flip_backward", [grad, test, ref, ex, counts, expected[2]], [20.0, 1e-15], tm)
+    for x, y in zip(have, want):
+        close(x, y, dtype, grad=True)

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "pixel.h"
+#include "tonemap.h"
 
 namespace flip {
 
@@ -31,7 +32,18 @@ struct TapsView {
   int rmax;
 };
 
-enum class Input : int { kSrgb = 0, kLinear = 1, kOpponent = 2, kAchromatic = 3 };
+enum class Input : int { kSrgb = 0, kLinear = 1, kOpponent = 2, kAchromatic = 3, kHdr = 4 };
+
+// One exposure of HDR-FLIP: column i of the N x E exposures, used by item n when i < counts[n].
+template <class T>
+struct HdrStep {
+  const T* exposures;
+  const int64_t* counts;
+  int64_t E, i;
+  int tm;
+  FLIP_HD bool active(int64_t n) const { return i < counts[n]; }
+  FLIP_HD T scale(int64_t n) const { return std::exp2(exposures[n * E + i]); }
+};
 
 struct Geometry {
   int64_t n, h, w;  // batch, height, width
@@ -67,7 +79,7 @@ FLIP_HD int h_smem_len(int B, int R) { return 4 * (B + 2 * R); }
 // Returns false if it met a non-finite value.
 template <class T>
 FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int64_t x0, int B, int R, int tid,
-                    T* smem) {
+                    T* smem, T scale = T(1), int tm = 1) {
   const int L = B + 2 * R;
   const int64_t hw = g.hw();
   bool ok = true;
@@ -85,6 +97,10 @@ FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int6
         opp[0] = v[0];
         opp[1] = v[1];
         opp[2] = v[2];
+      } else if (mode == Input::kHdr) {
+        T lin[3];
+        hdr_to_ldr(v, scale, tm, lin);
+        linear_to_opponent(lin, opp);
       } else {
         const bool srgb = mode == Input::kSrgb;
         T lin[3] = {input_to_linear(v[0], srgb), input_to_linear(v[1], srgb), input_to_linear(v[2], srgb)};
@@ -375,12 +391,43 @@ FLIP_HD void feat_vjp_pixel(const T* grad, const T* planes, T* gplanes, const Ge
   }
 }
 
+// HDR-FLIP, one exposure: fold this exposure's error into the running maximum (strict >).
+template <class T>
+FLIP_HD void hdr_max_pixel(const T* planes, T* out, T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t,
+                           int64_t i, T eps, const ColorConsts<T>& k, const HdrStep<T>& s) {
+  const int64_t n = i / g.hw(), p = i % g.hw();
+  if (!s.active(n)) return;
+  const T err = v_ldr_flip(planes, g, t, n, p / g.w, p % g.w, eps, k);
+  if (err > out[i]) {
+    out[i] = err;
+    emap[i] = T(s.i) / T(s.counts[n] > 2 ? s.counts[n] - 1 : 1);
+    index[i] = static_cast<int32_t>(s.i);
+  }
+}
+
+// HDR-FLIP backward, one exposure: the incoming gradient of the pixels this exposure won.
+template <class T>
+FLIP_HD void hdr_vjp_pixel(const T* grad, const int32_t* index, const T* planes, T* gplanes, const Geometry& g,
+                           const TapsView<T>& t, int64_t i, T eps, const ColorConsts<T>& k, const HdrStep<T>& s) {
+  const int64_t n = i / g.hw(), p = i % g.hw();
+  if (!s.active(n)) return;
+  const T gi = index[i] == s.i ? grad[i] : T(0);
+  v_ldr_flip_vjp(planes, gplanes, g, t, n, p / g.w, p % g.w, eps, k, gi);
+}
+
 // Last step of the HT pass: store the gradient w.r.t. the op's input at pixel p. out and src
 // point at the image (C x H x W).
 template <class T>
-FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3], T g_yh, const T* src, T* out) {
+FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3], T g_yh, const T* src, T* out,
+                      T scale = T(1), int tm = 1) {
   const int64_t hw = g.hw();
-  if (mode == Input::kAchromatic) {
+  if (mode == Input::kHdr) {  // accumulates: one call per exposure
+    T go[3] = {g_opp[0] + g_yh * T(1.0 / 116.0), g_opp[1], g_opp[2]}, glin[3], gv[3];
+    linear_to_opponent_vjp(go, glin);
+    const T v[3] = {src[p], src[hw + p], src[2 * hw + p]};
+    hdr_to_ldr_vjp(v, scale, tm, glin, gv);
+    for (int c = 0; c < 3; ++c) out[c * hw + p] += gv[c];
+  } else if (mode == Input::kAchromatic) {
     out[p] = g_yh;
   } else if (mode == Input::kOpponent) {
     for (int c = 0; c < 3; ++c) out[c * hw + p] = g_opp[c];

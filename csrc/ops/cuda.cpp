@@ -6,6 +6,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
 #include <map>
@@ -130,6 +133,77 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
     flip::cuda::ldr_flip_backward<scalar_t>(
         gr.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
         ptr_or_null<scalar_t>(gb[1]), planes.data_ptr<scalar_t>(), gplanes.data_ptr<scalar_t>(), g, taps, srgb,
+        static_cast<scalar_t>(eps), flip::color_consts<scalar_t>(), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return cast_back(gb, test, ref);
+}
+
+// Counts are not read back here (that would synchronise): the Python API validates them; a
+// count above E uses E exposures.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
+                                                        const at::Tensor& exposures, const at::Tensor& counts,
+                                                        double ppd, c10::string_view tone_mapper, double eps) {
+  check_pair(test, ref, 3);
+  check_ppd(ppd);
+  check_eps(eps);
+  const int tm = parse_tone_mapper(tone_mapper);
+  check_exposures(exposures, counts, test);
+  c10::cuda::CUDAGuard guard(test.device());
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto ex = exposures.to(t.scalar_type()).contiguous();
+  auto cn = counts.to(at::kLong).contiguous();
+  auto out = at::zeros(map_sizes(t), t.options());
+  auto emap = at::zeros(map_sizes(t), t.options());
+  auto idx = at::full(map_sizes(t), -1, t.options().dtype(at::kInt));
+  const Geometry g = geometry(t, 2, true, true);
+  if (g.n == 0) return {out.to(test.scalar_type()), emap.to(test.scalar_type()), idx};
+  auto planes = planes_for(g, t, g.planes());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip (CUDA)", [&] {
+    auto taps = device_taps<scalar_t>(ppd, t);
+    check_shared_memory(taps, g.planes());
+    flip::cuda::hdr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(),
+                                           cn.data_ptr<int64_t>(), ex.size(1), out.data_ptr<scalar_t>(),
+                                           emap.data_ptr<scalar_t>(), idx.data_ptr<int32_t>(),
+                                           planes.data_ptr<scalar_t>(), g, taps, tm, static_cast<scalar_t>(eps),
+                                           flip::color_consts<scalar_t>(), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {out.to(test.scalar_type()), emap.to(test.scalar_type()), idx};
+}
+
+Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
+                       const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
+                       c10::string_view tone_mapper, double eps, Mask mask) {
+  check_pair(test, ref, 3);
+  check_grad(grad, test, 1);
+  check_ppd(ppd);
+  check_eps(eps);
+  const int tm = parse_tone_mapper(tone_mapper);
+  check_exposures(exposures, counts, test);
+  TORCH_CHECK(index.sizes() == grad.sizes() && index.scalar_type() == at::kInt && index.device() == test.device(),
+              "flip::hdr_flip_backward: exposure_index must be the int32 index returned by hdr_flip");
+  c10::cuda::CUDAGuard guard(test.device());
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto ex = exposures.to(t.scalar_type()).contiguous();
+  auto cn = counts.to(at::kLong).contiguous();
+  auto ix = index.contiguous();
+  std::array<at::Tensor, 2> gb = {mask[0] ? at::zeros_like(t) : at::empty({0}, t.options()),
+                                  mask[1] ? at::zeros_like(t) : at::empty({0}, t.options())};
+  const Geometry g = geometry(t, 2, true, true);
+  if (g.n == 0) return cast_back(gb, test, ref);
+  auto planes = planes_for(g, t, g.planes());
+  auto gplanes = planes_for(g, t, g.gplanes());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip_backward (CUDA)", [&] {
+    auto taps = device_taps<scalar_t>(ppd, t);
+    check_shared_memory(taps, g.planes());
+    flip::cuda::hdr_flip_backward<scalar_t>(
+        gr.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(),
+        cn.data_ptr<int64_t>(), ex.size(1), ix.data_ptr<int32_t>(), ptr_or_null<scalar_t>(gb[0]),
+        ptr_or_null<scalar_t>(gb[1]), planes.data_ptr<scalar_t>(), gplanes.data_ptr<scalar_t>(), g, taps, tm,
         static_cast<scalar_t>(eps), flip::color_consts<scalar_t>(), stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -271,6 +345,8 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
 TORCH_LIBRARY_IMPL(flip, CUDA, m) {
   m.impl("ldr_flip", &ldr_flip);
   m.impl("ldr_flip_backward", &ldr_flip_backward);
+  m.impl("hdr_flip", &hdr_flip);
+  m.impl("hdr_flip_backward", &hdr_flip_backward);
   m.impl("csf_filter", &csf_filter);
   m.impl("csf_filter_backward", &csf_filter_backward);
   m.impl("hunt_hyab", &hunt_hyab);

@@ -26,7 +26,7 @@ std::vector<at::Tensor> gpu_emulation(c10::string_view op_name, at::TensorList i
   const std::string op(op_name.data(), op_name.size());
   TORCH_CHECK(!inputs.empty() && !scalars.empty(), "flip::_gpu_emulation: missing inputs");
   std::vector<at::Tensor> x;
-  for (const auto& t : inputs) x.push_back(compute_copy(t));
+  for (const auto& t : inputs) x.push_back(t.is_floating_point() ? compute_copy(t) : t);
   const double ppd = scalars[0];
   const double eps = scalars.size() > 1 ? scalars[1] : 0.0;
   std::vector<at::Tensor> out;
@@ -45,6 +45,27 @@ std::vector<at::Tensor> gpu_emulation(c10::string_view op_name, at::TensorList i
       em::ldr_flip_backward<T>(p(x[0]), p(x[1]), p(x[2]), p(gt), p(gr), geometry(x[1], 2, true, true), tv,
                                parse_input_space(space), e);
       out = {gt, gr};
+    } else if (op == "hdr_flip" || op == "hdr_flip_backward") {
+      // inputs: [grad,] test, reference, exposures (N x E), counts (N), [index]; input_space = tone mapper.
+      const bool bwd = op == "hdr_flip_backward";
+      const size_t o = bwd ? 1 : 0;
+      auto ex = inputs[o + 2].to(x[o].scalar_type()).contiguous();
+      auto cn = inputs[o + 3].to(at::kLong).contiguous();
+      const Geometry g = geometry(x[o], 2, true, true);
+      const int tm = parse_tone_mapper(space);
+      if (!bwd) {
+        auto m = at::empty(map_sizes(x[0]), x[0].options()), em = at::empty_like(m);
+        auto ix = at::empty(map_sizes(x[0]), x[0].options().dtype(at::kInt));
+        em::hdr_flip_forward<T>(p(x[0]), p(x[1]), p(ex), cn.data_ptr<int64_t>(), ex.size(1), p(m), p(em),
+                                ix.data_ptr<int32_t>(), g, tv, tm, e);
+        out = {m, em, ix};
+      } else {
+        auto ix = inputs[5].contiguous();
+        auto gt = at::empty_like(x[1]), gr = at::empty_like(x[2]);
+        em::hdr_flip_backward<T>(p(x[0]), p(x[1]), p(x[2]), p(ex), cn.data_ptr<int64_t>(), ex.size(1),
+                                 ix.data_ptr<int32_t>(), p(gt), p(gr), g, tv, tm, e);
+        out = {gt, gr};
+      }
     } else if (op == "csf_filter") {
       auto o = at::empty_like(x[0]);
       em::csf_filter_forward<T>(p(x[0]), p(o), geometry(x[0], 1, true, false), tv);

@@ -14,17 +14,28 @@ FilterView<T> view_of(const Filter1D<T>& f) {
 }
 
 template <class T>
+HdrStep<T> no_hdr() {
+  return HdrStep<T>{nullptr, nullptr, 0, 0, 1};
+}
+
+template <class T>
 void run_h(const T* src0, const T* src1, int channels, const Geometry& g, Input mode, const TapsView<T>& t,
-           T* planes) {
+           T* planes, HdrStep<T> hs = no_hdr<T>()) {
   std::vector<T> smem(h_smem_len(kBlock, t.rmax));
   for (int64_t z = 0; z < g.n * g.images; ++z) {
     const int64_t n = z / g.images;
     const int im = static_cast<int>(z % g.images);
+    T scale = T(1);
+    if (mode == Input::kHdr) {
+      if (!hs.active(n)) continue;
+      scale = hs.scale(n);
+    }
     const T* src = (im == 0 ? src0 : src1) + n * channels * g.hw();
     T* pl = planes + z * g.planes() * g.hw();
     for (int64_t y = 0; y < g.h; ++y)
       for (int64_t x0 = 0; x0 < g.w; x0 += kBlock) {
-        for (int tid = 0; tid < kBlock; ++tid) h_load(src, g, mode, y, x0, kBlock, t.rmax, tid, smem.data());
+        for (int tid = 0; tid < kBlock; ++tid)
+          h_load(src, g, mode, y, x0, kBlock, t.rmax, tid, smem.data(), scale, hs.tm);
         for (int tid = 0; tid < kBlock; ++tid) h_compute(g, t, y, x0, kBlock, t.rmax, tid, smem.data(), pl);
       }
   }
@@ -32,7 +43,7 @@ void run_h(const T* src0, const T* src1, int channels, const Geometry& g, Input 
 
 template <class T>
 void run_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* out0, T* out1, int channels,
-               const Geometry& g, Input mode, const TapsView<T>& t) {
+               const Geometry& g, Input mode, const TapsView<T>& t, HdrStep<T> hs = no_hdr<T>()) {
   const int64_t hw = g.hw();
   for (int64_t z = 0; z < g.n * g.images; ++z)
     for (int64_t p = 0; p < hw; ++p)
@@ -43,6 +54,11 @@ void run_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* ou
     const int im = static_cast<int>(z % g.images);
     T* out = im == 0 ? out0 : out1;
     if (out == nullptr) continue;
+    T scale = T(1);
+    if (mode == Input::kHdr) {
+      if (!hs.active(n)) continue;
+      scale = hs.scale(n);
+    }
     out += n * channels * hw;
     const T* src = (im == 0 ? src0 : src1) + n * channels * hw;
     const T* tpl = tplanes + z * g.planes() * hw;
@@ -52,7 +68,7 @@ void run_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* ou
         for (int tid = 0; tid < kBlock; ++tid) {
           T g_opp[3], g_yh;
           if (ht_compute(g, t, x0, kBlock, t.rmax, tid, smem.data(), g_opp, g_yh))
-            ht_store(g, mode, y * g.w + x0 + tid, g_opp, g_yh, src, out);
+            ht_store(g, mode, y * g.w + x0 + tid, g_opp, g_yh, src, out, scale, hs.tm);
         }
       }
   }
@@ -84,6 +100,38 @@ void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
   run_h(test, ref, 3, g, mode, t, planes.data());
   for (int64_t i = 0; i < g.n * g.hw(); ++i) ldr_vjp_pixel(grad, planes.data(), gplanes.data(), g, t, i, eps, k);
   run_vt_ht(gplanes.data(), planes.data(), test, ref, g_test, g_ref, 3, g, mode, t);
+}
+
+template <class T>
+void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
+                      T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, int tm, T eps) {
+  const auto k = color_consts<T>();
+  std::vector<T> planes(g.n * g.images * g.planes() * g.hw());
+  std::fill(out, out + g.n * g.hw(), T(0));
+  std::fill(emap, emap + g.n * g.hw(), T(0));
+  std::fill(index, index + g.n * g.hw(), -1);
+  for (int64_t i = 0; i < E; ++i) {
+    const HdrStep<T> hs{exposures, counts, E, i, tm};
+    run_h(test, ref, 3, g, Input::kHdr, t, planes.data(), hs);
+    for (int64_t p = 0; p < g.n * g.hw(); ++p) hdr_max_pixel(planes.data(), out, emap, index, g, t, p, eps, k, hs);
+  }
+}
+
+template <class T>
+void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
+                       int64_t E, const int32_t* index, T* g_test, T* g_ref, const Geometry& g, const TapsView<T>& t,
+                       int tm, T eps) {
+  const auto k = color_consts<T>();
+  std::vector<T> planes(g.n * g.images * g.planes() * g.hw()), gplanes(g.n * g.images * g.gplanes() * g.hw());
+  std::fill(g_test, g_test + g.n * 3 * g.hw(), T(0));
+  std::fill(g_ref, g_ref + g.n * 3 * g.hw(), T(0));
+  for (int64_t i = 0; i < E; ++i) {
+    const HdrStep<T> hs{exposures, counts, E, i, tm};
+    run_h(test, ref, 3, g, Input::kHdr, t, planes.data(), hs);
+    for (int64_t p = 0; p < g.n * g.hw(); ++p)
+      hdr_vjp_pixel(grad, index, planes.data(), gplanes.data(), g, t, p, eps, k, hs);
+    run_vt_ht(gplanes.data(), planes.data(), test, ref, g_test, g_ref, 3, g, Input::kHdr, t, hs);
+  }
 }
 
 template <class T>
@@ -123,6 +171,10 @@ void feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
   template void ldr_flip_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T);   \
   template void ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, \
                                      bool, T);                                                               \
+  template void hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*,   \
+                                    const Geometry&, const TapsView<T>&, int, T);                            \
+  template void hdr_flip_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,         \
+                                     const int32_t*, T*, T*, const Geometry&, const TapsView<T>&, int, T);   \
   template void csf_filter_forward<T>(const T*, T*, const Geometry&, const TapsView<T>&);                    \
   template void csf_filter_backward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&);         \
   template void feature_difference_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, T); \

@@ -34,16 +34,21 @@ __device__ T* shared_buffer() {
 // H pass: one block per (x tile, row, image). src1 may equal src0 when images == 1.
 template <class T>
 __global__ void __launch_bounds__(kBlock) h_kernel(const T* src0, const T* src1, int channels, Geometry g,
-                                                   Input mode, TapsView<T> t, T* planes) {
+                                                   Input mode, TapsView<T> t, T* planes, HdrStep<T> hs) {
   T* smem = shared_buffer<T>();
   const int64_t x0 = (int64_t)blockIdx.x * kBlock;
   for (int64_t z = blockIdx.z; z < g.n * g.images; z += gridDim.z) {
     const int64_t n = z / g.images;
     const int im = static_cast<int>(z % g.images);
+    T scale = T(1);
+    if (mode == Input::kHdr) {
+      if (!hs.active(n)) continue;  // uniform over the block
+      scale = hs.scale(n);
+    }
     const T* src = (im == 0 ? src0 : src1) + n * channels * g.hw();
     T* pl = planes + z * g.planes() * g.hw();
     for (int64_t y = blockIdx.y; y < g.h; y += gridDim.y) {
-      h_load(src, g, mode, y, x0, kBlock, t.rmax, threadIdx.x, smem);
+      h_load(src, g, mode, y, x0, kBlock, t.rmax, threadIdx.x, smem, scale, hs.tm);
       __syncthreads();
       h_compute(g, t, y, x0, kBlock, t.rmax, threadIdx.x, smem, pl);
       __syncthreads();
@@ -65,7 +70,8 @@ __global__ void vt_kernel(const T* gplanes, T* tplanes, Geometry g, TapsView<T> 
 // channels; achromatic: w.r.t. the single channel.
 template <class T>
 __global__ void __launch_bounds__(kBlock) ht_kernel(const T* tplanes, const T* src0, const T* src1, T* out0,
-                                                    T* out1, int channels, Geometry g, Input mode, TapsView<T> t) {
+                                                    T* out1, int channels, Geometry g, Input mode, TapsView<T> t,
+                                                    HdrStep<T> hs) {
   T* smem = shared_buffer<T>();
   const int64_t x0 = (int64_t)blockIdx.x * kBlock;
   const int64_t hw = g.hw();
@@ -74,6 +80,11 @@ __global__ void __launch_bounds__(kBlock) ht_kernel(const T* tplanes, const T* s
     const int im = static_cast<int>(z % g.images);
     T* out = im == 0 ? out0 : out1;
     if (out == nullptr) continue;  // uniform over the block
+    T scale = T(1);
+    if (mode == Input::kHdr) {
+      if (!hs.active(n)) continue;
+      scale = hs.scale(n);
+    }
     out += n * channels * hw;
     const T* src = (im == 0 ? src0 : src1) + n * channels * hw;
     const T* tpl = tplanes + z * g.planes() * hw;
@@ -82,7 +93,7 @@ __global__ void __launch_bounds__(kBlock) ht_kernel(const T* tplanes, const T* s
       __syncthreads();
       T g_opp[3], g_yh;
       if (ht_compute(g, t, x0, kBlock, t.rmax, threadIdx.x, smem, g_opp, g_yh))
-        ht_store(g, mode, y * g.w + x0 + threadIdx.x, g_opp, g_yh, src, out);
+        ht_store(g, mode, y * g.w + x0 + threadIdx.x, g_opp, g_yh, src, out, scale, hs.tm);
       __syncthreads();
     }
   }
@@ -119,6 +130,18 @@ __global__ void v_feat_kernel(const T* planes, T* out, Geometry g, TapsView<T> t
 template <class T>
 __global__ void v_feat_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g, TapsView<T> t, T eps) {
   FLIP_GRID_STRIDE(i, g.n * g.hw()) feat_vjp_pixel(grad, planes, gplanes, g, t, i, eps);
+}
+
+template <class T>
+__global__ void v_hdr_kernel(const T* planes, T* out, T* emap, int32_t* index, Geometry g, TapsView<T> t, T eps,
+                             ColorConsts<T> k, HdrStep<T> hs) {
+  FLIP_GRID_STRIDE(i, g.n * g.hw()) hdr_max_pixel(planes, out, emap, index, g, t, i, eps, k, hs);
+}
+
+template <class T>
+__global__ void v_hdr_vjp_kernel(const T* grad, const int32_t* index, const T* planes, T* gplanes, Geometry g,
+                                 TapsView<T> t, T eps, ColorConsts<T> k, HdrStep<T> hs) {
+  FLIP_GRID_STRIDE(i, g.n * g.hw()) hdr_vjp_pixel(grad, index, planes, gplanes, g, t, i, eps, k, hs);
 }
 
 template <class T>
@@ -161,21 +184,22 @@ __global__ void hunt_hyab_vjp_kernel(const T* grad, const T* test, const T* ref,
 
 template <class T>
 void launch_h(const T* src0, const T* src1, int channels, const Geometry& g, Input mode, const TapsView<T>& t,
-              T* planes, cudaStream_t s) {
+              T* planes, cudaStream_t s, HdrStep<T> hs = HdrStep<T>{nullptr, nullptr, 0, 0, 1}) {
   const size_t smem = h_smem_bytes<T>(t.rmax);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(h_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  h_kernel<T><<<row_grid(g), kBlock, smem, s>>>(src0, src1, channels, g, mode, t, planes);
+  h_kernel<T><<<row_grid(g), kBlock, smem, s>>>(src0, src1, channels, g, mode, t, planes, hs);
 }
 
 template <class T>
 void launch_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* out0, T* out1, int channels,
-                  const Geometry& g, Input mode, const TapsView<T>& t, cudaStream_t s) {
+                  const Geometry& g, Input mode, const TapsView<T>& t, cudaStream_t s,
+                  HdrStep<T> hs = HdrStep<T>{nullptr, nullptr, 0, 0, 1}) {
   vt_kernel<T><<<blocks_for(g.n * g.images * g.hw()), kBlock, 0, s>>>(gplanes, tplanes, g, t);
   const size_t smem = ht_smem_bytes<T>(t.rmax, g.planes());
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(ht_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  ht_kernel<T><<<row_grid(g), kBlock, smem, s>>>(tplanes, src0, src1, out0, out1, channels, g, mode, t);
+  ht_kernel<T><<<row_grid(g), kBlock, smem, s>>>(tplanes, src0, src1, out0, out1, channels, g, mode, t, hs);
 }
 
 }  // namespace
@@ -196,6 +220,31 @@ void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
   v_ldr_vjp_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(grad, planes, gplanes, g, t, eps, k);
   // The H planes are dead now: they hold the transposed-vertical planes.
   launch_vt_ht(gplanes, planes, test, ref, g_test, g_ref, 3, g, mode, t, s);
+}
+
+template <class T>
+void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
+                      T* emap, int32_t* index, T* planes, const Geometry& g, const TapsView<T>& t, int tm, T eps,
+                      ColorConsts<T> k, cudaStream_t s) {
+  // out, emap and index arrive initialised (0, 0, -1); one exposure per step, all on the stream.
+  for (int64_t i = 0; i < E; ++i) {
+    const HdrStep<T> hs{exposures, counts, E, i, tm};
+    launch_h(test, ref, 3, g, Input::kHdr, t, planes, s, hs);
+    v_hdr_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(planes, out, emap, index, g, t, eps, k, hs);
+  }
+}
+
+template <class T>
+void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
+                       int64_t E, const int32_t* index, T* g_test, T* g_ref, T* planes, T* gplanes,
+                       const Geometry& g, const TapsView<T>& t, int tm, T eps, ColorConsts<T> k, cudaStream_t s) {
+  // g_test and g_ref arrive zeroed; each exposure adds the gradient of the pixels it won.
+  for (int64_t i = 0; i < E; ++i) {
+    const HdrStep<T> hs{exposures, counts, E, i, tm};
+    launch_h(test, ref, 3, g, Input::kHdr, t, planes, s, hs);
+    v_hdr_vjp_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(grad, index, planes, gplanes, g, t, eps, k, hs);
+    launch_vt_ht(gplanes, planes, test, ref, g_test, g_ref, 3, g, Input::kHdr, t, s, hs);
+  }
 }
 
 template <class T>
@@ -240,6 +289,11 @@ void hunt_hyab_backward(const T* grad, const T* test, const T* ref, T* g_test, T
 }
 
 #define FLIP_INSTANTIATE(T)                                                                                   \
+  template void hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*, T*,   \
+                                    const Geometry&, const TapsView<T>&, int, T, ColorConsts<T>, cudaStream_t);   \
+  template void hdr_flip_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,             \
+                                     const int32_t*, T*, T*, T*, T*, const Geometry&, const TapsView<T>&, int, T,  \
+                                     ColorConsts<T>, cudaStream_t);                                                \
   template void ldr_flip_forward<T>(const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, bool, T,  \
                                     ColorConsts<T>, cudaStream_t);                                            \
   template void ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, T*, T*, const Geometry&,           \

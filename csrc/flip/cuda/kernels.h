@@ -29,6 +29,17 @@ template <class T>
 void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, T* planes, T* gplanes,
                        const Geometry& g, const TapsView<T>& t, bool srgb, T eps, ColorConsts<T> k, cudaStream_t s);
 
+// HDR-FLIP over the E exposure columns (item n uses the first counts[n]); out/emap/index must be
+// initialised to 0/0/-1, g_test/g_ref (where not null) to 0.
+template <class T>
+void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
+                      T* emap, int32_t* index, T* planes, const Geometry& g, const TapsView<T>& t, int tm, T eps,
+                      ColorConsts<T> k, cudaStream_t s);
+template <class T>
+void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
+                       int64_t E, const int32_t* index, T* g_test, T* g_ref, T* planes, T* gplanes,
+                       const Geometry& g, const TapsView<T>& t, int tm, T eps, ColorConsts<T> k, cudaStream_t s);
+
 template <class T>
 void csf_filter_forward(const T* opp, T* out, T* planes, const Geometry& g, const TapsView<T>& t, cudaStream_t s);
 template <class T>
