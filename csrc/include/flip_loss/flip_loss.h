@@ -1,0 +1,190 @@
+// flip_loss/flip_loss.h: the C++ API of flip-loss (LibTorch programs).
+//
+// Typed inline calls of the ops that libflip_ops registers with the PyTorch dispatcher
+// (torch.ops.flip.* in Python), and the pooled statistics of an error map as NVIDIA's `flip` tool
+// reports them. Header-only: link the program against flip_loss::flip_ops (CMake:
+// find_package(flip_loss)), which registers the ops when it is loaded; this header needs no symbol
+// from it. The calls go through the dispatcher, so they run the CPU (or CUDA) kernels and record
+// autograd when an input requires grad, exactly like torch.ops.flip.* in Python.
+//
+//   #include <flip_loss/flip_loss.h>
+//   at::Tensor map = flip_loss::ldr_flip(test, reference);        // N x 1 x H x W in [0, 1]
+//   flip_loss::Pooled p = flip_loss::pool(map);                    // mean, weighted median, ...
+//
+// Conventions (see the README): images are N x 3 x H x W or 3 x H x W, float16/bfloat16/float32/
+// float64, sRGB-encoded in [0, 1] by default; argument order is (test, reference).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+#include <c10/util/string_view.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flip_loss {
+
+// Version of the C++ API (matches the CMake package version).
+constexpr int kVersionMajor = 0;
+constexpr int kVersionMinor = 1;
+constexpr int kVersionPatch = 0;
+
+// Pixels per degree of a 0.7 m wide 4K display seen from 0.7 m (NVIDIA's default):
+// pixels_per_degree(0.7, 0.7, 3840).
+constexpr double kDefaultPpd = 67.02064327658225;
+// Default regulariser of the square roots with infinite slope at 0 (see the README, "Gradients").
+constexpr double kDefaultEps = 1e-15;
+
+namespace detail {
+
+// The typed handle of op `name` ("flip::ldr_flip"); throws a c10::Error that says what to do when
+// the op is not registered (libflip_ops not loaded).
+template <class Sig>
+c10::TypedOperatorHandle<Sig> typed_op(const char* name) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  TORCH_CHECK(dispatcher.findSchema({name, ""}).has_value(), "flip_loss: the op ", name,
+              " is not registered: libflip_ops is not loaded in this process. Link the program "
+              "against flip_loss::flip_ops before torch's libraries (the linker drops it with "
+              "--as-needed otherwise), or load it with dlopen()/torch.ops.load_library.");
+  return dispatcher.findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+}  // namespace detail
+
+// ---- the ops ------------------------------------------------------------------------------------
+
+// The LDR-FLIP error map between `test` and `reference`: N x 1 x H x W (1 x H x W for a CHW
+// input), values in [0, 1], in the input dtype. `input_space` is "srgb" or "linear". Differentiable
+// in both inputs. (torch.ops.flip.ldr_flip)
+inline at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& reference, double ppd = kDefaultPpd,
+                           const std::string& input_space = "srgb", double eps = kDefaultEps) {
+  static const auto op =
+      detail::typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, double, c10::string_view, double)>(
+          "flip::ldr_flip");
+  return op.call(test, reference, ppd, c10::string_view(input_space.data(), input_space.size()), eps);
+}
+
+// YCxCz opponent image (N x 3 x H x W) -> CSF-filtered linear RGB, clamped to [0, 1].
+// (torch.ops.flip.csf_filter)
+inline at::Tensor csf_filter(const at::Tensor& opponent, double ppd = kDefaultPpd) {
+  static const auto op = detail::typed_op<at::Tensor(const at::Tensor&, double)>("flip::csf_filter");
+  return op.call(opponent, ppd);
+}
+
+// Two filtered linear-RGB images (N x 3 x H x W) -> colour error dE_c (N x 1 x H x W).
+// (torch.ops.flip.hunt_hyab)
+inline at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& reference, double eps = kDefaultEps) {
+  static const auto op =
+      detail::typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("flip::hunt_hyab");
+  return op.call(test, reference, eps);
+}
+
+// Two normalised achromatic images (N x 1 x H x W) -> feature error dE_f (N x 1 x H x W).
+// (torch.ops.flip.feature_difference)
+inline at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& reference, double ppd = kDefaultPpd,
+                                     double eps = kDefaultEps) {
+  static const auto op =
+      detail::typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, double, double)>("flip::feature_difference");
+  return op.call(test, reference, ppd, eps);
+}
+
+// ---- viewing setup ------------------------------------------------------------------------------
+
+// Pixels per degree of visual angle for a display `width_px` pixels wide spanning `width_m` metres,
+// seen from `distance_m` metres: distance * (width_px / width_m) * pi / 180 (same expression, so
+// the same double, as flip_loss.pixels_per_degree in Python).
+inline double pixels_per_degree(double distance_m, double width_m, double width_px) {
+  TORCH_CHECK(std::isfinite(distance_m) && distance_m > 0, "flip_loss: distance_m must be a positive finite number, got ",
+              distance_m);
+  TORCH_CHECK(std::isfinite(width_m) && width_m > 0, "flip_loss: width_m must be a positive finite number, got ",
+              width_m);
+  TORCH_CHECK(std::isfinite(width_px) && width_px > 0, "flip_loss: width_px must be a positive finite number, got ",
+              width_px);
+  constexpr double kPi = 3.141592653589793;  // == Python's math.pi
+  return distance_m * (width_px / width_m) * (kPi / 180.0);
+}
+
+// ---- pooling ------------------------------------------------------------------------------------
+
+// The six values NVIDIA's `flip` tool prints for an error map (flip_loss.pool in Python).
+struct Pooled {
+  double mean = 0;                 // summed in float64
+  double weighted_median = 0;      // weighted percentile 0.5
+  double weighted_quartile_1 = 0;  // weighted percentile 0.25
+  double weighted_quartile_3 = 0;  // weighted percentile 0.75
+  double min = 0;
+  double max = 0;
+};
+
+namespace detail {
+
+// The tool's weighted percentiles: sort ascending, walk a running sum of the values (in the map's
+// precision: float for float32/16, double for float64) and take the first value whose running sum
+// exceeds p * total, the total summed sequentially in row-major order; 0 when the total is 0; the
+// largest value if rounding leaves no running sum above the threshold.
+template <class T>
+Pooled pool_values(const T* data, int64_t n) {
+  Pooled out;
+  T total = 0;
+  double sum64 = 0;
+  T lo = data[0], hi = data[0];
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = data[i];
+    TORCH_CHECK(std::isfinite(static_cast<double>(v)), "flip_loss::pool: the error map contains NaN or infinite values");
+    total += v;
+    sum64 += static_cast<double>(v);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  out.mean = sum64 / static_cast<double>(n);
+  out.min = static_cast<double>(lo);
+  out.max = static_cast<double>(hi);
+  if (total == 0) return out;  // percentiles 0
+
+  std::vector<T> sorted(data, data + n);
+  std::sort(sorted.begin(), sorted.end());
+  const double ps[3] = {0.5, 0.25, 0.75};
+  double* targets[3] = {&out.weighted_median, &out.weighted_quartile_1, &out.weighted_quartile_3};
+  double thresholds[3];
+  bool found[3] = {false, false, false};
+  for (int k = 0; k < 3; ++k) thresholds[k] = ps[k] * static_cast<double>(total);
+  T running = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    running += sorted[i];
+    for (int k = 0; k < 3; ++k) {
+      if (!found[k] && static_cast<double>(running) > thresholds[k]) {
+        *targets[k] = static_cast<double>(sorted[i]);
+        found[k] = true;
+      }
+    }
+    if (found[0] && found[1] && found[2]) break;
+  }
+  for (int k = 0; k < 3; ++k) {
+    if (!found[k]) *targets[k] = static_cast<double>(sorted[n - 1]);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+// Pooled values of all elements of `map` (any shape, any device, any float dtype), computed as
+// NVIDIA's evaluator computes them, except that the mean is summed in float64 and the max of a
+// map without positive values is its true max (flip_loss.pool in Python, same values).
+// Throws c10::Error for an empty map or one with NaN/inf values.
+inline Pooled pool(const at::Tensor& map) {
+  TORCH_CHECK(map.defined(), "flip_loss::pool: the error map is undefined");
+  TORCH_CHECK(at::isFloatingType(map.scalar_type()) || at::isIntegralType(map.scalar_type(), /*includeBool=*/true),
+              "flip_loss::pool: expected a real error map, got ", map.scalar_type());
+  TORCH_CHECK(map.numel() > 0, "flip_loss::pool: the error map is empty");
+  at::NoGradGuard no_grad;
+  const bool f64 = map.scalar_type() == at::kDouble;
+  at::Tensor flat = map.detach().to(at::kCPU, f64 ? at::kDouble : at::kFloat).contiguous().reshape({-1});
+  if (f64) return detail::pool_values<double>(flat.data_ptr<double>(), flat.numel());
+  return detail::pool_values<float>(flat.data_ptr<float>(), flat.numel());
+}
+
+}  // namespace flip_loss

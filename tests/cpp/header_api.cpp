@@ -1,0 +1,140 @@
+// flip_header_api INPUTS.pt OUTPUTS.pt
+//
+// Exercises the public C++ API <flip_loss/flip_loss.h> on tensors saved from Python.
+//   INPUTS.pt   a scripted container module (torch.jit.script) whose attributes are tensors:
+//               test, reference (N x 3 x H x W sRGB), opponent (N x 3 x H x W YCxCz),
+//               lin_test, lin_reference (N x 3 x H x W linear RGB), ach_test, ach_reference
+//               (N x 1 x H x W), params (float64: ppd, eps), and any number of maps to pool whose
+//               names start with "pool_"
+//   OUTPUTS.pt  a tuple of (name, tensor) pairs written with torch::pickle_save (read with
+//               dict(torch.load(path, weights_only=True)) in Python):
+//                 ldr_flip, ldr_flip_linear, ldr_flip_defaults, grad_test, grad_reference,
+//                 csf_filter, hunt_hyab, feature_difference,
+//                 ppd (float64: pixels_per_degree(0.7, 0.7, 3840), pixels_per_degree(0.5, 0.3, 1920),
+//                      kDefaultPpd),
+//                 pooled_<name> for every pool_<name> input and pooled_ldr_flip (float64, 6 values:
+//                      mean, weighted median, 1st and 3rd weighted quartile, min, max),
+//                 checks (int64: 1 for each check that passed; see below)
+#include <flip_loss/flip_loss.h>
+
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/script.h>
+
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+at::Tensor tensor_attr(const torch::jit::Module& m, const std::string& name) {
+  TORCH_CHECK(m.hasattr(name), "the inputs module has no attribute '", name, "'");
+  auto v = m.attr(name);
+  TORCH_CHECK(v.isTensor(), "the inputs module's attribute '", name, "' is not a tensor");
+  return v.toTensor();
+}
+
+void write_file(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  TORCH_CHECK(out, "cannot open '", path, "' for writing");
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  TORCH_CHECK(out.good(), "error writing '", path, "'");
+}
+
+at::Tensor pooled_tensor(const flip_loss::Pooled& p) {
+  return at::tensor({p.mean, p.weighted_median, p.weighted_quartile_1, p.weighted_quartile_3, p.min, p.max},
+                    at::kDouble);
+}
+
+template <class F>
+bool throws_c10_error(F&& f, const std::string& needle) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return std::string(e.what_without_backtrace()).find(needle) != std::string::npos;
+  }
+  return false;
+}
+
+int run(const std::string& inputs_path, const std::string& outputs_path) {
+  torch::jit::Module inputs = torch::jit::load(inputs_path, at::kCPU);
+  const at::Tensor params = tensor_attr(inputs, "params").to(at::kDouble);
+  const double ppd = params[0].item<double>();
+  const double eps = params[1].item<double>();
+
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  auto put = [&out](const std::string& name, const at::Tensor& t) {
+    out.emplace_back(name, t.detach().contiguous());
+  };
+
+  // ldr_flip with autograd through the dispatcher call.
+  at::Tensor test = tensor_attr(inputs, "test").detach().clone().requires_grad_(true);
+  at::Tensor reference = tensor_attr(inputs, "reference").detach().clone().requires_grad_(true);
+  at::Tensor map = flip_loss::ldr_flip(test, reference, ppd, "srgb", eps);
+  TORCH_CHECK(map.requires_grad(), "flip_loss::ldr_flip's output does not require grad");
+  map.sum().backward();
+  put("ldr_flip", map);
+  put("grad_test", test.grad());
+  put("grad_reference", reference.grad());
+  {
+    at::NoGradGuard no_grad;
+    put("ldr_flip_linear", flip_loss::ldr_flip(test.detach(), reference.detach(), ppd, "linear", eps));
+    put("ldr_flip_defaults", flip_loss::ldr_flip(test.detach(), reference.detach()));
+    put("csf_filter", flip_loss::csf_filter(tensor_attr(inputs, "opponent"), ppd));
+    put("hunt_hyab", flip_loss::hunt_hyab(tensor_attr(inputs, "lin_test"), tensor_attr(inputs, "lin_reference"), eps));
+    put("feature_difference", flip_loss::feature_difference(tensor_attr(inputs, "ach_test"),
+                                                            tensor_attr(inputs, "ach_reference"), ppd, eps));
+  }
+  put("ppd", at::tensor({flip_loss::pixels_per_degree(0.7, 0.7, 3840), flip_loss::pixels_per_degree(0.5, 0.3, 1920),
+                         flip_loss::kDefaultPpd},
+                        at::kDouble));
+
+  // pool() of every pool_* input and of the map computed here.
+  for (const auto& attr : inputs.named_attributes(/*recurse=*/false)) {
+    if (attr.name.rfind("pool_", 0) == 0 && attr.value.isTensor()) {
+      put("pooled_" + attr.name.substr(5), pooled_tensor(flip_loss::pool(attr.value.toTensor())));
+    }
+  }
+  put("pooled_ldr_flip", pooled_tensor(flip_loss::pool(map)));
+
+  // Error paths: each must throw a c10::Error with a message that says what is wrong.
+  std::vector<int64_t> checks;
+  checks.push_back(throws_c10_error([] { flip_loss::detail::typed_op<at::Tensor(const at::Tensor&)>("flip::no_such_op"); },
+                                    "is not registered"));
+  checks.push_back(throws_c10_error([&] { flip_loss::ldr_flip(test.detach(), reference.detach(), ppd, "xyz"); },
+                                    "input_space"));
+  checks.push_back(throws_c10_error([] { flip_loss::pool(at::empty({0})); }, "empty"));
+  checks.push_back(throws_c10_error([] { flip_loss::pool(at::full({2, 2}, NAN)); }, "NaN"));
+  checks.push_back(throws_c10_error([] { flip_loss::pixels_per_degree(0.7, 0.0, 3840); }, "width_m"));
+  put("checks", at::tensor(checks, at::kLong));
+
+  std::vector<c10::IValue> entries;
+  for (const auto& [name, t] : out) entries.push_back(c10::ivalue::Tuple::create({c10::IValue(name), c10::IValue(t)}));
+  write_file(outputs_path, torch::jit::pickle_save(c10::IValue(c10::ivalue::Tuple::create(std::move(entries)))));
+
+  const flip_loss::Pooled p = flip_loss::pool(map);
+  std::printf("flip_header_api: input %s, ppd %.4f, mean FLIP %.8f, weighted median %.8f\n",
+              c10::str(test.sizes()).c_str(), ppd, p.mean, p.weighted_median);
+  std::printf("  wrote %zu results to %s\n", out.size(), outputs_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: " << (argc ? argv[0] : "flip_header_api") << " INPUTS.pt OUTPUTS.pt\n";
+    return 2;
+  }
+  try {
+    return run(argv[1], argv[2]);
+  } catch (const c10::Error& e) {
+    std::cerr << "flip_header_api: error: " << e.what_without_backtrace() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "flip_header_api: error: " << e.what() << "\n";
+  }
+  return 1;
+}
