@@ -40,6 +40,8 @@ fi
 
 echo "== benchmark"
 $PY benchmarks/gpu_bench.py --json "$OUT/bench.json" | tee "$OUT/bench.md"
+echo "== HDR benchmark"
+(cd benchmarks && $PY hdr_bench.py --device cuda) | tee "$OUT/hdr_bench.md"
 echo
 echo "== summary"
 printf '%s\n' "${status[@]}"

@@ -398,6 +398,15 @@ def test_header_api_matches_python(cpp_build, tmp_path):
         torch.testing.assert_close(out[name], grad, rtol=1e-5, atol=1e-7, msg=lambda m: f"{name}: {m}{note}")
         assert out[name].abs().max().item() > 0, f"{name} is all zeros"
 
+    # hdr_flip: the header's evenly spaced exposures give flip_loss.hdr_flip's values and gradient.
+    ht = (test * 4).requires_grad_(True)
+    hmap, hemap = flip_loss.hdr_flip(ht, reference * 4, ppd, "hable", -2.0, 1.0, 4, return_exposure_map=True,
+                                     eps=eps)
+    hmap.sum().backward()
+    torch.testing.assert_close(out["hdr_flip"], hmap.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out["hdr_exposure_map"], hemap, rtol=0, atol=0)
+    torch.testing.assert_close(out["hdr_grad_test"], ht.grad, rtol=1e-4, atol=1e-6)
+
     # pixels_per_degree and kDefaultPpd: the same doubles as Python.
     cpp_ppd = out["ppd"].tolist()
     assert cpp_ppd[0] == flip_loss.DEFAULT_PPD == flip_loss.pixels_per_degree(0.7, 0.7, 3840)

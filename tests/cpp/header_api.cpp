@@ -88,6 +88,16 @@ int run(const std::string& inputs_path, const std::string& outputs_path) {
     put("feature_difference", flip_loss::feature_difference(tensor_attr(inputs, "ach_test"),
                                                             tensor_attr(inputs, "ach_reference"), ppd, eps));
   }
+  {
+    // hdr_flip with autograd, on the inputs lifted into HDR (x 4).
+    at::Tensor ht = (tensor_attr(inputs, "test") * 4).detach().requires_grad_(true);
+    at::Tensor hr = (tensor_attr(inputs, "reference") * 4).detach().requires_grad_(true);
+    auto res = flip_loss::hdr_flip(ht, hr, -2.0, 1.0, 4, ppd, "HABLE", eps);
+    res.error.sum().backward();
+    put("hdr_flip", res.error);
+    put("hdr_exposure_map", res.exposure_map);
+    put("hdr_grad_test", ht.grad());
+  }
   put("ppd", at::tensor({flip_loss::pixels_per_degree(0.7, 0.7, 3840), flip_loss::pixels_per_degree(0.5, 0.3, 1920),
                          flip_loss::kDefaultPpd},
                         at::kDouble));

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace flip_loss {
@@ -90,6 +91,39 @@ inline at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& r
   static const auto op =
       detail::typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, double, double)>("flip::feature_difference");
   return op.call(test, reference, ppd, eps);
+}
+
+// HDR-FLIP with given exposures: `exposures` is N x E (stops), item n uses its first counts[n]
+// (int64, each in [2, E]). Returns the error map, the exposure map (winning exposure index /
+// (count - 1), 0 where none wins) and the int32 winning index (-1 where none wins), each
+// N x 1 x H x W. `tone_mapper` is "aces", "hable" or "reinhard". Differentiable in both images.
+// (torch.ops.flip.hdr_flip; flip_loss.hdr_flip in Python adds the automatic exposures.)
+struct HdrResult {
+  at::Tensor error, exposure_map, exposure_index;
+};
+
+inline HdrResult hdr_flip(const at::Tensor& test, const at::Tensor& reference, const at::Tensor& exposures,
+                          const at::Tensor& counts, double ppd = kDefaultPpd, const std::string& tone_mapper = "aces",
+                          double eps = kDefaultEps) {
+  static const auto op = detail::typed_op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double, c10::string_view, double)>(
+      "flip::hdr_flip");
+  auto [e, m, i] = op.call(test, reference, exposures, counts, ppd,
+                           c10::string_view(tone_mapper.data(), tone_mapper.size()), eps);
+  return HdrResult{e, m, i};
+}
+
+// The same exposures for every image: `num` of them evenly from `start` to `stop` stops.
+inline HdrResult hdr_flip(const at::Tensor& test, const at::Tensor& reference, double start, double stop, int64_t num,
+                          double ppd = kDefaultPpd, const std::string& tone_mapper = "aces",
+                          double eps = kDefaultEps) {
+  TORCH_CHECK(num >= 2, "flip_loss::hdr_flip: num must be at least 2, got ", num);
+  TORCH_CHECK(start <= stop, "flip_loss::hdr_flip: start (", start, ") must not exceed stop (", stop, ")");
+  const int64_t n = test.dim() == 4 ? test.size(0) : 1;
+  auto row = at::linspace(start, stop, num, test.options().dtype(at::kDouble));
+  auto exposures = row.unsqueeze(0).expand({n, num}).contiguous();
+  auto counts = at::full({n}, num, test.options().dtype(at::kLong));
+  return hdr_flip(test, reference, exposures, counts, ppd, tone_mapper, eps);
 }
 
 // ---- viewing setup ------------------------------------------------------------------------------
