@@ -1,4 +1,5 @@
 """Loads the compiled operator library (``flip_loss._C``), which registers ``torch.ops.flip.*``."""
+import os
 import warnings
 
 import torch
@@ -38,11 +39,16 @@ def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
 
 
 def _devices_with_kernels():
+    # FLIP_LOSS_CUDA_KERNELS=0 sends CUDA tensors to the pure-PyTorch reference instead (a way
+    # around a CUDA-kernel problem on some GPU without rebuilding).
+    use_cuda = os.environ.get("FLIP_LOSS_CUDA_KERNELS", "1") not in ("0", "false", "off", "no")
     table = {}
     for op in ("ldr_flip", "hdr_flip"):
         devs = set()
         if HAS_EXTENSION:
             for key, dev in (("CPU", "cpu"), ("CUDA", "cuda")):
+                if dev == "cuda" and not use_cuda:
+                    continue
                 if torch._C._dispatch_has_kernel_for_dispatch_key(f"flip::{op}", key):
                     devs.add(dev)
         table[op] = frozenset(devs)
