@@ -1,24 +1,46 @@
 """``flip-loss`` / ``python -m flip_loss``: the command-line FLIP evaluator.
 
-Evaluates LDR-FLIP between a reference image and one or more test images with
-``flip_loss.functional.ldr_flip`` and prints the pooled values in the layout of NVIDIA's ``flip``
-tool; writes the error map as a magma (or grey) PNG. See ``flip-loss --help``.
+Evaluates LDR-FLIP between a reference image and one or more test images (or between two folders
+of images paired by name) with ``flip_loss.functional.ldr_flip`` and prints the pooled values in
+the layout of NVIDIA's ``flip`` tool; writes the error maps as magma (or grey) PNGs, and on request
+the pooled values as text files, a CSV summary and weighted histograms (PNG, drawn with matplotlib).
+``--fail-above`` turns it into a regression gate. ``flip-loss psychophysics ...`` runs the
+psychophysics suite (``flip_loss.psychophysics.cli``). See ``flip-loss --help``.
+
+Exit codes: 0 success, 1 a ``--fail-above`` gate failed, 2 an error the user can act on (one
+``flip-loss: error:`` line on stderr), 3 an internal error (a traceback on stderr).
 """
 import argparse
+import csv
 import math
 import os
 import sys
 import time
+import traceback
 import warnings
-from typing import Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-__all__ = ["main", "example_paths", "build_parser", "EXIT_OK", "EXIT_USAGE"]
+__all__ = ["main", "example_paths", "build_parser", "EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "EXIT_INTERNAL",
+           "FOLDER_EXTENSIONS", "CSV_HEADER"]
 
 EXIT_OK = 0
+EXIT_GATE = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
 
 _PROG = "flip-loss"
 _DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+# Image files the folder mode pairs up (case-insensitive). HDR files (.exr, .hdr, .pfm) are reported
+# and skipped until HDR-FLIP lands (see _LDR_ONLY below).
+FOLDER_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tga")
+CSV_HEADER = ("Reference", "Test", "Mean", "Weighted median", "1st weighted quartile",
+              "3rd weighted quartile", "Min", "Max", "Evaluation time")
+GATE_QUANTITIES = ("mean", "weighted-median", "max")
+HISTOGRAM_BINS = 100
+# HDR hook: while True, .exr/.hdr/.pfm inputs are rejected with a clear message. HDR-FLIP plugs in
+# where _reject_hdr and _dynamic_range are used.
+_LDR_ONLY = True
 
 
 def example_paths() -> Tuple[str, str]:
@@ -51,15 +73,31 @@ _EPILOG = """\
 The reference and the test images must have the same size. They are read as 8- or 16-bit
 sRGB-encoded LDR images (PNG, JPEG, BMP, TGA); HDR input (.exr) is not supported yet.
 The default pixels per degree, 67 (67.0206...), is a 0.7 m wide 4K display seen from 0.7 m.
-Unless --no-error-map is given, the error map of each test image is written as a PNG named
-flip.<reference>.<test>.<ppd>ppd.ldr.png in --directory (default: the current directory).
+
+outputs (in --directory, default: the current directory):
+  flip.<reference>.<test>.<ppd>ppd.ldr.png       the error map (unless --no-error-map)
+  pooled_values.flip.<...>.ldr.txt               with --textfile
+  [log_]weighted_histogram.flip.<...>.ldr.png    with --histogram (two test images: one
+                                                 overlapped histogram, both test names in it)
+  with --basename NAME: NAME.png, NAME.txt, NAME.[log_]weighted_histogram.png
+  --csv FILE appends one row per test image (a header first when FILE is new).
+
+folder mode: --reference-dir R --test-dir T evaluates every image in T against the image of
+the same name (stem; any of .png .jpg .jpeg .bmp .tga) in R, warns about unmatched files,
+writes the maps to --directory and a summary CSV (--csv, default <directory>/summary.csv).
+
+regression gate: --fail-above mean|weighted-median|max THRESHOLD exits with code 1 when any
+test image's value is above THRESHOLD (in [0, 1]); every image is still evaluated.
+
+flip-loss psychophysics ... runs the psychophysics suite (see 'flip-loss psychophysics --help').
 
 exit codes:
   0  success
-  2  an error you can act on: a bad option or option value, a missing, unreadable or HDR
-     image file, images of different sizes, an unavailable device, an unwritable output
-     (one line on stderr, starting with 'flip-loss: error:')
-  1  an unexpected internal error (a Python traceback is printed)
+  1  the --fail-above gate failed for at least one test image
+  2  an error you can act on: a bad option or option value, a missing, unreadable,
+     unsupported or HDR image file, images of different sizes, an unavailable device,
+     an unwritable output (one line on stderr, starting with 'flip-loss: error:')
+  3  an unexpected internal error (a Python traceback is printed)
 """
 
 
@@ -68,15 +106,24 @@ def build_parser() -> argparse.ArgumentParser:
     :func:`main` turns into one line on stderr and exit code 2)."""
     p = _Parser(
         prog=_PROG,
-        description="Compute LDR-FLIP between a reference image and one or more test images,\n"
-                    "print the pooled FLIP values (mean, weighted median and quartiles, min, max)\n"
-                    "and save the FLIP error maps.",
+        description="Compute LDR-FLIP between a reference image and one or more test images (or\n"
+                    "two folders of images paired by name), print the pooled FLIP values (mean,\n"
+                    "weighted median and quartiles, min, max) and save the FLIP error maps.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-r", "--reference", metavar="REFERENCE",
-                   help="reference image file")
-    p.add_argument("-t", "--test", metavar="TEST", nargs="+",
-                   help="one or more test image files, each the size of the reference")
-    view = p.add_mutually_exclusive_group()
+    inputs = p.add_argument_group("inputs")
+    inputs.add_argument("-r", "--reference", metavar="REFERENCE",
+                        help="reference image file")
+    inputs.add_argument("-t", "--test", metavar="TEST", nargs="+",
+                        help="one or more test image files, each the size of the reference")
+    inputs.add_argument("--reference-dir", metavar="DIR", default=None,
+                        help="folder mode: folder of reference images (with --test-dir)")
+    inputs.add_argument("--test-dir", metavar="DIR", default=None,
+                        help="folder mode: folder of test images, paired with the references by "
+                             "file name without extension")
+    inputs.add_argument("--example", action="store_true",
+                        help="evaluate the bundled example pair (instead of --reference/--test)")
+
+    view = p.add_argument_group("viewing conditions").add_mutually_exclusive_group()
     view.add_argument("--ppd", "--pixels-per-degree", "-ppd", dest="ppd", metavar="P",
                       type=_positive_float, default=None,
                       help="observer's pixels per degree of visual angle (default: 67.0206..., a "
@@ -85,23 +132,56 @@ def build_parser() -> argparse.ArgumentParser:
                       metavar=("DIST_M", "WIDTH_M", "WIDTH_PX"), type=_positive_float, default=None,
                       help="viewing distance (m), display width (m) and display width (pixels), "
                            "from which the pixels per degree are computed")
-    p.add_argument("-o", "--output", metavar="MAP.png", default=None,
-                   help="file name of the error map (one test image only; relative names are "
-                        "placed in --directory when it is given)")
-    p.add_argument("-d", "--directory", metavar="DIR", default=None,
-                   help="directory for the error maps (created if needed; default: the current "
-                        "directory)")
-    p.add_argument("-nm", "--no-magma", action="store_true",
-                   help="save grey error maps instead of magma-coloured ones")
-    p.add_argument("-nerm", "--no-error-map", action="store_true",
-                   help="do not save the error maps")
-    p.add_argument("-v", "--verbosity", type=int, choices=(0, 1, 2), default=2,
-                   help="0: print nothing; 1: the mean FLIP error; 2 (default): all pooled values, "
-                        "the pixels per degree and the evaluation time")
+
+    out = p.add_argument_group("outputs")
+    out.add_argument("-d", "--directory", metavar="DIR", default=None,
+                     help="directory for the error maps, text files and histograms (created if "
+                          "needed; default: the current directory)")
+    names = out.add_mutually_exclusive_group()
+    names.add_argument("-o", "--output", metavar="MAP.png", default=None,
+                       help="file name of the error map (one test image only; relative names are "
+                            "placed in --directory when it is given)")
+    names.add_argument("-b", "--basename", metavar="NAME", default=None,
+                       help="base name of every output file: NAME.png, NAME.txt, "
+                            "NAME.weighted_histogram.png (one test image only)")
+    out.add_argument("-nm", "--no-magma", action="store_true",
+                     help="save grey error maps instead of magma-coloured ones")
+    out.add_argument("-nerm", "--no-error-map", action="store_true",
+                     help="do not save the error maps")
+    out.add_argument("-txt", "--textfile", action="store_true",
+                     help="write the pooled values of each test image to a .txt file next to "
+                          "its error map")
+    out.add_argument("-c", "--csv", metavar="FILE", default=None,
+                     help="append one row per test image (Reference, Test, Mean, Weighted median, "
+                          "1st and 3rd weighted quartile, Min, Max, Evaluation time) to FILE; the "
+                          "header is written when FILE is new")
+    out.add_argument("-v", "--verbosity", type=int, choices=(0, 1, 2), default=2,
+                     help="0: print nothing; 1: the mean FLIP error; 2 (default): all pooled values, "
+                          "the pixels per degree and the evaluation time")
+    out.add_argument("--no-progress", action="store_true",
+                     help="folder mode: no progress bar on stderr")
+
+    hist = p.add_argument_group("histogram")
+    hist.add_argument("-hist", "--histogram", action="store_true",
+                      help="draw the weighted FLIP histogram (100 buckets) as a PNG; with two test "
+                           "images, one overlapped histogram of both")
+    hist.add_argument("-lg", "--log", action="store_true",
+                      help="logarithmic y axis for the histogram")
+    hist.add_argument("--y-max", dest="y_max", metavar="Y", type=_positive_float, default=None,
+                      help="upper limit of the histogram's y axis")
+    hist.add_argument("-epv", "--exclude-pooled-values", action="store_true",
+                      help="do not draw the pooled values into the histogram")
+
+    gate = p.add_argument_group("regression gate")
+    gate.add_argument("--fail-above", "--exit-test-parameters", "-etp", dest="fail_above", nargs=2,
+                      metavar=("QUANTITY", "THRESHOLD"), default=None,
+                      help="exit with code 1 if, for any test image, QUANTITY (mean, weighted-median "
+                           "or max) is above THRESHOLD (a number in [0, 1])")
+    gate.add_argument("-et", "--exit-on-test", action="store_true",
+                      help="NVIDIA's spelling: the gate with 'mean 0.05' unless --fail-above is given")
+
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where to compute: auto (default: CUDA when available), cpu or cuda")
-    p.add_argument("--example", action="store_true",
-                   help="evaluate the bundled example pair (instead of --reference/--test)")
     return p
 
 
@@ -150,6 +230,296 @@ def _resolve_device(choice: str):
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def _reject_hdr(paths: Sequence[str]) -> None:
+    """HDR hook: LDR-FLIP only for now."""
+    from .imageio import is_hdr_path
+
+    if not _LDR_ONLY:  # pragma: no cover - HDR-FLIP replaces this
+        return
+    for path in paths:
+        if is_hdr_path(path):
+            raise _UsageError(f"HDR input is not supported yet: '{path}' "
+                              f"({os.path.splitext(path)[1]}); only LDR images (PNG, JPEG, BMP, "
+                              "TGA) can be evaluated for now")
+
+
+def _dynamic_range(reference: str) -> str:
+    """'ldr' (the suffix of the output names); HDR-FLIP will return 'hdr' for .exr references."""
+    return "ldr"
+
+
+def _warn(message: str) -> None:
+    sys.stdout.flush()
+    print(f"{_PROG}: warning: {message}", file=sys.stderr)
+    sys.stderr.flush()
+
+
+def _list_names(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+# ----------------------------------------------------------------------------------------------
+# Folder mode: pairing by name
+# ----------------------------------------------------------------------------------------------
+
+def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, str], List[str], List[str]]:
+    """{stem: path} of the supported images in ``directory`` (not recursive; hidden files are
+    ignored), plus the names of HDR files and of other files that were skipped."""
+    from .imageio import is_hdr_path
+
+    if not os.path.exists(directory):
+        raise _UsageError(f"{what} '{directory}' does not exist")
+    if not os.path.isdir(directory):
+        raise _UsageError(f"{what} '{directory}' is not a directory")
+    try:
+        entries = sorted(os.listdir(directory))
+    except OSError as exc:
+        raise _UsageError(f"cannot list {what} '{directory}': {exc.strerror or exc}") from None
+    found: Dict[str, str] = {}
+    hdr: List[str] = []
+    other: List[str] = []
+    for name in entries:
+        path = os.path.join(directory, name)
+        if name.startswith(".") or not os.path.isfile(path):
+            continue
+        ext = os.path.splitext(name)[1].lower()
+        if ext in FOLDER_EXTENSIONS:
+            stem = os.path.splitext(name)[0]
+            if stem in found:
+                raise _UsageError(f"{what} '{directory}' has two images named '{stem}' "
+                                  f"({os.path.basename(found[stem])} and {name}); the pairing by "
+                                  "name would be ambiguous: rename or remove one")
+            found[stem] = path
+        elif is_hdr_path(name):
+            hdr.append(name)
+        else:
+            other.append(name)
+    return found, hdr, other
+
+
+def _pair_folders(reference_dir: str, test_dir: str, verbose: bool) -> List[Tuple[str, str]]:
+    refs, ref_hdr, ref_other = _scan_folder(reference_dir, "reference folder")
+    tests, test_hdr, test_other = _scan_folder(test_dir, "test folder")
+    stems = sorted(set(refs) & set(tests))
+    if verbose:
+        only_ref = sorted(os.path.basename(refs[s]) for s in set(refs) - set(tests))
+        only_test = sorted(os.path.basename(tests[s]) for s in set(tests) - set(refs))
+        if only_ref:
+            _warn(f"{len(only_ref)} reference image(s) without a test image of the same name in "
+                  f"'{test_dir}', skipped: {_list_names(only_ref)}")
+        if only_test:
+            _warn(f"{len(only_test)} test image(s) without a reference image of the same name in "
+                  f"'{reference_dir}', skipped: {_list_names(only_test)}")
+        hdr = ref_hdr + test_hdr
+        if hdr:
+            _warn(f"{len(hdr)} HDR file(s) skipped (HDR input is not supported yet): {_list_names(hdr)}")
+        other = ref_other + test_other
+        if other:
+            _warn(f"{len(other)} file(s) without a supported image extension "
+                  f"({' '.join(FOLDER_EXTENSIONS)}) ignored: {_list_names(other)}")
+    if not stems:
+        raise _UsageError(f"no image in the test folder '{test_dir}' has a reference of the same name "
+                          f"in '{reference_dir}' (pairs are matched by file name without extension; "
+                          f"supported extensions: {' '.join(FOLDER_EXTENSIONS)})")
+    return [(refs[s], tests[s]) for s in stems]
+
+
+# ----------------------------------------------------------------------------------------------
+# Outputs
+# ----------------------------------------------------------------------------------------------
+
+class _Names(NamedTuple):
+    map: str
+    text: str
+    histogram: str
+
+
+def _output_names(args, reference: str, test: str, ppd: float, directory: str) -> _Names:
+    log = "log_" if args.log else ""
+    if args.basename is not None:
+        b = os.path.join(directory, args.basename)
+        return _Names(b + ".png", b + ".txt", f"{b}.{log}weighted_histogram.png")
+    if args.output is not None:
+        map_path = os.path.join(args.directory, args.output) if args.directory is not None else args.output
+        parent, stem = os.path.dirname(map_path), _stem(map_path)
+        return _Names(map_path, os.path.join(parent, f"pooled_values.{stem}.txt"),
+                      os.path.join(parent, f"{log}weighted_histogram.{stem}.png"))
+    base = (f"flip.{_stem(reference)}.{_stem(test)}.{_round_half_up(ppd)}ppd."
+            f"{_dynamic_range(reference)}")
+    return _Names(os.path.join(directory, base + ".png"),
+                  os.path.join(directory, f"pooled_values.{base}.txt"),
+                  os.path.join(directory, f"{log}weighted_histogram.{base}.png"))
+
+
+def _pooled_lines(pooled) -> List[str]:
+    return [f"Mean: {pooled.mean:.6f}",
+            f"Weighted median: {pooled.weighted_median:.6f}",
+            f"1st weighted quartile: {pooled.weighted_quartile_1:.6f}",
+            f"3rd weighted quartile: {pooled.weighted_quartile_3:.6f}",
+            f"Min: {pooled.min:.6f}",
+            f"Max: {pooled.max:.6f}"]
+
+
+def _write_text(path: str, text: str, what: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise _UsageError(f"cannot write the {what} '{path}': {exc.strerror or exc}") from None
+
+
+def _append_csv(path: str, reference: str, test: str, pooled, seconds: float) -> None:
+    try:
+        new = not os.path.exists(path) or os.path.getsize(path) == 0
+        with open(path, "a", newline="", encoding="utf-8") as f:
+            w = csv.writer(f, quoting=csv.QUOTE_ALL, lineterminator="\n")
+            if new:
+                w.writerow(CSV_HEADER)
+            w.writerow([reference, test] + [f"{v:.6f}" for v in pooled] + [f"{seconds:.4f}"])
+    except OSError as exc:
+        raise _UsageError(f"cannot write the CSV file '{path}': {exc.strerror or exc}") from None
+
+
+def _import_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise _UsageError(f"--histogram needs matplotlib, which could not be imported ({exc}); "
+                          "install it with 'pip install matplotlib'") from None
+    return Figure, FigureCanvasAgg
+
+
+def _save_histogram(path: str, series, log: bool, y_max: Optional[float], include_values: bool) -> None:
+    """Draws the weighted histogram(s) of ``series`` = [(label, error map, pooled values), ...]
+    (one, or two overlapped) into the PNG ``path``."""
+    import numpy as np
+
+    from .pooling import weighted_histogram
+
+    Figure, FigureCanvasAgg = _import_matplotlib()
+    fig = Figure(figsize=(25 / 2.54, 15 / 2.54), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    width = 1.0 / HISTOGRAM_BINS
+    if len(series) == 1:
+        styles = [dict(fill="lightblue", edge="blue", mean="red")]
+    else:
+        styles = [dict(fill=(118 / 255, 185 / 255, 0.0), edge="green", mean=(107 / 255, 168 / 255, 0.0)),
+                  dict(fill="lightblue", edge="blue", mean=(113 / 255, 171 / 255, 189 / 255))]
+    top = 0.0
+    positive_min = math.inf
+    for (label, error, pooled), style in zip(series, styles):
+        edges, counts = weighted_histogram(error, HISTOGRAM_BINS)
+        centres = 0.5 * (edges[:-1] + edges[1:])
+        keep = counts > 0 if log else np.ones_like(counts, dtype=bool)
+        ax.bar(centres[keep], counts[keep], width=width, color=style["fill"], edgecolor=style["edge"],
+               alpha=0.6 if len(series) > 1 else 1.0,
+               label=f"{label} (mean {pooled.mean:.4f})" if len(series) > 1 else None)
+        if counts.size and counts.max() > 0:
+            top = max(top, float(counts.max()))
+            positive_min = min(positive_min, float(counts[counts > 0].min()))
+        if include_values:
+            ax.axvline(pooled.mean, color=style["mean"], linewidth=1.5)
+            if len(series) == 1:
+                ax.axvline(pooled.weighted_median, color="gray", linewidth=1.5)
+                for q in (pooled.weighted_quartile_1, pooled.weighted_quartile_3):
+                    ax.axvline(q, color="purple", linewidth=1.5)
+                for v in (pooled.min, pooled.max):
+                    ax.axvline(v, color="black", linestyle=":", linewidth=1.5)
+    if include_values and len(series) == 1:
+        pooled = series[0][2]
+        lines = [(f"Mean: {pooled.mean:.4f}", "red"),
+                 (f"Weighted median: {pooled.weighted_median:.4f}", "gray"),
+                 (f"1st weighted quartile: {pooled.weighted_quartile_1:.4f}", "purple"),
+                 (f"3rd weighted quartile: {pooled.weighted_quartile_3:.4f}", "purple"),
+                 (f"Min: {pooled.min:.4f}", "black"), (f"Max: {pooled.max:.4f}", "black")]
+        for i, (text, colour) in enumerate(lines):
+            ax.text(0.99, 0.97 - 0.06 * i, text, ha="right", va="top", transform=ax.transAxes,
+                    color=colour)
+    if len(series) > 1:
+        ax.legend(loc="upper right")
+    ax.set_xlim(0.0, 1.0)
+    if log:
+        ax.set_yscale("log")
+        lo = positive_min * 0.5 if math.isfinite(positive_min) else 1e-3
+        hi = y_max if y_max is not None else (top * 2.0 if top > 0 else 1.0)
+        ax.set_ylim(min(lo, hi * 0.1), hi)
+    else:
+        ax.set_ylim(0.0, y_max if y_max is not None else (top * 1.05 if top > 0 else 1.0))
+    ax.set_title("Weighted FLIP histogram" + (f": {series[0][0]}" if len(series) == 1 else ""))
+    ax.set_xlabel("FLIP error")
+    ax.set_ylabel("Weighted FLIP sum per megapixel" + (" (log scale)" if log else ""))
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png")
+    except OSError as exc:
+        raise _UsageError(f"cannot write the histogram '{path}': {exc.strerror or exc}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------------
+
+def _parse_gate(args) -> Optional[Tuple[str, float]]:
+    if args.fail_above is None:
+        return ("mean", 0.05) if args.exit_on_test else None
+    quantity, text = args.fail_above
+    q = quantity.lower()
+    if q not in GATE_QUANTITIES:
+        raise _UsageError(f"--fail-above: QUANTITY must be one of {', '.join(GATE_QUANTITIES)}, "
+                          f"got '{quantity}'")
+    try:
+        threshold = float(text)
+    except ValueError:
+        threshold = math.nan
+    if not (0.0 <= threshold <= 1.0):
+        raise _UsageError(f"--fail-above: THRESHOLD must be a number in [0, 1], got '{text}'")
+    return q, threshold
+
+
+def _gate_value(pooled, quantity: str) -> float:
+    return {"mean": pooled.mean, "weighted-median": pooled.weighted_median, "max": pooled.max}[quantity]
+
+
+def _check_options(args) -> None:
+    folder = args.reference_dir is not None or args.test_dir is not None
+    if folder:
+        if args.reference_dir is None or args.test_dir is None:
+            raise _UsageError("folder mode needs both --reference-dir and --test-dir")
+        for flag, value in (("--reference/-r", args.reference), ("--test/-t", args.test),
+                            ("--example", args.example or None), ("--output/-o", args.output),
+                            ("--basename/-b", args.basename)):
+            if value is not None:
+                raise _UsageError(f"{flag} cannot be combined with --reference-dir/--test-dir")
+    if args.example and (args.reference is not None or args.test is not None):
+        raise _UsageError("--example cannot be combined with --reference/--test")
+    if not args.histogram:
+        for flag, value in (("--log", args.log), ("--y-max", args.y_max is not None),
+                            ("--exclude-pooled-values", args.exclude_pooled_values)):
+            if value:
+                raise _UsageError(f"{flag} only applies to --histogram")
+    if args.output is not None:
+        if os.path.splitext(args.output)[1].lower() != ".png":
+            raise _UsageError(f"--output must name a .png file, got '{args.output}'")
+        if args.no_error_map:
+            raise _UsageError("--output and --no-error-map contradict each other")
+    if args.basename is not None:
+        b = args.basename
+        if not b or b in (".", "..") or "/" in b or os.sep in b or (os.altsep and os.altsep in b):
+            raise _UsageError(f"--basename must be a plain file name without a directory (use "
+                              f"--directory for that), got '{b}'")
+    if args.csv is not None:
+        if os.path.isdir(args.csv):
+            raise _UsageError(f"--csv '{args.csv}' is a directory; give a file name")
+        parent = os.path.dirname(args.csv) or "."
+        if not os.path.isdir(parent):
+            raise _UsageError(f"cannot write the CSV file '{args.csv}': the directory '{parent}' "
+                              "does not exist")
+
+
 def _run(args, t_start: float) -> int:
     import numpy as np
     import torch
@@ -157,35 +527,35 @@ def _run(args, t_start: float) -> int:
     from .colormaps import MAGMA, apply_colormap, to_grey_uint8
     from .constants import DEFAULT_PPD, pixels_per_degree
     from .functional import ldr_flip
-    from .imageio import is_hdr_path, load_image, save_png
+    from .imageio import load_image, save_png
     from .pooling import pool
 
-    # --- what to compare -------------------------------------------------------------------
-    if args.example:
-        if args.reference is not None or args.test is not None:
-            raise _UsageError("--example cannot be combined with --reference/--test")
-        reference, tests = example_paths()
-        tests = [tests]
-    else:
-        missing = [n for n, v in (("--reference/-r", args.reference), ("--test/-t", args.test))
-                   if v is None]
-        if missing:
-            raise _UsageError(f"the following arguments are required: {', '.join(missing)} "
-                              "(or use --example) (see --help)")
-        reference, tests = args.reference, list(args.test)
-    if args.output is not None:
-        if len(tests) != 1:
-            raise _UsageError(f"--output can only be used with one test image, got {len(tests)}")
-        if os.path.splitext(args.output)[1].lower() != ".png":
-            raise _UsageError(f"--output must name a .png file, got '{args.output}'")
-        if args.no_error_map:
-            raise _UsageError("--output and --no-error-map contradict each other")
+    _check_options(args)
+    gate = _parse_gate(args)
+    folder_mode = args.reference_dir is not None
+    verbosity = args.verbosity
 
-    for path in [reference] + tests:
-        if is_hdr_path(path):
-            raise _UsageError(f"HDR input is not supported yet: '{path}' "
-                              f"({os.path.splitext(path)[1]}); only LDR images (PNG, JPEG, BMP, "
-                              "TGA) can be evaluated for now")
+    # --- what to compare -------------------------------------------------------------------
+    if folder_mode:
+        pairs = _pair_folders(args.reference_dir, args.test_dir, verbose=verbosity >= 1)
+    else:
+        if args.example:
+            reference, test = example_paths()
+            tests = [test]
+        else:
+            missing = [n for n, v in (("--reference/-r", args.reference), ("--test/-t", args.test))
+                       if v is None]
+            if missing:
+                raise _UsageError(f"the following arguments are required: {', '.join(missing)} "
+                                  "(or use --example, or --reference-dir/--test-dir)")
+            reference, tests = args.reference, list(args.test)
+        if args.output is not None and len(tests) != 1:
+            raise _UsageError(f"--output can only be used with one test image, got {len(tests)}")
+        if args.basename is not None and len(tests) != 1:
+            raise _UsageError(f"--basename can only be used with one test image, got {len(tests)}")
+        pairs = [(reference, t) for t in tests]
+
+    _reject_hdr([p for pair in pairs for p in pair])
 
     if args.viewing_conditions is not None:
         dist_m, width_m, width_px = args.viewing_conditions
@@ -197,21 +567,29 @@ def _run(args, t_start: float) -> int:
 
     # --- check every input before computing anything ---------------------------------------
     try:
-        ref_size = _image_size(reference)
-        for path in tests:
-            size = _image_size(path)
-            if size != ref_size:
-                raise _UsageError(f"test image '{path}' is {size[0]}x{size[1]} pixels but the "
-                                  f"reference '{reference}' is {ref_size[0]}x{ref_size[1]}; they "
+        sizes: Dict[str, Tuple[int, int]] = {}
+        for ref, test in pairs:
+            if ref not in sizes:
+                sizes[ref] = _image_size(ref)
+            size = _image_size(test)
+            if size != sizes[ref]:
+                raise _UsageError(f"test image '{test}' is {size[0]}x{size[1]} pixels but the "
+                                  f"reference '{ref}' is {sizes[ref][0]}x{sizes[ref][1]}; they "
                                   "must have the same size")
     except (FileNotFoundError, ValueError) as exc:
         raise _UsageError(str(exc)) from None
 
+    if args.histogram:
+        _import_matplotlib()
     device = _resolve_device(args.device)
 
     directory = args.directory if args.directory is not None else "."
     write_maps = not args.no_error_map
-    if write_maps and args.directory is not None:
+    csv_path = args.csv
+    if folder_mode and csv_path is None:
+        csv_path = os.path.join(directory, "summary.csv")
+    creates_files = write_maps or args.textfile or args.histogram or (folder_mode and args.csv is None)
+    if creates_files and directory != ".":
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:
@@ -224,78 +602,156 @@ def _run(args, t_start: float) -> int:
         except (FileNotFoundError, ValueError) as exc:
             raise _UsageError(str(exc)) from None
 
-    ref_t = load(reference).to(device)
-    verbosity = args.verbosity
     out = sys.stdout
-    if verbosity >= 2:
-        print("Invoking LDR-FLIP", file=out)
-        print(f"     Pixels per degree: {_round_half_up(ppd)}", file=out)
+    bar = None
+    if folder_mode and verbosity >= 1 and not args.no_progress:
+        try:
+            from tqdm import tqdm
+        except ImportError:  # pragma: no cover - tqdm is a runtime dependency
+            tqdm = None
+        if tqdm is not None:
+            bar = tqdm(total=len(pairs), file=sys.stderr, desc=_PROG, unit="pair", leave=False,
+                       dynamic_ncols=True)
 
-    seen_warnings = set()
-    for k, test in enumerate(tests):
-        test_t = load(test).to(device)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                error_map = ldr_flip(test_t, ref_t, ppd, eps=0.0)  # the metric itself: no gradient regulariser
-            error_np = error_map[0].to("cpu", torch.float32).numpy()
-            t_eval = time.perf_counter() - t0
-        for w in caught:
-            msg = str(w.message)
-            if verbosity >= 1 and msg not in seen_warnings:
-                seen_warnings.add(msg)
-                print(f"{_PROG}: warning: {msg}", file=sys.stderr)
-        pooled = pool(error_np)
-
-        map_path = None
-        if write_maps:
-            if args.output is not None:
-                map_path = (os.path.join(args.directory, args.output) if args.directory is not None
-                            else args.output)
-            else:
-                name = f"flip.{_stem(reference)}.{_stem(test)}.{_round_half_up(ppd)}ppd.ldr.png"
-                map_path = os.path.join(directory, name)
-            if args.no_magma:
-                image = np.repeat(to_grey_uint8(error_np)[..., None], 3, axis=2)
-            else:
-                image = apply_colormap(error_np, MAGMA)
-            try:
-                save_png(map_path, image)
-            except OSError as exc:
-                raise _UsageError(f"cannot write the error map '{map_path}': "
-                                  f"{exc.strerror or exc}") from None
-
-        if verbosity >= 1:
-            if verbosity >= 2 or k > 0:
-                print("", file=out)
-            print(f"FLIP between reference image <{reference}> and test image <{test}>", file=out)
-            print(f"     Mean: {pooled.mean:.6f}", file=out)
-        if verbosity >= 2:
-            print(f"     Weighted median: {pooled.weighted_median:.6f}", file=out)
-            print(f"     1st weighted quartile: {pooled.weighted_quartile_1:.6f}", file=out)
-            print(f"     3rd weighted quartile: {pooled.weighted_quartile_3:.6f}", file=out)
-            print(f"     Min: {pooled.min:.6f}", file=out)
-            print(f"     Max: {pooled.max:.6f}", file=out)
-            print(f"     Evaluation time: {t_eval:.4f} seconds", file=out)
-            if map_path is not None:
-                print(f"     FLIP error map location: {map_path}", file=out)
+    def emit(lines: List[str]) -> None:
+        if bar is not None:
+            bar.clear()
+        for line in lines:
+            print(line, file=out)
         out.flush()
+        if bar is not None:
+            bar.refresh()
+
+    if verbosity >= 2:
+        emit(["Invoking LDR-FLIP", f"     Pixels per degree: {_round_half_up(ppd)}"])
+
+    overlapped = args.histogram and not folder_mode and len(pairs) == 2
+    kept_for_histogram = []
+    gate_failures = []
+    seen_warnings = set()
+    loaded_ref: Tuple[Optional[str], Optional[torch.Tensor]] = (None, None)
+    try:
+        for k, (reference, test) in enumerate(pairs):
+            if loaded_ref[0] != reference:
+                loaded_ref = (reference, load(reference).to(device))
+            ref_t = loaded_ref[1]
+            test_t = load(test).to(device)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    error_map = ldr_flip(test_t, ref_t, ppd, eps=0.0)  # the metric itself: no gradient regulariser
+                error_np = error_map[0].to("cpu", torch.float32).numpy()
+                t_eval = time.perf_counter() - t0
+            for w in caught:
+                msg = str(w.message)
+                if verbosity >= 1 and msg not in seen_warnings:
+                    seen_warnings.add(msg)
+                    if bar is not None:
+                        bar.clear()
+                    _warn(msg)
+            pooled = pool(error_np)
+            names = _output_names(args, reference, test, ppd, directory)
+
+            if write_maps:
+                if args.no_magma:
+                    image = np.repeat(to_grey_uint8(error_np)[..., None], 3, axis=2)
+                else:
+                    image = apply_colormap(error_np, MAGMA)
+                try:
+                    save_png(names.map, image)
+                except OSError as exc:
+                    raise _UsageError(f"cannot write the error map '{names.map}': "
+                                      f"{exc.strerror or exc}") from None
+            if args.textfile:
+                _write_text(names.text, "".join(line + "\n" for line in _pooled_lines(pooled)),
+                            "pooled values file")
+            if csv_path is not None:
+                _append_csv(csv_path, reference, test, pooled, t_eval)
+            if args.histogram:
+                if overlapped:
+                    kept_for_histogram.append((_stem(test), error_np, pooled))
+                else:
+                    _save_histogram(names.histogram, [(_stem(test), error_np, pooled)], args.log,
+                                    args.y_max, not args.exclude_pooled_values)
+            if gate is not None and _gate_value(pooled, gate[0]) > gate[1]:
+                gate_failures.append((test, _gate_value(pooled, gate[0])))
+
+            lines = []
+            if verbosity >= 1:
+                if verbosity >= 2 or k > 0:
+                    lines.append("")
+                lines.append(f"FLIP between reference image <{reference}> and test image <{test}>")
+                lines.append(f"     Mean: {pooled.mean:.6f}")
+            if verbosity >= 2:
+                lines += ["     " + line for line in _pooled_lines(pooled)[1:]]
+                lines.append(f"     Evaluation time: {t_eval:.4f} seconds")
+                if write_maps:
+                    lines.append(f"     FLIP error map location: {names.map}")
+            if lines:
+                emit(lines)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    if overlapped:
+        ref_stem = _stem(pairs[0][0])
+        log = "log_" if args.log else ""
+        name = (f"{log}weighted_histogram.flip.{ref_stem}.{kept_for_histogram[0][0]}."
+                f"{kept_for_histogram[1][0]}.{_round_half_up(ppd)}ppd.{_dynamic_range(pairs[0][0])}.png")
+        _save_histogram(os.path.join(directory, name), kept_for_histogram, args.log, args.y_max,
+                        not args.exclude_pooled_values)
 
     if verbosity >= 1:
-        print("", file=out)
-        print(f"Total time: {time.perf_counter() - t_start:.4f} seconds", file=out)
-        out.flush()
+        lines = [""]
+        if folder_mode:
+            lines.append(f"Evaluated {len(pairs)} pair(s); summary CSV: {csv_path}")
+        lines.append(f"Total time: {time.perf_counter() - t_start:.4f} seconds")
+        emit(lines)
+
+    if gate_failures:
+        quantity, threshold = gate
+        sys.stdout.flush()
+        for test, value in gate_failures:
+            print(f"{_PROG}: gate failed: the {quantity} FLIP error of test image <{test}> is "
+                  f"{value:.6f}, above the threshold {threshold:.6f}", file=sys.stderr)
+        sys.stderr.flush()
+        return EXIT_GATE
     return EXIT_OK
+
+
+def _run_psychophysics(argv: Sequence[str]) -> int:
+    """``flip-loss psychophysics ...``: hands ``argv`` to ``flip_loss.psychophysics.cli.main``."""
+    import importlib
+
+    try:
+        module = importlib.import_module("flip_loss.psychophysics.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("flip_loss.psychophysics", "flip_loss.psychophysics.cli"):
+            sys.stdout.flush()
+            print(f"{_PROG}: error: the psychophysics suite is not available in this installation "
+                  "(module flip_loss.psychophysics.cli not found); install a flip-loss version "
+                  "that includes it", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    code = module.main(list(argv))
+    return 0 if code is None else int(code)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command-line evaluator with ``argv`` (default: ``sys.argv[1:]``) and returns the
-    exit code: 0 on success, 2 for an error the user can act on (one line on stderr)."""
+    exit code: 0 success, 1 a ``--fail-above`` gate failed, 2 an error the user can act on (one line
+    on stderr), 3 an internal error (traceback on stderr). ``argv[0] == "psychophysics"`` runs the
+    psychophysics suite instead."""
     t_start = time.perf_counter()
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = parser.parse_args(None if argv is None else list(argv))
+        if argv and argv[0] == "psychophysics":
+            return _run_psychophysics(argv[1:])
+        parser = build_parser()
+        args = parser.parse_args(argv)
         return _run(args, t_start)
     except _UsageError as exc:
         sys.stdout.flush()
@@ -304,6 +760,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exc:  # --help
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        print(f"{_PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # noqa: BLE001 - anything else is a bug: say so, with the traceback
+        sys.stdout.flush()
+        traceback.print_exc(file=sys.stderr)
+        print(f"{_PROG}: internal error (exit code 3); please report it with the traceback above",
+              file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,19 +1,109 @@
-"""``FLIPLoss``: LDR-FLIP as an ``nn.Module`` loss."""
+"""``FLIPLoss``: LDR-FLIP as an ``nn.Module`` loss, with optional per-pixel weights (masks)."""
+from typing import List, Optional
+
 import torch
 
-from . import _ops
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 from .functional import _check_pair, ldr_flip
 
-REDUCTIONS = ("mean", "sum", "none")
+REDUCTIONS = ("mean", "sum", "none", "per_image")
+
+
+def _is_compiling() -> bool:
+    """True while torch.compile (dynamo) traces; data-dependent checks are then done with
+    ``torch._assert_async`` instead of a Python ``raise``."""
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+
+
+def _check_weight_shape(error: torch.Tensor, weight: torch.Tensor) -> None:
+    es: List[int] = error.shape
+    ws: List[int] = weight.shape
+    ok = len(ws) <= len(es)
+    if ok:
+        for i in range(1, len(ws) + 1):
+            if ws[-i] != 1 and ws[-i] != es[-i]:
+                ok = False
+    if not ok:
+        raise ValueError("flip_loss: weight of shape " + str(ws) + " does not broadcast to the error map "
+                         "of shape " + str(es) + " (use N x 1 x H x W, 1 x 1 x H x W, H x W, ...)")
+
+
+def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reduction: str,
+                    check: bool = True) -> torch.Tensor:
+    """Reduces a FLIP error map (N x 1 x H x W, or 1 x H x W) as ``FLIPLoss`` does.
+
+    Without ``weight``: ``"mean"`` over all pixels, ``"sum"``, ``"per_image"`` (the mean of each
+    image: N values, a 0-dim tensor for a 1 x H x W map) or ``"none"`` (the map itself).
+    With ``weight`` (non-negative, finite, broadcastable to the map's shape without changing it; a
+    bool mask counts as 0/1): ``"mean"`` = sum(w * e) / sum(w) over everything, ``"per_image"`` the
+    same per image, ``"sum"`` = sum(w * e), ``"none"`` = w * e. A negative or non-finite weight, or a
+    zero total weight for ``"mean"`` (for any image, for ``"per_image"``), raises ``ValueError``
+    (``check=False`` skips these checks, which need a device-to-host sync; ``FLIPLoss`` skips them
+    only under ``torch.compile``, where ``torch._assert_async`` checks instead).
+    """
+    if weight is None:
+        if reduction == "mean":
+            return error.mean()
+        if reduction == "sum":
+            return error.sum()
+        if reduction == "per_image":
+            return error.flatten(-3).mean(-1)
+        return error
+    if weight.dtype == torch.bool:
+        w = weight.to(error.dtype)
+    elif weight.is_floating_point():
+        w = weight.to(error.dtype)
+    else:
+        raise TypeError("flip_loss: weight must be a floating-point or bool tensor, got " + str(weight.dtype))
+    if w.device != error.device:
+        raise ValueError("flip_loss: weight is on " + str(w.device) + " but the error map is on "
+                         + str(error.device))
+    _check_weight_shape(error, w)
+    if check:
+        if not bool(torch.isfinite(w).all()):
+            raise ValueError("flip_loss: weight contains NaN or infinite values")
+        if bool((w < 0).any()):
+            raise ValueError("flip_loss: weight must be non-negative (it has negative entries)")
+    weighted = error * w
+    if reduction == "none":
+        return weighted
+    if reduction == "sum":
+        return weighted.sum()
+    w_full = w.expand(error.shape)
+    if reduction == "per_image":
+        totals = w_full.flatten(-3).sum(-1)
+        if check:
+            if bool((totals == 0).any()):
+                raise ValueError("flip_loss: the weights of an image sum to zero, so its weighted mean "
+                                 "is undefined (reduction='per_image')")
+        else:
+            torch._assert_async((totals != 0).all(), "flip_loss: the weights of an image sum to zero")
+        return weighted.flatten(-3).sum(-1) / totals
+    total = w_full.sum()
+    if check:
+        if bool(total == 0):
+            raise ValueError("flip_loss: the weights sum to zero, so the weighted mean is undefined "
+                             "(reduction='mean')")
+    else:
+        torch._assert_async(total != 0, "flip_loss: the weights sum to zero")
+    return weighted.sum() / total
 
 
 class FLIPLoss(torch.nn.Module):
     """LDR-FLIP loss between ``test`` (e.g. a network's output) and ``reference``.
 
-    ``forward(test, reference)`` takes N x 3 x H x W (or 3 x H x W) tensors, sRGB in [0, 1] unless
-    ``input_space="linear"``, and returns the mean (default), sum, or the whole error map
-    (``reduction="none"``). Works with TorchScript (``torch.jit.script``) and ``torch.compile``.
+    ``forward(test, reference, weight=None)`` takes N x 3 x H x W (or 3 x H x W) tensors, sRGB in
+    [0, 1] unless ``input_space="linear"``, and an optional non-negative per-pixel ``weight`` (or
+    mask) broadcastable to the N x 1 x H x W error map. ``reduction``:
+
+    * ``"mean"`` (default): mean over all pixels; with ``weight``: sum(w * e) / sum(w);
+    * ``"sum"``: sum(e), or sum(w * e);
+    * ``"per_image"``: a tensor of N per-image (weighted) means (0-dim for a 3 x H x W input);
+    * ``"none"``: the error map (times ``weight`` when given).
+
+    Negative or non-finite weights, and a zero total weight for ``"mean"``/``"per_image"``, raise
+    ``ValueError``. Works with TorchScript (``torch.jit.script``) and ``torch.compile``.
     """
 
     pixels_per_degree: float
@@ -34,19 +124,18 @@ class FLIPLoss(torch.nn.Module):
         self.reduction = reduction
         self.eps = float(eps)
 
-    def forward(self, test: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    def forward(self, test: torch.Tensor, reference: torch.Tensor,
+                weight: Optional[torch.Tensor] = None) -> torch.Tensor:
         if torch.jit.is_scripting():
             # TorchScript (and C++ programs loading the module) call the op directly; it checks
             # its arguments itself.
             error = torch.ops.flip.ldr_flip(test, reference, self.pixels_per_degree, self.input_space,
                                             self.eps)
+            check = True
         else:
             error = ldr_flip(test, reference, self.pixels_per_degree, self.input_space, self.eps)
-        if self.reduction == "mean":
-            return error.mean()
-        if self.reduction == "sum":
-            return error.sum()
-        return error
+            check = not _is_compiling()
+        return weighted_reduce(error, weight, self.reduction, check)
 
     def extra_repr(self) -> str:
         return (f"pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "

@@ -123,6 +123,36 @@ def test_module_help_documents_exit_codes(tmp_path):
     res = run_module(["--help"], cwd=tmp_path)
     assert res.returncode == 0
     assert "exit codes:" in res.stdout and "--viewing-conditions" in res.stdout
+    for needle in ("0  success", "1  the --fail-above gate failed", "2  an error you can act on",
+                   "3  an unexpected internal error", "--reference-dir", "--fail-above", "--histogram",
+                   "--textfile", "--csv", "--basename", "psychophysics"):
+        assert needle in res.stdout, needle
+
+
+def test_module_gate_exit_codes(pair, tmp_path):
+    ref, test = pair
+    failed = run_module(["-r", ref, "-t", test, "-nerm", "-v", "0", "--fail-above", "mean", "0.01"],
+                        cwd=tmp_path)
+    assert failed.returncode == 1, failed.stderr
+    assert failed.stdout == ""
+    assert failed.stderr.startswith("flip-loss: gate failed: the mean FLIP error of test image <")
+    passed = run_module(["-r", ref, "-t", test, "-nerm", "-v", "0", "--fail-above", "MAX", "1"],
+                        cwd=tmp_path)
+    assert passed.returncode == 0 and passed.stderr == ""
+
+
+def test_module_folder_mode(pair, tmp_path):
+    refs, tests = tmp_path / "refs", tmp_path / "tests"
+    refs.mkdir(), tests.mkdir()
+    (refs / "a.png").write_bytes(pair[0].read_bytes())
+    (tests / "a.png").write_bytes(pair[1].read_bytes())
+    (tests / "extra.png").write_bytes(pair[1].read_bytes())
+    res = run_module(["--reference-dir", refs, "--test-dir", tests, "-d", "out", "-v", "1"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "extra.png" in res.stderr and "warning" in res.stderr
+    assert "Evaluated 1 pair(s); summary CSV: " + os.path.join("out", "summary.csv") in res.stdout
+    assert (tmp_path / "out" / "summary.csv").read_text().count("\n") == 2
+    assert (tmp_path / "out" / "flip.a.a.67ppd.ldr.png").exists()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -406,3 +436,258 @@ def test_fallback_warning_is_one_stderr_line(pair, capsys, monkeypatch):
     monkeypatch.setattr(_ops, "_warned", set())
     assert main(["-r", str(pair[0]), "-t", str(pair[1]), "-nerm", "-v", "0"]) == 0
     assert capsys.readouterr() == ("", "")
+
+
+# ----------------------------------------------------------------------------------------------
+# Text files, CSV, base names, histograms
+# ----------------------------------------------------------------------------------------------
+
+def test_textfile(pair, tmp_path, capsys):
+    ref, test = pair
+    assert main(["-r", str(ref), "-t", str(test), "-txt", "-d", str(tmp_path), "-v", "0"]) == 0
+    txt = tmp_path / "pooled_values.flip.ref.test.67ppd.ldr.txt"
+    want = formatted(pool(expected_map(ref, test)))
+    assert txt.read_text() == "".join(f"{k}: {v}\n" for k, v in want.items())
+    # Without an error map the text file is still written.
+    out = tmp_path / "nomap"
+    assert main(["-r", str(ref), "-t", str(test), "--textfile", "-nerm", "-d", str(out), "-v", "0"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["pooled_values.flip.ref.test.67ppd.ldr.txt"]
+    # With --output the text file is named after the map, next to it.
+    assert main(["-r", str(ref), "-t", str(test), "-txt", "-o", "m.png", "-d", str(out), "-v", "0"]) == 0
+    assert (out / "m.png").exists() and (out / "pooled_values.m.txt").exists()
+    assert capsys.readouterr().out == ""
+
+
+def test_csv_appends_rows_with_one_header(pair, tmp_path, capsys):
+    import csv
+
+    ref, test = pair
+    path = tmp_path / "results.csv"
+    assert main(["-r", str(ref), "-t", str(test), str(ref), "-c", str(path), "-nerm", "-v", "0"]) == 0
+    assert main(["-r", str(ref), "-t", str(test), "--csv", str(path), "-nerm", "-v", "0"]) == 0
+    text = path.read_text()
+    assert text.splitlines()[0] == ('"Reference","Test","Mean","Weighted median","1st weighted quartile",'
+                                    '"3rd weighted quartile","Min","Max","Evaluation time"')
+    rows = list(csv.reader(text.splitlines()))
+    assert len(rows) == 4
+    want = formatted(pool(expected_map(ref, test)))
+    assert rows[1][:2] == [str(ref), str(test)] and rows[1][2:8] == list(want.values())
+    assert rows[2][1] == str(ref) and rows[2][2] == "0.000000"
+    assert rows[3][2:8] == rows[1][2:8]
+    assert re.fullmatch(r"\d+\.\d{4}", rows[1][8])
+    # An empty existing file gets the header too.
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert main(["-r", str(ref), "-t", str(test), "-c", str(empty), "-nerm", "-v", "0"]) == 0
+    assert empty.read_text().startswith('"Reference"')
+
+
+def test_basename(pair, tmp_path, capsys):
+    ref, test = pair
+    assert main(["-r", str(ref), "-t", str(test), "-b", "run1", "-txt", "-hist", "-d", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run1.png", "run1.txt",
+                                                         "run1.weighted_histogram.png"]
+    assert f"FLIP error map location: {os.path.join(str(tmp_path), 'run1.png')}" in capsys.readouterr().out
+    assert main(["-r", str(ref), "-t", str(test), "--basename", "run2", "-hist", "--log", "-nerm",
+                 "-d", str(tmp_path), "-v", "0"]) == 0
+    assert (tmp_path / "run2.log_weighted_histogram.png").exists()
+
+
+def test_histogram_single_and_overlapped(pair, tmp_path, capsys):
+    ref, test = pair
+    assert main(["-r", str(ref), "-t", str(test), "-hist", "-nerm", "-d", str(tmp_path), "-v", "0"]) == 0
+    single = tmp_path / "weighted_histogram.flip.ref.test.67ppd.ldr.png"
+    im = Image.open(single)
+    assert im.format == "PNG" and im.size[0] > 400 and im.size[1] > 200
+    # Two test images: one overlapped histogram, no per-image ones.
+    out = tmp_path / "two"
+    assert main(["-r", str(ref), "-t", str(test), str(ref), "--histogram", "-lg", "--y-max", "1e6",
+                 "-epv", "-nerm", "-d", str(out), "-v", "0"]) == 0
+    assert [p.name for p in out.iterdir()] == ["log_weighted_histogram.flip.ref.test.ref.67ppd.ldr.png"]
+    # Three test images: one histogram each.
+    out3 = tmp_path / "three"
+    assert main(["-r", str(ref), "-t", str(test), str(ref), str(test), "-hist", "-nerm", "-d", str(out3),
+                 "-v", "0"]) == 0
+    assert sorted(p.name for p in out3.iterdir()) == ["weighted_histogram.flip.ref.ref.67ppd.ldr.png",
+                                                      "weighted_histogram.flip.ref.test.67ppd.ldr.png"]
+    assert capsys.readouterr().out == ""
+
+
+def test_histogram_without_matplotlib(pair, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["-r", str(pair[0]), "-t", str(pair[1]), "-hist", "-d", str(tmp_path)]) == 2
+    assert "needs matplotlib" in error_line(capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []  # nothing computed or written
+
+
+# ----------------------------------------------------------------------------------------------
+# The regression gate and the exit codes
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("quantity,index", [("mean", 0), ("weighted-median", 1), ("max", 5)])
+def test_gate_per_quantity(pair, capsys, quantity, index):
+    ref, test = pair
+    value = pool(expected_map(ref, test))[index]
+    assert main(["-r", str(ref), "-t", str(test), "-nerm", "-v", "0", "--fail-above", quantity,
+                 f"{value + 1e-4:.6f}"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert main(["-r", str(ref), "-t", str(test), str(ref), "-nerm", "-v", "1", "--fail-above",
+                 quantity.upper(), f"{value - 1e-4:.6f}"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.count("FLIP between") == 2  # every image is still evaluated and printed
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and f"the {quantity} FLIP error of test image <{test}>" in lines[0]
+    assert f"{value:.6f}, above the threshold {value - 1e-4:.6f}" in lines[0]
+
+
+def test_exit_on_test_default_threshold(pair, capsys):
+    ref, test = pair
+    mean = pool(expected_map(ref, test)).mean
+    assert main(["-r", str(ref), "-t", str(test), "-nerm", "-v", "0", "-et"]) == (1 if mean > 0.05 else 0)
+    assert main(["-r", str(ref), "-t", str(ref), "-nerm", "-v", "0", "-et"]) == 0
+    # -etp (NVIDIA's spelling) is --fail-above.
+    assert main(["-r", str(ref), "-t", str(test), "-nerm", "-v", "0", "-etp", "max", "0"]) == 1
+
+
+def test_internal_error_exit_code_3(pair, capsys, monkeypatch):
+    import flip_loss.pooling
+
+    def broken(_):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(flip_loss.pooling, "pool", broken)
+    assert main(["-r", str(pair[0]), "-t", str(pair[1]), "-nerm"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "simulated bug" in err and "internal error" in err.splitlines()[-1]
+
+
+def test_psychophysics_dispatch(monkeypatch, capsys):
+    import types
+
+    calls = []
+    fake = types.ModuleType("flip_loss.psychophysics.cli")
+    fake.main = lambda argv: calls.append(argv) or 7
+    monkeypatch.setitem(sys.modules, "flip_loss.psychophysics.cli", fake)
+    assert main(["psychophysics", "run", "--fast"]) == 7
+    assert calls == [["run", "--fast"]]
+    fake.main = lambda argv: None
+    assert main(["psychophysics"]) == 0
+    monkeypatch.setitem(sys.modules, "flip_loss.psychophysics.cli", None)  # as if missing
+    assert main(["psychophysics", "run"]) == 2
+    assert "psychophysics suite is not available" in error_line(capsys.readouterr().err)
+
+
+# ----------------------------------------------------------------------------------------------
+# Folder mode
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def folders(tmp_path, pair):
+    refs, tests = tmp_path / "refs", tmp_path / "tests"
+    refs.mkdir(), tests.mkdir()
+    ref_img = Image.open(pair[0])
+    test_img = Image.open(pair[1])
+    ref_img.save(refs / "a.png")
+    test_img.save(tests / "a.png")
+    ref_img.save(refs / "b.png")
+    test_img.save(tests / "b.jpg", quality=80)  # same stem, another extension
+    ref_img.save(refs / "only_ref.png")         # unmatched
+    test_img.save(tests / "only_test.bmp")      # unmatched
+    (tests / "notes.txt").write_text("not an image")
+    (tests / "render.exr").write_bytes(b"v/1\x01")
+    return refs, tests
+
+
+def test_folder_mode(folders, tmp_path, capsys):
+    refs, tests = folders
+    out = tmp_path / "out"
+    assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out), "-txt"]) == 0
+    captured = capsys.readouterr()
+    warnings_ = [ln for ln in captured.err.splitlines() if ln.startswith("flip-loss: warning: ")]
+    assert any("only_ref.png" in w for w in warnings_) and any("only_test.bmp" in w for w in warnings_)
+    assert any("render.exr" in w and "HDR" in w for w in warnings_)
+    assert any("notes.txt" in w for w in warnings_)
+    assert "pair" in captured.err  # the tqdm progress bar
+    vals = printed_values(captured.out)
+    assert len(vals["Mean"]) == 2
+    assert vals["Mean"][0] == formatted(pool(expected_map(refs / "a.png", tests / "a.png")))["Mean"]
+    assert f"summary CSV: {out / 'summary.csv'}" in captured.out
+    assert sorted(p.name for p in out.iterdir()) == [
+        "flip.a.a.67ppd.ldr.png", "flip.b.b.67ppd.ldr.png", "pooled_values.flip.a.a.67ppd.ldr.txt",
+        "pooled_values.flip.b.b.67ppd.ldr.txt", "summary.csv"]
+    rows = (out / "summary.csv").read_text().splitlines()
+    assert len(rows) == 3 and rows[1].startswith(f'"{refs / "a.png"}","{tests / "a.png"}",')
+    assert rows[2].startswith(f'"{refs / "b.png"}","{tests / "b.jpg"}",')
+    # --csv elsewhere, no maps, no bar, gate.
+    csv_path = tmp_path / "all.csv"
+    assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-c", str(csv_path), "-nerm",
+                 "--no-progress", "-v", "1", "--fail-above", "mean", "0.001"]) == 1
+    captured = capsys.readouterr()
+    assert "pair/s" not in captured.err and captured.err.count("gate failed") == 2
+    assert len(csv_path.read_text().splitlines()) == 3
+    assert not (tmp_path / "summary.csv").exists()
+
+
+def test_folder_mode_size_mismatch(folders, tmp_path, capsys):
+    refs, tests = folders
+    Image.new("RGB", (W + 3, H)).save(tests / "b.jpg")
+    out = tmp_path / "out"
+    assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    line = err[-1]
+    assert line.startswith("flip-loss: error: ") and "b.jpg" in line and f"{W + 3}x{H}" in line
+    assert "same size" in line
+    assert not out.exists()  # checked before anything was computed or written
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--reference-dir", "{refs}"], "both --reference-dir and --test-dir"),
+    (["--test-dir", "{tests}"], "both --reference-dir and --test-dir"),
+    (["--reference-dir", "{refs}", "--test-dir", "{d}/nope"], "does not exist"),
+    (["--reference-dir", "{refs}", "--test-dir", "{refs}/a.png"], "not a directory"),
+    (["--reference-dir", "{refs}", "--test-dir", "{tests}", "-r", "{refs}/a.png"], "cannot be combined"),
+    (["--reference-dir", "{refs}", "--test-dir", "{tests}", "-b", "x"], "cannot be combined"),
+    (["--reference-dir", "{refs}", "--test-dir", "{tests}", "--example"], "cannot be combined"),
+    (["--reference-dir", "{refs}", "--test-dir", "{d}/empty"], "no image in the test folder"),
+    (["--reference-dir", "{dup}", "--test-dir", "{tests}"], "two images named 'a'"),
+])
+def test_folder_mode_errors(argv, needle, folders, tmp_path, capsys):
+    refs, tests = folders
+    (tmp_path / "empty").mkdir()
+    dup = tmp_path / "dup"
+    dup.mkdir()
+    Image.open(refs / "a.png").save(dup / "a.png")
+    Image.open(refs / "a.png").save(dup / "a.tga")
+    args = [a.format(refs=refs, tests=tests, d=tmp_path, dup=dup) for a in argv]
+    assert main(args + ["-v", "0"]) == 2
+    assert needle in error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["-b", "x", "-t", "{test}", "{test}"], "one test image"),
+    (["-b", "sub/x"], "plain file name"),
+    (["-b", "x", "-o", "{d}/x.png"], "not allowed with"),
+    (["--log"], "only applies to --histogram"),
+    (["--y-max", "10"], "only applies to --histogram"),
+    (["-epv"], "only applies to --histogram"),
+    (["-hist", "--y-max", "0"], "positive number"),
+    (["--fail-above", "mean"], "expected 2 arguments"),
+    (["--fail-above", "median", "0.1"], "mean, weighted-median, max"),
+    (["--fail-above", "mean", "-0.1"], "[0, 1]"),
+    (["--fail-above", "max", "nan"], "[0, 1]"),
+    (["--fail-above", "max", "abc"], "[0, 1]"),
+    (["-c", "{d}"], "is a directory"),
+    (["-c", "{d}/no/such/dir/x.csv"], "does not exist"),
+    (["-r", "{d}/notes.txt"], "cannot read image"),
+])
+def test_new_option_errors(argv, needle, pair, tmp_path, capsys):
+    ref, test = pair
+    (tmp_path / "notes.txt").write_text("not an image")
+    args = [a.format(test=test, d=tmp_path) for a in argv]
+    base = ["-r", str(ref), "-t", str(test)]
+    if "-r" in args:
+        base = ["-t", str(test)]
+    if "-t" in args:
+        base = ["-r", str(ref)]
+    assert main(base + args + ["-nerm"] * ("-o" not in args)) == 2
+    assert needle in error_line(capsys.readouterr().err)
