@@ -66,5 +66,5 @@ setup(
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     entry_points={"console_scripts": ["flip-loss=flip_loss.cli:main"]},
     python_requires=">=3.10",
-    install_requires=["torch", "numpy", "pillow"],
+    install_requires=["torch", "numpy", "pillow", "matplotlib", "tqdm", "openexr"],
 )

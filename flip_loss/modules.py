@@ -1,10 +1,13 @@
-"""``FLIPLoss``: LDR-FLIP as an ``nn.Module`` loss, with optional per-pixel weights (masks)."""
-from typing import List, Optional
+"""``FLIPLoss``: LDR-FLIP or HDR-FLIP as an ``nn.Module`` loss, with optional per-pixel weights
+(masks)."""
+import math
+from typing import List, Optional, Tuple
 
 import torch
 
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 from .functional import _check_pair, ldr_flip
+from .hdr import _tone_mapper, exposure_anchor, hdr_flip
 
 REDUCTIONS = ("mean", "sum", "none", "per_image")
 
@@ -90,8 +93,46 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     return weighted.sum() / total
 
 
+def _scripted_exposures(reference: torch.Tensor, anchor: float, start: Optional[float], stop: Optional[float],
+                        num: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """TorchScript twin of ``flip_loss.hdr.exposures_for`` (same rule, same float32 exposures):
+    the scripted module, and C++ programs that load it, get the automatic exposures too."""
+    ref = reference
+    if ref.dim() == 3:
+        ref = ref.unsqueeze(0)
+    n = ref.shape[0]
+    dt = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    rgb = torch.clamp(ref.to(dt), min=0.0)
+    lum = (0.2126 * rgb[:, 0] + 0.7152 * rgb[:, 1] + 0.0722 * rgb[:, 2]).flatten(1)
+    flt_eps = 1.1920928955078125e-07
+    if start is None:
+        y_max = lum.amax(dim=1).clamp(min=flt_eps)
+        s = torch.log2(torch.full_like(y_max, anchor) / y_max).to(torch.float32)
+    else:
+        s = torch.full([n], start, dtype=torch.float32, device=ref.device)
+    if stop is None:
+        y_med = torch.kthvalue(lum, lum.shape[1] // 2 + 1, dim=1)[0].clamp(min=flt_eps)
+        e = torch.log2(torch.full_like(y_med, anchor) / y_med).to(torch.float32)
+    else:
+        e = torch.full([n], stop, dtype=torch.float32, device=ref.device)
+    if num is None:
+        counts = torch.clamp(torch.ceil(e - s), min=2.0).to(torch.int64)
+        count_max = int(counts.max().item())
+    else:
+        counts = torch.full([n], num, dtype=torch.int64, device=ref.device)
+        count_max = num
+    step = (e - s) / (counts - 1).to(torch.float32)
+    i = torch.arange(count_max, device=ref.device, dtype=torch.float32)
+    return s.unsqueeze(1) + i.unsqueeze(0) * step.unsqueeze(1), counts
+
+
 class FLIPLoss(torch.nn.Module):
-    """LDR-FLIP loss between ``test`` (e.g. a network's output) and ``reference``.
+    """LDR-FLIP (default) or HDR-FLIP (``hdr=True``) loss between ``test`` (e.g. a network's
+    output) and ``reference``.
+
+    HDR-FLIP takes linear HDR images (``input_space`` does not apply) and the options of
+    :func:`flip_loss.hdr_flip`: ``tone_mapper``, and ``start_exposure``/``stop_exposure``/
+    ``num_exposures`` (None: computed per image from the reference, as NVIDIA's evaluator does).
 
     ``forward(test, reference, weight=None)`` takes N x 3 x H x W (or 3 x H x W) tensors, sRGB in
     [0, 1] unless ``input_space="linear"``, and an optional non-negative per-pixel ``weight`` (or
@@ -110,10 +151,37 @@ class FLIPLoss(torch.nn.Module):
     input_space: str
     reduction: str
     eps: float
+    hdr: bool
+    tone_mapper: str
+    start_exposure: Optional[float]
+    stop_exposure: Optional[float]
+    num_exposures: Optional[int]
+    exposure_anchor: float
 
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
-                 reduction: str = "mean", eps: float = DEFAULT_EPS):
+                 reduction: str = "mean", eps: float = DEFAULT_EPS, hdr: bool = False, tone_mapper: str = "aces",
+                 start_exposure: Optional[float] = None, stop_exposure: Optional[float] = None,
+                 num_exposures: Optional[int] = None):
         super().__init__()
+        given = [k for k, v in (("start_exposure", start_exposure), ("stop_exposure", stop_exposure),
+                                ("num_exposures", num_exposures)) if v is not None]
+        if not hdr and (given or tone_mapper != "aces"):
+            raise ValueError(f"flip_loss: {', '.join(given) or 'tone_mapper'} only apply with hdr=True")
+        for name, v in (("start_exposure", start_exposure), ("stop_exposure", stop_exposure)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+                raise ValueError(f"flip_loss: {name} must be a finite number, got {v!r}")
+        if start_exposure is not None and stop_exposure is not None and start_exposure > stop_exposure:
+            raise ValueError(f"flip_loss: start_exposure ({start_exposure}) must not exceed stop_exposure "
+                             f"({stop_exposure})")
+        if num_exposures is not None and (isinstance(num_exposures, bool) or not isinstance(num_exposures, int)
+                                          or num_exposures < 2):
+            raise ValueError(f"flip_loss: num_exposures must be an integer >= 2, got {num_exposures!r}")
+        self.hdr = bool(hdr)
+        self.tone_mapper = _tone_mapper(tone_mapper)
+        self.start_exposure = None if start_exposure is None else float(start_exposure)
+        self.stop_exposure = None if stop_exposure is None else float(stop_exposure)
+        self.num_exposures = num_exposures
+        self.exposure_anchor = exposure_anchor(self.tone_mapper)
         if reduction not in REDUCTIONS:
             raise ValueError(f"flip_loss: reduction must be one of {REDUCTIONS}, got {reduction!r}")
         # Validate the scalar options once, on a dummy pair.
@@ -127,16 +195,30 @@ class FLIPLoss(torch.nn.Module):
     def forward(self, test: torch.Tensor, reference: torch.Tensor,
                 weight: Optional[torch.Tensor] = None) -> torch.Tensor:
         if torch.jit.is_scripting():
-            # TorchScript (and C++ programs loading the module) call the op directly; it checks
-            # its arguments itself.
-            error = torch.ops.flip.ldr_flip(test, reference, self.pixels_per_degree, self.input_space,
-                                            self.eps)
+            # TorchScript (and C++ programs loading the module) call the ops directly; they check
+            # their arguments themselves.
+            if self.hdr:
+                exposures, counts = _scripted_exposures(reference, self.exposure_anchor, self.start_exposure,
+                                                        self.stop_exposure, self.num_exposures)
+                error = torch.ops.flip.hdr_flip(test, reference, exposures, counts, self.pixels_per_degree,
+                                                self.tone_mapper, self.eps)[0]
+            else:
+                error = torch.ops.flip.ldr_flip(test, reference, self.pixels_per_degree, self.input_space,
+                                                self.eps)
             check = True
         else:
-            error = ldr_flip(test, reference, self.pixels_per_degree, self.input_space, self.eps)
+            if self.hdr:
+                error = hdr_flip(test, reference, self.pixels_per_degree, self.tone_mapper, self.start_exposure,
+                                 self.stop_exposure, self.num_exposures, eps=self.eps)
+            else:
+                error = ldr_flip(test, reference, self.pixels_per_degree, self.input_space, self.eps)
             check = not _is_compiling()
         return weighted_reduce(error, weight, self.reduction, check)
 
     def extra_repr(self) -> str:
+        if self.hdr:
+            return (f"hdr=True, pixels_per_degree={self.pixels_per_degree:.4f}, tone_mapper={self.tone_mapper!r}, "
+                    f"start_exposure={self.start_exposure}, stop_exposure={self.stop_exposure}, "
+                    f"num_exposures={self.num_exposures}, reduction={self.reduction!r}")
         return (f"pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
                 f"reduction={self.reduction!r}")

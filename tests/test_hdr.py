@@ -219,3 +219,32 @@ def test_op_rejects_bad_counts():
         torch.ops.flip.hdr_flip(test, ref, torch.zeros(1, 2), torch.tensor([3]), 30.0, "aces", 1e-15)
     with pytest.raises(RuntimeError, match="tone_mapper"):
         torch.ops.flip.hdr_flip(test, ref, torch.zeros(1, 2), torch.tensor([2]), 30.0, "agx", 1e-15)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"start_exposure": -2.0, "stop_exposure": 1.0, "num_exposures": 3},
+                                    {"stop_exposure": 2.0, "tone_mapper": "reinhard"}])
+def test_flip_loss_hdr_eager_and_torchscript(kwargs, tmp_path):
+    test, ref = hdr_pair((2, 3, 10, 12), seed=11, dtype=torch.float32)
+    loss_fn = flip_loss.FLIPLoss(hdr=True, pixels_per_degree=30.0, **kwargs)
+    expected = flip_loss.hdr_flip(test, ref, 30.0, **kwargs).mean()
+    x1 = test.clone().requires_grad_()
+    eager = loss_fn(x1, ref)
+    eager.backward()
+    torch.testing.assert_close(eager, expected, rtol=0, atol=0)
+    path = tmp_path / "hdr_loss.pt"
+    torch.jit.script(loss_fn).save(str(path))
+    loaded = torch.jit.load(str(path))
+    x2 = test.clone().requires_grad_()
+    out = loaded(x2, ref)
+    out.backward()
+    torch.testing.assert_close(out, eager, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(x2.grad, x1.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_flip_loss_rejects_hdr_options_without_hdr():
+    with pytest.raises(ValueError, match="hdr=True"):
+        flip_loss.FLIPLoss(num_exposures=4)
+    with pytest.raises(ValueError, match="num_exposures"):
+        flip_loss.FLIPLoss(hdr=True, num_exposures=1)
+    with pytest.raises(ValueError, match="tone_mapper"):
+        flip_loss.FLIPLoss(hdr=True, tone_mapper="agx")
