@@ -1,9 +1,11 @@
 """``flip-loss`` / ``python -m flip_loss``: the command-line FLIP evaluator.
 
-Evaluates LDR-FLIP between a reference image and one or more test images (or between two folders
-of images paired by name) with ``flip_loss.functional.ldr_flip`` and prints the pooled values in
-the layout of NVIDIA's ``flip`` tool; writes the error maps as magma (or grey) PNGs, and on request
-the pooled values as text files, a CSV summary and weighted histograms (PNG, drawn with matplotlib).
+Evaluates FLIP between a reference image and one or more test images (or between two folders of
+images paired by name) and prints the pooled values in the layout of NVIDIA's ``flip`` tool: LDR-FLIP
+(``flip_loss.functional.ldr_flip``) for LDR images, HDR-FLIP (``flip_loss.hdr_flip``) when the
+reference is an OpenEXR file, as the tool decides. Writes the error maps as magma (or grey) PNGs,
+for HDR-FLIP also the exposure maps (viridis), and on request the pooled values as text files, a CSV
+summary and weighted histograms (PNG, drawn with matplotlib).
 ``--fail-above`` turns it into a regression gate. ``flip-loss psychophysics ...`` runs the
 psychophysics suite (``flip_loss.psychophysics.cli``). See ``flip-loss --help``.
 
@@ -31,16 +33,15 @@ EXIT_INTERNAL = 3
 _PROG = "flip-loss"
 _DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
-# Image files the folder mode pairs up (case-insensitive). HDR files (.exr, .hdr, .pfm) are reported
-# and skipped until HDR-FLIP lands (see _LDR_ONLY below).
-FOLDER_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tga")
+# Image files the folder mode pairs up (case-insensitive). Radiance .hdr and .pfm files are reported
+# and skipped (not supported; OpenEXR is the HDR format).
+FOLDER_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tga", ".exr")
 CSV_HEADER = ("Reference", "Test", "Mean", "Weighted median", "1st weighted quartile",
               "3rd weighted quartile", "Min", "Max", "Evaluation time")
 GATE_QUANTITIES = ("mean", "weighted-median", "max")
 HISTOGRAM_BINS = 100
-# HDR hook: while True, .exr/.hdr/.pfm inputs are rejected with a clear message. HDR-FLIP plugs in
-# where _reject_hdr and _dynamic_range are used.
-_LDR_ONLY = True
+TONE_MAPPERS = ("aces", "hable", "reinhard")
+_TONE_MAPPER_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}  # as the tool prints them
 
 
 def example_paths() -> Tuple[str, str]:
@@ -69,22 +70,60 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number (of stops), got '{text}'") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number (of stops), got '{text}'")
+    return v
+
+
+def _exposure_count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 2, got '{text}'") from None
+    if v < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 2, got '{text}' (HDR-FLIP "
+                                         "needs the start and the stop exposure)")
+    return v
+
+
 _EPILOG = """\
-The reference and the test images must have the same size. They are read as 8- or 16-bit
-sRGB-encoded LDR images (PNG, JPEG, BMP, TGA); HDR input (.exr) is not supported yet.
+The reference and the test images must have the same size. LDR images (PNG, JPEG, BMP, TGA) are
+read as 8- or 16-bit sRGB-encoded values and evaluated with LDR-FLIP. An OpenEXR (.exr) reference
+selects HDR-FLIP, as in NVIDIA's tool: the test images must then be .exr files too (linear
+values; NaN or infinite values are an error); mixing LDR and HDR images is an error. Radiance
+.hdr and .pfm files are not supported (convert them to OpenEXR).
 The default pixels per degree, 67 (67.0206...), is a 0.7 m wide 4K display seen from 0.7 m.
+
+HDR-FLIP is the per-pixel maximum of LDR-FLIP over exposures from --start-exposure to
+--stop-exposure (--num-exposures of them, evenly spaced in stops), each image exposed, tone
+mapped (--tone-mapper) and clamped. Exposures not given are computed from the reference: start
+= log2(x*/max luminance), stop = log2(x*/median luminance), count = max(2, ceil(stop - start)),
+where x* is the value the tone mapper maps to 0.85. They are printed (4 decimals) and go into
+the output names. Give negative exposures as '-cstart -3.5' or '--start-exposure=-1e-3'.
 
 outputs (in --directory, default: the current directory):
   flip.<reference>.<test>.<ppd>ppd.ldr.png       the error map (unless --no-error-map)
   pooled_values.flip.<...>.ldr.txt               with --textfile
   [log_]weighted_histogram.flip.<...>.ldr.png    with --histogram (two test images: one
                                                  overlapped histogram, both test names in it)
-  with --basename NAME: NAME.png, NAME.txt, NAME.[log_]weighted_histogram.png
+  HDR: ldr becomes hdr.<tm>.<S>_to_<E>.<N>, S and E the start and stop exposures as m (minus)
+  or p and the absolute value with 4 decimals, N the number of exposures, e.g.
+  flip.reference.test.67ppd.hdr.aces.m12.5423_to_p0.9427.14.png, plus the exposure map (the
+  winning exposure's index / (N - 1), viridis; unless --no-exposure-map):
+  exposure_map.<reference>.<test>.<ppd>ppd.hdr.<tm>.<S>_to_<E>.<N>.png
+  with --basename NAME: NAME.png, NAME.txt, NAME.[log_]weighted_histogram.png,
+  NAME.exposure_map.png
   --csv FILE appends one row per test image (a header first when FILE is new).
 
 folder mode: --reference-dir R --test-dir T evaluates every image in T against the image of
-the same name (stem; any of .png .jpg .jpeg .bmp .tga) in R, warns about unmatched files,
+the same name (stem; any of .png .jpg .jpeg .bmp .tga .exr) in R, warns about unmatched files,
 writes the maps to --directory and a summary CSV (--csv, default <directory>/summary.csv).
+For .exr pairs the exposures are computed per reference.
 
 regression gate: --fail-above mean|weighted-median|max THRESHOLD exits with code 1 when any
 test image's value is above THRESHOLD (in [0, 1]); every image is still evaluated.
@@ -94,9 +133,10 @@ flip-loss psychophysics ... runs the psychophysics suite (see 'flip-loss psychop
 exit codes:
   0  success
   1  the --fail-above gate failed for at least one test image
-  2  an error you can act on: a bad option or option value, a missing, unreadable,
-     unsupported or HDR image file, images of different sizes, an unavailable device,
-     an unwritable output (one line on stderr, starting with 'flip-loss: error:')
+  2  an error you can act on: a bad option or option value, a missing, unreadable or
+     unsupported image file, mixed LDR and HDR images, HDR options for LDR images, images of
+     different sizes, an unavailable device, an unwritable output (one line on stderr,
+     starting with 'flip-loss: error:')
   3  an unexpected internal error (a Python traceback is printed)
 """
 
@@ -106,9 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     :func:`main` turns into one line on stderr and exit code 2)."""
     p = _Parser(
         prog=_PROG,
-        description="Compute LDR-FLIP between a reference image and one or more test images (or\n"
-                    "two folders of images paired by name), print the pooled FLIP values (mean,\n"
-                    "weighted median and quartiles, min, max) and save the FLIP error maps.",
+        description="Compute FLIP between a reference image and one or more test images (or two\n"
+                    "folders of images paired by name): LDR-FLIP for LDR images, HDR-FLIP for\n"
+                    "OpenEXR (.exr) images. Print the pooled FLIP values (mean, weighted median and\n"
+                    "quartiles, min, max) and save the FLIP error maps (and HDR exposure maps).",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     inputs = p.add_argument_group("inputs")
     inputs.add_argument("-r", "--reference", metavar="REFERENCE",
@@ -157,9 +198,26 @@ def build_parser() -> argparse.ArgumentParser:
                           "header is written when FILE is new")
     out.add_argument("-v", "--verbosity", type=int, choices=(0, 1, 2), default=2,
                      help="0: print nothing; 1: the mean FLIP error; 2 (default): all pooled values, "
-                          "the pixels per degree and the evaluation time")
+                          "the pixels per degree, the evaluation time and, for HDR-FLIP, the tone "
+                          "mapper and exposures")
     out.add_argument("--no-progress", action="store_true",
                      help="folder mode: no progress bar on stderr")
+
+    hdr = p.add_argument_group("HDR-FLIP (OpenEXR inputs only)")
+    hdr.add_argument("-tm", "--tone-mapper", dest="tone_mapper", type=str.lower, choices=TONE_MAPPERS,
+                     default=None, metavar="{aces,hable,reinhard}",
+                     help="tone mapper applied at every exposure (any case; default: aces)")
+    hdr.add_argument("-cstart", "--start-exposure", dest="start_exposure", metavar="C",
+                     type=_finite_float, default=None,
+                     help="first exposure, in stops (default: computed from the reference)")
+    hdr.add_argument("-cstop", "--stop-exposure", dest="stop_exposure", metavar="C",
+                     type=_finite_float, default=None,
+                     help="last exposure, in stops (default: computed from the reference)")
+    hdr.add_argument("-n", "--num-exposures", dest="num_exposures", metavar="N",
+                     type=_exposure_count, default=None,
+                     help="number of exposures, at least 2 (default: max(2, ceil(stop - start)))")
+    hdr.add_argument("-nexm", "--no-exposure-map", action="store_true",
+                     help="do not save the exposure maps")
 
     hist = p.add_argument_group("histogram")
     hist.add_argument("-hist", "--histogram", action="store_true",
@@ -199,14 +257,16 @@ def _image_size(path: str) -> Tuple[int, int]:
     """(width, height) from the image header; raises FileNotFoundError / ValueError."""
     from PIL import Image, UnidentifiedImageError
 
-    from .imageio import is_hdr_path
+    from .imageio import _unsupported_hdr_message, exr_size, is_exr_path, is_hdr_path
 
     if not os.path.exists(path):
         raise FileNotFoundError(f"image file '{path}' does not exist")
     if os.path.isdir(path):
         raise ValueError(f"cannot read image '{path}': it is a directory")
+    if is_exr_path(path):
+        return exr_size(path)
     if is_hdr_path(path):
-        raise ValueError(f"cannot read image '{path}': HDR input is not supported yet")
+        raise ValueError(_unsupported_hdr_message(path))
     try:
         with Image.open(path) as im:
             return im.size
@@ -230,22 +290,59 @@ def _resolve_device(choice: str):
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _reject_hdr(paths: Sequence[str]) -> None:
-    """HDR hook: LDR-FLIP only for now."""
-    from .imageio import is_hdr_path
+def _uses_hdr(pairs: Sequence[Tuple[str, str]]) -> bool:
+    """True when the run is HDR-FLIP: as in NVIDIA's tool an OpenEXR reference selects HDR-FLIP.
+    Every pair must be of one kind (an .exr reference with .exr test images, or LDR images only);
+    Radiance .hdr and .pfm files are not supported."""
+    from .imageio import UNSUPPORTED_HDR_EXTENSIONS, is_exr_path
 
-    if not _LDR_ONLY:  # pragma: no cover - HDR-FLIP replaces this
-        return
-    for path in paths:
-        if is_hdr_path(path):
-            raise _UsageError(f"HDR input is not supported yet: '{path}' "
-                              f"({os.path.splitext(path)[1]}); only LDR images (PNG, JPEG, BMP, "
-                              "TGA) can be evaluated for now")
+    for path in (p for pair in pairs for p in pair):
+        ext = os.path.splitext(path)[1]
+        if ext.lower() in UNSUPPORTED_HDR_EXTENSIONS:
+            raise _UsageError(f"'{path}': {ext} files (Radiance HDR / PFM) are not supported; convert "
+                              "the image to OpenEXR (.exr), which selects HDR-FLIP")
+    for ref, test in pairs:
+        if is_exr_path(ref) != is_exr_path(test):
+            hdr_file, ldr_file = (ref, test) if is_exr_path(ref) else (test, ref)
+            raise _UsageError(f"cannot mix HDR and LDR images: '{hdr_file}' is an OpenEXR (HDR) image "
+                              f"but '{ldr_file}' is not; an .exr reference (HDR-FLIP) needs .exr test "
+                              "images, an LDR reference LDR test images")
+    kinds = {is_exr_path(ref) for ref, _ in pairs}
+    if len(kinds) > 1:
+        hdr_ref = next(ref for ref, _ in pairs if is_exr_path(ref))
+        ldr_ref = next(ref for ref, _ in pairs if not is_exr_path(ref))
+        raise _UsageError(f"cannot mix HDR and LDR images in one run: '{hdr_ref}' is an OpenEXR (HDR) "
+                          f"image but '{ldr_ref}' is not; evaluate them in separate runs (e.g. separate "
+                          "folders)")
+    return kinds == {True}
 
 
-def _dynamic_range(reference: str) -> str:
-    """'ldr' (the suffix of the output names); HDR-FLIP will return 'hdr' for .exr references."""
-    return "ldr"
+def _hdr_option_flags(args) -> List[str]:
+    return [flag for flag, given in (("--tone-mapper/-tm", args.tone_mapper is not None),
+                                     ("--start-exposure/-cstart", args.start_exposure is not None),
+                                     ("--stop-exposure/-cstop", args.stop_exposure is not None),
+                                     ("--num-exposures/-n", args.num_exposures is not None),
+                                     ("--no-exposure-map/-nexm", args.no_exposure_map)) if given]
+
+
+def _exposure_text(value: float) -> str:
+    """An exposure in an output name: m (negative) or p, then the absolute value, 4 decimals."""
+    return f"{'m' if value < 0 else 'p'}{abs(value):.4f}"
+
+
+class _Exposures(NamedTuple):
+    start: float
+    stop: float
+    count: int
+
+
+def _dynamic_range(tone_mapper: Optional[str] = None, exposures: Optional[_Exposures] = None) -> str:
+    """The dynamic-range part of the output names: 'ldr', or for HDR-FLIP
+    'hdr.<tm>.<S>_to_<E>.<N>' as NVIDIA's tool names its outputs."""
+    if exposures is None:
+        return "ldr"
+    return (f"hdr.{tone_mapper}.{_exposure_text(exposures.start)}_to_{_exposure_text(exposures.stop)}."
+            f"{exposures.count}")
 
 
 def _warn(message: str) -> None:
@@ -265,7 +362,8 @@ def _list_names(names: Sequence[str], limit: int = 5) -> str:
 
 def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, str], List[str], List[str]]:
     """{stem: path} of the supported images in ``directory`` (not recursive; hidden files are
-    ignored), plus the names of HDR files and of other files that were skipped."""
+    ignored), plus the names of unsupported HDR files (.hdr, .pfm) and of other files that were
+    skipped."""
     from .imageio import is_hdr_path
 
     if not os.path.exists(directory):
@@ -313,7 +411,8 @@ def _pair_folders(reference_dir: str, test_dir: str, verbose: bool) -> List[Tupl
                   f"'{reference_dir}', skipped: {_list_names(only_test)}")
         hdr = ref_hdr + test_hdr
         if hdr:
-            _warn(f"{len(hdr)} HDR file(s) skipped (HDR input is not supported yet): {_list_names(hdr)}")
+            _warn(f"{len(hdr)} Radiance HDR / PFM file(s) skipped (not supported; convert them to OpenEXR "
+                  f".exr): {_list_names(hdr)}")
         other = ref_other + test_other
         if other:
             _warn(f"{len(other)} file(s) without a supported image extension "
@@ -333,23 +432,28 @@ class _Names(NamedTuple):
     map: str
     text: str
     histogram: str
+    exposure_map: str
 
 
-def _output_names(args, reference: str, test: str, ppd: float, directory: str) -> _Names:
+def _output_names(args, reference: str, test: str, ppd: float, directory: str, dynamic_range: str) -> _Names:
+    """Output file names; ``dynamic_range`` is :func:`_dynamic_range`'s name part."""
     log = "log_" if args.log else ""
     if args.basename is not None:
         b = os.path.join(directory, args.basename)
-        return _Names(b + ".png", b + ".txt", f"{b}.{log}weighted_histogram.png")
+        return _Names(b + ".png", b + ".txt", f"{b}.{log}weighted_histogram.png", b + ".exposure_map.png")
     if args.output is not None:
         map_path = os.path.join(args.directory, args.output) if args.directory is not None else args.output
         parent, stem = os.path.dirname(map_path), _stem(map_path)
         return _Names(map_path, os.path.join(parent, f"pooled_values.{stem}.txt"),
-                      os.path.join(parent, f"{log}weighted_histogram.{stem}.png"))
-    base = (f"flip.{_stem(reference)}.{_stem(test)}.{_round_half_up(ppd)}ppd."
-            f"{_dynamic_range(reference)}")
+                      os.path.join(parent, f"{log}weighted_histogram.{stem}.png"),
+                      os.path.join(parent, f"exposure_map.{stem}.png"))
+    name = f"{_stem(reference)}.{_stem(test)}.{_round_half_up(ppd)}ppd.{dynamic_range}"
+    base = "flip." + name
     return _Names(os.path.join(directory, base + ".png"),
                   os.path.join(directory, f"pooled_values.{base}.txt"),
-                  os.path.join(directory, f"{log}weighted_histogram.{base}.png"))
+                  os.path.join(directory, f"{log}weighted_histogram.{base}.png"),
+                  # as NVIDIA's tool: exposure_map.<reference>.<test>..., without "flip."
+                  os.path.join(directory, f"exposure_map.{name}.png"))
 
 
 def _pooled_lines(pooled) -> List[str]:
@@ -511,6 +615,10 @@ def _check_options(args) -> None:
         if not b or b in (".", "..") or "/" in b or os.sep in b or (os.altsep and os.altsep in b):
             raise _UsageError(f"--basename must be a plain file name without a directory (use "
                               f"--directory for that), got '{b}'")
+    if (args.start_exposure is not None and args.stop_exposure is not None
+            and args.start_exposure > args.stop_exposure):
+        raise _UsageError(f"--start-exposure ({args.start_exposure:g}) must not be above --stop-exposure "
+                          f"({args.stop_exposure:g})")
     if args.csv is not None:
         if os.path.isdir(args.csv):
             raise _UsageError(f"--csv '{args.csv}' is a directory; give a file name")
@@ -524,9 +632,10 @@ def _run(args, t_start: float) -> int:
     import numpy as np
     import torch
 
-    from .colormaps import MAGMA, apply_colormap, to_grey_uint8
+    from .colormaps import MAGMA, VIRIDIS, apply_colormap, to_grey_uint8
     from .constants import DEFAULT_PPD, pixels_per_degree
     from .functional import ldr_flip
+    from .hdr import exposures_for, hdr_flip
     from .imageio import load_image, save_png
     from .pooling import pool
 
@@ -555,7 +664,13 @@ def _run(args, t_start: float) -> int:
             raise _UsageError(f"--basename can only be used with one test image, got {len(tests)}")
         pairs = [(reference, t) for t in tests]
 
-    _reject_hdr([p for pair in pairs for p in pair])
+    hdr = _uses_hdr(pairs)
+    if not hdr:
+        flags = _hdr_option_flags(args)
+        if flags:
+            raise _UsageError(f"{', '.join(flags)}: HDR-FLIP option(s) given for LDR images; they apply "
+                              "only to OpenEXR (.exr) inputs")
+    tone_mapper = args.tone_mapper or "aces"
 
     if args.viewing_conditions is not None:
         dist_m, width_m, width_px = args.viewing_conditions
@@ -583,24 +698,58 @@ def _run(args, t_start: float) -> int:
         _import_matplotlib()
     device = _resolve_device(args.device)
 
+    def load(path):
+        try:
+            return load_image(path)
+        except (FileNotFoundError, ValueError) as exc:
+            raise _UsageError(str(exc)) from None
+
+    def exposures_of(reference: str, ref_t) -> _Exposures:
+        """The exposures HDR-FLIP uses for this reference: the given ones, the rest computed from it
+        (once per reference) as flip_loss.hdr.exposures_for does."""
+        try:
+            _, counts, start, stop = exposures_for(ref_t, tone_mapper, args.start_exposure,
+                                                   args.stop_exposure, args.num_exposures)
+        except ValueError:
+            auto = exposures_for(ref_t, tone_mapper)
+            given, computed = ((f"--start-exposure ({args.start_exposure:g})", f"the stop exposure "
+                                f"({float(auto[3][0]):.4f})") if args.start_exposure is not None else
+                               (f"--stop-exposure ({args.stop_exposure:g})", f"the start exposure "
+                                f"({float(auto[2][0]):.4f})"))
+            raise _UsageError(f"{given} and {computed} computed from the reference '{reference}' are in "
+                              "the wrong order (start must not be above stop); give both exposures") from None
+        return _Exposures(float(start[0]), float(stop[0]), int(counts[0]))
+
+    def exposure_lines(e: _Exposures) -> List[str]:
+        return [f"     Start exposure: {e.start:.4f}", f"     Stop exposure: {e.stop:.4f}",
+                f"     Number of exposures: {e.count}"]
+
+    loaded_ref: Tuple[Optional[str], Optional[torch.Tensor], Optional[_Exposures]] = (None, None, None)
+
+    def reference_data(reference: str):
+        nonlocal loaded_ref
+        if loaded_ref[0] != reference:
+            ref_t = load(reference).to(device)
+            loaded_ref = (reference, ref_t, exposures_of(reference, ref_t) if hdr else None)
+        return loaded_ref[1], loaded_ref[2]
+
+    if hdr and not folder_mode:
+        reference_data(pairs[0][0])  # one reference: its exposures are checked before anything is written
+
     directory = args.directory if args.directory is not None else "."
     write_maps = not args.no_error_map
+    write_exposure_maps = hdr and not args.no_exposure_map
     csv_path = args.csv
     if folder_mode and csv_path is None:
         csv_path = os.path.join(directory, "summary.csv")
-    creates_files = write_maps or args.textfile or args.histogram or (folder_mode and args.csv is None)
+    creates_files = (write_maps or write_exposure_maps or args.textfile or args.histogram
+                     or (folder_mode and args.csv is None))
     if creates_files and directory != ".":
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:
             raise _UsageError(f"cannot create the output directory '{directory}': "
                               f"{exc.strerror or exc}") from None
-
-    def load(path):
-        try:
-            return load_image(path)
-        except (FileNotFoundError, ValueError) as exc:
-            raise _UsageError(str(exc)) from None
 
     out = sys.stdout
     bar = None
@@ -623,24 +772,36 @@ def _run(args, t_start: float) -> int:
             bar.refresh()
 
     if verbosity >= 2:
-        emit(["Invoking LDR-FLIP", f"     Pixels per degree: {_round_half_up(ppd)}"])
+        lines = [f"Invoking {'HDR' if hdr else 'LDR'}-FLIP", f"     Pixels per degree: {_round_half_up(ppd)}"]
+        if hdr:
+            lines.append(f"     Assumed tone mapper: {_TONE_MAPPER_NAMES[tone_mapper]}")
+            if not folder_mode:  # one reference: its exposures, as the tool prints them
+                lines += exposure_lines(reference_data(pairs[0][0])[1])
+        emit(lines)
 
     overlapped = args.histogram and not folder_mode and len(pairs) == 2
     kept_for_histogram = []
     gate_failures = []
     seen_warnings = set()
-    loaded_ref: Tuple[Optional[str], Optional[torch.Tensor]] = (None, None)
+    overlapped_range = None
     try:
         for k, (reference, test) in enumerate(pairs):
-            if loaded_ref[0] != reference:
-                loaded_ref = (reference, load(reference).to(device))
-            ref_t = loaded_ref[1]
+            ref_t, exposures = reference_data(reference)
             test_t = load(test).to(device)
+            dynamic_range = _dynamic_range(tone_mapper, exposures)
+            exposure_np = None
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 t0 = time.perf_counter()
-                with torch.no_grad():
-                    error_map = ldr_flip(test_t, ref_t, ppd, eps=0.0)  # the metric itself: no gradient regulariser
+                with torch.no_grad():  # eps=0: the metric itself, no gradient regulariser
+                    if hdr:
+                        error_map, exposure_map = hdr_flip(
+                            test_t, ref_t, ppd, tone_mapper=tone_mapper, start_exposure=exposures.start,
+                            stop_exposure=exposures.stop, num_exposures=exposures.count,
+                            return_exposure_map=True, eps=0.0)
+                        exposure_np = exposure_map[0].to("cpu", torch.float32).numpy()
+                    else:
+                        error_map = ldr_flip(test_t, ref_t, ppd, eps=0.0)
                 error_np = error_map[0].to("cpu", torch.float32).numpy()
                 t_eval = time.perf_counter() - t0
             for w in caught:
@@ -651,7 +812,7 @@ def _run(args, t_start: float) -> int:
                         bar.clear()
                     _warn(msg)
             pooled = pool(error_np)
-            names = _output_names(args, reference, test, ppd, directory)
+            names = _output_names(args, reference, test, ppd, directory, dynamic_range)
 
             if write_maps:
                 if args.no_magma:
@@ -663,6 +824,12 @@ def _run(args, t_start: float) -> int:
                 except OSError as exc:
                     raise _UsageError(f"cannot write the error map '{names.map}': "
                                       f"{exc.strerror or exc}") from None
+            if write_exposure_maps:
+                try:
+                    save_png(names.exposure_map, apply_colormap(exposure_np, VIRIDIS))
+                except OSError as exc:
+                    raise _UsageError(f"cannot write the exposure map '{names.exposure_map}': "
+                                      f"{exc.strerror or exc}") from None
             if args.textfile:
                 _write_text(names.text, "".join(line + "\n" for line in _pooled_lines(pooled)),
                             "pooled values file")
@@ -671,6 +838,7 @@ def _run(args, t_start: float) -> int:
             if args.histogram:
                 if overlapped:
                     kept_for_histogram.append((_stem(test), error_np, pooled))
+                    overlapped_range = dynamic_range
                 else:
                     _save_histogram(names.histogram, [(_stem(test), error_np, pooled)], args.log,
                                     args.y_max, not args.exclude_pooled_values)
@@ -685,9 +853,13 @@ def _run(args, t_start: float) -> int:
                 lines.append(f"     Mean: {pooled.mean:.6f}")
             if verbosity >= 2:
                 lines += ["     " + line for line in _pooled_lines(pooled)[1:]]
+                if hdr and folder_mode:  # exposures per reference
+                    lines += exposure_lines(exposures)
                 lines.append(f"     Evaluation time: {t_eval:.4f} seconds")
                 if write_maps:
                     lines.append(f"     FLIP error map location: {names.map}")
+                if write_exposure_maps:
+                    lines.append(f"     FLIP exposure map location: {names.exposure_map}")
             if lines:
                 emit(lines)
             if bar is not None:
@@ -700,7 +872,7 @@ def _run(args, t_start: float) -> int:
         ref_stem = _stem(pairs[0][0])
         log = "log_" if args.log else ""
         name = (f"{log}weighted_histogram.flip.{ref_stem}.{kept_for_histogram[0][0]}."
-                f"{kept_for_histogram[1][0]}.{_round_half_up(ppd)}ppd.{_dynamic_range(pairs[0][0])}.png")
+                f"{kept_for_histogram[1][0]}.{_round_half_up(ppd)}ppd.{overlapped_range}.png")
         _save_histogram(os.path.join(directory, name), kept_for_histogram, args.log, args.y_max,
                         not args.exclude_pooled_values)
 

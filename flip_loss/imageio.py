@@ -1,31 +1,51 @@
-"""Loading LDR images as tensors and saving 8-bit PNGs (Pillow).
+"""Loading images as tensors (LDR with Pillow, OpenEXR with the ``openexr`` package) and saving
+8-bit PNGs and OpenEXR files.
 
-``load_image`` returns a 3 x H x W float32 tensor of the stored code values scaled to [0, 1]
-(code / 255 for 8-bit, code / 65535 for 16-bit images), i.e. still sRGB-encoded, as NVIDIA's
-evaluator loads PNGs; colour profiles, gamma chunks and EXIF orientation are ignored. Grey images
-are repeated into three channels and alpha is dropped (not composited). PNG, JPEG, BMP and TGA
-are the supported formats; other 8-bit formats Pillow reads also load. HDR formats (OpenEXR,
-Radiance .hdr, PFM) are rejected with a clear message: HDR input is not supported yet.
+``load_image`` dispatches on the file extension. For LDR files it returns a 3 x H x W float32 tensor
+of the stored code values scaled to [0, 1] (code / 255 for 8-bit, code / 65535 for 16-bit images),
+i.e. still sRGB-encoded, as NVIDIA's evaluator loads PNGs; colour profiles, gamma chunks and EXIF
+orientation are ignored. Grey images are repeated into three channels and alpha is dropped (not
+composited). PNG, JPEG, BMP and TGA are the supported formats; other 8-bit formats Pillow reads also
+load. ``.exr`` files are read by ``load_exr`` (linear HDR values, see there). Radiance ``.hdr`` and
+``.pfm`` files are rejected with a clear message: they are not supported (convert them to OpenEXR).
 
 Pillow reduces 16-bit-per-channel colour PNGs to 8 bits when it decodes them. ``load_image`` keeps
 the full 16 bits by decoding such files twice with Pillow's own PNG decoder, once for the high and
 once for the low byte of every sample; if that is not possible with the installed Pillow it falls
 back to the 8-bit values with a warning.
 """
+import contextlib
+import io
 import os
+import sys
+import tempfile
 import warnings
 
 import numpy as np
 import torch
 
-__all__ = ["HDR_EXTENSIONS", "is_hdr_path", "load_image", "save_png"]
+__all__ = ["HDR_EXTENSIONS", "EXR_EXTENSIONS", "UNSUPPORTED_HDR_EXTENSIONS", "is_hdr_path", "is_exr_path",
+           "load_image", "load_exr", "exr_size", "save_png", "save_exr"]
 
 HDR_EXTENSIONS = (".exr", ".hdr", ".pfm")
+EXR_EXTENSIONS = (".exr",)
+UNSUPPORTED_HDR_EXTENSIONS = (".hdr", ".pfm")
 
 
 def is_hdr_path(path) -> bool:
     """True when ``path`` has an HDR image extension (.exr, .hdr, .pfm; case-insensitive)."""
     return os.path.splitext(os.fspath(path))[1].lower() in HDR_EXTENSIONS
+
+
+def is_exr_path(path) -> bool:
+    """True when ``path`` has the OpenEXR extension (.exr, case-insensitive)."""
+    return os.path.splitext(os.fspath(path))[1].lower() in EXR_EXTENSIONS
+
+
+def _unsupported_hdr_message(path) -> str:
+    ext = os.path.splitext(os.fspath(path))[1]
+    return (f"cannot read image '{path}': {ext} files (Radiance HDR / PFM) are not supported; "
+            "convert the image to OpenEXR (.exr), which is read as HDR input")
 
 
 def _open(path):
@@ -83,8 +103,8 @@ def _to_float_rgb(path, im) -> np.ndarray:
         a = a.astype(np.float32) / np.float32(65535.0)
         return np.repeat(a[..., None], 3, axis=2)
     if mode in ("F",) or mode.startswith("F;"):
-        raise ValueError(f"cannot read image '{path}': floating-point images are not supported "
-                         "(HDR input is not supported yet)")
+        raise ValueError(f"cannot read image '{path}': floating-point images in this format are not "
+                         "supported (HDR input is read from OpenEXR .exr files)")
     if mode in ("RGB", "RGBA", "L", "LA"):
         a = np.asarray(im)
     else:
@@ -96,21 +116,23 @@ def _to_float_rgb(path, im) -> np.ndarray:
 
 
 def load_image(path) -> torch.Tensor:
-    """Loads an LDR image file as a 3 x H x W float32 CPU tensor in [0, 1] (code values / 255 or
-    / 65535: the values stay sRGB-encoded). Grey images are repeated into 3 channels; alpha is
-    dropped.
+    """Loads an image file as a 3 x H x W float32 CPU tensor. LDR files (PNG, JPEG, BMP, TGA): values
+    in [0, 1] (code values / 255 or / 65535: they stay sRGB-encoded); grey images are repeated into
+    3 channels; alpha is dropped. ``.exr`` files: linear HDR values, see :func:`load_exr`.
 
     Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` if it is not a
-    readable LDR image (a directory, a damaged or truncated file, an unsupported or HDR format).
+    readable image (a directory, a damaged or truncated file, an unsupported format such as
+    Radiance ``.hdr`` or ``.pfm``, an EXR file without colour channels or with NaN/Inf values).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"image file '{path}' does not exist")
     if os.path.isdir(path):
         raise ValueError(f"cannot read image '{path}': it is a directory")
+    if is_exr_path(path):
+        return load_exr(path)
     if is_hdr_path(path):
-        raise ValueError(f"cannot read image '{path}': HDR input ({os.path.splitext(path)[1]}) is "
-                         "not supported yet; only LDR images (PNG, JPEG, BMP, TGA) can be loaded")
+        raise ValueError(_unsupported_hdr_message(path))
     if not os.access(path, os.R_OK):
         raise ValueError(f"cannot read image '{path}': permission denied")
     im = _open(path)
@@ -161,3 +183,224 @@ def save_png(path, hwc_uint8) -> None:
         raise ValueError("flip_loss.imageio.save_png: expected an H x W, H x W x 1, H x W x 3 or "
                          f"H x W x 4 image, got shape {a.shape}")
     Image.fromarray(np.ascontiguousarray(a)).save(os.fspath(path), format="PNG")
+
+
+# ----------------------------------------------------------------------------------------------
+# OpenEXR (the ``openexr`` package: OpenEXR's own Python bindings)
+# ----------------------------------------------------------------------------------------------
+
+_ALPHA_NAMES = ("a", "alpha")
+
+
+def _openexr(purpose: str):
+    try:
+        import OpenEXR
+    except ImportError as exc:
+        raise ImportError(f"{purpose} needs the 'openexr' package, which could not be imported ({exc}); "
+                          "install it with 'pip install openexr'") from None
+    return OpenEXR
+
+
+@contextlib.contextmanager
+def _quiet_native_output():
+    """Collects what is printed while OpenEXR reads a file instead of letting it reach the
+    terminal: its C library reports errors on the process's standard error and the bindings print
+    warnings to ``sys.stdout``. Yields a callable that returns the collected text (complete once the
+    ``with`` block has ended). If the file descriptors cannot be redirected, only the Python streams
+    are."""
+    collected = {"text": ""}
+    py_out = io.StringIO()
+    saved = []
+    tmp = None
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a closed or odd stream: nothing to flush
+        pass
+    try:
+        tmp = tempfile.TemporaryFile()
+        for fd in (1, 2):
+            saved.append((fd, os.dup(fd)))
+        for fd, _ in saved:
+            os.dup2(tmp.fileno(), fd)
+    except OSError:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+        saved = []
+    try:
+        with contextlib.redirect_stdout(py_out), contextlib.redirect_stderr(py_out):
+            yield lambda: collected["text"]
+    finally:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+        native = ""
+        if tmp is not None:
+            tmp.seek(0)
+            native = tmp.read().decode("utf-8", "replace")
+            tmp.close()
+        collected["text"] = (py_out.getvalue() + native).strip()
+
+
+def _check_readable_file(path: str) -> None:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"image file '{path}' does not exist")
+    if os.path.isdir(path):
+        raise ValueError(f"cannot read image '{path}': it is a directory")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"cannot read image '{path}': permission denied")
+
+
+def _library_detail(path: str, exc, printed: str) -> str:
+    """The most telling line of OpenEXR's complaint, without the repeated file name."""
+    lines = [ln.strip() for ln in printed.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("Warning: Exception raised reading pixel data")]
+    detail = lines[-1] if lines else str(exc)
+    if detail.startswith("Unable to open") and detail.endswith("for read"):  # says no more than that
+        detail = "its header cannot be parsed"
+    for prefix in (f"{path}: ", f"{os.path.basename(path)}: "):
+        if detail.startswith(prefix):
+            detail = detail[len(prefix):]
+    return detail
+
+
+def _open_exr(path: str, header_only: bool):
+    """Opens ``path`` with OpenEXR (header only, or with every channel as a separate array) and
+    returns its first part; clear ``ValueError`` messages for what cannot be read."""
+    _check_readable_file(path)
+    try:
+        OpenEXR = _openexr("reading OpenEXR files")
+    except ImportError as exc:
+        raise ValueError(f"cannot read image '{path}': {exc}") from None
+    if not OpenEXR.isOpenExrFile(path):
+        raise ValueError(f"cannot read image '{path}': not an OpenEXR file (it does not start with the "
+                         "OpenEXR magic number)")
+    failure = None
+    with _quiet_native_output() as printed:
+        try:
+            f = OpenEXR.File(path, separate_channels=True, header_only=header_only)
+            parts = f.parts
+        except Exception as exc:  # noqa: BLE001 - the bindings raise RuntimeError or ValueError
+            failure = exc
+    if failure is not None or not parts:  # a damaged pixel block: a warning and no part, no exception
+        detail = _library_detail(path, failure or "no readable image part", printed())
+        raise ValueError(f"cannot read image '{path}': the OpenEXR file is damaged, truncated or of a "
+                         f"kind this reader does not support ({detail})") from None
+    part = parts[0]
+    kind = str(part.header.get("type", ""))
+    if "deep" in kind:
+        raise ValueError(f"cannot read image '{path}': deep OpenEXR images are not supported")
+    return part
+
+
+def _select_channels(path: str, names):
+    """Which stored channels give R, G and B: a list of three channel names or None (zero), from the
+    channel names of an EXR file. R, G and B are matched by name (case-insensitive); without them, a
+    single non-alpha channel is grey and two non-alpha channels are R and G (B = 0). Alpha (A) is
+    ignored."""
+    by_lower = {}
+    for n in names:
+        by_lower.setdefault(n.lower(), n)
+    rgb = [by_lower.get(c) for c in ("r", "g", "b")]
+    if any(rgb):
+        return rgb
+    colour = [n for n in names if n.lower() not in _ALPHA_NAMES]
+    if len(colour) == 1:
+        return [colour[0]] * 3
+    if len(colour) == 2:
+        return [colour[0], colour[1], None]
+    listed = ", ".join(names) if names else "none"
+    if not colour:
+        raise ValueError(f"cannot read image '{path}': the OpenEXR file has no colour channel (channels: "
+                         f"{listed}); expected R, G, B (or one grey channel)")
+    raise ValueError(f"cannot read image '{path}': the OpenEXR file has no R, G, B channels (channels: "
+                     f"{listed}); expected R, G, B by name (layered files are not supported), one grey "
+                     "channel, or two channels")
+
+
+def exr_size(path):
+    """(width, height) of an OpenEXR file's data window, read from its header (the pixels are not
+    decoded); also checks that the file has channels :func:`load_exr` can use. Raises
+    ``FileNotFoundError`` / ``ValueError`` as :func:`load_exr`."""
+    path = os.fspath(path)
+    part = _open_exr(path, header_only=True)
+    _select_channels(path, [c.name for c in part.header.get("channels", [])])
+    lo, hi = part.header["dataWindow"]
+    return int(hi[0]) - int(lo[0]) + 1, int(hi[1]) - int(lo[1]) + 1
+
+
+def load_exr(path) -> torch.Tensor:
+    """Loads an OpenEXR file as a 3 x H x W float32 CPU tensor of its linear values (the data window
+    of the first part; the display window is ignored).
+
+    Channels R, G and B are taken by name (case-insensitive); a file with a single (non-alpha)
+    channel is read as grey in all three, one with two channels as (first, second, 0) in channel-name
+    order; alpha is ignored; half, float and uint channels are converted to float32. Negative values
+    are kept (HDR-FLIP counts them as 0).
+
+    Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` if it cannot be read:
+    not an OpenEXR file, damaged or truncated, deep or with subsampled channels, no colour channel,
+    or NaN / infinite values in the colour channels used (the message names the file and counts
+    them: HDR-FLIP needs finite values, and replacing them silently would change the result).
+    """
+    path = os.fspath(path)
+    part = _open_exr(path, header_only=False)
+    channels = part.channels
+    names = sorted(channels.keys())
+    chosen = _select_channels(path, names)
+    arrays = {}
+    for name in {n for n in chosen if n is not None}:
+        ch = channels[name]
+        if getattr(ch, "xSampling", 1) != 1 or getattr(ch, "ySampling", 1) != 1:
+            raise ValueError(f"cannot read image '{path}': channel '{name}' is subsampled "
+                             f"({ch.xSampling}x{ch.ySampling}); subsampled (e.g. luminance/chroma) "
+                             "OpenEXR files are not supported")
+        a = np.asarray(ch.pixels)
+        if a.ndim != 2:
+            raise ValueError(f"cannot read image '{path}': channel '{name}' has an unexpected shape "
+                             f"{a.shape}")
+        arrays[name] = a.astype(np.float32)
+    shape = next(iter(arrays.values())).shape
+    if any(a.shape != shape for a in arrays.values()):
+        raise ValueError(f"cannot read image '{path}': its channels differ in size")
+    if shape[0] == 0 or shape[1] == 0:
+        raise ValueError(f"cannot read image '{path}': it has no pixels")
+    rgb = np.stack([arrays[n] if n is not None else np.zeros(shape, np.float32) for n in chosen])
+    finite = np.isfinite(rgb)
+    if not finite.all():
+        n_nan = int(np.isnan(rgb).sum())
+        n_inf = int(rgb.size - finite.sum()) - n_nan
+        raise ValueError(f"cannot read image '{path}': it holds {n_nan + n_inf} non-finite value(s) "
+                         f"({n_nan} NaN, {n_inf} infinite) in its colour channels; HDR-FLIP needs "
+                         "finite values (fix or clamp them before the evaluation)")
+    return torch.from_numpy(np.ascontiguousarray(rgb))
+
+
+def save_exr(path, chw, half: bool = False) -> None:
+    """Writes linear values to the OpenEXR file ``path`` (ZIP compression): a C x H x W numpy array
+    or tensor with C = 3 (channels R, G, B), 4 (R, G, B, A) or 1 (Y, a grey image), or an H x W
+    array (grey). Stored as 32-bit float, or 16-bit half with ``half=True`` (values beyond the half
+    range become infinite). Values are written as they are (no clamping); the parent directory must
+    exist. Raises ``OSError`` when the file cannot be written."""
+    OpenEXR = _openexr("flip_loss.imageio.save_exr")
+    if isinstance(chw, torch.Tensor):
+        chw = chw.detach().to("cpu", torch.float32).numpy()
+    a = np.asarray(chw)
+    if a.ndim == 2:
+        a = a[None]
+    if a.ndim != 3 or a.shape[0] not in (1, 3, 4) or a.shape[1] == 0 or a.shape[2] == 0:
+        raise ValueError("flip_loss.imageio.save_exr: expected a C x H x W image with C = 1, 3 or 4 "
+                         f"(or H x W), got shape {a.shape}")
+    if not np.issubdtype(a.dtype, np.number):
+        raise TypeError(f"flip_loss.imageio.save_exr: expected numbers, got {a.dtype}")
+    dtype = np.float16 if half else np.float32
+    names = {1: ("Y",), 3: ("R", "G", "B"), 4: ("R", "G", "B", "A")}[a.shape[0]]
+    with np.errstate(over="ignore"):  # beyond the half range: +-inf, as OpenEXR stores it
+        channels = {n: np.ascontiguousarray(a[i].astype(dtype)) for i, n in enumerate(names)}
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    path = os.fspath(path)
+    try:
+        OpenEXR.File(header, channels).write(path)
+    except RuntimeError as exc:
+        raise OSError(f"cannot write the OpenEXR file '{path}': {exc}") from None
