@@ -9,13 +9,13 @@
 #include "banks.h"
 #include "kernels.h"
 #include "parallel.h"
+#include "pipeline.h"
 #include "workspace.h"
 
 namespace flip {
 namespace cpu {
 namespace {
 
-int64_t row_grain(int64_t W) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(W, 1)); }
 
 template <class T>
 bool all_finite(const T* p, int64_t n) {
@@ -27,6 +27,21 @@ bool all_finite(const T* p, int64_t n) {
 }  // namespace
 
 // ---- csf_filter: opponent (YCxCz) image -> filtered, RGB-cube-clamped linear RGB ----
+
+namespace {
+
+// Horizontal CSF pass of one opponent image (3 x H x W) into the four planes P.
+template <class T>
+void csf_horizontal(const T* src, int64_t H, int64_t W, const CsfTaps<T>& t, CsfPlanes<T> P) {
+  const int64_t HW = H * W;
+  parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
+    Scratch<T> sc(W, t.y.radius, 0);
+    for (int64_t row = b; row < e; ++row)
+      csf_h_row(src + row * W, src + HW + row * W, src + 2 * HW + row * W, W, t, sc.pad(), P, row * W);
+  });
+}
+
+}  // namespace
 
 template <class T>
 bool csf_filter_forward(const T* opp, T* out, Shape s, double ppd) {
@@ -40,11 +55,7 @@ bool csf_filter_forward(const T* opp, T* out, Shape s, double ppd) {
   for (int64_t n = 0; n < s.n; ++n) {
     const T* src = opp + n * 3 * HW;
     T* dst = out + n * 3 * HW;
-    parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
-      Scratch<T> sc(W, t.y.radius, 0);
-      for (int64_t row = b; row < e; ++row)
-        csf_h_row(src + row * W, src + HW + row * W, src + 2 * HW + row * W, W, t, sc.pad(), P, row * W);
-    });
+    csf_horizontal(src, H, W, t, P);
     parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
       Scratch<T> sc(W, 0, 3);
       for (int64_t row = b; row < e; ++row) {
@@ -75,11 +86,7 @@ bool csf_filter_backward(const T* grad, const T* opp, T* g_opp, Shape s, double 
     const T* src = opp + n * 3 * HW;
     const T* g = grad + n * 3 * HW;
     T* dst = g_opp + n * 3 * HW;
-    parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
-      Scratch<T> sc(W, t.y.radius, 0);
-      for (int64_t row = b; row < e; ++row)
-        csf_h_row(src + row * W, src + HW + row * W, src + 2 * HW + row * W, W, t, sc.pad(), P, row * W);
-    });
+    csf_horizontal(src, H, W, t, P);
     parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
       Scratch<T> sc(W, 0, 3);
       for (int64_t row = b; row < e; ++row) {
