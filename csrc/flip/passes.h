@@ -415,6 +415,47 @@ FLIP_HD void hdr_vjp_pixel(const T* grad, const int32_t* index, const T* planes,
   v_ldr_flip_vjp(planes, gplanes, g, t, n, p / g.w, p % g.w, eps, k, gi);
 }
 
+// hunt_hyab of pixel i = n * hw + p (images N x 3 x H x W); returns false for a non-finite input.
+template <class T>
+FLIP_HD bool hunt_hyab_pixel(const T* test, const T* ref, T* out, int64_t hw, int64_t i, T eps,
+                             const ColorConsts<T>& k) {
+  const int64_t n = i / hw, p = i % hw;
+  T lt[3], lr[3], ht[3], hr[3];
+  bool ok = true;
+  for (int c = 0; c < 3; ++c) {
+    lt[c] = test[(n * 3 + c) * hw + p];
+    lr[c] = ref[(n * 3 + c) * hw + p];
+    ok = ok && is_finite(lt[c]) && is_finite(lr[c]);
+  }
+  hunt_lab(lt, ht);
+  hunt_lab(lr, hr);
+  out[i] = color_error(ht, hr, eps, k);
+  return ok;
+}
+
+template <class T>
+FLIP_HD bool hunt_hyab_vjp_pixel(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, int64_t hw,
+                                 int64_t i, T eps, const ColorConsts<T>& k) {
+  const int64_t n = i / hw, p = i % hw;
+  T lt[3], lr[3], ht[3], hr[3], ght[3], ghr[3], gt[3], gr[3];
+  bool ok = true;
+  for (int c = 0; c < 3; ++c) {
+    lt[c] = test[(n * 3 + c) * hw + p];
+    lr[c] = ref[(n * 3 + c) * hw + p];
+    ok = ok && is_finite(lt[c]) && is_finite(lr[c]);
+  }
+  hunt_lab(lt, ht);
+  hunt_lab(lr, hr);
+  color_error_vjp(ht, hr, eps, k, grad[i], ght, ghr);
+  hunt_lab_vjp(lt, ght, gt);
+  hunt_lab_vjp(lr, ghr, gr);
+  for (int c = 0; c < 3; ++c) {
+    if (g_test) g_test[(n * 3 + c) * hw + p] = gt[c];
+    if (g_ref) g_ref[(n * 3 + c) * hw + p] = gr[c];
+  }
+  return ok;
+}
+
 // Last step of the HT pass: store the gradient w.r.t. the op's input at pixel p. out and src
 // point at the image (C x H x W).
 template <class T>

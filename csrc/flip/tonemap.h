@@ -33,15 +33,20 @@ FLIP_HD T luminance(const T x[3]) {
   return T(0.2126f) * x[0] + T(0.7152f) * x[1] + T(0.0722f) * x[2];
 }
 
+// Exposed value of one channel (negatives count as 0, capped) and its derivative d x / d v.
+template <class T>
+FLIP_HD T expose(T v, T scale, T* dx = nullptr) {
+  const T e = (v > T(0) ? v : T(0)) * scale;
+  if (dx) *dx = (v >= T(0) && e < hdr_cap<T>()) ? scale : T(0);
+  return e < hdr_cap<T>() ? e : hdr_cap<T>();
+}
+
 // HDR value v (linear, one pixel) -> exposed (by scale = 2^c), tone-mapped, clamped LDR value.
 template <class T>
 FLIP_HD void hdr_to_ldr(const T v[3], T scale, int tm, T out[3]) {
   T x[3];
   FLIP_UNROLL
-  for (int c = 0; c < 3; ++c) {
-    T e = (v[c] > T(0) ? v[c] : T(0)) * scale;
-    x[c] = e < hdr_cap<T>() ? e : hdr_cap<T>();
-  }
+  for (int c = 0; c < 3; ++c) x[c] = expose(v[c], scale);
   if (tm == 0) {
     const T f = T(1) / (T(1) + luminance(x));
     FLIP_UNROLL
@@ -62,11 +67,7 @@ template <class T>
 FLIP_HD void hdr_to_ldr_vjp(const T v[3], T scale, int tm, const T g[3], T g_v[3]) {
   T x[3], dx[3];  // exposed value and d(x)/d(v)
   FLIP_UNROLL
-  for (int c = 0; c < 3; ++c) {
-    T e = (v[c] > T(0) ? v[c] : T(0)) * scale;
-    x[c] = e < hdr_cap<T>() ? e : hdr_cap<T>();
-    dx[c] = (v[c] >= T(0) && e < hdr_cap<T>()) ? scale : T(0);
-  }
+  for (int c = 0; c < 3; ++c) x[c] = expose(v[c], scale, &dx[c]);
   if (tm == 0) {
     const T f = T(1) / (T(1) + luminance(x));
     const T w[3] = {T(0.2126f), T(0.7152f), T(0.0722f)};

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../passes.h"
 #include "../pixel.h"
 #include "banks.h"
 #include "kernels.h"
@@ -114,57 +115,27 @@ bool csf_filter_backward(const T* grad, const T* opp, T* g_opp, Shape s, double 
 // ---- hunt_hyab: two filtered linear-RGB images -> colour error ----
 
 template <class T>
-bool hunt_hyab_forward(const T* test, const T* ref, T* out, Shape s, double eps_d) {
+bool hunt_hyab_forward(const T* test, const T* ref, T* out, Shape s, double eps) {
   const int64_t HW = s.h * s.w;
-  const T eps = static_cast<T>(eps_d);
   const auto k = color_consts<T>();
   std::atomic<bool> finite{true};
   parallel_for(0, s.n * HW, 4096, [&](int64_t b, int64_t e) {
     bool ok = true;
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t n = i / HW, p = i % HW;
-      T lt[3], lr[3], ht[3], hr[3];
-      for (int c = 0; c < 3; ++c) {
-        lt[c] = test[(n * 3 + c) * HW + p];
-        lr[c] = ref[(n * 3 + c) * HW + p];
-        ok = ok && std::isfinite(lt[c]) && std::isfinite(lr[c]);
-      }
-      hunt_lab(lt, ht);
-      hunt_lab(lr, hr);
-      out[i] = color_error(ht, hr, eps, k);
-    }
+    for (int64_t i = b; i < e; ++i) ok = hunt_hyab_pixel(test, ref, out, HW, i, static_cast<T>(eps), k) && ok;
     if (!ok) finite = false;
   });
   return finite;
 }
 
 template <class T>
-bool hunt_hyab_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, Shape s,
-                        double eps_d) {
+bool hunt_hyab_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, Shape s, double eps) {
   const int64_t HW = s.h * s.w;
-  const T eps = static_cast<T>(eps_d);
   const auto k = color_consts<T>();
   std::atomic<bool> finite{true};
   parallel_for(0, s.n * HW, 4096, [&](int64_t b, int64_t e) {
     bool ok = true;
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t n = i / HW, p = i % HW;
-      T lt[3], lr[3], ht[3], hr[3], ght[3], ghr[3], gt[3], gr[3];
-      for (int c = 0; c < 3; ++c) {
-        lt[c] = test[(n * 3 + c) * HW + p];
-        lr[c] = ref[(n * 3 + c) * HW + p];
-        ok = ok && std::isfinite(lt[c]) && std::isfinite(lr[c]);
-      }
-      hunt_lab(lt, ht);
-      hunt_lab(lr, hr);
-      color_error_vjp(ht, hr, eps, k, grad[i], ght, ghr);
-      hunt_lab_vjp(lt, ght, gt);
-      hunt_lab_vjp(lr, ghr, gr);
-      for (int c = 0; c < 3; ++c) {
-        if (g_test) g_test[(n * 3 + c) * HW + p] = gt[c];
-        if (g_ref) g_ref[(n * 3 + c) * HW + p] = gr[c];
-      }
-    }
+    for (int64_t i = b; i < e; ++i)
+      ok = hunt_hyab_vjp_pixel(grad, test, ref, g_test, g_ref, HW, i, static_cast<T>(eps), k) && ok;
     if (!ok) finite = false;
   });
   return finite;

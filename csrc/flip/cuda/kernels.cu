@@ -147,39 +147,13 @@ __global__ void v_hdr_vjp_kernel(const T* grad, const int32_t* index, const T* p
 template <class T>
 __global__ void hunt_hyab_kernel(const T* test, const T* ref, T* out, int64_t n, int64_t hw, T eps,
                                  ColorConsts<T> k) {
-  FLIP_GRID_STRIDE(i, n * hw) {
-    const int64_t b = i / hw, p = i % hw;
-    T lt[3], lr[3], ht[3], hr[3];
-    for (int c = 0; c < 3; ++c) {
-      lt[c] = test[(b * 3 + c) * hw + p];
-      lr[c] = ref[(b * 3 + c) * hw + p];
-    }
-    hunt_lab(lt, ht);
-    hunt_lab(lr, hr);
-    out[i] = color_error(ht, hr, eps, k);
-  }
+  FLIP_GRID_STRIDE(i, n * hw) hunt_hyab_pixel(test, ref, out, hw, i, eps, k);
 }
 
 template <class T>
 __global__ void hunt_hyab_vjp_kernel(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, int64_t n,
                                      int64_t hw, T eps, ColorConsts<T> k) {
-  FLIP_GRID_STRIDE(i, n * hw) {
-    const int64_t b = i / hw, p = i % hw;
-    T lt[3], lr[3], ht[3], hr[3], ght[3], ghr[3], gt[3], gr[3];
-    for (int c = 0; c < 3; ++c) {
-      lt[c] = test[(b * 3 + c) * hw + p];
-      lr[c] = ref[(b * 3 + c) * hw + p];
-    }
-    hunt_lab(lt, ht);
-    hunt_lab(lr, hr);
-    color_error_vjp(ht, hr, eps, k, grad[i], ght, ghr);
-    hunt_lab_vjp(lt, ght, gt);
-    hunt_lab_vjp(lr, ghr, gr);
-    for (int c = 0; c < 3; ++c) {
-      if (g_test) g_test[(b * 3 + c) * hw + p] = gt[c];
-      if (g_ref) g_ref[(b * 3 + c) * hw + p] = gr[c];
-    }
-  }
+  FLIP_GRID_STRIDE(i, n * hw) hunt_hyab_vjp_pixel(grad, test, ref, g_test, g_ref, hw, i, eps, k);
 }
 
 template <class T>
