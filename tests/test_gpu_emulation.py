@@ -85,3 +85,13 @@ def test_hdr_passes_match_cpu_kernels(ops, dtype, tm):
     have = emulate("hdr_flip_backward", [grad, test, ref, ex, counts, expected[2]], [20.0, 1e-15], tm)
     for x, y in zip(have, want):
         close(x, y, dtype, grad=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", SHAPES + [(1, 3, 40, 70), (2, 3, 17, 33)], ids=str)
+@pytest.mark.parametrize("ppd", [10.0, 67.0])
+def test_fused_forward_matches_cpu_kernels(ops, dtype, shape, ppd):
+    # The fused forward kernel's tiles (32 x 16 with halos) against the CPU kernels.
+    a, b = inputs(shape, dtype, seed=3)
+    for space in ("srgb", "linear"):
+        close(emulate("ldr_flip_fused", [a, b], [ppd, 1e-15], space)[0], ops.ldr_flip(a, b, ppd, space, 1e-15), dtype)

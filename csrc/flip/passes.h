@@ -415,6 +415,103 @@ FLIP_HD void hdr_vjp_pixel(const T* grad, const int32_t* index, const T* planes,
   v_ldr_flip_vjp(planes, gplanes, g, t, n, p / g.w, p % g.w, eps, k, gi);
 }
 
+// ---- Fused LDR-FLIP forward: one block per kTileW x kTileH output tile ----------------------
+// The block loads its tile plus an R-pixel halo of each image into shared memory, runs the
+// horizontal filters there, then the vertical ones, and writes only the error map: no planes in
+// global memory. Shared memory: the converted input tile (4 channels), the horizontal outputs
+// (7 planes over the tile's rows plus halo) and the vertical outputs of both images (7 each).
+
+constexpr int kTileW = 32, kTileH = 16;
+
+FLIP_HD int fused_rows(int R) { return kTileH + 2 * R; }
+FLIP_HD int fused_cols(int R) { return kTileW + 2 * R; }
+FLIP_HD int fused_smem_len(int R) {
+  return 4 * fused_rows(R) * fused_cols(R) + 7 * fused_rows(R) * kTileW + 2 * 7 * kTileH * kTileW;
+}
+
+// Phase 1 (image im): rows [y0 - R, y0 + kTileH + R) and columns [x0 - R, x0 + kTileW + R) of the
+// input, clamped to the image, converted to opponent colours and the achromatic channel.
+template <class T>
+FLIP_HD bool fused_load(const T* src, const Geometry& g, bool srgb, int64_t y0, int64_t x0, int R, int tid,
+                        int nthreads, T* smem) {
+  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
+  const int64_t hw = g.hw();
+  bool ok = true;
+  for (int i = tid; i < rc; i += nthreads) {
+    const int64_t y = clampi(y0 - R + i / cols, 0, g.h - 1), x = clampi(x0 - R + i % cols, 0, g.w - 1);
+    const int64_t p = y * g.w + x;
+    T v[3] = {src[p], src[hw + p], src[2 * hw + p]}, lin[3], opp[3];
+    ok = ok && is_finite(v[0]) && is_finite(v[1]) && is_finite(v[2]);
+    for (int c = 0; c < 3; ++c) lin[c] = input_to_linear(v[c], srgb);
+    linear_to_opponent(lin, opp);
+    smem[i] = opp[0];
+    smem[rc + i] = opp[1];
+    smem[2 * rc + i] = opp[2];
+    smem[3 * rc + i] = (opp[0] + T(16)) * T(1.0 / 116.0);
+  }
+  return ok;
+}
+
+// Phase 2: the 7 horizontal outputs for every tile row (halo included) and tile column.
+template <class T>
+FLIP_HD void fused_horizontal(const TapsView<T>& t, int R, int tid, int nthreads, T* smem) {
+  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols, n = rows * kTileW;
+  const T* in = smem;
+  T* h = smem + 4 * rc;
+  for (int i = tid; i < n; i += nthreads) {
+    const int c = (i / kTileW) * cols + i % kTileW + R;  // the centre sample in the input tile
+    h[i] = hsum(in + c, t.y);
+    h[n + i] = hsum(in + rc + c, t.cx);
+    h[2 * n + i] = hsum(in + 2 * rc + c, t.cz1);
+    h[3 * n + i] = hsum(in + 2 * rc + c, t.cz2);
+    h[4 * n + i] = hsum(in + 3 * rc + c, t.g);
+    h[5 * n + i] = hsum(in + 3 * rc + c, t.dg);
+    h[6 * n + i] = hsum(in + 3 * rc + c, t.ddg);
+  }
+}
+
+template <class T>
+FLIP_HD T vsum_tile(const T* h, const FilterView<T>& f) {  // h points at the centre row's sample
+  T acc = T(0);
+  for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * h[k * kTileW];
+  return acc;
+}
+
+// Phase 3 (image im): the vertical outputs F0, F1, F2, dx, dy, ddx, ddy of every tile pixel.
+template <class T>
+FLIP_HD void fused_vertical(const TapsView<T>& t, int R, int im, int tid, int nthreads, T* smem) {
+  const int rows = fused_rows(R), cols = fused_cols(R), n = rows * kTileW, np = kTileH * kTileW;
+  const T* h = smem + 4 * rows * cols;
+  T* v = smem + 4 * rows * cols + 7 * n + im * 7 * np;
+  for (int i = tid; i < np; i += nthreads) {
+    const int c = (i / kTileW + R) * kTileW + i % kTileW;
+    v[i] = vsum_tile(h + c, t.y);
+    v[np + i] = vsum_tile(h + n + c, t.cx);
+    v[2 * np + i] = vsum_tile(h + 2 * n + c, t.cz1) + vsum_tile(h + 3 * n + c, t.cz2);
+    v[3 * np + i] = vsum_tile(h + 5 * n + c, t.g);    // dx: horizontal dg, vertical g
+    v[4 * np + i] = vsum_tile(h + 4 * n + c, t.dg);   // dy: horizontal g, vertical dg
+    v[5 * np + i] = vsum_tile(h + 6 * n + c, t.g);    // ddx
+    v[6 * np + i] = vsum_tile(h + 4 * n + c, t.ddg);  // ddy
+  }
+}
+
+// Phase 4: the per-pixel tail into the error map (out points at this batch item's map).
+template <class T>
+FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int tid, int nthreads, const T* smem,
+                        T eps, const ColorConsts<T>& k, T* out) {
+  const int rows = fused_rows(R), cols = fused_cols(R), np = kTileH * kTileW;
+  const T* vt = smem + 4 * rows * cols + 7 * rows * kTileW;
+  const T* vr = vt + 7 * np;
+  for (int i = tid; i < np; i += nthreads) {
+    const int64_t y = y0 + i / kTileW, x = x0 + i % kTileW;
+    if (y >= g.h || x >= g.w) continue;
+    T Ft[3] = {vt[i], vt[np + i], vt[2 * np + i]}, Fr[3] = {vr[i], vr[np + i], vr[2 * np + i]};
+    Features<T> ft{vt[3 * np + i], vt[4 * np + i], vt[5 * np + i], vt[6 * np + i]};
+    Features<T> fr{vr[3 * np + i], vr[4 * np + i], vr[5 * np + i], vr[6 * np + i]};
+    out[y * g.w + x] = pixel_flip(Ft, Fr, ft, fr, eps, k);
+  }
+}
+
 // hunt_hyab of pixel i = n * hw + p (images N x 3 x H x W); returns false for a non-finite input.
 template <class T>
 FLIP_HD bool hunt_hyab_pixel(const T* test, const T* ref, T* out, int64_t hw, int64_t i, T eps,

@@ -98,14 +98,23 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
   auto out = at::empty(map_sizes(t), t.options());
   const Geometry g = geometry(t, 2, true, true);
   if (g.n == 0) return out.to(test.scalar_type());
-  auto planes = planes_for(g, t, g.planes());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip (CUDA)", [&] {
     auto taps = device_taps<scalar_t>(ppd, t);
+    const auto k = flip::color_consts<scalar_t>();
+    const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
+    if (flip::cuda::fused_smem_bytes<scalar_t>(taps.rmax) <= have) {
+      // One kernel, no planes in global memory.
+      flip::cuda::ldr_flip_forward_fused<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
+                                                   out.data_ptr<scalar_t>(), g, taps, srgb,
+                                                   static_cast<scalar_t>(eps), k, stream);
+      return;
+    }
     check_shared_memory(taps, g.planes());
+    auto planes = planes_for(g, t, g.planes());
     flip::cuda::ldr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                                           planes.data_ptr<scalar_t>(), g, taps, srgb, static_cast<scalar_t>(eps),
-                                           flip::color_consts<scalar_t>(), stream);
+                                           planes.data_ptr<scalar_t>(), g, taps, srgb, static_cast<scalar_t>(eps), k,
+                                           stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out.to(test.scalar_type());

@@ -40,6 +40,11 @@ std::vector<at::Tensor> gpu_emulation(c10::string_view op_name, at::TensorList i
       auto o = at::empty(map_sizes(x[0]), x[0].options());
       em::ldr_flip_forward<T>(p(x[0]), p(x[1]), p(o), geometry(x[0], 2, true, true), tv, parse_input_space(space), e);
       out = {o};
+    } else if (op == "ldr_flip_fused") {
+      auto o = at::empty(map_sizes(x[0]), x[0].options());
+      em::ldr_flip_forward_fused<T>(p(x[0]), p(x[1]), p(o), geometry(x[0], 2, true, true), tv,
+                                    parse_input_space(space), e);
+      out = {o};
     } else if (op == "ldr_flip_backward") {
       auto gt = at::empty_like(x[1]), gr = at::empty_like(x[2]);
       em::ldr_flip_backward<T>(p(x[0]), p(x[1]), p(x[2]), p(gt), p(gr), geometry(x[1], 2, true, true), tv,

@@ -92,6 +92,26 @@ void ldr_flip_forward(const T* test, const T* ref, T* out, const Geometry& g, co
 }
 
 template <class T>
+void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
+                            T eps) {
+  const auto k = color_consts<T>();
+  const int R = t.rmax, threads = 256;
+  std::vector<T> smem(fused_smem_len(R));
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t y0 = 0; y0 < g.h; y0 += kTileH)
+      for (int64_t x0 = 0; x0 < g.w; x0 += kTileW) {
+        for (int im = 0; im < 2; ++im) {
+          const T* src = (im == 0 ? test : ref) + n * 3 * g.hw();
+          for (int tid = 0; tid < threads; ++tid) fused_load(src, g, srgb, y0, x0, R, tid, threads, smem.data());
+          for (int tid = 0; tid < threads; ++tid) fused_horizontal(t, R, tid, threads, smem.data());
+          for (int tid = 0; tid < threads; ++tid) fused_vertical(t, R, im, tid, threads, smem.data());
+        }
+        for (int tid = 0; tid < threads; ++tid)
+          fused_tail(g, y0, x0, R, tid, threads, smem.data(), eps, k, out + n * g.hw());
+      }
+}
+
+template <class T>
 void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
                        const TapsView<T>& t, bool srgb, T eps) {
   const auto k = color_consts<T>();
@@ -169,6 +189,7 @@ void feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
 #define FLIP_INSTANTIATE(T)                                                                                  \
   template struct HostTaps<T>;                                                                               \
   template void ldr_flip_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T);   \
+  template void ldr_flip_forward_fused<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T); \
   template void ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, \
                                      bool, T);                                                               \
   template void hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*,   \

@@ -25,6 +25,9 @@ template <class T>
 void ldr_flip_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
                       T eps);
 template <class T>
+void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
+                            T eps);
+template <class T>
 void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
                        const TapsView<T>& t, bool srgb, T eps);
 template <class T>

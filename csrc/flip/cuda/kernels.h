@@ -21,6 +21,16 @@ size_t ht_smem_bytes(int R, int planes) {
   return sizeof(T) * ht_smem_len(kBlock, R, planes);
 }
 
+// The fused forward (no planes in global memory) needs this much shared memory per block; the
+// caller uses it when the device offers that much (float32 at usual pixels-per-degree).
+template <class T>
+size_t fused_smem_bytes(int R) {
+  return sizeof(T) * fused_smem_len(R);
+}
+template <class T>
+void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
+                            T eps, ColorConsts<T> k, cudaStream_t s);
+
 // planes: n * images * g.planes() * H * W; gplanes: n * images * g.gplanes() * H * W.
 template <class T>
 void ldr_flip_forward(const T* test, const T* ref, T* out, T* planes, const Geometry& g, const TapsView<T>& t,
