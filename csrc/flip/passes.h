@@ -432,8 +432,8 @@ FLIP_HD int fused_smem_len(int R) {
 // Phase 1 (image im): rows [y0 - R, y0 + kTileH + R) and columns [x0 - R, x0 + kTileW + R) of the
 // input, clamped to the image, converted to opponent colours and the achromatic channel.
 template <class T>
-FLIP_HD bool fused_load(const T* src, const Geometry& g, bool srgb, int64_t y0, int64_t x0, int R, int tid,
-                        int nthreads, T* smem) {
+FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0, int64_t x0, int R, int tid,
+                        int nthreads, T* smem, T scale = T(1), int tm = 1) {
   const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
   const int64_t hw = g.hw();
   bool ok = true;
@@ -442,7 +442,10 @@ FLIP_HD bool fused_load(const T* src, const Geometry& g, bool srgb, int64_t y0, 
     const int64_t p = y * g.w + x;
     T v[3] = {src[p], src[hw + p], src[2 * hw + p]}, lin[3], opp[3];
     ok = ok && is_finite(v[0]) && is_finite(v[1]) && is_finite(v[2]);
-    for (int c = 0; c < 3; ++c) lin[c] = input_to_linear(v[c], srgb);
+    if (mode == Input::kHdr)
+      hdr_to_ldr(v, scale, tm, lin);
+    else
+      for (int c = 0; c < 3; ++c) lin[c] = input_to_linear(v[c], mode == Input::kSrgb);
     linear_to_opponent(lin, opp);
     smem[i] = opp[0];
     smem[rc + i] = opp[1];
@@ -495,10 +498,12 @@ FLIP_HD void fused_vertical(const TapsView<T>& t, int R, int im, int tid, int nt
   }
 }
 
-// Phase 4: the per-pixel tail into the error map (out points at this batch item's map).
+// Phase 4: the per-pixel tail into the error map (out points at this batch item's map). With
+// hs (HDR-FLIP, one exposure of item n), the error is folded into the running maximum instead.
 template <class T>
 FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int tid, int nthreads, const T* smem,
-                        T eps, const ColorConsts<T>& k, T* out) {
+                        T eps, const ColorConsts<T>& k, T* out, const HdrStep<T>* hs = nullptr, int64_t n = 0,
+                        T* emap = nullptr, int32_t* index = nullptr) {
   const int rows = fused_rows(R), cols = fused_cols(R), np = kTileH * kTileW;
   const T* vt = smem + 4 * rows * cols + 7 * rows * kTileW;
   const T* vr = vt + 7 * np;
@@ -508,7 +513,15 @@ FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int ti
     T Ft[3] = {vt[i], vt[np + i], vt[2 * np + i]}, Fr[3] = {vr[i], vr[np + i], vr[2 * np + i]};
     Features<T> ft{vt[3 * np + i], vt[4 * np + i], vt[5 * np + i], vt[6 * np + i]};
     Features<T> fr{vr[3 * np + i], vr[4 * np + i], vr[5 * np + i], vr[6 * np + i]};
-    out[y * g.w + x] = pixel_flip(Ft, Fr, ft, fr, eps, k);
+    const T err = pixel_flip(Ft, Fr, ft, fr, eps, k);
+    const int64_t p = y * g.w + x;
+    if (hs == nullptr) {
+      out[p] = err;
+    } else if (err > out[p]) {
+      out[p] = err;
+      emap[p] = T(hs->i) / T(hs->counts[n] > 2 ? hs->counts[n] - 1 : 1);
+      index[p] = static_cast<int32_t>(hs->i);
+    }
   }
 }
 

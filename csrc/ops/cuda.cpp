@@ -167,11 +167,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
   auto idx = at::full(map_sizes(t), -1, t.options().dtype(at::kInt));
   const Geometry g = geometry(t, 2, true, true);
   if (g.n == 0) return {out.to(test.scalar_type()), emap.to(test.scalar_type()), idx};
-  auto planes = planes_for(g, t, g.planes());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip (CUDA)", [&] {
     auto taps = device_taps<scalar_t>(ppd, t);
+    const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
+    if (flip::cuda::fused_smem_bytes<scalar_t>(taps.rmax) <= have) {
+      flip::cuda::hdr_flip_forward_fused<scalar_t>(
+          t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(), cn.data_ptr<int64_t>(), ex.size(1),
+          out.data_ptr<scalar_t>(), emap.data_ptr<scalar_t>(), idx.data_ptr<int32_t>(), g, taps, tm,
+          static_cast<scalar_t>(eps), flip::color_consts<scalar_t>(), stream);
+      return;
+    }
     check_shared_memory(taps, g.planes());
+    auto planes = planes_for(g, t, g.planes());
     flip::cuda::hdr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(),
                                            cn.data_ptr<int64_t>(), ex.size(1), out.data_ptr<scalar_t>(),
                                            emap.data_ptr<scalar_t>(), idx.data_ptr<int32_t>(),

@@ -50,7 +50,7 @@ std::vector<at::Tensor> gpu_emulation(c10::string_view op_name, at::TensorList i
       em::ldr_flip_backward<T>(p(x[0]), p(x[1]), p(x[2]), p(gt), p(gr), geometry(x[1], 2, true, true), tv,
                                parse_input_space(space), e);
       out = {gt, gr};
-    } else if (op == "hdr_flip" || op == "hdr_flip_backward") {
+    } else if (op == "hdr_flip" || op == "hdr_flip_fused" || op == "hdr_flip_backward") {
       // inputs: [grad,] test, reference, exposures (N x E), counts (N), [index]; input_space = tone mapper.
       const bool bwd = op == "hdr_flip_backward";
       const size_t o = bwd ? 1 : 0;
@@ -61,8 +61,12 @@ std::vector<at::Tensor> gpu_emulation(c10::string_view op_name, at::TensorList i
       if (!bwd) {
         auto m = at::empty(map_sizes(x[0]), x[0].options()), em = at::empty_like(m);
         auto ix = at::empty(map_sizes(x[0]), x[0].options().dtype(at::kInt));
-        em::hdr_flip_forward<T>(p(x[0]), p(x[1]), p(ex), cn.data_ptr<int64_t>(), ex.size(1), p(m), p(em),
-                                ix.data_ptr<int32_t>(), g, tv, tm, e);
+        if (op == "hdr_flip_fused")
+          em::hdr_flip_forward_fused<T>(p(x[0]), p(x[1]), p(ex), cn.data_ptr<int64_t>(), ex.size(1), p(m), p(em),
+                                        ix.data_ptr<int32_t>(), g, tv, tm, e);
+        else
+          em::hdr_flip_forward<T>(p(x[0]), p(x[1]), p(ex), cn.data_ptr<int64_t>(), ex.size(1), p(m), p(em),
+                                  ix.data_ptr<int32_t>(), g, tv, tm, e);
         out = {m, em, ix};
       } else {
         auto ix = inputs[5].contiguous();

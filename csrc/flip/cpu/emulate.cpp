@@ -102,13 +102,45 @@ void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry&
       for (int64_t x0 = 0; x0 < g.w; x0 += kTileW) {
         for (int im = 0; im < 2; ++im) {
           const T* src = (im == 0 ? test : ref) + n * 3 * g.hw();
-          for (int tid = 0; tid < threads; ++tid) fused_load(src, g, srgb, y0, x0, R, tid, threads, smem.data());
+          for (int tid = 0; tid < threads; ++tid)
+            fused_load(src, g, srgb ? Input::kSrgb : Input::kLinear, y0, x0, R, tid, threads, smem.data());
           for (int tid = 0; tid < threads; ++tid) fused_horizontal(t, R, tid, threads, smem.data());
           for (int tid = 0; tid < threads; ++tid) fused_vertical(t, R, im, tid, threads, smem.data());
         }
         for (int tid = 0; tid < threads; ++tid)
           fused_tail(g, y0, x0, R, tid, threads, smem.data(), eps, k, out + n * g.hw());
       }
+}
+
+template <class T>
+void hdr_flip_forward_fused(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
+                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, int tm, T eps) {
+  const auto k = color_consts<T>();
+  const int R = t.rmax, threads = 256;
+  std::vector<T> smem(fused_smem_len(R));
+  std::fill(out, out + g.n * g.hw(), T(0));
+  std::fill(emap, emap + g.n * g.hw(), T(0));
+  std::fill(index, index + g.n * g.hw(), -1);
+  for (int64_t i = 0; i < E; ++i) {
+    const HdrStep<T> hs{exposures, counts, E, i, tm};
+    for (int64_t n = 0; n < g.n; ++n) {
+      if (!hs.active(n)) continue;
+      const T scale = hs.scale(n);
+      const int64_t off = n * g.hw();
+      for (int64_t y0 = 0; y0 < g.h; y0 += kTileH)
+        for (int64_t x0 = 0; x0 < g.w; x0 += kTileW) {
+          for (int im = 0; im < 2; ++im) {
+            const T* src = (im == 0 ? test : ref) + n * 3 * g.hw();
+            for (int tid = 0; tid < threads; ++tid)
+              fused_load(src, g, Input::kHdr, y0, x0, R, tid, threads, smem.data(), scale, tm);
+            for (int tid = 0; tid < threads; ++tid) fused_horizontal(t, R, tid, threads, smem.data());
+            for (int tid = 0; tid < threads; ++tid) fused_vertical(t, R, im, tid, threads, smem.data());
+          }
+          for (int tid = 0; tid < threads; ++tid)
+            fused_tail(g, y0, x0, R, tid, threads, smem.data(), eps, k, out + off, &hs, n, emap + off, index + off);
+        }
+    }
+  }
 }
 
 template <class T>
@@ -190,6 +222,8 @@ void feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
   template struct HostTaps<T>;                                                                               \
   template void ldr_flip_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T);   \
   template void ldr_flip_forward_fused<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T); \
+  template void hdr_flip_forward_fused<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*,      \
+                                          int32_t*, const Geometry&, const TapsView<T>&, int, T);           \
   template void ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, \
                                      bool, T);                                                               \
   template void hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*,   \

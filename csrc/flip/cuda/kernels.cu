@@ -58,27 +58,37 @@ __global__ void __launch_bounds__(kBlock) h_kernel(const T* src0, const T* src1,
 
 constexpr int kFusedThreads = 256;
 
+// mode is kSrgb/kLinear (LDR-FLIP: out is the map) or kHdr (one exposure of HDR-FLIP: out, emap
+// and index hold the running maximum).
 template <class T>
 __global__ void __launch_bounds__(kFusedThreads) fused_ldr_kernel(const T* test, const T* ref, T* out, Geometry g,
-                                                                  TapsView<T> t, bool srgb, T eps, ColorConsts<T> k) {
+                                                                  TapsView<T> t, Input mode, T eps, ColorConsts<T> k,
+                                                                  HdrStep<T> hs, T* emap, int32_t* index) {
   T* smem = shared_buffer<T>();
   const int R = t.rmax;
+  const bool hdr = mode == Input::kHdr;
   const int64_t x0 = (int64_t)blockIdx.x * kTileW;
   const int64_t tiles_y = (g.h + kTileH - 1) / kTileH;
-  for (int64_t n = blockIdx.z; n < g.n; n += gridDim.z)
+  for (int64_t n = blockIdx.z; n < g.n; n += gridDim.z) {
+    if (hdr && !hs.active(n)) continue;  // uniform over the block
+    const T scale = hdr ? hs.scale(n) : T(1);
     for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
       const int64_t y0 = ty * kTileH;
       for (int im = 0; im < 2; ++im) {
-        fused_load((im == 0 ? test : ref) + n * 3 * g.hw(), g, srgb, y0, x0, R, threadIdx.x, kFusedThreads, smem);
+        fused_load((im == 0 ? test : ref) + n * 3 * g.hw(), g, mode, y0, x0, R, threadIdx.x, kFusedThreads, smem,
+                   scale, hs.tm);
         __syncthreads();
         fused_horizontal(t, R, threadIdx.x, kFusedThreads, smem);
         __syncthreads();
         fused_vertical(t, R, im, threadIdx.x, kFusedThreads, smem);
         __syncthreads();
       }
-      fused_tail(g, y0, x0, R, threadIdx.x, kFusedThreads, smem, eps, k, out + n * g.hw());
+      const int64_t off = n * g.hw();
+      fused_tail(g, y0, x0, R, threadIdx.x, kFusedThreads, smem, eps, k, out + off, hdr ? &hs : nullptr, n,
+                 hdr ? emap + off : nullptr, hdr ? index + off : nullptr);
       __syncthreads();
     }
+  }
 }
 
 template <class T>
@@ -222,15 +232,30 @@ void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
 }
 
 template <class T>
-void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
-                            T eps, ColorConsts<T> k, cudaStream_t s) {
+void launch_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, Input mode, T eps,
+                  ColorConsts<T> k, cudaStream_t s, HdrStep<T> hs, T* emap, int32_t* index) {
   const size_t smem = fused_smem_bytes<T>(t.rmax);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(fused_ldr_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   const dim3 grid(static_cast<unsigned>((g.w + kTileW - 1) / kTileW),
                   static_cast<unsigned>(std::min<int64_t>((g.h + kTileH - 1) / kTileH, kMaxGridY)),
                   static_cast<unsigned>(std::min<int64_t>(g.n, kMaxGridZ)));
-  fused_ldr_kernel<T><<<grid, kFusedThreads, smem, s>>>(test, ref, out, g, t, srgb, eps, k);
+  fused_ldr_kernel<T><<<grid, kFusedThreads, smem, s>>>(test, ref, out, g, t, mode, eps, k, hs, emap, index);
+}
+
+template <class T>
+void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
+                            T eps, ColorConsts<T> k, cudaStream_t s) {
+  launch_fused(test, ref, out, g, t, srgb ? Input::kSrgb : Input::kLinear, eps, k, s,
+               HdrStep<T>{nullptr, nullptr, 0, 0, 1}, static_cast<T*>(nullptr), static_cast<int32_t*>(nullptr));
+}
+
+template <class T>
+void hdr_flip_forward_fused(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
+                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, int tm, T eps,
+                            ColorConsts<T> k, cudaStream_t s) {
+  for (int64_t i = 0; i < E; ++i)
+    launch_fused(test, ref, out, g, t, Input::kHdr, eps, k, s, HdrStep<T>{exposures, counts, E, i, tm}, emap, index);
 }
 
 template <class T>
@@ -302,6 +327,9 @@ void hunt_hyab_backward(const T* grad, const T* test, const T* ref, T* g_test, T
 #define FLIP_INSTANTIATE(T)                                                                                   \
   template void ldr_flip_forward_fused<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T,   \
                                           ColorConsts<T>, cudaStream_t);                                          \
+  template void hdr_flip_forward_fused<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*, \
+                                          const Geometry&, const TapsView<T>&, int, T, ColorConsts<T>,            \
+                                          cudaStream_t);                                                          \
   template void hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*, T*,   \
                                     const Geometry&, const TapsView<T>&, int, T, ColorConsts<T>, cudaStream_t);   \
   template void hdr_flip_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,             \

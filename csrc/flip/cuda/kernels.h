@@ -30,6 +30,11 @@ size_t fused_smem_bytes(int R) {
 template <class T>
 void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
                             T eps, ColorConsts<T> k, cudaStream_t s);
+// HDR-FLIP forward with the fused kernel, one launch per exposure (outputs initialised as below).
+template <class T>
+void hdr_flip_forward_fused(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
+                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, int tm, T eps,
+                            ColorConsts<T> k, cudaStream_t s);
 
 // planes: n * images * g.planes() * H * W; gplanes: n * images * g.gplanes() * H * W.
 template <class T>
