@@ -32,3 +32,11 @@ def crops():
 
     return {name: torch.from_numpy(load_crop(name)).permute(2, 0, 1).contiguous()
             for name in ("rug", "toys", "blocks")}
+
+
+@pytest.fixture(scope="session")
+def cpp_build():
+    """The root CMake project (libflip_ops + tests/cpp), built once per session; its build dir."""
+    import cpp_tools
+
+    return cpp_tools.build_library()

@@ -33,50 +33,13 @@ import flip_loss
 from flip_loss import colormaps
 from flip_loss.imageio import load_image, save_png
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILD_DIR = Path(os.environ.get("FLIP_LOSS_CPP_BUILD_DIR", ROOT / "build" / "cpp"))
+from cpp_tools import ROOT, Tensors, executable, generator_args, run, script, stale_extension_note
+
 PREFIX = Path(os.environ.get("FLIP_LOSS_DEPLOY_PREFIX", ROOT / "build" / "deploy-install"))
 EXAMPLES_BUILD_DIR = Path(os.environ.get("FLIP_LOSS_EXAMPLES_BUILD_DIR", ROOT / "build" / "examples-cpp"))
-TIMEOUT_S = 3600
-LOG_TAIL_CHARS = 6000
 
 needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None,
                                  reason="cmake is not on PATH: cannot build the C++ library and examples")
-
-
-# ---- helpers ------------------------------------------------------------------------------------
-
-def _tail(text, n=LOG_TAIL_CHARS):
-    return text if len(text) <= n else "...\n" + text[-n:]
-
-
-def _run(cmd, what, timeout=TIMEOUT_S, env=None):
-    start = time.monotonic()
-    proc = subprocess.run([str(c) for c in cmd], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout, env=env)
-    if proc.returncode != 0:
-        pytest.fail(f"{what} failed (exit {proc.returncode}): {' '.join(map(str, cmd))}\n{_tail(proc.stdout)}",
-                    pytrace=False)
-    print(f"[test_deploy] {what}: {time.monotonic() - start:.1f} s")
-    return proc.stdout
-
-
-def _generator_args():
-    return ["-G", "Ninja"] if shutil.which("ninja") else []
-
-
-def _stale_extension_note():
-    """flip_loss._C older than the C++ sources: eager Python runs older kernels than libflip_ops."""
-    so = sys.modules.get("flip_loss._C")
-    so_path = Path(getattr(so, "__file__", "") or "")
-    if not so_path.is_file():
-        return ""
-    newest = max((p for p in (ROOT / "csrc").rglob("*") if p.suffix in (".h", ".cpp", ".cu", ".cuh")),
-                 key=lambda p: p.stat().st_mtime, default=None)
-    if newest is not None and newest.stat().st_mtime > so_path.stat().st_mtime:
-        return (f"\nnote: {so_path.name} is older than {newest.relative_to(ROOT)}; rebuild it "
-                "(python setup.py build_ext --inplace) so eager Python and C++ run the same kernels")
-    return ""
 
 
 def _cache_value(cache: Path, key: str):
@@ -88,42 +51,12 @@ def _cache_value(cache: Path, key: str):
     return None
 
 
-class _Tensors(torch.nn.Module):
-    """Container whose attributes a C++ program reads with module.attr(name).toTensor()."""
-
-    def __init__(self, **tensors):
-        super().__init__()
-        for name, t in tensors.items():
-            self.register_buffer(name, t)
-
-    def forward(self) -> int:  # TorchScript needs a method to script
-        return 0
-
-
-def _script(module):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return torch.jit.script(module)
-
-
-# ---- session fixtures: build, install, build the examples ---------------------------------------
-
-@pytest.fixture(scope="session")
-def cpp_build():
-    """Configures (once) and builds the root CMake project in BUILD_DIR (the same directory and
-    options as test_cpp.py, so a full test run builds it once)."""
-    if not (BUILD_DIR / "CMakeCache.txt").is_file():
-        _run(["cmake", "-S", ROOT, "-B", BUILD_DIR, "-DCMAKE_BUILD_TYPE=Release",
-              f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", "-DFLIP_LOSS_BUILD_TESTS=ON",
-              *_generator_args()], "configure the library")
-    _run(["cmake", "--build", BUILD_DIR, "-j2"], "build the library and tests/cpp")
-    return BUILD_DIR
-
+# ---- session fixtures: install, build the examples (cpp_build is in conftest.py) ------------------
 
 @pytest.fixture(scope="session")
 def installed(cpp_build):
     """cmake --install into PREFIX; returns PREFIX."""
-    _run(["cmake", "--install", cpp_build, "--prefix", PREFIX], "install into " + str(PREFIX))
+    run(["cmake", "--install", cpp_build, "--prefix", PREFIX], "install into " + str(PREFIX))
     return PREFIX
 
 
@@ -136,12 +69,12 @@ def examples(installed):
     if found is not None and Path(found).resolve() != expected_dir.resolve():
         shutil.rmtree(EXAMPLES_BUILD_DIR)  # configured against another install
     env = {k: v for k, v in os.environ.items() if k not in ("CMAKE_PREFIX_PATH", "Torch_DIR")}
-    _run(["cmake", "-S", ROOT / "examples" / "cpp", "-B", EXAMPLES_BUILD_DIR, "-DCMAKE_BUILD_TYPE=Release",
-          f"-DCMAKE_PREFIX_PATH={installed}", *_generator_args()], "configure examples/cpp", env=env)
+    run(["cmake", "-S", ROOT / "examples" / "cpp", "-B", EXAMPLES_BUILD_DIR, "-DCMAKE_BUILD_TYPE=Release",
+          f"-DCMAKE_PREFIX_PATH={installed}", *generator_args()], "configure examples/cpp", env=env)
     found = _cache_value(cache, "flip_loss_DIR")
     assert found is not None and Path(found).resolve() == expected_dir.resolve(), \
         f"examples/cpp found flip_loss in {found}, not in the test's install {expected_dir}"
-    _run(["cmake", "--build", EXAMPLES_BUILD_DIR, "-j2"], "build examples/cpp")
+    run(["cmake", "--build", EXAMPLES_BUILD_DIR, "-j2"], "build examples/cpp")
     return EXAMPLES_BUILD_DIR
 
 
@@ -172,14 +105,6 @@ def png_pair(tmp_path_factory):
         save_png(path, (img.permute(1, 2, 0).numpy() * 255 + 0.5).astype(np.uint8))
         paths[name] = path
     return paths
-
-
-def _exe(build_dir: Path, name: str) -> Path:
-    for candidate in (build_dir / name, build_dir / "Release" / name, build_dir / "tests" / "cpp" / name,
-                      build_dir / "tests" / "cpp" / "Release" / name):
-        if candidate.is_file():
-            return candidate
-    pytest.fail(f"the build did not produce {name} under {build_dir}", pytrace=False)
 
 
 def _run_program(cmd, timeout=600):
@@ -237,9 +162,9 @@ def test_flip_infer_matches_python(examples, exported_modules, png_pair, tmp_pat
     h, w = ref_t.shape[-2:]
     expected = flip_loss.ldr_flip(test_t, ref_t, ppd, eps=0.0)[0]  # H x W, as the CLI computes it
     expected_pool = flip_loss.pool(expected)
-    note = _stale_extension_note()
+    note = stale_extension_note()
 
-    exe = _exe(examples, "flip_infer")
+    exe = executable(examples, "flip_infer")
     out_png, out_raw = tmp_path / "map.png", tmp_path / "map.f32"
     stdout = _run_program([exe, "--module", exported_modules["loss"], "--reference", png_pair["reference"],
                            "--test", png_pair["test"], "--output", out_png, "--raw", out_raw, "--digits", "10"])
@@ -294,14 +219,14 @@ def _losses(stdout):
 @needs_cmake
 def test_flip_train_image_loss_falls(examples, png_pair, tmp_path):
     ppd = 40.0
-    stdout = _run_program([_exe(examples, "flip_train"), "--reference", png_pair["reference"], "--test",
+    stdout = _run_program([executable(examples, "flip_train"), "--reference", png_pair["reference"], "--test",
                            png_pair["test"], "--ppd", ppd, "--steps", 20, "--output", tmp_path / "opt.png"])
     print(stdout)
     steps, final = _losses(stdout)
     assert len(steps) == 20
     # Step 1 is the loss of the start image: FLIP mean with the default eps, as in Python.
     start = flip_loss.ldr_flip(load_image(png_pair["test"]), load_image(png_pair["reference"]), ppd).mean().item()
-    assert abs(steps[0] - start) <= 1e-6, f"first loss {steps[0]} vs Python {start}{_stale_extension_note()}"
+    assert abs(steps[0] - start) <= 1e-6, f"first loss {steps[0]} vs Python {start}{stale_extension_note()}"
     falls = sum(b < a for a, b in zip(steps, steps[1:]))
     assert falls >= 15, f"the loss fell in only {falls} of 19 steps: {steps}"
     assert final < 0.6 * steps[0], f"the loss did not fall enough: {steps[0]} -> {final}"
@@ -312,7 +237,7 @@ def test_flip_train_image_loss_falls(examples, png_pair, tmp_path):
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 def test_flip_train_scripted_model_in_cpp(examples, exported_modules, png_pair, tmp_path):
     trained = tmp_path / "trained.pt"
-    stdout = _run_program([_exe(examples, "flip_train"), "--model", exported_modules["model"], "--reference",
+    stdout = _run_program([executable(examples, "flip_train"), "--model", exported_modules["model"], "--reference",
                            png_pair["reference"], "--test", png_pair["tinted"], "--steps", 20, "--save", trained])
     print(stdout)
     steps, final = _losses(stdout)
@@ -364,17 +289,17 @@ def test_header_api_matches_python(cpp_build, tmp_path):
         "single": torch.tensor([[0.25]]),
         "wide": torch.rand(1, 1, 300, 400, generator=gen) ** 3,
     }
-    inputs = _Tensors(test=test, reference=reference, opponent=opponent, lin_test=lin_test,
+    inputs = Tensors(test=test, reference=reference, opponent=opponent, lin_test=lin_test,
                       lin_reference=lin_reference, ach_test=ach_test, ach_reference=ach_reference,
                       params=torch.tensor([ppd, eps], dtype=torch.float64),
                       **{"pool_" + k: v for k, v in pools.items()})
     inputs_path, outputs_path = tmp_path / "inputs.pt", tmp_path / "outputs.pt"
-    _script(inputs).save(str(inputs_path))
+    script(inputs).save(str(inputs_path))
 
-    stdout = _run_program([_exe(cpp_build, "flip_header_api"), inputs_path, outputs_path])
+    stdout = _run_program([executable(cpp_build, "flip_header_api"), inputs_path, outputs_path])
     print(stdout)
     out = dict(torch.load(str(outputs_path), weights_only=True))
-    note = _stale_extension_note()
+    note = stale_extension_note()
 
     ops = torch.ops.flip
     t = test.clone().requires_grad_(True)
