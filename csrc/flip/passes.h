@@ -43,6 +43,15 @@ struct HdrStep {
   int tm;
   FLIP_HD bool active(int64_t n) const { return i < counts[n]; }
   FLIP_HD T scale(int64_t n) const { return std::exp2(exposures[n * E + i]); }
+  // Folds this exposure's error at pixel p into the running maximum (strict >: ties keep the
+  // earlier, darker exposure) and records it in the exposure map and index.
+  FLIP_HD void fold(T err, int64_t n, int64_t p, T* out, T* emap, int32_t* index) const {
+    if (err > out[p]) {
+      out[p] = err;
+      emap[p] = T(i) / T(counts[n] > 2 ? counts[n] - 1 : 1);
+      index[p] = static_cast<int32_t>(i);
+    }
+  }
 };
 
 struct Geometry {
@@ -398,11 +407,7 @@ FLIP_HD void hdr_max_pixel(const T* planes, T* out, T* emap, int32_t* index, con
   const int64_t n = i / g.hw(), p = i % g.hw();
   if (!s.active(n)) return;
   const T err = v_ldr_flip(planes, g, t, n, p / g.w, p % g.w, eps, k);
-  if (err > out[i]) {
-    out[i] = err;
-    emap[i] = T(s.i) / T(s.counts[n] > 2 ? s.counts[n] - 1 : 1);
-    index[i] = static_cast<int32_t>(s.i);
-  }
+  s.fold(err, n, i, out, emap, index);
 }
 
 // HDR-FLIP backward, one exposure: the incoming gradient of the pixels this exposure won.
@@ -517,10 +522,8 @@ FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int ti
     const int64_t p = y * g.w + x;
     if (hs == nullptr) {
       out[p] = err;
-    } else if (err > out[p]) {
-      out[p] = err;
-      emap[p] = T(hs->i) / T(hs->counts[n] > 2 ? hs->counts[n] - 1 : 1);
-      index[p] = static_cast<int32_t>(hs->i);
+    } else {
+      hs->fold(err, n, p, out, emap, index);
     }
   }
 }

@@ -91,6 +91,32 @@ inline void check_exposures(const at::Tensor& exposures, const at::Tensor& count
               "flip: exposures and counts must be on the images' device (", like.device(), ")");
 }
 
+// The arguments every ldr_flip kernel (and its backward) takes; returns true for sRGB input.
+inline bool check_ldr_args(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
+                           double eps) {
+  check_pair(test, ref, 3);
+  check_ppd(ppd);
+  check_eps(eps);
+  return parse_input_space(space);
+}
+
+// The arguments every hdr_flip kernel (and its backward) takes; returns the tone mapper.
+inline int check_hdr_args(const at::Tensor& test, const at::Tensor& ref, const at::Tensor& exposures,
+                          const at::Tensor& counts, double ppd, c10::string_view tone_mapper, double eps) {
+  check_pair(test, ref, 3);
+  check_ppd(ppd);
+  check_eps(eps);
+  const int tm = parse_tone_mapper(tone_mapper);
+  check_exposures(exposures, counts, test);
+  return tm;
+}
+
+inline void check_exposure_index(const at::Tensor& index, const at::Tensor& grad) {
+  TORCH_CHECK(index.sym_sizes() == grad.sym_sizes() && index.scalar_type() == at::kInt &&
+                  index.device() == grad.device(),
+              "flip::hdr_flip_backward: exposure_index must be the int32 index returned by hdr_flip");
+}
+
 // The shape of a per-pixel map for an image of shape like.
 inline std::vector<c10::SymInt> map_shape(const at::Tensor& like) {
   auto s = like.sym_sizes().vec();

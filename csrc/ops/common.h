@@ -9,6 +9,8 @@
 #include <tuple>
 #include <vector>
 
+#include "../flip/passes.h"
+
 namespace flip_ops {
 
 using Pair = std::tuple<at::Tensor, at::Tensor>;
@@ -20,6 +22,11 @@ inline at::Tensor compute_copy(const at::Tensor& t) {
 }
 
 inline int64_t batch_of(const at::Tensor& t) { return t.dim() == 4 ? t.size(0) : 1; }
+
+// The kernels' view of an image batch: images per batch item and which filter banks run.
+inline flip::Geometry geometry(const at::Tensor& t, int images, bool csf, bool feat) {
+  return flip::Geometry{batch_of(t), t.size(-2), t.size(-1), images, csf, feat};
+}
 
 inline std::vector<int64_t> map_sizes(const at::Tensor& like) {
   auto s = like.sizes().vec();

@@ -33,10 +33,7 @@ Shape shape_of(const at::Tensor& t) { return Shape{batch_of(t), t.size(-2), t.si
 
 at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
                     double eps) {
-  check_pair(test, ref, 3);
-  check_ppd(ppd);
-  check_eps(eps);
-  const bool srgb = parse_input_space(space);
+  const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto out = at::empty(map_sizes(t), t.options());
   bool ok = true;
@@ -50,11 +47,8 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
 
 Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
                        c10::string_view space, double eps, std::array<bool, 2> mask) {
-  check_pair(test, ref, 3);
+  const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   check_grad(grad, test, 1);
-  check_ppd(ppd);
-  check_eps(eps);
-  const bool srgb = parse_input_space(space);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto g = grad.to(t.scalar_type()).contiguous();
   auto gb = grad_buffers(t, mask);
@@ -79,11 +73,7 @@ void check_counts_values(const at::Tensor& counts, int64_t E) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
-  check_pair(test, ref, 3);
-  check_ppd(ppd);
-  check_eps(eps);
-  const int tm = parse_tone_mapper(tone_mapper);
-  check_exposures(exposures, counts, test);
+  const int tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto ex = exposures.to(t.scalar_type()).contiguous();
   auto cn = counts.to(at::kLong).contiguous();
@@ -106,14 +96,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
 Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
                        const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
                        c10::string_view tone_mapper, double eps, std::array<bool, 2> mask) {
-  check_pair(test, ref, 3);
+  const int tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   check_grad(grad, test, 1);
-  check_ppd(ppd);
-  check_eps(eps);
-  const int tm = parse_tone_mapper(tone_mapper);
-  check_exposures(exposures, counts, test);
-  TORCH_CHECK(index.sizes() == grad.sizes() && index.scalar_type() == at::kInt,
-              "flip::hdr_flip_backward: exposure_index must be the int32 index returned by hdr_flip");
+  check_exposure_index(index, grad);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto g = grad.to(t.scalar_type()).contiguous();
   auto ex = exposures.to(t.scalar_type()).contiguous();

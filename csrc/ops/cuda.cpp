@@ -80,19 +80,12 @@ void check_shared_memory(const TapsView<T>& t, int planes) {
               t.rmax, " needs ", need, " bytes per block, the device has ", have, ")");
 }
 
-Geometry geometry(const at::Tensor& t, int images, bool csf, bool feat) {
-  return Geometry{batch_of(t), t.size(-2), t.size(-1), images, csf, feat};
-}
-
 at::Tensor planes_for(const Geometry& g, const at::Tensor& like, int per_image) {
   return at::empty({g.n * g.images * per_image * g.hw()}, like.options());
 }
 
 at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps) {
-  check_pair(test, ref, 3);
-  check_ppd(ppd);
-  check_eps(eps);
-  const bool srgb = parse_input_space(space);
+  const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
   auto out = at::empty(map_sizes(t), t.options());
@@ -122,11 +115,8 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
 
 Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
                        c10::string_view space, double eps, Mask mask) {
-  check_pair(test, ref, 3);
+  const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   check_grad(grad, test, 1);
-  check_ppd(ppd);
-  check_eps(eps);
-  const bool srgb = parse_input_space(space);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
   auto gr = grad.to(t.scalar_type()).contiguous();
@@ -153,11 +143,7 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
-  check_pair(test, ref, 3);
-  check_ppd(ppd);
-  check_eps(eps);
-  const int tm = parse_tone_mapper(tone_mapper);
-  check_exposures(exposures, counts, test);
+  const int tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
   auto ex = exposures.to(t.scalar_type()).contiguous();
@@ -193,14 +179,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
 Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
                        const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
                        c10::string_view tone_mapper, double eps, Mask mask) {
-  check_pair(test, ref, 3);
+  const int tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   check_grad(grad, test, 1);
-  check_ppd(ppd);
-  check_eps(eps);
-  const int tm = parse_tone_mapper(tone_mapper);
-  check_exposures(exposures, counts, test);
-  TORCH_CHECK(index.sizes() == grad.sizes() && index.scalar_type() == at::kInt && index.device() == test.device(),
-              "flip::hdr_flip_backward: exposure_index must be the int32 index returned by hdr_flip");
+  check_exposure_index(index, grad);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
   auto gr = grad.to(t.scalar_type()).contiguous();

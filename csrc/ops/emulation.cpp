@@ -17,10 +17,6 @@ namespace {
 namespace em = flip::emulate;
 using flip::Geometry;
 
-Geometry geometry(const at::Tensor& t, int images, bool csf, bool feat) {
-  return Geometry{batch_of(t), t.size(-2), t.size(-1), images, csf, feat};
-}
-
 std::vector<at::Tensor> gpu_emulation(c10::string_view op_name, at::TensorList inputs, at::ArrayRef<double> scalars,
                                       c10::string_view space) {
   const std::string op(op_name.data(), op_name.size());

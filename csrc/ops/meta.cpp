@@ -22,39 +22,30 @@ at::Tensor grad_like(const at::Tensor& t, bool needed) {
 
 at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
                     double eps) {
-  check_pair(test, ref, 3);
-  check_ppd(ppd);
-  check_eps(eps);
-  parse_input_space(space);
+  check_ldr_args(test, ref, ppd, space, eps);
   return map_like(test);
 }
 
 Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
                        c10::string_view space, double eps, Mask m) {
-  check_pair(test, ref, 3);
+  check_ldr_args(test, ref, ppd, space, eps);
   check_grad(grad, test, 1);
-  parse_input_space(space);
   return {grad_like(test, m[0]), grad_like(ref, m[1])};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
-  check_pair(test, ref, 3);
-  check_ppd(ppd);
-  check_eps(eps);
-  parse_tone_mapper(tone_mapper);
-  check_exposures(exposures, counts, test);
+  check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   return {map_like(test), map_like(test), at::empty_symint(map_shape(test), test.options().dtype(at::kInt))};
 }
 
 Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
                        const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
                        c10::string_view tone_mapper, double eps, Mask m) {
-  check_pair(test, ref, 3);
+  check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   check_grad(grad, test, 1);
-  parse_tone_mapper(tone_mapper);
-  check_exposures(exposures, counts, test);
+  check_exposure_index(index, grad);
   return {grad_like(test, m[0]), grad_like(ref, m[1])};
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../passes.h"
 #include "../tonemap.h"
 #include "kernels.h"
 #include "pipeline.h"
@@ -46,14 +47,9 @@ bool hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int
       const HdrInput<T> conv{static_cast<T>(std::exp2(exposures[n * E + i])), tm};
       if (!horizontal_stage(img, planes, s.h, s.w, conv, cx)) return false;
       vertical_forward(planes, s.h, s.w, cx, static_cast<T>(eps), err);
-      const T level = static_cast<T>(i) / static_cast<T>(count - 1);
+      const HdrStep<T> step{exposures, counts, E, i, tm};
       parallel_for(0, HW, 16384, [&](int64_t b, int64_t e) {
-        for (int64_t p = b; p < e; ++p)
-          if (err[p] > o[p]) {
-            o[p] = err[p];
-            em[p] = level;
-            ix[p] = static_cast<int32_t>(i);
-          }
+        for (int64_t p = b; p < e; ++p) step.fold(err[p], n, p, o, em, ix);
       });
     }
   }
