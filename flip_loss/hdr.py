@@ -10,7 +10,6 @@ from .constants import DEFAULT_EPS, DEFAULT_PPD
 from .functional import _check_pair
 
 TONE_MAPPERS = ("aces", "hable", "reinhard")
-_FLT_EPSILON = float(np.finfo(np.float32).eps)
 ExposureArg = Union[None, float, int, torch.Tensor]
 
 
@@ -51,14 +50,27 @@ def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces") -> Tuple[
     """
     if not isinstance(reference, torch.Tensor) or reference.dim() not in (3, 4) or reference.shape[-3] != 3:
         raise ValueError("flip_loss: reference must be an N x 3 x H x W or 3 x H x W tensor")
-    ref = _batched(reference)
+    return _luminance_range(_batched(reference), exposure_anchor(tone_mapper))
+
+
+def _luminance_range(ref: torch.Tensor, anchor: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The rule of ``exposure_range`` for a batched reference. TorchScript-compatible: a scripted
+    ``FLIPLoss(hdr=True)`` calls it too."""
+    flt_epsilon = 1.1920928955078125e-07  # float32 epsilon, as a literal for TorchScript
     dt = torch.float64 if ref.dtype == torch.float64 else torch.float32
-    rgb = torch.clamp(ref.to(dt), min=0)
+    rgb = torch.clamp(ref.to(dt), min=0.0)
     lum = (0.2126 * rgb[:, 0] + 0.7152 * rgb[:, 1] + 0.0722 * rgb[:, 2]).flatten(1)
-    y_max = lum.amax(dim=1).clamp(min=_FLT_EPSILON)
-    y_med = lum.kthvalue(lum.shape[1] // 2 + 1, dim=1).values.clamp(min=_FLT_EPSILON)
-    anchor = exposure_anchor(tone_mapper)
-    return torch.log2(anchor / y_max), torch.log2(anchor / y_med)
+    y_max = lum.amax(dim=1).clamp(min=flt_epsilon)
+    y_med = torch.kthvalue(lum, lum.shape[1] // 2 + 1, dim=1)[0].clamp(min=flt_epsilon)
+    return torch.log2(torch.full_like(y_max, anchor) / y_max), torch.log2(torch.full_like(y_med, anchor) / y_med)
+
+
+def _exposure_grid(start: torch.Tensor, stop: torch.Tensor, counts: torch.Tensor, count_max: int) -> torch.Tensor:
+    """N x count_max exposures start + i (stop - start) / (count - 1), in float32 as the evaluator
+    computes them (TorchScript-compatible)."""
+    step = (stop - start) / (counts - 1).to(torch.float32)
+    i = torch.arange(count_max, device=start.device, dtype=torch.float32)
+    return start.unsqueeze(1) + i.unsqueeze(0) * step.unsqueeze(1)
 
 
 def _per_image(value: ExposureArg, n: int, device, name: str) -> Optional[torch.Tensor]:
@@ -109,10 +121,7 @@ def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_expo
             raise ValueError(f"flip_loss: num_exposures must be an integer >= 2, got {num_exposures!r}")
         counts = torch.full((n,), num_exposures, dtype=torch.int64, device=device)
         e = num_exposures
-    step = (stop - start) / (counts - 1).to(torch.float32)
-    i = torch.arange(e, device=device, dtype=torch.float32)
-    exposures = start[:, None] + i[None, :] * step[:, None]
-    return exposures, counts, start, stop
+    return _exposure_grid(start, stop, counts, e), counts, start, stop
 
 
 def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,

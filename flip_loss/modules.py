@@ -7,7 +7,7 @@ import torch
 
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 from .functional import _check_pair, ldr_flip
-from .hdr import _tone_mapper, exposure_anchor, hdr_flip
+from .hdr import _exposure_grid, _luminance_range, _tone_mapper, exposure_anchor, hdr_flip
 
 REDUCTIONS = ("mean", "sum", "none", "per_image")
 
@@ -95,25 +95,21 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
 
 def _scripted_exposures(reference: torch.Tensor, anchor: float, start: Optional[float], stop: Optional[float],
                         num: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """TorchScript twin of ``flip_loss.hdr.exposures_for`` (same rule, same float32 exposures):
-    the scripted module, and C++ programs that load it, get the automatic exposures too."""
+    """TorchScript twin of ``flip_loss.hdr.exposures_for`` for scalar options (the same rule and
+    helpers): the scripted module, and C++ programs that load it, get the automatic exposures too."""
     ref = reference
     if ref.dim() == 3:
         ref = ref.unsqueeze(0)
     n = ref.shape[0]
-    dt = torch.float64 if ref.dtype == torch.float64 else torch.float32
-    rgb = torch.clamp(ref.to(dt), min=0.0)
-    lum = (0.2126 * rgb[:, 0] + 0.7152 * rgb[:, 1] + 0.0722 * rgb[:, 2]).flatten(1)
-    flt_eps = 1.1920928955078125e-07
-    if start is None:
-        y_max = lum.amax(dim=1).clamp(min=flt_eps)
-        s = torch.log2(torch.full_like(y_max, anchor) / y_max).to(torch.float32)
-    else:
+    s = torch.full([n], 0.0, dtype=torch.float32, device=ref.device)
+    e = torch.full([n], 0.0, dtype=torch.float32, device=ref.device)
+    if start is None or stop is None:
+        auto = _luminance_range(ref, anchor)
+        s = auto[0].to(torch.float32)
+        e = auto[1].to(torch.float32)
+    if start is not None:
         s = torch.full([n], start, dtype=torch.float32, device=ref.device)
-    if stop is None:
-        y_med = torch.kthvalue(lum, lum.shape[1] // 2 + 1, dim=1)[0].clamp(min=flt_eps)
-        e = torch.log2(torch.full_like(y_med, anchor) / y_med).to(torch.float32)
-    else:
+    if stop is not None:
         e = torch.full([n], stop, dtype=torch.float32, device=ref.device)
     if num is None:
         counts = torch.clamp(torch.ceil(e - s), min=2.0).to(torch.int64)
@@ -121,9 +117,7 @@ def _scripted_exposures(reference: torch.Tensor, anchor: float, start: Optional[
     else:
         counts = torch.full([n], num, dtype=torch.int64, device=ref.device)
         count_max = num
-    step = (e - s) / (counts - 1).to(torch.float32)
-    i = torch.arange(count_max, device=ref.device, dtype=torch.float32)
-    return s.unsqueeze(1) + i.unsqueeze(0) * step.unsqueeze(1), counts
+    return _exposure_grid(s, e, counts, count_max), counts
 
 
 class FLIPLoss(torch.nn.Module):
