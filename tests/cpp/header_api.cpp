@@ -20,6 +20,8 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>
 
+#include "test_io.h"
+
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -29,20 +31,8 @@
 
 namespace {
 
-at::Tensor tensor_attr(const torch::jit::Module& m, const std::string& name) {
-  TORCH_CHECK(m.hasattr(name), "the inputs module has no attribute '", name, "'");
-  auto v = m.attr(name);
-  TORCH_CHECK(v.isTensor(), "the inputs module's attribute '", name, "' is not a tensor");
-  return v.toTensor();
-}
-
-void write_file(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TORCH_CHECK(out, "cannot open '", path, "' for writing");
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  TORCH_CHECK(out.good(), "error writing '", path, "'");
-}
+using flip_test::tensor_attr;
+using flip_test::write_file;
 
 at::Tensor pooled_tensor(const flip_loss::Pooled& p) {
   return at::tensor({p.mean, p.weighted_median, p.weighted_quartile_1, p.weighted_quartile_3, p.min, p.max},

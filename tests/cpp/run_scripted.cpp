@@ -12,6 +12,8 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>
 
+#include "test_io.h"
+
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -21,25 +23,13 @@
 
 namespace {
 
-at::Tensor tensor_attr(const torch::jit::Module& m, const std::string& name) {
-  TORCH_CHECK(m.hasattr(name), "the inputs module has no attribute '", name, "'");
-  auto v = m.attr(name);
-  TORCH_CHECK(v.isTensor(), "the inputs module's attribute '", name, "' is not a tensor");
-  return v.toTensor();
-}
+using flip_test::tensor_attr;
+using flip_test::write_file;
 
 template <class T>
 T module_attr(const torch::jit::Module& m, const std::string& name, T fallback) {
   if (!m.hasattr(name)) return fallback;
   return m.attr(name).to<T>();
-}
-
-void write_file(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TORCH_CHECK(out, "cannot open '", path, "' for writing");
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  TORCH_CHECK(out.good(), "error writing '", path, "'");
 }
 
 double norm_of(const at::Tensor& t) { return t.defined() ? t.norm().item<double>() : 0.0; }
