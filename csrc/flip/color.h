@@ -163,7 +163,14 @@ FLIP_UNROLL
     g_rgb[j] = T(rgb_to_xyz_m(0, j)) * gX + T(rgb_to_xyz_m(1, j)) * gY + T(rgb_to_xyz_m(2, j)) * gZ;
 }
 
-// HyAB distance of two Hunt-Lab colours, with the L term regularised as sqrt(max(dL^2, eps)).
+// The colour term of one pixel with every intermediate its adjoint needs: HyAB distance of two
+// Hunt-Lab colours with the L term regularised as sqrt(max(dL^2, eps)), then ^qc and the
+// redistribution to dE_c in [0, 1].
+template <class T>
+struct ColorTerm {
+  T dL, da, db, dL2, nL, nab, dE, e, c;
+};
+
 template <class T>
 FLIP_HD T hyab(const T ht[3], const T hr[3], T eps) {
   T dL = hr[0] - ht[0], da = hr[1] - ht[1], db = hr[2] - ht[2];
@@ -177,28 +184,30 @@ FLIP_HD T redistribute(T e, const ColorConsts<T>& k) {
                       : T(kPt) + (e - k.pccmax) / (k.cmax - k.pccmax) * T(1 - kPt);
 }
 
-// Colour error dE_c in [0, 1] from two Hunt-Lab colours.
 template <class T>
-FLIP_HD T color_error(const T ht[3], const T hr[3], T eps, const ColorConsts<T>& k) {
-  return redistribute(std::pow(hyab(ht, hr, eps), T(kQc)), k);
+FLIP_HD ColorTerm<T> color_term(const T ht[3], const T hr[3], T eps, const ColorConsts<T>& k) {
+  ColorTerm<T> s;
+  s.dL = hr[0] - ht[0];
+  s.da = hr[1] - ht[1];
+  s.db = hr[2] - ht[2];
+  s.dL2 = s.dL * s.dL;
+  s.nL = std::sqrt(s.dL2 > eps ? s.dL2 : eps);
+  s.nab = std::sqrt(s.da * s.da + s.db * s.db);
+  s.dE = s.nL + s.nab;
+  s.e = std::pow(s.dE, T(kQc));
+  s.c = redistribute(s.e, k);
+  return s;
 }
 
-// Adjoint of color_error w.r.t. both Hunt-Lab colours, for an incoming gradient g.
+// Adjoint of the colour term w.r.t. both Hunt-Lab colours, for an incoming gradient g of dE_c.
 template <class T>
-FLIP_HD void color_error_vjp(const T ht[3], const T hr[3], T eps, const ColorConsts<T>& k, T g,
-                             T g_ht[3], T g_hr[3]) {
-  T dL = hr[0] - ht[0], da = hr[1] - ht[1], db = hr[2] - ht[2];
-  T dL2 = dL * dL;
-  T nL = std::sqrt(dL2 > eps ? dL2 : eps);
-  T nab = std::sqrt(da * da + db * db);
-  T dE = nL + nab;
-  T e = std::pow(dE, T(kQc));
-  T slope = e < k.pccmax ? T(kPt) / k.pccmax : T(1 - kPt) / (k.cmax - k.pccmax);
-  T gdE = dE > T(0) ? g * slope * T(kQc) * e / dE : T(0);
+FLIP_HD void color_term_vjp(const ColorTerm<T>& s, T eps, const ColorConsts<T>& k, T g, T g_ht[3], T g_hr[3]) {
+  T slope = s.e < k.pccmax ? T(kPt) / k.pccmax : T(1 - kPt) / (k.cmax - k.pccmax);
+  T gdE = s.dE > T(0) ? g * slope * T(kQc) * s.e / s.dE : T(0);
   // torch.clamp passes the gradient at the bound; sqrt(dL^2) has slope sign(dL).
-  T gL = (dL2 >= eps && dL2 > T(0)) ? gdE * dL / nL : T(0);
-  T ga = nab > T(0) ? gdE * da / nab : T(0);
-  T gb = nab > T(0) ? gdE * db / nab : T(0);
+  T gL = (s.dL2 >= eps && s.dL2 > T(0)) ? gdE * s.dL / s.nL : T(0);
+  T ga = s.nab > T(0) ? gdE * s.da / s.nab : T(0);
+  T gb = s.nab > T(0) ? gdE * s.db / s.nab : T(0);
   g_hr[0] = gL;
   g_hr[1] = ga;
   g_hr[2] = gb;
@@ -206,6 +215,20 @@ FLIP_HD void color_error_vjp(const T ht[3], const T hr[3], T eps, const ColorCon
   g_ht[1] = -ga;
   g_ht[2] = -gb;
 }
+
+// Colour error dE_c in [0, 1] from two Hunt-Lab colours.
+template <class T>
+FLIP_HD T color_error(const T ht[3], const T hr[3], T eps, const ColorConsts<T>& k) {
+  return color_term(ht, hr, eps, k).c;
+}
+
+template <class T>
+FLIP_HD void color_error_vjp(const T ht[3], const T hr[3], T eps, const ColorConsts<T>& k, T g,
+                             T g_ht[3], T g_hr[3]) {
+  color_term_vjp(color_term(ht, hr, eps, k), eps, k, g, g_ht, g_hr);
+}
+
+static_assert(kQf == 0.5, "feature_error raises to qf with a square root");
 
 // Feature error dE_f from edge and point magnitudes of test (t) and reference (r).
 template <class T>
@@ -246,9 +269,9 @@ FLIP_HD T combine(T c, T f) {
   return std::pow(c, T(1) - f);
 }
 
+// Adjoint of combine, given its value v = c^(1 - f).
 template <class T>
-FLIP_HD void combine_vjp(T c, T f, T g, T& gc, T& gf) {
-  T v = std::pow(c, T(1) - f);
+FLIP_HD void combine_vjp(T c, T f, T v, T g, T& gc, T& gf) {
   gc = c > T(0) ? g * (T(1) - f) * v / c : T(0);
   gf = c > T(0) ? -g * v * std::log(c) : T(0);
 }

@@ -9,25 +9,11 @@
 
 namespace flip {
 
-// Linear sRGB (D65) -> CIE XYZ, exact rationals of the reference implementation.
-constexpr double kRgbToXyz[3][3] = {
-    {10135552.0 / 24577794.0, 8788810.0 / 24577794.0, 4435075.0 / 24577794.0},
-    {2613072.0 / 12288897.0, 8788810.0 / 12288897.0, 887015.0 / 12288897.0},
-    {1425312.0 / 73733382.0, 8788810.0 / 73733382.0, 70074185.0 / 73733382.0}};
-
-// CIE XYZ -> linear sRGB: the exact inverse of kRgbToXyz (the published 9-decimal table rounds
-// it; both give the same float32 values).
-constexpr double kXyzToRgb[3][3] = {{3.2410032329763587, -1.5373989694887855, -0.4986158819963629},
-                                    {-0.9692242522025166, 1.875929983695176, 0.041554226340084724},
-                                    {0.055639419851975444, -0.20401120612390997, 1.0571489771875335}};
-
-// D65 white: XYZ of linear RGB (1, 1, 1), i.e. the row sums (0.950428545, 1, 1.088900371).
-constexpr double kWhite[3] = {kRgbToXyz[0][0] + kRgbToXyz[0][1] + kRgbToXyz[0][2],
-                              kRgbToXyz[1][0] + kRgbToXyz[1][1] + kRgbToXyz[1][2],
-                              kRgbToXyz[2][0] + kRgbToXyz[2][1] + kRgbToXyz[2][2]};
-constexpr double kInvWhite[3] = {1.0 / kWhite[0], 1.0 / kWhite[1], 1.0 / kWhite[2]};
-
-// Element access usable in device code (constexpr arrays cannot be indexed there).
+// The colour matrices as functions, so that device code can use them (constexpr arrays cannot be
+// indexed there). Linear sRGB (D65) -> CIE XYZ: the exact rationals of the reference
+// implementation; XYZ -> linear sRGB: their exact inverse (the published 9-decimal table rounds it;
+// both give the same float32 values); white: XYZ of RGB (1, 1, 1), i.e. the row sums
+// (0.950428545, 1, 1.088900371).
 FLIP_CONSTFN double pick3(int j, double a, double b, double c) { return j == 0 ? a : (j == 1 ? b : c); }
 FLIP_CONSTFN double rgb_to_xyz_m(int i, int j) {
   return i == 0 ? pick3(j, 10135552.0 / 24577794.0, 8788810.0 / 24577794.0, 4435075.0 / 24577794.0)

@@ -72,12 +72,6 @@ FLIP_HD bool is_finite(T v) {
   return v - v == T(0);
 }
 
-// The planes of image im of batch item n (count = planes per image).
-template <class T>
-FLIP_HD T* image_planes(T* base, const Geometry& g, int64_t n, int im, int count) {
-  return base + (n * g.images + im) * count * g.hw();
-}
-
 // ---- H pass --------------------------------------------------------------------------------
 
 // Shared-memory floats an H block needs: 4 rows (3 opponent channels + achromatic) of B + 2R.

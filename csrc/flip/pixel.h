@@ -96,28 +96,14 @@ FLIP_HD T pixel_flip_vjp(const T Ft[3], const T Fr[3], const Features<T>& ft, co
   LabState<T> st, sr;
   lab_state(Ft, st);
   lab_state(Fr, sr);
-  // Colour term, keeping the pieces its adjoint needs.
-  T dL = sr.hl[0] - st.hl[0], da = sr.hl[1] - st.hl[1], db = sr.hl[2] - st.hl[2];
-  T dL2 = dL * dL;
-  T nL = std::sqrt(dL2 > eps ? dL2 : eps);
-  T nab = std::sqrt(da * da + db * db);
-  T dE = nL + nab;
-  T e = std::pow(dE, T(kQc));
-  T c = redistribute(e, k);
-  // Feature term.
+  const ColorTerm<T> ct = color_term(st.hl, sr.hl, eps, k);
   T et = std::sqrt(ft.dx * ft.dx + ft.dy * ft.dy), er = std::sqrt(fr.dx * fr.dx + fr.dy * fr.dy);
   T pt = std::sqrt(ft.ddx * ft.ddx + ft.ddy * ft.ddy), pr = std::sqrt(fr.ddx * fr.ddx + fr.ddy * fr.ddy);
   T f = feature_error(et, er, pt, pr, eps);
-  T value = combine(c, f);
-  T gc = c > T(0) ? g * (T(1) - f) * value / c : T(0);
-  T gf = c > T(0) ? -g * value * std::log(c) : T(0);
-  // Colour adjoint (same rules as color_error_vjp).
-  T slope = e < k.pccmax ? T(kPt) / k.pccmax : T(1 - kPt) / (k.cmax - k.pccmax);
-  T gdE = dE > T(0) ? gc * slope * T(kQc) * e / dE : T(0);
-  T gL = (dL2 >= eps && dL2 > T(0)) ? gdE * dL / nL : T(0);
-  T ga = nab > T(0) ? gdE * da / nab : T(0);
-  T gb = nab > T(0) ? gdE * db / nab : T(0);
-  T ghr[3] = {gL, ga, gb}, ght[3] = {-gL, -ga, -gb};
+  T value = combine(ct.c, f);
+  T gc, gf, ght[3], ghr[3];
+  combine_vjp(ct.c, f, value, g, gc, gf);
+  color_term_vjp(ct, eps, k, gc, ght, ghr);
   lab_state_vjp(st, ght, gFt);
   lab_state_vjp(sr, ghr, gFr);
   T gep[4];

@@ -1,5 +1,6 @@
 // HDR-FLIP's per-pixel front end (flip_reference.md §4.2): exposure compensation, tone mapping and
-// the clamp to [0, 1], with its adjoint; and the automatic-exposure solve (§4.3).
+// the clamp to [0, 1], with its adjoint. (The automatic exposures, §4.3, are computed in Python,
+// flip_loss/hdr.py.)
 // Framework-free, usable from host and device code.
 #pragma once
 
@@ -93,19 +94,6 @@ FLIP_HD void hdr_to_ldr_vjp(const T v[3], T scale, int tm, const T g[3], T g_v[3
     // (N/D)' = (N' - (N/D) D') / D: no D^2, which overflows float for bright pixels.
     g_v[c] = dx[c] != T(0) ? g[c] * inside01(q) * ((dnum - q * dden) / den) * dx[c] : T(0);
   }
-}
-
-// The scene value that the tone curve maps to 0.85 (larger root of the quadratic), in float like
-// the evaluator, so that automatic exposures agree with it.
-inline float exposure_anchor(int tm) {
-  const float t = 0.85f;
-  const float a = tone_coef(tm, 0) - t * tone_coef(tm, 3);
-  const float b = tone_coef(tm, 1) - t * tone_coef(tm, 4);
-  const float c = tone_coef(tm, 2) - t * tone_coef(tm, 5);
-  if (a == 0.0f) return -c / b;
-  const float d1 = -0.5f * (b / a);
-  const float d2 = std::sqrt(d1 * d1 - c / a);
-  return d1 + d2;
 }
 
 }  // namespace flip
