@@ -106,61 +106,61 @@ FLIP_UNROLL
   g_opp[2] = -gz * T(1.0 / 200.0);
 }
 
+// Linear RGB -> CIELAB -> Hunt-adjusted (L, 0.01 L a, 0.01 L b), keeping what the adjoint needs.
 template <class T>
-FLIP_HD T lab_f(T t) {
-  // Cube-root branch on max(t, delta^3): the unselected branch never has an infinite slope.
-  T c = std::cbrt(t > T(kLabDelta3) ? t : T(kLabDelta3));
-  return t > T(kLabDelta3) ? c : t * T(kLabLinSlope) + T(kLabLinOffset);
-}
+struct HuntLab {
+  T df[3];  // Lab f'(t) per XYZ channel (when asked for)
+  T L, a, b;
+  T hl[3];  // the Hunt-adjusted colour
+};
 
 template <class T>
-FLIP_HD T lab_f_deriv(T t) {
-  T c = std::cbrt(t > T(kLabDelta3) ? t : T(kLabDelta3));
-  return t > T(kLabDelta3) ? T(1) / (T(3) * c * c) : T(kLabLinSlope);
+FLIP_HD void hunt_lab_state(const T rgb[3], HuntLab<T>& s, bool with_deriv) {
+  T xyz[3], f[3];
+  rgb_to_xyz(rgb, xyz);
+  FLIP_UNROLL
+  for (int i = 0; i < 3; ++i) {
+    const T t = xyz[i] * T(inv_white(i));
+    // Cube-root branch on max(t, delta^3): the unselected branch never has an infinite slope.
+    const T c = std::cbrt(t > T(kLabDelta3) ? t : T(kLabDelta3));
+    f[i] = t > T(kLabDelta3) ? c : t * T(kLabLinSlope) + T(kLabLinOffset);
+    if (with_deriv) s.df[i] = t > T(kLabDelta3) ? T(1) / (T(3) * c * c) : T(kLabLinSlope);
+  }
+  s.L = T(116) * f[1] - T(16);
+  s.a = T(500) * (f[0] - f[1]);
+  s.b = T(200) * (f[1] - f[2]);
+  s.hl[0] = s.L;
+  s.hl[1] = T(0.01) * s.L * s.a;
+  s.hl[2] = T(0.01) * s.L * s.b;
 }
 
-// Linear RGB -> Hunt-adjusted CIELAB (L, 0.01 L a, 0.01 L b).
+// Gradient w.r.t. the linear RGB of a hunt_lab_state(..., true), given the gradient g of hl.
+template <class T>
+FLIP_HD void hunt_lab_state_vjp(const HuntLab<T>& s, const T g[3], T g_rgb[3]) {
+  const T gL = g[0] + T(0.01) * (g[1] * s.a + g[2] * s.b);
+  const T ga = T(0.01) * s.L * g[1];
+  const T gb = T(0.01) * s.L * g[2];
+  const T gX = T(500) * ga * s.df[0] * T(inv_white(0));
+  const T gY = (T(116) * gL - T(500) * ga + T(200) * gb) * s.df[1] * T(inv_white(1));
+  const T gZ = T(-200) * gb * s.df[2] * T(inv_white(2));
+  FLIP_UNROLL
+  for (int j = 0; j < 3; ++j)
+    g_rgb[j] = T(rgb_to_xyz_m(0, j)) * gX + T(rgb_to_xyz_m(1, j)) * gY + T(rgb_to_xyz_m(2, j)) * gZ;
+}
+
 template <class T>
 FLIP_HD void hunt_lab(const T rgb[3], T out[3]) {
-  T xyz[3];
-  rgb_to_xyz(rgb, xyz);
-  T fx = lab_f(xyz[0] * T(inv_white(0)));
-  T fy = lab_f(xyz[1] * T(inv_white(1)));
-  T fz = lab_f(xyz[2] * T(inv_white(2)));
-  T L = T(116) * fy - T(16);
-  T a = T(500) * (fx - fy);
-  T b = T(200) * (fy - fz);
-  out[0] = L;
-  out[1] = T(0.01) * L * a;
-  out[2] = T(0.01) * L * b;
+  HuntLab<T> s;
+  hunt_lab_state(rgb, s, false);
+  FLIP_UNROLL
+  for (int c = 0; c < 3; ++c) out[c] = s.hl[c];
 }
 
 template <class T>
 FLIP_HD void hunt_lab_vjp(const T rgb[3], const T g[3], T g_rgb[3]) {
-  T xyz[3];
-  rgb_to_xyz(rgb, xyz);
-  T t[3], f[3], df[3];
-FLIP_UNROLL
-  for (int i = 0; i < 3; ++i) {
-    t[i] = xyz[i] * T(inv_white(i));
-    f[i] = lab_f(t[i]);
-    df[i] = lab_f_deriv(t[i]);
-  }
-  T L = T(116) * f[1] - T(16);
-  T a = T(500) * (f[0] - f[1]);
-  T b = T(200) * (f[1] - f[2]);
-  T gL = g[0] + T(0.01) * (g[1] * a + g[2] * b);
-  T ga = T(0.01) * L * g[1];
-  T gb = T(0.01) * L * g[2];
-  T gf0 = T(500) * ga;
-  T gf1 = T(116) * gL - T(500) * ga + T(200) * gb;
-  T gf2 = T(-200) * gb;
-  T gX = gf0 * df[0] * T(inv_white(0));
-  T gY = gf1 * df[1] * T(inv_white(1));
-  T gZ = gf2 * df[2] * T(inv_white(2));
-FLIP_UNROLL
-  for (int j = 0; j < 3; ++j)
-    g_rgb[j] = T(rgb_to_xyz_m(0, j)) * gX + T(rgb_to_xyz_m(1, j)) * gY + T(rgb_to_xyz_m(2, j)) * gZ;
+  HuntLab<T> s;
+  hunt_lab_state(rgb, s, true);
+  hunt_lab_state_vjp(s, g, g_rgb);
 }
 
 // The colour term of one pixel with every intermediate its adjoint needs: HyAB distance of two

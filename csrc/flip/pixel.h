@@ -38,46 +38,25 @@ FLIP_HD T pixel_flip(const T Ft[3], const T Fr[3], const Features<T>& ft, const 
 template <class T>
 struct LabState {
   T pre[3];  // linear RGB before the RGB-cube clamp
-  T df[3];   // Lab f'(t) per XYZ channel
-  T L, a, b;
-  T hl[3];
+  HuntLab<T> lab;
 };
 
 template <class T>
 FLIP_HD void lab_state(const T F[3], LabState<T>& s) {
-  T lin[3], xyz[3], f[3];
+  T lin[3];
   opponent_to_linear(F, s.pre);
-FLIP_UNROLL
+  FLIP_UNROLL
   for (int c = 0; c < 3; ++c) lin[c] = clamp01(s.pre[c]);
-  rgb_to_xyz(lin, xyz);
-FLIP_UNROLL
-  for (int i = 0; i < 3; ++i) {
-    T t = xyz[i] * T(inv_white(i));
-    T c = std::cbrt(t > T(kLabDelta3) ? t : T(kLabDelta3));
-    f[i] = t > T(kLabDelta3) ? c : t * T(kLabLinSlope) + T(kLabLinOffset);
-    s.df[i] = t > T(kLabDelta3) ? T(1) / (T(3) * c * c) : T(kLabLinSlope);
-  }
-  s.L = T(116) * f[1] - T(16);
-  s.a = T(500) * (f[0] - f[1]);
-  s.b = T(200) * (f[1] - f[2]);
-  s.hl[0] = s.L;
-  s.hl[1] = T(0.01) * s.L * s.a;
-  s.hl[2] = T(0.01) * s.L * s.b;
+  hunt_lab_state(lin, s.lab, true);
 }
 
 // Gradient w.r.t. the filtered opponent colour F, given the gradient g w.r.t. its Hunt-Lab colour.
 template <class T>
 FLIP_HD void lab_state_vjp(const LabState<T>& s, const T g[3], T g_F[3]) {
-  T gL = g[0] + T(0.01) * (g[1] * s.a + g[2] * s.b);
-  T ga = T(0.01) * s.L * g[1];
-  T gb = T(0.01) * s.L * g[2];
-  T gX = T(500) * ga * s.df[0] * T(inv_white(0));
-  T gY = (T(116) * gL - T(500) * ga + T(200) * gb) * s.df[1] * T(inv_white(1));
-  T gZ = T(-200) * gb * s.df[2] * T(inv_white(2));
   T g_lin[3];
-FLIP_UNROLL
-  for (int j = 0; j < 3; ++j)
-    g_lin[j] = (T(rgb_to_xyz_m(0, j)) * gX + T(rgb_to_xyz_m(1, j)) * gY + T(rgb_to_xyz_m(2, j)) * gZ) * inside01(s.pre[j]);
+  hunt_lab_state_vjp(s.lab, g, g_lin);
+  FLIP_UNROLL
+  for (int j = 0; j < 3; ++j) g_lin[j] *= inside01(s.pre[j]);
   opponent_to_linear_vjp(g_lin, g_F);
 }
 
@@ -96,7 +75,7 @@ FLIP_HD T pixel_flip_vjp(const T Ft[3], const T Fr[3], const Features<T>& ft, co
   LabState<T> st, sr;
   lab_state(Ft, st);
   lab_state(Fr, sr);
-  const ColorTerm<T> ct = color_term(st.hl, sr.hl, eps, k);
+  const ColorTerm<T> ct = color_term(st.lab.hl, sr.lab.hl, eps, k);
   T et = std::sqrt(ft.dx * ft.dx + ft.dy * ft.dy), er = std::sqrt(fr.dx * fr.dx + fr.dy * fr.dy);
   T pt = std::sqrt(ft.ddx * ft.ddx + ft.ddy * ft.ddy), pr = std::sqrt(fr.ddx * fr.ddx + fr.ddy * fr.ddy);
   T f = feature_error(et, er, pt, pr, eps);
