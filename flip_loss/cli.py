@@ -257,12 +257,9 @@ def _image_size(path: str) -> Tuple[int, int]:
     """(width, height) from the image header; raises FileNotFoundError / ValueError."""
     from PIL import Image, UnidentifiedImageError
 
-    from .imageio import _unsupported_hdr_message, exr_size, is_exr_path, is_hdr_path
+    from .imageio import _unsupported_hdr_message, check_file, exr_size, is_exr_path, is_hdr_path
 
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"image file '{path}' does not exist")
-    if os.path.isdir(path):
-        raise ValueError(f"cannot read image '{path}': it is a directory")
+    check_file(path)
     if is_exr_path(path):
         return exr_size(path)
     if is_hdr_path(path):

@@ -37,6 +37,15 @@ def _check_pair(test, reference, pixels_per_degree, input_space, eps):
         raise ValueError(f"flip_loss: eps must be a finite number >= 0, got {eps!r}")
 
 
+def _checked_pair(test, reference, pixels_per_degree, input_space, eps):
+    """Checks the arguments (see _check_pair) and promotes both images to a common dtype."""
+    _check_pair(test, reference, pixels_per_degree, input_space, eps)
+    if test.dtype != reference.dtype:
+        common = torch.promote_types(test.dtype, reference.dtype)
+        test, reference = test.to(common), reference.to(common)
+    return test, reference
+
+
 def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
              input_space: str = "srgb", eps: float = DEFAULT_EPS) -> torch.Tensor:
     """LDR-FLIP error map between ``test`` and ``reference``.
@@ -48,10 +57,7 @@ def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     ``eps`` regularises the two square roots whose slope is infinite at zero (see README); with
     ``eps=0`` the values are exactly those of the published metric.
     """
-    _check_pair(test, reference, pixels_per_degree, input_space, eps)
-    if test.dtype != reference.dtype:
-        common = torch.promote_types(test.dtype, reference.dtype)
-        test, reference = test.to(common), reference.to(common)
+    test, reference = _checked_pair(test, reference, pixels_per_degree, input_space, eps)
     space = input_space.lower()
     if _ops.use_extension(test, reference):
         return torch.ops.flip.ldr_flip(test, reference, float(pixels_per_degree), space, float(eps))

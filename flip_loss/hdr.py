@@ -7,7 +7,7 @@ import torch
 
 from . import _ops
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .functional import _check_pair
+from .functional import _checked_pair
 
 TONE_MAPPERS = ("aces", "hable", "reinhard")
 ExposureArg = Union[None, float, int, torch.Tensor]
@@ -136,11 +136,8 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     ``return_exposure_map=True`` also the exposure map (winning exposure index / (count - 1), 0
     where no exposure wins). Differentiable in both images.
     """
-    _check_pair(test, reference, pixels_per_degree, "linear", eps)
+    test, reference = _checked_pair(test, reference, pixels_per_degree, "linear", eps)
     tm = _tone_mapper(tone_mapper)
-    if test.dtype != reference.dtype:
-        common = torch.promote_types(test.dtype, reference.dtype)
-        test, reference = test.to(common), reference.to(common)
     unbatched = test.dim() == 3
     t, r = _batched(test), _batched(reference)
     exposures, counts, _, _ = exposures_for(r, tm, start_exposure, stop_exposure, num_exposures)

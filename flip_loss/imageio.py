@@ -32,6 +32,14 @@ EXR_EXTENSIONS = (".exr",)
 UNSUPPORTED_HDR_EXTENSIONS = (".hdr", ".pfm")
 
 
+def check_file(path) -> None:
+    """Raises FileNotFoundError if ``path`` does not exist and ValueError if it is a directory."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"image file '{path}' does not exist")
+    if os.path.isdir(path):
+        raise ValueError(f"cannot read image '{path}': it is a directory")
+
+
 def is_hdr_path(path) -> bool:
     """True when ``path`` has an HDR image extension (.exr, .hdr, .pfm; case-insensitive)."""
     return os.path.splitext(os.fspath(path))[1].lower() in HDR_EXTENSIONS
@@ -125,10 +133,7 @@ def load_image(path) -> torch.Tensor:
     Radiance ``.hdr`` or ``.pfm``, an EXR file without colour channels or with NaN/Inf values).
     """
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"image file '{path}' does not exist")
-    if os.path.isdir(path):
-        raise ValueError(f"cannot read image '{path}': it is a directory")
+    check_file(path)
     if is_exr_path(path):
         return load_exr(path)
     if is_hdr_path(path):
@@ -244,10 +249,7 @@ def _quiet_native_output():
 
 
 def _check_readable_file(path: str) -> None:
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"image file '{path}' does not exist")
-    if os.path.isdir(path):
-        raise ValueError(f"cannot read image '{path}': it is a directory")
+    check_file(path)
     if not os.access(path, os.R_OK):
         raise ValueError(f"cannot read image '{path}': permission denied")
 
