@@ -21,3 +21,14 @@ PT = 0.95
 GW = 0.082
 QF = 0.5
 DEFAULT_EPS = 1e-15
+
+# Limits of the options, the same in the Python API, the command line and the C++ ops (README,
+# "Limits of the options").
+# A filter radius of thousands of pixels means the value passed is not a pixels-per-degree.
+MAX_PPD = 10000.0
+# eps only regularises the gradients of two square roots: up to 1e-6 the map stays in [0, 1] and
+# identical images give at most ~4e-4; larger values change the metric itself.
+MAX_EPS = 1e-6
+# The automatic exposure range of any float32 reference needs at most ~152 exposures; a larger
+# count is a mistake that would only take a long time and a lot of memory.
+MAX_EXPOSURES = 256

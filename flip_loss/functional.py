@@ -1,66 +1,134 @@
-"""Functional API: ``ldr_flip`` and its input checks."""
-import math
+"""Functional API: ``ldr_flip``, the image checks shared by every entry point, the LDR data range
+and the out-of-range warning."""
+import warnings
+from typing import Tuple
 
 import torch
 
-from . import _ops
+from . import _ops, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 
-INPUT_SPACES = ("srgb", "linear")
+INPUT_SPACES = options.INPUT_SPACES
+
+# LDR inputs further than this outside [0, 1] trigger the warning below: 0-255 images and [-1, 1]
+# images do, while a network's output (or an optimised image) that overshoots by a little is
+# clamped without a word, as the evaluator does.
+OUT_OF_RANGE_TOLERANCE = 0.25
 
 
-def _check_pair(test, reference, pixels_per_degree, input_space, eps):
+def _check_image(name: str, t: torch.Tensor) -> None:
+    if not t.is_floating_point():
+        raise TypeError("flip_loss: " + name + " must have a floating-point dtype, got " + str(t.dtype)
+                        + "; convert 8-bit images with .float() / 255 (or pass data_range=255)")
+    if (t.dim() != 3 and t.dim() != 4) or t.shape[-3] != 3:
+        raise ValueError("flip_loss: " + name + " must be N x 3 x H x W or 3 x H x W (RGB), got shape "
+                         + str(list(t.shape)))
+    if t.numel() == 0:
+        raise ValueError("flip_loss: " + name + " is empty (shape " + str(list(t.shape)) + ")")
+
+
+def _check_image_pair(test: torch.Tensor, reference: torch.Tensor) -> None:
+    """The checks of an image pair that need no data (dtype, layout, emptiness, matching shapes and
+    devices). TorchScript-compatible: a scripted ``FLIPLoss`` makes them too."""
+    _check_image("test", test)
+    _check_image("reference", reference)
+    if test.shape != reference.shape:
+        raise ValueError("flip_loss: test and reference shapes differ: " + str(list(test.shape)) + " vs "
+                         + str(list(reference.shape)))
+    if test.device != reference.device:
+        raise ValueError("flip_loss: test and reference are on different devices: " + str(test.device)
+                         + " vs " + str(reference.device))
+
+
+def _checked_pair(test, reference):
+    """Checks an image pair (see _check_image_pair) and promotes both to a common dtype."""
     for name, t in (("test", test), ("reference", reference)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"flip_loss: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"flip_loss: {name} must have a floating-point dtype, got {t.dtype}; "
-                            "convert 8-bit images with .float() / 255")
-        if t.dim() not in (3, 4) or t.shape[-3] != 3:
-            raise ValueError(f"flip_loss: {name} must be N x 3 x H x W or 3 x H x W (RGB), "
-                             f"got shape {tuple(t.shape)}")
-        if t.numel() == 0:
-            raise ValueError(f"flip_loss: {name} is empty (shape {tuple(t.shape)})")
-    if test.shape != reference.shape:
-        raise ValueError(f"flip_loss: test and reference shapes differ: {tuple(test.shape)} vs "
-                         f"{tuple(reference.shape)}")
-    if test.device != reference.device:
-        raise ValueError(f"flip_loss: test and reference are on different devices: {test.device} vs "
-                         f"{reference.device}")
-    if isinstance(pixels_per_degree, bool) or not isinstance(pixels_per_degree, (int, float)) \
-            or not math.isfinite(pixels_per_degree) or pixels_per_degree <= 0:
-        raise ValueError(f"flip_loss: pixels_per_degree must be a positive finite number, got "
-                         f"{pixels_per_degree!r}")
-    if not isinstance(input_space, str) or input_space.lower() not in INPUT_SPACES:
-        raise ValueError(f"flip_loss: input_space must be one of {INPUT_SPACES}, got {input_space!r}")
-    if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"flip_loss: eps must be a finite number >= 0, got {eps!r}")
-
-
-def _checked_pair(test, reference, pixels_per_degree, input_space, eps):
-    """Checks the arguments (see _check_pair) and promotes both images to a common dtype."""
-    _check_pair(test, reference, pixels_per_degree, input_space, eps)
+    _check_image_pair(test, reference)
     if test.dtype != reference.dtype:
         common = torch.promote_types(test.dtype, reference.dtype)
         test, reference = test.to(common), reference.to(common)
     return test, reference
 
 
+def _to_unit_range(x: torch.Tensor, data_range: Tuple[float, float]) -> torch.Tensor:
+    """Maps values in [low, high] to [0, 1] (differentiably). TorchScript-compatible."""
+    low, high = data_range
+    if low == 0.0 and high == 1.0:
+        return x
+    return (x - low) / (high - low)
+
+
+def _is_compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+
+
+# The out-of-range warning is shown at most once per process. CPU inputs are looked at on every
+# call until it has been shown (a min/max pass, negligible next to FLIP); inputs on another device
+# only when the caller allows it (a module's first call, the first such call of ldr_flip), since
+# reading the result back is a host synchronisation. Traced code (torch.compile, TorchScript) is
+# not looked at.
+_out_of_range_warned = False
+_device_inputs_looked_at = False
+
+
+def _is_device_call(test) -> bool:
+    """Whether an eager call with ``test`` counts as its owner's look at inputs on a device."""
+    return isinstance(test, torch.Tensor) and test.device.type != "cpu" and not _is_compiling()
+
+
+def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_device: bool) -> None:
+    global _out_of_range_warned
+    if _out_of_range_warned or _is_compiling() or (test.device.type != "cpu" and not on_device):
+        return
+    with torch.no_grad():
+        lo = torch.minimum(test.detach().amin(), reference.detach().amin())
+        hi = torch.maximum(test.detach().amax(), reference.detach().amax())
+        lo, hi = torch.stack([lo, hi]).float().tolist()
+    if lo < -OUT_OF_RANGE_TOLERANCE or hi > 1.0 + OUT_OF_RANGE_TOLERANCE:
+        _out_of_range_warned = True
+        warnings.warn(
+            f"flip_loss: LDR-FLIP inputs range from {lo:.4g} to {hi:.4g} (after data_range), far outside "
+            "[0, 1]; FLIP clamps them to [0, 1], with zero gradient beyond. For 0-255 images pass data_range=255, "
+            "for [-1, 1] images data_range=(-1, 1); use hdr_flip for linear HDR images. "
+            "(Shown once per process.)", UserWarning, stacklevel=3)
+
+
+def _ldr_flip(test, reference, pixels_per_degree, input_space, eps, data_range, look_on_device: bool):
+    """``ldr_flip`` with ``look_on_device``: whether inputs on a device other than the CPU may be
+    read back for the out-of-range warning (see above)."""
+    test, reference = _checked_pair(test, reference)
+    ppd = options.pixels_per_degree(pixels_per_degree)
+    space = options.input_space(input_space)
+    eps = options.eps(eps)
+    unit = options.data_range(data_range)
+    test, reference = _to_unit_range(test, unit), _to_unit_range(reference, unit)
+    _warn_if_outside_unit_range(test, reference, look_on_device)
+    if _ops.use_extension(test, reference):
+        return torch.ops.flip.ldr_flip(test, reference, ppd, space, eps)
+    from . import reference as ref_impl
+
+    return ref_impl.ldr_flip(test, reference, ppd, space, eps)
+
+
 def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
-             input_space: str = "srgb", eps: float = DEFAULT_EPS) -> torch.Tensor:
+             input_space: str = "srgb", eps: float = DEFAULT_EPS, data_range=1.0) -> torch.Tensor:
     """LDR-FLIP error map between ``test`` and ``reference``.
 
     Both are N x 3 x H x W (or 3 x H x W) RGB tensors of the same float dtype and device, sRGB-encoded
-    in [0, 1] (``input_space="srgb"``, the default) or linear RGB in [0, 1] (``"linear"``); values
-    outside [0, 1] are clamped, as NVIDIA's evaluator does. Returns the per-pixel error in [0, 1],
-    N x 1 x H x W (1 x H x W for a CHW input), in the input dtype. Differentiable in both inputs.
-    ``eps`` regularises the two square roots whose slope is infinite at zero (see README); with
-    ``eps=0`` the values are exactly those of the published metric.
+    (``input_space="srgb"``, the default) or linear RGB (``"linear"``), with values in [0, 1], or in
+    ``data_range``: a number ``high`` (values in [0, high], e.g. 255) or a pair ``(low, high)`` (e.g.
+    (-1, 1)); they are mapped to [0, 1] first. Values still outside [0, 1] are clamped, as NVIDIA's
+    evaluator does (a one-time warning says so when they are clearly outside). Returns the
+    per-pixel error in [0, 1], N x 1 x H x W (1 x H x W for a CHW input), in the input dtype.
+    Differentiable in both inputs. ``eps`` (0 to 1e-6) regularises the two square roots whose slope
+    is infinite at zero (see README); with ``eps=0`` the values are exactly those of the published
+    metric.
     """
-    test, reference = _checked_pair(test, reference, pixels_per_degree, input_space, eps)
-    space = input_space.lower()
-    if _ops.use_extension(test, reference):
-        return torch.ops.flip.ldr_flip(test, reference, float(pixels_per_degree), space, float(eps))
-    from . import reference as ref_impl
-
-    return ref_impl.ldr_flip(test, reference, float(pixels_per_degree), space, float(eps))
+    global _device_inputs_looked_at
+    look = not _device_inputs_looked_at
+    if _is_device_call(test):
+        _device_inputs_looked_at = True
+    return _ldr_flip(test, reference, pixels_per_degree, input_space, eps, data_range, look)

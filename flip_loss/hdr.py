@@ -1,22 +1,16 @@
 """HDR-FLIP: automatic exposures and the functional API (flip_reference.md §4)."""
 import math
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
-from . import _ops
+from . import _ops, constants, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .functional import _checked_pair
+from .functional import _check_image, _checked_pair
 
-TONE_MAPPERS = ("aces", "hable", "reinhard")
+TONE_MAPPERS = options.TONE_MAPPERS
 ExposureArg = Union[None, float, int, torch.Tensor]
-
-
-def _tone_mapper(name) -> str:
-    if not isinstance(name, str) or name.lower() not in TONE_MAPPERS:
-        raise ValueError(f"flip_loss: tone_mapper must be one of {TONE_MAPPERS} (any case), got {name!r}")
-    return name.lower()
 
 
 def exposure_anchor(tone_mapper: str = "aces") -> float:
@@ -25,7 +19,7 @@ def exposure_anchor(tone_mapper: str = "aces") -> float:
     from .reference import tone_coefficients
 
     f = np.float32
-    k = [f(v) for v in tone_coefficients(_tone_mapper(tone_mapper))]
+    k = [f(v) for v in tone_coefficients(options.tone_mapper(tone_mapper))]
     t = f(0.85)
     a, b, c = k[0] - t * k[3], k[1] - t * k[4], k[2] - t * k[5]
     if a == 0:
@@ -38,6 +32,15 @@ def _batched(x: torch.Tensor) -> torch.Tensor:
     return x.unsqueeze(0) if x.dim() == 3 else x
 
 
+def _checked_reference(reference) -> torch.Tensor:
+    """The reference, batched, after the checks every image gets (TypeError for a non-float tensor,
+    ValueError for a wrong shape or an empty one)."""
+    if not isinstance(reference, torch.Tensor):
+        raise TypeError(f"flip_loss: reference must be a torch.Tensor, got {type(reference).__name__}")
+    _check_image("reference", reference)
+    return _batched(reference)
+
+
 def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces") -> Tuple[torch.Tensor, torch.Tensor]:
     """Automatic (start, stop) exposures in stops, one per image of ``reference`` (N x 3 x H x W
     linear HDR, or 3 x H x W), as tensors of shape N on the reference's device.
@@ -47,15 +50,20 @@ def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces") -> Tuple[
     P sorted luminances). Like flip-evaluator 1.7, a median below float32 epsilon (more than half
     the pixels black) is raised to epsilon; unlike it, so is the maximum, so that an all-black
     reference gives start = stop (two identical exposures) instead of an error.
+
+    Raises ``TypeError`` for a reference that is not a floating-point tensor and ``ValueError`` for a
+    wrong shape, an empty reference, or a range that is not finite (NaN or infinite values in the
+    reference); that check reads the two values per image back to the host.
     """
-    if not isinstance(reference, torch.Tensor) or reference.dim() not in (3, 4) or reference.shape[-3] != 3:
-        raise ValueError("flip_loss: reference must be an N x 3 x H x W or 3 x H x W tensor")
-    return _luminance_range(_batched(reference), exposure_anchor(tone_mapper))
+    ref = _checked_reference(reference)
+    start, stop = _luminance_range(ref, exposure_anchor(tone_mapper))
+    _check_range_rows(_host_rows(torch.stack([start, stop])), False, False)
+    return start, stop
 
 
 def _luminance_range(ref: torch.Tensor, anchor: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The rule of ``exposure_range`` for a batched reference. TorchScript-compatible: a scripted
-    ``FLIPLoss(hdr=True)`` calls it too."""
+    """The rule of ``exposure_range`` for a batched reference, unchecked. TorchScript-compatible: a
+    scripted ``FLIPLoss(hdr=True)`` calls it too."""
     flt_epsilon = 1.1920928955078125e-07  # float32 epsilon, as a literal for TorchScript
     dt = torch.float64 if ref.dtype == torch.float64 else torch.float32
     rgb = torch.clamp(ref.to(dt), min=0.0)
@@ -73,55 +81,169 @@ def _exposure_grid(start: torch.Tensor, stop: torch.Tensor, counts: torch.Tensor
     return start.unsqueeze(1) + i.unsqueeze(0) * step.unsqueeze(1)
 
 
-def _per_image(value: ExposureArg, n: int, device, name: str) -> Optional[torch.Tensor]:
+# The checks below need the values of the per-image exposure ranges, which may live on a GPU: each
+# caller reads them back once, as one small table (_host_rows), and checks that on the host. They
+# are TorchScript-compatible, so that the scripted FLIPLoss(hdr=True) raises where eager does.
+
+def _host_rows(table: torch.Tensor) -> List[List[float]]:
+    """A small table (rows of per-image values) as Python floats: one device-to-host copy."""
+    rows: List[List[float]] = table.to(torch.float64).cpu().tolist()
+    return rows
+
+
+def _origin(given: bool) -> str:
+    return "" if given else " (computed from the reference)"
+
+
+def _check_range_rows(rows: List[List[float]], start_given: bool, stop_given: bool) -> None:
+    """Image i's exposure range rows[0][i] (start) to rows[1][i] (stop) must be finite and in order;
+    ``*_given`` say whether a bound was given by the caller or computed from the reference."""
+    for i in range(len(rows[0])):
+        start = rows[0][i]
+        stop = rows[1][i]
+        if (not start_given and not math.isfinite(start)) or (not stop_given and not math.isfinite(stop)):
+            raise ValueError("flip_loss: the automatic exposure range of image " + str(i) + " is undefined: "
+                             "the reference has NaN or infinite values (or luminances beyond the float range)")
+        if not (math.isfinite(start) and math.isfinite(stop)):
+            raise ValueError("flip_loss: start_exposure and stop_exposure must be finite, got " + str(start)
+                             + " and " + str(stop) + " for image " + str(i))
+        if start > stop:
+            advice = ""
+            if start_given != stop_given:
+                advice = "; give both exposures"
+            raise ValueError("flip_loss: start_exposure " + str(start) + _origin(start_given)
+                             + " must not exceed stop_exposure " + str(stop) + _origin(stop_given)
+                             + " (image " + str(i) + ")" + advice)
+
+
+def _automatic_counts(start: torch.Tensor, stop: torch.Tensor, start_given: bool,
+                      stop_given: bool) -> Tuple[torch.Tensor, int]:
+    """Checks the ranges (as _check_range_rows) and returns the automatic counts max(2, ceil(stop -
+    start)) (int64, on the device) and their maximum, which must not exceed MAX_EXPOSURES."""
+    counts = torch.clamp(torch.ceil(stop - start), min=2.0)
+    rows = _host_rows(torch.stack([start, stop, counts]))
+    _check_range_rows(rows, start_given, stop_given)
+    count_max = 0
+    for i in range(len(rows[2])):
+        count = int(rows[2][i])
+        if count > constants.MAX_EXPOSURES:
+            what = "the dynamic range of reference image " + str(i)
+            if start_given or stop_given:
+                what = "the exposure range of image " + str(i)
+            raise ValueError("flip_loss: " + what + ", from " + str(rows[0][i]) + " to " + str(rows[1][i])
+                             + " stops, needs " + str(count) + " exposures, more than the limit of "
+                             + str(constants.MAX_EXPOSURES) + "; pass num_exposures (at most " + str(constants.MAX_EXPOSURES)
+                             + "), or start_exposure and stop_exposure for a narrower range")
+        count_max = max(count_max, count)
+    return counts.to(torch.int64), count_max
+
+
+def _exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[float], stop: Optional[float],
+                            num: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``exposures_for`` of a checked, batched reference for options that are numbers or None: eager
+    calls with such options and the scripted ``FLIPLoss(hdr=True)`` (whose attributes can be changed
+    after construction, so the numbers are checked again). Reads values back to the host only when
+    something is computed from the reference or the count is automatic."""
+    n = ref.shape[0]
+    if num is not None:
+        options.check_exposure_count_value(num)
+    if start is not None and stop is not None:
+        options.check_exposure_order(start, stop)
+        s = torch.full([n], start, dtype=torch.float32, device=ref.device)
+        e = torch.full([n], stop, dtype=torch.float32, device=ref.device)
+        if num is not None:
+            counts = torch.full([n], num, dtype=torch.int64, device=ref.device)
+            return _exposure_grid(s, e, counts, num), counts, s, e
+    else:
+        auto = _luminance_range(ref, anchor)
+        if start is None:
+            s = auto[0].to(torch.float32)
+        else:
+            s = torch.full([n], start, dtype=torch.float32, device=ref.device)
+        if stop is None:
+            e = auto[1].to(torch.float32)
+        else:
+            e = torch.full([n], stop, dtype=torch.float32, device=ref.device)
+    if num is None:
+        counts, count_max = _automatic_counts(s, e, start is not None, stop is not None)
+    else:
+        _check_range_rows(_host_rows(torch.stack([s, e])), start is not None, stop is not None)
+        counts = torch.full([n], num, dtype=torch.int64, device=ref.device)
+        count_max = num
+    return _exposure_grid(s, e, counts, count_max), counts, s, e
+
+
+def _real_tensor(value: torch.Tensor, name: str) -> None:
+    if value.dtype == torch.bool or value.is_complex():
+        raise TypeError(f"flip_loss: {name} must hold real numbers, got dtype {value.dtype}")
+
+
+def _per_image(value: torch.Tensor, n: int, name: str) -> torch.Tensor:
+    if value.numel() == 1:
+        return value.flatten().expand(n)
+    if value.numel() != n:
+        raise ValueError(f"flip_loss: {name} must be a number or have one value per image ({n}), "
+                         f"got shape {tuple(value.shape)}")
+    return value.flatten()
+
+
+def _per_image_exposure(value: ExposureArg, n: int, device, name: str) -> Optional[torch.Tensor]:
     if value is None:
         return None
-    if isinstance(value, torch.Tensor):
-        v = value.to(device=device, dtype=torch.float32).flatten()
-        if v.numel() == 1:
-            v = v.expand(n)
-        if v.numel() != n:
-            raise ValueError(f"flip_loss: {name} must be a number or have one value per image ({n}), "
-                             f"got {tuple(value.shape)}")
-        return v
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"flip_loss: {name} must be a finite number or a tensor, got {value!r}")
-    return torch.full((n,), float(value), dtype=torch.float32, device=device)
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        _real_tensor(value, name)
+        return _per_image(value.to(device=device, dtype=torch.float32), n, name)
+    return torch.full((n,), options.exposure(name, value), dtype=torch.float32, device=device)
+
+
+def _per_image_counts(value: ExposureArg, n: int, device) -> Tuple[torch.Tensor, int]:
+    """Given counts (a number or one per image), each checked as options.exposure_count checks a
+    number (a tensor is read back to the host for that), and their maximum."""
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        _real_tensor(value, "num_exposures")
+        given = _per_image(value.detach().to("cpu", torch.float64), n, "num_exposures").tolist()
+        counts = [options.exposure_count(v) for v in given]
+        return torch.tensor(counts, dtype=torch.int64, device=device), max(counts)
+    count = options.exposure_count(value)
+    return torch.full((n,), count, dtype=torch.int64, device=device), count
 
 
 def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_exposure: ExposureArg = None,
                   stop_exposure: ExposureArg = None, num_exposures: ExposureArg = None):
     """(exposures N x E, counts N, start N, stop N) for ``reference``: automatic where not given.
     Exposures are start + i (stop - start) / (count - 1), in float32 as the evaluator computes them.
-    Only an automatic count needs a device-to-host copy (to size E)."""
-    ref = _batched(reference)
+
+    Each option is a number (a 0-dim tensor counts as one) or a tensor with one value per image.
+    Raises ``ValueError`` for a range that is not finite (given, or automatic for a reference with
+    NaN or infinite values), start above stop, a count that is not a whole number from 2 to
+    ``MAX_EXPOSURES`` (an automatic count above it too), and ``TypeError`` for values of the wrong
+    kind. Given numbers for all three options need no device-to-host copy; anything computed from the
+    reference or given per image is read back once (a few values per image) to be checked.
+    """
+    ref = _checked_reference(reference)
+    tone_mapper = options.tone_mapper(tone_mapper)
+    # The anchor only matters (and is only computed, with NumPy, outside torch.compile's reach)
+    # when a bound comes from the reference.
+    anchor = exposure_anchor(tone_mapper) if start_exposure is None or stop_exposure is None else 0.0
+    if not any(isinstance(v, torch.Tensor) and v.dim() > 0 for v in (start_exposure, stop_exposure, num_exposures)):
+        return _exposures_from_numbers(
+            ref, anchor, None if start_exposure is None else options.exposure("start_exposure", start_exposure),
+            None if stop_exposure is None else options.exposure("stop_exposure", stop_exposure),
+            None if num_exposures is None else options.exposure_count(num_exposures))
     n, device = ref.shape[0], ref.device
-    start = _per_image(start_exposure, n, device, "start_exposure")
-    stop = _per_image(stop_exposure, n, device, "stop_exposure")
+    start = _per_image_exposure(start_exposure, n, device, "start_exposure")
+    stop = _per_image_exposure(stop_exposure, n, device, "stop_exposure")
     if start is None or stop is None:
-        auto_start, auto_stop = exposure_range(ref, tone_mapper)
+        auto_start, auto_stop = _luminance_range(ref, anchor)
         start = auto_start.float() if start is None else start
         stop = auto_stop.float() if stop is None else stop
-    if isinstance(start_exposure, (int, float)) and isinstance(stop_exposure, (int, float)):
-        if start_exposure > stop_exposure:
-            raise ValueError(f"flip_loss: start_exposure ({start_exposure}) must not exceed stop_exposure "
-                             f"({stop_exposure})")
-    elif bool((start > stop).any()):
-        raise ValueError("flip_loss: start_exposure must not exceed stop_exposure (for every image)")
+    start_given, stop_given = start_exposure is not None, stop_exposure is not None
     if num_exposures is None:
-        counts = torch.clamp(torch.ceil(stop - start), min=2).to(torch.int64)
-        e = int(counts.max())
-    elif isinstance(num_exposures, torch.Tensor):
-        counts = num_exposures.to(device=device, dtype=torch.int64).flatten().expand(n).contiguous()
-        e = int(counts.max())
-        if int(counts.min()) < 2:
-            raise ValueError("flip_loss: num_exposures must be at least 2")
+        counts, count_max = _automatic_counts(start, stop, start_given, stop_given)
     else:
-        if isinstance(num_exposures, bool) or not isinstance(num_exposures, int) or num_exposures < 2:
-            raise ValueError(f"flip_loss: num_exposures must be an integer >= 2, got {num_exposures!r}")
-        counts = torch.full((n,), num_exposures, dtype=torch.int64, device=device)
-        e = num_exposures
-    return _exposure_grid(start, stop, counts, e), counts, start, stop
+        counts, count_max = _per_image_counts(num_exposures, n, device)
+        _check_range_rows(_host_rows(torch.stack([start, stop])), start_given, stop_given)
+    return _exposure_grid(start, stop, counts, count_max), counts, start, stop
 
 
 def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
@@ -132,21 +254,24 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     exposures from ``start_exposure`` to ``stop_exposure`` stops (``num_exposures`` of them), each
     image exposed by 2^c, tone mapped (``"aces"``, ``"hable"`` or ``"reinhard"``) and clamped.
     Exposures left as None are computed per image from the reference (``exposure_range``); each
-    may also be a tensor with one value per image. Returns the map (N x 1 x H x W), and with
+    may also be a tensor with one value per image; a count is a whole number from 2 to
+    ``MAX_EXPOSURES`` (256), an automatic one included (see ``exposures_for`` for the errors). Returns the map (N x 1 x H x W), and with
     ``return_exposure_map=True`` also the exposure map (winning exposure index / (count - 1), 0
     where no exposure wins). Differentiable in both images.
     """
-    test, reference = _checked_pair(test, reference, pixels_per_degree, "linear", eps)
-    tm = _tone_mapper(tone_mapper)
+    test, reference = _checked_pair(test, reference)
+    ppd = options.pixels_per_degree(pixels_per_degree)
+    eps = options.eps(eps)
+    tm = options.tone_mapper(tone_mapper)
     unbatched = test.dim() == 3
     t, r = _batched(test), _batched(reference)
     exposures, counts, _, _ = exposures_for(r, tm, start_exposure, stop_exposure, num_exposures)
     if _ops.use_extension(t, r, op="hdr_flip"):
-        error, emap, _ = torch.ops.flip.hdr_flip(t, r, exposures, counts, float(pixels_per_degree), tm, float(eps))
+        error, emap, _ = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)
     else:
         from . import reference as ref_impl
 
-        error, emap, _ = ref_impl.hdr_flip(t, r, float(pixels_per_degree), tm, exposures, counts, float(eps))
+        error, emap, _ = ref_impl.hdr_flip(t, r, ppd, tm, exposures, counts, eps)
     if unbatched:
         error, emap = error.squeeze(0), emap.squeeze(0)
     return (error, emap) if return_exposure_map else error

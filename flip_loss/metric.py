@@ -24,8 +24,9 @@ from typing import List, NamedTuple, Optional
 
 import torch
 
+from . import options
 from .constants import DEFAULT_PPD
-from .functional import ldr_flip
+from .functional import _is_device_call, _ldr_flip
 from .pooling import PooledValues
 
 __all__ = ["FLIPMetric", "FLIPMetricResult"]
@@ -43,21 +44,23 @@ class FLIPMetricResult(NamedTuple):
 class FLIPMetric:
     """Accumulates LDR-FLIP over many ``update(test, reference)`` calls (see the module docstring).
 
-    ``pixels_per_degree`` and ``input_space`` are those of :func:`flip_loss.ldr_flip`; ``bins`` is
-    the resolution of the histogram behind the weighted median and quartiles (their error is at most
+    ``pixels_per_degree``, ``input_space`` and ``data_range`` are those of
+    :func:`flip_loss.ldr_flip` (checked here, ``TypeError``/``ValueError``); ``bins`` is the
+    resolution of the histogram behind the weighted median and quartiles (their error is at most
     ``1 / bins``).
     """
 
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
-                 bins: int = 2 ** 16):
+                 bins: int = 2 ** 16, data_range=1.0):
         if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
             raise ValueError(f"flip_loss.FLIPMetric: bins must be a positive integer, got {bins!r}")
-        # Validate the options once (raises like ldr_flip does).
-        dummy = torch.zeros(1, 3, 1, 1)
-        ldr_flip(dummy, dummy, pixels_per_degree, input_space, 0.0)
-        self.pixels_per_degree = float(pixels_per_degree)
-        self.input_space = input_space
+        self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
+        self.input_space = options.input_space(input_space)
+        self.data_range = options.data_range(data_range)
         self.bins = int(bins)
+        # Whether an update has looked at the value range of inputs on a GPU (once per metric,
+        # since that is a host synchronisation; see flip_loss.functional).
+        self._looked_at_device_inputs = False
         self.reset()
 
     def reset(self) -> None:
@@ -78,7 +81,10 @@ class FLIPMetric:
         """Evaluates LDR-FLIP between ``test`` and ``reference`` (N x 3 x H x W or 3 x H x W, as for
         :func:`flip_loss.ldr_flip`), accumulates the maps and returns this batch's per-image means
         (float64, N entries, on the input device)."""
-        error = ldr_flip(test.detach(), reference.detach(), self.pixels_per_degree, self.input_space, 0.0)
+        look = not self._looked_at_device_inputs
+        if _is_device_call(test):
+            self._looked_at_device_inputs = True
+        error = _ldr_flip(test, reference, self.pixels_per_degree, self.input_space, 0.0, self.data_range, look)
         return self.update_error_map(error)
 
     @torch.no_grad()
@@ -157,5 +163,6 @@ class FLIPMetric:
                                 num_pixels=self._num_pixels)
 
     def __repr__(self) -> str:
+        data_range = "" if self.data_range == (0.0, 1.0) else f", data_range={self.data_range}"
         return (f"FLIPMetric(pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
-                f"bins={self.bins}, images={sum(int(m.numel()) for m in self._means)})")
+                f"bins={self.bins}{data_range}, images={sum(int(m.numel()) for m in self._means)})")

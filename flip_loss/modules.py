@@ -1,22 +1,13 @@
 """``FLIPLoss``: LDR-FLIP or HDR-FLIP as an ``nn.Module`` loss, with optional per-pixel weights
 (masks)."""
-import math
 from typing import List, Optional, Tuple
 
 import torch
 
+from . import options
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .functional import _check_pair, ldr_flip
-from .hdr import _exposure_grid, _luminance_range, _tone_mapper, exposure_anchor, hdr_flip
-
-REDUCTIONS = ("mean", "sum", "none", "per_image")
-
-
-def _is_compiling() -> bool:
-    """True while torch.compile (dynamo) traces; data-dependent checks are then done with
-    ``torch._assert_async`` instead of a Python ``raise``."""
-    compiler = getattr(torch, "compiler", None)
-    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+from .functional import _check_image_pair, _is_device_call, _ldr_flip, _to_unit_range
+from .hdr import _exposures_from_numbers, exposure_anchor, hdr_flip
 
 
 def _check_weight_shape(error: torch.Tensor, weight: torch.Tensor) -> None:
@@ -32,8 +23,45 @@ def _check_weight_shape(error: torch.Tensor, weight: torch.Tensor) -> None:
                          "of shape " + str(es) + " (use N x 1 x H x W, 1 x 1 x H x W, H x W, ...)")
 
 
-def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reduction: str,
-                    check: bool = True) -> torch.Tensor:
+def _weight_scale(weight: torch.Tensor, per_image: bool, positive_total: bool) -> torch.Tensor:
+    """The largest weight (of each image with ``per_image``, else of all), 1 where that is 0, after
+    checking the weight: finite, non-negative, and with ``positive_total`` not all zero (of any
+    image with ``per_image``). ``weight`` has the error map's shape. One device-to-host copy (of
+    three flags). TorchScript-compatible; eager and torch.compile call it through the
+    ``flip_loss::weight_scale`` op below."""
+    if per_image:
+        peak = weight.flatten(-3).amax(-1)
+    else:
+        peak = weight.amax()
+    flags: List[bool] = torch.stack([~torch.isfinite(weight).all(), (weight < 0).any(),
+                                     (peak == 0).any()]).cpu().tolist()
+    if flags[0]:
+        raise ValueError("flip_loss: weight contains NaN or infinite values")
+    if flags[1]:
+        raise ValueError("flip_loss: weight must be non-negative (it has negative entries)")
+    if positive_total and flags[2]:
+        if per_image:
+            raise ValueError("flip_loss: the weights of an image sum to zero, so its weighted mean is undefined "
+                             "(reduction='per_image')")
+        raise ValueError("flip_loss: the weights sum to zero, so the weighted mean is undefined (reduction='mean')")
+    return torch.where(peak > 0, peak, torch.ones_like(peak))
+
+
+# The weight checks as an op: under torch.compile it is one opaque node whose result (the scale) is
+# used by the reduction, so it is neither traced into a graph break nor dropped as dead code, and
+# it raises the same ValueError as eager, on every device. (torch._assert_async would kill a CUDA
+# context instead of raising.)
+@torch.library.custom_op("flip_loss::weight_scale", mutates_args=())
+def _weight_scale_op(weight: torch.Tensor, per_image: bool, positive_total: bool) -> torch.Tensor:
+    return _weight_scale(weight, per_image, positive_total)
+
+
+@_weight_scale_op.register_fake
+def _(weight, per_image, positive_total):
+    return weight.new_empty(weight.shape[:-3] if per_image else ())
+
+
+def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reduction: str) -> torch.Tensor:
     """Reduces a FLIP error map (N x 1 x H x W, or 1 x H x W) as ``FLIPLoss`` does.
 
     Without ``weight``: ``"mean"`` over all pixels, ``"sum"``, ``"per_image"`` (the mean of each
@@ -41,96 +69,77 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     With ``weight`` (non-negative, finite, broadcastable to the map's shape without changing it; a
     bool mask counts as 0/1): ``"mean"`` = sum(w * e) / sum(w) over everything, ``"per_image"`` the
     same per image, ``"sum"`` = sum(w * e), ``"none"`` = w * e. A negative or non-finite weight, or a
-    zero total weight for ``"mean"`` (for any image, for ``"per_image"``), raises ``ValueError``
-    (``check=False`` skips these checks, which need a device-to-host sync; ``FLIPLoss`` skips them
-    only under ``torch.compile``, where ``torch._assert_async`` checks instead).
+    zero total weight for ``"mean"`` (for any image, for ``"per_image"``), raises ``ValueError``, in
+    eager, TorchScript and torch.compile alike; the check reads three flags back from the device.
+
+    Sums are accumulated in float32, or float64 when the map or the weight is float64, whatever the
+    map's dtype (a float16 map's sums overflow at 65504), and the result is cast to the map's dtype
+    at the end. Weights are divided by their largest value before they are used (and the sums
+    multiplied back by it where the result is not scale-free), so that weights of 1e38 or 1e-45 give
+    the same means as weights of 1.
     """
+    options.check_reduction_value(reduction)
+    if not torch.jit.is_scripting():
+        if weight is not None and not isinstance(weight, torch.Tensor):
+            raise TypeError("flip_loss: weight must be a torch.Tensor (or None), got " + type(weight).__name__)
     if weight is None:
+        if reduction == "none":
+            return error
+        total = error.to(torch.float64 if error.dtype == torch.float64 else torch.float32)
         if reduction == "mean":
-            return error.mean()
+            return total.mean().to(error.dtype)
         if reduction == "sum":
-            return error.sum()
-        if reduction == "per_image":
-            return error.flatten(-3).mean(-1)
-        return error
-    if weight.dtype == torch.bool:
-        w = weight.to(error.dtype)
-    elif weight.is_floating_point():
-        w = weight.to(error.dtype)
-    else:
+            return total.sum().to(error.dtype)
+        return total.flatten(-3).mean(-1).to(error.dtype)
+    if weight.dtype != torch.bool and not weight.is_floating_point():
         raise TypeError("flip_loss: weight must be a floating-point or bool tensor, got " + str(weight.dtype))
-    if w.device != error.device:
-        raise ValueError("flip_loss: weight is on " + str(w.device) + " but the error map is on "
+    if weight.device != error.device:
+        raise ValueError("flip_loss: weight is on " + str(weight.device) + " but the error map is on "
                          + str(error.device))
-    _check_weight_shape(error, w)
-    if check:
-        if not bool(torch.isfinite(w).all()):
-            raise ValueError("flip_loss: weight contains NaN or infinite values")
-        if bool((w < 0).any()):
-            raise ValueError("flip_loss: weight must be non-negative (it has negative entries)")
-    weighted = error * w
+    _check_weight_shape(error, weight)
+    acc = torch.float32
+    if error.dtype == torch.float64 or weight.dtype == torch.float64:
+        acc = torch.float64
+    e = error.to(acc)
+    w = weight.to(acc)
+    per_image = reduction == "per_image"
+    positive_total = reduction == "mean" or per_image
+    # The scale is a constant for autograd: every reduction below is exact in it (scale-free, or
+    # multiplied back), so the gradient with respect to the weight is that of the formula.
+    checked = w.detach().expand(e.shape)
+    if torch.jit.is_scripting():
+        scale = _weight_scale(checked, per_image, positive_total)
+    else:
+        scale = _weight_scale_op(checked, per_image, positive_total)
+    if per_image:
+        scale = scale.unsqueeze(-1).unsqueeze(-1).unsqueeze(-1)
+    unit = w / scale  # in [0, 1]
+    weighted = e * unit
     if reduction == "none":
-        return weighted
+        return (weighted * scale).to(error.dtype)
     if reduction == "sum":
-        return weighted.sum()
-    w_full = w.expand(error.shape)
-    if reduction == "per_image":
-        totals = w_full.flatten(-3).sum(-1)
-        if check:
-            if bool((totals == 0).any()):
-                raise ValueError("flip_loss: the weights of an image sum to zero, so its weighted mean "
-                                 "is undefined (reduction='per_image')")
-        else:
-            torch._assert_async((totals != 0).all(), "flip_loss: the weights of an image sum to zero")
-        return weighted.flatten(-3).sum(-1) / totals
-    total = w_full.sum()
-    if check:
-        if bool(total == 0):
-            raise ValueError("flip_loss: the weights sum to zero, so the weighted mean is undefined "
-                             "(reduction='mean')")
-    else:
-        torch._assert_async(total != 0, "flip_loss: the weights sum to zero")
-    return weighted.sum() / total
-
-
-def _scripted_exposures(reference: torch.Tensor, anchor: float, start: Optional[float], stop: Optional[float],
-                        num: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """TorchScript twin of ``flip_loss.hdr.exposures_for`` for scalar options (the same rule and
-    helpers): the scripted module, and C++ programs that load it, get the automatic exposures too."""
-    ref = reference
-    if ref.dim() == 3:
-        ref = ref.unsqueeze(0)
-    n = ref.shape[0]
-    s = torch.full([n], 0.0, dtype=torch.float32, device=ref.device)
-    e = torch.full([n], 0.0, dtype=torch.float32, device=ref.device)
-    if start is None or stop is None:
-        auto = _luminance_range(ref, anchor)
-        s = auto[0].to(torch.float32)
-        e = auto[1].to(torch.float32)
-    if start is not None:
-        s = torch.full([n], start, dtype=torch.float32, device=ref.device)
-    if stop is not None:
-        e = torch.full([n], stop, dtype=torch.float32, device=ref.device)
-    if num is None:
-        counts = torch.clamp(torch.ceil(e - s), min=2.0).to(torch.int64)
-        count_max = int(counts.max().item())
-    else:
-        counts = torch.full([n], num, dtype=torch.int64, device=ref.device)
-        count_max = num
-    return _exposure_grid(s, e, counts, count_max), counts
+        return (weighted.sum() * scale).to(error.dtype)
+    totals = unit.expand(e.shape)
+    if per_image:
+        return (weighted.flatten(-3).sum(-1) / totals.flatten(-3).sum(-1)).to(error.dtype)
+    return (weighted.sum() / totals.sum()).to(error.dtype)
 
 
 class FLIPLoss(torch.nn.Module):
     """LDR-FLIP (default) or HDR-FLIP (``hdr=True``) loss between ``test`` (e.g. a network's
     output) and ``reference``.
 
-    HDR-FLIP takes linear HDR images (``input_space`` does not apply) and the options of
-    :func:`flip_loss.hdr_flip`: ``tone_mapper``, and ``start_exposure``/``stop_exposure``/
+    LDR-FLIP takes the options of :func:`flip_loss.ldr_flip` (``input_space``, ``data_range``).
+    HDR-FLIP takes linear HDR images (``input_space`` and ``data_range`` do not apply) and the
+    options of :func:`flip_loss.hdr_flip`: ``tone_mapper``, and ``start_exposure``/``stop_exposure``/
     ``num_exposures`` (None: computed per image from the reference, as NVIDIA's evaluator does).
+    Every option is checked when the module is built (``TypeError``/``ValueError``, limits in
+    ``flip_loss.constants``) and again when it runs.
 
     ``forward(test, reference, weight=None)`` takes N x 3 x H x W (or 3 x H x W) tensors, sRGB in
-    [0, 1] unless ``input_space="linear"``, and an optional non-negative per-pixel ``weight`` (or
-    mask) broadcastable to the N x 1 x H x W error map. ``reduction``:
+    [0, 1] unless ``input_space="linear"`` or ``data_range`` says otherwise, and an optional
+    non-negative per-pixel ``weight`` (or mask) broadcastable to the N x 1 x H x W error map.
+    ``reduction``:
 
     * ``"mean"`` (default): mean over all pixels; with ``weight``: sum(w * e) / sum(w);
     * ``"sum"``: sum(e), or sum(w * e);
@@ -138,13 +147,15 @@ class FLIPLoss(torch.nn.Module):
     * ``"none"``: the error map (times ``weight`` when given).
 
     Negative or non-finite weights, and a zero total weight for ``"mean"``/``"per_image"``, raise
-    ``ValueError``. Works with TorchScript (``torch.jit.script``) and ``torch.compile``.
+    ``ValueError``. Works with TorchScript (``torch.jit.script``) and ``torch.compile``, which make
+    the same checks.
     """
 
     pixels_per_degree: float
     input_space: str
     reduction: str
     eps: float
+    data_range: Tuple[float, float]
     hdr: bool
     tone_mapper: str
     start_exposure: Optional[float]
@@ -155,64 +166,65 @@ class FLIPLoss(torch.nn.Module):
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
                  reduction: str = "mean", eps: float = DEFAULT_EPS, hdr: bool = False, tone_mapper: str = "aces",
                  start_exposure: Optional[float] = None, stop_exposure: Optional[float] = None,
-                 num_exposures: Optional[int] = None):
+                 num_exposures: Optional[int] = None, data_range=1.0):
         super().__init__()
         given = [k for k, v in (("start_exposure", start_exposure), ("stop_exposure", stop_exposure),
                                 ("num_exposures", num_exposures)) if v is not None]
         if not hdr and (given or tone_mapper != "aces"):
             raise ValueError(f"flip_loss: {', '.join(given) or 'tone_mapper'} only apply with hdr=True")
-        for name, v in (("start_exposure", start_exposure), ("stop_exposure", stop_exposure)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
-                raise ValueError(f"flip_loss: {name} must be a finite number, got {v!r}")
-        if start_exposure is not None and stop_exposure is not None and start_exposure > stop_exposure:
-            raise ValueError(f"flip_loss: start_exposure ({start_exposure}) must not exceed stop_exposure "
-                             f"({stop_exposure})")
-        if num_exposures is not None and (isinstance(num_exposures, bool) or not isinstance(num_exposures, int)
-                                          or num_exposures < 2):
-            raise ValueError(f"flip_loss: num_exposures must be an integer >= 2, got {num_exposures!r}")
         self.hdr = bool(hdr)
-        self.tone_mapper = _tone_mapper(tone_mapper)
-        self.start_exposure = None if start_exposure is None else float(start_exposure)
-        self.stop_exposure = None if stop_exposure is None else float(stop_exposure)
-        self.num_exposures = num_exposures
+        self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
+        self.input_space = options.input_space(input_space)
+        self.reduction = options.reduction(reduction)
+        self.eps = options.eps(eps)
+        self.data_range = options.data_range(data_range)
+        if self.hdr and self.data_range != (0.0, 1.0):
+            raise ValueError("flip_loss: data_range only applies to LDR-FLIP (hdr=False); HDR inputs are linear "
+                             "scene values")
+        self.tone_mapper = options.tone_mapper(tone_mapper)
+        self.start_exposure = None if start_exposure is None else options.exposure("start_exposure", start_exposure)
+        self.stop_exposure = None if stop_exposure is None else options.exposure("stop_exposure", stop_exposure)
+        if self.start_exposure is not None and self.stop_exposure is not None:
+            options.check_exposure_order(self.start_exposure, self.stop_exposure)
+        self.num_exposures = None if num_exposures is None else options.exposure_count(num_exposures)
         self.exposure_anchor = exposure_anchor(self.tone_mapper)
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"flip_loss: reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        # Validate the scalar options once, on a dummy pair.
-        dummy = torch.zeros(1, 3, 1, 1)
-        _check_pair(dummy, dummy, pixels_per_degree, input_space, eps)
-        self.pixels_per_degree = float(pixels_per_degree)
-        self.input_space = input_space.lower()
-        self.reduction = reduction
-        self.eps = float(eps)
+        # Whether an eager call has looked at the value range of inputs on a GPU (once per module,
+        # since that is a host synchronisation; see flip_loss.functional).
+        self._looked_at_device_inputs = False
 
     def forward(self, test: torch.Tensor, reference: torch.Tensor,
                 weight: Optional[torch.Tensor] = None) -> torch.Tensor:
         if torch.jit.is_scripting():
-            # TorchScript (and C++ programs loading the module) call the ops directly; they check
-            # their arguments themselves.
+            # TorchScript (and C++ programs loading the module) call the ops directly, after the
+            # checks eager makes in Python (the ops check the scalar options and the values).
+            _check_image_pair(test, reference)
             if self.hdr:
-                exposures, counts = _scripted_exposures(reference, self.exposure_anchor, self.start_exposure,
-                                                        self.stop_exposure, self.num_exposures)
+                ref = reference if reference.dim() == 4 else reference.unsqueeze(0)
+                exposures, counts, _, _ = _exposures_from_numbers(ref, self.exposure_anchor, self.start_exposure,
+                                                                  self.stop_exposure, self.num_exposures)
                 error = torch.ops.flip.hdr_flip(test, reference, exposures, counts, self.pixels_per_degree,
                                                 self.tone_mapper, self.eps)[0]
             else:
-                error = torch.ops.flip.ldr_flip(test, reference, self.pixels_per_degree, self.input_space,
-                                                self.eps)
-            check = True
+                error = torch.ops.flip.ldr_flip(_to_unit_range(test, self.data_range),
+                                                _to_unit_range(reference, self.data_range),
+                                                self.pixels_per_degree, self.input_space, self.eps)
         else:
             if self.hdr:
                 error = hdr_flip(test, reference, self.pixels_per_degree, self.tone_mapper, self.start_exposure,
                                  self.stop_exposure, self.num_exposures, eps=self.eps)
             else:
-                error = ldr_flip(test, reference, self.pixels_per_degree, self.input_space, self.eps)
-            check = not _is_compiling()
-        return weighted_reduce(error, weight, self.reduction, check)
+                look = not self._looked_at_device_inputs
+                if _is_device_call(test):
+                    self._looked_at_device_inputs = True
+                error = _ldr_flip(test, reference, self.pixels_per_degree, self.input_space, self.eps,
+                                  self.data_range, look)
+        return weighted_reduce(error, weight, self.reduction)
 
     def extra_repr(self) -> str:
         if self.hdr:
             return (f"hdr=True, pixels_per_degree={self.pixels_per_degree:.4f}, tone_mapper={self.tone_mapper!r}, "
                     f"start_exposure={self.start_exposure}, stop_exposure={self.stop_exposure}, "
                     f"num_exposures={self.num_exposures}, reduction={self.reduction!r}")
+        data_range = "" if self.data_range == (0.0, 1.0) else f", data_range={self.data_range}"
         return (f"pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
-                f"reduction={self.reduction!r}")
+                f"reduction={self.reduction!r}{data_range}")

@@ -1,0 +1,135 @@
+"""One check per option of the Python API, shared by ``ldr_flip``, ``hdr_flip``, ``exposures_for``,
+``FLIPLoss`` and ``FLIPMetric`` (the tensor arguments are checked separately, where they are used).
+
+Each check returns the value in the form the ops take (a float, an int, a lower-case name or a
+(low, high) pair) or raises ``TypeError`` for a value of the wrong kind and ``ValueError`` for a
+value of the right kind outside its limits (``flip_loss.constants``). The checks whose name has no
+underscore take any Python value; the ``check_*_value`` helpers are TorchScript-compatible, so that
+a scripted ``FLIPLoss`` applies the same limits when it runs.
+"""
+import math
+import numbers
+from typing import Tuple
+
+import numpy as np
+import torch
+
+from . import constants
+from .constants import MAX_EPS, MAX_EXPOSURES, MAX_PPD
+
+INPUT_SPACES = ("srgb", "linear")
+TONE_MAPPERS = ("aces", "hable", "reinhard")
+
+
+def real_number(name: str, value) -> float:
+    """``value`` as a float: a Python or NumPy int or float, or a 0-dim real tensor. A bool is not
+    a number here (``True`` for a pixels-per-degree is a mistake, not 1)."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0 or value.dtype == torch.bool or value.is_complex():
+            raise TypeError(f"flip_loss: {name} must be a real number (a 0-dim real tensor is accepted), "
+                            f"got a tensor of shape {tuple(value.shape)} and dtype {value.dtype}")
+        return float(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"flip_loss: {name} must be a real number, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the float range
+        return math.inf if value > 0 else -math.inf
+
+
+def pixels_per_degree(value) -> float:
+    v = real_number("pixels_per_degree", value)
+    if not (math.isfinite(v) and 0 < v <= MAX_PPD):
+        raise ValueError(f"flip_loss: pixels_per_degree must be a finite number above 0 and at most "
+                         f"{MAX_PPD:g}, got {v!r}")
+    return v
+
+
+def eps(value) -> float:
+    v = real_number("eps", value)
+    if not (math.isfinite(v) and 0 <= v <= MAX_EPS):
+        raise ValueError(f"flip_loss: eps must be a finite number from 0 to {MAX_EPS:g} (it only regularises "
+                         f"the gradient; larger values change the metric itself), got {v!r}")
+    return v
+
+
+def _name(option: str, value, choices: Tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"flip_loss: {option} must be a string, one of {choices}, got {type(value).__name__}")
+    if value.lower() not in choices:
+        raise ValueError(f"flip_loss: {option} must be one of {choices} (any case), got {value!r}")
+    return value.lower()
+
+
+def input_space(value) -> str:
+    return _name("input_space", value, INPUT_SPACES)
+
+
+def tone_mapper(value) -> str:
+    return _name("tone_mapper", value, TONE_MAPPERS)
+
+
+def reduction(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"flip_loss: reduction must be a string, got {type(value).__name__}")
+    check_reduction_value(value)
+    return value
+
+
+def check_reduction_value(reduction: str) -> None:
+    """TorchScript-compatible: ``FLIPLoss`` checks its reduction on every call, because the
+    attribute can be changed after construction. The list of reductions lives here only."""
+    if reduction not in ["mean", "sum", "none", "per_image"]:
+        raise ValueError("flip_loss: reduction must be one of 'mean', 'sum', 'none', 'per_image', got '"
+                         + reduction + "'")
+
+
+def data_range(value) -> Tuple[float, float]:
+    """The (low, high) range of LDR input values: ``high`` alone (a number, low = 0) or a pair."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"flip_loss: data_range must be a number or a (low, high) pair, got {value!r}")
+        low, high = real_number("data_range low", value[0]), real_number("data_range high", value[1])
+    else:
+        low, high = 0.0, real_number("data_range", value)
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"flip_loss: data_range must be finite with low < high (a single number is "
+                         f"the high end, with low = 0), got {value!r}")
+    return low, high
+
+
+def exposure(name: str, value) -> float:
+    """A start or stop exposure given as one number (stops)."""
+    v = real_number(name, value)
+    if not math.isfinite(v):
+        raise ValueError(f"flip_loss: {name} must be a finite number, got {v!r}")
+    return v
+
+
+def exposure_count(value, name: str = "num_exposures") -> int:
+    """An exposure count: a whole number (an integral float or tensor value is accepted; 2.5 is
+    not truncated but rejected) from 2 to ``MAX_EXPOSURES``."""
+    v = real_number(name, value)
+    if math.isnan(v) or (math.isfinite(v) and v != math.floor(v)):
+        raise ValueError(f"flip_loss: {name} must be a whole number, got {value!r}")
+    if not 2 <= v <= MAX_EXPOSURES:
+        raise ValueError(f"flip_loss: {name} must be from 2 to {MAX_EXPOSURES}, got {value!r}")
+    return int(v)
+
+
+def check_exposure_count_value(count: int) -> None:
+    """TorchScript-compatible range check of a count that is already an int. (TorchScript reads a
+    module-level number only as a module attribute, hence ``constants.MAX_EXPOSURES``.)"""
+    if count < 2 or count > constants.MAX_EXPOSURES:
+        raise ValueError("flip_loss: num_exposures must be from 2 to " + str(constants.MAX_EXPOSURES) + ", got "
+                         + str(count))
+
+
+def check_exposure_order(start: float, stop: float) -> None:
+    """TorchScript-compatible: given start and stop exposures must be finite and in order."""
+    if not (math.isfinite(start) and math.isfinite(stop)):
+        raise ValueError("flip_loss: start_exposure and stop_exposure must be finite, got " + str(start)
+                         + " and " + str(stop))
+    if start > stop:
+        raise ValueError("flip_loss: start_exposure (" + str(start) + ") must not exceed stop_exposure ("
+                         + str(stop) + ")")
