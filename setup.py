@@ -9,9 +9,18 @@ Switches (environment variables):
 """
 import glob
 import os
+import sys
 
-from setuptools import find_packages, setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+from setuptools import setup
+
+try:
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+except ImportError as exc:  # the build compiles against the installed torch, so it needs one
+    sys.exit(f"flip-loss: building the extension needs PyTorch, which could not be imported ({exc}).\n"
+             "Install torch first (e.g. 'pip install torch'), then build against it without build "
+             "isolation: 'pip install --no-build-isolation .' (see README, 'Install into your own "
+             "environment').")
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -21,8 +30,6 @@ def sources(pattern):
 
 
 def want_cuda():
-    import torch
-
     flag = os.environ.get("FLIP_LOSS_CUDA")
     if flag is not None:
         return flag not in ("0", "", "false", "off", "no")
@@ -56,16 +63,18 @@ else:
     ext = CppExtension("flip_loss._C", cpp_sources, extra_compile_args={"cxx": cxx_flags},
                        extra_link_args=link_flags)
 
+
+def torch_requirement():
+    """The binary is tied to the C++ ABI of the torch it is compiled against, so the built package
+    requires that release (any local variant: 2.11.0 matches 2.11.0+cpu and 2.11.0+cu130); pip then
+    refuses a mismatched torch instead of the import failing later."""
+    release = torch.__version__.split("+")[0]
+    return f"torch=={release}"
+
+
+# Metadata lives in pyproject.toml; the version in flip_loss/__init__.py.
 setup(
-    name="flip-loss",
-    version="0.1.0",
-    description="Fast, differentiable FLIP (LDR/HDR) image-difference loss for PyTorch, in C++ and CUDA",
-    packages=find_packages(include=["flip_loss", "flip_loss.*"]),
-    package_data={"flip_loss": ["data/*.png", "data/*.md"],
-                  "flip_loss.psychophysics": ["data/*"]},
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
-    entry_points={"console_scripts": ["flip-loss=flip_loss.cli:main"]},
-    python_requires=">=3.10",
-    install_requires=["torch", "numpy", "pillow", "matplotlib", "tqdm", "openexr"],
+    install_requires=[torch_requirement(), "numpy", "pillow", "tqdm"],
 )

@@ -6,12 +6,42 @@ import torch
 
 HAS_EXTENSION = False
 IMPORT_ERROR = None
+
+
+def _explain_missing_extension(exc: ImportError) -> str:
+    """Why ``flip_loss._C`` is missing, and what to do, in words a user can act on. The usual
+    cause is a source checkout that was never built, imported instead of an installed copy because
+    the current directory comes first on ``sys.path`` (Python then reports a confusing 'circular
+    import')."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = [f for f in os.listdir(here) if f.startswith("_C.") and f.endswith((".so", ".pyd"))]
+    if built:  # a binary is there but does not load: usually built against another torch
+        return (f"flip_loss._C in {here} could not be loaded ({exc}); it was probably built against "
+                f"another torch than the installed {torch.__version__}: rebuild it with "
+                "'pip install --no-build-isolation .' (or '-e .' in a checkout)")
+    message = f"the compiled extension flip_loss._C is not built in {here}"
+    if os.path.exists(os.path.join(os.path.dirname(here), "setup.py")):
+        message += (" (a source checkout: build it there with 'pip install --no-build-isolation -e .', "
+                    "or run from another directory to use an installed copy")
+        try:
+            from importlib import metadata
+
+            dist = metadata.distribution("flip-loss")
+            location = os.path.abspath(str(dist.locate_file("")))
+            if os.path.commonpath([location, here]) != os.path.dirname(here):
+                message += f", such as the one installed in {location}"
+        except Exception:  # no installed copy, or metadata unreadable: nothing more to say
+            pass
+        message += ")"
+    return message
+
+
 try:
     from . import _C  # noqa: F401  (importing registers the ops with the dispatcher)
 
     HAS_EXTENSION = True
-except ImportError as exc:  # pragma: no cover - exercised only on broken installs
-    IMPORT_ERROR = exc
+except ImportError as exc:  # exercised only on unbuilt checkouts and broken installs
+    IMPORT_ERROR = _explain_missing_extension(exc)
 
 _warned = set()
 
@@ -26,8 +56,8 @@ def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
     """True when the compiled kernels of ``op`` can serve these tensors; otherwise warn once and
     let the caller fall back to the pure-PyTorch reference."""
     if not HAS_EXTENSION:
-        warn_once("no-ext", f"flip_loss: the compiled extension could not be loaded ({IMPORT_ERROR}); "
-                  "falling back to the slow pure-PyTorch reference implementation")
+        warn_once("no-ext", f"flip_loss: {IMPORT_ERROR}; falling back to the slow pure-PyTorch reference "
+                  "implementation")
         return False
     for t in tensors:
         if t.device.type not in KERNEL_DEVICES.get(op, ()):
