@@ -9,26 +9,59 @@ summary and weighted histograms (PNG, drawn with matplotlib).
 ``--fail-above`` turns it into a regression gate. ``flip-loss psychophysics ...`` runs the
 psychophysics suite (``flip_loss.psychophysics.cli``). See ``flip-loss --help``.
 
-Exit codes: 0 success, 1 a ``--fail-above`` gate failed, 2 an error the user can act on (one
-``flip-loss: error:`` line on stderr), 3 an internal error (a traceback on stderr).
+The user's files come first: every input is decoded and every output location checked before
+anything is written; no output may be an input or be written twice; every output is written to a
+temporary file beside its destination and renamed into place once the whole run has succeeded,
+so a failed or interrupted run leaves no file behind, half-written or whole. The exit codes are
+``EXIT_CODES``.
 """
 import argparse
+import contextlib
 import csv
+import io
 import math
 import os
+import secrets
+import shutil
+import signal
+import stat
 import sys
+import threading
 import time
 import traceback
 import warnings
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from . import options
+from .constants import MAX_EXPOSURES, MAX_PPD
+from .imageio import MAX_IMAGE_PIXELS
 
 __all__ = ["main", "example_paths", "build_parser", "EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "EXIT_INTERNAL",
-           "FOLDER_EXTENSIONS", "CSV_HEADER"]
+           "EXIT_PAIRS_FAILED", "EXIT_INTERRUPTED", "EXIT_CODES", "FOLDER_EXTENSIONS", "CSV_HEADER"]
 
 EXIT_OK = 0
 EXIT_GATE = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+EXIT_PAIRS_FAILED = 4
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process ended by Ctrl-C
+
+# The one table of exit codes: --help prints it and the README repeats it.
+EXIT_CODES = (
+    (EXIT_OK, "success"),
+    (EXIT_GATE, "the --fail-above gate failed for at least one test image"),
+    (EXIT_USAGE, "an error you can act on: a bad option or option value, a missing, unreadable or "
+                 "unsupported image file, mixed LDR and HDR images, HDR options for LDR images, images "
+                 "of different sizes, an output that would overwrite an input or another output, an "
+                 "unwritable output, an unavailable device (one line on stderr, starting with "
+                 "'flip-loss: error:'); nothing was written"),
+    (EXIT_INTERNAL, "an unexpected internal error (a Python traceback is printed); nothing was written"),
+    (EXIT_PAIRS_FAILED, "folder mode: at least one pair could not be evaluated (one 'flip-loss: error:' "
+                        "line each); the other pairs were evaluated and written, and the summary CSV "
+                        "lists them (takes precedence over 1)"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C or SIGTERM); the message says whether the outputs had been "
+                       "written (they appear all together at the end of a run, or not at all)"),
+)
 
 _PROG = "flip-loss"
 _DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -40,8 +73,8 @@ CSV_HEADER = ("Reference", "Test", "Mean", "Weighted median", "1st weighted quar
               "3rd weighted quartile", "Min", "Max", "Evaluation time")
 GATE_QUANTITIES = ("mean", "weighted-median", "max")
 HISTOGRAM_BINS = 100
-TONE_MAPPERS = ("aces", "hable", "reinhard")
 _TONE_MAPPER_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}  # as the tool prints them
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 def example_paths() -> Tuple[str, str]:
@@ -60,6 +93,17 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{message} (see --help)")
 
 
+# The option values are checked by the API's own checks (flip_loss.options), so that the command
+# line and the API accept the same values; the messages speak of the command line's text.
+
+def _ppd_value(text: str) -> float:
+    try:
+        return options.pixels_per_degree(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number of at most {MAX_PPD:g}, "
+                                         f"got '{text}'") from None
+
+
 def _positive_float(text: str) -> float:
     try:
         v = float(text)
@@ -70,41 +114,54 @@ def _positive_float(text: str) -> float:
     return v
 
 
-def _finite_float(text: str) -> float:
+def _exposure_value(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number (of stops), got '{text}'") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number (of stops), got '{text}'")
+    try:
+        options.exposure("exposure", v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number (of stops), got '{text}'") from None
+    # Exposures are computed in float32, as the evaluator does: a value float32 cannot hold would
+    # become infinite there.
+    if abs(v) > _FLOAT32_MAX:
+        raise argparse.ArgumentTypeError(f"expected a finite number (of stops) within the float32 range, "
+                                         f"got '{text}'")
     return v
 
 
 def _exposure_count(text: str) -> int:
     try:
-        v = int(text)
+        return options.exposure_count(int(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer of at least 2, got '{text}'") from None
-    if v < 2:
-        raise argparse.ArgumentTypeError(f"expected an integer of at least 2, got '{text}' (HDR-FLIP "
-                                         "needs the start and the stop exposure)")
-    return v
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 2 (the start and the stop "
+                                         f"exposure) and at most {MAX_EXPOSURES}, got '{text}'") from None
 
 
-_EPILOG = """\
+def _exit_code_lines() -> str:
+    import textwrap
+
+    return "".join(textwrap.fill(text, width=95, initial_indent=f"  {code:<2d} ", subsequent_indent=" " * 5) + "\n"
+                   for code, text in EXIT_CODES)
+
+
+_EPILOG = f"""\
 The reference and the test images must have the same size. LDR images (PNG, JPEG, BMP, TGA) are
 read as 8- or 16-bit sRGB-encoded values and evaluated with LDR-FLIP. An OpenEXR (.exr) reference
 selects HDR-FLIP, as in NVIDIA's tool: the test images must then be .exr files too (linear
 values; NaN or infinite values are an error); mixing LDR and HDR images is an error. Radiance
-.hdr and .pfm files are not supported (convert them to OpenEXR).
-The default pixels per degree, 67 (67.0206...), is a 0.7 m wide 4K display seen from 0.7 m.
+.hdr and .pfm files are not supported (convert them to OpenEXR). Images of more than
+{MAX_IMAGE_PIXELS} pixels (e.g. 16384x8192) are refused. The default pixels per degree, 67
+(67.0206...), is a 0.7 m wide 4K display seen from 0.7 m; at most {MAX_PPD:g} are accepted.
 
 HDR-FLIP is the per-pixel maximum of LDR-FLIP over exposures from --start-exposure to
 --stop-exposure (--num-exposures of them, evenly spaced in stops), each image exposed, tone
 mapped (--tone-mapper) and clamped. Exposures not given are computed from the reference: start
 = log2(x*/max luminance), stop = log2(x*/median luminance), count = max(2, ceil(stop - start)),
-where x* is the value the tone mapper maps to 0.85. They are printed (4 decimals) and go into
-the output names. Give negative exposures as '-cstart -3.5' or '--start-exposure=-1e-3'.
+where x* is the value the tone mapper maps to 0.85; at most {MAX_EXPOSURES} exposures. They are printed (4
+decimals) and go into the output names. Give negative exposures as '-cstart -3.5' or
+'--start-exposure=-1e-3'.
 
 outputs (in --directory, default: the current directory):
   flip.<reference>.<test>.<ppd>ppd.ldr.png       the error map (unless --no-error-map)
@@ -119,11 +176,16 @@ outputs (in --directory, default: the current directory):
   with --basename NAME: NAME.png, NAME.txt, NAME.[log_]weighted_histogram.png,
   NAME.exposure_map.png
   --csv FILE appends one row per test image (a header first when FILE is new).
+Every input is read and every output checked before anything is written; an output that is an
+input (also through a link) or that the run would write twice is an error. Outputs are written
+to temporary files and renamed into place at the end: an interrupted or failed run writes nothing.
 
 folder mode: --reference-dir R --test-dir T evaluates every image in T against the image of
 the same name (stem; any of .png .jpg .jpeg .bmp .tga .exr) in R, warns about unmatched files,
 writes the maps to --directory and a summary CSV (--csv, default <directory>/summary.csv).
-For .exr pairs the exposures are computed per reference.
+For .exr pairs the exposures are computed per reference. A pair that cannot be evaluated (an
+unreadable image, different sizes) is reported and skipped; the others are evaluated and
+written, and the exit code is 4.
 
 regression gate: --fail-above mean|weighted-median|max THRESHOLD exits with code 1 when any
 test image's value is above THRESHOLD (in [0, 1]); every image is still evaluated.
@@ -131,14 +193,7 @@ test image's value is above THRESHOLD (in [0, 1]); every image is still evaluate
 flip-loss psychophysics ... runs the psychophysics suite (see 'flip-loss psychophysics --help').
 
 exit codes:
-  0  success
-  1  the --fail-above gate failed for at least one test image
-  2  an error you can act on: a bad option or option value, a missing, unreadable or
-     unsupported image file, mixed LDR and HDR images, HDR options for LDR images, images of
-     different sizes, an unavailable device, an unwritable output (one line on stderr,
-     starting with 'flip-loss: error:')
-  3  an unexpected internal error (a Python traceback is printed)
-"""
+""" + _exit_code_lines()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,9 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     view = p.add_argument_group("viewing conditions").add_mutually_exclusive_group()
     view.add_argument("--ppd", "--pixels-per-degree", "-ppd", dest="ppd", metavar="P",
-                      type=_positive_float, default=None,
-                      help="observer's pixels per degree of visual angle (default: 67.0206..., a "
-                           "0.7 m wide 4K display seen from 0.7 m)")
+                      type=_ppd_value, default=None,
+                      help="observer's pixels per degree of visual angle, at most "
+                           f"{MAX_PPD:g} (default: 67.0206..., a 0.7 m wide 4K display seen from 0.7 m)")
     view.add_argument("-vc", "--viewing-conditions", dest="viewing_conditions", nargs=3,
                       metavar=("DIST_M", "WIDTH_M", "WIDTH_PX"), type=_positive_float, default=None,
                       help="viewing distance (m), display width (m) and display width (pixels), "
@@ -204,18 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="folder mode: no progress bar on stderr")
 
     hdr = p.add_argument_group("HDR-FLIP (OpenEXR inputs only)")
-    hdr.add_argument("-tm", "--tone-mapper", dest="tone_mapper", type=str.lower, choices=TONE_MAPPERS,
+    hdr.add_argument("-tm", "--tone-mapper", dest="tone_mapper", type=str.lower, choices=options.TONE_MAPPERS,
                      default=None, metavar="{aces,hable,reinhard}",
                      help="tone mapper applied at every exposure (any case; default: aces)")
     hdr.add_argument("-cstart", "--start-exposure", dest="start_exposure", metavar="C",
-                     type=_finite_float, default=None,
+                     type=_exposure_value, default=None,
                      help="first exposure, in stops (default: computed from the reference)")
     hdr.add_argument("-cstop", "--stop-exposure", dest="stop_exposure", metavar="C",
-                     type=_finite_float, default=None,
+                     type=_exposure_value, default=None,
                      help="last exposure, in stops (default: computed from the reference)")
     hdr.add_argument("-n", "--num-exposures", dest="num_exposures", metavar="N",
                      type=_exposure_count, default=None,
-                     help="number of exposures, at least 2 (default: max(2, ceil(stop - start)))")
+                     help=f"number of exposures, 2 to {MAX_EXPOSURES} (default: max(2, ceil(stop - start)))")
     hdr.add_argument("-nexm", "--no-exposure-map", action="store_true",
                      help="do not save the exposure maps")
 
@@ -251,27 +306,6 @@ def _round_half_up(x: float) -> int:
 
 def _stem(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
-
-
-def _image_size(path: str) -> Tuple[int, int]:
-    """(width, height) from the image header; raises FileNotFoundError / ValueError."""
-    from PIL import Image, UnidentifiedImageError
-
-    from .imageio import _unsupported_hdr_message, check_file, exr_size, is_exr_path, is_hdr_path
-
-    check_file(path)
-    if is_exr_path(path):
-        return exr_size(path)
-    if is_hdr_path(path):
-        raise ValueError(_unsupported_hdr_message(path))
-    try:
-        with Image.open(path) as im:
-            return im.size
-    except UnidentifiedImageError:
-        raise ValueError(f"cannot read image '{path}': not an image format Pillow recognises "
-                         "(supported: PNG, JPEG, BMP, TGA)") from None
-    except OSError as exc:
-        raise ValueError(f"cannot read image '{path}': {exc.strerror or exc}") from None
 
 
 def _resolve_device(choice: str):
@@ -342,15 +376,30 @@ def _dynamic_range(tone_mapper: Optional[str] = None, exposures: Optional[_Expos
             f"{exposures.count}")
 
 
-def _warn(message: str) -> None:
-    sys.stdout.flush()
-    print(f"{_PROG}: warning: {message}", file=sys.stderr)
-    sys.stderr.flush()
+def _exposure_lines(e: _Exposures) -> List[str]:
+    return [f"     Start exposure: {e.start:.4f}", f"     Stop exposure: {e.stop:.4f}",
+            f"     Number of exposures: {e.count}"]
 
 
 def _list_names(names: Sequence[str], limit: int = 5) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _ppd_of(args) -> float:
+    """The pixels per degree of the run: --ppd, or from --viewing-conditions (checked against the
+    same limit as --ppd: extreme conditions give 0 or infinitely many), or the default."""
+    from .constants import DEFAULT_PPD, pixels_per_degree
+
+    if args.viewing_conditions is not None:
+        ppd = pixels_per_degree(*args.viewing_conditions)
+        try:
+            return options.pixels_per_degree(ppd)
+        except ValueError:
+            given = " ".join(f"{v:g}" for v in args.viewing_conditions)
+            raise _UsageError(f"--viewing-conditions {given} give {ppd:g} pixels per degree; it must be a "
+                              f"positive number of at most {MAX_PPD:g}") from None
+    return args.ppd if args.ppd is not None else DEFAULT_PPD
 
 
 # ----------------------------------------------------------------------------------------------
@@ -393,27 +442,26 @@ def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, str], List[str], 
     return found, hdr, other
 
 
-def _pair_folders(reference_dir: str, test_dir: str, verbose: bool) -> List[Tuple[str, str]]:
+def _pair_folders(reference_dir: str, test_dir: str, console: "_Console") -> List[Tuple[str, str]]:
     refs, ref_hdr, ref_other = _scan_folder(reference_dir, "reference folder")
     tests, test_hdr, test_other = _scan_folder(test_dir, "test folder")
     stems = sorted(set(refs) & set(tests))
-    if verbose:
-        only_ref = sorted(os.path.basename(refs[s]) for s in set(refs) - set(tests))
-        only_test = sorted(os.path.basename(tests[s]) for s in set(tests) - set(refs))
-        if only_ref:
-            _warn(f"{len(only_ref)} reference image(s) without a test image of the same name in "
-                  f"'{test_dir}', skipped: {_list_names(only_ref)}")
-        if only_test:
-            _warn(f"{len(only_test)} test image(s) without a reference image of the same name in "
-                  f"'{reference_dir}', skipped: {_list_names(only_test)}")
-        hdr = ref_hdr + test_hdr
-        if hdr:
-            _warn(f"{len(hdr)} Radiance HDR / PFM file(s) skipped (not supported; convert them to OpenEXR "
-                  f".exr): {_list_names(hdr)}")
-        other = ref_other + test_other
-        if other:
-            _warn(f"{len(other)} file(s) without a supported image extension "
-                  f"({' '.join(FOLDER_EXTENSIONS)}) ignored: {_list_names(other)}")
+    only_ref = sorted(os.path.basename(refs[s]) for s in set(refs) - set(tests))
+    only_test = sorted(os.path.basename(tests[s]) for s in set(tests) - set(refs))
+    if only_ref:
+        console.warning(f"{len(only_ref)} reference image(s) without a test image of the same name in "
+                        f"'{test_dir}', skipped: {_list_names(only_ref)}")
+    if only_test:
+        console.warning(f"{len(only_test)} test image(s) without a reference image of the same name in "
+                        f"'{reference_dir}', skipped: {_list_names(only_test)}")
+    hdr = ref_hdr + test_hdr
+    if hdr:
+        console.warning(f"{len(hdr)} Radiance HDR / PFM file(s) skipped (not supported; convert them to "
+                        f"OpenEXR .exr): {_list_names(hdr)}")
+    other = ref_other + test_other
+    if other:
+        console.warning(f"{len(other)} file(s) without a supported image extension "
+                        f"({' '.join(FOLDER_EXTENSIONS)}) ignored: {_list_names(other)}")
     if not stems:
         raise _UsageError(f"no image in the test folder '{test_dir}' has a reference of the same name "
                           f"in '{reference_dir}' (pairs are matched by file name without extension; "
@@ -421,8 +469,154 @@ def _pair_folders(reference_dir: str, test_dir: str, verbose: bool) -> List[Tupl
     return [(refs[s], tests[s]) for s in stems]
 
 
+def _pairs_of(args, console: "_Console") -> List[Tuple[str, str]]:
+    """The (reference, test) pairs the run compares, from the folders, --example or -r/-t."""
+    if args.reference_dir is not None:
+        return _pair_folders(args.reference_dir, args.test_dir, console)
+    if args.example:
+        reference, test = example_paths()
+        tests = [test]
+    else:
+        missing = [n for n, v in (("--reference/-r", args.reference), ("--test/-t", args.test)) if v is None]
+        if missing:
+            raise _UsageError(f"the following arguments are required: {', '.join(missing)} "
+                              "(or use --example, or --reference-dir/--test-dir)")
+        reference, tests = args.reference, list(args.test)
+    if args.output is not None and len(tests) != 1:
+        raise _UsageError(f"--output can only be used with one test image, got {len(tests)}")
+    if args.basename is not None and len(tests) != 1:
+        raise _UsageError(f"--basename can only be used with one test image, got {len(tests)}")
+    return [(reference, t) for t in tests]
+
+
+def _check_sizes(reference: str, test: str, sizes: Dict[str, Tuple[int, int]]) -> None:
+    """Both images are readable image files of one size, from their headers (``sizes`` caches the
+    sizes already read)."""
+    from .imageio import image_size
+
+    try:
+        for path in (reference, test):
+            if path not in sizes:
+                sizes[path] = image_size(path)
+    except (FileNotFoundError, ValueError) as exc:
+        raise _UsageError(str(exc)) from None
+    if sizes[test] != sizes[reference]:
+        (tw, th), (rw, rh) = sizes[test], sizes[reference]
+        raise _UsageError(f"test image '{test}' is {tw}x{th} pixels but the reference '{reference}' is "
+                          f"{rw}x{rh}; they must have the same size")
+
+
 # ----------------------------------------------------------------------------------------------
-# Outputs
+# Evaluating one pair
+# ----------------------------------------------------------------------------------------------
+
+class _Result(NamedTuple):
+    """One evaluated pair: the maps as H x W float32 arrays (exposure map None for LDR), the pooled
+    values, the evaluation time and the warnings the evaluation raised."""
+    reference: str
+    test: str
+    exposures: Optional[_Exposures]
+    error: "object"
+    exposure: "object"
+    pooled: "object"
+    seconds: float
+    warnings: List[str]
+
+
+class _Evaluator:
+    """Loads images and evaluates pairs with the run's settings. Keeps the last reference (and its
+    exposures) so that the test images of one reference share it."""
+
+    def __init__(self, args, hdr: bool, tone_mapper: str, ppd: float, device):
+        self.args, self.hdr, self.tone_mapper, self.ppd, self.device = args, hdr, tone_mapper, ppd, device
+        self._reference = (None, None, None)
+
+    def load(self, path: str):
+        from .imageio import load_image
+
+        try:
+            return load_image(path).to(self.device)
+        except (FileNotFoundError, ValueError) as exc:
+            raise _UsageError(str(exc)) from None
+
+    def reference(self, path: str):
+        """(image, exposures) of the reference ``path``; exposures None for LDR-FLIP."""
+        if self._reference[0] != path:
+            image = self.load(path)
+            self._reference = (path, image, self._exposures_of(path, image) if self.hdr else None)
+        return self._reference[1], self._reference[2]
+
+    def _exposures_of(self, reference: str, image) -> _Exposures:
+        """The exposures HDR-FLIP uses for this reference: the given ones, the rest computed from it
+        as flip_loss.hdr.exposures_for does."""
+        from .hdr import exposure_range, exposures_for
+
+        a = self.args
+        start, stop = a.start_exposure, a.stop_exposure
+        if (start is None) != (stop is None):  # one given: its order against the computed one
+            auto = exposure_range(image, self.tone_mapper)
+            if start is None:
+                start = float(auto[0][0])
+                if start > stop:
+                    raise _UsageError(f"--stop-exposure ({stop:g}) and the start exposure ({start:.4f}) "
+                                      f"computed from the reference '{reference}' are in the wrong order "
+                                      "(start must not be above stop); give both exposures")
+            else:
+                stop = float(auto[1][0])
+                if start > stop:
+                    raise _UsageError(f"--start-exposure ({start:g}) and the stop exposure ({stop:.4f}) "
+                                      f"computed from the reference '{reference}' are in the wrong order "
+                                      "(start must not be above stop); give both exposures")
+        def too_many(start: float, stop: float) -> _UsageError:
+            return _UsageError(f"the exposures from {start:g} to {stop:g} stops would need more than "
+                               f"{MAX_EXPOSURES} exposures (one per stop); give at most {MAX_EXPOSURES} with "
+                               "--num-exposures/-n")
+
+        if a.num_exposures is None and start is not None and stop - start > MAX_EXPOSURES:
+            raise too_many(start, stop)
+        try:
+            _, counts, s, e = exposures_for(image, self.tone_mapper, a.start_exposure, a.stop_exposure,
+                                            a.num_exposures)
+        except ValueError as exc:
+            raise _UsageError(f"HDR-FLIP exposures for the reference '{reference}': "
+                              f"{str(exc).replace('flip_loss: ', '')}") from None
+        exposures = _Exposures(float(s[0]), float(e[0]), int(counts[0]))
+        if exposures.count > MAX_EXPOSURES:
+            raise too_many(exposures.start, exposures.stop)
+        return exposures
+
+    def evaluate(self, reference: str, test: str, test_image=None) -> _Result:
+        """Evaluates the pair (``test_image``: the test image if already loaded)."""
+        import torch
+
+        from . import pooling
+        from .functional import ldr_flip
+        from .hdr import hdr_flip
+
+        ref_image, exposures = self.reference(reference)
+        if test_image is None:
+            test_image = self.load(test)
+        exposure_np = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t0 = time.perf_counter()
+            with torch.no_grad():  # eps=0: the metric itself, no gradient regulariser
+                if self.hdr:
+                    error_map, exposure_map = hdr_flip(
+                        test_image, ref_image, self.ppd, tone_mapper=self.tone_mapper,
+                        start_exposure=exposures.start, stop_exposure=exposures.stop,
+                        num_exposures=exposures.count, return_exposure_map=True, eps=0.0)
+                    exposure_np = exposure_map[0].to("cpu", torch.float32).numpy()
+                else:
+                    error_map = ldr_flip(test_image, ref_image, self.ppd, eps=0.0)
+            error_np = error_map[0].to("cpu", torch.float32).numpy()
+            seconds = time.perf_counter() - t0
+        return _Result(reference, test, exposures, error_np, exposure_np, pooling.pool(error_np), seconds,
+                       [str(w.message) for w in caught])
+
+
+# ----------------------------------------------------------------------------------------------
+# Outputs: names, checks, atomic writing
 # ----------------------------------------------------------------------------------------------
 
 class _Names(NamedTuple):
@@ -453,6 +647,13 @@ def _output_names(args, reference: str, test: str, ppd: float, directory: str, d
                   os.path.join(directory, f"exposure_map.{name}.png"))
 
 
+def _overlapped_histogram_name(args, reference: str, tests: Sequence[str], ppd: float, directory: str,
+                               dynamic_range: str) -> str:
+    log = "log_" if args.log else ""
+    return os.path.join(directory, f"{log}weighted_histogram.flip.{_stem(reference)}.{_stem(tests[0])}."
+                                   f"{_stem(tests[1])}.{_round_half_up(ppd)}ppd.{dynamic_range}.png")
+
+
 def _pooled_lines(pooled) -> List[str]:
     return [f"Mean: {pooled.mean:.6f}",
             f"Weighted median: {pooled.weighted_median:.6f}",
@@ -462,25 +663,253 @@ def _pooled_lines(pooled) -> List[str]:
             f"Max: {pooled.max:.6f}"]
 
 
-def _write_text(path: str, text: str, what: str) -> None:
+def _csv_row(result: _Result) -> List[str]:
+    return [result.reference, result.test] + [f"{v:.6f}" for v in result.pooled] + [f"{result.seconds:.4f}"]
+
+
+def _csv_text(rows: Sequence[Sequence[str]], header: bool) -> str:
+    buffer = io.StringIO()
+    w = csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    if header:
+        w.writerow(CSV_HEADER)
+    w.writerows(rows)
+    return buffer.getvalue()
+
+
+def _name_max(directory: str) -> int:
+    """The longest file name (in bytes) the file system of ``directory`` allows."""
     try:
-        with open(path, "w", encoding="utf-8") as f:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (AttributeError, OSError, ValueError):  # no pathconf (Windows) or no answer
+        return 255
+
+
+def _nearest_existing(path: str) -> str:
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _check_directory(directory: str) -> None:
+    """``directory`` exists as a writable directory or can be created."""
+    real = os.path.realpath(directory)
+    existing = _nearest_existing(real)
+    if existing == real:
+        if not os.path.isdir(real):
+            raise _UsageError(f"cannot use the output directory '{directory}': it is not a directory")
+    elif not os.path.isdir(existing):
+        raise _UsageError(f"cannot create the output directory '{directory}': '{existing}' is not a "
+                          "directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise _UsageError(f"cannot {'write into' if existing == real else 'create'} the output directory "
+                          f"'{directory}': permission denied")
+    limit = _name_max(existing)
+    for part in os.path.relpath(real, existing).split(os.sep) if existing != real else ():
+        if len(os.fsencode(part)) > limit:
+            raise _UsageError(f"cannot create the output directory '{directory}': the name '{part}' is "
+                              f"longer than the {limit} bytes the file system allows")
+
+
+class _Output(NamedTuple):
+    path: str   # as the user will see it
+    real: str   # where it is written: links resolved
+    what: str   # "error map", "CSV file", ...
+
+
+class _OutputGuard:
+    """Checks every output path of a run before anything is written: it must not be an input (the
+    same file, also through a symbolic or hard link), not be claimed by another output of the run,
+    and its location must be writable (an existing writable directory, or --directory, which is
+    created; a file name the file system allows; not a directory, a device or a read-only file)."""
+
+    def __init__(self, inputs: Sequence[str], new_directory: Optional[str] = None):
+        self._inputs: Dict[Tuple[int, int], str] = {}
+        for path in inputs:
+            try:
+                st = os.stat(path)
+            except OSError:  # missing: reported when it is read
+                continue
+            self._inputs.setdefault((st.st_dev, st.st_ino), path)
+        self._claimed: Dict[str, _Output] = {}
+        self._new_directory = os.path.realpath(new_directory) if new_directory is not None else None
+
+    def claim(self, *candidates: Tuple[str, str]) -> List[_Output]:
+        """Checks the outputs ``(path, what)`` and claims them all, or raises _UsageError and
+        claims none."""
+        batch: Dict[str, _Output] = {}
+        for path, what in candidates:
+            out = self._check(path, what, batch)
+            batch[os.path.normcase(out.real)] = out
+        self._claimed.update(batch)
+        return list(batch.values())
+
+    def _check(self, path: str, what: str, batch: Dict[str, _Output]) -> _Output:
+        real = os.path.realpath(path)
+        out = _Output(path, real, what)
+        key = os.path.normcase(real)
+        other = self._claimed.get(key) or batch.get(key)
+        if other is not None:
+            raise _UsageError(f"the {what} '{path}' and the {other.what} '{other.path}' would be the same "
+                              "file; choose other names (--output, --basename, --directory, --csv)")
+        limit = _name_max(_nearest_existing(os.path.dirname(real)))
+        size = len(os.fsencode(os.path.basename(real)))
+        if size > limit:
+            raise _UsageError(f"cannot write the {what} '{path}': its file name is {size} bytes long, more "
+                              f"than the {limit} the file system allows")
+        try:
+            st = os.stat(real)
+        except (FileNotFoundError, NotADirectoryError):  # the parent check below says why
+            st = None
+        except OSError as exc:
+            raise _UsageError(f"cannot write the {what} '{path}': {exc.strerror or exc}") from None
+        if st is not None:
+            source = self._inputs.get((st.st_dev, st.st_ino))
+            if source is not None:
+                raise _UsageError(f"the {what} '{path}' would overwrite the input image '{source}'; choose "
+                                  "another output name or directory")
+            if stat.S_ISDIR(st.st_mode):
+                raise _UsageError(f"cannot write the {what} '{path}': it is a directory; give a file name")
+            if not stat.S_ISREG(st.st_mode):
+                raise _UsageError(f"cannot write the {what} '{path}': it exists and is not a regular file")
+            if not os.access(real, os.W_OK):
+                raise _UsageError(f"cannot write the {what} '{path}': permission denied")
+        parent = os.path.dirname(real)
+        if parent != self._new_directory:
+            shown = os.path.dirname(path) or "."
+            if not os.path.isdir(parent):
+                existing = _nearest_existing(parent)
+                problem = (f"the directory '{shown}' does not exist" if os.path.isdir(existing) else
+                           f"'{existing}' is not a directory")
+                raise _UsageError(f"cannot write the {what} '{path}': {problem}")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise _UsageError(f"cannot write the {what} '{path}': permission denied in '{shown}'")
+        return out
+
+
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Holds back Ctrl-C (and SIGTERM) while the block runs and delivers it afterwards, so that the
+    renames that publish a run's outputs are not cut in half. Only the main thread can do that;
+    elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    handlers = {sig: signal.signal(sig, lambda s, frame: received.append(s))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if received:
+            raise KeyboardInterrupt
+
+
+class _Staging:
+    """The outputs of a run, written to temporary files beside their destinations and renamed into
+    place together by :meth:`commit`; :meth:`discard` removes the temporary files and the
+    directories the run created. A file is never visible half-written, and a run that fails or is
+    interrupted before its commit leaves nothing behind. (No fsync: this protects against failed and
+    interrupted runs, not against a power cut.)"""
+
+    def __init__(self):
+        self._files: List[Tuple[str, _Output]] = []   # (temporary path, destination)
+        self._made_directories: List[str] = []
+        self.committed = False
+
+    def make_directory(self, directory: str) -> None:
+        missing = []
+        d = os.path.abspath(directory)
+        while not os.path.isdir(d):
+            missing.append(d)
+            d = os.path.dirname(d)
+        try:
+            for d in reversed(missing):
+                os.mkdir(d)
+                self._made_directories.append(d)
+        except OSError as exc:
+            raise _UsageError(f"cannot create the output directory '{directory}': {exc.strerror or exc}") from None
+
+    def _temporary(self, directory: str) -> str:
+        # A short name of its own (not derived from the destination's, which may be as long as the
+        # file system allows), hidden, and created exclusively so that nothing else is overwritten.
+        while True:
+            path = os.path.join(directory, f".flip-loss-{secrets.token_hex(6)}.tmp")
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                return path
+            except FileExistsError:
+                continue
+
+    def write(self, out: _Output, write: Callable[[str], None]) -> None:
+        """Writes ``out`` through ``write(temporary path)``; it appears at :meth:`commit`."""
+        try:
+            temporary = self._temporary(os.path.dirname(out.real))
+            self._files.append((temporary, out))
+            write(temporary)
+        except OSError as exc:
+            raise _UsageError(f"cannot write the {out.what} '{out.path}': {exc.strerror or exc}") from None
+
+    def commit(self) -> None:
+        with _interrupts_deferred():
+            while self._files:
+                temporary, out = self._files[0]
+                try:
+                    if os.path.exists(out.real):  # an overwritten file keeps its permissions
+                        shutil.copymode(out.real, temporary)
+                    os.replace(temporary, out.real)
+                except OSError as exc:
+                    raise _UsageError(f"cannot write the {out.what} '{out.path}': {exc.strerror or exc}") from None
+                self._files.pop(0)
+            self._made_directories = []  # they hold the outputs now
+            self.committed = True
+
+    def discard(self) -> None:
+        for temporary, _ in self._files:
+            with contextlib.suppress(OSError):
+                os.remove(temporary)
+        self._files = []
+        for d in reversed(self._made_directories):
+            with contextlib.suppress(OSError):  # not empty: something else wrote there meanwhile
+                os.rmdir(d)
+        self._made_directories = []
+
+
+def _write_text_file(text: str) -> Callable[[str], None]:
+    def write(path: str) -> None:
+        with open(path, "w", encoding="utf-8", newline="") as f:
             f.write(text)
-    except OSError as exc:
-        raise _UsageError(f"cannot write the {what} '{path}': {exc.strerror or exc}") from None
+    return write
 
 
-def _append_csv(path: str, reference: str, test: str, pooled, seconds: float) -> None:
-    try:
-        new = not os.path.exists(path) or os.path.getsize(path) == 0
-        with open(path, "a", newline="", encoding="utf-8") as f:
-            w = csv.writer(f, quoting=csv.QUOTE_ALL, lineterminator="\n")
-            if new:
-                w.writerow(CSV_HEADER)
-            w.writerow([reference, test] + [f"{v:.6f}" for v in pooled] + [f"{seconds:.4f}"])
-    except OSError as exc:
-        raise _UsageError(f"cannot write the CSV file '{path}': {exc.strerror or exc}") from None
+def _write_appended_csv(destination: str, rows: Sequence[Sequence[str]]) -> Callable[[str], None]:
+    """Writes the CSV file ``destination`` as it is plus ``rows`` (with the header first when it is
+    new or empty): the append happens by replacing the file, so it never holds half a row."""
+    def write(path: str) -> None:
+        old = b""
+        if os.path.exists(destination):
+            with open(destination, "rb") as f:
+                old = f.read()
+        if old and not old.endswith(b"\n"):
+            old += b"\n"
+        with open(path, "wb") as f:
+            f.write(old + _csv_text(rows, header=not old).encode("utf-8"))
+    return write
 
+
+def _write_png(image) -> Callable[[str], None]:
+    from .imageio import save_png
+
+    return lambda path: save_png(path, image)
+
+
+# ----------------------------------------------------------------------------------------------
+# Histograms
+# ----------------------------------------------------------------------------------------------
 
 def _import_matplotlib():
     try:
@@ -493,9 +922,9 @@ def _import_matplotlib():
     return Figure, FigureCanvasAgg
 
 
-def _save_histogram(path: str, series, log: bool, y_max: Optional[float], include_values: bool) -> None:
+def _draw_histogram(path: str, series, log: bool, y_max: Optional[float], include_values: bool) -> None:
     """Draws the weighted histogram(s) of ``series`` = [(label, error map, pooled values), ...]
-    (one, or two overlapped) into the PNG ``path``."""
+    (one, or two overlapped) into the PNG file ``path``."""
     import numpy as np
 
     from .pooling import weighted_histogram
@@ -554,10 +983,7 @@ def _save_histogram(path: str, series, log: bool, y_max: Optional[float], includ
     ax.set_xlabel("FLIP error")
     ax.set_ylabel("Weighted FLIP sum per megapixel" + (" (log scale)" if log else ""))
     fig.tight_layout()
-    try:
-        fig.savefig(path, format="png")
-    except OSError as exc:
-        raise _UsageError(f"cannot write the histogram '{path}': {exc.strerror or exc}") from None
+    fig.savefig(path, format="png")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -616,279 +1042,285 @@ def _check_options(args) -> None:
             and args.start_exposure > args.stop_exposure):
         raise _UsageError(f"--start-exposure ({args.start_exposure:g}) must not be above --stop-exposure "
                           f"({args.stop_exposure:g})")
-    if args.csv is not None:
-        if os.path.isdir(args.csv):
-            raise _UsageError(f"--csv '{args.csv}' is a directory; give a file name")
-        parent = os.path.dirname(args.csv) or "."
-        if not os.path.isdir(parent):
-            raise _UsageError(f"cannot write the CSV file '{args.csv}': the directory '{parent}' "
-                              "does not exist")
 
 
-def _run(args, t_start: float) -> int:
-    import numpy as np
-    import torch
+class _Console:
+    """Where a run reports: results on stdout; warnings (once each, from verbosity 1) and errors as
+    one line each on stderr; in folder mode a progress bar on stderr that the lines do not break."""
 
-    from .colormaps import MAGMA, VIRIDIS, apply_colormap, to_grey_uint8
-    from .constants import DEFAULT_PPD, pixels_per_degree
-    from .functional import ldr_flip
-    from .hdr import exposures_for, hdr_flip
-    from .imageio import load_image, save_png
-    from .pooling import pool
+    def __init__(self, verbosity: int):
+        self.verbosity = verbosity
+        self._bar = None
+        self._warned = set()
 
-    _check_options(args)
-    gate = _parse_gate(args)
-    folder_mode = args.reference_dir is not None
-    verbosity = args.verbosity
-
-    # --- what to compare -------------------------------------------------------------------
-    if folder_mode:
-        pairs = _pair_folders(args.reference_dir, args.test_dir, verbose=verbosity >= 1)
-    else:
-        if args.example:
-            reference, test = example_paths()
-            tests = [test]
-        else:
-            missing = [n for n, v in (("--reference/-r", args.reference), ("--test/-t", args.test))
-                       if v is None]
-            if missing:
-                raise _UsageError(f"the following arguments are required: {', '.join(missing)} "
-                                  "(or use --example, or --reference-dir/--test-dir)")
-            reference, tests = args.reference, list(args.test)
-        if args.output is not None and len(tests) != 1:
-            raise _UsageError(f"--output can only be used with one test image, got {len(tests)}")
-        if args.basename is not None and len(tests) != 1:
-            raise _UsageError(f"--basename can only be used with one test image, got {len(tests)}")
-        pairs = [(reference, t) for t in tests]
-
-    hdr = _uses_hdr(pairs)
-    if not hdr:
-        flags = _hdr_option_flags(args)
-        if flags:
-            raise _UsageError(f"{', '.join(flags)}: HDR-FLIP option(s) given for LDR images; they apply "
-                              "only to OpenEXR (.exr) inputs")
-    tone_mapper = args.tone_mapper or "aces"
-
-    if args.viewing_conditions is not None:
-        dist_m, width_m, width_px = args.viewing_conditions
-        ppd = pixels_per_degree(dist_m, width_m, width_px)
-    elif args.ppd is not None:
-        ppd = args.ppd
-    else:
-        ppd = DEFAULT_PPD
-
-    # --- check every input before computing anything ---------------------------------------
-    try:
-        sizes: Dict[str, Tuple[int, int]] = {}
-        for ref, test in pairs:
-            if ref not in sizes:
-                sizes[ref] = _image_size(ref)
-            size = _image_size(test)
-            if size != sizes[ref]:
-                raise _UsageError(f"test image '{test}' is {size[0]}x{size[1]} pixels but the "
-                                  f"reference '{ref}' is {sizes[ref][0]}x{sizes[ref][1]}; they "
-                                  "must have the same size")
-    except (FileNotFoundError, ValueError) as exc:
-        raise _UsageError(str(exc)) from None
-
-    if args.histogram:
-        _import_matplotlib()
-    device = _resolve_device(args.device)
-
-    def load(path):
-        try:
-            return load_image(path)
-        except (FileNotFoundError, ValueError) as exc:
-            raise _UsageError(str(exc)) from None
-
-    def exposures_of(reference: str, ref_t) -> _Exposures:
-        """The exposures HDR-FLIP uses for this reference: the given ones, the rest computed from it
-        (once per reference) as flip_loss.hdr.exposures_for does."""
-        try:
-            _, counts, start, stop = exposures_for(ref_t, tone_mapper, args.start_exposure,
-                                                   args.stop_exposure, args.num_exposures)
-        except ValueError:
-            auto = exposures_for(ref_t, tone_mapper)
-            given, computed = ((f"--start-exposure ({args.start_exposure:g})", f"the stop exposure "
-                                f"({float(auto[3][0]):.4f})") if args.start_exposure is not None else
-                               (f"--stop-exposure ({args.stop_exposure:g})", f"the start exposure "
-                                f"({float(auto[2][0]):.4f})"))
-            raise _UsageError(f"{given} and {computed} computed from the reference '{reference}' are in "
-                              "the wrong order (start must not be above stop); give both exposures") from None
-        return _Exposures(float(start[0]), float(stop[0]), int(counts[0]))
-
-    def exposure_lines(e: _Exposures) -> List[str]:
-        return [f"     Start exposure: {e.start:.4f}", f"     Stop exposure: {e.stop:.4f}",
-                f"     Number of exposures: {e.count}"]
-
-    loaded_ref: Tuple[Optional[str], Optional[torch.Tensor], Optional[_Exposures]] = (None, None, None)
-
-    def reference_data(reference: str):
-        nonlocal loaded_ref
-        if loaded_ref[0] != reference:
-            ref_t = load(reference).to(device)
-            loaded_ref = (reference, ref_t, exposures_of(reference, ref_t) if hdr else None)
-        return loaded_ref[1], loaded_ref[2]
-
-    if hdr and not folder_mode:
-        reference_data(pairs[0][0])  # one reference: its exposures are checked before anything is written
-
-    directory = args.directory if args.directory is not None else "."
-    write_maps = not args.no_error_map
-    write_exposure_maps = hdr and not args.no_exposure_map
-    csv_path = args.csv
-    if folder_mode and csv_path is None:
-        csv_path = os.path.join(directory, "summary.csv")
-    creates_files = (write_maps or write_exposure_maps or args.textfile or args.histogram
-                     or (folder_mode and args.csv is None))
-    if creates_files and directory != ".":
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as exc:
-            raise _UsageError(f"cannot create the output directory '{directory}': "
-                              f"{exc.strerror or exc}") from None
-
-    out = sys.stdout
-    bar = None
-    if folder_mode and verbosity >= 1 and not args.no_progress:
+    def start_progress(self, total: int) -> None:
         try:
             from tqdm import tqdm
         except ImportError:  # pragma: no cover - tqdm is a runtime dependency
-            tqdm = None
-        if tqdm is not None:
-            bar = tqdm(total=len(pairs), file=sys.stderr, desc=_PROG, unit="pair", leave=False,
-                       dynamic_ncols=True)
+            return
+        self._bar = tqdm(total=total, file=sys.stderr, desc=_PROG, unit="pair", leave=False, dynamic_ncols=True)
 
-    def emit(lines: List[str]) -> None:
-        if bar is not None:
-            bar.clear()
-        for line in lines:
-            print(line, file=out)
-        out.flush()
-        if bar is not None:
-            bar.refresh()
-
-    if verbosity >= 2:
-        lines = [f"Invoking {'HDR' if hdr else 'LDR'}-FLIP", f"     Pixels per degree: {_round_half_up(ppd)}"]
-        if hdr:
-            lines.append(f"     Assumed tone mapper: {_TONE_MAPPER_NAMES[tone_mapper]}")
-            if not folder_mode:  # one reference: its exposures, as the tool prints them
-                lines += exposure_lines(reference_data(pairs[0][0])[1])
-        emit(lines)
-
-    overlapped = args.histogram and not folder_mode and len(pairs) == 2
-    kept_for_histogram = []
-    gate_failures = []
-    seen_warnings = set()
-    overlapped_range = None
-    try:
-        for k, (reference, test) in enumerate(pairs):
-            ref_t, exposures = reference_data(reference)
-            test_t = load(test).to(device)
-            dynamic_range = _dynamic_range(tone_mapper, exposures)
-            exposure_np = None
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                t0 = time.perf_counter()
-                with torch.no_grad():  # eps=0: the metric itself, no gradient regulariser
-                    if hdr:
-                        error_map, exposure_map = hdr_flip(
-                            test_t, ref_t, ppd, tone_mapper=tone_mapper, start_exposure=exposures.start,
-                            stop_exposure=exposures.stop, num_exposures=exposures.count,
-                            return_exposure_map=True, eps=0.0)
-                        exposure_np = exposure_map[0].to("cpu", torch.float32).numpy()
-                    else:
-                        error_map = ldr_flip(test_t, ref_t, ppd, eps=0.0)
-                error_np = error_map[0].to("cpu", torch.float32).numpy()
-                t_eval = time.perf_counter() - t0
-            for w in caught:
-                msg = str(w.message)
-                if verbosity >= 1 and msg not in seen_warnings:
-                    seen_warnings.add(msg)
-                    if bar is not None:
-                        bar.clear()
-                    _warn(msg)
-            pooled = pool(error_np)
-            names = _output_names(args, reference, test, ppd, directory, dynamic_range)
-
-            if write_maps:
-                if args.no_magma:
-                    image = np.repeat(to_grey_uint8(error_np)[..., None], 3, axis=2)
-                else:
-                    image = apply_colormap(error_np, MAGMA)
-                try:
-                    save_png(names.map, image)
-                except OSError as exc:
-                    raise _UsageError(f"cannot write the error map '{names.map}': "
-                                      f"{exc.strerror or exc}") from None
-            if write_exposure_maps:
-                try:
-                    save_png(names.exposure_map, apply_colormap(exposure_np, VIRIDIS))
-                except OSError as exc:
-                    raise _UsageError(f"cannot write the exposure map '{names.exposure_map}': "
-                                      f"{exc.strerror or exc}") from None
-            if args.textfile:
-                _write_text(names.text, "".join(line + "\n" for line in _pooled_lines(pooled)),
-                            "pooled values file")
-            if csv_path is not None:
-                _append_csv(csv_path, reference, test, pooled, t_eval)
-            if args.histogram:
-                if overlapped:
-                    kept_for_histogram.append((_stem(test), error_np, pooled))
-                    overlapped_range = dynamic_range
-                else:
-                    _save_histogram(names.histogram, [(_stem(test), error_np, pooled)], args.log,
-                                    args.y_max, not args.exclude_pooled_values)
-            if gate is not None and _gate_value(pooled, gate[0]) > gate[1]:
-                gate_failures.append((test, _gate_value(pooled, gate[0])))
-
-            lines = []
-            if verbosity >= 1:
-                if verbosity >= 2 or k > 0:
-                    lines.append("")
-                lines.append(f"FLIP between reference image <{reference}> and test image <{test}>")
-                lines.append(f"     Mean: {pooled.mean:.6f}")
-            if verbosity >= 2:
-                lines += ["     " + line for line in _pooled_lines(pooled)[1:]]
-                if hdr and folder_mode:  # exposures per reference
-                    lines += exposure_lines(exposures)
-                lines.append(f"     Evaluation time: {t_eval:.4f} seconds")
-                if write_maps:
-                    lines.append(f"     FLIP error map location: {names.map}")
-                if write_exposure_maps:
-                    lines.append(f"     FLIP exposure map location: {names.exposure_map}")
-            if lines:
-                emit(lines)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-
-    if overlapped:
-        ref_stem = _stem(pairs[0][0])
-        log = "log_" if args.log else ""
-        name = (f"{log}weighted_histogram.flip.{ref_stem}.{kept_for_histogram[0][0]}."
-                f"{kept_for_histogram[1][0]}.{_round_half_up(ppd)}ppd.{overlapped_range}.png")
-        _save_histogram(os.path.join(directory, name), kept_for_histogram, args.log, args.y_max,
-                        not args.exclude_pooled_values)
-
-    if verbosity >= 1:
-        lines = [""]
-        if folder_mode:
-            lines.append(f"Evaluated {len(pairs)} pair(s); summary CSV: {csv_path}")
-        lines.append(f"Total time: {time.perf_counter() - t_start:.4f} seconds")
-        emit(lines)
-
-    if gate_failures:
-        quantity, threshold = gate
+    def _print(self, lines: Sequence[str], stream) -> None:
+        if self._bar is not None:
+            self._bar.clear()
         sys.stdout.flush()
-        for test, value in gate_failures:
-            print(f"{_PROG}: gate failed: the {quantity} FLIP error of test image <{test}> is "
-                  f"{value:.6f}, above the threshold {threshold:.6f}", file=sys.stderr)
-        sys.stderr.flush()
-        return EXIT_GATE
-    return EXIT_OK
+        for line in lines:
+            print(line, file=stream)
+        stream.flush()
+        if self._bar is not None:
+            self._bar.refresh()
+
+    def lines(self, lines: Sequence[str]) -> None:
+        if lines:
+            self._print(lines, sys.stdout)
+
+    def warning(self, message: str) -> None:
+        if self.verbosity >= 1 and message not in self._warned:
+            self._warned.add(message)
+            self._print([f"{_PROG}: warning: {message}"], sys.stderr)
+
+    def error(self, message: str) -> None:
+        self._print([f"{_PROG}: error: {message}"], sys.stderr)
+
+    def gate_failure(self, message: str) -> None:
+        self._print([f"{_PROG}: gate failed: {message}"], sys.stderr)
+
+    def advance(self) -> None:
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class _Prepared(NamedTuple):
+    """A pair whose inputs were read and whose outputs were checked and claimed."""
+    reference: str
+    test: str
+    test_image: "object"         # the decoded test image, or None to read it again when evaluated
+    names: _Names
+    outputs: Dict[str, _Output]  # "map", "exposure_map", "text", "histogram": the ones written
+
+
+class _Run:
+    """One evaluation run: the pairs, the settings they share, and the order of the work. Every
+    input is read and every output checked before the first output is written (in folder mode a
+    pair that fails is reported and skipped instead); outputs go through a :class:`_Staging` and
+    appear together at the end."""
+
+    def __init__(self, args, console: _Console, staging: _Staging):
+        _check_options(args)
+        self.args, self.console, self.staging = args, console, staging
+        self.gate = _parse_gate(args)
+        self.folder_mode = args.reference_dir is not None
+        self.pairs = _pairs_of(args, console)
+        self.hdr = _uses_hdr(self.pairs)
+        if not self.hdr:
+            flags = _hdr_option_flags(args)
+            if flags:
+                raise _UsageError(f"{', '.join(flags)}: HDR-FLIP option(s) given for LDR images; they apply "
+                                  "only to OpenEXR (.exr) inputs")
+        self.tone_mapper = args.tone_mapper or "aces"
+        self.ppd = _ppd_of(args)
+        self.directory = args.directory if args.directory is not None else "."
+        self.write_maps = not args.no_error_map
+        self.write_exposure_maps = self.hdr and not args.no_exposure_map
+        self.csv_path = args.csv
+        if self.folder_mode and self.csv_path is None:
+            self.csv_path = os.path.join(self.directory, "summary.csv")
+        self.overlapped = args.histogram and not self.folder_mode and len(self.pairs) == 2
+        self.failures: List[Tuple[str, str]] = []
+        self._sizes: Dict[str, Tuple[int, int]] = {}
+        self.guard: Optional[_OutputGuard] = None
+        self.evaluator: Optional[_Evaluator] = None
+        self.csv_output: Optional[_Output] = None
+        self.overlapped_output: Optional[_Output] = None
+
+    # --- before anything is written ------------------------------------------------------------
+
+    def _directory_needed(self) -> bool:
+        a = self.args
+        return a.directory is not None and (self.write_maps or self.write_exposure_maps or a.textfile
+                                            or a.histogram or (self.folder_mode and a.csv is None))
+
+    def check_run_outputs(self) -> None:
+        """The output directory and the CSV file, which do not depend on a pair."""
+        new_directory = None
+        if self._directory_needed():
+            _check_directory(self.directory)
+            if not os.path.isdir(self.directory):
+                new_directory = self.directory
+        self.guard = _OutputGuard([p for pair in self.pairs for p in pair], new_directory)
+        if self.csv_path is not None:
+            self.csv_output = self.guard.claim((self.csv_path, "CSV file"))[0]
+
+    def prepare(self, reference: str, test: str, keep_test: bool) -> _Prepared:
+        """Reads the pair's images (the reference's exposures computed) and checks and claims its
+        outputs; raises _UsageError for anything wrong with the pair."""
+        _check_sizes(reference, test, self._sizes)
+        _, exposures = self.evaluator.reference(reference)
+        test_image = self.evaluator.load(test)
+        names = _output_names(self.args, reference, test, self.ppd, self.directory,
+                              _dynamic_range(self.tone_mapper, exposures))
+        wanted = (("map", names.map, "error map", self.write_maps),
+                  ("exposure_map", names.exposure_map, "exposure map", self.write_exposure_maps),
+                  ("text", names.text, "pooled values file", self.args.textfile),
+                  ("histogram", names.histogram, "histogram", self.args.histogram and not self.overlapped))
+        kinds = [kind for kind, _, _, on in wanted if on]
+        claimed = self.guard.claim(*[(path, what) for _, path, what, on in wanted if on])
+        outputs = dict(zip(kinds, claimed))
+        return _Prepared(reference, test, test_image if keep_test else None, names, outputs)
+
+    def prepared_pairs(self):
+        """The pairs ready for evaluation. One reference: all are prepared first, and the first
+        problem ends the run. Folder mode: one after the other; a pair with a problem is reported
+        (one error line) and skipped."""
+        if not self.folder_mode:
+            for reference, test in self.pairs:  # the headers first: a wrong size is found fast
+                _check_sizes(reference, test, self._sizes)
+            prepared = [self.prepare(reference, test, keep_test=len(self.pairs) == 1)
+                        for reference, test in self.pairs]
+            if self.overlapped:  # one histogram of both test images
+                reference, tests = self.pairs[0][0], [test for _, test in self.pairs]
+                exposures = self.evaluator.reference(reference)[1]
+                self.overlapped_output = self.guard.claim((_overlapped_histogram_name(
+                    self.args, reference, tests, self.ppd, self.directory,
+                    _dynamic_range(self.tone_mapper, exposures)), "histogram"))[0]
+            self.staging_ready()
+            self.print_header()
+            yield from prepared
+            return
+        self.staging_ready()
+        self.print_header()
+        if self.console.verbosity >= 1 and not self.args.no_progress:
+            self.console.start_progress(len(self.pairs))
+        for reference, test in self.pairs:
+            try:
+                prepared = self.prepare(reference, test, keep_test=True)
+            except _UsageError as exc:
+                self.failures.append((reference, test))
+                self.console.error(f"skipped test image <{test}>: {exc}")
+                self.console.advance()
+                continue
+            yield prepared
+
+    def staging_ready(self) -> None:
+        if self._directory_needed():
+            self.staging.make_directory(self.directory)
+
+    def print_header(self) -> None:
+        if self.console.verbosity < 2:
+            return
+        lines = [f"Invoking {'HDR' if self.hdr else 'LDR'}-FLIP", f"     Pixels per degree: {_round_half_up(self.ppd)}"]
+        if self.hdr:
+            lines.append(f"     Assumed tone mapper: {_TONE_MAPPER_NAMES[self.tone_mapper]}")
+            if not self.folder_mode:  # one reference: its exposures, as the tool prints them
+                lines += _exposure_lines(self.evaluator.reference(self.pairs[0][0])[1])
+        self.console.lines(lines)
+
+    # --- evaluating and writing -------------------------------------------------------------------
+
+    def stage(self, p: _Prepared, result: _Result) -> None:
+        """Writes the pair's map, exposure map, text file and histogram (to temporary files)."""
+        from .colormaps import MAGMA, VIRIDIS, apply_colormap, to_grey_uint8
+        import numpy as np
+
+        a = self.args
+        if "map" in p.outputs:
+            if a.no_magma:
+                image = np.repeat(to_grey_uint8(result.error)[..., None], 3, axis=2)
+            else:
+                image = apply_colormap(result.error, MAGMA)
+            self.staging.write(p.outputs["map"], _write_png(image))
+        if "exposure_map" in p.outputs:
+            self.staging.write(p.outputs["exposure_map"], _write_png(apply_colormap(result.exposure, VIRIDIS)))
+        if "text" in p.outputs:
+            self.staging.write(p.outputs["text"], _write_text_file("".join(
+                line + "\n" for line in _pooled_lines(result.pooled))))
+        if "histogram" in p.outputs:
+            series = [(_stem(result.test), result.error, result.pooled)]
+            self.staging.write(p.outputs["histogram"], lambda path: _draw_histogram(
+                path, series, a.log, a.y_max, not a.exclude_pooled_values))
+
+    def result_lines(self, p: _Prepared, result: _Result, first: bool) -> List[str]:
+        verbosity = self.console.verbosity
+        lines = []
+        if verbosity >= 1:
+            if verbosity >= 2 or not first:
+                lines.append("")
+            lines.append(f"FLIP between reference image <{result.reference}> and test image <{result.test}>")
+            lines.append(f"     Mean: {result.pooled.mean:.6f}")
+        if verbosity >= 2:
+            lines += ["     " + line for line in _pooled_lines(result.pooled)[1:]]
+            if self.hdr and self.folder_mode:  # exposures per reference
+                lines += _exposure_lines(result.exposures)
+            lines.append(f"     Evaluation time: {result.seconds:.4f} seconds")
+            if "map" in p.outputs:
+                lines.append(f"     FLIP error map location: {p.names.map}")
+            if "exposure_map" in p.outputs:
+                lines.append(f"     FLIP exposure map location: {p.names.exposure_map}")
+        return lines
+
+    def execute(self, t_start: float) -> int:
+        a = self.args
+        if a.histogram:
+            _import_matplotlib()
+        self.evaluator = _Evaluator(a, self.hdr, self.tone_mapper, self.ppd, _resolve_device(a.device))
+        self.check_run_outputs()
+        rows, kept, gate_failures = [], [], []
+        for p in self.prepared_pairs():
+            result = self.evaluator.evaluate(p.reference, p.test, p.test_image)
+            for message in result.warnings:
+                self.console.warning(message)
+            self.stage(p, result)
+            rows.append(_csv_row(result))
+            if self.overlapped:
+                kept.append(result)
+            if self.gate is not None and _gate_value(result.pooled, self.gate[0]) > self.gate[1]:
+                gate_failures.append((result.test, _gate_value(result.pooled, self.gate[0])))
+            self.console.lines(self.result_lines(p, result, first=len(rows) == 1))
+            self.console.advance()
+        self.console.close()
+
+        if self.overlapped:
+            series = [(_stem(r.test), r.error, r.pooled) for r in kept]
+            self.staging.write(self.overlapped_output, lambda path: _draw_histogram(
+                path, series, a.log, a.y_max, not a.exclude_pooled_values))
+        if self.csv_output is not None and (rows or not os.path.exists(self.csv_output.real)):
+            self.staging.write(self.csv_output, _write_appended_csv(self.csv_output.real, rows))
+        self.staging.commit()
+
+        if self.console.verbosity >= 1:
+            lines = [""]
+            if self.folder_mode:
+                done = (f"{len(rows)} of {len(self.pairs)} pair(s), {len(self.failures)} failed (see the errors "
+                        "above)" if self.failures else f"{len(rows)} pair(s)")
+                lines.append(f"Evaluated {done}; summary CSV: {self.csv_path}")
+            lines.append(f"Total time: {time.perf_counter() - t_start:.4f} seconds")
+            self.console.lines(lines)
+        if gate_failures:
+            quantity, threshold = self.gate
+            for test, value in gate_failures:
+                self.console.gate_failure(f"the {quantity} FLIP error of test image <{test}> is {value:.6f}, "
+                                          f"above the threshold {threshold:.6f}")
+        if self.failures:
+            return EXIT_PAIRS_FAILED
+        return EXIT_GATE if gate_failures else EXIT_OK
+
+
+def _run(args, t_start: float) -> int:
+    console = _Console(args.verbosity)
+    staging = _Staging()
+    try:
+        return _Run(args, console, staging).execute(t_start)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("the outputs had been written" if staging.committed
+                                else "no output file was written") from None
+    finally:
+        console.close()
+        staging.discard()
 
 
 def _run_psychophysics(argv: Sequence[str]) -> int:
@@ -909,36 +1341,56 @@ def _run_psychophysics(argv: Sequence[str]) -> int:
     return 0 if code is None else int(code)
 
 
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM (a CI timeout, ``kill``) ends the run as Ctrl-C does: through KeyboardInterrupt, so
+    that the temporary files are removed. Only the main thread can install the handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command-line evaluator with ``argv`` (default: ``sys.argv[1:]``) and returns the
-    exit code: 0 success, 1 a ``--fail-above`` gate failed, 2 an error the user can act on (one line
-    on stderr), 3 an internal error (traceback on stderr). ``argv[0] == "psychophysics"`` runs the
-    psychophysics suite instead."""
+    exit code (``EXIT_CODES``): 0 success, 1 a ``--fail-above`` gate failed, 2 an error the user
+    can act on (one line on stderr), 3 an internal error (traceback on stderr), 4 pairs skipped in
+    folder mode, 130 interrupted. ``argv[0] == "psychophysics"`` runs the psychophysics suite
+    instead."""
     t_start = time.perf_counter()
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        if argv and argv[0] == "psychophysics":
-            return _run_psychophysics(argv[1:])
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        return _run(args, t_start)
-    except _UsageError as exc:
-        sys.stdout.flush()
-        print(f"{_PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except SystemExit as exc:  # --help
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
-    except KeyboardInterrupt:
-        sys.stdout.flush()
-        print(f"{_PROG}: interrupted", file=sys.stderr)
-        return 130
-    except Exception:  # noqa: BLE001 - anything else is a bug: say so, with the traceback
-        sys.stdout.flush()
-        traceback.print_exc(file=sys.stderr)
-        print(f"{_PROG}: internal error (exit code 3); please report it with the traceback above",
-              file=sys.stderr)
-        return EXIT_INTERNAL
+    with _sigterm_interrupts():
+        try:
+            if argv and argv[0] == "psychophysics":
+                return _run_psychophysics(argv[1:])
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            return _run(args, t_start)
+        except _UsageError as exc:
+            sys.stdout.flush()
+            print(f"{_PROG}: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except SystemExit as exc:  # --help
+            code = exc.code
+            return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
+        except KeyboardInterrupt as exc:
+            sys.stdout.flush()
+            print(f"{_PROG}: interrupted" + (f"; {exc}" if str(exc) else ""), file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except Exception:  # noqa: BLE001 - anything else is a bug: say so, with the traceback
+            sys.stdout.flush()
+            traceback.print_exc(file=sys.stderr)
+            print(f"{_PROG}: internal error (exit code 3); please report it with the traceback above",
+                  file=sys.stderr)
+            return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

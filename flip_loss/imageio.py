@@ -8,6 +8,8 @@ orientation are ignored. Grey images are repeated into three channels and alpha 
 composited). PNG, JPEG, BMP and TGA are the supported formats; other 8-bit formats Pillow reads also
 load. ``.exr`` files are read by ``load_exr`` (linear HDR values, see there). Radiance ``.hdr`` and
 ``.pfm`` files are rejected with a clear message: they are not supported (convert them to OpenEXR).
+Images of more than ``MAX_IMAGE_PIXELS`` pixels (2^27, e.g. 16384 x 8192) are refused from their
+header, before any pixel is decoded (see there).
 
 Pillow reduces 16-bit-per-channel colour PNGs to 8 bits when it decodes them. ``load_image`` keeps
 the full 16 bits by decoding such files twice with Pillow's own PNG decoder, once for the high and
@@ -24,12 +26,20 @@ import warnings
 import numpy as np
 import torch
 
-__all__ = ["HDR_EXTENSIONS", "EXR_EXTENSIONS", "UNSUPPORTED_HDR_EXTENSIONS", "is_hdr_path", "is_exr_path",
-           "load_image", "load_exr", "exr_size", "save_png", "save_exr"]
+__all__ = ["HDR_EXTENSIONS", "EXR_EXTENSIONS", "UNSUPPORTED_HDR_EXTENSIONS", "MAX_IMAGE_PIXELS", "is_hdr_path",
+           "is_exr_path", "image_size", "load_image", "load_exr", "exr_size", "save_png", "save_exr"]
 
 HDR_EXTENSIONS = (".exr", ".hdr", ".pfm")
 EXR_EXTENSIONS = (".exr",)
 UNSUPPORTED_HDR_EXTENSIONS = (".hdr", ".pfm")
+
+# The largest image (width x height) the loaders accept: 2^27 = 134,217,728 pixels, e.g. 16384 x 8192,
+# four times an 8K UHD frame. A header claiming more is refused before anything is decoded: such a
+# file is far more likely damaged or a decompression bomb (a few kilobytes that expand to gigabytes)
+# than a render, and FLIP on it would need tens of gigabytes. It stays below the size at which
+# Pillow itself raises DecompressionBombError (twice Pillow's default MAX_IMAGE_PIXELS), so one
+# limit and one message apply to every format.
+MAX_IMAGE_PIXELS = 2 ** 27
 
 
 def check_file(path) -> None:
@@ -56,17 +66,55 @@ def _unsupported_hdr_message(path) -> str:
             "convert the image to OpenEXR (.exr), which is read as HDR input")
 
 
+def _too_large(path, claim: str) -> ValueError:
+    return ValueError(f"cannot read image '{path}': {claim} more than the limit of {MAX_IMAGE_PIXELS} pixels "
+                      "(2^27, e.g. 16384x8192); a header this large is most likely damaged or a "
+                      "decompression bomb")
+
+
+def _check_pixel_count(path, width: int, height: int) -> None:
+    if width * height > MAX_IMAGE_PIXELS:
+        raise _too_large(path, f"its header gives {width}x{height} pixels,")
+
+
 def _open(path):
+    """Opens ``path`` with Pillow (the header only) and checks its pixel count."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        im = Image.open(path)
+        with warnings.catch_warnings():
+            # Pillow warns about headers above its own limit and raises above twice that; the pixel
+            # count check below refuses all of them with one message.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(path)
+    except Image.DecompressionBombError:
+        raise _too_large(path, "its header gives") from None
     except UnidentifiedImageError:
         raise ValueError(f"cannot read image '{path}': not an image format Pillow recognises "
                          "(supported: PNG, JPEG, BMP, TGA)") from None
     except OSError as exc:
         raise ValueError(f"cannot read image '{path}': {exc.strerror or exc}") from None
+    try:
+        _check_pixel_count(path, *im.size)
+    except ValueError:
+        im.close()
+        raise
     return im
+
+
+def image_size(path):
+    """(width, height) of an image file from its header (no pixel is decoded): LDR files through
+    Pillow, OpenEXR files through :func:`exr_size`. Raises ``FileNotFoundError`` if ``path`` does
+    not exist and ``ValueError`` if it is not an image :func:`load_image` reads (a directory, an
+    unrecognised or unsupported format, more than ``MAX_IMAGE_PIXELS`` pixels)."""
+    path = os.fspath(path)
+    check_file(path)
+    if is_exr_path(path):
+        return exr_size(path)
+    if is_hdr_path(path):
+        raise ValueError(_unsupported_hdr_message(path))
+    with _open(path) as im:
+        return im.size
 
 
 # 16-bit PNG colour types that Pillow decodes into 8-bit modes (raw mode Pillow uses, which keeps
@@ -130,7 +178,8 @@ def load_image(path) -> torch.Tensor:
 
     Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` if it is not a
     readable image (a directory, a damaged or truncated file, an unsupported format such as
-    Radiance ``.hdr`` or ``.pfm``, an EXR file without colour channels or with NaN/Inf values).
+    Radiance ``.hdr`` or ``.pfm``, an EXR file without colour channels or with NaN/Inf values, more
+    than ``MAX_IMAGE_PIXELS`` pixels).
     """
     path = os.fspath(path)
     check_file(path)
@@ -324,12 +373,15 @@ def _select_channels(path: str, names):
 def exr_size(path):
     """(width, height) of an OpenEXR file's data window, read from its header (the pixels are not
     decoded); also checks that the file has channels :func:`load_exr` can use. Raises
-    ``FileNotFoundError`` / ``ValueError`` as :func:`load_exr`."""
+    ``FileNotFoundError`` / ``ValueError`` as :func:`load_exr` (also for more than
+    ``MAX_IMAGE_PIXELS`` pixels)."""
     path = os.fspath(path)
     part = _open_exr(path, header_only=True)
     _select_channels(path, [c.name for c in part.header.get("channels", [])])
     lo, hi = part.header["dataWindow"]
-    return int(hi[0]) - int(lo[0]) + 1, int(hi[1]) - int(lo[1]) + 1
+    width, height = int(hi[0]) - int(lo[0]) + 1, int(hi[1]) - int(lo[1]) + 1
+    _check_pixel_count(path, width, height)
+    return width, height
 
 
 def load_exr(path) -> torch.Tensor:
@@ -347,6 +399,7 @@ def load_exr(path) -> torch.Tensor:
     them: HDR-FLIP needs finite values, and replacing them silently would change the result).
     """
     path = os.fspath(path)
+    exr_size(path)  # the header's checks (channels, pixel count) before the pixels are decoded
     part = _open_exr(path, header_only=False)
     channels = part.channels
     names = sorted(channels.keys())
