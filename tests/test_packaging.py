@@ -1,0 +1,89 @@
+"""Packaging, tried as a new user would: the sdist is complete whatever machine makes it, and the
+README's own-environment commands install it into a fresh virtual environment from which it
+imports (from another directory), runs the command line and is pinned to its torch.
+
+The fresh environment gets torch by a path entry to the test environment's site-packages instead
+of a 2.5 GB download on every CI run; pip sees that torch as installed, so the README's commands
+run unchanged. The build is CPU-only (FLIP_LOSS_CUDA=0): CUDA compilation is covered by the
+main build."""
+import os
+import subprocess
+import sys
+import sysconfig
+import tarfile
+
+import pytest
+import torch
+
+import flip_loss
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".git")),
+                                reason="needs the source checkout (git) to compare the sdist with")
+
+
+def _run(cmd, cwd, env=None, timeout=1800):
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def _tracked_files():
+    out = _run(["git", "ls-files"], ROOT).stdout.split()
+    return {p for p in out if os.path.exists(os.path.join(ROOT, p))}
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sdist")
+    _run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(out), ROOT], ROOT)
+    (archive,) = list(out.glob("flip_loss-*.tar.gz")) + list(out.glob("flip-loss-*.tar.gz"))
+    return archive
+
+
+def test_sdist_has_every_source_and_the_licence(sdist):
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    needed = {p for p in _tracked_files()
+              if p.startswith(("csrc/", "cmake/", "flip_loss/")) or p in (
+                  "CMakeLists.txt", "LICENSE", "README.md", "pyproject.toml", "setup.py", "requirements.txt",
+                  "requirements-test.txt")}
+    assert any(p.endswith(".cu") for p in needed)  # the CUDA sources are tracked, so must ship
+    missing = sorted(needed - names)
+    assert not missing, f"the sdist lacks {missing}"
+    assert not [n for n in names if n.endswith((".so", ".o", ".pyc"))], "the sdist carries build products"
+
+
+def test_readme_install_in_a_fresh_venv_from_the_sdist(sdist, tmp_path):
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path)
+    py = venv / "bin" / "python"
+    # torch (and the other pinned packages) from this environment, as if 'pip install torch' had run.
+    site = _run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path).stdout.strip()
+    with open(os.path.join(site, "test_env_packages.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    env = dict(os.environ, FLIP_LOSS_CUDA="0", MAX_JOBS=os.environ.get("MAX_JOBS", "2"),
+               PIP_NO_INDEX="1")  # nothing may need downloading: every build tool is named in the README
+    env.pop("PYTHONPATH", None)
+    pip = [str(py), "-m", "pip", "install", "-q"]
+    _run(pip + ["torch==" + torch.__version__.split("+")[0]], tmp_path, env)
+    _run(pip + ["setuptools", "wheel", "ninja"], tmp_path, env)
+    _run(pip + ["--no-build-isolation", str(sdist)], tmp_path, env)
+
+    # From another directory: the installed copy, with its compiled extension and its torch pin.
+    check = ("import importlib.metadata as m, flip_loss, torch;"
+             "assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR;"
+             "print(flip_loss.__file__);"
+             "print([r for r in m.requires('flip-loss') if r.startswith('torch')]);"
+             "print(m.version('flip-loss'));"
+             "print(torch.jit.script(flip_loss.FLIPLoss())(torch.rand(1, 3, 8, 8), torch.rand(1, 3, 8, 8)).item())")
+    out = _run([str(py), "-c", check], tmp_path, env).stdout.splitlines()
+    assert out[0].startswith(str(venv)), out
+    assert out[1] == f"['torch=={torch.__version__.split('+')[0]}']", out
+    assert out[2] == flip_loss.__version__
+    assert 0.0 < float(out[3]) < 1.0
+
+    cli = _run([str(venv / "bin" / "flip-loss"), "--example", "-d", str(tmp_path / "maps"), "-v", "1"], tmp_path, env)
+    assert "Mean:" in cli.stdout
+    assert any(p.suffix == ".png" for p in (tmp_path / "maps").iterdir())
