@@ -601,12 +601,37 @@ def test_psychophysics_dispatch(monkeypatch, capsys):
     fake.main = lambda argv: calls.append(argv) or 7
     monkeypatch.setitem(sys.modules, "flip_loss.psychophysics.cli", fake)
     assert main(["psychophysics", "run", "--fast"]) == 7
-    assert calls == [["run", "--fast"]]
+    # Every argument after the command goes to the suite as it is: options first, --help, -r.
+    assert main(["psychophysics", "--help"]) == 7
+    assert main(["psychophysics", "--out", "x", "-r", "y", "--", "z"]) == 7
+    assert calls == [["run", "--fast"], ["--help"], ["--out", "x", "-r", "y", "--", "z"]]
     fake.main = lambda argv: None
     assert main(["psychophysics"]) == 0
+    # The evaluator's options do not apply to the command.
+    assert main(["-v", "1", "--ppd", "30", "psychophysics", "run"]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "--ppd, --verbosity: evaluator option(s) given before the command 'psychophysics'" in line
     monkeypatch.setitem(sys.modules, "flip_loss.psychophysics.cli", None)  # as if missing
     assert main(["psychophysics", "run"]) == 2
     assert "psychophysics suite is not available" in error_line(capsys.readouterr().err)
+
+
+def test_images_without_flags_are_a_usage_error(pair, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([str(pair[0]), str(pair[1])]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert f"'{pair[0]}'" in line and "images are given with -r/--reference and -t/--test" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_prints_every_exit_code(capsys):
+    from flip_loss.cli import EXIT_CODES
+
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    listed = re.findall(r"^  (\d+) +\S", text.split("exit codes:\n")[1], flags=re.M)
+    assert [int(code) for code in listed] == [code for code, _ in EXIT_CODES]
+    assert [code for code, _ in EXIT_CODES] == [0, 1, 2, 3, 4, 130]
 
 
 # ----------------------------------------------------------------------------------------------

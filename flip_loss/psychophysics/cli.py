@@ -11,18 +11,12 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from ..cli.errors import UsageError as _UsageError
+from ..cli.errors import UsageErrorParser as _Parser
+
 __all__ = ["main", "build_parser"]
 
 _PROG = "flip-loss psychophysics"
-
-
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise _UsageError(f"{message} (see --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,106 @@
+"""``flip-loss`` / ``python -m flip_loss``: the command-line FLIP evaluator.
+
+Evaluates FLIP between a reference image and one or more test images (or between two folders of
+images paired by name) and prints the pooled values in the layout of NVIDIA's ``flip`` tool: LDR-FLIP
+(``flip_loss.functional.ldr_flip``) for LDR images, HDR-FLIP (``flip_loss.hdr_flip``) when the
+reference is an OpenEXR file, as the tool decides. Writes the error maps as magma (or grey) PNGs,
+for HDR-FLIP also the exposure maps (viridis), and on request the pooled values as text files, a CSV
+summary and weighted histograms (PNG, drawn with matplotlib).
+``--fail-above`` turns it into a regression gate. ``flip-loss psychophysics ...`` runs the
+psychophysics suite (``flip_loss.psychophysics.cli``). See ``flip-loss --help``.
+
+The user's files come first: every input is decoded and every output location checked before
+anything is written; no output may be an input or be written twice; every output is written to a
+temporary file beside its destination and renamed into place once the whole run has succeeded,
+so a failed or interrupted run leaves no file behind, half-written or whole. The exit codes are
+``EXIT_CODES``.
+
+The modules, by job: ``arguments`` (the parser, option checks), ``pairs`` (which images are
+compared), ``evaluate`` (one pair into a record), ``outputs`` (names, safety checks, atomic
+writing), ``histogram`` (drawing), ``run`` (the order of the work and what is printed) and
+``errors`` (exit codes, the usage error).
+"""
+import contextlib
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Optional, Sequence
+
+from .arguments import build_parser, command_of
+from .errors import (EXIT_CODES, EXIT_GATE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PAIRS_FAILED,
+                     EXIT_USAGE, PROG, UsageError)
+from .outputs import CSV_HEADER
+from .pairs import FOLDER_EXTENSIONS, example_paths
+from .run import run
+
+__all__ = ["main", "example_paths", "build_parser", "EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "EXIT_INTERNAL",
+           "EXIT_PAIRS_FAILED", "EXIT_INTERRUPTED", "EXIT_CODES", "FOLDER_EXTENSIONS", "CSV_HEADER"]
+
+
+def _run_psychophysics(argv: Sequence[str]) -> int:
+    """``flip-loss psychophysics ...``: hands ``argv`` to ``flip_loss.psychophysics.cli.main``."""
+    import importlib
+
+    try:
+        module = importlib.import_module("flip_loss.psychophysics.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("flip_loss.psychophysics", "flip_loss.psychophysics.cli"):
+            raise UsageError("the psychophysics suite is not available in this installation (module "
+                             "flip_loss.psychophysics.cli not found); install a flip-loss version that "
+                             "includes it") from None
+        raise
+    code = module.main(list(argv))
+    return 0 if code is None else int(code)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM (a CI timeout, ``kill``) ends the run as Ctrl-C does: through KeyboardInterrupt, so
+    that the temporary files are removed. Only the main thread can install the handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line with ``argv`` (default: ``sys.argv[1:]``) and returns the exit code
+    (``EXIT_CODES``): 0 success, 1 a ``--fail-above`` gate failed, 2 an error the user can act on
+    (one line on stderr), 3 an internal error (traceback on stderr), 4 pairs skipped in folder
+    mode, 130 interrupted. ``flip-loss psychophysics ...`` returns the suite's exit code."""
+    t_start = time.perf_counter()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    with _sigterm_interrupts():
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if command_of(parser, args) == "psychophysics":
+                return _run_psychophysics(args.argv)
+            return run(args, t_start)
+        except UsageError as exc:
+            sys.stdout.flush()
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except SystemExit as exc:  # --help
+            code = exc.code
+            return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
+        except KeyboardInterrupt as exc:
+            sys.stdout.flush()
+            print(f"{PROG}: interrupted" + (f"; {exc}" if str(exc) else ""), file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except Exception:  # noqa: BLE001 - anything else is a bug: say so, with the traceback
+            sys.stdout.flush()
+            traceback.print_exc(file=sys.stderr)
+            print(f"{PROG}: internal error (exit code 3); please report it with the traceback above",
+                  file=sys.stderr)
+            return EXIT_INTERNAL

@@ -1,0 +1,331 @@
+"""Argument parsing of ``flip-loss``: NVIDIA's flags at the top level (the plain ``flip-loss -r
+ref -t test`` form), the ``psychophysics`` command, the checks of option values (the API's own,
+``flip_loss.options``) and of their combinations."""
+import argparse
+import math
+import os
+from typing import List, Optional, Tuple
+
+from .. import options
+from ..constants import MAX_EXPOSURES, MAX_PPD
+from ..imageio import MAX_IMAGE_PIXELS
+from .errors import PROG, UsageError, UsageErrorParser, exit_code_lines
+from .pairs import FOLDER_EXTENSIONS
+
+GATE_QUANTITIES = ("mean", "weighted-median", "max")
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+class _EvaluatorParser(UsageErrorParser):
+    def error(self, message):
+        # A stray word is taken for a command: say how images are given (flip-loss ref.png test.png).
+        if message.startswith("argument COMMAND: invalid choice"):
+            message += "; images are given with -r/--reference and -t/--test"
+        super().error(message)
+
+
+class _PassThroughParser(UsageErrorParser):
+    """The parser of a command whose arguments another program parses: it takes every argument
+    as it is, options and ``--help`` included, into ``argv``."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace = argparse.Namespace() if namespace is None else namespace
+        namespace.argv = list(args or ())
+        return namespace, []
+
+
+# The option values are checked by the API's own checks (flip_loss.options), so that the command
+# line and the API accept the same values; the messages speak of the command line's text.
+
+def _ppd_value(text: str) -> float:
+    try:
+        return options.pixels_per_degree(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number of at most {MAX_PPD:g}, "
+                                         f"got '{text}'") from None
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'")
+    return v
+
+
+def _exposure_value(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number (of stops), got '{text}'") from None
+    try:
+        options.exposure("exposure", v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number (of stops), got '{text}'") from None
+    # Exposures are computed in float32, as the evaluator does: a value float32 cannot hold would
+    # become infinite there.
+    if abs(v) > _FLOAT32_MAX:
+        raise argparse.ArgumentTypeError(f"expected a finite number (of stops) within the float32 range, "
+                                         f"got '{text}'")
+    return v
+
+
+def _exposure_count(text: str) -> int:
+    try:
+        return options.exposure_count(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 2 (the start and the stop "
+                                         f"exposure) and at most {MAX_EXPOSURES}, got '{text}'") from None
+
+
+_EPILOG = f"""\
+The reference and the test images must have the same size. LDR images (PNG, JPEG, BMP, TGA) are
+read as 8- or 16-bit sRGB-encoded values and evaluated with LDR-FLIP. An OpenEXR (.exr) reference
+selects HDR-FLIP, as in NVIDIA's tool: the test images must then be .exr files too (linear
+values; NaN or infinite values are an error); mixing LDR and HDR images is an error. Radiance
+.hdr and .pfm files are not supported (convert them to OpenEXR). Images of more than
+{MAX_IMAGE_PIXELS} pixels (e.g. 16384x8192) are refused. The default pixels per degree, 67
+(67.0206...), is a 0.7 m wide 4K display seen from 0.7 m; at most {MAX_PPD:g} are accepted.
+
+HDR-FLIP is the per-pixel maximum of LDR-FLIP over exposures from --start-exposure to
+--stop-exposure (--num-exposures of them, evenly spaced in stops), each image exposed, tone
+mapped (--tone-mapper) and clamped. Exposures not given are computed from the reference: start
+= log2(x*/max luminance), stop = log2(x*/median luminance), count = max(2, ceil(stop - start)),
+where x* is the value the tone mapper maps to 0.85; at most {MAX_EXPOSURES} exposures. They are
+printed (4 decimals) and go into the output names. Give negative exposures as '-cstart -3.5' or
+'--start-exposure=-1e-3'.
+
+outputs (in --directory, default: the current directory):
+  flip.<reference>.<test>.<ppd>ppd.ldr.png       the error map (unless --no-error-map)
+  pooled_values.flip.<...>.ldr.txt               with --textfile
+  [log_]weighted_histogram.flip.<...>.ldr.png    with --histogram (two test images: one
+                                                 overlapped histogram, both test names in it)
+  HDR: ldr becomes hdr.<tm>.<S>_to_<E>.<N>, S and E the start and stop exposures as m (minus)
+  or p and the absolute value with 4 decimals, N the number of exposures, e.g.
+  flip.reference.test.67ppd.hdr.aces.m12.5423_to_p0.9427.14.png, plus the exposure map (the
+  winning exposure's index / (N - 1), viridis; unless --no-exposure-map):
+  exposure_map.<reference>.<test>.<ppd>ppd.hdr.<tm>.<S>_to_<E>.<N>.png
+  with --basename NAME: NAME.png, NAME.txt, NAME.[log_]weighted_histogram.png,
+  NAME.exposure_map.png
+  --csv FILE appends one row per test image (a header first when FILE is new).
+Every input is read and every output checked before anything is written; an output that is an
+input (also through a link) or that the run would write twice is an error. Outputs are written
+to temporary files and renamed into place at the end: an interrupted or failed run writes nothing.
+
+folder mode: --reference-dir R --test-dir T evaluates every image in T against the image of
+the same name (stem; any of {' '.join(FOLDER_EXTENSIONS)}) in R, warns about unmatched files,
+writes the maps to --directory and a summary CSV (--csv, default <directory>/summary.csv).
+For .exr pairs the exposures are computed per reference. A pair that cannot be evaluated (an
+unreadable image, different sizes) is reported and skipped; the others are evaluated and
+written, and the exit code is 4.
+
+regression gate: --fail-above mean|weighted-median|max THRESHOLD exits with code 1 when any
+test image's value is above THRESHOLD (in [0, 1]); every image is still evaluated.
+
+flip-loss psychophysics ... runs the psychophysics suite (see 'flip-loss psychophysics --help').
+
+exit codes:
+""" + exit_code_lines()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``flip-loss``: the evaluator's options (NVIDIA's flags) at the top
+    level and the ``psychophysics`` command, whose arguments go to the suite unparsed. Its errors
+    raise :class:`UsageError` (one line on stderr, exit code 2)."""
+    p = _EvaluatorParser(
+        prog=PROG,
+        description="Compute FLIP between a reference image and one or more test images (or two\n"
+                    "folders of images paired by name): LDR-FLIP for LDR images, HDR-FLIP for\n"
+                    "OpenEXR (.exr) images. Print the pooled FLIP values (mean, weighted median and\n"
+                    "quartiles, min, max) and save the FLIP error maps (and HDR exposure maps).",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    inputs = p.add_argument_group("inputs")
+    inputs.add_argument("-r", "--reference", metavar="REFERENCE",
+                        help="reference image file")
+    inputs.add_argument("-t", "--test", metavar="TEST", nargs="+",
+                        help="one or more test image files, each the size of the reference")
+    inputs.add_argument("--reference-dir", metavar="DIR", default=None,
+                        help="folder mode: folder of reference images (with --test-dir)")
+    inputs.add_argument("--test-dir", metavar="DIR", default=None,
+                        help="folder mode: folder of test images, paired with the references by "
+                             "file name without extension")
+    inputs.add_argument("--example", action="store_true",
+                        help="evaluate the bundled example pair (instead of --reference/--test)")
+
+    view = p.add_argument_group("viewing conditions").add_mutually_exclusive_group()
+    view.add_argument("--ppd", "--pixels-per-degree", "-ppd", dest="ppd", metavar="P",
+                      type=_ppd_value, default=None,
+                      help="observer's pixels per degree of visual angle, at most "
+                           f"{MAX_PPD:g} (default: 67.0206..., a 0.7 m wide 4K display seen from 0.7 m)")
+    view.add_argument("-vc", "--viewing-conditions", dest="viewing_conditions", nargs=3,
+                      metavar=("DIST_M", "WIDTH_M", "WIDTH_PX"), type=_positive_float, default=None,
+                      help="viewing distance (m), display width (m) and display width (pixels), "
+                           "from which the pixels per degree are computed")
+
+    out = p.add_argument_group("outputs")
+    out.add_argument("-d", "--directory", metavar="DIR", default=None,
+                     help="directory for the error maps, text files and histograms (created if "
+                          "needed; default: the current directory)")
+    names = out.add_mutually_exclusive_group()
+    names.add_argument("-o", "--output", metavar="MAP.png", default=None,
+                       help="file name of the error map (one test image only; relative names are "
+                            "placed in --directory when it is given)")
+    names.add_argument("-b", "--basename", metavar="NAME", default=None,
+                       help="base name of every output file: NAME.png, NAME.txt, "
+                            "NAME.weighted_histogram.png (one test image only)")
+    out.add_argument("-nm", "--no-magma", action="store_true",
+                     help="save grey error maps instead of magma-coloured ones")
+    out.add_argument("-nerm", "--no-error-map", action="store_true",
+                     help="do not save the error maps")
+    out.add_argument("-txt", "--textfile", action="store_true",
+                     help="write the pooled values of each test image to a .txt file next to "
+                          "its error map")
+    out.add_argument("-c", "--csv", metavar="FILE", default=None,
+                     help="append one row per test image (Reference, Test, Mean, Weighted median, "
+                          "1st and 3rd weighted quartile, Min, Max, Evaluation time) to FILE; the "
+                          "header is written when FILE is new")
+    out.add_argument("-v", "--verbosity", type=int, choices=(0, 1, 2), default=2,
+                     help="0: print nothing; 1: the mean FLIP error; 2 (default): all pooled values, "
+                          "the pixels per degree, the evaluation time and, for HDR-FLIP, the tone "
+                          "mapper and exposures")
+    out.add_argument("--no-progress", action="store_true",
+                     help="folder mode: no progress bar on stderr")
+
+    hdr = p.add_argument_group("HDR-FLIP (OpenEXR inputs only)")
+    hdr.add_argument("-tm", "--tone-mapper", dest="tone_mapper", type=str.lower, choices=options.TONE_MAPPERS,
+                     default=None, metavar="{aces,hable,reinhard}",
+                     help="tone mapper applied at every exposure (any case; default: aces)")
+    hdr.add_argument("-cstart", "--start-exposure", dest="start_exposure", metavar="C",
+                     type=_exposure_value, default=None,
+                     help="first exposure, in stops (default: computed from the reference)")
+    hdr.add_argument("-cstop", "--stop-exposure", dest="stop_exposure", metavar="C",
+                     type=_exposure_value, default=None,
+                     help="last exposure, in stops (default: computed from the reference)")
+    hdr.add_argument("-n", "--num-exposures", dest="num_exposures", metavar="N",
+                     type=_exposure_count, default=None,
+                     help=f"number of exposures, 2 to {MAX_EXPOSURES} (default: max(2, ceil(stop - start)))")
+    hdr.add_argument("-nexm", "--no-exposure-map", action="store_true",
+                     help="do not save the exposure maps")
+
+    hist = p.add_argument_group("histogram")
+    hist.add_argument("-hist", "--histogram", action="store_true",
+                      help="draw the weighted FLIP histogram (100 buckets) as a PNG; with two test "
+                           "images, one overlapped histogram of both")
+    hist.add_argument("-lg", "--log", action="store_true",
+                      help="logarithmic y axis for the histogram")
+    hist.add_argument("--y-max", dest="y_max", metavar="Y", type=_positive_float, default=None,
+                      help="upper limit of the histogram's y axis")
+    hist.add_argument("-epv", "--exclude-pooled-values", action="store_true",
+                      help="do not draw the pooled values into the histogram")
+
+    gate = p.add_argument_group("regression gate")
+    gate.add_argument("--fail-above", "--exit-test-parameters", "-etp", dest="fail_above", nargs=2,
+                      metavar=("QUANTITY", "THRESHOLD"), default=None,
+                      help="exit with code 1 if, for any test image, QUANTITY (mean, weighted-median "
+                           "or max) is above THRESHOLD (a number in [0, 1])")
+    gate.add_argument("-et", "--exit-on-test", action="store_true",
+                      help="NVIDIA's spelling: the gate with 'mean 0.05' unless --fail-above is given")
+
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where to compute: auto (default: CUDA when available), cpu or cuda")
+
+    # The commands are programs of their own: they get their arguments unparsed.
+    commands = p.add_subparsers(dest="command", metavar="COMMAND", title="commands",
+                                parser_class=_PassThroughParser,
+                                description="without a command, flip-loss evaluates images (the options above)")
+    commands.add_parser("psychophysics", add_help=False,
+                        help="run the psychophysics suite: 'flip-loss psychophysics --help' for its options")
+    return p
+
+
+def command_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[str]:
+    """The command of parsed ``args`` (None: evaluate images). A command takes no evaluator option
+    (``flip-loss -v 1 psychophysics`` would silently drop ``-v 1`` otherwise)."""
+    if args.command is None:
+        return None
+    given = [f"--{dest.replace('_', '-')}" for dest, value in vars(args).items()
+             if dest not in ("command", "argv") and value != parser.get_default(dest)]
+    if given:
+        raise UsageError(f"{', '.join(given)}: evaluator option(s) given before the command "
+                         f"'{args.command}'; its options go after it (see 'flip-loss {args.command} --help')")
+    return args.command
+
+
+def parse_gate(args) -> Optional[Tuple[str, float]]:
+    if args.fail_above is None:
+        return ("mean", 0.05) if args.exit_on_test else None
+    quantity, text = args.fail_above
+    q = quantity.lower()
+    if q not in GATE_QUANTITIES:
+        raise UsageError(f"--fail-above: QUANTITY must be one of {', '.join(GATE_QUANTITIES)}, "
+                         f"got '{quantity}'")
+    try:
+        threshold = float(text)
+    except ValueError:
+        threshold = math.nan
+    if not (0.0 <= threshold <= 1.0):
+        raise UsageError(f"--fail-above: THRESHOLD must be a number in [0, 1], got '{text}'")
+    return q, threshold
+
+
+def gate_value(pooled, quantity: str) -> float:
+    return {"mean": pooled.mean, "weighted-median": pooled.weighted_median, "max": pooled.max}[quantity]
+
+
+def check_options(args) -> None:
+    folder = args.reference_dir is not None or args.test_dir is not None
+    if folder:
+        if args.reference_dir is None or args.test_dir is None:
+            raise UsageError("folder mode needs both --reference-dir and --test-dir")
+        for flag, value in (("--reference/-r", args.reference), ("--test/-t", args.test),
+                            ("--example", args.example or None), ("--output/-o", args.output),
+                            ("--basename/-b", args.basename)):
+            if value is not None:
+                raise UsageError(f"{flag} cannot be combined with --reference-dir/--test-dir")
+    if args.example and (args.reference is not None or args.test is not None):
+        raise UsageError("--example cannot be combined with --reference/--test")
+    if not args.histogram:
+        for flag, value in (("--log", args.log), ("--y-max", args.y_max is not None),
+                            ("--exclude-pooled-values", args.exclude_pooled_values)):
+            if value:
+                raise UsageError(f"{flag} only applies to --histogram")
+    if args.output is not None:
+        if os.path.splitext(args.output)[1].lower() != ".png":
+            raise UsageError(f"--output must name a .png file, got '{args.output}'")
+        if args.no_error_map:
+            raise UsageError("--output and --no-error-map contradict each other")
+    if args.basename is not None:
+        b = args.basename
+        if not b or b in (".", "..") or "/" in b or os.sep in b or (os.altsep and os.altsep in b):
+            raise UsageError(f"--basename must be a plain file name without a directory (use "
+                             f"--directory for that), got '{b}'")
+    if (args.start_exposure is not None and args.stop_exposure is not None
+            and args.start_exposure > args.stop_exposure):
+        raise UsageError(f"--start-exposure ({args.start_exposure:g}) must not be above --stop-exposure "
+                         f"({args.stop_exposure:g})")
+
+
+def ppd_of(args) -> float:
+    """The pixels per degree of the run: --ppd, or from --viewing-conditions (checked against the
+    same limit as --ppd: extreme conditions give 0 or infinitely many), or the default."""
+    from ..constants import DEFAULT_PPD, pixels_per_degree
+
+    if args.viewing_conditions is not None:
+        ppd = pixels_per_degree(*args.viewing_conditions)
+        try:
+            return options.pixels_per_degree(ppd)
+        except ValueError:
+            given = " ".join(f"{v:g}" for v in args.viewing_conditions)
+            raise UsageError(f"--viewing-conditions {given} give {ppd:g} pixels per degree; it must be a "
+                             f"positive number of at most {MAX_PPD:g}") from None
+    return args.ppd if args.ppd is not None else DEFAULT_PPD
+
+
+def hdr_option_flags(args) -> List[str]:
+    return [flag for flag, given in (("--tone-mapper/-tm", args.tone_mapper is not None),
+                                     ("--start-exposure/-cstart", args.start_exposure is not None),
+                                     ("--stop-exposure/-cstop", args.stop_exposure is not None),
+                                     ("--num-exposures/-n", args.num_exposures is not None),
+                                     ("--no-exposure-map/-nexm", args.no_exposure_map)) if given]

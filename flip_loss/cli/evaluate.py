@@ -1,0 +1,132 @@
+"""Evaluating one pair of a ``flip-loss`` run into a record: the images loaded on the chosen
+device, the exposures of an HDR reference (given, or computed from it), the FLIP maps and their
+pooled values."""
+import time
+import warnings
+from typing import List, NamedTuple, Optional, Tuple
+
+from ..constants import MAX_EXPOSURES
+from .errors import UsageError
+
+
+def resolve_device(choice: str):
+    """The torch device of ``--device`` (auto: CUDA when available)."""
+    import torch
+
+    if choice == "cpu":
+        return torch.device("cpu")
+    if choice == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda was requested, but no CUDA device is available "
+                             "(use --device cpu or auto)")
+        return torch.device("cuda")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Exposures(NamedTuple):
+    """The exposures of an HDR-FLIP evaluation, in stops, and their count."""
+    start: float
+    stop: float
+    count: int
+
+
+class Result(NamedTuple):
+    """One evaluated pair: the maps as H x W float32 arrays (exposure map None for LDR), the pooled
+    values, the evaluation time and the warnings the evaluation raised."""
+    reference: str
+    test: str
+    exposures: Optional[Exposures]
+    error: "object"
+    exposure: "object"
+    pooled: "object"
+    seconds: float
+    warnings: List[str]
+
+
+def _too_many_exposures(start: float, stop: float) -> UsageError:
+    return UsageError(f"the exposures from {start:g} to {stop:g} stops would need more than {MAX_EXPOSURES} "
+                      f"exposures (one per stop); give at most {MAX_EXPOSURES} with --num-exposures/-n")
+
+
+class Evaluator:
+    """Loads images and evaluates pairs with the run's settings. Keeps the last reference (and its
+    exposures) so that the test images of one reference share it. ``given`` holds the exposure
+    options (start, stop, count; None where not given) of an HDR-FLIP run."""
+
+    def __init__(self, hdr: bool, tone_mapper: str, ppd: float, device,
+                 given: Tuple[Optional[float], Optional[float], Optional[int]] = (None, None, None)):
+        self.hdr, self.tone_mapper, self.ppd, self.device, self.given = hdr, tone_mapper, ppd, device, given
+        self._reference = (None, None, None)
+
+    def load(self, path: str):
+        from ..imageio import load_image
+
+        try:
+            return load_image(path).to(self.device)
+        except (FileNotFoundError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+
+    def reference(self, path: str):
+        """(image, exposures) of the reference ``path``; exposures None for LDR-FLIP."""
+        if self._reference[0] != path:
+            image = self.load(path)
+            self._reference = (path, image, self._exposures_of(path, image) if self.hdr else None)
+        return self._reference[1], self._reference[2]
+
+    def _exposures_of(self, reference: str, image) -> Exposures:
+        """The exposures HDR-FLIP uses for this reference: the given ones, the others computed from
+        it (flip_loss.hdr.exposures_for). A given exposure must be in order with the computed one;
+        given exposures too far apart for the automatic count need an explicit count."""
+        from ..hdr import exposure_range, exposures_for
+
+        start, stop, count = self.given
+        if (start is None) != (stop is None):
+            computed_start, computed_stop = (float(v[0]) for v in exposure_range(image, self.tone_mapper))
+            given, computed = ((f"--start-exposure ({start:g})", f"the stop exposure ({computed_stop:.4f})")
+                               if start is not None else
+                               (f"--stop-exposure ({stop:g})", f"the start exposure ({computed_start:.4f})"))
+            start = computed_start if start is None else start
+            stop = computed_stop if stop is None else stop
+            if start > stop:
+                raise UsageError(f"{given} and {computed} computed from the reference '{reference}' are in the "
+                                 "wrong order (start must not be above stop); give both exposures")
+        if count is None and start is not None and stop - start > MAX_EXPOSURES:
+            raise _too_many_exposures(start, stop)
+        try:
+            _, counts, s, e = exposures_for(image, self.tone_mapper, *self.given)
+        except ValueError as exc:
+            raise UsageError(f"HDR-FLIP exposures for the reference '{reference}': "
+                             f"{str(exc).replace('flip_loss: ', '')}") from None
+        exposures = Exposures(float(s[0]), float(e[0]), int(counts[0]))
+        if exposures.count > MAX_EXPOSURES:
+            raise _too_many_exposures(exposures.start, exposures.stop)
+        return exposures
+
+    def evaluate(self, reference: str, test: str, test_image=None) -> Result:
+        """Evaluates the pair (``test_image``: the test image if already loaded)."""
+        import torch
+
+        from .. import pooling
+        from ..functional import ldr_flip
+        from ..hdr import hdr_flip
+
+        ref_image, exposures = self.reference(reference)
+        if test_image is None:
+            test_image = self.load(test)
+        exposure_np = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t0 = time.perf_counter()
+            with torch.no_grad():  # eps=0: the metric itself, no gradient regulariser
+                if self.hdr:
+                    error_map, exposure_map = hdr_flip(
+                        test_image, ref_image, self.ppd, tone_mapper=self.tone_mapper,
+                        start_exposure=exposures.start, stop_exposure=exposures.stop,
+                        num_exposures=exposures.count, return_exposure_map=True, eps=0.0)
+                    exposure_np = exposure_map[0].to("cpu", torch.float32).numpy()
+                else:
+                    error_map = ldr_flip(test_image, ref_image, self.ppd, eps=0.0)
+            error_np = error_map[0].to("cpu", torch.float32).numpy()
+            seconds = time.perf_counter() - t0
+        return Result(reference, test, exposures, error_np, exposure_np, pooling.pool(error_np), seconds,
+                      [str(w.message) for w in caught])

@@ -1,0 +1,298 @@
+"""A ``flip-loss`` evaluation run: the order of the work (inputs read and outputs checked before
+anything is written; in folder mode pair by pair), what it prints, and the exit code."""
+import os
+import sys
+import time
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from .arguments import check_options, gate_value, hdr_option_flags, parse_gate, ppd_of
+from .errors import EXIT_GATE, EXIT_OK, EXIT_PAIRS_FAILED, PROG, UsageError
+from .evaluate import Evaluator, Exposures, Result, resolve_device
+from .histogram import draw_histogram, import_matplotlib
+from .outputs import (Names, Output, OutputGuard, Staging, check_directory, csv_row, dynamic_range,
+                      output_names, overlapped_histogram_name, pooled_lines, round_half_up, write_appended_csv,
+                      write_png, write_text_file)
+from .pairs import check_sizes, pairs_of, stem, uses_hdr
+
+_TONE_MAPPER_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}  # as the tool prints them
+
+
+def _exposure_lines(e: Exposures) -> List[str]:
+    return [f"     Start exposure: {e.start:.4f}", f"     Stop exposure: {e.stop:.4f}",
+            f"     Number of exposures: {e.count}"]
+
+
+class Console:
+    """Where a run reports: results on stdout; warnings (once each, from verbosity 1) and errors as
+    one line each on stderr; in folder mode a progress bar on stderr that the lines do not break."""
+
+    def __init__(self, verbosity: int):
+        self.verbosity = verbosity
+        self._bar = None
+        self._warned = set()
+
+    def start_progress(self, total: int) -> None:
+        try:
+            from tqdm import tqdm
+        except ImportError:  # pragma: no cover - tqdm is a runtime dependency
+            return
+        self._bar = tqdm(total=total, file=sys.stderr, desc=PROG, unit="pair", leave=False, dynamic_ncols=True)
+
+    def _print(self, lines: Sequence[str], stream) -> None:
+        if self._bar is not None:
+            self._bar.clear()
+        sys.stdout.flush()
+        for line in lines:
+            print(line, file=stream)
+        stream.flush()
+        if self._bar is not None:
+            self._bar.refresh()
+
+    def lines(self, lines: Sequence[str]) -> None:
+        if lines:
+            self._print(lines, sys.stdout)
+
+    def warning(self, message: str) -> None:
+        if self.verbosity >= 1 and message not in self._warned:
+            self._warned.add(message)
+            self._print([f"{PROG}: warning: {message}"], sys.stderr)
+
+    def error(self, message: str) -> None:
+        self._print([f"{PROG}: error: {message}"], sys.stderr)
+
+    def gate_failure(self, message: str) -> None:
+        self._print([f"{PROG}: gate failed: {message}"], sys.stderr)
+
+    def advance(self) -> None:
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class _Prepared(NamedTuple):
+    """A pair whose images were read and whose outputs were checked and claimed."""
+    reference: str
+    test: str
+    test_image: "object"        # the decoded test image, or None: read again when evaluated
+    names: Names
+    outputs: Dict[str, Output]  # the ones written, by kind: "map", "exposure_map", "text", "histogram"
+
+
+class Run:
+    """One evaluation run: its pairs, the settings they share and the order of the work. Every
+    input is read and every output checked before the first output is written (in folder mode a
+    pair with a problem is reported and skipped instead); the outputs go through a
+    :class:`Staging` and appear together at the end."""
+
+    def __init__(self, args, console: Console, staging: Staging):
+        check_options(args)
+        self.args, self.console, self.staging = args, console, staging
+        self.gate = parse_gate(args)
+        self.folder_mode = args.reference_dir is not None
+        self.pairs, pairing_warnings = pairs_of(args)
+        for message in pairing_warnings:
+            console.warning(message)
+        self.hdr = uses_hdr(self.pairs)
+        if not self.hdr:
+            flags = hdr_option_flags(args)
+            if flags:
+                raise UsageError(f"{', '.join(flags)}: HDR-FLIP option(s) given for LDR images; they apply "
+                                 "only to OpenEXR (.exr) inputs")
+        self.tone_mapper = args.tone_mapper or "aces"
+        self.ppd = ppd_of(args)
+        self.directory = args.directory if args.directory is not None else "."
+        self.write_maps = not args.no_error_map
+        self.write_exposure_maps = self.hdr and not args.no_exposure_map
+        csv_path = args.csv
+        if self.folder_mode and csv_path is None:
+            csv_path = os.path.join(self.directory, "summary.csv")
+        self.overlapped = args.histogram and not self.folder_mode and len(self.pairs) == 2
+        self.failures: List[Tuple[str, str]] = []
+        self._sizes: Dict[str, Tuple[int, int]] = {}
+        # What --directory is for: it is created only when something is written into it.
+        self.directory_needed = args.directory is not None and (
+            self.write_maps or self.write_exposure_maps or args.textfile or args.histogram
+            or (self.folder_mode and args.csv is None))
+
+        if args.histogram:
+            import_matplotlib()
+        self.evaluator = Evaluator(self.hdr, self.tone_mapper, self.ppd, resolve_device(args.device),
+                                   (args.start_exposure, args.stop_exposure, args.num_exposures))
+        # The outputs that do not depend on a pair: the directory and the CSV file.
+        if self.directory_needed:
+            check_directory(self.directory)
+        new_directory = self.directory if self.directory_needed and not os.path.isdir(self.directory) else None
+        self.guard = OutputGuard([path for pair in self.pairs for path in pair], new_directory)
+        self.csv_output = self.guard.claim((csv_path, "CSV file"))[0] if csv_path is not None else None
+        self.overlapped_output: Optional[Output] = None
+
+    # --- before anything is written ------------------------------------------------------------
+
+    def prepare(self, reference: str, test: str, keep_test: bool) -> _Prepared:
+        """Reads the pair's images (and computes the reference's exposures) and checks and claims
+        its outputs; raises UsageError for anything wrong with the pair."""
+        check_sizes(reference, test, self._sizes)
+        _, exposures = self.evaluator.reference(reference)
+        test_image = self.evaluator.load(test)
+        names = output_names(self.args, reference, test, self.ppd, self.directory,
+                             dynamic_range(self.tone_mapper, exposures))
+        wanted = [(kind, path, what) for kind, path, what, wanted in (
+            ("map", names.map, "error map", self.write_maps),
+            ("exposure_map", names.exposure_map, "exposure map", self.write_exposure_maps),
+            ("text", names.text, "pooled values file", self.args.textfile),
+            ("histogram", names.histogram, "histogram", self.args.histogram and not self.overlapped)) if wanted]
+        claimed = self.guard.claim(*[(path, what) for _, path, what in wanted])
+        outputs = {kind: out for (kind, _, _), out in zip(wanted, claimed)}
+        return _Prepared(reference, test, test_image if keep_test else None, names, outputs)
+
+    def prepared_pairs(self):
+        """The pairs, ready for evaluation. One reference: all are prepared before the first is
+        evaluated, and a problem ends the run. Folder mode: one after the other; a pair with a
+        problem is reported (one error line) and skipped."""
+        if not self.folder_mode:
+            for reference, test in self.pairs:  # the headers first: a wrong size is found fast
+                check_sizes(reference, test, self._sizes)
+            prepared = [self.prepare(reference, test, keep_test=len(self.pairs) == 1)
+                        for reference, test in self.pairs]
+            if self.overlapped:
+                reference, tests = self.pairs[0][0], [test for _, test in self.pairs]
+                range_part = dynamic_range(self.tone_mapper, self.evaluator.reference(reference)[1])
+                name = overlapped_histogram_name(self.args, reference, tests, self.ppd, self.directory, range_part)
+                self.overlapped_output = self.guard.claim((name, "histogram"))[0]
+            self._start_writing()
+            yield from prepared
+            return
+        self._start_writing()
+        if self.console.verbosity >= 1 and not self.args.no_progress:
+            self.console.start_progress(len(self.pairs))
+        for reference, test in self.pairs:
+            try:
+                prepared = self.prepare(reference, test, keep_test=True)
+            except UsageError as exc:
+                self.failures.append((reference, test))
+                self.console.error(f"skipped test image <{test}>: {exc}")
+                self.console.advance()
+                continue
+            yield prepared
+
+    def _start_writing(self) -> None:
+        """Everything is checked: creates the output directory and prints the header."""
+        if self.directory_needed:
+            self.staging.make_directory(self.directory)
+        if self.console.verbosity >= 2:
+            lines = [f"Invoking {'HDR' if self.hdr else 'LDR'}-FLIP",
+                     f"     Pixels per degree: {round_half_up(self.ppd)}"]
+            if self.hdr:
+                lines.append(f"     Assumed tone mapper: {_TONE_MAPPER_NAMES[self.tone_mapper]}")
+                if not self.folder_mode:  # one reference: its exposures, as the tool prints them
+                    lines += _exposure_lines(self.evaluator.reference(self.pairs[0][0])[1])
+            self.console.lines(lines)
+
+    # --- evaluating and writing -----------------------------------------------------------------
+
+    def stage(self, p: _Prepared, result: Result) -> None:
+        """Writes the pair's map, exposure map, text file and histogram (to temporary files)."""
+        import numpy as np
+
+        from ..colormaps import MAGMA, VIRIDIS, apply_colormap, to_grey_uint8
+
+        a = self.args
+        if "map" in p.outputs:
+            if a.no_magma:
+                image = np.repeat(to_grey_uint8(result.error)[..., None], 3, axis=2)
+            else:
+                image = apply_colormap(result.error, MAGMA)
+            self.staging.write(p.outputs["map"], write_png(image))
+        if "exposure_map" in p.outputs:
+            self.staging.write(p.outputs["exposure_map"], write_png(apply_colormap(result.exposure, VIRIDIS)))
+        if "text" in p.outputs:
+            text = "".join(line + "\n" for line in pooled_lines(result.pooled))
+            self.staging.write(p.outputs["text"], write_text_file(text))
+        if "histogram" in p.outputs:
+            self._stage_histogram(p.outputs["histogram"], [result])
+
+    def _stage_histogram(self, out: Output, results: Sequence[Result]) -> None:
+        a = self.args
+        series = [(stem(r.test), r.error, r.pooled) for r in results]
+        self.staging.write(out, lambda path: draw_histogram(path, series, a.log, a.y_max,
+                                                            not a.exclude_pooled_values))
+
+    def result_lines(self, p: _Prepared, result: Result, first: bool) -> List[str]:
+        """The pair's block, as NVIDIA's tool prints it."""
+        verbosity = self.console.verbosity
+        lines = []
+        if verbosity >= 1:
+            if verbosity >= 2 or not first:
+                lines.append("")
+            lines.append(f"FLIP between reference image <{result.reference}> and test image <{result.test}>")
+            lines.append(f"     Mean: {result.pooled.mean:.6f}")
+        if verbosity >= 2:
+            lines += ["     " + line for line in pooled_lines(result.pooled)[1:]]
+            if self.hdr and self.folder_mode:  # exposures per reference
+                lines += _exposure_lines(result.exposures)
+            lines.append(f"     Evaluation time: {result.seconds:.4f} seconds")
+            if "map" in p.outputs:
+                lines.append(f"     FLIP error map location: {p.names.map}")
+            if "exposure_map" in p.outputs:
+                lines.append(f"     FLIP exposure map location: {p.names.exposure_map}")
+        return lines
+
+    def execute(self, t_start: float) -> int:
+        """Evaluates every pair, writes the outputs and returns the exit code."""
+        rows, kept, gate_failures = [], [], []
+        for p in self.prepared_pairs():
+            result = self.evaluator.evaluate(p.reference, p.test, p.test_image)
+            for message in result.warnings:
+                self.console.warning(message)
+            self.stage(p, result)
+            rows.append(csv_row(result))
+            if self.overlapped:
+                kept.append(result)
+            if self.gate is not None and gate_value(result.pooled, self.gate[0]) > self.gate[1]:
+                gate_failures.append((result.test, gate_value(result.pooled, self.gate[0])))
+            self.console.lines(self.result_lines(p, result, first=len(rows) == 1))
+            self.console.advance()
+        self.console.close()
+
+        if self.overlapped_output is not None:
+            self._stage_histogram(self.overlapped_output, kept)
+        if self.csv_output is not None and (rows or not os.path.exists(self.csv_output.real)):
+            self.staging.write(self.csv_output, write_appended_csv(self.csv_output.real, rows))
+        self.staging.commit()
+
+        if self.console.verbosity >= 1:
+            lines = [""]
+            if self.folder_mode:
+                done = (f"{len(rows)} of {len(self.pairs)} pair(s), {len(self.failures)} failed (see the errors "
+                        "above)" if self.failures else f"{len(rows)} pair(s)")
+                lines.append(f"Evaluated {done}; summary CSV: {self.csv_output.path}")
+            lines.append(f"Total time: {time.perf_counter() - t_start:.4f} seconds")
+            self.console.lines(lines)
+        if gate_failures:
+            quantity, threshold = self.gate
+            for test, value in gate_failures:
+                self.console.gate_failure(f"the {quantity} FLIP error of test image <{test}> is {value:.6f}, "
+                                          f"above the threshold {threshold:.6f}")
+        if self.failures:
+            return EXIT_PAIRS_FAILED
+        return EXIT_GATE if gate_failures else EXIT_OK
+
+
+def run(args, t_start: float) -> int:
+    """Runs the evaluation of parsed ``args``; returns the exit code. Raises UsageError, and
+    KeyboardInterrupt saying whether the outputs had been written; either way no temporary file
+    is left behind."""
+    console = Console(args.verbosity)
+    staging = Staging()
+    try:
+        return Run(args, console, staging).execute(t_start)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("the outputs had been written" if staging.committed
+                                else "no output file was written") from None
+    finally:
+        console.close()
+        staging.discard()
