@@ -123,6 +123,33 @@ def _correlate(x, taps, dim):
     return out
 
 
+def _correlate_odd(x, taps, dim):
+    """:func:`_correlate` for antisymmetric taps (taps[r - i] = -taps[r + i], centre 0), summed as
+    pair differences: out[i] = sum_j taps[r - j] * (x[i - j] - x[i + j]). Same linear map, but
+    exactly 0 on a constant neighbourhood, where the plain sum leaves a rounding residue that the
+    feature difference's square root turns into noise gradients."""
+    r = (taps.shape[0] - 1) // 2
+    n = x.shape[dim]
+    xp = _pad_index(x, r, dim)
+    out = torch.zeros_like(x)
+    for j in range(1, r + 1):
+        out = out + taps[r - j] * (xp.narrow(dim, r - j, n) - xp.narrow(dim, r + j, n))
+    return out
+
+
+def _correlate_centred(x, taps, dim):
+    """:func:`_correlate` for symmetric taps that sum to zero, summed as centred differences:
+    out[i] = sum_j taps[r + j] * ((x[i + j] - x[i]) + (x[i - j] - x[i])); the centre tap is
+    implied. Exactly 0 on a constant neighbourhood (see :func:`_correlate_odd`)."""
+    r = (taps.shape[0] - 1) // 2
+    n = x.shape[dim]
+    xp = _pad_index(x, r, dim)
+    out = torch.zeros_like(x)
+    for j in range(1, r + 1):
+        out = out + taps[r + j] * ((xp.narrow(dim, r + j, n) - x) + (xp.narrow(dim, r - j, n) - x))
+    return out
+
+
 def _separable(x, taps_h, taps_v):
     """Horizontal pass with ``taps_h`` then vertical pass with ``taps_v`` (N x C x H x W)."""
     return _correlate(_correlate(x, taps_h, -1), taps_v, -2)
@@ -238,9 +265,14 @@ def _feature_taps64(ppd):
     r = int(math.ceil(3.0 * sigma))
     k = torch.arange(-r, r + 1, dtype=torch.float64)
     g = torch.exp(-k * k / (2.0 * sigma * sigma))
-    dg = -k * g
-    ddg = (k * k / (sigma * sigma) - 1.0) * g
-    return r, g / g.sum(), _lobe_normalise(dg), _lobe_normalise(ddg)
+    dg = _lobe_normalise(-k * g)
+    ddg = _lobe_normalise((k * k / (sigma * sigma) - 1.0) * g)
+    # Exactly antisymmetric dg and symmetric, zero-sum ddg (the mirrored magnitudes differ only by
+    # the rounding of the lobe sums), as the pair-difference forms of _edge_point assume.
+    dg = 0.5 * (dg - dg.flip(0))
+    ddg = 0.5 * (ddg + ddg.flip(0))
+    ddg[r] = -2.0 * ddg[r + 1:].sum()
+    return r, g / g.sum(), dg, ddg
 
 
 @functools.lru_cache(maxsize=64)
@@ -323,13 +355,15 @@ def hunt_hyab(test_rgb, reference_rgb, eps=DEFAULT_EPS):
 def _edge_point(yhat, ppd):
     """Edge and point magnitudes of one normalised achromatic image (N x 1 x H x W)."""
     _, g, dg, ddg = _taps_cached("feature", ppd, yhat.dtype, _device_key(yhat.device))
-    h_dg = _correlate(yhat, dg, -1)
-    h_ddg = _correlate(yhat, ddg, -1)
+    # Each response has one zero-sum pass (horizontal for dx, ddx; vertical for dy, ddy), summed
+    # in a form that is exactly 0 on a constant neighbourhood.
+    h_dg = _correlate_odd(yhat, dg, -1)
+    h_ddg = _correlate_centred(yhat, ddg, -1)
     h_g = _correlate(yhat, g, -1)
     dx = _correlate(h_dg, g, -2)
     ddx = _correlate(h_ddg, g, -2)
-    dy = _correlate(h_g, dg, -2)
-    ddy = _correlate(h_g, ddg, -2)
+    dy = _correlate_odd(h_g, dg, -2)
+    ddy = _correlate_centred(h_g, ddg, -2)
     return _safe_norm(dx, dy), _safe_norm(ddx, ddy)
 
 

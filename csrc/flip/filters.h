@@ -13,6 +13,21 @@
 
 namespace flip {
 
+// How a filter's taps are evaluated. The feature detectors' derivative filters sum to zero, but as a
+// plain sum of 2r + 1 products their response to a constant neighbourhood is a rounding residue
+// (about 1e-7 of the signal in float32), not 0, and the square root of the feature difference
+// (q_f = 1/2) turns that residue into gradients of pure noise in flat regions. Evaluated as
+// differences of samples they are exactly 0 there, and on a ramp they only see its own rounding:
+//   kPlain    sum_k w[k] x[k]
+//   kOdd      antisymmetric taps (w[-i] = -w[i], w[0] = 0): sum_{i>0} w[-i] (x[-i] - x[i])
+//   kCentred  symmetric taps summing to 0 (w[0] = -2 sum_{i>0} w[i]):
+//             sum_{i>0} w[i] ((x[i] - x[0]) + (x[-i] - x[0]))
+// In exact arithmetic each form is the correlation with the stored taps (kCentred: with the centre
+// tap taken as exactly -2 sum_{i>0} w[i]; the stored, rounded one is never multiplied), so the
+// transposed filters, the same form on the mirrored samples plus the clamp-to-edge folds, remain
+// its exact transpose.
+enum class Form { kPlain, kOdd, kCentred };
+
 // One 1-D correlation filter with 2r+1 taps w[k + r], k in [-r, r], plus the tap sums that a
 // clamp-to-edge border folds onto the first/last sample (used by the transposed filter):
 // left[i] = sum_{k < -i} w[k] and right[d] = sum_{k > d} w[k], for i, d in [0, r).
@@ -27,6 +42,7 @@ struct CsfTaps {
   Filter1D<T> y, cx, cz1, cz2;  // achromatic, red-green, and the two blue-yellow Gaussians
 };
 
+// g is evaluated in Form::kPlain, dg in Form::kOdd and ddg in Form::kCentred (see build_feature_taps).
 template <class T>
 struct FeatureTaps {
   Filter1D<T> g, dg, ddg;  // Gaussian, first and second derivative (lobe-normalised)
@@ -55,6 +71,24 @@ Filter1D<T> make_filter(const std::vector<double>& w) {
     f.right[i] = static_cast<T>(sr);
   }
   return f;
+}
+
+// The taps made exactly (anti)symmetric in double, as `form` requires: each mirrored pair takes the
+// mean of its two magnitudes (they differ only by the rounding of the lobe sums) and a kCentred
+// filter's centre balances the rest, so that the kernel sums to exactly zero.
+inline std::vector<double> with_symmetry(const std::vector<double>& w, Form form) {
+  if (form == Form::kPlain) return w;
+  const int r = static_cast<int>(w.size() / 2);
+  std::vector<double> s(w.size());
+  double side = 0;
+  for (int i = 1; i <= r; ++i) {
+    const double v = form == Form::kOdd ? 0.5 * (w[r - i] - w[r + i]) : 0.5 * (w[r - i] + w[r + i]);
+    s[r - i] = v;
+    s[r + i] = form == Form::kOdd ? -v : v;
+    side += v;
+  }
+  s[r] = form == Form::kOdd ? 0.0 : -2.0 * side;
+  return s;
 }
 
 inline std::vector<double> scaled(std::vector<double> w, double s) {
@@ -115,8 +149,8 @@ FeatureTaps<T> build_feature_taps(double ppd) {
   };
   FeatureTaps<T> t;
   t.g = make_filter<T>(scaled(g, sg));
-  t.dg = make_filter<T>(lobes(dg));
-  t.ddg = make_filter<T>(lobes(ddg));
+  t.dg = make_filter<T>(with_symmetry(lobes(dg), Form::kOdd));
+  t.ddg = make_filter<T>(with_symmetry(lobes(ddg), Form::kCentred));
   return t;
 }
 

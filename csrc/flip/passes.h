@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "filters.h"
 #include "pixel.h"
 #include "tonemap.h"
 
@@ -26,11 +27,29 @@ struct FilterView {
   int r;
 };
 
+// The filters in their forms (filters.h): the CSF ones and g in Form::kPlain, dg in Form::kOdd,
+// ddg in Form::kCentred.
 template <class T>
 struct TapsView {
   FilterView<T> y, cx, cz1, cz2, g, dg, ddg;
   int rmax;
 };
+
+// sum_k w[k] x(k) for the filter f in form F (see Form); x(k) is the sample at offset k. The
+// transposed filters call it with x(k) = the gradient at -k.
+template <Form F, class T, class Sample>
+FLIP_HD T correlate(const FilterView<T>& f, const Sample& x) {
+  T acc = T(0);
+  if constexpr (F == Form::kPlain) {
+    for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * x(k);
+  } else if constexpr (F == Form::kOdd) {
+    for (int i = 1; i <= f.r; ++i) acc += f.w[f.r - i] * (x(-i) - x(i));
+  } else {
+    const T c = x(0);
+    for (int i = 1; i <= f.r; ++i) acc += f.w[f.r + i] * ((x(i) - c) + (x(-i) - c));
+  }
+  return acc;
+}
 
 enum class Input : int { kSrgb = 0, kLinear = 1, kOpponent = 2, kAchromatic = 3, kHdr = 4 };
 
@@ -119,11 +138,9 @@ FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int6
   return ok;
 }
 
-template <class T>
+template <Form F = Form::kPlain, class T>
 FLIP_HD T hsum(const T* c, const FilterView<T>& f) {  // c points at the centre sample
-  T acc = T(0);
-  for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * c[k];
-  return acc;
+  return correlate<F>(f, [c](int k) { return c[k]; });
 }
 
 // Phase 2: the horizontal outputs of pixel (y, x0 + tid) into the image's planes.
@@ -143,18 +160,16 @@ FLIP_HD void h_compute(const Geometry& g, const TapsView<T>& t, int64_t y, int64
   if (g.feat) {
     T* f = planes + g.feat0() * hw;
     f[p] = hsum(smem + 3 * L + c, t.g);
-    f[hw + p] = hsum(smem + 3 * L + c, t.dg);
-    f[2 * hw + p] = hsum(smem + 3 * L + c, t.ddg);
+    f[hw + p] = hsum<Form::kOdd>(smem + 3 * L + c, t.dg);
+    f[2 * hw + p] = hsum<Form::kCentred>(smem + 3 * L + c, t.ddg);
   }
 }
 
 // ---- V pass --------------------------------------------------------------------------------
 
-template <class T>
+template <Form F = Form::kPlain, class T>
 FLIP_HD T vsum(const T* pl, const Geometry& g, int64_t y, int64_t x, const FilterView<T>& f) {
-  T acc = T(0);
-  for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * pl[clampi(y + k, 0, g.h - 1) * g.w + x];
-  return acc;
+  return correlate<F>(f, [&](int k) { return pl[clampi(y + k, 0, g.h - 1) * g.w + x]; });
 }
 
 // Filtered opponent colour of pixel (y, x) from the CSF planes.
@@ -171,10 +186,10 @@ template <class T>
 FLIP_HD Features<T> v_feat(const T* pl, const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x) {
   const int64_t hw = g.hw();
   Features<T> f;
-  f.dx = vsum(pl + hw, g, y, x, t.g);       // horizontal dg, vertical g
-  f.ddx = vsum(pl + 2 * hw, g, y, x, t.g);  // horizontal ddg, vertical g
-  f.dy = vsum(pl, g, y, x, t.dg);           // horizontal g, vertical dg
-  f.ddy = vsum(pl, g, y, x, t.ddg);         // horizontal g, vertical ddg
+  f.dx = vsum(pl + hw, g, y, x, t.g);                // horizontal dg, vertical g
+  f.ddx = vsum(pl + 2 * hw, g, y, x, t.g);           // horizontal ddg, vertical g
+  f.dy = vsum<Form::kOdd>(pl, g, y, x, t.dg);        // horizontal g, vertical dg
+  f.ddy = vsum<Form::kCentred>(pl, g, y, x, t.ddg);  // horizontal g, vertical ddg
   return f;
 }
 
@@ -216,14 +231,14 @@ FLIP_HD void v_ldr_flip_vjp(const T* planes, T* gplanes, const Geometry& g, cons
 
 // ---- VT pass -------------------------------------------------------------------------------
 
-// Transposed vertical clamp-to-edge correlation at (y, x) of the plane gp.
-template <class T>
+// Transposed vertical clamp-to-edge correlation at (y, x) of the plane gp: the filter in its form
+// on the reversed samples, zero outside the plane, plus the samples the forward clamped.
+template <Form F = Form::kPlain, class T>
 FLIP_HD T vsum_t(const T* gp, const Geometry& g, int64_t y, int64_t x, const FilterView<T>& f) {
-  T acc = T(0);
-  for (int k = -f.r; k <= f.r; ++k) {
+  T acc = correlate<F>(f, [&](int k) {
     const int64_t i = y - k;
-    if (i >= 0 && i < g.h) acc += f.w[k + f.r] * gp[i * g.w + x];
-  }
+    return i >= 0 && i < g.h ? gp[i * g.w + x] : T(0);
+  });
   const int64_t m = f.r < g.h ? f.r : g.h;
   if (y == 0)
     for (int64_t i = 0; i < m; ++i) acc += f.left[i] * gp[i * g.w + x];
@@ -248,9 +263,10 @@ FLIP_HD void vt_pixel(const T* gpl, T* tpl, const Geometry& g, const TapsView<T>
   if (g.feat) {
     const T *gdx = gpl + gi * hw, *gdy = gdx + hw, *gddx = gdx + 2 * hw, *gddy = gdx + 3 * hw;
     T* f = tpl + g.feat0() * hw;
-    f[p] = vsum_t(gdx, g, y, x, t.g);                                   // A: to be dg-transposed
-    f[hw + p] = vsum_t(gddx, g, y, x, t.g);                             // B: to be ddg-transposed
-    f[2 * hw + p] = vsum_t(gdy, g, y, x, t.dg) + vsum_t(gddy, g, y, x, t.ddg);  // C: to be g-transposed
+    f[p] = vsum_t(gdx, g, y, x, t.g);        // A: to be dg-transposed
+    f[hw + p] = vsum_t(gddx, g, y, x, t.g);  // B: to be ddg-transposed
+    f[2 * hw + p] = vsum_t<Form::kOdd>(gdy, g, y, x, t.dg) +       // C: to be g-transposed
+                    vsum_t<Form::kCentred>(gddy, g, y, x, t.ddg);
   }
 }
 
@@ -273,10 +289,9 @@ FLIP_HD void ht_load(const T* tpl, const Geometry& g, int64_t y, int64_t x0, int
 
 // Transposed horizontal correlation at column x; c points at x's sample in a zero-padded row
 // whose sample for column j is row0[j] (valid for j within the tile).
-template <class T>
+template <Form F = Form::kPlain, class T>
 FLIP_HD T hsum_t(const T* c, const T* row0, int64_t x, int64_t W, const FilterView<T>& f) {
-  T acc = T(0);
-  for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * c[-k];
+  T acc = correlate<F>(f, [c](int k) { return c[-k]; });
   const int64_t m = f.r < W ? f.r : W;
   if (x == 0)
     for (int64_t i = 0; i < m; ++i) acc += f.left[i] * row0[i];
@@ -303,7 +318,8 @@ FLIP_HD bool ht_compute(const Geometry& g, const TapsView<T>& t, int64_t x0, int
   }
   if (g.feat) {
     const T* s = smem + g.feat0() * L;
-    g_yh = hsum_t(s + c, s - origin, x, g.w, t.dg) + hsum_t(s + L + c, s + L - origin, x, g.w, t.ddg) +
+    g_yh = hsum_t<Form::kOdd>(s + c, s - origin, x, g.w, t.dg) +
+           hsum_t<Form::kCentred>(s + L + c, s + L - origin, x, g.w, t.ddg) +
            hsum_t(s + 2 * L + c, s + 2 * L - origin, x, g.w, t.g);
   }
   return true;
@@ -467,16 +483,14 @@ FLIP_HD void fused_horizontal(const TapsView<T>& t, int R, int tid, int nthreads
     h[2 * n + i] = hsum(in + 2 * rc + c, t.cz1);
     h[3 * n + i] = hsum(in + 2 * rc + c, t.cz2);
     h[4 * n + i] = hsum(in + 3 * rc + c, t.g);
-    h[5 * n + i] = hsum(in + 3 * rc + c, t.dg);
-    h[6 * n + i] = hsum(in + 3 * rc + c, t.ddg);
+    h[5 * n + i] = hsum<Form::kOdd>(in + 3 * rc + c, t.dg);
+    h[6 * n + i] = hsum<Form::kCentred>(in + 3 * rc + c, t.ddg);
   }
 }
 
-template <class T>
+template <Form F = Form::kPlain, class T>
 FLIP_HD T vsum_tile(const T* h, const FilterView<T>& f) {  // h points at the centre row's sample
-  T acc = T(0);
-  for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * h[k * kTileW];
-  return acc;
+  return correlate<F>(f, [h](int k) { return h[k * kTileW]; });
 }
 
 // Phase 3 (image im): the vertical outputs F0, F1, F2, dx, dy, ddx, ddy of every tile pixel.
@@ -490,10 +504,10 @@ FLIP_HD void fused_vertical(const TapsView<T>& t, int R, int im, int tid, int nt
     v[i] = vsum_tile(h + c, t.y);
     v[np + i] = vsum_tile(h + n + c, t.cx);
     v[2 * np + i] = vsum_tile(h + 2 * n + c, t.cz1) + vsum_tile(h + 3 * n + c, t.cz2);
-    v[3 * np + i] = vsum_tile(h + 5 * n + c, t.g);    // dx: horizontal dg, vertical g
-    v[4 * np + i] = vsum_tile(h + 4 * n + c, t.dg);   // dy: horizontal g, vertical dg
-    v[5 * np + i] = vsum_tile(h + 6 * n + c, t.g);    // ddx
-    v[6 * np + i] = vsum_tile(h + 4 * n + c, t.ddg);  // ddy
+    v[3 * np + i] = vsum_tile(h + 5 * n + c, t.g);                    // dx: horizontal dg, vertical g
+    v[4 * np + i] = vsum_tile<Form::kOdd>(h + 4 * n + c, t.dg);       // dy: horizontal g, vertical dg
+    v[5 * np + i] = vsum_tile(h + 6 * n + c, t.g);                    // ddx
+    v[6 * np + i] = vsum_tile<Form::kCentred>(h + 4 * n + c, t.ddg);  // ddy
   }
 }
 

@@ -86,18 +86,20 @@ inline void feature_h_row(const T* yhat, int64_t W, const FeatureTaps<T>& t, T* 
                           FeaturePlanes<T> p, int64_t off) {
   pad_edge(yhat, W, t.g.radius, pad);
   hconv_padded(pad, W, t.g, p.g + off);
-  hconv_padded(pad, W, t.dg, p.dg + off);
-  hconv_padded(pad, W, t.ddg, p.ddg + off);
+  hconv_padded<Form::kOdd>(pad, W, t.dg, p.dg + off);
+  hconv_padded<Form::kCentred>(pad, W, t.ddg, p.ddg + off);
 }
 
 // Vertical feature pass: dx = g_y * (dg_x), ddx = g_y * (ddg_x), dy = dg_y * (g_x), ddy = ddg_y * (g_x).
+// Each response has one zero-sum pass, evaluated in its exact form (filters.h): the horizontal one
+// for dx, ddx, the vertical one for dy, ddy (a constant neighbourhood gives a constant g_x plane).
 template <class T>
 inline void feature_v_row(FeaturePlanes<T> p, int64_t H, int64_t W, int64_t row,
                           const FeatureTaps<T>& t, T* dx, T* dy, T* ddx, T* ddy) {
   vconv(p.dg, H, W, row, t.g, dx);
   vconv(p.ddg, H, W, row, t.g, ddx);
-  vconv(p.g, H, W, row, t.dg, dy);
-  vconv(p.g, H, W, row, t.ddg, ddy);
+  vconv<Form::kOdd>(p.g, H, W, row, t.dg, dy);
+  vconv<Form::kCentred>(p.g, H, W, row, t.ddg, ddy);
 }
 
 // Transpose of the feature bank for row `row`: gradient planes w.r.t. dx, dy, ddx, ddy ->
@@ -109,10 +111,10 @@ inline void feature_t_row(const T* gdx, const T* gdy, const T* gddx, const T* gd
   std::fill(tmp, tmp + 3 * W, T(0));
   vconv_t_acc(gdx, H, W, row, t.g, a);
   vconv_t_acc(gddx, H, W, row, t.g, b);
-  vconv_t_acc(gdy, H, W, row, t.dg, c);
-  vconv_t_acc(gddy, H, W, row, t.ddg, c);
-  hconv_t_acc(a, W, t.dg, pad, out);
-  hconv_t_acc(b, W, t.ddg, pad, out);
+  vconv_t_acc<Form::kOdd>(gdy, H, W, row, t.dg, c);
+  vconv_t_acc<Form::kCentred>(gddy, H, W, row, t.ddg, c);
+  hconv_t_acc<Form::kOdd>(a, W, t.dg, pad, out);
+  hconv_t_acc<Form::kCentred>(b, W, t.ddg, pad, out);
   hconv_t_acc(c, W, t.g, pad, out);
 }
 
