@@ -3,8 +3,8 @@
 Switches (environment variables):
   FLIP_LOSS_CUDA=0|1   build the CUDA kernels (default: 1 when nvcc and a CUDA build of torch exist)
   TORCH_CUDA_ARCH_LIST GPU targets (default "8.0;8.6;9.0")
-  FLIP_LOSS_NATIVE=0|1 tune the CPU kernels for this machine's CPU (-march=native, default 1);
-                       set 0 when building a binary for other machines
+  FLIP_LOSS_NATIVE=0|1 compile everything for this machine's CPU (-march=native, default 0: a
+                       portable binary whose CPU kernels pick AVX-512, AVX2 or baseline at run time)
   MAX_JOBS=N           parallel compile jobs (ninja)
 """
 import glob
@@ -46,7 +46,10 @@ cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
 # -ffp-contract=off: vector and scalar loop paths must round alike, so that identical images give
 # exactly zero error and the map is symmetric in its arguments.
 cxx_flags = ["-O3", "-fno-math-errno", "-fvisibility=hidden", "-fopenmp", "-ffp-contract=off"]
-if os.environ.get("FLIP_LOSS_NATIVE", "1") not in ("0", "false", "off", "no"):
+# The CPU kernels are compiled for every x86-64 instruction-set level and picked at run time
+# (csrc/flip/cpu/isa.h), so the default binary runs on any CPU at full speed. -march=native only
+# on request: such a binary may crash with an illegal instruction on another machine.
+if os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", "", "false", "off", "no"):
     cxx_flags.append("-march=native")
 link_flags = ["-fopenmp"]
 

@@ -50,7 +50,7 @@ bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, co
       const T* src = img[im] + row * W;
       T* dv = deriv && deriv[im] ? deriv[im] + row * W : nullptr;
       for (int64_t x = 0; x < W; ++x) {
-        T v[3] = {src[x], src[HW + x], src[2 * HW + x]}, lin[3], opp[3], d[3];
+        T v[3] = {src[x], src[HW + x], src[2 * HW + x]}, lin[3], opp[3], d[3] = {};
         ok = ok && std::isfinite(v[0]) && std::isfinite(v[1]) && std::isfinite(v[2]);
         conv(v, lin, dv ? d : nullptr);
         if (dv)
