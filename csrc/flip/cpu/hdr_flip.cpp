@@ -1,7 +1,9 @@
 // HDR-FLIP on the CPU: per batch item and exposure, the LDR pipeline on the exposed, tone-mapped
 // images, folded into a running per-pixel maximum (strict >, so ties keep the darker exposure).
 // The backward recomputes each exposure that wins somewhere and routes the gradient of each
-// pixel to its winning exposure only; nothing per exposure is stored.
+// pixel to its winning exposure only; nothing per exposure is stored. Both poll for an interrupt
+// before each exposure (one exposure is one LDR pass over the image, so a stop takes effect
+// within one pass).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -9,6 +11,7 @@
 
 #include "../passes.h"
 #include "../tonemap.h"
+#include "interrupt.h"
 #include "kernels.h"
 #include "pipeline.h"
 #include "workspace.h"
@@ -44,6 +47,7 @@ bool hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int
     std::fill(ix, ix + HW, -1);
     const int64_t count = counts[n];
     for (int64_t i = 0; i < count; ++i) {
+      poll_interrupt();
       const HdrInput<T> conv{static_cast<T>(std::exp2(exposures[n * E + i])), tm};
       if (!horizontal_stage(img, planes, s.h, s.w, conv, cx)) return false;
       vertical_forward(planes, s.h, s.w, cx, static_cast<T>(eps), err);
@@ -73,6 +77,7 @@ bool hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* expo
     const int32_t* ix = index + n * HW;
     const T* gm = grad + n * HW;
     for (int64_t i = 0; i < counts[n]; ++i) {
+      poll_interrupt();
       std::atomic<bool> wins{false};
       parallel_for(0, HW, 16384, [&](int64_t b, int64_t e) {
         bool any = false;
