@@ -179,9 +179,11 @@ def test_images_smaller_than_the_filters(ops, hw):
         torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
 
 
-def test_empty_batch(ops):
+def test_empty_batch_rejected(ops):
+    # An empty batch has no map to reduce; every op says so (tests/test_op_checks.py, all ops).
     a = torch.rand(0, 3, 8, 8)
-    assert ops.ldr_flip(a, a, 67.0, "srgb", 1e-15).shape == (0, 1, 8, 8)
+    with pytest.raises(ValueError, match="empty batch"):
+        ops.ldr_flip(a, a, 67.0, "srgb", 1e-15)
 
 
 # ---- opcheck ----
@@ -217,8 +219,15 @@ def test_opcheck(ops, name, args):
 
 # ---- bad input ----
 
-@pytest.mark.parametrize("case", ["channels", "shape", "dtype", "int", "ppd", "ppd-nan", "space", "eps",
-                                  "nan", "inf", "dims", "empty-hw"])
+# Bad arguments raise what the Python API raises (TypeError for a dtype, ValueError otherwise);
+# NaN/Inf image data, found by the kernels, raises RuntimeError.
+BAD_INPUT_ERRORS = {"channels": ValueError, "shape": ValueError, "dtype": TypeError, "int": TypeError,
+                    "ppd": ValueError, "ppd-nan": ValueError, "ppd-large": ValueError, "space": ValueError,
+                    "eps": ValueError, "eps-large": ValueError, "nan": RuntimeError, "inf": RuntimeError,
+                    "dims": ValueError, "empty-hw": ValueError}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT_ERRORS))
 def test_bad_input_raises(ops, case):
     a, b = pair((1, 3, 8, 8), dtype=torch.float32)
     args = [a, b, 67.0, "srgb", 1e-15]
@@ -234,10 +243,14 @@ def test_bad_input_raises(ops, case):
         args[2] = 0.0
     elif case == "ppd-nan":
         args[2] = float("nan")
+    elif case == "ppd-large":
+        args[2] = 2e4
     elif case == "space":
         args[3] = "rgb"
     elif case == "eps":
         args[4] = -1.0
+    elif case == "eps-large":
+        args[4] = 1e-5
     elif case == "nan":
         args[0] = a.clone()
         args[0][0, 1, 2, 3] = float("nan")
@@ -248,15 +261,15 @@ def test_bad_input_raises(ops, case):
         args[0], args[1] = a[0, 0], b[0, 0]
     elif case == "empty-hw":
         args[0], args[1] = a[..., :0], b[..., :0]
-    with pytest.raises(RuntimeError, match="flip"):
+    with pytest.raises(BAD_INPUT_ERRORS[case], match="flip"):
         ops.ldr_flip(*args)
 
 
 def test_stage_ops_reject_bad_input(ops):
     a, b = pair((1, 3, 8, 8), dtype=torch.float32)
-    with pytest.raises(RuntimeError, match="1 channel"):
+    with pytest.raises(ValueError, match="1 channel"):
         ops.feature_difference(a, b, 67.0, 1e-15)
-    with pytest.raises(RuntimeError, match="pixels_per_degree"):
+    with pytest.raises(ValueError, match="pixels_per_degree"):
         ops.csf_filter(a, -1.0)
-    with pytest.raises(RuntimeError, match="grad must have shape"):
+    with pytest.raises(ValueError, match="grad must have shape"):
         ops.ldr_flip_backward(torch.ones(1, 3, 8, 8), a, b, 67.0, "srgb", 1e-15, [True, True])

@@ -1,9 +1,12 @@
 // TORCH_LIBRARY_IMPL(flip, Autograd): each forward records a node whose backward calls the
 // registered backward op, so gradients flow in eager mode, TorchScript, C++ and torch.compile.
+// The backward ops are not differentiable: their Autograd kernels record a node that raises when
+// a second-order gradient is asked for (FirstOrderOnly).
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <string>
+#include <utility>
 
 #include "dispatch.h"
 
@@ -17,6 +20,87 @@ using Mask = std::array<bool, 2>;
 Mask needs(AutogradContext* ctx) { return {ctx->needs_input_grad(0), ctx->needs_input_grad(1)}; }
 
 at::Tensor keep_if(bool b, const at::Tensor& t) { return b ? t : at::Tensor(); }
+
+// ---- the backward ops, called through the dispatcher ----
+//
+// The forwards' backward() calls these with every dispatch key, so that with create_graph=True the
+// backward op's own Autograd kernel (FirstOrderOnly) runs; FirstOrderOnly calls them below autograd.
+
+struct LdrFlipBackward {
+  static constexpr const char* name = "ldr_flip_backward";
+  static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                            c10::string_view space, double eps, Mask mask) {
+    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, c10::string_view,
+                            double, Mask)>("flip::ldr_flip_backward");
+    auto [gt, gr] = f.call(grad, test, ref, ppd, space, eps, mask);
+    return {gt, gr};
+  }
+};
+
+struct HdrFlipBackward {
+  static constexpr const char* name = "hdr_flip_backward";
+  static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
+                            const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index,
+                            double ppd, c10::string_view tone_mapper, double eps, Mask mask) {
+    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor&, double, c10::string_view, double, Mask)>(
+        "flip::hdr_flip_backward");
+    auto [gt, gr] = f.call(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask);
+    return {gt, gr};
+  }
+};
+
+struct CsfFilterBackward {
+  static constexpr const char* name = "csf_filter_backward";
+  static variable_list call(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
+    static auto f = op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("flip::csf_filter_backward");
+    return {f.call(grad, opp, ppd)};
+  }
+};
+
+struct HuntHyabBackward {
+  static constexpr const char* name = "hunt_hyab_backward";
+  static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps,
+                            Mask mask) {
+    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, Mask)>(
+        "flip::hunt_hyab_backward");
+    auto [gt, gr] = f.call(grad, test, ref, eps, mask);
+    return {gt, gr};
+  }
+};
+
+struct FeatureDifferenceBackward {
+  static constexpr const char* name = "feature_difference_backward";
+  static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                            double eps, Mask mask) {
+    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, Mask)>(
+        "flip::feature_difference_backward");
+    auto [gt, gr] = f.call(grad, test, ref, ppd, eps, mask);
+    return {gt, gr};
+  }
+};
+
+// The Autograd kernel of every backward op. With create_graph=True autograd runs the backward ops
+// with gradient recording on; without a kernel of their own their results would carry no graph,
+// and a gradient penalty (or any other second-order use) would silently get None from FLIP. This
+// runs the op below autograd and, when an input requires grad, records a node whose backward
+// raises: first-order gradients are unchanged, only differentiating them raises.
+template <class Op>
+class FirstOrderOnly : public torch::autograd::Function<FirstOrderOnly<Op>> {
+ public:
+  template <class... Args>
+  static variable_list forward(AutogradContext*, Args&&... args) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return Op::call(std::forward<Args>(args)...);
+  }
+  static variable_list backward(AutogradContext*, variable_list) {
+    TORCH_CHECK(false, "flip: double backward (second-order gradients) of FLIP is not supported: flip::", Op::name,
+                " is not differentiable");
+    return {};
+  }
+};
+
+// ---- the forward ops ----
 
 class LdrFlip : public torch::autograd::Function<LdrFlip> {
  public:
@@ -33,13 +117,11 @@ class LdrFlip : public torch::autograd::Function<LdrFlip> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
-    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, c10::string_view,
-                            double, Mask)>("flip::ldr_flip_backward");
     const std::string space = ctx->saved_data["space"].toStringRef();
     const Mask m = needs(ctx);
-    auto [gt, gr] = f.call(grads[0], s[0], s[1], ctx->saved_data["ppd"].toDouble(), space,
-                           ctx->saved_data["eps"].toDouble(), m);
-    return {keep_if(m[0], gt), keep_if(m[1], gr), at::Tensor(), at::Tensor(), at::Tensor()};
+    auto g = LdrFlipBackward::call(grads[0], s[0], s[1], ctx->saved_data["ppd"].toDouble(), space,
+                                   ctx->saved_data["eps"].toDouble(), m);
+    return {keep_if(m[0], g[0]), keep_if(m[1], g[1]), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -62,14 +144,11 @@ class HdrFlip : public torch::autograd::Function<HdrFlip> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
-    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, const at::Tensor&, double, c10::string_view, double, Mask)>(
-        "flip::hdr_flip_backward");
     const std::string tm = ctx->saved_data["tone_mapper"].toStringRef();
     const Mask m = needs(ctx);
-    auto [gt, gr] = f.call(grads[0], s[0], s[1], s[2], s[3], s[4], ctx->saved_data["ppd"].toDouble(), tm,
-                           ctx->saved_data["eps"].toDouble(), m);
-    return {keep_if(m[0], gt), keep_if(m[1], gr), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+    auto g = HdrFlipBackward::call(grads[0], s[0], s[1], s[2], s[3], s[4], ctx->saved_data["ppd"].toDouble(), tm,
+                                   ctx->saved_data["eps"].toDouble(), m);
+    return {keep_if(m[0], g[0]), keep_if(m[1], g[1]), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
             at::Tensor()};
   }
 };
@@ -85,8 +164,7 @@ class CsfFilter : public torch::autograd::Function<CsfFilter> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
-    static auto f = op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("flip::csf_filter_backward");
-    return {f.call(grads[0], s[0], ctx->saved_data["ppd"].toDouble()), at::Tensor()};
+    return {CsfFilterBackward::call(grads[0], s[0], ctx->saved_data["ppd"].toDouble())[0], at::Tensor()};
   }
 };
 
@@ -101,11 +179,9 @@ class HuntHyab : public torch::autograd::Function<HuntHyab> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
-    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, Mask)>(
-        "flip::hunt_hyab_backward");
     const Mask m = needs(ctx);
-    auto [gt, gr] = f.call(grads[0], s[0], s[1], ctx->saved_data["eps"].toDouble(), m);
-    return {keep_if(m[0], gt), keep_if(m[1], gr), at::Tensor()};
+    auto g = HuntHyabBackward::call(grads[0], s[0], s[1], ctx->saved_data["eps"].toDouble(), m);
+    return {keep_if(m[0], g[0]), keep_if(m[1], g[1]), at::Tensor()};
   }
 };
 
@@ -123,14 +199,14 @@ class FeatureDifference : public torch::autograd::Function<FeatureDifference> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
-    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, Mask)>(
-        "flip::feature_difference_backward");
     const Mask m = needs(ctx);
-    auto [gt, gr] = f.call(grads[0], s[0], s[1], ctx->saved_data["ppd"].toDouble(),
-                           ctx->saved_data["eps"].toDouble(), m);
-    return {keep_if(m[0], gt), keep_if(m[1], gr), at::Tensor(), at::Tensor()};
+    auto g = FeatureDifferenceBackward::call(grads[0], s[0], s[1], ctx->saved_data["ppd"].toDouble(),
+                                             ctx->saved_data["eps"].toDouble(), m);
+    return {keep_if(m[0], g[0]), keep_if(m[1], g[1]), at::Tensor(), at::Tensor()};
   }
 };
+
+// ---- the Autograd kernels ----
 
 at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
                     double eps) {
@@ -150,6 +226,32 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
   return FeatureDifference::apply(test, ref, ppd, eps);
 }
 
+Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                       c10::string_view space, double eps, Mask mask) {
+  auto g = FirstOrderOnly<LdrFlipBackward>::apply(grad, test, ref, ppd, space, eps, mask);
+  return {g[0], g[1]};
+}
+Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
+                       const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
+                       c10::string_view tone_mapper, double eps, Mask mask) {
+  auto g = FirstOrderOnly<HdrFlipBackward>::apply(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps,
+                                                  mask);
+  return {g[0], g[1]};
+}
+at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
+  return FirstOrderOnly<CsfFilterBackward>::apply(grad, opp, ppd)[0];
+}
+Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps,
+                        Mask mask) {
+  auto g = FirstOrderOnly<HuntHyabBackward>::apply(grad, test, ref, eps, mask);
+  return {g[0], g[1]};
+}
+Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                                 double eps, Mask mask) {
+  auto g = FirstOrderOnly<FeatureDifferenceBackward>::apply(grad, test, ref, ppd, eps, mask);
+  return {g[0], g[1]};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(flip, Autograd, m) {
@@ -158,6 +260,11 @@ TORCH_LIBRARY_IMPL(flip, Autograd, m) {
   m.impl("csf_filter", &csf_filter);
   m.impl("hunt_hyab", &hunt_hyab);
   m.impl("feature_difference", &feature_difference);
+  m.impl("ldr_flip_backward", &ldr_flip_backward);
+  m.impl("hdr_flip_backward", &hdr_flip_backward);
+  m.impl("csf_filter_backward", &csf_filter_backward);
+  m.impl("hunt_hyab_backward", &hunt_hyab_backward);
+  m.impl("feature_difference_backward", &feature_difference_backward);
 }
 
 }  // namespace flip_ops

@@ -16,10 +16,10 @@ namespace flip_ops {
 using Pair = std::tuple<at::Tensor, at::Tensor>;
 
 // float16/bfloat16 are computed in float32; kernels want contiguous NCHW.
-inline at::Tensor compute_copy(const at::Tensor& t) {
-  auto c = t.scalar_type() == at::kDouble ? t : t.to(at::kFloat);
-  return c.contiguous();
+inline at::ScalarType compute_dtype(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
+inline at::Tensor compute_copy(const at::Tensor& t) { return t.to(compute_dtype(t)).contiguous(); }
 
 inline int64_t batch_of(const at::Tensor& t) { return t.dim() == 4 ? t.size(0) : 1; }
 

@@ -4,7 +4,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/ops/isfinite.h>
 #include <torch/library.h>
 
 #include <array>
@@ -62,14 +61,6 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   return cast_back(gb, test, ref);
 }
 
-// Counts are read on the host here: each must lie in [2, E].
-void check_counts_values(const at::Tensor& counts, int64_t E) {
-  const int64_t* c = counts.data_ptr<int64_t>();
-  for (int64_t i = 0; i < counts.numel(); ++i)
-    TORCH_CHECK(c[i] >= 2 && c[i] <= E, "flip::hdr_flip: counts[", i, "] = ", c[i],
-                " must be at least 2 and at most the number of exposure columns (", E, ")");
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
@@ -77,8 +68,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
   auto t = compute_copy(test), r = compute_copy(ref);
   auto ex = exposures.to(t.scalar_type()).contiguous();
   auto cn = counts.to(at::kLong).contiguous();
-  check_counts_values(cn, ex.size(1));
-  TORCH_CHECK(ex.isfinite().all().item<bool>(), "flip::hdr_flip: exposures must be finite");
+  check_exposure_values(ex, cn);
   auto out = at::empty(map_sizes(t), t.options());
   auto emap = at::empty(map_sizes(t), t.options());
   auto idx = at::empty(map_sizes(t), t.options().dtype(at::kInt));
@@ -103,7 +93,7 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto g = grad.to(t.scalar_type()).contiguous();
   auto ex = exposures.to(t.scalar_type()).contiguous();
   auto cn = counts.to(at::kLong).contiguous();
-  check_counts_values(cn, ex.size(1));
+  check_exposure_values(ex, cn);
   auto ix = index.contiguous();
   auto gb = grad_buffers(t, mask);
   bool ok = true;
@@ -118,8 +108,7 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
 }
 
 at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
-  check_image(opp, "opponent", 3);
-  check_ppd(ppd);
+  check_csf_args(opp, ppd);
   auto o = compute_copy(opp);
   auto out = at::empty_like(o);
   bool ok = true;
@@ -132,9 +121,8 @@ at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
 }
 
 at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
-  check_image(opp, "opponent", 3);
+  check_csf_args(opp, ppd);
   check_grad(grad, opp, 3);
-  check_ppd(ppd);
   auto o = compute_copy(opp);
   auto g = grad.to(o.scalar_type()).contiguous();
   auto out = at::empty_like(o);
@@ -148,8 +136,7 @@ at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, do
 }
 
 at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) {
-  check_pair(test, ref, 3);
-  check_eps(eps);
+  check_hunt_hyab_args(test, ref, eps);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto out = at::empty(map_sizes(t), t.options());
   bool ok = true;
@@ -163,9 +150,8 @@ at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) 
 
 Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps,
                         std::array<bool, 2> mask) {
-  check_pair(test, ref, 3);
+  check_hunt_hyab_args(test, ref, eps);
   check_grad(grad, test, 1);
-  check_eps(eps);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto g = grad.to(t.scalar_type()).contiguous();
   auto gb = grad_buffers(t, mask);
@@ -180,9 +166,7 @@ Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at
 }
 
 at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, double ppd, double eps) {
-  check_pair(test, ref, 1);
-  check_ppd(ppd);
-  check_eps(eps);
+  check_feature_args(test, ref, ppd, eps);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto out = at::empty_like(t);
   bool ok = true;
@@ -196,10 +180,8 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
 
 Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
                                  double ppd, double eps, std::array<bool, 2> mask) {
-  check_pair(test, ref, 1);
+  check_feature_args(test, ref, ppd, eps);
   check_grad(grad, test, 1);
-  check_ppd(ppd);
-  check_eps(eps);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto g = grad.to(t.scalar_type()).contiguous();
   auto gb = grad_buffers(t, mask);

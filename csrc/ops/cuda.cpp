@@ -6,6 +6,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <ATen/ops/clamp.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
@@ -90,7 +91,6 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
   auto t = compute_copy(test), r = compute_copy(ref);
   auto out = at::empty(map_sizes(t), t.options());
   const Geometry g = geometry(t, 2, true, true);
-  if (g.n == 0) return out.to(test.scalar_type());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip (CUDA)", [&] {
     auto taps = device_taps<scalar_t>(ppd, t);
@@ -122,7 +122,6 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto gr = grad.to(t.scalar_type()).contiguous();
   auto gb = grad_buffers(t, mask);
   const Geometry g = geometry(t, 2, true, true);
-  if (g.n == 0) return cast_back(gb, test, ref);
   auto planes = planes_for(g, t, g.planes());
   auto gplanes = planes_for(g, t, g.gplanes());
   auto stream = at::cuda::getCurrentCUDAStream();
@@ -138,8 +137,14 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   return cast_back(gb, test, ref);
 }
 
-// Counts are not read back here (that would synchronise): the Python API validates them; a
-// count above E uses E exposures.
+// Counts on the device, clamped into [kMinExposures, E] by a small device op: reading them back to
+// check them would synchronise the host with the stream on every call. The Python API passes
+// counts it has checked; the CPU kernels raise for counts outside that range. Exposure values are
+// not checked here for the same reason (a non-finite one gives NaN in the map, as NaN inputs do).
+at::Tensor device_counts(const at::Tensor& counts, int64_t E) {
+  return counts.to(at::kLong).clamp(kMinExposures, E).contiguous();
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
@@ -147,12 +152,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
   auto ex = exposures.to(t.scalar_type()).contiguous();
-  auto cn = counts.to(at::kLong).contiguous();
+  auto cn = device_counts(counts, ex.size(1));
   auto out = at::zeros(map_sizes(t), t.options());
   auto emap = at::zeros(map_sizes(t), t.options());
   auto idx = at::full(map_sizes(t), -1, t.options().dtype(at::kInt));
   const Geometry g = geometry(t, 2, true, true);
-  if (g.n == 0) return {out.to(test.scalar_type()), emap.to(test.scalar_type()), idx};
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip (CUDA)", [&] {
     auto taps = device_taps<scalar_t>(ppd, t);
@@ -186,12 +190,11 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto t = compute_copy(test), r = compute_copy(ref);
   auto gr = grad.to(t.scalar_type()).contiguous();
   auto ex = exposures.to(t.scalar_type()).contiguous();
-  auto cn = counts.to(at::kLong).contiguous();
+  auto cn = device_counts(counts, ex.size(1));
   auto ix = index.contiguous();
   std::array<at::Tensor, 2> gb = {mask[0] ? at::zeros_like(t) : at::empty({0}, t.options()),
                                   mask[1] ? at::zeros_like(t) : at::empty({0}, t.options())};
   const Geometry g = geometry(t, 2, true, true);
-  if (g.n == 0) return cast_back(gb, test, ref);
   auto planes = planes_for(g, t, g.planes());
   auto gplanes = planes_for(g, t, g.gplanes());
   auto stream = at::cuda::getCurrentCUDAStream();
@@ -209,13 +212,11 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
 }
 
 at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
-  check_image(opp, "opponent", 3);
-  check_ppd(ppd);
+  check_csf_args(opp, ppd);
   c10::cuda::CUDAGuard guard(opp.device());
   auto o = compute_copy(opp);
   auto out = at::empty_like(o);
   const Geometry g = geometry(o, 1, true, false);
-  if (g.n == 0) return out.to(opp.scalar_type());
   auto planes = planes_for(g, o, g.planes());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter (CUDA)", [&] {
@@ -229,15 +230,13 @@ at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
 }
 
 at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
-  check_image(opp, "opponent", 3);
+  check_csf_args(opp, ppd);
   check_grad(grad, opp, 3);
-  check_ppd(ppd);
   c10::cuda::CUDAGuard guard(opp.device());
   auto o = compute_copy(opp);
   auto gr = grad.to(o.scalar_type()).contiguous();
   auto out = at::empty_like(o);
   const Geometry g = geometry(o, 1, true, false);
-  if (g.n == 0) return out.to(opp.scalar_type());
   auto planes = planes_for(g, o, g.planes());
   auto gplanes = planes_for(g, o, g.gplanes());
   auto stream = at::cuda::getCurrentCUDAStream();
@@ -253,12 +252,10 @@ at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, do
 }
 
 at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) {
-  check_pair(test, ref, 3);
-  check_eps(eps);
+  check_hunt_hyab_args(test, ref, eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
   auto out = at::empty(map_sizes(t), t.options());
-  if (out.numel() == 0) return out.to(test.scalar_type());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab (CUDA)", [&] {
     flip::cuda::hunt_hyab_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
@@ -270,14 +267,12 @@ at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) 
 }
 
 Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps, Mask mask) {
-  check_pair(test, ref, 3);
+  check_hunt_hyab_args(test, ref, eps);
   check_grad(grad, test, 1);
-  check_eps(eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
   auto gr = grad.to(t.scalar_type()).contiguous();
   auto gb = grad_buffers(t, mask);
-  if (t.numel() == 0) return cast_back(gb, test, ref);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab_backward (CUDA)", [&] {
     flip::cuda::hunt_hyab_backward<scalar_t>(gr.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
@@ -290,14 +285,11 @@ Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at
 }
 
 at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, double ppd, double eps) {
-  check_pair(test, ref, 1);
-  check_ppd(ppd);
-  check_eps(eps);
+  check_feature_args(test, ref, ppd, eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
   auto out = at::empty_like(t);
   const Geometry g = geometry(t, 2, false, true);
-  if (g.n == 0) return out.to(test.scalar_type());
   auto planes = planes_for(g, t, g.planes());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference (CUDA)", [&] {
@@ -313,16 +305,13 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
 
 Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
                                  double eps, Mask mask) {
-  check_pair(test, ref, 1);
+  check_feature_args(test, ref, ppd, eps);
   check_grad(grad, test, 1);
-  check_ppd(ppd);
-  check_eps(eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
   auto gr = grad.to(t.scalar_type()).contiguous();
   auto gb = grad_buffers(t, mask);
   const Geometry g = geometry(t, 2, false, true);
-  if (g.n == 0) return cast_back(gb, test, ref);
   auto planes = planes_for(g, t, g.planes());
   auto gplanes = planes_for(g, t, g.gplanes());
   auto stream = at::cuda::getCurrentCUDAStream();

@@ -50,39 +50,35 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
 }
 
 at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
-  check_image(opp, "opponent", 3);
-  check_ppd(ppd);
+  check_csf_args(opp, ppd);
   return at::empty_symint(opp.sym_sizes(), opp.options());
 }
 
 at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
-  check_image(opp, "opponent", 3);
+  check_csf_args(opp, ppd);
   check_grad(grad, opp, 3);
   return at::empty_symint(opp.sym_sizes(), opp.options());
 }
 
 at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) {
-  check_pair(test, ref, 3);
-  check_eps(eps);
+  check_hunt_hyab_args(test, ref, eps);
   return map_like(test);
 }
 
 Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps, Mask m) {
-  check_pair(test, ref, 3);
+  check_hunt_hyab_args(test, ref, eps);
   check_grad(grad, test, 1);
   return {grad_like(test, m[0]), grad_like(ref, m[1])};
 }
 
 at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, double ppd, double eps) {
-  check_pair(test, ref, 1);
-  check_ppd(ppd);
-  check_eps(eps);
+  check_feature_args(test, ref, ppd, eps);
   return at::empty_symint(test.sym_sizes(), test.options());
 }
 
 Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
                                  double eps, Mask m) {
-  check_pair(test, ref, 1);
+  check_feature_args(test, ref, ppd, eps);
   check_grad(grad, test, 1);
   return {grad_like(test, m[0]), grad_like(ref, m[1])};
 }

@@ -1,8 +1,41 @@
 // Makes the op library importable as the Python module flip_loss._C; importing it runs the
 // static TORCH_LIBRARY registrations. No Python bindings: everything goes through torch.ops.flip.
+// It also makes the long CPU loops stoppable with Ctrl-C (flip::cpu::poll_interrupt).
 #include <Python.h>
+#include <torch/csrc/Exceptions.h>
+
+#include "../flip/cpu/interrupt.h"
+
+namespace {
+
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// Runs Python's signal handlers (main thread only; elsewhere this does nothing) and, when one
+// raised (KeyboardInterrupt from SIGINT, or whatever a user's handler raises), leaves the op with
+// that exception: torch's python_error carries it through the dispatcher and the autograd engine,
+// and torch's error handling restores it when the op returns to Python.
+void raise_pending_python_signal() {
+  if (!Py_IsInitialized() || interpreter_finalizing()) return;  // the GIL may be gone
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  if (PyErr_CheckSignals() != 0) {
+    python_error error;
+    error.persist();  // moves the exception out of this thread's error state into the C++ exception
+    PyGILState_Release(gil);
+    throw error;
+  }
+  PyGILState_Release(gil);
+}
+
+}  // namespace
 
 PyMODINIT_FUNC PyInit__C(void) {
   static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", "flip-loss operator library", -1, nullptr};
+  flip::cpu::set_interrupt_check(&raise_pending_python_signal);
   return PyModule_Create(&def);
 }

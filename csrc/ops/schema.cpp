@@ -1,16 +1,21 @@
 // Every public op of the flip library, in one place. Each differentiable op has a separately
-// registered backward op, so that torch.compile, opcheck and C++ autograd all see the same graph.
+// registered backward op, so that torch.compile, opcheck and C++ autograd all see the same graph;
+// the backward ops are first-order only (differentiating them raises, see autograd.cpp).
+// Argument limits (checks.h, flip_loss/limits.h): 0 < pixels_per_degree <= 10000,
+// 0 <= eps <= 1e-6, a non-empty batch, exposures N x E with 2 <= E <= 256 and 2 <= counts[n] <= E.
 #include <torch/library.h>
 
 TORCH_LIBRARY(flip, m) {
   // Opponent (YCxCz) image -> CSF-filtered linear RGB, clamped to [0, 1].
   m.def("csf_filter(Tensor opponent, float pixels_per_degree) -> Tensor");
   m.def("csf_filter_backward(Tensor grad, Tensor opponent, float pixels_per_degree) -> Tensor");
-  // Two filtered linear-RGB images -> colour error dE_c in [0, 1].
+  // Two filtered linear-RGB images -> colour error dE_c. In [0, 1] for inputs in [0, 1] (as
+  // csf_filter returns them); inputs are not clamped, so values outside [0, 1] give values above 1.
   m.def("hunt_hyab(Tensor test, Tensor reference, float eps=1e-15) -> Tensor");
   m.def("hunt_hyab_backward(Tensor grad, Tensor test, Tensor reference, float eps, bool[2] output_mask)"
         " -> (Tensor, Tensor)");
-  // Two normalised achromatic images -> feature error dE_f in [0, 1].
+  // Two normalised achromatic images -> feature error dE_f. In [0, 1] for inputs in [0, 1]; inputs
+  // are not clamped, so values outside [0, 1] can give values above 1.
   m.def("feature_difference(Tensor test, Tensor reference, float pixels_per_degree, float eps=1e-15)"
         " -> Tensor");
   m.def("feature_difference_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
@@ -28,6 +33,7 @@ TORCH_LIBRARY(flip, m) {
   m.def("hdr_flip_backward(Tensor grad, Tensor test, Tensor reference, Tensor exposures, Tensor counts,"
         " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask)"
         " -> (Tensor, Tensor)");
-  // Test-only: runs the CUDA kernels' per-thread code on the CPU (see csrc/flip/passes.h).
+  // Test-only: runs the CUDA kernels' per-thread code on the CPU (see csrc/flip/passes.h and
+  // emulation.cpp for the tensors and scalars each emulated op takes).
   m.def("_gpu_emulation(str op, Tensor[] inputs, float[] scalars, str input_space=\"srgb\") -> Tensor[]");
 }

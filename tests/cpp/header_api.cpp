@@ -17,6 +17,7 @@
 //                 checks (int64: 1 for each check that passed; see below)
 #include <flip_loss/flip_loss.h>
 
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>
 
@@ -109,6 +110,22 @@ int run(const std::string& inputs_path, const std::string& outputs_path) {
   checks.push_back(throws_c10_error([] { flip_loss::pool(at::empty({0})); }, "empty"));
   checks.push_back(throws_c10_error([] { flip_loss::pool(at::full({2, 2}, NAN)); }, "NaN"));
   checks.push_back(throws_c10_error([] { flip_loss::pixels_per_degree(0.7, 0.0, 3840); }, "width_m"));
+  // The limits of <flip_loss/limits.h>: checked by the ops, and by hdr_flip before it allocates.
+  const at::Tensor t0 = test.detach(), r0 = reference.detach();
+  checks.push_back(throws_c10_error([&] { flip_loss::ldr_flip(t0, r0, 2 * flip_loss::kMaxPpd); }, "pixels_per_degree"));
+  checks.push_back(throws_c10_error([&] { flip_loss::ldr_flip(t0, r0, ppd, "srgb", 1e-3); }, "eps"));
+  checks.push_back(throws_c10_error([&] { flip_loss::ldr_flip(t0.slice(0, 0, 0), r0.slice(0, 0, 0)); }, "empty batch"));
+  checks.push_back(throws_c10_error([&] { flip_loss::hdr_flip(t0, r0, -2.0, 1.0, flip_loss::kMaxExposures + 1); },
+                                    "num"));
+  checks.push_back(throws_c10_error([&] { flip_loss::hdr_flip(t0, r0, NAN, 1.0, 4); }, "finite"));
+  // First-order gradients only: differentiating one throws (instead of giving no gradient).
+  checks.push_back(throws_c10_error(
+      [&] {
+        at::Tensor x = t0.clone().requires_grad_(true);
+        at::Tensor g = torch::autograd::grad({flip_loss::ldr_flip(x, r0, ppd).sum()}, {x}, {}, true, true)[0];
+        torch::autograd::grad({g.sum()}, {x});
+      },
+      "double backward"));
   put("checks", at::tensor(checks, at::kLong));
 
   std::vector<c10::IValue> entries;

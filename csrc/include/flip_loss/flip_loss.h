@@ -11,8 +11,12 @@
 //   at::Tensor map = flip_loss::ldr_flip(test, reference);        // N x 1 x H x W in [0, 1]
 //   flip_loss::Pooled p = flip_loss::pool(map);                    // mean, weighted median, ...
 //
-// Conventions (see the README): images are N x 3 x H x W or 3 x H x W, float16/bfloat16/float32/
-// float64, sRGB-encoded in [0, 1] by default; argument order is (test, reference).
+// Conventions (see the README): images are N x 3 x H x W or 3 x H x W (N >= 1), float16/bfloat16/
+// float32/float64, sRGB-encoded in [0, 1] by default; argument order is (test, reference).
+// Limits (limits.h, the same in Python): 0 < ppd <= kMaxPpd, 0 <= eps <= kMaxEps, exposure counts
+// in [kMinExposures, kMaxExposures]. A bad argument throws c10::ValueError (c10::TypeError for a
+// wrong dtype), both c10::Error. Gradients are first order only: differentiating a gradient of
+// these ops (double backward) throws.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -26,6 +30,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "limits.h"
 
 namespace flip_loss {
 
@@ -76,16 +82,17 @@ inline at::Tensor csf_filter(const at::Tensor& opponent, double ppd = kDefaultPp
   return op.call(opponent, ppd);
 }
 
-// Two filtered linear-RGB images (N x 3 x H x W) -> colour error dE_c (N x 1 x H x W).
-// (torch.ops.flip.hunt_hyab)
+// Two filtered linear-RGB images (N x 3 x H x W) -> colour error dE_c (N x 1 x H x W), in [0, 1]
+// for inputs in [0, 1] (as csf_filter returns them); inputs are not clamped, so values outside
+// [0, 1] give values above 1. (torch.ops.flip.hunt_hyab)
 inline at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& reference, double eps = kDefaultEps) {
   static const auto op =
       detail::typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("flip::hunt_hyab");
   return op.call(test, reference, eps);
 }
 
-// Two normalised achromatic images (N x 1 x H x W) -> feature error dE_f (N x 1 x H x W).
-// (torch.ops.flip.feature_difference)
+// Two normalised achromatic images (N x 1 x H x W) -> feature error dE_f (N x 1 x H x W), in [0, 1]
+// for inputs in [0, 1]; inputs are not clamped. (torch.ops.flip.feature_difference)
 inline at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& reference, double ppd = kDefaultPpd,
                                      double eps = kDefaultEps) {
   static const auto op =
@@ -93,10 +100,12 @@ inline at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& r
   return op.call(test, reference, ppd, eps);
 }
 
-// HDR-FLIP with given exposures: `exposures` is N x E (stops), item n uses its first counts[n]
-// (int64, each in [2, E]). Returns the error map, the exposure map (winning exposure index /
-// (count - 1), 0 where none wins) and the int32 winning index (-1 where none wins), each
-// N x 1 x H x W. `tone_mapper` is "aces", "hable" or "reinhard". Differentiable in both images.
+// HDR-FLIP with given exposures: `exposures` is N x E (stops, 2 <= E <= kMaxExposures), item n
+// uses its first counts[n] (integers, each in [2, E]; on CUDA, where reading them would
+// synchronise, they are clamped into that range instead of checked). Returns the error map, the
+// exposure map (winning exposure index / (count - 1), 0 where none wins) and the int32 winning
+// index (-1 where none wins), each N x 1 x H x W. `tone_mapper` is "aces", "hable" or
+// "reinhard". Differentiable in both images.
 // (torch.ops.flip.hdr_flip; flip_loss.hdr_flip in Python adds the automatic exposures.)
 struct HdrResult {
   at::Tensor error, exposure_map, exposure_index;
@@ -117,8 +126,13 @@ inline HdrResult hdr_flip(const at::Tensor& test, const at::Tensor& reference, c
 inline HdrResult hdr_flip(const at::Tensor& test, const at::Tensor& reference, double start, double stop, int64_t num,
                           double ppd = kDefaultPpd, const std::string& tone_mapper = "aces",
                           double eps = kDefaultEps) {
-  TORCH_CHECK(num >= 2, "flip_loss::hdr_flip: num must be at least 2, got ", num);
-  TORCH_CHECK(start <= stop, "flip_loss::hdr_flip: start (", start, ") must not exceed stop (", stop, ")");
+  // Checked here, before the exposure grid is allocated; the op checks everything else.
+  TORCH_CHECK(test.defined(), "flip_loss::hdr_flip: test is undefined");
+  TORCH_CHECK_VALUE(num >= kMinExposures && num <= kMaxExposures, "flip_loss::hdr_flip: num must be from ",
+                    kMinExposures, " to ", kMaxExposures, ", got ", num);
+  TORCH_CHECK_VALUE(std::isfinite(start) && std::isfinite(stop), "flip_loss::hdr_flip: start (", start,
+                    ") and stop (", stop, ") must be finite");
+  TORCH_CHECK_VALUE(start <= stop, "flip_loss::hdr_flip: start (", start, ") must not exceed stop (", stop, ")");
   const int64_t n = test.dim() == 4 ? test.size(0) : 1;
   auto row = at::linspace(start, stop, num, test.options().dtype(at::kDouble));
   auto exposures = row.unsqueeze(0).expand({n, num}).contiguous();
@@ -132,12 +146,12 @@ inline HdrResult hdr_flip(const at::Tensor& test, const at::Tensor& reference, d
 // seen from `distance_m` metres: distance * (width_px / width_m) * pi / 180 (same expression, so
 // the same double, as flip_loss.pixels_per_degree in Python).
 inline double pixels_per_degree(double distance_m, double width_m, double width_px) {
-  TORCH_CHECK(std::isfinite(distance_m) && distance_m > 0, "flip_loss: distance_m must be a positive finite number, got ",
-              distance_m);
-  TORCH_CHECK(std::isfinite(width_m) && width_m > 0, "flip_loss: width_m must be a positive finite number, got ",
-              width_m);
-  TORCH_CHECK(std::isfinite(width_px) && width_px > 0, "flip_loss: width_px must be a positive finite number, got ",
-              width_px);
+  TORCH_CHECK_VALUE(std::isfinite(distance_m) && distance_m > 0,
+                    "flip_loss: distance_m must be a positive finite number, got ", distance_m);
+  TORCH_CHECK_VALUE(std::isfinite(width_m) && width_m > 0, "flip_loss: width_m must be a positive finite number, got ",
+                    width_m);
+  TORCH_CHECK_VALUE(std::isfinite(width_px) && width_px > 0,
+                    "flip_loss: width_px must be a positive finite number, got ", width_px);
   constexpr double kPi = 3.141592653589793;  // == Python's math.pi
   return distance_m * (width_px / width_m) * (kPi / 180.0);
 }
@@ -168,7 +182,8 @@ Pooled pool_values(const T* data, int64_t n) {
   T lo = data[0], hi = data[0];
   for (int64_t i = 0; i < n; ++i) {
     const T v = data[i];
-    TORCH_CHECK(std::isfinite(static_cast<double>(v)), "flip_loss::pool: the error map contains NaN or infinite values");
+    TORCH_CHECK_VALUE(std::isfinite(static_cast<double>(v)),
+                      "flip_loss::pool: the error map contains NaN or infinite values");
     total += v;
     sum64 += static_cast<double>(v);
     lo = std::min(lo, v);
@@ -208,12 +223,12 @@ Pooled pool_values(const T* data, int64_t n) {
 // Pooled values of all elements of `map` (any shape, any device, any float dtype), computed as
 // NVIDIA's evaluator computes them, except that the mean is summed in float64 and the max of a
 // map without positive values is its true max (flip_loss.pool in Python, same values).
-// Throws c10::Error for an empty map or one with NaN/inf values.
+// Throws c10::ValueError for an empty map or one with NaN/inf values.
 inline Pooled pool(const at::Tensor& map) {
   TORCH_CHECK(map.defined(), "flip_loss::pool: the error map is undefined");
-  TORCH_CHECK(at::isFloatingType(map.scalar_type()) || at::isIntegralType(map.scalar_type(), /*includeBool=*/true),
-              "flip_loss::pool: expected a real error map, got ", map.scalar_type());
-  TORCH_CHECK(map.numel() > 0, "flip_loss::pool: the error map is empty");
+  TORCH_CHECK_TYPE(at::isFloatingType(map.scalar_type()) || at::isIntegralType(map.scalar_type(), /*includeBool=*/true),
+                   "flip_loss::pool: expected a real error map, got ", map.scalar_type());
+  TORCH_CHECK_VALUE(map.numel() > 0, "flip_loss::pool: the error map is empty");
   at::NoGradGuard no_grad;
   const bool f64 = map.scalar_type() == at::kDouble;
   at::Tensor flat = map.detach().to(at::kCPU, f64 ? at::kDouble : at::kFloat).contiguous().reshape({-1});

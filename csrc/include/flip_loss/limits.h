@@ -1,0 +1,24 @@
+// flip_loss/limits.h: the argument limits that every flip op checks (CPU, CUDA and meta kernels,
+// and the C++ API in flip_loss.h). The Python package states the same numbers; the README
+// explains them ("Limits"). Dependency-free, so that it can be installed and included anywhere.
+#pragma once
+
+#include <cstdint>
+
+namespace flip_loss {
+
+// pixels_per_degree lies in (0, kMaxPpd]: beyond it the filters are thousands of pixels wide,
+// which means the caller passed something that is not a pixels-per-degree value.
+constexpr double kMaxPpd = 10000.0;
+
+// eps lies in [0, kMaxEps]. eps regularises the gradients of two square roots; up to this value
+// the map stays in [0, 1] and identical images give at most ~4e-4, while larger values change
+// the metric itself.
+constexpr double kMaxEps = 1e-6;
+
+// An HDR exposure count lies in [kMinExposures, kMaxExposures]; the automatic range of any
+// float32 reference needs at most about 152. The count bounds the run time of one call.
+constexpr int64_t kMinExposures = 2;
+constexpr int64_t kMaxExposures = 256;
+
+}  // namespace flip_loss
