@@ -110,6 +110,8 @@ outputs (in --directory, default: the current directory):
   with --basename NAME: NAME.png, NAME.txt, NAME.[log_]weighted_histogram.png,
   NAME.exposure_map.png
   --csv FILE appends one row per test image (a header first when FILE is new).
+  --report DIR writes DIR/index.html and its pictures in DIR/pairs/ (a directory holding an
+  index.html or pairs/ of another origin is refused; an earlier report is replaced).
 Every input is read and every output checked before anything is written; an output that is an
 input (also through a link) or that the run would write twice is an error. Outputs are written
 to temporary files and renamed into place at the end: an interrupted or failed run writes nothing.
@@ -186,6 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="append one row per test image (Reference, Test, Mean, Weighted median, "
                           "1st and 3rd weighted quartile, Min, Max, Evaluation time) to FILE; the "
                           "header is written when FILE is new")
+    out.add_argument("--report", metavar="DIR", default=None,
+                     help="write an HTML report into DIR (created if needed): index.html, a page that opens "
+                          "from disk with no network, and its pictures in DIR/pairs/; a summary, the pairs "
+                          "sortable by each pooled value (worst first), per pair reference, test and error "
+                          "map with a flip control, the weighted histogram and, for HDR-FLIP, the exposure map")
     out.add_argument("-v", "--verbosity", type=int, choices=(0, 1, 2), default=2,
                      help="0: print nothing; 1: the mean FLIP error; 2 (default): all pooled values, "
                           "the pixels per degree, the evaluation time and, for HDR-FLIP, the tone "

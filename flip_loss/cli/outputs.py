@@ -149,9 +149,11 @@ class OutputGuard:
     """Checks every output path of a run before anything is written: it must not be an input (the
     same file, also through a symbolic or hard link), not be claimed by another output of the run,
     and its location must be writable (an existing writable directory, or --directory, which is
-    created; a file name the file system allows; not a directory, a device or a read-only file)."""
+    created, and the --report directories; a file name the file system allows; not a directory, a
+    device or a read-only file). ``new_directories``: the directories the run will create, each
+    checked with :func:`check_directory`."""
 
-    def __init__(self, inputs: Sequence[str], new_directory: Optional[str] = None):
+    def __init__(self, inputs: Sequence[str], new_directories: Sequence[str] = ()):
         self._inputs: Dict[Tuple[int, int], str] = {}
         for path in inputs:
             try:
@@ -160,7 +162,7 @@ class OutputGuard:
                 continue
             self._inputs.setdefault((st.st_dev, st.st_ino), path)
         self._claimed: Dict[str, Output] = {}
-        self._new_directory = os.path.realpath(new_directory) if new_directory is not None else None
+        self._new_directories = {os.path.realpath(d) for d in new_directories}
 
     def claim(self, *candidates: Tuple[str, str]) -> List[Output]:
         """Checks the outputs ``(path, what)`` and claims them all, or raises UsageError and
@@ -203,7 +205,7 @@ class OutputGuard:
             if not os.access(real, os.W_OK):
                 raise UsageError(f"cannot write the {what} '{path}': permission denied")
         parent = os.path.dirname(real)
-        if parent != self._new_directory:
+        if parent not in self._new_directories:
             shown = os.path.dirname(path) or "."
             if not os.path.isdir(parent):
                 existing = _nearest_existing(parent)

@@ -13,6 +13,8 @@ from .outputs import (Names, Output, OutputGuard, Staging, check_directory, csv_
                       output_names, overlapped_histogram_name, pooled_lines, round_half_up, write_appended_csv,
                       write_png, write_text_file)
 from .pairs import check_sizes, pairs_of, stem, uses_hdr
+from .report import (IMAGE_FOLDER, PairRecord, check_report_directory, failed_record, page_path, picture_files,
+                     settings_now, stage_page, stage_pair_images)
 
 _TONE_MAPPER_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}  # as the tool prints them
 
@@ -75,11 +77,13 @@ class Console:
 
 class _Prepared(NamedTuple):
     """A pair whose images were read and whose outputs were checked and claimed."""
+    index: int                  # 1-based position among the run's pairs
     reference: str
     test: str
     test_image: "object"        # the decoded test image, or None: read again when evaluated
     names: Names
-    outputs: Dict[str, Output]  # the ones written, by kind: "map", "exposure_map", "text", "histogram"
+    outputs: Dict[str, Output]  # the ones written, by kind: "map", "exposure_map", "text", "histogram",
+                                # "report.<picture>" (see report.picture_files)
 
 
 class Run:
@@ -112,6 +116,8 @@ class Run:
             csv_path = os.path.join(self.directory, "summary.csv")
         self.overlapped = args.histogram and not self.folder_mode and len(self.pairs) == 2
         self.failures: List[Tuple[str, str]] = []
+        # --report: the pairs' records, evaluated or failed, from which the page is written at the end.
+        self.report_records: List[PairRecord] = []
         self._sizes: Dict[str, Tuple[int, int]] = {}
         # What --directory is for: it is created only when something is written into it.
         self.directory_needed = args.directory is not None and (
@@ -125,16 +131,20 @@ class Run:
         # The outputs that do not depend on a pair: the directory and the CSV file.
         if self.directory_needed:
             check_directory(self.directory)
-        new_directory = self.directory if self.directory_needed and not os.path.isdir(self.directory) else None
-        self.guard = OutputGuard([path for pair in self.pairs for path in pair], new_directory)
+        new_directories = [self.directory] if self.directory_needed and not os.path.isdir(self.directory) else []
+        if args.report is not None:
+            new_directories += check_report_directory(args.report)
+        self.guard = OutputGuard([path for pair in self.pairs for path in pair], new_directories)
         self.csv_output = self.guard.claim((csv_path, "CSV file"))[0] if csv_path is not None else None
+        self.report_page = (self.guard.claim((page_path(args.report), "HTML report"))[0]
+                            if args.report is not None else None)
         self.overlapped_output: Optional[Output] = None
 
     # --- before anything is written ------------------------------------------------------------
 
-    def prepare(self, reference: str, test: str, keep_test: bool) -> _Prepared:
-        """Reads the pair's images (and computes the reference's exposures) and checks and claims
-        its outputs; raises UsageError for anything wrong with the pair."""
+    def prepare(self, index: int, reference: str, test: str, keep_test: bool) -> _Prepared:
+        """Reads the pair ``index``'s images (and computes the reference's exposures) and checks and
+        claims its outputs; raises UsageError for anything wrong with the pair."""
         check_sizes(reference, test, self._sizes)
         _, exposures = self.evaluator.reference(reference)
         test_image = self.evaluator.load(test)
@@ -145,9 +155,12 @@ class Run:
             ("exposure_map", names.exposure_map, "exposure map", self.write_exposure_maps),
             ("text", names.text, "pooled values file", self.args.textfile),
             ("histogram", names.histogram, "histogram", self.args.histogram and not self.overlapped)) if wanted]
+        if self.args.report is not None:
+            wanted += [(f"report.{kind}", os.path.join(self.args.report, relative), what)
+                       for kind, relative, what in picture_files(index, test, self.hdr, self._sizes[test])]
         claimed = self.guard.claim(*[(path, what) for _, path, what in wanted])
         outputs = {kind: out for (kind, _, _), out in zip(wanted, claimed)}
-        return _Prepared(reference, test, test_image if keep_test else None, names, outputs)
+        return _Prepared(index, reference, test, test_image if keep_test else None, names, outputs)
 
     def prepared_pairs(self):
         """The pairs, ready for evaluation. One reference: all are prepared before the first is
@@ -156,8 +169,8 @@ class Run:
         if not self.folder_mode:
             for reference, test in self.pairs:  # the headers first: a wrong size is found fast
                 check_sizes(reference, test, self._sizes)
-            prepared = [self.prepare(reference, test, keep_test=len(self.pairs) == 1)
-                        for reference, test in self.pairs]
+            prepared = [self.prepare(index, reference, test, keep_test=len(self.pairs) == 1)
+                        for index, (reference, test) in enumerate(self.pairs, 1)]
             if self.overlapped:
                 reference, tests = self.pairs[0][0], [test for _, test in self.pairs]
                 range_part = dynamic_range(self.tone_mapper, self.evaluator.reference(reference)[1])
@@ -169,11 +182,13 @@ class Run:
         self._start_writing()
         if self.console.verbosity >= 1 and not self.args.no_progress:
             self.console.start_progress(len(self.pairs))
-        for reference, test in self.pairs:
+        for index, (reference, test) in enumerate(self.pairs, 1):
             try:
-                prepared = self.prepare(reference, test, keep_test=True)
+                prepared = self.prepare(index, reference, test, keep_test=True)
             except UsageError as exc:
                 self.failures.append((reference, test))
+                if self.report_page is not None:
+                    self.report_records.append(failed_record(index, reference, test, str(exc)))
                 self.console.error(f"skipped test image <{test}>: {exc}")
                 self.console.advance()
                 continue
@@ -183,6 +198,8 @@ class Run:
         """Everything is checked: creates the output directory and prints the header."""
         if self.directory_needed:
             self.staging.make_directory(self.directory)
+        if self.report_page is not None:
+            self.staging.make_directory(os.path.join(self.args.report, IMAGE_FOLDER))
         if self.console.verbosity >= 2:
             lines = [f"Invoking {'HDR' if self.hdr else 'LDR'}-FLIP",
                      f"     Pixels per degree: {round_half_up(self.ppd)}"]
@@ -194,8 +211,9 @@ class Run:
 
     # --- evaluating and writing -----------------------------------------------------------------
 
-    def stage(self, p: _Prepared, result: Result) -> None:
-        """Writes the pair's map, exposure map, text file and histogram (to temporary files)."""
+    def stage(self, p: _Prepared, result: Result, test_image) -> None:
+        """Writes the pair's map, exposure map, text file, histogram and report pictures (to
+        temporary files); ``test_image``: the decoded test image."""
         import numpy as np
 
         from ..colormaps import MAGMA, VIRIDIS, apply_colormap, to_grey_uint8
@@ -214,6 +232,11 @@ class Run:
             self.staging.write(p.outputs["text"], write_text_file(text))
         if "histogram" in p.outputs:
             self._stage_histogram(p.outputs["histogram"], [result])
+        if self.report_page is not None:
+            pictures = {kind[len("report."):]: out for kind, out in p.outputs.items() if kind.startswith("report.")}
+            self.report_records.append(stage_pair_images(
+                self.staging, pictures, p.index, result, self.evaluator.reference(p.reference)[0], test_image,
+                self.hdr, self.tone_mapper))
 
     def _stage_histogram(self, out: Output, results: Sequence[Result]) -> None:
         a = self.args
@@ -241,14 +264,24 @@ class Run:
                 lines.append(f"     FLIP exposure map location: {p.names.exposure_map}")
         return lines
 
+    def report_settings(self):
+        """What the report's summary says about the run (besides its pairs)."""
+        a = self.args
+        inputs = ((("Reference folder", a.reference_dir), ("Test folder", a.test_dir)) if self.folder_mode
+                  else (("Reference", self.pairs[0][0]),))
+        return settings_now(self.ppd, self.hdr, self.tone_mapper, self.gate, inputs, len(self.pairs))
+
     def execute(self, t_start: float) -> int:
         """Evaluates every pair, writes the outputs and returns the exit code."""
         rows, kept, gate_failures = [], [], []
         for p in self.prepared_pairs():
-            result = self.evaluator.evaluate(p.reference, p.test, p.test_image)
+            test_image = p.test_image
+            if test_image is None and self.report_page is not None:  # the report shows it
+                test_image = self.evaluator.load(p.test)
+            result = self.evaluator.evaluate(p.reference, p.test, test_image)
             for message in result.warnings:
                 self.console.warning(message)
-            self.stage(p, result)
+            self.stage(p, result, test_image)
             rows.append(csv_row(result))
             if self.overlapped:
                 kept.append(result)
@@ -262,6 +295,8 @@ class Run:
             self._stage_histogram(self.overlapped_output, kept)
         if self.csv_output is not None and (rows or not os.path.exists(self.csv_output.real)):
             self.staging.write(self.csv_output, write_appended_csv(self.csv_output.real, rows))
+        if self.report_page is not None:
+            stage_page(self.staging, self.report_page, self.report_records, self.report_settings())
         self.staging.commit()
 
         if self.console.verbosity >= 1:
@@ -270,6 +305,8 @@ class Run:
                 done = (f"{len(rows)} of {len(self.pairs)} pair(s), {len(self.failures)} failed (see the errors "
                         "above)" if self.failures else f"{len(rows)} pair(s)")
                 lines.append(f"Evaluated {done}; summary CSV: {self.csv_output.path}")
+            if self.report_page is not None:
+                lines.append(f"HTML report: {self.report_page.path}")
             lines.append(f"Total time: {time.perf_counter() - t_start:.4f} seconds")
             self.console.lines(lines)
         if gate_failures:

@@ -1,0 +1,543 @@
+"""The HTML report of ``flip-loss --report DIR``: one static page, ``DIR/index.html``, with its
+images beside it in ``DIR/pairs/``, that opens from disk in a browser with nothing else: no server,
+no network, no script or style sheet from elsewhere (the page's own CSS and JavaScript,
+``report_assets``, are written into it).
+
+The page shows a summary of the run (pairs, the gate's verdict, viewing conditions, version, date),
+a table of the pairs sortable by each pooled value (worst first), and per pair the reference, the
+test image and the magma error map side by side at one scale, with a control that flips between
+reference and test in place, the weighted histogram (inline SVG) and, for HDR-FLIP, the exposure
+map and exposures. Thumbnails keep a page of hundreds of pairs light; the full-size images are
+linked and can replace the thumbnails in place.
+
+It is written in two steps, so that a run whose pairs were evaluated elsewhere can write it too:
+
+1. :func:`stage_pair_images`, right after a pair is evaluated (where its images are in memory),
+   stages the pair's pictures and returns a :class:`PairRecord`; :func:`failed_record` records a
+   pair that could not be evaluated. A record holds plain values only (strings, numbers, tuples),
+   so records can be pickled and gathered to one process (e.g. the rank 0 of a sharded run, with
+   ``torch.distributed.gather_object``).
+2. :func:`stage_page`, once every pair has run, writes ``index.html`` from the list of records.
+
+Every file goes through the run's :class:`~.outputs.Staging` and :class:`~.outputs.OutputGuard`:
+checked before anything is written, never an input, and renamed into place only when the whole
+run has succeeded.
+"""
+import datetime
+import html
+import math
+import os
+import re
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from urllib.parse import quote
+
+from .errors import UsageError
+from .evaluate import Result
+from .outputs import Output, Staging, check_directory, write_png, write_text_file
+from .report_assets import PAGE_SCRIPT, PAGE_STYLE
+
+REPORT_PAGE = "index.html"
+IMAGE_FOLDER = "pairs"
+# The longest side of a thumbnail, in pixels: small enough that a few hundred pairs load quickly,
+# large enough to see where the errors are.
+THUMBNAIL_SIZE = 320
+HISTOGRAM_BINS = 100
+# The page's <meta name="generator">: a directory whose index.html carries it holds an earlier
+# report, which a new one may replace; any other index.html is the user's and is never overwritten.
+GENERATOR = "flip-loss"
+_GENERATOR_MARK = f'<meta name="generator" content="{GENERATOR}'
+
+
+class Column(NamedTuple):
+    """A pooled value of the pairs table: its key (as --fail-above names it where it can be a gate
+    quantity), its heading and the PooledValues field it shows."""
+    key: str
+    label: str
+    field: str
+
+
+COLUMNS = (Column("mean", "Mean", "mean"),
+           Column("weighted-median", "Weighted median", "weighted_median"),
+           Column("weighted-quartile-1", "1st weighted quartile", "weighted_quartile_1"),
+           Column("weighted-quartile-3", "3rd weighted quartile", "weighted_quartile_3"),
+           Column("max", "Max", "max"))
+_COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
+
+# The pictures of a pair, in the order they are shown: (kind, caption).
+_PICTURES = (("reference", "Reference"), ("test", "Test"), ("error", "FLIP error map"),
+             ("exposure", "Exposure map"))
+
+
+class Picture(NamedTuple):
+    """One picture of a pair, as paths relative to the report directory ('/'-separated)."""
+    kind: str        # "reference", "test", "error" or "exposure"
+    thumbnail: str   # the file shown on the page (the full-size one when the image is small)
+    full: str
+
+
+class PairRecord(NamedTuple):
+    """One pair as the report shows it. Plain values only (see the module docstring)."""
+    index: int                              # 1-based position among the run's pairs
+    reference: str
+    test: str
+    failure: Optional[str] = None           # why the pair could not be evaluated; None if it was
+    pooled: Optional[Tuple[float, ...]] = None   # flip_loss.pooling.PooledValues
+    exposures: Optional[Tuple[float, float, int]] = None   # HDR-FLIP: start, stop (stops), count
+    shown_exposure: Optional[float] = None  # HDR-FLIP: the exposure of the pictures shown
+    seconds: float = 0.0
+    histogram: Tuple[float, ...] = ()       # the weighted histogram (HISTOGRAM_BINS buckets)
+    size: Tuple[int, int] = (0, 0)          # width, height
+    thumbnail_size: Tuple[int, int] = (0, 0)
+    pictures: Tuple[Picture, ...] = ()
+
+
+class ReportSettings(NamedTuple):
+    """What the run's pairs share, for the page's summary."""
+    ppd: float
+    hdr: bool
+    tone_mapper: str
+    gate: Optional[Tuple[str, float]]       # (quantity, threshold) of --fail-above
+    inputs: Tuple[Tuple[str, str], ...]     # (what, path), e.g. ("Reference folder", "refs/")
+    pairs: int                              # the number of pairs the run had to evaluate
+    version: str
+    created: str                            # date and time, ISO 8601
+
+
+def settings_now(ppd: float, hdr: bool, tone_mapper: str, gate, inputs, pairs: int) -> ReportSettings:
+    """The settings of a report written now, by this version of flip-loss."""
+    from .. import __version__
+
+    created = datetime.datetime.now().astimezone().replace(microsecond=0).isoformat()
+    return ReportSettings(ppd, hdr, tone_mapper, gate, tuple(inputs), pairs, __version__, created)
+
+
+# --- the report directory -------------------------------------------------------------------------
+
+def _is_report_page(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return _GENERATOR_MARK.encode() in head
+
+
+def check_report_directory(directory: str) -> List[str]:
+    """Checks that the report may be written into ``directory``: a directory that exists or can be
+    created, and holds no ``index.html`` or ``pairs`` of its own (only an earlier report's, which is
+    replaced). Returns the directories the report will create (for OutputGuard)."""
+    check_directory(directory)
+    page = os.path.join(directory, REPORT_PAGE)
+    images = os.path.join(directory, IMAGE_FOLDER)
+    earlier_report = _is_report_page(page)
+    for path, what in ((page, REPORT_PAGE), (images, f"'{IMAGE_FOLDER}'")):
+        if os.path.lexists(path) and not earlier_report:
+            raise UsageError(f"--report: the directory '{directory}' already holds {what}, and it is not "
+                             f"from an earlier flip-loss report; choose a new or empty directory (the "
+                             f"report writes {REPORT_PAGE} and {IMAGE_FOLDER}/ there)")
+    if os.path.lexists(images) and not os.path.isdir(images):
+        raise UsageError(f"--report: '{images}' is not a directory")
+    return [d for d in (directory, images) if not os.path.isdir(d)]
+
+
+def page_path(directory: str) -> str:
+    return os.path.join(directory, REPORT_PAGE)
+
+
+# --- the pictures of a pair -----------------------------------------------------------------------
+
+def thumbnail_factor(width: int, height: int) -> int:
+    """The whole number by which a width x height image is shrunk into a thumbnail (1: shown as
+    it is). One factor for all pictures of a pair keeps them at one scale."""
+    return max(1, math.ceil(max(width, height) / THUMBNAIL_SIZE))
+
+
+def _safe_stem(path: str) -> str:
+    """The file name of ``path`` without extension, reduced to characters that need no escaping in
+    a file name or a URL (the pair's number keeps the names apart)."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("._")[:48] or "pair"
+
+
+def picture_files(index: int, test: str, hdr: bool, size: Tuple[int, int]) -> List[Tuple[str, str, str]]:
+    """The report's files of pair ``index``: (kind, relative path, what) with kind
+    '<picture>' (full size) or '<picture>.thumbnail' (only when the image is shrunk)."""
+    base = f"{IMAGE_FOLDER}/{index:04d}-{_safe_stem(test)}"
+    shrunk = thumbnail_factor(*size) > 1
+    files = []
+    for kind, caption in _PICTURES:
+        if kind == "exposure" and not hdr:
+            continue
+        files.append((kind, f"{base}.{kind}.png", f"report image ({caption.lower()})"))
+        if shrunk:
+            files.append((f"{kind}.thumbnail", f"{base}.{kind}.thumbnail.png",
+                          f"report thumbnail ({caption.lower()})"))
+    return files
+
+
+def _blocks(a, factor: int, fill: float):
+    """``a`` (H x W or H x W x C) cut into factor x factor blocks: an array of shape
+    (ceil(H / factor), ceil(W / factor), factor * factor[, C]); the edge blocks are padded with ``fill``."""
+    import numpy as np
+
+    h, w = a.shape[:2]
+    hb, wb = -(-h // factor), -(-w // factor)
+    pad = [(0, hb * factor - h), (0, wb * factor - w)] + [(0, 0)] * (a.ndim - 2)
+    padded = np.pad(a, pad, constant_values=fill)
+    blocks = padded.reshape(hb, factor, wb, factor, *a.shape[2:]).swapaxes(1, 2)
+    return blocks.reshape(hb, wb, factor * factor, *a.shape[2:])
+
+
+def _shrunk_image(rgb, factor: int):
+    """An 8-bit RGB image shrunk by ``factor``: each pixel the mean of its block."""
+    import numpy as np
+
+    mean = np.nanmean(_blocks(rgb.astype(np.float32), factor, np.nan), axis=2)
+    return np.clip(np.round(mean), 0, 255).astype(np.uint8)
+
+
+def _shrunk_maps(error, exposure, factor: int):
+    """The error map shrunk by ``factor`` with the largest error of each block (so that a single
+    wrong pixel still shows in the thumbnail), and the exposure map taken at the same pixels."""
+    import numpy as np
+
+    blocks = _blocks(error, factor, -np.inf)
+    where = np.argmax(blocks, axis=2)[..., None]
+    error_small = np.take_along_axis(blocks, where, axis=2)[..., 0]
+    exposure_small = None
+    if exposure is not None:
+        exposure_small = np.take_along_axis(_blocks(exposure, factor, 0.0), where, axis=2)[..., 0]
+    return error_small, exposure_small
+
+
+def displayed_exposure(exposures) -> float:
+    """The exposure (in stops) at which the pictures of an HDR pair are shown: the middle of its
+    exposure range, between the one that shows the brightest pixel and the one that shows the
+    median luminance well."""
+    return 0.5 * (exposures.start + exposures.stop)
+
+
+def display_image(image, hdr: bool, tone_mapper: str, exposure: Optional[float]):
+    """An image of the run (3 x H x W tensor) as an 8-bit sRGB H x W x 3 array: LDR values as they
+    are (they are sRGB-encoded); HDR values exposed by ``exposure`` stops and tone mapped as HDR-FLIP
+    does at that exposure, then sRGB-encoded for the screen."""
+    import numpy as np
+    import torch
+
+    x = image.detach().to("cpu", torch.float32)
+    if hdr:
+        from ..reference import hdr_to_ldr, linear_to_srgb
+
+        x = linear_to_srgb(hdr_to_ldr(x[None], 2.0 ** exposure, tone_mapper)[0])
+    values = x.clamp(0.0, 1.0).permute(1, 2, 0).numpy()
+    return np.round(values * 255.0).astype(np.uint8)
+
+
+def stage_pair_images(staging: Staging, outputs: Dict[str, Output], index: int, result: Result,
+                      reference_image, test_image, hdr: bool, tone_mapper: str) -> PairRecord:
+    """Stages the pictures of evaluated pair ``index`` into its report files ``outputs`` (claimed
+    with :func:`picture_files`' kinds, relative paths as given there) and returns its record."""
+    from ..colormaps import MAGMA, VIRIDIS, apply_colormap
+    from ..pooling import weighted_histogram
+
+    height, width = result.error.shape
+    factor = thumbnail_factor(width, height)
+    shown = displayed_exposure(result.exposures) if hdr else None
+    full = {"reference": display_image(reference_image, hdr, tone_mapper, shown),
+            "test": display_image(test_image, hdr, tone_mapper, shown),
+            "error": apply_colormap(result.error, MAGMA)}
+    if hdr:
+        full["exposure"] = apply_colormap(result.exposure, VIRIDIS)
+    small = {}
+    if factor > 1:
+        error_small, exposure_small = _shrunk_maps(result.error, result.exposure, factor)
+        small = {"reference": _shrunk_image(full["reference"], factor),
+                 "test": _shrunk_image(full["test"], factor),
+                 "error": apply_colormap(error_small, MAGMA)}
+        if hdr:
+            small["exposure"] = apply_colormap(exposure_small, VIRIDIS)
+    pictures = []
+    for kind, image in full.items():
+        staging.write(outputs[kind], write_png(image))
+        if factor > 1:
+            staging.write(outputs[f"{kind}.thumbnail"], write_png(small[kind]))
+        pictures.append(Picture(kind, _relative(outputs[f"{kind}.thumbnail" if factor > 1 else kind]),
+                                _relative(outputs[kind])))
+    thumbnail_height, thumbnail_width = (small or full)["error"].shape[:2]
+    _, histogram = weighted_histogram(result.error, HISTOGRAM_BINS)
+    exposures = tuple(result.exposures) if result.exposures is not None else None
+    return PairRecord(index, result.reference, result.test, None, tuple(result.pooled), exposures, shown,
+                      result.seconds, tuple(float(v) for v in histogram), (width, height),
+                      (thumbnail_width, thumbnail_height), tuple(pictures))
+
+
+def _relative(out: Output) -> str:
+    """The report-relative path of a report file (the last two parts: pairs/<name>)."""
+    return f"{IMAGE_FOLDER}/{os.path.basename(out.path)}"
+
+
+def failed_record(index: int, reference: str, test: str, message: str) -> PairRecord:
+    """The record of pair ``index``, which could not be evaluated."""
+    return PairRecord(index, reference, test, failure=message)
+
+
+# --- the page -------------------------------------------------------------------------------------
+
+def _esc(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _url(relative: str) -> str:
+    return quote(relative, safe="/")
+
+
+def _pooled(record: PairRecord):
+    from ..pooling import PooledValues
+
+    return PooledValues(*record.pooled)
+
+
+def _gate_value(record: PairRecord, quantity: str) -> float:
+    return getattr(_pooled(record), _COLUMN_BY_KEY[quantity].field)
+
+
+def _is_over(record: PairRecord, gate) -> bool:
+    return gate is not None and record.failure is None and _gate_value(record, gate[0]) > gate[1]
+
+
+def default_order(records: Sequence[PairRecord], gate) -> List[PairRecord]:
+    """The table's first order, worst first: the pairs that failed, then by the gate's quantity
+    (the mean without a gate), largest first; ties by position in the run."""
+    key = gate[0] if gate is not None else "mean"
+    return sorted(records, key=lambda r: (r.failure is None,
+                                          -_gate_value(r, key) if r.failure is None else 0.0, r.index))
+
+
+def _quantity_text(quantity: str) -> str:
+    return _COLUMN_BY_KEY[quantity].label.lower()
+
+
+def _summary(records: Sequence[PairRecord], settings: ReportSettings) -> str:
+    evaluated = [r for r in records if r.failure is None]
+    failed = len(records) - len(evaluated)
+    rows = []
+    pairs_text = (f"{len(evaluated)} of {settings.pairs} evaluated, "
+                  f"<strong class=\"bad\">{failed} failed</strong>" if failed else f"{len(evaluated)} evaluated")
+    rows.append(("Pairs", pairs_text))
+    if settings.gate is None:
+        rows.append(("Gate", "none (no --fail-above)"))
+    else:
+        quantity, threshold = settings.gate
+        over = sum(_is_over(r, settings.gate) for r in evaluated)
+        what = f"the {_quantity_text(quantity)} above {threshold:.6f}"
+        verdict = (f'<strong class="bad">failed</strong>: {over} of {len(evaluated)} pair(s) with {what}'
+                   if over else f'<strong class="good">passed</strong>: no pair with {what}')
+        rows.append(("Gate", f'<span id="gate-verdict" data-verdict="{"failed" if over else "passed"}">'
+                             f"{verdict}</span> (--fail-above {_esc(quantity)} {threshold:g})"))
+    rows.append(("Metric", "HDR-FLIP, tone mapper " + _esc(settings.tone_mapper) if settings.hdr else "LDR-FLIP"))
+    rows.append(("Viewing conditions", f"{settings.ppd:.4f} pixels per degree"))
+    for what, path in settings.inputs:
+        rows.append((_esc(what), f"<code>{_esc(path)}</code>"))
+    rows.append(("Written by", f"flip-loss {_esc(settings.version)}"))
+    rows.append(("Date", f'<time datetime="{_esc(settings.created)}">{_esc(settings.created)}</time>'))
+    items = "\n".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
+    return f'<section aria-labelledby="summary-title">\n<h2 id="summary-title">Summary</h2>\n<dl class="summary">\n{items}\n</dl>\n</section>'
+
+
+def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
+    key = settings.gate[0] if settings.gate is not None else "mean"
+    heads = ['<th scope="col" class="num">#</th>',
+             '<th scope="col" data-sort-key="test"><button type="button" class="sort" '
+             'aria-describedby="sort-help">Test</button></th>',
+             '<th scope="col">Reference</th>']
+    for c in COLUMNS:
+        sort = ' aria-sort="descending"' if c.key == key else ""
+        heads.append(f'<th scope="col" class="num" data-sort-key="{c.key}"{sort}><button type="button" '
+                     f'class="sort" aria-describedby="sort-help">{_esc(c.label)}</button></th>')
+    heads.append('<th scope="col">Status</th>')
+    body = []
+    for r in ordered:
+        attrs = [f'data-index="{r.index}"', f'data-test="{_esc(os.path.basename(r.test))}"']
+        cells = [f'<td class="num">{r.index}</td>',
+                 f'<th scope="row"><a href="#pair-{r.index}" title="{_esc(r.test)}">'
+                 f'{_esc(os.path.basename(r.test))}</a></th>',
+                 f'<td title="{_esc(r.reference)}">{_esc(os.path.basename(r.reference))}</td>']
+        if r.failure is None:
+            pooled = _pooled(r)
+            for c in COLUMNS:
+                v = getattr(pooled, c.field)
+                attrs.append(f'data-{c.key}="{v!r}"')
+                cells.append(f'<td class="num">{v:.4f}</td>')
+            over = _is_over(r, settings.gate)
+            status = ('<span class="badge bad">over threshold</span>' if over else
+                      '<span class="badge good">within</span>' if settings.gate is not None else "evaluated")
+            state = "over" if over else "ok"
+        else:
+            cells += ['<td class="num">&ndash;</td>'] * len(COLUMNS)
+            status = f'<span class="badge bad">failed</span> <span class="why">{_esc(r.failure)}</span>'
+            state = "failed"
+        attrs.append(f'data-state="{state}"')
+        cells.append(f"<td>{status}</td>")
+        body.append(f'<tr {" ".join(attrs)} class="{state}">' + "".join(cells) + "</tr>")
+    sorted_by = f"{_COLUMN_BY_KEY[key].label}, largest first"
+    return (f'<section aria-labelledby="pairs-title">\n<h2 id="pairs-title">Pairs</h2>\n'
+            f'<p id="sort-help" class="hint">Sort by a column with its heading button; again to reverse. '
+            f'Failed pairs count as worst.</p>\n'
+            f'<table id="pairs-table" data-sort-key="{key}" data-sort-descending="true">\n'
+            f'<caption>Pairs sorted by <span id="sort-status" aria-live="polite">{sorted_by}</span></caption>\n'
+            f'<thead><tr>{"".join(heads)}</tr></thead>\n<tbody>\n' + "\n".join(body) + "\n</tbody>\n</table>\n</section>")
+
+
+def histogram_svg(record: PairRecord, label_id: str) -> str:
+    """The weighted histogram of an evaluated pair as inline SVG: a bar per bucket with weight,
+    lines at the mean (red), weighted median (grey) and quartiles (purple)."""
+    width, height, left, right, top, bottom = 330, 150, 56, 10, 10, 30
+    plot_w, plot_h = width - left - right, height - top - bottom
+    tallest = max(record.histogram) if record.histogram else 0.0
+    scale = plot_h / tallest if tallest > 0 else 0.0
+    bar_w = plot_w / max(1, len(record.histogram))
+    # Inline SVG in HTML needs no xmlns (and the page holds no URL at all).
+    parts = [f'<svg class="histogram" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+             f'role="img" aria-labelledby="{label_id}">']
+    pooled = _pooled(record)
+    parts.append(f'<title id="{label_id}">Weighted FLIP histogram of {_esc(os.path.basename(record.test))}: '
+                 f'mean {pooled.mean:.4f}, weighted median {pooled.weighted_median:.4f}, quartiles '
+                 f'{pooled.weighted_quartile_1:.4f} and {pooled.weighted_quartile_3:.4f}, '
+                 f'max {pooled.max:.4f}</title>')
+    parts.append('<g class="bars">')
+    for i, value in enumerate(record.histogram):
+        if value > 0:
+            h = value * scale
+            parts.append(f'<rect data-bin="{i}" x="{left + i * bar_w:.2f}" y="{top + plot_h - h:.2f}" '
+                         f'width="{bar_w:.2f}" height="{h:.2f}"/>')
+    parts.append("</g>")
+    for value, cls in ((pooled.weighted_quartile_1, "quartile"), (pooled.weighted_quartile_3, "quartile"),
+                       (pooled.weighted_median, "median"), (pooled.mean, "mean")):
+        x = left + min(max(value, 0.0), 1.0) * plot_w
+        parts.append(f'<line class="{cls}" x1="{x:.2f}" x2="{x:.2f}" y1="{top}" y2="{top + plot_h}"/>')
+    base = top + plot_h
+    parts.append(f'<path class="axis" d="M{left} {top}V{base}H{left + plot_w}"/>')
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        x = left + tick * plot_w
+        parts.append(f'<path class="axis" d="M{x:.2f} {base}v4"/>'
+                     f'<text x="{x:.2f}" y="{base + 15}" text-anchor="middle">{tick:g}</text>')
+    parts.append(f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{tallest:.3g}</text>'
+                 f'<text x="{left - 4}" y="{base}" text-anchor="end">0</text>'
+                 f'<text x="{left + plot_w / 2:.0f}" y="{height - 2}" text-anchor="middle">FLIP error</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _figure(record: PairRecord, picture: Picture, caption: str, flip: Optional[Picture] = None,
+            figure_id: Optional[str] = None) -> str:
+    """A picture of a pair. ``flip``: the test picture, which the figure can show in place."""
+    w, h = record.thumbnail_size
+    name = os.path.basename(record.test if picture.kind == "test" else record.reference)
+    alt = {"reference": f"reference {name}", "test": f"test {name}",
+           "error": f"FLIP error map of {os.path.basename(record.test)}",
+           "exposure": f"exposure map of {os.path.basename(record.test)}"}[picture.kind]
+    data = f'data-thumbnail="{_url(picture.thumbnail)}" data-full="{_url(picture.full)}"'
+    if flip is not None:
+        data += (f' data-flip-thumbnail="{_url(flip.thumbnail)}" data-flip-full="{_url(flip.full)}"'
+                 f' data-alt="{_esc(alt)}" data-flip-alt="{_esc("test " + os.path.basename(record.test))}"')
+    role = ' class="flip-view"' if flip is not None else ""
+    if figure_id is not None:
+        role += f' id="{figure_id}"'
+    caption_html = (f'<span class="flip-caption" data-caption="{_esc(caption)}" data-flip-caption="Test">'
+                    f'{_esc(caption)}</span>' if flip is not None else _esc(caption))
+    return (f'<figure{role}><div class="frame"><img src="{_url(picture.thumbnail)}" {data} alt="{_esc(alt)}" '
+            f'width="{w}" height="{h}" loading="lazy" decoding="async"></div>'
+            f'<figcaption>{caption_html} <a class="full-link" href="{_url(picture.full)}">full size'
+            f'<span class="hidden-label">: {_esc(alt)}</span></a></figcaption></figure>')
+
+
+def _card(record: PairRecord, settings: ReportSettings) -> str:
+    test_name = os.path.basename(record.test)
+    title_id = f"pair-{record.index}-title"
+    head = (f'<article class="pair" id="pair-{record.index}" tabindex="-1" aria-labelledby="{title_id}" '
+            f'data-flipped="false" data-full="false">'
+            f'<h3 id="{title_id}"><span class="num">{record.index}.</span> {_esc(test_name)}</h3>'
+            f'<p class="paths">test <code>{_esc(record.test)}</code>, reference <code>{_esc(record.reference)}</code></p>')
+    if record.failure is not None:
+        return (head + f'<p class="failure"><span class="badge bad">failed</span> not evaluated: '
+                       f'{_esc(record.failure)}</p></article>')
+    pooled = _pooled(record)
+    over = _is_over(record, settings.gate)
+    values = [f'<span class="{"bad" if over and c.key == settings.gate[0] else ""}">{_esc(c.label)} '
+              f'<strong>{getattr(pooled, c.field):.6f}</strong></span>' for c in COLUMNS]
+    values.insert(4, f"<span>Min <strong>{pooled.min:.6f}</strong></span>")
+    status = ('<span class="badge bad">over threshold</span> ' if over else "")
+    details = [f"{record.size[0]} &times; {record.size[1]} pixels", f"evaluated in {record.seconds:.3f} s"]
+    if record.exposures is not None:
+        start, stop, count = record.exposures
+        details.insert(0, f"exposures {start:.4f} to {stop:.4f} stops, {count} of them; pictures shown "
+                          f"tone mapped ({_esc(settings.tone_mapper)}) at {record.shown_exposure:.4f} stops")
+    pictures = {p.kind: p for p in record.pictures}
+    shrunk = any(p.thumbnail != p.full for p in record.pictures)
+    # The visible label starts each button's name; the hidden part says which pair it acts on.
+    of_pair = f'<span class="hidden-label"> of {_esc(test_name)}</span>'
+    controls = [f'<button type="button" class="flip" aria-pressed="false" aria-controls="pair-{record.index}-view" '
+                f'aria-keyshortcuts="F">Flip reference / test{of_pair} <kbd>F</kbd></button>']
+    if shrunk:
+        controls.append(f'<button type="button" class="full-size" aria-pressed="false">Full size{of_pair}</button>')
+    figures = [_figure(record, pictures["reference"], "Reference", flip=pictures["test"],
+                       figure_id=f"pair-{record.index}-view"),
+               _figure(record, pictures["test"], "Test"),
+               _figure(record, pictures["error"], "FLIP error map")]
+    if "exposure" in pictures:
+        figures.append(_figure(record, pictures["exposure"], "Exposure map"))
+    figures.append(f'<figure class="histogram-figure">{histogram_svg(record, f"pair-{record.index}-histogram")}'
+                   f'<figcaption>Weighted histogram: <span class="key mean">mean</span>, '
+                   f'<span class="key median">weighted median</span>, <span class="key quartile">quartiles</span>'
+                   f'</figcaption></figure>')
+    scale = ("thumbnails: each pixel the mean of a block of the image, the largest error of the block in "
+             "the error map" if shrunk else "at full size")
+    return (head + f'<p class="values">{status}{" ".join(values)}</p>'
+                   f'<p class="details">{"; ".join(details)}; {scale}</p>'
+                   f'<div class="controls">{"".join(controls)}</div>'
+                   f'<div class="pictures">{"".join(figures)}</div></article>')
+
+
+def render_page(records: Sequence[PairRecord], settings: ReportSettings) -> str:
+    """The report page (HTML text) of ``records`` (any order; each pair once)."""
+    ordered = default_order(records, settings.gate)
+    title = f"FLIP report: {len(records)} pair(s)"
+    cards = "\n".join(_card(r, settings) for r in ordered)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+{_GENERATOR_MARK} {_esc(settings.version)}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_esc(title)}</title>
+<style>
+{PAGE_STYLE}
+</style>
+</head>
+<body>
+<a class="skip" href="#pairs-table">Skip to the pairs table</a>
+<header><h1>{'HDR' if settings.hdr else 'LDR'}-FLIP report</h1></header>
+<main>
+{_summary(records, settings)}
+{_table(ordered, settings)}
+<section aria-labelledby="details-title">
+<h2 id="details-title">Pictures</h2>
+<noscript><p class="hint">Sorting, flipping and full-size viewing need JavaScript; the pictures and links work without it.</p></noscript>
+<p class="hint">Reference, test and error map at one scale. <kbd>F</kbd> (or the flip button) shows the test image in place of the reference in the pair that has the focus.</p>
+<div id="pair-cards">
+{cards}
+</div>
+</section>
+</main>
+<script>
+{PAGE_SCRIPT}
+</script>
+</body>
+</html>
+"""
+
+
+def stage_page(staging: Staging, out: Output, records: Sequence[PairRecord], settings: ReportSettings) -> None:
+    """Stages ``index.html`` (claimed as ``out``) for ``records``: every pair of the run, evaluated
+    or failed."""
+    staging.write(out, write_text_file(render_page(records, settings)))
