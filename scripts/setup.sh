@@ -5,8 +5,19 @@
 #
 #   FLIP_LOSS_CUDA=0|1   force the CUDA kernels off/on (default: on when nvcc and CUDA torch exist)
 #   MAX_JOBS=N           parallel compile jobs (default 2)
+#   --with-browser       also install Chromium (Debian's chromium package), which the tests of the
+#                        HTML report (tests/test_report.py) drive; scripts/test.sh passes it, the
+#                        main-job command does not
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+with_browser=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-browser) with_browser=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (known: --with-browser)" >&2; exit 2 ;;
+  esac
+done
 
 need_apt=()
 command -v g++ >/dev/null || need_apt+=(g++)
@@ -19,6 +30,15 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing system packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+# Chromium on its own: where it cannot be installed (no such package, e.g. Ubuntu's snap-only
+# one) the browser tests skip with their reason instead of the whole set-up failing.
+if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+  echo "== installing chromium (browser tests of the HTML report)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if ! { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; then
+    echo "setup.sh: warning: could not install chromium; the browser tests of tests/test_report.py will skip" >&2
+  fi
 fi
 
 if [ ! -x .venv/bin/python ]; then
