@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -66,10 +67,6 @@ class Tags(html.parser.HTMLParser):
 # A folder-mode run with a report: four pairs that differ in different ways, and one that fails
 # ----------------------------------------------------------------------------------------------
 
-class Run:
-    pass
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("report")
@@ -97,13 +94,13 @@ def run(tmp_path_factory):
     out, report = d / "out", d / "report"
     code = main(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out), "--report", str(report),
                  "--no-progress", "--fail-above", "mean", str(threshold)])
-    r = Run()
-    r.__dict__.update(dir=d, refs=refs, tests=tests, out=out, report=report, page=report / "index.html",
-                      code=code, maps=maps, pooled=pooled, threshold=threshold, inputs=inputs,
-                      names=sorted(distorted), index={n: i for i, n in enumerate(sorted([*distorted, "resized"]), 1)})
-    r.html = r.page.read_text(encoding="utf-8")
-    r.parsed = Tags(r.html)
-    return r
+    page = report / "index.html"
+    text = page.read_text(encoding="utf-8")
+    # the pairs are numbered in the folder's (sorted) order
+    numbers = {n: i for i, n in enumerate(sorted([*distorted, "resized"]), 1)}
+    return SimpleNamespace(refs=refs, tests=tests, out=out, report=report, page=page, code=code, maps=maps,
+                           pooled=pooled, threshold=threshold, inputs=inputs, names=sorted(distorted),
+                           index=numbers, html=text, parsed=Tags(text))
 
 
 def expected_order(run, column="mean"):
@@ -455,7 +452,8 @@ def test_browser_renders_rows_worst_first_with_every_image_loaded(run, browser, 
     assert len(images) == 4 * 3
     for src, width, height in images:
         assert (width, height) == Image.open(run.report / src).size, src
-    requested = [m["params"]["request"]["url"] for m in browser.events if m.get("method") == "Network.requestWillBeSent"]
+    requested = [m["params"]["request"]["url"] for m in browser.events
+                 if m.get("method") == "Network.requestWillBeSent"]
     assert requested and all(url.startswith("file://") for url in requested), requested
     shot, data = browser.screenshot(full_page=True)
     path = tmp_path_factory.getbasetemp() / "report_screenshot.png"
@@ -520,7 +518,7 @@ def test_browser_flip_control_switches_the_image_in_place(run, browser):
     assert browser.js(f"document.querySelector('{view}').getAttribute('src')").endswith(".test.thumbnail.png")
     assert browser.js(f"document.querySelector('{card} button.flip').getAttribute('aria-pressed')") == "true"
     assert browser.js(f"document.querySelector('{card} .flip-caption').textContent") == "Test"
-    browser.js(f"new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))", wait=True)
+    browser.js("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))", wait=True)
     to_ref, to_test = shown()
     assert to_test < 1.0 < to_ref
     browser.press("f")  # the key F flips back the pair that has the focus
@@ -530,7 +528,8 @@ def test_browser_flip_control_switches_the_image_in_place(run, browser):
     browser.js(f"document.querySelector('{card} button.full-size').click()")
     sizes = browser.js(f"""(async () => {{
       const imgs = Array.from(document.querySelectorAll('{card} img'));
-      await Promise.all(imgs.map(i => i.complete ? null : new Promise(r => i.addEventListener('load', r, {{once: true}}))));
+      await Promise.all(imgs.map(i => i.complete ? null
+                                 : new Promise(r => i.addEventListener('load', r, {{once: true}}))));
       return imgs.map(i => [i.naturalWidth, Math.round(i.getBoundingClientRect().width)]); }})()""", wait=True)
     assert sizes == [[W, W]] * 3
     browser.press("f")

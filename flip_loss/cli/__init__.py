@@ -5,7 +5,7 @@ images paired by name) and prints the pooled values in the layout of NVIDIA's ``
 (``flip_loss.functional.ldr_flip``) for LDR images, HDR-FLIP (``flip_loss.hdr_flip``) when the
 reference is an OpenEXR file, as the tool decides. Writes the error maps as magma (or grey) PNGs,
 for HDR-FLIP also the exposure maps (viridis), and on request the pooled values as text files, a CSV
-summary and weighted histograms (PNG, drawn with matplotlib).
+summary, weighted histograms (PNG, drawn with matplotlib) and an HTML report (``--report``).
 ``--fail-above`` turns it into a regression gate. ``flip-loss psychophysics ...`` runs the
 psychophysics suite (``flip_loss.psychophysics.cli``). See ``flip-loss --help``.
 
@@ -17,8 +17,9 @@ so a failed or interrupted run leaves no file behind, half-written or whole. The
 
 The modules, by job: ``arguments`` (the parser, option checks), ``pairs`` (which images are
 compared), ``evaluate`` (one pair into a record), ``outputs`` (names, safety checks, atomic
-writing), ``histogram`` (drawing), ``run`` (the order of the work and what is printed) and
-``errors`` (exit codes, the usage error).
+writing), ``histogram`` (drawing), ``report`` (the HTML report; its style sheet and script in
+``report_assets``), ``run`` (the order of the work and what is printed) and ``errors`` (exit codes,
+the usage error).
 """
 import contextlib
 import signal

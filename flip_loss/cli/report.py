@@ -341,7 +341,8 @@ def _summary(records: Sequence[PairRecord], settings: ReportSettings) -> str:
     rows.append(("Written by", f"flip-loss {_esc(settings.version)}"))
     rows.append(("Date", f'<time datetime="{_esc(settings.created)}">{_esc(settings.created)}</time>'))
     items = "\n".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
-    return f'<section aria-labelledby="summary-title">\n<h2 id="summary-title">Summary</h2>\n<dl class="summary">\n{items}\n</dl>\n</section>'
+    return (f'<section aria-labelledby="summary-title">\n<h2 id="summary-title">Summary</h2>\n'
+            f'<dl class="summary">\n{items}\n</dl>\n</section>')
 
 
 def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
@@ -385,7 +386,8 @@ def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
             f'Failed pairs count as worst.</p>\n'
             f'<table id="pairs-table" data-sort-key="{key}" data-sort-descending="true">\n'
             f'<caption>Pairs sorted by <span id="sort-status" aria-live="polite">{sorted_by}</span></caption>\n'
-            f'<thead><tr>{"".join(heads)}</tr></thead>\n<tbody>\n' + "\n".join(body) + "\n</tbody>\n</table>\n</section>")
+            f'<thead><tr>{"".join(heads)}</tr></thead>\n<tbody>\n' + "\n".join(body)
+            + "\n</tbody>\n</table>\n</section>")
 
 
 def histogram_svg(record: PairRecord, label_id: str) -> str:
@@ -457,7 +459,8 @@ def _card(record: PairRecord, settings: ReportSettings) -> str:
     head = (f'<article class="pair" id="pair-{record.index}" tabindex="-1" aria-labelledby="{title_id}" '
             f'data-flipped="false" data-full="false">'
             f'<h3 id="{title_id}"><span class="num">{record.index}.</span> {_esc(test_name)}</h3>'
-            f'<p class="paths">test <code>{_esc(record.test)}</code>, reference <code>{_esc(record.reference)}</code></p>')
+            f'<p class="paths">test <code>{_esc(record.test)}</code>, '
+            f'reference <code>{_esc(record.reference)}</code></p>')
     if record.failure is not None:
         return (head + f'<p class="failure"><span class="badge bad">failed</span> not evaluated: '
                        f'{_esc(record.failure)}</p></article>')
@@ -522,8 +525,10 @@ def render_page(records: Sequence[PairRecord], settings: ReportSettings) -> str:
 {_table(ordered, settings)}
 <section aria-labelledby="details-title">
 <h2 id="details-title">Pictures</h2>
-<noscript><p class="hint">Sorting, flipping and full-size viewing need JavaScript; the pictures and links work without it.</p></noscript>
-<p class="hint">Reference, test and error map at one scale. <kbd>F</kbd> (or the flip button) shows the test image in place of the reference in the pair that has the focus.</p>
+<noscript><p class="hint">Sorting, flipping and full-size viewing need JavaScript; the pictures and
+links work without it.</p></noscript>
+<p class="hint">Reference, test and error map at one scale. <kbd>F</kbd> (or the flip button) shows the
+test image in place of the reference in the pair that has the focus.</p>
 <div id="pair-cards">
 {cards}
 </div>
