@@ -374,8 +374,9 @@ def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
                       '<span class="badge good">within</span>' if settings.gate is not None else "evaluated")
             state = "over" if over else "ok"
         else:
-            cells += ['<td class="num">&ndash;</td>'] * len(COLUMNS)
-            status = f'<span class="badge bad">failed</span> <span class="why">{_esc(r.failure)}</span>'
+            # the reason in place of the values, where there is room for it
+            cells.append(f'<td colspan="{len(COLUMNS)}" class="why">not evaluated: {_esc(r.failure)}</td>')
+            status = '<span class="badge bad">failed</span>'
             state = "failed"
         attrs.append(f'data-state="{state}"')
         cells.append(f"<td>{status}</td>")
@@ -390,10 +391,18 @@ def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
             + "\n</tbody>\n</table>\n</section>")
 
 
+def _compact(value: float) -> str:
+    """A positive number in at most 5 characters: 3 significant digits and k or M."""
+    for unit, scale in (("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"
+
+
 def histogram_svg(record: PairRecord, label_id: str) -> str:
     """The weighted histogram of an evaluated pair as inline SVG: a bar per bucket with weight,
     lines at the mean (red), weighted median (grey) and quartiles (purple)."""
-    width, height, left, right, top, bottom = 330, 150, 56, 10, 10, 30
+    width, height, left, right, top, bottom = 290, 150, 40, 8, 10, 30
     plot_w, plot_h = width - left - right, height - top - bottom
     tallest = max(record.histogram) if record.histogram else 0.0
     scale = plot_h / tallest if tallest > 0 else 0.0
@@ -423,7 +432,7 @@ def histogram_svg(record: PairRecord, label_id: str) -> str:
         x = left + tick * plot_w
         parts.append(f'<path class="axis" d="M{x:.2f} {base}v4"/>'
                      f'<text x="{x:.2f}" y="{base + 15}" text-anchor="middle">{tick:g}</text>')
-    parts.append(f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{tallest:.3g}</text>'
+    parts.append(f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{_compact(tallest)}</text>'
                  f'<text x="{left - 4}" y="{base}" text-anchor="end">0</text>'
                  f'<text x="{left + plot_w / 2:.0f}" y="{height - 2}" text-anchor="middle">FLIP error</text>')
     parts.append("</svg>")
@@ -490,7 +499,7 @@ def _card(record: PairRecord, settings: ReportSettings) -> str:
     if "exposure" in pictures:
         figures.append(_figure(record, pictures["exposure"], "Exposure map"))
     figures.append(f'<figure class="histogram-figure">{histogram_svg(record, f"pair-{record.index}-histogram")}'
-                   f'<figcaption>Weighted histogram: <span class="key mean">mean</span>, '
+                   f'<figcaption>Weighted histogram (FLIP sum per megapixel): <span class="key mean">mean</span>, '
                    f'<span class="key median">weighted median</span>, <span class="key quartile">quartiles</span>'
                    f'</figcaption></figure>')
     scale = ("thumbnails: each pixel the mean of a block of the image, the largest error of the block in "

@@ -38,11 +38,11 @@ dl.summary dd { margin: 0; }
 table { border-collapse: collapse; width: 100%; background: var(--panel); }
 caption { text-align: left; color: var(--muted); padding: 0 0 6px; }
 th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
-thead th { position: sticky; top: 0; background: var(--panel); z-index: 1; white-space: nowrap; }
+thead th { position: sticky; top: 0; background: var(--panel); z-index: 1; vertical-align: bottom; }
 tbody th { font-weight: normal; overflow-wrap: break-word; }
 .num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.over td, tr.over th, tr.failed td, tr.failed th { background: color-mix(in srgb, var(--bad) 10%, transparent); }
-.why { color: var(--muted); font-size: 0.9em; overflow-wrap: anywhere; display: inline-block; max-width: 40em; }
+.why { color: var(--muted); font-size: 0.9em; overflow-wrap: anywhere; }
 button { font: inherit; color: inherit; background: var(--panel); border: 1px solid var(--line);
          border-radius: 6px; padding: 3px 10px; cursor: pointer; }
 button[aria-pressed="true"] { background: color-mix(in srgb, var(--focus) 22%, var(--panel)); }
@@ -64,6 +64,7 @@ figcaption { font-size: 0.9em; color: var(--muted); margin-top: 2px; }
 .pair.full .pictures { flex-direction: column; }
 .pair.full .frame { overflow: auto; max-height: 90vh; max-width: 100%; }
 .pair.full .frame img { max-width: none; width: auto; }
+.histogram-figure { max-width: 290px; }
 svg.histogram { background: var(--panel); max-width: 100%; height: auto; }
 svg.histogram .bars rect { fill: #5b8fd6; }
 svg.histogram line { stroke-width: 1.5; }
