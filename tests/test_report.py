@@ -230,6 +230,18 @@ def test_multi_test_mode_and_an_earlier_report_is_replaced(run, tmp_path, capsys
     assert (report / "notes.txt").read_text() == "mine"
 
 
+def test_file_names_are_escaped_in_the_page_and_plain_in_the_pictures(run, tmp_path):
+    odd = tmp_path / "shot \"<b>&'#1?.png"
+    shutil.copy(run.tests / "noise.png", odd)
+    report = tmp_path / "report"
+    assert main(["-r", str(run.refs / "noise.png"), "-t", str(odd), "--report", str(report), "-nerm", "-v", "0"]) == 0
+    page = Tags((report / "index.html").read_text())
+    assert [r["data-test"] for r in page.rows()] == [odd.name]
+    assert not any(tag == "b" for tag, _ in page.tags)  # the name's <b> is text, not markup
+    names = [p.name for p in (report / "pairs").iterdir()]
+    assert len(names) == 6 and all(re.fullmatch(r"0001-shot_b_1\.[a-z.]+\.png", n) for n in names), names
+
+
 @pytest.mark.parametrize("case", ["foreign page", "foreign pairs folder", "a file", "missing test image",
                                   "unwritable"])
 def test_nothing_is_written_on_error(run, tmp_path, capsys, case):

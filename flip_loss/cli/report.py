@@ -28,12 +28,12 @@ import html
 import math
 import os
 import re
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote
 
 from .errors import UsageError
 from .evaluate import Result
-from .outputs import Output, Staging, check_directory, write_png, write_text_file
+from .outputs import Output, Staging, check_directory, write_text_file
 from .report_assets import PAGE_SCRIPT, PAGE_STYLE
 
 REPORT_PAGE = "index.html"
@@ -189,11 +189,19 @@ def _blocks(a, factor: int, fill: float):
 
 
 def _shrunk_image(rgb, factor: int):
-    """An 8-bit RGB image shrunk by ``factor``: each pixel the mean of its block."""
+    """An 8-bit RGB image shrunk by ``factor``: each pixel the mean of its block (of the pixels
+    inside the image, for the blocks at the right and bottom edges)."""
     import numpy as np
 
-    mean = np.nanmean(_blocks(rgb.astype(np.float32), factor, np.nan), axis=2)
-    return np.clip(np.round(mean), 0, 255).astype(np.uint8)
+    h, w = rgb.shape[:2]
+    hb, wb = -(-h // factor), -(-w // factor)
+    padded = np.zeros((hb * factor, wb * factor, 3), np.float32)
+    padded[:h, :w] = rgb
+    sums = padded.reshape(hb, factor, wb, factor, 3).sum(axis=(1, 3))
+    rows = np.minimum(factor, h - factor * np.arange(hb))
+    columns = np.minimum(factor, w - factor * np.arange(wb))
+    counts = (rows[:, None] * columns[None, :]).astype(np.float32)[..., None]
+    return np.clip(np.round(sums / counts), 0, 255).astype(np.uint8)
 
 
 def _shrunk_maps(error, exposure, factor: int):
@@ -233,6 +241,15 @@ def display_image(image, hdr: bool, tone_mapper: str, exposure: Optional[float])
     return np.round(values * 255.0).astype(np.uint8)
 
 
+def _write_picture(image) -> Callable[[str], None]:
+    """A writer (for Staging.write) of an 8-bit RGB picture as PNG with zlib level 1: a report has
+    several full-size pictures per pair, and level 1 encodes about four times faster than Pillow's
+    default, for files of about the same size."""
+    from PIL import Image
+
+    return lambda path: Image.fromarray(image).save(path, format="PNG", compress_level=1)
+
+
 def stage_pair_images(staging: Staging, outputs: Dict[str, Output], index: int, result: Result,
                       reference_image, test_image, hdr: bool, tone_mapper: str) -> PairRecord:
     """Stages the pictures of evaluated pair ``index`` into its report files ``outputs`` (claimed
@@ -258,9 +275,9 @@ def stage_pair_images(staging: Staging, outputs: Dict[str, Output], index: int, 
             small["exposure"] = apply_colormap(exposure_small, VIRIDIS)
     pictures = []
     for kind, image in full.items():
-        staging.write(outputs[kind], write_png(image))
+        staging.write(outputs[kind], _write_picture(image))
         if factor > 1:
-            staging.write(outputs[f"{kind}.thumbnail"], write_png(small[kind]))
+            staging.write(outputs[f"{kind}.thumbnail"], _write_picture(small[kind]))
         pictures.append(Picture(kind, _relative(outputs[f"{kind}.thumbnail" if factor > 1 else kind]),
                                 _relative(outputs[kind])))
     thumbnail_height, thumbnail_width = (small or full)["error"].shape[:2]
