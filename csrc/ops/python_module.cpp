@@ -1,10 +1,13 @@
 // Makes the op library importable as the Python module flip_loss._C; importing it runs the
-// static TORCH_LIBRARY registrations. No Python bindings: everything goes through torch.ops.flip.
-// It also makes the long CPU loops stoppable with Ctrl-C (flip::cpu::poll_interrupt).
+// static TORCH_LIBRARY registrations. Everything goes through torch.ops.flip; the module's one
+// function, cpu_capability(), says which instruction-set level the CPU kernels run with (for
+// benchmarks and bug reports). It also makes the long CPU loops stoppable with Ctrl-C
+// (flip::cpu::poll_interrupt).
 #include <Python.h>
 #include <torch/csrc/Exceptions.h>
 
 #include "../flip/cpu/interrupt.h"
+#include "../flip/cpu/kernels.h"
 
 namespace {
 
@@ -32,10 +35,17 @@ void raise_pending_python_signal() {
   PyGILState_Release(gil);
 }
 
+PyObject* cpu_capability(PyObject*, PyObject*) { return PyUnicode_FromString(flip::cpu::capability()); }
+
+PyMethodDef methods[] = {
+    {"cpu_capability", &cpu_capability, METH_NOARGS,
+     "The instruction-set level of the CPU kernels: 'avx512', 'avx2' or 'baseline'."},
+    {nullptr, nullptr, 0, nullptr}};
+
 }  // namespace
 
 PyMODINIT_FUNC PyInit__C(void) {
-  static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", "flip-loss operator library", -1, nullptr};
+  static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", "flip-loss operator library", -1, methods};
   flip::cpu::set_interrupt_check(&raise_pending_python_signal);
   return PyModule_Create(&def);
 }

@@ -141,20 +141,22 @@ bool feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
   FLIP_CPU_DISPATCH(feature_difference_backward, grad, test, ref, g_test, g_ref, s, ppd, eps)
 }
 
-// Emits the float and double versions the ops call (taking their addresses instantiates them).
-template <class T>
-void instantiate() {
-  static const void* const kernels[] = {
-      reinterpret_cast<const void*>(&ldr_flip_forward<T>),   reinterpret_cast<const void*>(&ldr_flip_backward<T>),
-      reinterpret_cast<const void*>(&hdr_flip_forward<T>),   reinterpret_cast<const void*>(&hdr_flip_backward<T>),
-      reinterpret_cast<const void*>(&csf_filter_forward<T>), reinterpret_cast<const void*>(&csf_filter_backward<T>),
-      reinterpret_cast<const void*>(&hunt_hyab_forward<T>),  reinterpret_cast<const void*>(&hunt_hyab_backward<T>),
-      reinterpret_cast<const void*>(&feature_difference_forward<T>),
-      reinterpret_cast<const void*>(&feature_difference_backward<T>)};
-  (void)kernels;
-}
-template void instantiate<float>();
-template void instantiate<double>();
+// The float and double versions the ops call.
+#define FLIP_CPU_INSTANTIATE(T)                                                                                   \
+  template bool ldr_flip_forward<T>(const T*, const T*, T*, Shape, double, bool, double);                         \
+  template bool ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, Shape, double, bool, double);          \
+  template bool hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*,      \
+                                    Shape, double, int, double);                                                  \
+  template bool hdr_flip_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,             \
+                                     const int32_t*, T*, T*, Shape, double, int, double);                         \
+  template bool csf_filter_forward<T>(const T*, T*, Shape, double);                                               \
+  template bool csf_filter_backward<T>(const T*, const T*, T*, Shape, double);                                    \
+  template bool hunt_hyab_forward<T>(const T*, const T*, T*, Shape, double);                                      \
+  template bool hunt_hyab_backward<T>(const T*, const T*, const T*, T*, T*, Shape, double);                       \
+  template bool feature_difference_forward<T>(const T*, const T*, T*, Shape, double, double);                     \
+  template bool feature_difference_backward<T>(const T*, const T*, const T*, T*, T*, Shape, double, double);
+FLIP_CPU_INSTANTIATE(float)
+FLIP_CPU_INSTANTIATE(double)
 
 }  // namespace cpu
 }  // namespace flip

@@ -8,7 +8,7 @@
 //   outside a variant namespace could be the copy the linker keeps for every caller and crash an
 //   older CPU; tests/test_cpu_dispatch.py disassembles the library to check that none exists.
 // * The variant namespaces make every symbol of the kernels distinct per level; the only shared
-//   pieces are the types and the threading seam named below.
+//   pieces are the types and the seams named below.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "interrupt.h"
 #include "kernels.h"
 #include "parallel.h"
 
@@ -38,12 +39,13 @@
 #pragma GCC diagnostic ignored "-Wsubobject-linkage"
 
 // Opens the variant namespace `ns`, in which the kernel sources then declare flip::cpu::...;
-// they see the shared Shape type and the threading seam (both defined once, outside).
+// they see the shared Shape type and the threading and interruption seams (defined once, outside).
 #define FLIP_CPU_VARIANT_BEGIN(ns)   \
   namespace ns {                     \
   namespace flip {                   \
   namespace cpu {                    \
   using ::flip::cpu::parallel_for;   \
+  using ::flip::cpu::poll_interrupt; \
   using ::flip::cpu::Shape;          \
   }                                  \
   }                                  \
