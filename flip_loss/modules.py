@@ -61,6 +61,11 @@ def _(weight, per_image, positive_total):
     return weight.new_empty(weight.shape[:-3] if per_image else ())
 
 
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` in ``dtype``, without a (no-op) cast node in traced graphs when it already is."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reduction: str) -> torch.Tensor:
     """Reduces a FLIP error map (N x 1 x H x W, or 1 x H x W) as ``FLIPLoss`` does.
 
@@ -85,12 +90,12 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     if weight is None:
         if reduction == "none":
             return error
-        total = error.to(torch.float64 if error.dtype == torch.float64 else torch.float32)
+        e = _as(error, torch.float64 if error.dtype == torch.float64 else torch.float32)
         if reduction == "mean":
-            return total.mean().to(error.dtype)
+            return _as(e.mean(), error.dtype)
         if reduction == "sum":
-            return total.sum().to(error.dtype)
-        return total.flatten(-3).mean(-1).to(error.dtype)
+            return _as(e.sum(), error.dtype)
+        return _as(e.flatten(-3).mean(-1), error.dtype)
     if weight.dtype != torch.bool and not weight.is_floating_point():
         raise TypeError("flip_loss: weight must be a floating-point or bool tensor, got " + str(weight.dtype))
     if weight.device != error.device:
@@ -100,8 +105,8 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     acc = torch.float32
     if error.dtype == torch.float64 or weight.dtype == torch.float64:
         acc = torch.float64
-    e = error.to(acc)
-    w = weight.to(acc)
+    e = _as(error, acc)
+    w = _as(weight, acc)
     per_image = reduction == "per_image"
     positive_total = reduction == "mean" or per_image
     # The scale is a constant for autograd: every reduction below is exact in it (scale-free, or
@@ -116,13 +121,13 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     unit = w / scale  # in [0, 1]
     weighted = e * unit
     if reduction == "none":
-        return (weighted * scale).to(error.dtype)
+        return _as(weighted * scale, error.dtype)
     if reduction == "sum":
-        return (weighted.sum() * scale).to(error.dtype)
+        return _as(weighted.sum() * scale, error.dtype)
     totals = unit.expand(e.shape)
     if per_image:
-        return (weighted.flatten(-3).sum(-1) / totals.flatten(-3).sum(-1)).to(error.dtype)
-    return (weighted.sum() / totals.sum()).to(error.dtype)
+        return _as(weighted.flatten(-3).sum(-1) / totals.flatten(-3).sum(-1), error.dtype)
+    return _as(weighted.sum() / totals.sum(), error.dtype)
 
 
 class FLIPLoss(torch.nn.Module):

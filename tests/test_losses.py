@@ -129,9 +129,11 @@ def test_torchscript_weighted_matches_eager(case):
         scripted(a, b, torch.zeros_like(w))
 
 
-def test_gradients_match_manual_weighting(case):
-    a, b, _ = case
-    w = weights((2, 1, 10, 12))
+def test_gradients_match_manual_weighting():
+    # float64: the reduction divides the weights by their largest value first, which changes the
+    # gradient of the map by float32 rounding, enough to move near-cancelling input gradients.
+    a, b = images(dtype=torch.float64)
+    w = weights((2, 1, 10, 12), dtype=torch.float64)
     x1, x2 = a.clone().requires_grad_(), a.clone().requires_grad_()
     flip_loss.FLIPLoss(reduction="per_image")(x1, b, w).sum().backward()
     e = flip_loss.ldr_flip(x2, b)
