@@ -104,7 +104,8 @@ def main():
         pass
     print(f"\nMachine: {cpu}, {os.cpu_count()} logical cores, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads), flip-evaluator {flip_evaluator.__name__} 1.7; image: {source}; "
-          f"ppd {ppd:.2f}; float32, batch 1; median of {args.repeats}.\n")
+          f"ppd {ppd:.2f}; float32, batch 1; median of {args.repeats}; CPU kernels: "
+          f"{flip_loss._C.cpu_capability()}.\n")
     print("| size | flip_loss forward | flip_loss fwd+bwd | flip-evaluator forward | speed-up (forward) | "
           "fwd+bwd / forward | reference.py fwd+bwd |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
