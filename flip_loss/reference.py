@@ -1,14 +1,14 @@
 """Pure-PyTorch LDR-FLIP: the test oracle for the compiled kernels and the fallback when they are
 missing.
 
-Written from the project's spec (``flip_reference.md`` sections 3, 9 and 12). Clarity and exactness
+Written from the algorithm as ``docs/algorithm.md`` states it (§4, §7 and §8). Clarity and exactness
 come first; speed second (the filters are separable 1-D passes with clamp-to-edge borders).
 
 * Works on any device and float dtype. float64 is computed in float64, float32 in float32, and
   float16 / bfloat16 are computed in float32 with the result cast back to the input dtype.
 * Everything is built from differentiable torch ops, so autograd gives the gradient of every public
   function with respect to every tensor argument. Following the project's gradient policy
-  (spec section 12.4): the two square roots with an infinite slope at zero are regularised with
+  (docs/algorithm.md §7.2-§7.5): the two square roots with an infinite slope at zero are regularised with
   ``eps``; the unselected branches of the sRGB decode and the Lab cube root are evaluated on
   threshold-clamped arguments; Euclidean norms and absolute values have a zero sub-gradient at
   zero; ``max`` routes the gradient to the winner; the gradient is zero outside the clamps.
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------------------------
-# Constants (spec sections 2 and 3.3)
+# Constants (docs/algorithm.md §3, §4.3)
 # --------------------------------------------------------------------------------------------
 
 # Linear sRGB (D65) -> XYZ, as exact rationals.
@@ -156,7 +156,7 @@ def _separable(x, taps_h, taps_v):
 
 
 # --------------------------------------------------------------------------------------------
-# Colour transforms (spec 3.2 - 3.4)
+# Colour transforms (docs/algorithm.md §4.2-§4.3)
 # --------------------------------------------------------------------------------------------
 
 def srgb_to_linear(x):
@@ -228,7 +228,7 @@ def _hyab(lab_t, lab_r, eps):
 
 
 # --------------------------------------------------------------------------------------------
-# Filter taps (spec 3.5 and 3.7)
+# Filter taps (docs/algorithm.md §4.4, §4.10, §7.11)
 # --------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=64)
@@ -312,7 +312,7 @@ def feature_taps(pixels_per_degree, dtype=torch.float64, device=None):
 # --------------------------------------------------------------------------------------------
 
 def csf_filter(opponent, pixels_per_degree):
-    """N x 3 x H x W YCxCz -> CSF-filtered linear RGB clamped to [0, 1] (spec 3.5, 3.6 steps 1-2).
+    """N x 3 x H x W YCxCz -> CSF-filtered linear RGB clamped to [0, 1] (docs/algorithm.md §4.4-§4.6).
     Separable correlation (horizontal, then vertical) with clamp-to-edge borders; the blue-yellow
     channel is the sum of two separable Gaussian filters."""
     dt = opponent.dtype
@@ -339,7 +339,7 @@ def cmax():
 def hunt_hyab(test_rgb, reference_rgb, eps=DEFAULT_EPS):
     """Two filtered linear-RGB images (N x 3 x H x W) -> colour difference dE_c (N x 1 x H x W) in
     [0, 1]: Hunt-adjusted Lab, HyAB with the L term sqrt(max(dL^2, eps)), ^qc, then the piecewise
-    linear redistribution with its knee at pc * cmax (spec 3.6 steps 3-8)."""
+    linear redistribution with its knee at pc * cmax (docs/algorithm.md §4.7-§4.9)."""
     dt = test_rgb.dtype
     t, r = _upcast(test_rgb), _upcast(reference_rgb)
     lab_t = _hunt_lab(t[:, 0:1], t[:, 1:2], t[:, 2:3])
@@ -370,7 +370,7 @@ def _edge_point(yhat, ppd):
 def feature_difference(test_y, reference_y, pixels_per_degree, eps=DEFAULT_EPS):
     """Two normalised achromatic images (N x 1 x H x W, Y-hat = (Y + 16) / 116 of the unfiltered
     opponent image) -> feature difference dE_f (N x 1 x H x W):
-    (max(|d edge|, |d point|) / sqrt(2)) ^ qf, floored at eps before the power (spec 3.7)."""
+    (max(|d edge|, |d point|) / sqrt(2)) ^ qf, floored at eps before the power (docs/algorithm.md §4.10-§4.12)."""
     dt = test_y.dtype
     ppd = float(pixels_per_degree)
     edge_t, point_t = _edge_point(_upcast(test_y), ppd)
@@ -413,7 +413,7 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
 
 
 # --------------------------------------------------------------------------------------------
-# HDR-FLIP (spec section 4)
+# HDR-FLIP (docs/algorithm.md §5)
 # --------------------------------------------------------------------------------------------
 
 TONE_MAPPERS = ("reinhard", "aces", "hable")

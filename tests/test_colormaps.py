@@ -18,7 +18,7 @@ def test_tables_shape_and_published_end_entries():
         a = np.asarray(table)
         assert a.min() >= 0.0 and a.max() <= 1.0
         assert np.array_equal(np.round(a, 6), a)  # 6-decimal literals
-    # spec section 6
+    # docs/algorithm.md §6.6
     assert MAGMA[0] == (0.001462, 0.000466, 0.013866)
     assert MAGMA[255] == (0.987053, 0.991438, 0.749504)
     assert VIRIDIS[0] == (0.267004, 0.004874, 0.329415)

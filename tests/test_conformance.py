@@ -1,4 +1,4 @@
-"""Per-pixel agreement of our LDR-FLIP maps with flip-evaluator 1.7 (the parity target, spec 12.1)."""
+"""Per-pixel agreement of our LDR-FLIP maps with flip-evaluator 1.7 (the parity target, docs/algorithm.md §7.1)."""
 import functools
 
 import numpy as np

@@ -9,7 +9,7 @@ import torch
 
 from flip_loss import reference as R
 
-PPD_C = 67.0206451  # the evaluator's float32 default, at which the spec's tables were printed
+PPD_C = 67.0206451  # the evaluator's float32 default, at which docs/algorithm.md §10 prints its tables
 SMALL_PPD = 10.0    # CSF radius 2, feature radius 2: keeps gradcheck cheap
 
 
@@ -19,10 +19,10 @@ def _rand(shape, lo=0.1, hi=0.9, seed=0, dtype=torch.float64):
 
 
 # ---------------------------------------------------------------------------------------------
-# Taps and constants (spec 3.5, 3.6, 3.7)
+# Taps and constants (docs/algorithm.md §4.4, §4.9, §4.10; tables in §10)
 # ---------------------------------------------------------------------------------------------
 
-CSF_TABLE = {  # offset: (Y, Cx, Cz f1, Cz f2), float32 values printed in the spec
+CSF_TABLE = {  # offset: (Y, Cx, Cz f1, Cz f2), the evaluator's float32 values (docs/algorithm.md §10.1 prints float64 ones)
     0: (0.385760248, 0.363269061, 0.115442052, 0.0816927925),
     1: (0.241703719, 0.239982337, 0.109271646, 0.0748192519),
     2: (0.0594539903, 0.069188185, 0.0926697478, 0.0574780628),

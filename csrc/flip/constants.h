@@ -1,4 +1,4 @@
-// Published FLIP constants (Andersson et al. 2020; flip_reference.md §2-§3). Framework-free.
+// Published FLIP constants (Andersson et al. 2020; docs/algorithm.md §3). Framework-free.
 #pragma once
 
 #if defined(__CUDACC__)

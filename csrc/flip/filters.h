@@ -1,4 +1,4 @@
-// CSF and feature-detector taps for a given pixels-per-degree (flip_reference.md §3.5, §3.7).
+// CSF and feature-detector taps for a given pixels-per-degree (docs/algorithm.md §4.4, §4.10, §7.11).
 // Built in double once per (ppd, type) and cached; framework-free.
 #pragma once
 

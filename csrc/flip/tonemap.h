@@ -1,5 +1,5 @@
-// HDR-FLIP's per-pixel front end (flip_reference.md §4.2): exposure compensation, tone mapping and
-// the clamp to [0, 1], with its adjoint. (The automatic exposures, §4.3, are computed in Python,
+// HDR-FLIP's per-pixel front end (docs/algorithm.md §5.2-§5.3): exposure compensation, tone mapping and
+// the clamp to [0, 1], with its adjoint. (The automatic exposures, docs/algorithm.md §5.4, are computed in Python,
 // flip_loss/hdr.py.)
 // Framework-free, usable from host and device code.
 #pragma once
