@@ -1,26 +1,46 @@
-"""``FLIPMetric``: FLIP accumulated over an evaluation loop, in bounded memory.
+"""``FLIPMetric``: FLIP accumulated over an evaluation loop, in bounded memory, over one process or
+all ranks of a ``torch.distributed`` job.
 
 ``update(test, reference)`` evaluates LDR-FLIP on a batch (no gradient, ``eps=0``: the published
 metric) and folds the error maps into running statistics; ``compute()`` returns the pooled values
 over **all pixels seen** (the six values of :func:`flip_loss.pool`, as if every map had been
 concatenated) and the mean of every image; ``reset()`` starts afresh.
 
-Memory does not grow with the number of pixels: the mean, min and max are exact (the sum is kept in
-float64), and the weighted median and quartiles come from a fine histogram of ``bins`` equal buckets
-on [0, 1] (default 2**16) that keeps, per bucket, the pixel count, the sum of the values and their
-min and max. A weighted percentile is found as the evaluator defines it (the first value at which
-the running sum of the sorted values exceeds ``p`` times the total), bucket by bucket with exact
-float64 bucket sums, and then placed inside its bucket by linear interpolation between the bucket's
-smallest and largest value. The result therefore lies within the bucket's value range: it differs
-from the exact :func:`flip_loss.pool` value by **at most one bucket width** (1/65536 = 1.5e-5 with
-the defaults), and by nothing when the bucket holds a single value or identical values. Only the
-per-image means (one float64 per image) grow with the number of images.
+Memory does not grow with the number of pixels. The statistics are a histogram of ``bins`` equal
+buckets on [0, 1] (default 2**16) holding, per bucket, the pixel count, the sum of the values and
+their min and max, plus the overall min and max. The sums are kept **exactly**, in fixed point with
+96 fractional bits (four int64 limbs of 24 bits per bucket; every float32 value from 2**-73 up and
+every float64 value from 2**-44 up is represented without rounding, smaller ones are truncated to
+the 2**-96 grid): integer sums do not depend on the order in which values are added, so the result
+is the same however the images are split into batches, in whichever order they come, on the CPU or
+on a GPU (whose float atomics would add in a varying order), and however they are spread over
+ranks. The mean (and each per-image mean) is that exact sum divided by the pixel count, rounded
+once to float64; min and max are exact.
+
+The weighted median and quartiles come from the histogram: a weighted percentile is found as the
+evaluator defines it (the first value at which the running sum of the sorted values exceeds ``p``
+times the total), bucket by bucket, and then placed inside its bucket by linear interpolation
+between the bucket's smallest and largest value. The result therefore lies within the bucket's
+value range: it differs from the exact :func:`flip_loss.pool` value by **at most one bucket width**
+(1/65536 = 1.5e-5 with the defaults), and by nothing when the bucket holds a single value or
+identical values. Only the per-image means (one float64 per image) grow with the number of images.
+The limbs hold up to 2**39 pixels (5.5e11) per metric, which ``update`` checks.
 
 The statistics live on the device of the first error map (``torch.bincount``/``index_add_`` there);
-each update reads back only a finiteness flag and the per-image means, and ``compute()`` copies the
+each update reads back only a finiteness flag and the per-image sums, and ``compute()`` copies the
 histogram to the CPU.
+
+**Across ranks.** When a default process group is initialised (``torch.distributed``, e.g. under
+``torchrun``), ``compute()`` is a collective: every rank must call it, and every rank gets the
+result over **all ranks' images**, identical to one process that saw the same images (the same
+pooled values, bit for bit, the same counts). The counts and limbs are summed, the bucket and overall
+min/max reduced, with ``all_reduce`` on the metric's device (it must be one the group's backend
+takes: any with gloo, CUDA with NCCL; a rank that saw no image joins with empty statistics), and
+the per-image means are gathered **in rank order, each rank's in its update order** (rank 0's
+images first). ``sync_on_compute=False`` keeps ``compute()`` local; ``process_group`` syncs over
+another group. Only ``compute()`` communicates: ``update`` stays local and cheap.
 """
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -31,14 +51,217 @@ from .pooling import PooledValues
 
 __all__ = ["FLIPMetric", "FLIPMetricResult"]
 
+# Fixed-point bucket sums: LIMBS limbs of LIMB_BITS bits below the binary point, the first one
+# carrying the integer part too. 4 x 24 = 96 fractional bits.
+LIMB_BITS = 24
+LIMBS = 4
+_LIMB_SCALE = float(2 ** LIMB_BITS)
+# The first limb of a bucket grows by at most 2**24 per pixel of value <= 1: int64 holds 2**39 of them.
+MAX_PIXELS = 2 ** 39
+# Elements folded per pass of an update: bounds its temporaries (a few int64/float64 copies).
+_CHUNK = 1 << 22
+
 
 class FLIPMetricResult(NamedTuple):
     """What :meth:`FLIPMetric.compute` returns."""
 
-    pooled: PooledValues          # over all pixels of all images seen
-    per_image_means: torch.Tensor  # float64, one entry per image, in update order
+    pooled: PooledValues          # over all pixels of all images seen (on all ranks when synced)
+    per_image_means: torch.Tensor  # float64 on the CPU, one entry per image, in update order
+                                   # (synced: rank 0's images, then rank 1's, ...)
     num_images: int
     num_pixels: int
+
+
+class Statistics(NamedTuple):
+    """The running statistics of a FLIP metric (one ``bins``-bucket histogram), on one device.
+    :class:`FLIPMetric` and :class:`flip_loss.torchmetrics.FLIPTorchMetric` share them."""
+
+    count: torch.Tensor    # int64 [bins]: pixels per bucket
+    limbs: torch.Tensor    # int64 [LIMBS, bins]: the bucket sums in fixed point (see the module docstring)
+    bin_min: torch.Tensor  # float64 [bins]: smallest value per bucket (+inf when empty)
+    bin_max: torch.Tensor  # float64 [bins]: largest value per bucket (-inf when empty)
+    min: torch.Tensor      # float64 []: smallest value overall
+    max: torch.Tensor      # float64 []: largest value overall
+
+
+def empty_statistics(bins: int, device) -> Statistics:
+    float64 = dict(dtype=torch.float64, device=device)
+    return Statistics(count=torch.zeros(bins, dtype=torch.int64, device=device),
+                      limbs=torch.zeros(LIMBS, bins, dtype=torch.int64, device=device),
+                      bin_min=torch.full((bins,), float("inf"), **float64),
+                      bin_max=torch.full((bins,), float("-inf"), **float64),
+                      min=torch.full((), float("inf"), **float64),
+                      max=torch.full((), float("-inf"), **float64))
+
+
+def checked_error_batch(error_map, who: str) -> torch.Tensor:
+    """``error_map`` (N x 1 x H x W, or 1 x H x W) as an N x (H * W) float64 tensor on its device;
+    ``TypeError``/``ValueError`` for anything else, for an empty map and for NaN or inf values."""
+    if not isinstance(error_map, torch.Tensor) or not error_map.is_floating_point():
+        raise TypeError(f"{who}: error_map must be a floating-point tensor")
+    if error_map.dim() == 3:
+        error_map = error_map.unsqueeze(0)
+    if error_map.dim() != 4 or error_map.shape[1] != 1 or error_map.numel() == 0:
+        raise ValueError(f"{who}: expected an N x 1 x H x W (or 1 x H x W) error map, "
+                         f"got shape {tuple(error_map.shape)}")
+    e = error_map.detach().to(torch.float64).reshape(error_map.shape[0], -1)
+    if not bool(torch.isfinite(e).all()):
+        raise ValueError(f"{who}: the error map contains NaN or infinite values")
+    return e
+
+
+def carry(limbs: torch.Tensor) -> None:
+    """Brings every limb but the first back into [0, 2**LIMB_BITS) by carrying into the one above
+    (in place); the represented sums do not change. Keeps the limbs far from int64 overflow and
+    makes equal sums equal limb by limb."""
+    mask = (1 << LIMB_BITS) - 1
+    for i in range(LIMBS - 1, 0, -1):
+        above = torch.bitwise_right_shift(limbs[i], LIMB_BITS)  # floor division, also for negative limbs
+        limbs[i].bitwise_and_(mask)
+        limbs[i - 1] += above
+
+
+def fold(stats: Statistics, e: torch.Tensor) -> torch.Tensor:
+    """Adds the maps ``e`` (N x P float64, on the statistics' device) to ``stats`` (in place) and
+    returns their per-image sums as N x LIMBS int64 limbs (not carried)."""
+    n, p = e.shape
+    bins = stats.count.numel()
+    per_image = torch.zeros(n, LIMBS, dtype=torch.int64, device=e.device)
+    step = max(1, _CHUNK // n)
+    for start in range(0, p, step):
+        block = e[:, start:start + step]
+        flat = block.reshape(-1)
+        index = torch.clamp(torch.floor(flat.clamp(0.0, 1.0) * bins), 0, bins - 1).long()
+        stats.count.add_(torch.bincount(index, minlength=bins))
+        stats.bin_min.scatter_reduce_(0, index, flat, reduce="amin")
+        stats.bin_max.scatter_reduce_(0, index, flat, reduce="amax")
+        # Limb i is the i-th group of 24 bits below the binary point (the first with the integer
+        # part): scaling by 2**24 and splitting off the floor are exact in float64.
+        scaled = block * _LIMB_SCALE
+        for i in range(LIMBS):
+            whole = torch.floor(scaled)
+            limb = whole.long()
+            stats.limbs[i].index_add_(0, index, limb.reshape(-1))
+            per_image[:, i] += limb.sum(1)
+            if i + 1 < LIMBS:
+                scaled = (scaled - whole).mul_(_LIMB_SCALE)
+    stats.min.copy_(torch.minimum(stats.min, e.min()))
+    stats.max.copy_(torch.maximum(stats.max, e.max()))
+    carry(stats.limbs)
+    return per_image
+
+
+def _fixed_point(limbs: Sequence[int]) -> int:
+    """The sum the limbs represent, in units of 2**-(LIMBS * LIMB_BITS), as a Python int."""
+    total = 0
+    for limb in limbs:
+        total = (total << LIMB_BITS) + int(limb)
+    return total
+
+
+def exact_means(per_image: torch.Tensor, pixels: int) -> torch.Tensor:
+    """Per-image means (float64, CPU) from per-image sums in limbs (N x LIMBS) over ``pixels``
+    pixels each: the exact quotient rounded once (Python's int division is correctly rounded)."""
+    denominator = pixels << (LIMB_BITS * LIMBS)
+    return torch.tensor([_fixed_point(row) / denominator for row in per_image.cpu().tolist()],
+                        dtype=torch.float64)
+
+
+def _percentiles(count: torch.Tensor, sums: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
+                 ps) -> List[float]:
+    total = float(sums.sum())
+    if total <= 0.0:
+        return [0.0 for _ in ps]
+    cum = torch.cumsum(sums, 0)
+    out = []
+    for p in ps:
+        target = p * total
+        above = torch.nonzero(cum > target)
+        k = int(above[0]) if above.numel() else int(torch.nonzero(count)[-1])
+        before = float(cum[k - 1]) if k > 0 else 0.0
+        # Fraction of this bucket's value sum needed to exceed the target.
+        frac = (target - before) / float(sums[k]) if float(sums[k]) > 0 else 1.0
+        frac = min(max(frac, 0.0), 1.0)
+        a, b = float(lo[k]), float(hi[k])
+        out.append(a + (b - a) * frac)
+    return out
+
+
+def result_of(stats: Statistics, per_image_means: torch.Tensor) -> FLIPMetricResult:
+    """The pooled values of ``stats`` (at least one pixel) and the per-image means, as
+    :meth:`FLIPMetric.compute` returns them. A pure function of the values of ``stats``."""
+    count = stats.count.cpu()
+    limbs = stats.limbs.cpu().clone()
+    carry(limbs)
+    num_pixels = int(count.sum())
+    # Bucket sums in float64 from the carried limbs, always in this order: equal limbs give equal
+    # sums, so the percentiles depend only on the (exact) statistics.
+    sums = torch.zeros(count.numel(), dtype=torch.float64)
+    for i in range(LIMBS):
+        sums += limbs[i].double() * 2.0 ** (-LIMB_BITS * (i + 1))
+    median, q1, q3 = _percentiles(count, sums, stats.bin_min.cpu(), stats.bin_max.cpu(), (0.5, 0.25, 0.75))
+    mean = _fixed_point(limbs.sum(1).tolist()) / (num_pixels << (LIMB_BITS * LIMBS))
+    pooled = PooledValues(mean=mean, weighted_median=median, weighted_quartile_1=q1, weighted_quartile_3=q3,
+                          min=float(stats.min), max=float(stats.max))
+    means = per_image_means.to("cpu", torch.float64)
+    return FLIPMetricResult(pooled=pooled, per_image_means=means, num_images=int(means.numel()),
+                            num_pixels=num_pixels)
+
+
+def synced(stats: Optional[Statistics], per_image_means: torch.Tensor, bins: int, group=None,
+           who: str = "flip_loss.FLIPMetric") -> Tuple[Statistics, torch.Tensor]:
+    """Every rank's statistics reduced and per-image means gathered (rank order), on every rank of
+    ``group``. A collective: every rank calls it, with its statistics (None before its first
+    update). Raises the same error on every rank when the ranks' ``bins`` differ or no rank has
+    seen an image."""
+    import torch.distributed as dist
+
+    from . import distributed
+
+    device_types = distributed.backend_device_types(group)
+    if not device_types:
+        raise RuntimeError(f"{who}: the process group has no backend to sync with")
+    # A first exchange on a device every rank can use, whatever its statistics' device: the
+    # histogram sizes, the image counts and where each rank's statistics are.
+    header_device = distributed.current_device("cpu" if "cpu" in device_types else device_types[0])
+    local_type = stats.count.device.type if stats is not None else None
+    code = -1 if local_type is None else (device_types.index(local_type) if local_type in device_types
+                                          else len(device_types))
+    header = torch.tensor([bins, int(per_image_means.numel()), code], dtype=torch.int64, device=header_device)
+    headers = [torch.empty_like(header) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(headers, header, group=group)
+    headers = [h.tolist() for h in headers]
+    if len({h[0] for h in headers}) > 1:
+        raise ValueError(f"{who}: the ranks' metrics have different bins ({', '.join(str(h[0]) for h in headers)} "
+                         "in rank order); give every rank the same")
+    lengths = [h[1] for h in headers]
+    if sum(lengths) == 0:
+        raise RuntimeError(f"{who}: compute() called before any update() on any rank")
+    # The reduction runs where the statistics are when every rank's are on one kind of device the
+    # group takes (e.g. CUDA under NCCL); otherwise on the CPU, or the group's one device type.
+    codes = {h[2] for h in headers if h[2] >= 0}
+    if len(codes) == 1 and next(iter(codes)) < len(device_types):
+        device_type = device_types[next(iter(codes))]
+    else:
+        device_type = "cpu" if "cpu" in device_types else device_types[0]
+    device = stats.count.device if local_type == device_type else distributed.current_device(device_type)
+    if stats is None:
+        stats = empty_statistics(bins, device)
+    integers = torch.cat([stats.count[None], stats.limbs]).to(device)
+    dist.all_reduce(integers, op=dist.ReduceOp.SUM, group=group)
+    # One MIN for both extremes: the maxima negated.
+    extremes = torch.cat([stats.bin_min, -stats.bin_max, stats.min[None], -stats.max[None]]).to(device)
+    dist.all_reduce(extremes, op=dist.ReduceOp.MIN, group=group)
+    means = distributed.gather_uneven(per_image_means.to(device, torch.float64), lengths, group)
+    total = Statistics(count=integers[0], limbs=integers[1:], bin_min=extremes[:bins],
+                       bin_max=-extremes[bins:2 * bins], min=extremes[2 * bins], max=-extremes[2 * bins + 1])
+    return total, means.cpu()
+
+
+def _checked_pixels(seen: int, more: int, who: str) -> None:
+    if seen + more > MAX_PIXELS:
+        raise ValueError(f"{who}: more than 2**39 pixels in one metric would overflow its exact sums; "
+                         "compute() and reset() before that")
 
 
 class FLIPMetric:
@@ -47,32 +270,31 @@ class FLIPMetric:
     ``pixels_per_degree``, ``input_space`` and ``data_range`` are those of
     :func:`flip_loss.ldr_flip` (checked here, ``TypeError``/``ValueError``); ``bins`` is the
     resolution of the histogram behind the weighted median and quartiles (their error is at most
-    ``1 / bins``).
+    ``1 / bins``). ``sync_on_compute`` (default True): ``compute()`` returns the result over all
+    ranks of ``process_group`` (None: the default group) when one is initialised with more than
+    one rank; False keeps it to this process's images.
     """
 
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
-                 bins: int = 2 ** 16, data_range=1.0):
+                 bins: int = 2 ** 16, data_range=1.0, *, sync_on_compute: bool = True, process_group=None):
         if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
             raise ValueError(f"flip_loss.FLIPMetric: bins must be a positive integer, got {bins!r}")
+        if not isinstance(sync_on_compute, bool):
+            raise TypeError(f"flip_loss.FLIPMetric: sync_on_compute must be True or False, got {sync_on_compute!r}")
         self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
         self.input_space = options.input_space(input_space)
         self.data_range = options.data_range(data_range)
         self.bins = int(bins)
+        self.sync_on_compute = sync_on_compute
+        self.process_group = process_group
         # Whether an update has looked at the value range of inputs on a GPU (once per metric,
         # since that is a host synchronisation; see flip_loss.functional).
         self._looked_at_device_inputs = False
         self.reset()
 
     def reset(self) -> None:
-        """Forgets everything seen so far."""
-        self._device: Optional[torch.device] = None
-        self._count: Optional[torch.Tensor] = None
-        self._sum: Optional[torch.Tensor] = None
-        self._bin_min: Optional[torch.Tensor] = None
-        self._bin_max: Optional[torch.Tensor] = None
-        self._total = None
-        self._min = None
-        self._max = None
+        """Forgets everything seen so far (on this rank; no communication)."""
+        self._stats: Optional[Statistics] = None
         self._num_pixels = 0
         self._means: List[torch.Tensor] = []
 
@@ -90,79 +312,37 @@ class FLIPMetric:
     @torch.no_grad()
     def update_error_map(self, error_map: torch.Tensor) -> torch.Tensor:
         """Accumulates already computed error maps (N x 1 x H x W, or 1 x H x W for one image; values
-        in [0, 1]) and returns their per-image means (float64)."""
-        if not isinstance(error_map, torch.Tensor) or not error_map.is_floating_point():
-            raise TypeError("flip_loss.FLIPMetric: error_map must be a floating-point tensor")
-        if error_map.dim() == 3:
-            error_map = error_map.unsqueeze(0)
-        if error_map.dim() != 4 or error_map.shape[1] != 1 or error_map.numel() == 0:
-            raise ValueError("flip_loss.FLIPMetric: expected an N x 1 x H x W (or 1 x H x W) error map, "
-                             f"got shape {tuple(error_map.shape)}")
-        e = error_map.detach().to(torch.float64)
-        if not bool(torch.isfinite(e).all()):
-            raise ValueError("flip_loss.FLIPMetric: the error map contains NaN or infinite values")
-        if self._device is None:
-            self._device = e.device
-            zeros = torch.zeros(self.bins, dtype=torch.float64, device=e.device)
-            self._count = torch.zeros(self.bins, dtype=torch.int64, device=e.device)
-            self._sum = zeros.clone()
-            self._bin_min = torch.full_like(zeros, float("inf"))
-            self._bin_max = torch.full_like(zeros, float("-inf"))
-            self._total = torch.zeros((), dtype=torch.float64, device=e.device)
-            self._min = torch.full((), float("inf"), dtype=torch.float64, device=e.device)
-            self._max = torch.full((), float("-inf"), dtype=torch.float64, device=e.device)
-        e = e.to(self._device)
-        flat = e.reshape(-1)
-        index = torch.clamp(torch.floor(flat.clamp(0.0, 1.0) * self.bins), 0, self.bins - 1).long()
-        self._count += torch.bincount(index, minlength=self.bins)
-        self._sum.index_add_(0, index, flat)
-        self._bin_min.scatter_reduce_(0, index, flat, reduce="amin")
-        self._bin_max.scatter_reduce_(0, index, flat, reduce="amax")
-        self._total += flat.sum()
-        self._min = torch.minimum(self._min, flat.min())
-        self._max = torch.maximum(self._max, flat.max())
-        self._num_pixels += flat.numel()
-        means = e.flatten(1).mean(1)
-        self._means.append(means.to("cpu"))
-        return means
+        in [0, 1]) and returns their per-image means (float64, on the map's device)."""
+        e = checked_error_batch(error_map, "flip_loss.FLIPMetric")
+        _checked_pixels(self._num_pixels, e.numel(), "flip_loss.FLIPMetric")
+        if self._stats is None:
+            self._stats = empty_statistics(self.bins, e.device)
+        per_image = fold(self._stats, e.to(self._stats.count.device))
+        self._num_pixels += e.numel()
+        means = exact_means(per_image, e.shape[1])
+        self._means.append(means)
+        return means.to(error_map.device)
 
-    def _percentiles(self, ps) -> List[float]:
-        count = self._count.cpu()
-        sums = self._sum.cpu()
-        lo = self._bin_min.cpu()
-        hi = self._bin_max.cpu()
-        total = float(sums.sum())
-        if total <= 0.0:
-            return [0.0 for _ in ps]
-        cum = torch.cumsum(sums, 0)
-        out = []
-        for p in ps:
-            target = p * total
-            above = torch.nonzero(cum > target)
-            k = int(above[0]) if above.numel() else int(torch.nonzero(count)[-1])
-            before = float(cum[k - 1]) if k > 0 else 0.0
-            # Fraction of this bucket's value sum needed to exceed the target.
-            frac = (target - before) / float(sums[k]) if float(sums[k]) > 0 else 1.0
-            frac = min(max(frac, 0.0), 1.0)
-            a, b = float(lo[k]), float(hi[k])
-            out.append(a + (b - a) * frac)
-        return out
+    def _syncs(self) -> bool:
+        from . import distributed
+
+        return self.sync_on_compute and distributed.is_active(self.process_group)
 
     def compute(self) -> FLIPMetricResult:
         """Pooled values over all pixels seen (mean, weighted median and quartiles, min, max; the
         percentiles to within one histogram bucket, see the module docstring) and the per-image
-        means. Raises ``RuntimeError`` before the first update."""
-        if self._num_pixels == 0:
+        means: over every rank's images when synced (a collective: call it on every rank).
+        Raises ``RuntimeError`` before the first update (on any rank, when synced)."""
+        means = torch.cat(self._means) if self._means else torch.zeros(0, dtype=torch.float64)
+        stats = self._stats
+        if self._syncs():
+            stats, means = synced(stats, means, self.bins, self.process_group)
+        elif stats is None:
             raise RuntimeError("flip_loss.FLIPMetric: compute() called before any update()")
-        median, q1, q3 = self._percentiles((0.5, 0.25, 0.75))
-        pooled = PooledValues(mean=float(self._total) / self._num_pixels, weighted_median=median,
-                              weighted_quartile_1=q1, weighted_quartile_3=q3, min=float(self._min),
-                              max=float(self._max))
-        return FLIPMetricResult(pooled=pooled, per_image_means=torch.cat(self._means),
-                                num_images=sum(int(m.numel()) for m in self._means),
-                                num_pixels=self._num_pixels)
+        return result_of(stats, means)
 
     def __repr__(self) -> str:
         data_range = "" if self.data_range == (0.0, 1.0) else f", data_range={self.data_range}"
+        sync = "" if self.sync_on_compute else ", sync_on_compute=False"
         return (f"FLIPMetric(pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
-                f"bins={self.bins}{data_range}, images={sum(int(m.numel()) for m in self._means)})")
+                f"bins={self.bins}{data_range}{sync}, images={sum(int(m.numel()) for m in self._means)})")

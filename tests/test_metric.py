@@ -67,8 +67,9 @@ def test_update_error_map_many_pixels_bounded_memory():
         m = torch.from_numpy(rng.beta(0.8, 4.0, size=(2, 1, 64, 80)).astype(np.float32))
         maps.append(m)
         metric.update_error_map(m)
-    state = [metric._count, metric._sum, metric._bin_min, metric._bin_max]
-    assert all(s.numel() == 2 ** 16 for s in state)
+    state = metric._stats
+    assert all(s.shape[-1] == 2 ** 16 for s in (state.count, state.limbs, state.bin_min, state.bin_max))
+    assert state.limbs.numel() == 4 * 2 ** 16
     res = metric.compute()
     direct = flip_loss.pool(concatenated(maps))
     assert res.pooled.mean == pytest.approx(direct.mean, rel=1e-12)

@@ -1,0 +1,116 @@
+"""``FLIPTorchMetric``: :class:`flip_loss.FLIPMetric` as a ``torchmetrics.Metric``, for PyTorch
+Lightning and torchmetrics users (``pip install "flip-loss[torchmetrics]"``).
+
+The statistics are the same as :class:`flip_loss.FLIPMetric`'s (a ``bins``-bucket histogram with
+exact fixed-point sums, see :mod:`flip_loss.metric`), held as torchmetrics states, so that
+torchmetrics moves them with the module (``.to(device)``), resets them, and syncs them across
+ranks in ``compute()`` through their reductions: pixel counts and fixed-point limbs ``"sum"``
+(integer sums: exact in any order), bucket and overall minima ``"min"`` and maxima ``"max"``, the
+per-image means ``"cat"`` (rank 0's first, each rank's in update order). ``compute()`` returns the
+same :class:`flip_loss.FLIPMetricResult`, with the same values, as ``FLIPMetric`` on the same
+images.
+
+    from flip_loss.torchmetrics import FLIPTorchMetric
+
+    metric = FLIPTorchMetric().to(device)
+    for test, reference in loader:
+        metric.update(test, reference)
+    result = metric.compute()          # result.pooled.mean, result.per_image_means, ...
+    metric.reset()
+
+In a ``LightningModule``: update it in ``validation_step`` and log
+``self.metric.compute().pooled.mean`` in ``on_validation_epoch_end``, then ``reset()``.
+"""
+import functools
+
+import torch
+
+try:
+    from torchmetrics import Metric
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError("flip_loss.torchmetrics needs the torchmetrics package: pip install "
+                      "\"flip-loss[torchmetrics]\" (or pip install torchmetrics)") from exc
+
+from . import options
+from .constants import DEFAULT_PPD
+from .functional import _is_device_call, _ldr_flip
+from .metric import (LIMBS, FLIPMetricResult, Statistics, _checked_pixels, checked_error_batch, exact_means,
+                     fold, result_of)
+
+__all__ = ["FLIPTorchMetric"]
+
+_WHO = "flip_loss.torchmetrics.FLIPTorchMetric"
+
+
+class FLIPTorchMetric(Metric):
+    """LDR-FLIP accumulated over ``update(test, reference)`` calls as a torchmetrics metric.
+    ``pixels_per_degree``, ``input_space``, ``data_range`` and ``bins`` are those of
+    :class:`flip_loss.FLIPMetric`; other keyword arguments go to ``torchmetrics.Metric``
+    (``sync_on_compute``, ``process_group``, ...). The states are int64 and float64 by design:
+    do not change them with ``set_dtype``."""
+
+    is_differentiable = False
+    higher_is_better = False
+    full_state_update = False
+
+    def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb", bins: int = 2 ** 16,
+                 data_range=1.0, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+            raise ValueError(f"{_WHO}: bins must be a positive integer, got {bins!r}")
+        self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
+        self.input_space = options.input_space(input_space)
+        self.data_range = options.data_range(data_range)
+        self.bins = int(bins)
+        self._looked_at_device_inputs = False
+        # torchmetrics makes the placeholder of a rank without per-image means in this dtype when it
+        # syncs; it must match the other ranks' float64 means. Set before any state exists, so it
+        # converts nothing.
+        self.set_dtype(torch.float64)
+        self.add_state("count", torch.zeros(self.bins, dtype=torch.int64), dist_reduce_fx="sum")
+        self.add_state("limbs", torch.zeros(LIMBS, self.bins, dtype=torch.int64), dist_reduce_fx="sum")
+        self.add_state("bin_min", torch.full((self.bins,), float("inf"), dtype=torch.float64), dist_reduce_fx="min")
+        self.add_state("bin_max", torch.full((self.bins,), float("-inf"), dtype=torch.float64), dist_reduce_fx="max")
+        self.add_state("min_value", torch.tensor(float("inf"), dtype=torch.float64), dist_reduce_fx="min")
+        self.add_state("max_value", torch.tensor(float("-inf"), dtype=torch.float64), dist_reduce_fx="max")
+        self.add_state("per_image_means", [], dist_reduce_fx="cat")
+
+    def _statistics(self) -> Statistics:
+        return Statistics(self.count, self.limbs, self.bin_min, self.bin_max, self.min_value, self.max_value)
+
+    def update(self, test: torch.Tensor, reference: torch.Tensor) -> None:
+        """Evaluates LDR-FLIP between ``test`` and ``reference`` (as :meth:`flip_loss.FLIPMetric.update`)
+        and accumulates the maps."""
+        with torch.no_grad():
+            look = not self._looked_at_device_inputs
+            if _is_device_call(test):
+                self._looked_at_device_inputs = True
+            error = _ldr_flip(test, reference, self.pixels_per_degree, self.input_space, 0.0, self.data_range, look)
+            e = checked_error_batch(error, _WHO).to(self.count.device)
+            _checked_pixels(int(self.count.sum()), e.numel(), _WHO)
+            per_image = fold(self._statistics(), e)
+            self.per_image_means.append(exact_means(per_image, e.shape[1]).to(self.count.device))
+
+    def _wrap_compute(self, compute):
+        # torchmetrics squeezes every one-element tensor of a result; the per-image means stay a
+        # 1-D tensor, as FLIPMetric returns them, also for a single image.
+        wrapped = super()._wrap_compute(compute)
+
+        @functools.wraps(wrapped)
+        def compute_keeping_shapes(*args, **kwargs):
+            result = wrapped(*args, **kwargs)
+            if isinstance(result, FLIPMetricResult):
+                result = result._replace(per_image_means=result.per_image_means.reshape(-1))
+            return result
+        return compute_keeping_shapes
+
+    def compute(self) -> FLIPMetricResult:
+        """The pooled values and per-image means, as :meth:`flip_loss.FLIPMetric.compute` returns
+        them (over every rank's images when torchmetrics syncs). Raises ``RuntimeError`` when no
+        image was seen."""
+        means = self.per_image_means
+        if isinstance(means, list):
+            means = torch.cat(means) if means else torch.zeros(0, dtype=torch.float64)
+        if int(self.count.sum()) == 0:
+            raise RuntimeError(f"{_WHO}: compute() called before any update()")
+        return result_of(self._statistics(), means)
