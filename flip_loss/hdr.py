@@ -130,9 +130,10 @@ def _automatic_counts(start: torch.Tensor, stop: torch.Tensor, start_given: bool
             what = "the dynamic range of reference image " + str(i)
             if start_given or stop_given:
                 what = "the exposure range of image " + str(i)
+            limit = str(constants.MAX_EXPOSURES)
             raise ValueError("flip_loss: " + what + ", from " + str(rows[0][i]) + " to " + str(rows[1][i])
-                             + " stops, needs " + str(count) + " exposures, more than the limit of "
-                             + str(constants.MAX_EXPOSURES) + "; pass num_exposures (at most " + str(constants.MAX_EXPOSURES)
+                             + " stops, needs " + str(count) + " exposures, more than the limit of " + limit
+                             + "; pass num_exposures (at most " + limit
                              + "), or start_exposure and stop_exposure for a narrower range")
         count_max = max(count_max, count)
     return counts.to(torch.int64), count_max
@@ -255,9 +256,9 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     image exposed by 2^c, tone mapped (``"aces"``, ``"hable"`` or ``"reinhard"``) and clamped.
     Exposures left as None are computed per image from the reference (``exposure_range``); each
     may also be a tensor with one value per image; a count is a whole number from 2 to
-    ``MAX_EXPOSURES`` (256), an automatic one included (see ``exposures_for`` for the errors). Returns the map (N x 1 x H x W), and with
-    ``return_exposure_map=True`` also the exposure map (winning exposure index / (count - 1), 0
-    where no exposure wins). Differentiable in both images.
+    ``MAX_EXPOSURES`` (256), an automatic one included (see ``exposures_for`` for the errors).
+    Returns the map (N x 1 x H x W), and with ``return_exposure_map=True`` also the exposure map
+    (winning exposure index / (count - 1), 0 where no exposure wins). Differentiable in both images.
     """
     test, reference = _checked_pair(test, reference)
     ppd = options.pixels_per_degree(pixels_per_degree)

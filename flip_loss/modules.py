@@ -50,8 +50,8 @@ def _weight_scale(weight: torch.Tensor, per_image: bool, positive_total: bool) -
 # The weight checks as an op: under torch.compile it is one opaque node whose result (the scale) is
 # used by the reduction, so it is neither traced into a graph break nor dropped as dead code, and
 # it raises the same ValueError as eager, on every device. (torch._assert_async would kill a CUDA
-# context instead of raising.)
-@torch.library.custom_op("flip_loss::weight_scale", mutates_args=())
+# context instead of raising.) It reads flags back to the host, so CUDA graphs must not capture it.
+@torch.library.custom_op("flip_loss::weight_scale", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,))
 def _weight_scale_op(weight: torch.Tensor, per_image: bool, positive_total: bool) -> torch.Tensor:
     return _weight_scale(weight, per_image, positive_total)
 

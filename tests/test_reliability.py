@@ -61,9 +61,10 @@ def test_float16_masked_mean_matches_float32(shape):
 
 
 def test_float16_gradient_follows_float32():
-    a, b = images((2, 3, 128, 256), seed=2)
+    # Before: a zero gradient (the mask's sum, about 92000, overflowed float16).
+    a, b = images((2, 3, 256, 256), seed=2)
     a, b = a.half().float(), b.half().float()
-    mask = torch.rand(2, 1, 128, 256, generator=torch.Generator().manual_seed(3)) > 0.3
+    mask = torch.rand(2, 1, 256, 256, generator=torch.Generator().manual_seed(3)) > 0.3
     for reduction in ("mean", "per_image", "sum"):
         loss = flip_loss.FLIPLoss(reduction=reduction)
         x32 = a.clone().requires_grad_()
@@ -105,15 +106,6 @@ def test_tiny_weights_sum():
     assert math.isclose(total.item(), expected.item(), rel_tol=1e-3)
 
 
-def test_weighted_none_in_float16_with_large_weights():
-    a, b = images((1, 3, 12, 12), seed=7)
-    e = flip_loss.ldr_flip(a.half(), b.half())
-    w = torch.full((1, 1, 12, 12), 100.0)
-    out = flip_loss.FLIPLoss(reduction="none")(a.half(), b.half(), w)
-    assert out.dtype == torch.float16
-    torch.testing.assert_close(out.float(), e.float() * 100, rtol=1e-3, atol=0)
-
-
 def test_scale_free_weights_keep_the_weight_gradient():
     # The weight is divided by its largest value inside the reduction; the gradient with respect to
     # it is still that of sum(w e) / sum(w) (and of sum(w e) for "sum").
@@ -142,10 +134,6 @@ def test_float16_reductions_in_torchscript_and_compile():
 
 
 # --- 2. one check per option, the same limits everywhere ---
-
-def test_limits_are_the_decided_numbers():
-    assert (MAX_PPD, MAX_EPS, MAX_EXPOSURES) == (10000.0, 1e-6, 256)
-
 
 @pytest.mark.parametrize("ppd", [np.float32(40.0), np.float64(40.0), np.int64(40), torch.tensor(40.0),
                                  torch.tensor(40), 40])
