@@ -1,4 +1,4 @@
-"""HDR-FLIP: automatic exposures and the functional API (flip_reference.md §4)."""
+"""HDR-FLIP: automatic exposures and the functional API (docs/algorithm.md §5)."""
 import math
 from typing import List, Optional, Tuple, Union
 
@@ -66,7 +66,9 @@ def _luminance_range(ref: torch.Tensor, anchor: float) -> Tuple[torch.Tensor, to
     scripted ``FLIPLoss(hdr=True)`` calls it too."""
     flt_epsilon = 1.1920928955078125e-07  # float32 epsilon, as a literal for TorchScript
     dt = torch.float64 if ref.dtype == torch.float64 else torch.float32
-    rgb = torch.clamp(ref.to(dt), min=0.0)
+    # The exposures are settings of the metric, not a function to differentiate: the compiled op
+    # gives them no gradient, so the pure-PyTorch fallback must not either.
+    rgb = torch.clamp(ref.detach().to(dt), min=0.0)
     lum = (0.2126 * rgb[:, 0] + 0.7152 * rgb[:, 1] + 0.0722 * rgb[:, 2]).flatten(1)
     y_max = lum.amax(dim=1).clamp(min=flt_epsilon)
     y_med = torch.kthvalue(lum, lum.shape[1] // 2 + 1, dim=1)[0].clamp(min=flt_epsilon)
@@ -78,7 +80,7 @@ def _exposure_grid(start: torch.Tensor, stop: torch.Tensor, counts: torch.Tensor
     computes them (TorchScript-compatible)."""
     step = (stop - start) / (counts - 1).to(torch.float32)
     i = torch.arange(count_max, device=start.device, dtype=torch.float32)
-    return start.unsqueeze(1) + i.unsqueeze(0) * step.unsqueeze(1)
+    return (start.unsqueeze(1) + i.unsqueeze(0) * step.unsqueeze(1)).detach()
 
 
 # The checks below need the values of the per-image exposure ranges, which may live on a GPU: each

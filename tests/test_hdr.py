@@ -248,3 +248,24 @@ def test_flip_loss_rejects_hdr_options_without_hdr():
         flip_loss.FLIPLoss(hdr=True, num_exposures=1)
     with pytest.raises(ValueError, match="tone_mapper"):
         flip_loss.FLIPLoss(hdr=True, tone_mapper="agx")
+
+
+def test_automatic_exposures_are_constants_of_the_metric(monkeypatch):
+    """The exposures are settings, not a function of the reference to differentiate: the op gives
+    them no gradient, and the pure-PyTorch fallback (a device without kernels, or no extension) must
+    give the reference the same gradient."""
+    test, ref = hdr_pair((1, 3, 8, 8), seed=3, dtype=torch.float64)
+    exposures, _, start, stop = hdr.exposures_for(ref.clone().requires_grad_())
+    assert not exposures.requires_grad
+
+    def grads():
+        t, r = test.clone().requires_grad_(), ref.clone().requires_grad_()
+        flip_loss.hdr_flip(t, r, 20.0).sum().backward()
+        return t.grad, r.grad
+
+    op_t, op_r = grads()
+    monkeypatch.setattr(flip_loss._ops, "use_extension", lambda *a, **k: False)
+    fb_t, fb_r = grads()
+    assert op_r.abs().max() > 0
+    torch.testing.assert_close(fb_t, op_t, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(fb_r, op_r, rtol=1e-9, atol=1e-10)
