@@ -4,7 +4,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from . import options
+from . import _ops, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 from .functional import _check_image_pair, _is_device_call, _ldr_flip, _to_unit_range
 from .hdr import _exposures_from_numbers, exposure_anchor, hdr_flip
@@ -196,6 +196,13 @@ class FLIPLoss(torch.nn.Module):
         # Whether an eager call has looked at the value range of inputs on a GPU (once per module,
         # since that is a host synchronisation; see flip_loss.functional).
         self._looked_at_device_inputs = False
+
+    def __prepare_scriptable__(self):
+        # A scripted module calls torch.ops.flip.* directly; without the compiled extension
+        # TorchScript would only say "object has no attribute ldr_flip".
+        if not _ops.HAS_EXTENSION:
+            raise RuntimeError(f"flip_loss: torch.jit.script(FLIPLoss) needs the compiled ops, and {_ops.IMPORT_ERROR}")
+        return self
 
     def forward(self, test: torch.Tensor, reference: torch.Tensor,
                 weight: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -1,0 +1,49 @@
+"""What a user sees when the compiled extension is missing (e.g. an unbuilt source checkout that
+shadows an installed copy): a message that says so and how to fix it, from the import, from the
+fallback warning and from torch.jit.script, instead of a 'circular import' or a missing attribute."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import flip_loss
+from flip_loss import _ops
+
+
+def test_message_for_an_unbuilt_checkout(tmp_path):
+    package = tmp_path / "flip_loss"
+    shutil.copytree(os.path.dirname(flip_loss.__file__), package,
+                    ignore=shutil.ignore_patterns("_C.*", "__pycache__"))
+    (tmp_path / "setup.py").write_text("# a source checkout\n")
+    # the real import, in a child whose only flip_loss is the unbuilt copy (an editable install's
+    # finder would otherwise supply the built extension)
+    code = ("import sys; sys.meta_path = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
+            "import flip_loss; print(flip_loss.__file__); print(flip_loss.HAS_EXTENSION); "
+            "print(flip_loss._ops.IMPORT_ERROR)")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    if not lines[0].startswith(str(tmp_path)):
+        pytest.skip(f"this environment imports flip_loss from {lines[0]} even with the copy first on the path")
+    assert lines[1] == "False"
+    assert "not built" in lines[2] and str(package) in lines[2] and "pip install --no-build-isolation -e ." in lines[2]
+
+
+def test_torchscript_says_the_extension_is_missing(monkeypatch):
+    monkeypatch.setattr(_ops, "HAS_EXTENSION", False)
+    monkeypatch.setattr(_ops, "IMPORT_ERROR", "the compiled extension flip_loss._C is not built in DIR")
+    with pytest.raises(RuntimeError, match="needs the compiled ops.*not built in DIR"):
+        torch.jit.script(flip_loss.FLIPLoss())
+
+
+def test_fallback_warning_repeats_the_reason(monkeypatch):
+    monkeypatch.setattr(_ops, "HAS_EXTENSION", False)
+    monkeypatch.setattr(_ops, "IMPORT_ERROR", "the compiled extension flip_loss._C is not built in DIR")
+    monkeypatch.setattr(_ops, "_warned", set())
+    with pytest.warns(RuntimeWarning, match="not built in DIR.*pure-PyTorch reference"):
+        assert not _ops.use_extension(torch.zeros(1))
