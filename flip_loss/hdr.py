@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from . import _ops, constants, options
-from .constants import DEFAULT_EPS, DEFAULT_PPD
+from .constants import DEFAULT_EPS, DEFAULT_PPD, tone_coefficients
 from .functional import _check_image, _checked_pair
 
 TONE_MAPPERS = options.TONE_MAPPERS
@@ -16,8 +16,6 @@ ExposureArg = Union[None, float, int, torch.Tensor]
 def exposure_anchor(tone_mapper: str = "aces") -> float:
     """The scene value that ``tone_mapper`` maps to 0.85: the larger root of the quadratic, solved
     in float32 as NVIDIA's evaluator does (Reinhard uses x / (1 + x) here, as the evaluator does)."""
-    from .reference import tone_coefficients
-
     f = np.float32
     k = [f(v) for v in tone_coefficients(options.tone_mapper(tone_mapper))]
     t = f(0.85)

@@ -18,7 +18,7 @@ from . import constants
 from .constants import MAX_EPS, MAX_EXPOSURES, MAX_PPD
 
 INPUT_SPACES = ("srgb", "linear")
-TONE_MAPPERS = ("aces", "hable", "reinhard")
+TONE_MAPPERS = constants.TONE_MAPPERS
 
 
 def real_number(name: str, value) -> float:

@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import torch
 
-from .constants import DEFAULT_EPS, DEFAULT_PPD, GW, PC, PT, QC, QF
+from .constants import DEFAULT_EPS, DEFAULT_PPD, GW, PC, PT, QC, QF, TONE_MAPPERS, tone_coefficients
 
 __all__ = [
     "srgb_to_linear", "linear_to_srgb", "linear_rgb_to_opponent", "opponent_to_linear_rgb",
@@ -415,24 +415,6 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
 # --------------------------------------------------------------------------------------------
 # HDR-FLIP (docs/algorithm.md §5)
 # --------------------------------------------------------------------------------------------
-
-TONE_MAPPERS = ("reinhard", "aces", "hable")
-
-
-def tone_coefficients(tone_mapper):
-    """The evaluator's (k0..k5) of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5), rounded to
-    float32 as it computes them; Reinhard's row (x / (1 + x)) is used only by the exposure solve."""
-    import numpy as np
-
-    f = np.float32
-    table = {
-        "reinhard": (0.0, 1.0, 0.0, 0.0, 1.0, 1.0),
-        "aces": (f(0.6) * f(0.6) * f(2.51), f(0.6) * f(0.03), 0.0, f(0.6) * f(0.6) * f(2.43), f(0.6) * f(0.59),
-                 f(0.14)),
-        "hable": (f(0.231683), f(0.013791), 0.0, f(0.18), f(0.3), f(0.018)),
-    }
-    return tuple(float(v) for v in table[tone_mapper.lower()])
-
 
 _HDR_CAP = 1e15  # exposed values beyond this saturate every curve; capped so x^2 stays finite
 

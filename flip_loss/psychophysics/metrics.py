@@ -71,25 +71,15 @@ def ldr_flip_metric() -> Metric:
 def hdr_flip_metric() -> Metric:
     import flip_loss
 
-    if not hasattr(flip_loss, "hdr_flip"):
-        raise MetricUnavailable("flip_loss.hdr_flip does not exist in this build (HDR-FLIP not implemented yet)")
-
-    import inspect
-
-    try:
-        takes_eps = "eps" in inspect.signature(flip_loss.hdr_flip).parameters
-    except (TypeError, ValueError):
-        takes_eps = False
-    extra = {"eps": 0.0} if takes_eps else {}
-
     def hdr_flip_mean(test, reference, ppd):
-        out = flip_loss.hdr_flip(test, reference, float(ppd), **extra)
+        # eps=0: the published metric's values (the evaluator's setting).
+        out = flip_loss.hdr_flip(test, reference, float(ppd), eps=0.0)
         return out.reshape(out.shape[0], -1).mean(dim=1)
 
     return Metric("HDR-FLIP", hdr_flip_mean, "linear",
                   "mean of the HDR-FLIP map of linear BT.709 relative to Y_peak (default tone mapper; "
                   "exposure range computed from the reference, which makes the metric blind to the "
-                  "absolute level)" + (", eps=0" if takes_eps else ""))
+                  "absolute level), eps=0")
 
 
 # --------------------------------------------------------------------------------------------
