@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from flip_loss import colormaps
 from flip_loss.colormaps import MAGMA, VIRIDIS, apply_colormap, colormap_indices, to_grey_uint8
 
 
@@ -131,3 +132,13 @@ def test_png_matches_the_flip_tool(tmp_path):
                                   np.asarray(Image.open(tmp_path / "magma.png").convert("RGB")))
     np.testing.assert_array_equal(to_grey_uint8(grey),
                                   np.asarray(Image.open(tmp_path / "grey.png").convert("L")))
+
+
+@pytest.mark.parametrize("name", ["magma", "viridis"])
+def test_tables_are_matplotlibs_colormaps(name):
+    """The bundled tables are matplotlib's (to 6 decimals), without matplotlib being needed."""
+    matplotlib = pytest.importorskip("matplotlib")
+    ours = np.array(getattr(colormaps, name.upper()))
+    theirs = np.array(matplotlib.colormaps[name].colors)
+    assert ours.shape == (256, 3)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=5e-7)
