@@ -151,3 +151,101 @@ def pair_of(index, seed=5):
     g = torch.Generator().manual_seed(seed + index)
     reference = torch.rand(1, 3, 12 + index, 14, generator=g)
     return (reference + 0.3 * torch.randn(reference.shape, generator=g)).clamp(0, 1), reference
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+def make_folders(root, sizes, broken=()):
+    """``root/references`` and ``root/tests`` with one pair of PNG images per (height, width) in
+    ``sizes``, named p0, p1, ...; the test image of each position in ``broken`` is the wrong size.
+    Returns (reference folder, test folder) as absolute paths."""
+    import numpy as np
+    from PIL import Image
+
+    references, tests = os.path.join(root, "references"), os.path.join(root, "tests")
+    os.makedirs(references, exist_ok=True)
+    os.makedirs(tests, exist_ok=True)
+    rng = np.random.default_rng(11)
+    for i, (h, w) in enumerate(sizes):
+        reference = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        # The noise grows with i, so that the pairs' FLIP values differ (the gate picks one out).
+        test = np.clip(reference.astype(int) + rng.integers(-8 - 12 * i, 9 + 12 * i, (h, w, 3)), 0, 255)
+        if i in broken:
+            test = test[:-1]
+        Image.fromarray(reference).save(os.path.join(references, f"p{i}.png"))
+        Image.fromarray(test.astype(np.uint8)).save(os.path.join(tests, f"p{i}.png"))
+    return references, tests
+
+
+def rank_environment(rank, world_size, port):
+    """The variables torchrun gives rank ``rank`` of a one-machine launch."""
+    env = dict(os.environ)
+    env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+               GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    return env
+
+
+def cli_rank_worker(rank, world_size, argv, cwd, broken_rank):
+    """flip_loss.cli.main as rank ``rank`` (inside the harness's own process group, as a program
+    that has one calls it); on ``broken_rank`` evaluating a pair raises an unexpected error."""
+    import contextlib
+    import io
+
+    from flip_loss.cli import main
+    from flip_loss.cli import shard
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    if rank == broken_rank:
+        def broken(self, position, reference, test):
+            raise RuntimeError("a bug on this rank")
+        shard.PairEvaluator.work = broken
+    os.chdir(cwd)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+# --- DDP training (examples/train_denoiser.py) -------------------------------------------------------
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_denoiser.py")
+
+
+def load_denoiser_example():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_denoiser_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tiny_training(module):
+    """Settings and data for a few training steps of the example's denoiser: synthetic images, a
+    global batch of 4 crops, 3 held-out crops (shared 2 + 1 between two ranks)."""
+    import argparse
+
+    args = argparse.Namespace(steps=3, crop=16, batch=4, sigma=0.1, lr=2e-3, channels=8, depth=3, ppd=67.0206,
+                              seed=0)
+    g = torch.Generator().manual_seed(3)
+    images = [torch.rand(3, 40, 48, generator=g), torch.rand(3, 36, 36, generator=g)]
+    eval_gen = torch.Generator().manual_seed(4)
+    eval_clean = module.random_crops(images, 3, args.crop, eval_gen)
+    eval_noisy = module.add_noise(eval_clean, args.sigma, eval_gen)
+    return args, images, eval_noisy, eval_clean
+
+
+def train_few_steps():
+    """The example's train() with L1 + 0.5 FLIP, in this process's share when a group is up:
+    (parameters, history, held-out results, held-out FLIP and PSNR of the noisy input)."""
+    module = load_denoiser_example()
+    processes = module.Processes("cpu")
+    args, images, eval_noisy, eval_clean = tiny_training(module)
+    base = module.evaluate(None, eval_noisy, eval_clean, args.ppd, processes)
+    model, history, results = module.train("L1 + 0.5*FLIP", 0.5, args, images, eval_noisy, eval_clean, processes)
+    return {"parameters": [p.detach().clone() for p in model.parameters()], "history": history,
+            "results": results, "base": base, "size": processes.size}
+
+
+def ddp_worker(rank, world_size):
+    return train_few_steps()

@@ -3,7 +3,14 @@ FLIPMetric and FLIPTorchMetric synced across ranks against one process, folder m
 against one process, and a few DDP training steps of examples/train_denoiser.py.
 
 Every launch is bounded (distributed_cases.launch, subprocess timeouts), so a hang fails."""
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +18,9 @@ import torch
 import distributed_cases as cases
 import flip_loss
 from flip_loss import FLIPMetric
+from flip_loss.cli import main
+from flip_loss.cli.shard import balanced_shards
+from flip_loss.imageio import load_image
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 
@@ -119,3 +129,206 @@ def test_no_sync_without_a_process_group():
     for m in maps[:3]:
         metric.update_error_map(m)
     assert_same_result(metric.compute(), one_process([0, 1, 2], maps))
+
+
+# --- folder mode under torchrun -------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+# Six pairs of two sizes; test_balanced_shards says which rank evaluates which.
+SIZES = ((24, 32), (24, 32), (40, 30), (24, 32), (40, 30), (24, 32))
+
+
+def test_balanced_shards():
+    assert balanced_shards([5, 5, 5, 5, 5], 2) == [[0, 2, 4], [1, 3]]  # one size: round-robin
+    # Largest first, each to the lighter rank: 100 -> 0, 60 -> 1, 50 -> 1, 40 -> 0, 30 -> 1, and
+    # 10 to rank 0 on the tie at 140: 150 and 140 pixels.
+    assert balanced_shards([100, 60, 50, 40, 10, 30], 2) == [[0, 3, 4], [1, 2, 5]]
+    assert sorted(i for shard in balanced_shards([3, 1, 4, 1, 5, 9, 2, 6], 3) for i in shard) == list(range(8))
+    assert balanced_shards([7], 3) == [[0], [], []]
+    pixels = [h * w for h, w in SIZES]
+    assert balanced_shards(pixels, 2) == [[2, 0, 3], [4, 1, 5]]
+
+
+def without_times(text):
+    """Printed lines and report pages with the evaluation times and dates left out."""
+    text = re.sub(r"(Evaluation time|Total time): [0-9.]+ seconds", r"\1: -", text)
+    text = re.sub(r"evaluated in [0-9.]+ s", "evaluated in -", text)
+    return re.sub(r"<time[^>]*>[^<]*</time>", "<time>-</time>", text)
+
+
+def csv_rows_without_times(path):
+    with open(path, newline="") as f:
+        return [row[:-1] for row in csv.reader(f)]
+
+
+def outputs_of(directory):
+    """{relative path: bytes} of every file under ``directory``."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(Path(directory).rglob("*")) if p.is_file()}
+
+
+def single_process(argv, cwd, monkeypatch, capsys):
+    """flip_loss.cli.main in this process (no torchrun variables): (exit code, stdout, stderr)."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_same_outputs(one, many):
+    """The same files, byte for byte, except the CSV's times and the report page's times."""
+    a, b = outputs_of(one), outputs_of(many)
+    assert sorted(a) == sorted(b)
+    for name in a:
+        if name.endswith(".csv"):
+            assert csv_rows_without_times(Path(one) / name) == csv_rows_without_times(Path(many) / name), name
+        elif name.endswith(".html"):
+            assert without_times(a[name].decode()) == without_times(b[name].decode()), name
+        else:
+            assert a[name] == b[name], name
+
+
+def folder_argv(references, tests):
+    return ["--reference-dir", references, "--test-dir", tests, "-d", "out", "--report", "report", "-txt",
+            "--no-progress", "--device", "cpu"]
+
+
+def test_cli_under_torchrun_equals_one_process(tmp_path, monkeypatch, capsys):
+    references, tests = cases.make_folders(str(tmp_path / "images"), SIZES)
+    argv = folder_argv(references, tests)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    code, out, err = single_process(argv, tmp_path / "one", monkeypatch, capsys)
+    assert code == 0, err
+    env = cases.rank_environment(0, 1, 0)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
+                          "--master_addr=127.0.0.1", f"--master_port={cases.free_port()}", "-m", "flip_loss", *argv],
+                         cwd=tmp_path / "two", env=env, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr
+    # What rank 0 prints is what one process prints, in the same order.
+    assert without_times(res.stdout) == without_times(out)
+    assert out.count("FLIP between") == len(SIZES)
+    assert_same_outputs(tmp_path / "one", tmp_path / "two")
+    assert len(csv_rows_without_times(tmp_path / "two" / "out" / "summary.csv")) == 1 + len(SIZES)
+
+
+def launch_ranks(argv, cwd, world_size=2, timeout=240):
+    """The CLI as ``world_size`` ranks of a one-machine torchrun launch, without torchrun itself
+    (so that each rank's exit code is seen): [(exit code, stdout, stderr)] in rank order."""
+    port = cases.free_port()
+    processes = []
+    try:
+        for rank in range(world_size):
+            env = cases.rank_environment(rank, world_size, port)
+            env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+            processes.append(subprocess.Popen([sys.executable, "-m", "flip_loss", *argv], cwd=cwd, env=env,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        results = []
+        for process in processes:
+            out, err = process.communicate(timeout=timeout)
+            results.append((process.returncode, out, err))
+        return results
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+
+
+def test_pair_failing_on_one_rank_and_the_gate_over_all_pairs(tmp_path, monkeypatch, capsys):
+    """Pair p1 has a test image of the wrong size and goes to rank 1: rank 0 reports it as one
+    process does (exit code 4) and writes the other pairs; the gate judges every rank's pairs."""
+    references, tests = cases.make_folders(str(tmp_path / "images"), SIZES, broken=(1,))
+    pixels = [(h - (i == 1)) * w for i, (h, w) in enumerate(SIZES)]  # from the test images' headers
+    shards = balanced_shards(pixels, 2)
+    assert 1 in shards[1]
+    means = {i: flip_loss.ldr_flip(load_image(Path(tests) / f"p{i}.png"),
+                                   load_image(Path(references) / f"p{i}.png")).double().mean().item()
+             for i in range(len(SIZES)) if i != 1}
+    # The threshold just below the worst of rank 1's other pairs: that pair fails the gate.
+    worst_on_1 = max((i for i in shards[1] if i != 1), key=means.get)
+    threshold = f"{means[worst_on_1] - 1e-4:.6f}"
+    argv = folder_argv(references, tests) + ["--fail-above", "mean", threshold]
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    code, out, err = single_process(argv, tmp_path / "one", monkeypatch, capsys)
+    assert code == 4
+    ranks = launch_ranks(argv, tmp_path / "two")
+    assert [rank[0] for rank in ranks] == [4, 0], ranks[0][2] + ranks[1][2]
+    assert ranks[1][1] == "" and ranks[1][2] == ""  # rank 1 prints nothing
+    assert without_times(ranks[0][1]) == without_times(out)
+    assert ranks[0][2] == err
+    assert "skipped test image <" in err and "p1.png" in err
+    assert f"test image <{Path(tests) / f'p{worst_on_1}.png'}> is {means[worst_on_1]:.6f}, above the threshold" in err
+    assert_same_outputs(tmp_path / "one", tmp_path / "two")
+    rows = csv_rows_without_times(tmp_path / "two" / "out" / "summary.csv")
+    assert [Path(row[1]).name for row in rows[1:]] == ["p0.png", "p2.png", "p3.png", "p4.png", "p5.png"]
+
+
+def test_an_error_on_one_rank_stops_every_rank(tmp_path):
+    """An unexpected error while rank 1 evaluates: rank 0 reports it (exit code 3), both ranks
+    stop after that round, nothing is written."""
+    references, tests = cases.make_folders(str(tmp_path / "images"), SIZES)
+    (tmp_path / "run").mkdir()
+    argv = folder_argv(references, tests)
+    ranks = cases.launch(cases.cli_rank_worker, str(tmp_path / "results"), argv, str(tmp_path / "run"), 1)
+    (code0, out0, err0), (code1, out1, err1) = ranks
+    assert (code0, code1) == (3, 3)
+    assert "rank 1: Traceback" in err0 and "RuntimeError: a bug on this rank" in err0
+    assert "internal error" in err0
+    assert out1 == "" and err1 == ""
+    assert list((tmp_path / "run").iterdir()) == []  # no output, no directory, no temporary file
+
+
+# --- DDP training: examples/train_denoiser.py ---------------------------------------------------------
+
+def test_ddp_training_steps_keep_the_ranks_identical(tmp_path):
+    """Three steps under DDP on 2 ranks: every rank ends with the same parameters, which are those
+    of one process training on the whole batches (up to float rounding), and the held-out FLIP
+    (FLIPMetric synced over the ranks' shares of the crops) is one process's."""
+    ranks = cases.launch(cases.ddp_worker, str(tmp_path))
+    alone = cases.train_few_steps()
+    assert [r["size"] for r in ranks] == [2, 2] and alone["size"] == 1
+    module = cases.load_denoiser_example()
+    torch.manual_seed(0)
+    initial = list(module.Denoiser(8, 3).parameters())
+    for a, b, one, start in zip(ranks[0]["parameters"], ranks[1]["parameters"], alone["parameters"], initial):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, one, rtol=0, atol=2e-5)
+        assert not torch.equal(a, start.detach())  # trained
+    # The noisy input's held-out FLIP does not depend on the model: bit for bit one process's.
+    assert ranks[0]["base"][0] == ranks[1]["base"][0] == alone["base"][0]
+    assert ranks[0]["base"][1] == pytest.approx(alone["base"][1], rel=1e-12)
+    for key in ("eval_flip", "l1", "flip"):
+        assert ranks[0]["history"][key] == ranks[1]["history"][key], key
+        assert ranks[0]["history"][key] == pytest.approx(alone["history"][key], rel=1e-4), key
+    assert ranks[0]["results"]["flip"] == ranks[1]["results"]["flip"]
+
+
+def test_train_denoiser_runs_unchanged_under_torchrun(tmp_path):
+    """The script itself under torchrun: rank 0 prints and writes once; its held-out FLIP of the
+    noisy input is what one process computes."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    argv = ["--steps", "2", "--crop", "16", "--batch", "4", "--eval-crops", "3", "--display-size", "32",
+            "--channels", "8", "--depth", "3", "--device", "cpu", "--out", "out"]
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
+                          "--master_addr=127.0.0.1", f"--master_port={cases.free_port()}", cases.EXAMPLE, *argv],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("2 processes (DDP)") == 1 and res.stdout.count("held-out results") == 1
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["processes"] == 2 and set(metrics["held_out"]) == {"noisy input", "L1", "L1 + 0.1*FLIP"}
+    module = cases.load_denoiser_example()
+    held_out = module.load_images(module.HELD_OUT_IMAGES)
+    eval_gen = torch.Generator().manual_seed(12345)
+    clean = module.random_crops(held_out, 3, 16, eval_gen)
+    noisy = module.add_noise(clean, 0.1, eval_gen)
+    one = FLIPMetric()
+    one.update(noisy, clean)
+    assert metrics["held_out"]["noisy input"]["flip"] == one.compute().pooled.mean

@@ -18,10 +18,11 @@ so a failed or interrupted run leaves no file behind, half-written or whole. The
 The modules, by job: ``arguments`` (the parser, option checks), ``pairs`` (which images are
 compared), ``evaluate`` (one pair into a record), ``outputs`` (names, safety checks, atomic
 writing), ``histogram`` (drawing), ``report`` (the HTML report; its style sheet and script in
-``report_assets``), ``run`` (the order of the work and what is printed) and ``errors`` (exit codes,
-the usage error).
+``report_assets``), ``run`` (the order of the work and what is printed), ``shard`` (folder mode
+shared out among the ranks of a torchrun launch) and ``errors`` (exit codes, the usage error).
 """
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -74,6 +75,15 @@ def _sigterm_interrupts():
         signal.signal(signal.SIGTERM, previous)
 
 
+def _secondary_rank() -> bool:
+    """Whether this process is a rank other than 0 of a torchrun launch: rank 0 reports the errors
+    every rank meets alike (a bad option, Ctrl-C), once."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
+    except ValueError:
+        return False
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line with ``argv`` (default: ``sys.argv[1:]``) and returns the exit code
     (``EXIT_CODES``): 0 success, 1 a ``--fail-above`` gate failed, 2 an error the user can act on
@@ -90,14 +100,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return run(args, t_start)
         except UsageError as exc:
             sys.stdout.flush()
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            if not _secondary_rank():
+                print(f"{PROG}: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         except SystemExit as exc:  # --help
             code = exc.code
             return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
         except KeyboardInterrupt as exc:
             sys.stdout.flush()
-            print(f"{PROG}: interrupted" + (f"; {exc}" if str(exc) else ""), file=sys.stderr)
+            if not _secondary_rank():
+                print(f"{PROG}: interrupted" + (f"; {exc}" if str(exc) else ""), file=sys.stderr)
             return EXIT_INTERRUPTED
         except Exception:  # noqa: BLE001 - anything else is a bug: say so, with the traceback
             sys.stdout.flush()

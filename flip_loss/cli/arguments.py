@@ -13,6 +13,9 @@ from .errors import PROG, UsageError, UsageErrorParser, exit_code_lines
 from .pairs import FOLDER_EXTENSIONS
 
 GATE_QUANTITIES = ("mean", "weighted-median", "max")
+# Under torchrun, the longest a rank waits for the others (seconds): one pair's evaluation on the
+# slowest rank plus rank 0's writing, with a wide margin for huge HDR pairs on CPUs.
+DEFAULT_DIST_TIMEOUT = 1800.0
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
@@ -122,6 +125,11 @@ writes the maps to --directory and a summary CSV (--csv, default <directory>/sum
 For .exr pairs the exposures are computed per reference. A pair that cannot be evaluated (an
 unreadable image, different sizes) is reported and skipped; the others are evaluated and
 written, and the exit code is 4.
+
+torchrun: torchrun --nproc_per_node=K -m flip_loss --reference-dir R --test-dir T ... shares the
+pairs out among K processes (on one or several machines; each on cuda:LOCAL_RANK when it has
+GPUs), balanced by pixel count; rank 0 prints, shows the progress of all and writes every output,
+the same files as one process. Other modes run on rank 0 alone.
 
 regression gate: --fail-above mean|weighted-median|max THRESHOLD exits with code 1 when any
 test image's value is above THRESHOLD (in [0, 1]); every image is still evaluated.
@@ -237,6 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where to compute: auto (default: CUDA when available), cpu or cuda")
+    p.add_argument("--dist-timeout", dest="dist_timeout", metavar="SECONDS", type=_positive_float,
+                   default=DEFAULT_DIST_TIMEOUT,
+                   help="folder mode under torchrun: how long a rank waits for the others at each exchange "
+                        f"(default {DEFAULT_DIST_TIMEOUT:g}); it must exceed the slowest pair's evaluation")
 
     # The commands are programs of their own: they get their arguments unparsed.
     commands = p.add_subparsers(dest="command", metavar="COMMAND", title="commands",

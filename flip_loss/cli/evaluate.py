@@ -9,18 +9,24 @@ from ..constants import MAX_EXPOSURES
 from .errors import UsageError
 
 
-def resolve_device(choice: str):
-    """The torch device of ``--device`` (auto: CUDA when available)."""
+def resolve_device(choice: str, local_rank: Optional[int] = None):
+    """The torch device of ``--device`` (auto: CUDA when available). ``local_rank``: this process's
+    rank on its machine under torchrun, which takes CUDA device ``local_rank`` (modulo the number of
+    devices, so that more processes than GPUs share them) and makes it the current one."""
     import torch
 
     if choice == "cpu":
         return torch.device("cpu")
-    if choice == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda was requested, but no CUDA device is available "
-                             "(use --device cpu or auto)")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was requested, but no CUDA device is available "
+                         "(use --device cpu or auto)")
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    if local_rank is None:
         return torch.device("cuda")
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
 
 
 class Exposures(NamedTuple):

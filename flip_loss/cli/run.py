@@ -92,7 +92,7 @@ class Run:
     pair with a problem is reported and skipped instead); the outputs go through a
     :class:`Staging` and appear together at the end."""
 
-    def __init__(self, args, console: Console, staging: Staging):
+    def __init__(self, args, console: Console, staging: Staging, device=None):
         check_options(args)
         self.args, self.console, self.staging = args, console, staging
         self.gate = parse_gate(args)
@@ -100,34 +100,20 @@ class Run:
         self.pairs, pairing_warnings = pairs_of(args)
         for message in pairing_warnings:
             console.warning(message)
-        self.hdr = uses_hdr(self.pairs)
-        if not self.hdr:
+        hdr = uses_hdr(self.pairs)
+        if not hdr:
             flags = hdr_option_flags(args)
             if flags:
                 raise UsageError(f"{', '.join(flags)}: HDR-FLIP option(s) given for LDR images; they apply "
                                  "only to OpenEXR (.exr) inputs")
-        self.tone_mapper = args.tone_mapper or "aces"
-        self.ppd = ppd_of(args)
-        self.directory = args.directory if args.directory is not None else "."
-        self.write_maps = not args.no_error_map
-        self.write_exposure_maps = self.hdr and not args.no_exposure_map
+        self.configure(hdr, resolve_device(args.device) if device is None else device)
         csv_path = args.csv
         if self.folder_mode and csv_path is None:
             csv_path = os.path.join(self.directory, "summary.csv")
-        self.overlapped = args.histogram and not self.folder_mode and len(self.pairs) == 2
-        self.failures: List[Tuple[str, str]] = []
-        # --report: the pairs' records, evaluated or failed, from which the page is written at the end.
-        self.report_records: List[PairRecord] = []
-        self._sizes: Dict[str, Tuple[int, int]] = {}
         # What --directory is for: it is created only when something is written into it.
         self.directory_needed = args.directory is not None and (
             self.write_maps or self.write_exposure_maps or args.textfile or args.histogram
             or (self.folder_mode and args.csv is None))
-
-        if args.histogram:
-            import_matplotlib()
-        self.evaluator = Evaluator(self.hdr, self.tone_mapper, self.ppd, resolve_device(args.device),
-                                   (args.start_exposure, args.stop_exposure, args.num_exposures))
         # The outputs that do not depend on a pair: the directory and the CSV file.
         if self.directory_needed:
             check_directory(self.directory)
@@ -139,6 +125,31 @@ class Run:
         self.report_page = (self.guard.claim((page_path(args.report), "HTML report"))[0]
                             if args.report is not None else None)
         self.overlapped_output: Optional[Output] = None
+
+    def configure(self, hdr: bool, device) -> None:
+        """The settings the run's pairs share (``self.args``, ``self.folder_mode`` and ``self.pairs``
+        set) and what they contribute; the evaluator on ``device``."""
+        args = self.args
+        self.hdr = hdr
+        self.tone_mapper = args.tone_mapper or "aces"
+        self.ppd = ppd_of(args)
+        self.directory = args.directory if args.directory is not None else "."
+        self.write_maps = not args.no_error_map
+        self.write_exposure_maps = self.hdr and not args.no_exposure_map
+        self.overlapped = args.histogram and not self.folder_mode and len(self.pairs) == 2
+        self.failures: List[Tuple[str, str]] = []
+        # What the evaluated pairs contribute, in pair order: CSV rows, the results the overlapped
+        # histogram draws, the gate's failures (test, value).
+        self.rows: List[List[str]] = []
+        self.kept: List[Result] = []
+        self.gate_failures: List[Tuple[str, float]] = []
+        # --report: the pairs' records, evaluated or failed, from which the page is written at the end.
+        self.report_records: List[PairRecord] = []
+        self._sizes: Dict[str, Tuple[int, int]] = {}
+        if args.histogram:
+            import_matplotlib()
+        self.evaluator = Evaluator(self.hdr, self.tone_mapper, self.ppd, device,
+                                   (args.start_exposure, args.stop_exposure, args.num_exposures))
 
     # --- before anything is written ------------------------------------------------------------
 
@@ -158,9 +169,14 @@ class Run:
         if self.args.report is not None:
             wanted += [(f"report.{kind}", os.path.join(self.args.report, relative), what)
                        for kind, relative, what in picture_files(index, test, self.hdr, self._sizes[test])]
-        claimed = self.guard.claim(*[(path, what) for _, path, what in wanted])
-        outputs = {kind: out for (kind, _, _), out in zip(wanted, claimed)}
+        outputs = self.claim(wanted)
         return _Prepared(index, reference, test, test_image if keep_test else None, names, outputs)
+
+    def claim(self, wanted: Sequence[Tuple[str, str, str]]) -> Dict[str, Output]:
+        """Checks and claims a pair's outputs ``(kind, path, what)`` (all or none, UsageError);
+        returns them by kind."""
+        claimed = self.guard.claim(*[(path, what) for _, path, what in wanted])
+        return {kind: out for (kind, _, _), out in zip(wanted, claimed)}
 
     def prepared_pairs(self):
         """The pairs, ready for evaluation. One reference: all are prepared before the first is
@@ -176,25 +192,29 @@ class Run:
                 range_part = dynamic_range(self.tone_mapper, self.evaluator.reference(reference)[1])
                 name = overlapped_histogram_name(self.args, reference, tests, self.ppd, self.directory, range_part)
                 self.overlapped_output = self.guard.claim((name, "histogram"))[0]
-            self._start_writing()
+            self.start_writing()
             yield from prepared
             return
-        self._start_writing()
+        self.start_writing()
         if self.console.verbosity >= 1 and not self.args.no_progress:
             self.console.start_progress(len(self.pairs))
         for index, (reference, test) in enumerate(self.pairs, 1):
             try:
                 prepared = self.prepare(index, reference, test, keep_test=True)
             except UsageError as exc:
-                self.failures.append((reference, test))
-                if self.report_page is not None:
-                    self.report_records.append(failed_record(index, reference, test, str(exc)))
-                self.console.error(f"skipped test image <{test}>: {exc}")
+                self.record_failure(index, reference, test, str(exc))
                 self.console.advance()
                 continue
             yield prepared
 
-    def _start_writing(self) -> None:
+    def record_failure(self, index: int, reference: str, test: str, message: str) -> None:
+        """Folder mode: pair ``index`` could not be evaluated; it is reported and skipped."""
+        self.failures.append((reference, test))
+        if self.report_page is not None:
+            self.report_records.append(failed_record(index, reference, test, message))
+        self.console.error(f"skipped test image <{test}>: {message}")
+
+    def start_writing(self) -> None:
         """Everything is checked: creates the output directory and prints the header."""
         if self.directory_needed:
             self.staging.make_directory(self.directory)
@@ -232,7 +252,7 @@ class Run:
             self.staging.write(p.outputs["text"], write_text_file(text))
         if "histogram" in p.outputs:
             self._stage_histogram(p.outputs["histogram"], [result])
-        if self.report_page is not None:
+        if self.args.report is not None:
             pictures = {kind[len("report."):]: out for kind, out in p.outputs.items() if kind.startswith("report.")}
             self.report_records.append(stage_pair_images(
                 self.staging, pictures, p.index, result, self.evaluator.reference(p.reference)[0], test_image,
@@ -271,28 +291,43 @@ class Run:
                   else (("Reference", self.pairs[0][0]),))
         return settings_now(self.ppd, self.hdr, self.tone_mapper, self.gate, inputs, len(self.pairs))
 
+    def evaluate(self, p: _Prepared):
+        """Evaluates the prepared pair and stages its outputs; returns (result, test image)."""
+        test_image = p.test_image
+        if test_image is None and self.args.report is not None:  # the report shows it
+            test_image = self.evaluator.load(p.test)
+        result = self.evaluator.evaluate(p.reference, p.test, test_image)
+        self.stage(p, result, test_image)
+        return result, test_image
+
+    def record_result(self, p: _Prepared, result: Result) -> None:
+        """What an evaluated pair (staged) contributes beyond its files: warnings, its CSV row, the
+        gate's verdict, its printed block. Called in pair order."""
+        for message in result.warnings:
+            self.console.warning(message)
+        self.rows.append(csv_row(result))
+        if self.overlapped:
+            self.kept.append(result)
+        if self.gate is not None and gate_value(result.pooled, self.gate[0]) > self.gate[1]:
+            self.gate_failures.append((result.test, gate_value(result.pooled, self.gate[0])))
+        self.console.lines(self.result_lines(p, result, first=len(self.rows) == 1))
+
     def execute(self, t_start: float) -> int:
         """Evaluates every pair, writes the outputs and returns the exit code."""
-        rows, kept, gate_failures = [], [], []
         for p in self.prepared_pairs():
-            test_image = p.test_image
-            if test_image is None and self.report_page is not None:  # the report shows it
-                test_image = self.evaluator.load(p.test)
-            result = self.evaluator.evaluate(p.reference, p.test, test_image)
-            for message in result.warnings:
-                self.console.warning(message)
-            self.stage(p, result, test_image)
-            rows.append(csv_row(result))
-            if self.overlapped:
-                kept.append(result)
-            if self.gate is not None and gate_value(result.pooled, self.gate[0]) > self.gate[1]:
-                gate_failures.append((result.test, gate_value(result.pooled, self.gate[0])))
-            self.console.lines(self.result_lines(p, result, first=len(rows) == 1))
+            result, _ = self.evaluate(p)
+            self.record_result(p, result)
             self.console.advance()
+        return self.finish(t_start)
+
+    def finish(self, t_start: float) -> int:
+        """Every pair has run: writes the CSV file, the overlapped histogram and the report page,
+        publishes every output, prints the summary and returns the exit code."""
+        rows, gate_failures = self.rows, self.gate_failures
         self.console.close()
 
         if self.overlapped_output is not None:
-            self._stage_histogram(self.overlapped_output, kept)
+            self._stage_histogram(self.overlapped_output, self.kept)
         if self.csv_output is not None and (rows or not os.path.exists(self.csv_output.real)):
             self.staging.write(self.csv_output, write_appended_csv(self.csv_output.real, rows))
         if self.report_page is not None:
@@ -322,10 +357,28 @@ class Run:
 def run(args, t_start: float) -> int:
     """Runs the evaluation of parsed ``args``; returns the exit code. Raises UsageError, and
     KeyboardInterrupt saying whether the outputs had been written; either way no temporary file
-    is left behind."""
+    is left behind. Under torchrun (``WORLD_SIZE`` > 1) folder mode is shared out among the
+    ranks (``shard``)."""
+    from ..distributed import launched_world
+
+    try:
+        world = launched_world()
+    except ValueError as exc:
+        raise UsageError(f"torchrun's environment: {exc}") from None
+    if world is not None:
+        from .shard import run_sharded
+
+        return run_sharded(args, t_start, world)
+    return run_single(args, t_start)
+
+
+def run_single(args, t_start: float, note: Optional[str] = None) -> int:
+    """:func:`run` in this process alone; ``note``: a warning printed first."""
     console = Console(args.verbosity)
     staging = Staging()
     try:
+        if note is not None:
+            console.warning(note)
         return Run(args, console, staging).execute(t_start)
     except KeyboardInterrupt:
         raise KeyboardInterrupt("the outputs had been written" if staging.committed

@@ -1,0 +1,413 @@
+"""Folder mode under ``torchrun``: the pairs shared out among the ranks, the outputs written by rank 0.
+
+``torchrun --nproc_per_node=K -m flip_loss --reference-dir R --test-dir T ...`` starts K processes
+(on one machine or, with the usual ``--nnodes``/``--rdzv-*`` arguments, on several), which join one
+gloo process group over TCP: the outputs travel as bytes, so no GPU collective is needed.
+
+1. Rank 0 does what a single process does before evaluating: pairs the folders, checks the
+   options and every output that does not depend on a pair, and reads the sizes of the test images
+   from their headers. It shares the pairs out, balanced by pixel count (largest first, each to the
+   rank with the fewest pixels so far), and broadcasts the plan; anything wrong ends every rank.
+2. In rounds, every rank evaluates its next pair on its device (``cuda:LOCAL_RANK`` when it has
+   GPUs) and renders its outputs (maps, text file, histogram, report pictures) into memory; rank 0
+   gathers them, claims and stages the outputs as a single process would, advances its progress bar
+   by every rank's pairs, and broadcasts whether to go on. A pair that cannot be evaluated is sent
+   as a failure and reported (exit code 4), as in a single process; any other error on any rank
+   (a bug, an unusable device, Ctrl-C) is sent as such, and rank 0 stops every rank after that
+   round. Every rank takes part in every collective of every round (an idle rank sends nothing),
+   so no rank waits for a collective another one skips; a rank that dies is noticed by the others'
+   collectives (``--dist-timeout``), and torchrun stops the rest.
+3. Rank 0 handles the pairs' CSV rows, printed blocks, gate verdicts and report records in file-name
+   order, so the CSV file, the maps and the report are those of one process (evaluation times
+   aside), writes them, and publishes every output at once. Its exit code is the run's.
+
+Input paths must name the same files on every machine (a shared file system); outputs are written
+only on rank 0's machine.
+"""
+import datetime
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from ..distributed import LaunchedWorld
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
+from .evaluate import Result, resolve_device
+from .outputs import Names, Output, Staging
+from .report import PairRecord
+from .run import Console, Run, _Prepared
+
+Pair = Tuple[str, str]
+
+
+class Plan(NamedTuple):
+    """What rank 0 tells every rank before the first round."""
+    pairs: List[Pair]            # in file-name order; pair i has index i + 1
+    shards: List[List[int]]      # per rank, the 0-based positions of its pairs, in evaluation order
+    hdr: bool
+
+
+class Stop(NamedTuple):
+    """Rank 0's word that every rank stops now (a failure somewhere); the run's exit code."""
+    code: int
+
+
+class Evaluated(NamedTuple):
+    """A pair a rank evaluated: its outputs rendered, the result without its maps."""
+    index: int
+    reference: str
+    test: str
+    names: Names
+    wanted: List[Tuple[str, str, str]]   # (kind, path, what) of each output
+    files: Dict[str, bytes]              # by kind
+    result: Result                       # error and exposure maps left out
+    record: Optional[PairRecord]         # --report
+
+
+class Failed(NamedTuple):
+    """A pair that could not be evaluated (an unreadable image, different sizes, ...)."""
+    index: int
+    reference: str
+    test: str
+    message: str
+
+
+class Broken(NamedTuple):
+    """A rank that cannot go on: its exit code and what to print (the one-line message of an
+    error the user can act on, or a traceback)."""
+    rank: int
+    code: int
+    message: str
+
+
+class LostRanks(Exception):
+    """A collective failed: another rank has gone (or did not answer within --dist-timeout)."""
+
+
+def balanced_shards(pixels: Sequence[int], ranks: int) -> List[List[int]]:
+    """The positions of the pairs each rank evaluates: the largest pair first, each to the rank with
+    the fewest pixels so far (the lowest rank on a tie). Every rank evaluates its pairs largest
+    first, so that the pairs of one round are of similar size; for pairs of one size this is
+    round-robin in file-name order."""
+    order = sorted(range(len(pixels)), key=lambda i: (-pixels[i], i))
+    loads = [0] * ranks
+    shards: List[List[int]] = [[] for _ in range(ranks)]
+    for i in order:
+        rank = min(range(ranks), key=lambda r: (loads[r], r))
+        shards[rank].append(i)
+        loads[rank] += pixels[i]
+    return shards
+
+
+def _pixels(path: str) -> int:
+    """The pixel count of ``path`` from its header; 0 when it cannot be read (the pair then fails
+    fast wherever it goes)."""
+    from ..imageio import image_size
+
+    try:
+        width, height = image_size(path)
+    except (OSError, ValueError):
+        return 0
+    return width * height
+
+
+class CapturedOutputs:
+    """Stands in for the run's :class:`~.outputs.Staging` on a rank that evaluates pairs for rank 0:
+    every writer writes into a private temporary directory, and the bytes are kept for rank 0 to
+    stage as the file they belong to."""
+
+    def __init__(self):
+        self._directory = tempfile.mkdtemp(prefix="flip-loss-rank-")
+        self._files: Dict[str, bytes] = {}
+
+    def write(self, out: Output, write) -> None:
+        path = os.path.join(self._directory, "output")
+        try:
+            write(path)
+            with open(path, "rb") as f:
+                self._files[out.path] = f.read()
+        except OSError as exc:
+            raise UsageError(f"cannot render the {out.what} '{out.path}': {exc.strerror or exc}") from None
+        finally:
+            if os.path.exists(path):
+                os.remove(path)
+
+    def take(self) -> Dict[str, bytes]:
+        files, self._files = self._files, {}
+        return files
+
+    def close(self) -> None:
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+
+class PairEvaluator(Run):
+    """A rank's share of the work: prepares and evaluates pairs as a :class:`Run` does, with the
+    run's settings, but renders the outputs into memory (:class:`CapturedOutputs`) instead of
+    claiming and writing them; rank 0 does that."""
+
+    def __init__(self, args, hdr: bool, device):
+        self.args, self.console, self.staging = args, Console(0), CapturedOutputs()
+        self.gate, self.folder_mode, self.pairs = None, True, []
+        self.configure(hdr, device)
+
+    def claim(self, wanted: Sequence[Tuple[str, str, str]]) -> Dict[str, Output]:
+        # Provisional outputs: rank 0 claims them through its guard.
+        return {kind: Output(path, os.path.realpath(path), what) for kind, path, what in wanted}
+
+    def work(self, position: int, reference: str, test: str):
+        """Pair ``position`` (0-based) as an :class:`Evaluated` or :class:`Failed`."""
+        index = position + 1
+        try:
+            p = self.prepare(index, reference, test, keep_test=True)
+        except UsageError as exc:
+            return Failed(index, reference, test, str(exc))
+        result, _ = self.evaluate(p)
+        rendered = self.staging.take()
+        record = self.report_records.pop() if self.args.report is not None else None
+        return Evaluated(index, reference, test, p.names,
+                         [(kind, out.path, out.what) for kind, out in p.outputs.items()],
+                         {kind: rendered[out.path] for kind, out in p.outputs.items()},
+                         result._replace(error=None, exposure=None), record)
+
+    def close(self) -> None:
+        self.staging.close()
+
+
+def _broken(rank: int, exc: BaseException) -> Broken:
+    if isinstance(exc, UsageError):
+        return Broken(rank, EXIT_USAGE, str(exc))
+    if isinstance(exc, KeyboardInterrupt):
+        return Broken(rank, EXIT_INTERRUPTED, "")
+    return Broken(rank, EXIT_INTERNAL, traceback.format_exc())
+
+
+def _code_of(exc: BaseException) -> int:
+    if isinstance(exc, UsageError):
+        return EXIT_USAGE
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    return EXIT_INTERNAL
+
+
+def _write_bytes(data: bytes):
+    def write(path: str) -> None:
+        with open(path, "wb") as f:
+            f.write(data)
+    return write
+
+
+class Collector:
+    """Rank 0's side of the rounds: stages what the ranks send and hands the pairs to the
+    :class:`Run` in file-name order."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self._waiting: Dict[int, tuple] = {}
+        self._next = 1
+
+    def take(self, payloads: Sequence[object]) -> Optional[Broken]:
+        """The payloads of one round (rank order); the first :class:`Broken`, if any."""
+        broken = None
+        for payload in payloads:
+            if payload is None:
+                continue
+            if isinstance(payload, Broken):
+                broken = broken or payload
+                continue
+            if isinstance(payload, Failed):
+                self._waiting[payload.index] = ("failed", payload.reference, payload.test, payload.message)
+            else:
+                self._stage(payload)
+            self.run.console.advance()
+        while self._next in self._waiting:
+            self._hand_over(self._next, self._waiting.pop(self._next))
+            self._next += 1
+        return broken
+
+    def _stage(self, e: Evaluated) -> None:
+        try:
+            outputs = self.run.claim(e.wanted)
+        except UsageError as exc:  # as a single process reports an output it cannot claim
+            self._waiting[e.index] = ("failed", e.reference, e.test, str(exc))
+            return
+        for kind, out in outputs.items():
+            self.run.staging.write(out, _write_bytes(e.files[kind]))
+        prepared = _Prepared(e.index, e.reference, e.test, None, e.names, outputs)
+        self._waiting[e.index] = ("evaluated", prepared, e.result, e.record)
+
+    def _hand_over(self, index: int, item: tuple) -> None:
+        if item[0] == "failed":
+            _, reference, test, message = item
+            self.run.record_failure(index, reference, test, message)
+            return
+        _, prepared, result, record = item
+        if record is not None:
+            self.run.report_records.append(record)
+        self.run.record_result(prepared, result)
+
+
+def _raise_broken(broken: Broken) -> None:
+    """Rank 0 ends the run as the broken rank's error would end a single process."""
+    where = f"rank {broken.rank}: " if broken.rank != 0 else ""
+    if broken.code == EXIT_USAGE:
+        raise UsageError(where + broken.message)
+    if broken.code == EXIT_INTERRUPTED:
+        raise KeyboardInterrupt
+    raise RuntimeError(f"{where}{broken.message.rstrip()}")
+
+
+class _Group:
+    """The run's gloo group and its two collectives, failures turned into :class:`LostRanks`."""
+
+    def __init__(self, world: LaunchedWorld, timeout_s: float):
+        import torch.distributed as dist
+
+        self.dist, self.world = dist, world
+        timeout = datetime.timedelta(seconds=timeout_s)
+        self._owns_default = not dist.is_initialized()
+        try:
+            if self._owns_default:
+                dist.init_process_group("gloo", timeout=timeout, rank=world.rank, world_size=world.world_size)
+                self.group = None
+            else:  # inside a program that has its own group: a gloo group of the same ranks
+                self.group = dist.new_group(backend="gloo", timeout=timeout)
+        except (RuntimeError, ValueError) as exc:
+            raise LostRanks(f"rank {world.rank} of {world.world_size} could not join the other ranks "
+                            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+
+    def gather(self, payload) -> Optional[List[object]]:
+        received = [None] * self.world.world_size if self.world.rank == 0 else None
+        self._call(lambda: self.dist.gather_object(payload, received, dst=0, group=self.group), "gathering results")
+        return received
+
+    def broadcast(self, value):
+        box = [value]
+        self._call(lambda: self.dist.broadcast_object_list(box, src=0, group=self.group), "waiting for rank 0")
+        return box[0]
+
+    def _call(self, call, what: str) -> None:
+        try:
+            call()
+        except (RuntimeError, ValueError) as exc:  # gloo reports a peer that went away as RuntimeError
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise LostRanks(f"rank {self.world.rank} of {self.world.world_size} lost the other ranks while "
+                            f"{what} ({first})") from None
+
+    def close(self) -> None:
+        try:
+            if self._owns_default:
+                self.dist.destroy_process_group()
+            elif self.group is not None:
+                self.dist.destroy_process_group(self.group)
+        except (RuntimeError, ValueError):  # already gone with a lost rank
+            pass
+
+
+def run_sharded(args, t_start: float, world: LaunchedWorld) -> int:
+    """Runs the evaluation of parsed ``args`` as rank ``world.rank`` of a torchrun launch; returns
+    this rank's exit code (rank 0's is the run's). Only folder mode is shared out: otherwise rank 0
+    runs alone and the other ranks return at once."""
+    if args.reference_dir is None and args.test_dir is None:
+        if world.rank != 0:
+            return EXIT_OK
+        from .run import run_single
+
+        return run_single(args, t_start, note=f"one reference: rank 0 evaluates every pair and the other "
+                                              f"{world.world_size - 1} rank(s) have nothing to do (torchrun shares "
+                                              "out folder mode only)")
+    group = None
+    try:
+        group = _Group(world, args.dist_timeout)
+        return _run_rounds(args, t_start, world, group)
+    except LostRanks as exc:  # printed on every rank: it is this rank's own view
+        sys.stdout.flush()
+        print(f"{PROG}: error: {exc}; no output file was written", file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        if group is not None:
+            group.close()
+
+
+def _plan(run: Run, world_size: int) -> Plan:
+    pixels = [_pixels(test) for _, test in run.pairs]
+    return Plan(list(run.pairs), balanced_shards(pixels, world_size), run.hdr)
+
+
+def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> int:
+    rank = world.rank
+    console = Console(args.verbosity if rank == 0 else 0)
+    staging = Staging()
+    run: Optional[Run] = None
+    worker: Optional[PairEvaluator] = None     # None once this rank has stopped evaluating
+    evaluators: List[PairEvaluator] = []       # to close at the end
+    failure: Optional[BaseException] = None    # rank 0's own, re-raised once every rank knows
+    try:
+        # 1. The plan.
+        plan = None
+        if rank == 0:
+            try:
+                run = Run(args, console, staging, device=resolve_device(args.device, world.local_rank))
+                plan = _plan(run, world.world_size)
+                run.start_writing()
+                if console.verbosity >= 1 and not args.no_progress:
+                    console.start_progress(len(plan.pairs))
+            except BaseException as exc:  # noqa: BLE001 - every rank must hear of it
+                failure, plan = exc, Stop(_code_of(exc))
+        plan = group.broadcast(plan)
+        if isinstance(plan, Stop):
+            if failure is not None:
+                raise failure
+            return EXIT_OK
+
+        # 2. The rounds.
+        mine = plan.shards[rank]
+        rounds = max(len(shard) for shard in plan.shards)
+        collector = Collector(run) if rank == 0 else None
+        own_code = EXIT_OK
+        pending: Optional[Broken] = None
+        try:
+            worker = PairEvaluator(args, plan.hdr, resolve_device(args.device, world.local_rank))
+            evaluators.append(worker)
+        except BaseException as exc:  # noqa: BLE001 - sent in the first round
+            pending = _broken(rank, exc)
+        for r in range(rounds):
+            payload = pending
+            if payload is None and worker is not None and r < len(mine):
+                position = mine[r]
+                try:
+                    payload = worker.work(position, *plan.pairs[position])
+                except BaseException as exc:  # noqa: BLE001 - sent to rank 0
+                    payload = _broken(rank, exc)
+            if isinstance(payload, Broken):
+                own_code, pending = payload.code, None
+                worker = None  # this rank evaluates nothing more
+            received = group.gather(payload)
+            decision = None
+            if rank == 0:
+                try:
+                    broken = collector.take(received)
+                    if broken is not None:
+                        decision = Stop(broken.code)
+                        _raise_broken(broken)
+                except BaseException as exc:  # noqa: BLE001 - every rank must hear of it
+                    failure, decision = exc, Stop(_code_of(exc))
+            decision = group.broadcast(decision)
+            if isinstance(decision, Stop):
+                if failure is not None:
+                    raise failure
+                return own_code
+        if rank != 0:
+            return own_code
+
+        # 3. Rank 0 writes everything.
+        return run.finish(t_start)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("the outputs had been written" if staging.committed
+                                else "no output file was written") from None
+    finally:
+        for evaluator in evaluators:
+            evaluator.close()
+        console.close()
+        staging.discard()
