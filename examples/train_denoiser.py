@@ -17,9 +17,19 @@ writes into ``--out``:
     python examples/train_denoiser.py                      # defaults: a few minutes on 2 CPU cores
     python examples/train_denoiser.py --flip-weights 0.3 1 3 --steps 600
     python examples/train_denoiser.py --steps 3 --crop 32  # smoke test
+    torchrun --nproc_per_node=2 examples/train_denoiser.py # the same training on 2 processes (DDP)
 
 Needs ``scikit-image`` (``pip install -r requirements-test.txt``) and matplotlib. Uses CUDA when
 available (``--device``).
+
+Under ``torchrun`` (one machine or several) it trains with ``DistributedDataParallel``: gloo on
+CPUs, NCCL with each process on ``cuda:LOCAL_RANK``. Every step still draws the same ``--batch``
+crops (the global batch, which must divide among the processes); each process takes its share,
+computes L1 and FLIP on it, and DDP averages the gradients, so the processes train the same model
+as one process would (up to float rounding) and their parameters stay identical. The held-out crops
+are shared out too, and ``FLIPMetric`` syncs its statistics across the processes in ``compute()``:
+the reported FLIP is over all held-out crops, the same number one process reports. Only rank 0
+prints and writes the outputs.
 """
 import argparse
 import json
@@ -89,30 +99,98 @@ class Denoiser(nn.Module):
         return noisy - self.net(noisy)
 
 
+class Processes:
+    """This process's part of the work: all of it when run on its own; under torchrun (``WORLD_SIZE``
+    > 1) its rank's share, in a process group it joins (gloo on the CPU, NCCL on
+    ``cuda:LOCAL_RANK``) unless the program calling it has one already."""
+
+    def __init__(self, device_choice):
+        import torch.distributed as dist
+
+        use_cuda = device_choice == "cuda" or (device_choice == "auto" and torch.cuda.is_available())
+        self.device = torch.device("cuda" if use_cuda else "cpu")
+        self.rank, self.size, self._owns_group = 0, 1, False
+        joined = dist.is_available() and dist.is_initialized()
+        if not joined and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return
+        if use_cuda:
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(self.device)
+        if not joined:
+            dist.init_process_group("nccl" if use_cuda else "gloo")
+            self._owns_group = True
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+
+    @property
+    def main(self):
+        """Whether this process prints and writes (rank 0)."""
+        return self.rank == 0
+
+    def share(self, batch):
+        """This process's share of a batch that every process holds alike: every size-th item."""
+        return batch[self.rank::self.size]
+
+    def sum(self, values):
+        """The element-wise sums of ``values`` (floats) over the processes."""
+        if self.size == 1:
+            return list(values)
+        import torch.distributed as dist
+
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def wrap(self, model):
+        """The model as the training step uses it: under DistributedDataParallel when shared out."""
+        if self.size == 1:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[self.device] if self.device.type == "cuda" else None)
+
+    def close(self):
+        if self._owns_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def psnr_per_image(output, clean):
+    """float64, so that sums over the processes' shares match one process's sum closely."""
+    mse = (output.clamp(0, 1).double() - clean.double()).square().flatten(1).mean(1)
+    return 10 * torch.log10(1.0 / mse.clamp_min(1e-12))
+
+
 def psnr(output, clean):
-    mse = F.mse_loss(output.clamp(0, 1), clean, reduction="none").flatten(1).mean(1)
-    return (10 * torch.log10(1.0 / mse.clamp_min(1e-12))).mean().item()
+    return psnr_per_image(output, clean).mean().item()
 
 
 @torch.no_grad()
-def evaluate(model, noisy, clean, ppd, device, batch=16):
+def evaluate(model, noisy, clean, ppd, processes, batch=16):
     """(mean FLIP over all held-out pixels, mean PSNR) of the model's outputs (or of the noisy
-    input when model is None)."""
+    input when model is None). Each process evaluates its share of the crops; FLIPMetric syncs
+    across the processes in compute() (every process must call this)."""
     metric = flip_loss.FLIPMetric(pixels_per_degree=ppd)
-    outputs = []
+    noisy, clean = processes.share(noisy), processes.share(clean)
+    psnr_sum = 0.0
     for i in range(0, len(noisy), batch):
-        x = noisy[i:i + batch].to(device)
-        y = x if model is None else model(x)
-        outputs.append(y.clamp(0, 1).cpu())
-        metric.update(outputs[-1], clean[i:i + batch])
-    out = torch.cat(outputs)
-    return metric.compute().pooled.mean, psnr(out, clean)
+        x = noisy[i:i + batch].to(processes.device)
+        c = clean[i:i + batch].to(processes.device)
+        y = (x if model is None else model(x)).clamp(0, 1)
+        metric.update(y, c)
+        psnr_sum += psnr_per_image(y, c).sum().item()
+    psnr_sum, count = processes.sum([psnr_sum, len(noisy)])
+    return metric.compute().pooled.mean, psnr_sum / count
 
 
-def train(run_name, flip_weight, args, train_images, eval_noisy, eval_clean, device):
-    torch.manual_seed(args.seed)
+def train(run_name, flip_weight, args, train_images, eval_noisy, eval_clean, processes):
+    """Trains one run; returns (model, history, held-out results). Under torchrun every process
+    calls it and trains the same model on its share of each batch."""
+    device = processes.device
+    torch.manual_seed(args.seed)  # the same initial weights in every process (DDP checks them)
     model = Denoiser(args.channels, args.depth).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    net = processes.wrap(model)
+    opt = torch.optim.Adam(net.parameters(), lr=args.lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(args.steps, 1), eta_min=args.lr * 0.05)
     flip = flip_loss.FLIPLoss(pixels_per_degree=args.ppd)
     gen = torch.Generator().manual_seed(args.seed + 1)  # same data and noise for every run
@@ -120,10 +198,11 @@ def train(run_name, flip_weight, args, train_images, eval_noisy, eval_clean, dev
     eval_every = max(args.steps // 10, 1)
     t0 = time.perf_counter()
     for step in range(1, args.steps + 1):
+        # Every process draws the whole batch (the same generator) and keeps its share.
         clean = random_crops(train_images, args.batch, args.crop, gen)
         noisy = add_noise(clean, args.sigma, gen)
-        clean, noisy = clean.to(device), noisy.to(device)
-        out = model(noisy)
+        clean, noisy = processes.share(clean).to(device), processes.share(noisy).to(device)
+        out = net(noisy)
         l1 = F.l1_loss(out, clean)
         if flip_weight > 0:
             f = flip(out, clean)
@@ -136,19 +215,22 @@ def train(run_name, flip_weight, args, train_images, eval_noisy, eval_clean, dev
         loss.backward()
         opt.step()
         sched.step()
+        # The batch's losses: the mean of the processes' (equal) shares.
+        l1_sum, flip_sum = processes.sum([l1.item(), f.item()])
         history["step"].append(step)
-        history["l1"].append(l1.item())
-        history["flip"].append(f.item())
+        history["l1"].append(l1_sum / processes.size)
+        history["flip"].append(flip_sum / processes.size)
         if step % eval_every == 0 or step == args.steps:
             model.eval()
             history["eval_step"].append(step)
-            history["eval_flip"].append(evaluate(model, eval_noisy, eval_clean, args.ppd, device)[0])
+            history["eval_flip"].append(evaluate(model, eval_noisy, eval_clean, args.ppd, processes)[0])
             model.train()
     seconds = time.perf_counter() - t0
     model.eval()
-    mean_flip, mean_psnr = evaluate(model, eval_noisy, eval_clean, args.ppd, device)
-    print(f"  {run_name:<18} trained {args.steps} steps in {seconds:6.1f} s: held-out mean FLIP "
-          f"{mean_flip:.4f}, PSNR {mean_psnr:.2f} dB", flush=True)
+    mean_flip, mean_psnr = evaluate(model, eval_noisy, eval_clean, args.ppd, processes)
+    if processes.main:
+        print(f"  {run_name:<18} trained {args.steps} steps in {seconds:6.1f} s: held-out mean FLIP "
+              f"{mean_flip:.4f}, PSNR {mean_psnr:.2f} dB", flush=True)
     return model, history, {"flip": mean_flip, "psnr": mean_psnr, "seconds": seconds}
 
 
@@ -216,10 +298,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=400, help="training steps per run (default 400)")
     p.add_argument("--crop", type=int, default=48, help="training and evaluation crop size (default 48)")
-    p.add_argument("--batch", type=int, default=8, help="crops per training step (default 8)")
+    p.add_argument("--batch", type=int, default=8,
+                   help="crops per training step, shared out among the processes under torchrun (default 8)")
     p.add_argument("--sigma", type=float, default=0.1, help="noise standard deviation in sRGB units (default 0.1)")
-    p.add_argument("--flip-weights", type=float, nargs="+", default=[1.0], metavar="LAMBDA",
-                   help="lambda of each L1 + lambda * FLIP run (default: 1.0)")
+    p.add_argument("--flip-weights", type=float, nargs="+", default=[0.1], metavar="LAMBDA",
+                   help="lambda of each L1 + lambda * FLIP run (default: 0.1, the README's advice)")
     p.add_argument("--eval-crops", type=int, default=24, help="held-out crops (default 24)")
     p.add_argument("--display-size", type=int, default=128, help="size of the crop in error_maps.png")
     p.add_argument("--channels", type=int, default=32)
@@ -236,9 +319,20 @@ def main(argv=None):
     if any(w < 0 or not math.isfinite(w) for w in args.flip_weights):
         p.error("--flip-weights must be finite and >= 0")
 
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-                          else "cpu")
-    os.makedirs(args.out, exist_ok=True)
+    processes = Processes(args.device)
+    try:
+        return run(args, processes)
+    finally:
+        processes.close()
+
+
+def run(args, processes):
+    if args.batch % processes.size:
+        raise SystemExit(f"train_denoiser.py: --batch {args.batch} must be a multiple of the {processes.size} "
+                         "processes, which share every batch")
+    device = processes.device
+    if processes.main:
+        os.makedirs(args.out, exist_ok=True)
     train_images = load_images(TRAIN_IMAGES)
     held_out = load_images(HELD_OUT_IMAGES)
     crop = min(args.crop, *(min(img.shape[1:]) for img in train_images + held_out))
@@ -252,24 +346,29 @@ def main(argv=None):
         held_out[0].shape[2] >= 150 + d else held_out[0][:, :d, :d]
     show_noisy = add_noise(show_clean, args.sigma, torch.Generator().manual_seed(7))
 
-    print(f"device {device}; {args.steps} steps of {args.batch} crops of {crop}x{crop}, noise sigma "
-          f"{args.sigma}; held out: {args.eval_crops} crops of {', '.join(HELD_OUT_IMAGES)}", flush=True)
-    base_flip, base_psnr = evaluate(None, eval_noisy, eval_clean, args.ppd, device)
+    where = f"{processes.size} processes (DDP), rank 0 on {device}" if processes.size > 1 else f"device {device}"
+    if processes.main:
+        print(f"{where}; {args.steps} steps of {args.batch} crops of {crop}x{crop}, noise sigma "
+              f"{args.sigma}; held out: {args.eval_crops} crops of {', '.join(HELD_OUT_IMAGES)}", flush=True)
+    base_flip, base_psnr = evaluate(None, eval_noisy, eval_clean, args.ppd, processes)
     runs = {}
     results = {"noisy input": {"flip": base_flip, "psnr": base_psnr}}
     outputs = {}
     configs = [("L1", 0.0)] + [(f"L1 + {w:g}*FLIP", w) for w in args.flip_weights if w > 0]
     for name, w in configs:
-        model, history, res = train(name, w, args, train_images, eval_noisy, eval_clean, device)
+        model, history, res = train(name, w, args, train_images, eval_noisy, eval_clean, processes)
         runs[name] = (history, res)
         results[name] = dict(res, flip_weight=w)
-        with torch.no_grad():
-            outputs[name] = model(show_noisy[None].to(device))[0].cpu()
+        if processes.main:
+            with torch.no_grad():
+                outputs[name] = model(show_noisy[None].to(device))[0].cpu()
 
+    if not processes.main:
+        return 0
     plot_curves(os.path.join(args.out, "loss_curves.png"), runs)
     plot_error_maps(os.path.join(args.out, "error_maps.png"), show_clean, show_noisy, outputs, args.ppd)
     with open(os.path.join(args.out, "metrics.json"), "w") as f:
-        json.dump({"args": vars(args), "device": str(device), "held_out": results,
+        json.dump({"args": vars(args), "device": str(device), "processes": processes.size, "held_out": results,
                    "history": {k: v[0] for k, v in runs.items()}}, f, indent=1)
 
     print(f"\nheld-out results ({args.eval_crops} crops, FLIP at {args.ppd:.1f} ppd):")
