@@ -258,7 +258,7 @@ def synced(stats: Optional[Statistics], per_image_means: torch.Tensor, bins: int
     return total, means.cpu()
 
 
-def _checked_pixels(seen: int, more: int, who: str) -> None:
+def check_pixel_capacity(seen: int, more: int, who: str) -> None:
     if seen + more > MAX_PIXELS:
         raise ValueError(f"{who}: more than 2**39 pixels in one metric would overflow its exact sums; "
                          "compute() and reset() before that")
@@ -314,7 +314,7 @@ class FLIPMetric:
         """Accumulates already computed error maps (N x 1 x H x W, or 1 x H x W for one image; values
         in [0, 1]) and returns their per-image means (float64, on the map's device)."""
         e = checked_error_batch(error_map, "flip_loss.FLIPMetric")
-        _checked_pixels(self._num_pixels, e.numel(), "flip_loss.FLIPMetric")
+        check_pixel_capacity(self._num_pixels, e.numel(), "flip_loss.FLIPMetric")
         if self._stats is None:
             self._stats = empty_statistics(self.bins, e.device)
         per_image = fold(self._stats, e.to(self._stats.count.device))

@@ -34,7 +34,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from . import options
 from .constants import DEFAULT_PPD
 from .functional import _is_device_call, _ldr_flip
-from .metric import (LIMBS, FLIPMetricResult, Statistics, _checked_pixels, checked_error_batch, exact_means,
+from .metric import (LIMBS, FLIPMetricResult, Statistics, check_pixel_capacity, checked_error_batch, exact_means,
                      fold, result_of)
 
 __all__ = ["FLIPTorchMetric"]
@@ -87,7 +87,7 @@ class FLIPTorchMetric(Metric):
                 self._looked_at_device_inputs = True
             error = _ldr_flip(test, reference, self.pixels_per_degree, self.input_space, 0.0, self.data_range, look)
             e = checked_error_batch(error, _WHO).to(self.count.device)
-            _checked_pixels(int(self.count.sum()), e.numel(), _WHO)
+            check_pixel_capacity(int(self.count.sum()), e.numel(), _WHO)
             per_image = fold(self._statistics(), e)
             self.per_image_means.append(exact_means(per_image, e.shape[1]).to(self.count.device))
 

@@ -122,3 +122,35 @@ def test_options_and_bad_input():
     # Inputs that require grad are fine: the metric never builds a graph.
     x = t.clone().requires_grad_()
     assert not metric.update(x, r).requires_grad
+
+
+def test_exact_sums_do_not_depend_on_batches_or_order():
+    """The bucket sums are exact integers: any split into batches, in any order, gives the same
+    pooled values bit for bit, and the mean is the exact mean of the values rounded once."""
+    from fractions import Fraction
+
+    g = torch.Generator().manual_seed(9)
+    maps = [torch.rand(1, 1, 13, 17, generator=g) ** 4 for _ in range(6)]
+    whole = FLIPMetric()
+    whole.update_error_map(torch.cat(maps))
+    shuffled = FLIPMetric()
+    for i in (4, 1, 5, 0, 3, 2):
+        shuffled.update_error_map(maps[i])
+    a, b = whole.compute(), shuffled.compute()
+    assert a.pooled == b.pooled and a.num_pixels == b.num_pixels
+    values = torch.cat([m.reshape(-1) for m in maps]).double().tolist()
+    assert a.pooled.mean == float(sum(Fraction(v) for v in values) / len(values))
+    for m, mean in zip(maps, a.per_image_means.tolist()):
+        exact = sum(Fraction(v) for v in m.double().reshape(-1).tolist()) / m.numel()
+        assert mean == float(exact)
+
+
+def test_pixel_capacity():
+    """Beyond 2**39 pixels the int64 limbs could overflow: refused before anything is folded in."""
+    metric = FLIPMetric()
+    metric.update_error_map(torch.rand(1, 1, 4, 4))
+    metric._num_pixels = flip_loss.metric.MAX_PIXELS - 16
+    before = metric.compute().pooled
+    with pytest.raises(ValueError, match="2\\*\\*39 pixels"):
+        metric.update_error_map(torch.rand(1, 1, 4, 5))
+    assert metric.compute().pooled == before
