@@ -1,6 +1,6 @@
-// Argument checks shared by the CPU, CUDA, meta and emulation kernels: one function per op (the
-// backward kernels call their forward's check, then check_grad), so that every path rejects the
-// same arguments. Messages say what to fix. Exception classes follow the Python API: a wrong
+// Argument checks shared by the CPU, CUDA and meta kernels (and the test-only GPU emulator,
+// tests/emulator): one function per op (the backward kernels call their forward's check, then
+// check_grad), so that every path rejects the same arguments. Messages say what to fix. Exception classes follow the Python API: a wrong
 // dtype raises TypeError (TORCH_CHECK_TYPE), any other bad argument ValueError
 // (TORCH_CHECK_VALUE); NaN/Inf image data found by a kernel raises RuntimeError (common.h).
 // Everything here runs before any filter taps are built or cached.
@@ -185,13 +185,6 @@ inline void check_feature_args(const at::Tensor& test, const at::Tensor& ref, do
   check_pair(test, ref, 1);
   check_ppd(ppd);
   check_eps(eps);
-}
-
-// The shape of a per-pixel map for an image of shape like.
-inline std::vector<c10::SymInt> map_shape(const at::Tensor& like) {
-  auto s = like.sym_sizes().vec();
-  s[s.size() - 3] = 1;
-  return s;
 }
 
 }  // namespace flip_ops

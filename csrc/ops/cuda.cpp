@@ -28,7 +28,6 @@ namespace {
 
 using flip::Geometry;
 using flip::TapsView;
-using Mask = std::array<bool, 2>;
 
 template <class T>
 struct DeviceTaps {
@@ -89,7 +88,7 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto out = at::empty(map_sizes(t), t.options());
+  auto out = at::empty_symint(map_shape(t), t.options());
   const Geometry g = geometry(t, 2, true, true);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip (CUDA)", [&] {
@@ -153,9 +152,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
   auto t = compute_copy(test), r = compute_copy(ref);
   auto ex = exposures.to(t.scalar_type()).contiguous();
   auto cn = device_counts(counts, ex.size(1));
-  auto out = at::zeros(map_sizes(t), t.options());
-  auto emap = at::zeros(map_sizes(t), t.options());
-  auto idx = at::full(map_sizes(t), -1, t.options().dtype(at::kInt));
+  auto out = at::zeros_symint(map_shape(t), t.options());
+  auto emap = at::zeros_symint(map_shape(t), t.options());
+  auto idx = at::full_symint(map_shape(t), -1, t.options().dtype(at::kInt));
   const Geometry g = geometry(t, 2, true, true);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip (CUDA)", [&] {
@@ -255,7 +254,7 @@ at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) 
   check_hunt_hyab_args(test, ref, eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto out = at::empty(map_sizes(t), t.options());
+  auto out = at::empty_symint(map_shape(t), t.options());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab (CUDA)", [&] {
     flip::cuda::hunt_hyab_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),

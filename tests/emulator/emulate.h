@@ -1,22 +1,25 @@
 // Host emulation of the CUDA kernels' launch sequences (csrc/flip/cuda/kernels.cu): the same
-// per-thread functions of passes.h, run block by block and thread by thread. Slow; it exists so
-// that CPU-only CI checks the GPU formulation against the CPU kernels.
+// per-thread functions of csrc/flip/passes.h, run block by block and thread by thread. Slow; it
+// exists so that CPU-only CI checks the GPU formulation against the CPU kernels. Test-only: built
+// by the test suite (tests/emulator/__init__.py), never part of the shipped libraries.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "../filters.h"
-#include "../passes.h"
+#include "flip/filters.h"
+#include "flip/passes.h"
 
-namespace flip {
-namespace emulate {
+namespace flip_emulator {
 
-// Host copies of the taps with a view over them.
+using flip::Geometry;
+using flip::TapsView;
+
+// Host copies of the taps with a view over them. Gradient outputs may be null (not wanted).
 template <class T>
 struct HostTaps {
-  std::shared_ptr<const CsfTaps<T>> csf;
-  std::shared_ptr<const FeatureTaps<T>> feat;
+  std::shared_ptr<const flip::CsfTaps<T>> csf;
+  std::shared_ptr<const flip::FeatureTaps<T>> feat;
   TapsView<T> view;
   explicit HostTaps(double ppd);
 };
@@ -50,5 +53,4 @@ template <class T>
 void feature_difference_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
                                  const TapsView<T>& t, T eps);
 
-}  // namespace emulate
-}  // namespace flip
+}  // namespace flip_emulator

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
-namespace flip {
-namespace emulate {
+namespace flip_emulator {
+
+using namespace flip;
+
 namespace {
 
 constexpr int kBlock = 128;  // as csrc/flip/cuda/kernels.h
@@ -175,8 +177,8 @@ void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* expo
                        int tm, T eps) {
   const auto k = color_consts<T>();
   std::vector<T> planes(g.n * g.images * g.planes() * g.hw()), gplanes(g.n * g.images * g.gplanes() * g.hw());
-  std::fill(g_test, g_test + g.n * 3 * g.hw(), T(0));
-  std::fill(g_ref, g_ref + g.n * 3 * g.hw(), T(0));
+  for (T* gout : {g_test, g_ref})
+    if (gout) std::fill(gout, gout + g.n * 3 * g.hw(), T(0));
   for (int64_t i = 0; i < E; ++i) {
     const HdrStep<T> hs{exposures, counts, E, i, tm};
     run_h(test, ref, 3, g, Input::kHdr, t, planes.data(), hs);
@@ -239,5 +241,4 @@ FLIP_INSTANTIATE(float)
 FLIP_INSTANTIATE(double)
 #undef FLIP_INSTANTIATE
 
-}  // namespace emulate
-}  // namespace flip
+}  // namespace flip_emulator
