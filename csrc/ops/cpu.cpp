@@ -64,7 +64,7 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
-  const int tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
+  const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto ex = exposures.to(t.scalar_type()).contiguous();
   auto cn = counts.to(at::kLong).contiguous();
@@ -86,7 +86,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
 Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
                        const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
                        c10::string_view tone_mapper, double eps, Mask mask) {
-  const int tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
+  const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   check_grad(grad, test, 1);
   check_exposure_index(index, grad);
   auto t = compute_copy(test), r = compute_copy(ref);
