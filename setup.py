@@ -38,7 +38,7 @@ def want_cuda():
 
 cpp_sources = sources("csrc/flip/cpu/*.cpp") + [
     "csrc/ops/schema.cpp", "csrc/ops/cpu.cpp", "csrc/ops/autograd.cpp", "csrc/ops/meta.cpp",
-    "csrc/ops/autocast.cpp", "csrc/ops/emulation.cpp", "csrc/ops/python_module.cpp",
+    "csrc/ops/autocast.cpp", "csrc/ops/python_module.cpp",
 ]
 cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
 # -fopenmp: at::parallel_for is inline and runs serially unless the extension itself is built with

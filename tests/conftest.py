@@ -26,6 +26,15 @@ def ops():
 
 
 @pytest.fixture(scope="session")
+def emulator(ops):
+    """torch.ops.flip_emulator, the test-only host emulation of the CUDA kernels (tests/emulator),
+    compiled once into its build directory and loaded."""
+    import emulator as emulator_build
+
+    return emulator_build.ops()
+
+
+@pytest.fixture(scope="session")
 def crops():
     """The committed test crops as 3 x H x W float32 sRGB tensors."""
     from conformance import load_crop

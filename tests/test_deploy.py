@@ -133,11 +133,16 @@ def test_installed_package_layout_and_rpath(installed):
     # LD_LIBRARY_PATH: its RUNPATH finds torch's libraries; loading it registers the ops.
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     snippet = ("import ctypes, sys; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
-               "import torch; print(torch.ops.flip.ldr_flip.default._schema)")
+               "import torch; print(torch.ops.flip.ldr_flip.default._schema); "
+               "print(sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith('flip')))")
     proc = subprocess.run([sys.executable, "-c", snippet, str(installed / "lib" / "libflip_ops.so")],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
     assert proc.returncode == 0, f"the installed libflip_ops.so does not load:\n{proc.stdout}"
     assert "flip::ldr_flip(Tensor test, Tensor reference" in proc.stdout
+    # The product's ops only: no test-only op (the GPU emulator is built by the tests, tests/emulator).
+    names = [f"{op}{suffix}" for op in ("csf_filter", "feature_difference", "hdr_flip", "hunt_hyab", "ldr_flip")
+             for suffix in ("", "_backward")]
+    assert proc.stdout.splitlines()[-1] == str(sorted(f"flip::{n}" for n in names)), proc.stdout
 
 
 _POOLED_KEYS = (("Mean", "mean"), ("Weighted median", "weighted_median"),

@@ -13,6 +13,7 @@ so that the two precisions differ only in how they compute, not in what they are
 import pytest
 import torch
 
+import emulator
 from flip_loss import FLIPLoss
 from flip_loss import reference as R
 
@@ -77,7 +78,7 @@ def _autograd(loss):
 def _emulated(test, ref):
     # The GPU formulation's backward (passes.h) of the mean over the map, run on the host.
     g = torch.full((1, 1, H, W), 1.0 / (H * W), dtype=test.dtype)
-    return torch.ops.flip._gpu_emulation("ldr_flip_backward", [g, test, ref], [PPD, EPS], "srgb")[0]
+    return emulator.ops().ldr_flip_backward(g, test, ref, PPD, "srgb", EPS, [True, False])[0]
 
 
 PATHS = {
@@ -149,7 +150,7 @@ def _constants(shape, dtype, values):
 FEATURE_PATHS = {
     "cpu": lambda t, r, ppd, eps: torch.ops.flip.feature_difference(t, r, ppd, eps),
     "reference": lambda t, r, ppd, eps: R.feature_difference(t, r, ppd, eps),
-    "gpu-emulation": lambda t, r, ppd, eps: torch.ops.flip._gpu_emulation("feature_difference", [t, r], [ppd, eps])[0],
+    "gpu-emulation": lambda t, r, ppd, eps: emulator.ops().feature_difference(t, r, ppd, eps),
 }
 
 
@@ -186,7 +187,7 @@ def test_feature_difference_gradient_of_constant_images_is_exactly_zero(ops, ppd
     ref = _constants(shape, torch.float32, [0.9, 0.26])
     g = torch.rand(test.shape, generator=torch.Generator().manual_seed(0))
     got = [*ops.feature_difference_backward(g, test, ref, ppd, EPS, [True, True]),
-           *torch.ops.flip._gpu_emulation("feature_difference_backward", [g, test, ref], [ppd, EPS])]
+           *emulator.ops().feature_difference_backward(g, test, ref, ppd, EPS, [True, True])]
     t = test.clone().requires_grad_()
     R.feature_difference(t, ref, ppd, EPS).backward(g)
     for x in got + [t.grad]:
@@ -216,7 +217,7 @@ def test_csf_filter_of_constant_image_is_spatially_constant(ops, path):
     opp = R.linear_rgb_to_opponent(lin)
     run = {"cpu": lambda o: ops.csf_filter(o, PPD),
            "reference": lambda o: R.csf_filter(o, PPD),
-           "gpu-emulation": lambda o: torch.ops.flip._gpu_emulation("csf_filter", [o], [PPD])[0]}[path]
+           "gpu-emulation": lambda o: emulator.ops().csf_filter(o, PPD)}[path]
     out = run(opp)
     assert torch.equal(out, out[..., :1, :1].expand_as(out))
     torch.testing.assert_close(out, lin, rtol=0, atol=1e-6)

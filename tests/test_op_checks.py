@@ -1,5 +1,7 @@
 """The raw ops' argument checks (csrc/ops/checks.h), the same on the CPU, CUDA and meta kernels
-and in _gpu_emulation; first-order-only backward ops; stopping a long HDR call with Ctrl-C."""
+and in the test-only GPU emulator (tests/emulator); the shipped library registers the product's
+ops only, each with every kernel; first-order-only backward ops; stopping a long HDR call with
+Ctrl-C."""
 import math
 import os
 import select
@@ -11,6 +13,7 @@ import time
 import pytest
 import torch
 
+import emulator
 import flip_loss
 from flip_loss import reference as ref_impl
 
@@ -21,7 +24,8 @@ BACKWARD_OPS = [name + "_backward" for name in FORWARD_OPS]
 ALL_OPS = FORWARD_OPS + BACKWARD_OPS
 HAS_PPD = [n for n in ALL_OPS if not n.startswith("hunt_hyab")]
 HAS_EPS = [n for n in ALL_OPS if not n.startswith("csf_filter")]
-# Every op _gpu_emulation runs (its tensors from `tensors_for`, its scalars from `emulate`).
+# Every op of the emulator (torch.ops.flip_emulator): the flip ops with a GPU launch sequence, and
+# the fused forward kernel's.
 EMULATED = ["ldr_flip", "ldr_flip_fused", "ldr_flip_backward", "hdr_flip", "hdr_flip_fused", "hdr_flip_backward",
             "csf_filter", "csf_filter_backward", "feature_difference", "feature_difference_backward"]
 
@@ -47,9 +51,11 @@ def tensors_for(name, n=1, hw=(6, 7), dtype=torch.float64, seed=0):
     return [grad] + images + extra
 
 
-def call(name, tensors, ppd=30.0, eps=1e-15):
-    """torch.ops.flip.<name> on these tensors with the given scalars (other options at defaults)."""
-    op = getattr(torch.ops.flip, name)
+def call(name, tensors, ppd=30.0, eps=1e-15, namespace=None):
+    """torch.ops.flip.<name> (or namespace.<name>) on these tensors with the given scalars (other
+    options at defaults)."""
+    op = getattr(namespace or torch.ops.flip, name)
+    name = name.replace("_fused", "")  # the fused forwards take their op's arguments
     mask = [True, True]
     if name == "ldr_flip":
         return op(*tensors, ppd, "srgb", eps)
@@ -71,8 +77,8 @@ def call(name, tensors, ppd=30.0, eps=1e-15):
 
 
 def emulate(name, tensors, ppd=30.0, eps=1e-15):
-    scalars = [ppd] if name.startswith("csf_filter") else [ppd, eps]
-    return torch.ops.flip._gpu_emulation(name, tensors, scalars, "aces" if name.startswith("hdr") else "srgb")
+    """The emulated op `name` (see EMULATED), called like `call` calls the flip op."""
+    return call(name, tensors, ppd, eps, namespace=emulator.ops())
 
 
 def on(device, tensors):
@@ -339,39 +345,50 @@ def test_opcheck_backward_ops_with_inputs_that_require_grad(name):
         torch.library.opcheck(op, (*tensors, *args), test_utils="test_aot_dispatch_dynamic")
 
 
-# ---- _gpu_emulation: checked like the op it emulates; nothing cached before the checks ----
+# ---- the shipped library: the product's ops only, each with every kernel ----
+
+PRODUCT_OPS = {f"flip::{name}" for name in ALL_OPS}
+
+
+def test_the_library_registers_only_the_product_ops_each_with_every_kernel():
+    # Test-only code (the GPU emulator) lives outside it; every op, backward ops included, has the
+    # kernels of each dispatch key, CUDA too when the library was built with CUDA.
+    registered = {name for name in torch._C._dispatch_get_all_op_names() if name.startswith("flip::")}
+    assert registered == PRODUCT_OPS
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    with_cuda = any(has(name, "CUDA") for name in PRODUCT_OPS)
+    for name in sorted(PRODUCT_OPS):
+        for key in ("CPU", "Meta", "Autograd") + (("CUDA",) if with_cuda else ()):
+            assert has(name, key), f"{name} has no {key} kernel"
+
+
+# ---- the emulator: checked like the op it emulates; nothing cached before the checks ----
 
 EMULATION_SCRIPT = r"""
 import math, torch, flip_loss
 from flip_loss import reference as ref_impl
 from test_op_checks import EMULATED, emulate, tensors_for
 
-em = torch.ops.flip._gpu_emulation
+import emulator
+em = emulator.ops()
 a, b = tensors_for("ldr_flip")
-try:  # the dispatcher itself refuses: no tensor tells it which kernel to run
-    em("ldr_flip", [], [30.0, 0.0], "srgb")
-except NotImplementedError as exc:
-    assert "no tensor arguments" in str(exc), exc
-else:
-    raise AssertionError("accepted: no tensors")
+hdr, hdr_back = tensors_for("hdr_flip"), tensors_for("hdr_flip_backward")
+mask = [True, True]
 bad_calls = {
-    "no scalars": lambda: em("ldr_flip", [a, b], [], "srgb"),
-    "one tensor": lambda: em("ldr_flip", [a], [30.0, 0.0], "srgb"),
-    "backward without grad": lambda: em("ldr_flip_backward", [a, b], [30.0, 0.0], "srgb"),
-    "hdr without counts": lambda: em("hdr_flip", tensors_for("hdr_flip")[:3], [30.0, 0.0], "aces"),
-    "hdr backward without index": lambda: em("hdr_flip_backward", tensors_for("hdr_flip_backward")[:5],
-                                             [30.0, 0.0], "aces"),
-    "too many tensors": lambda: em("csf_filter", [a, b], [30.0], "srgb"),
-    "too many scalars": lambda: em("csf_filter", [a], [30.0, 0.0], "srgb"),
-    "unknown op": lambda: em("hunt_hyab", [a, b], [30.0, 0.0], "srgb"),
-    "integer image": lambda: em("ldr_flip", [a.to(torch.int32), b.to(torch.int32)], [30.0, 0.0], "srgb"),
-    "mismatched shapes": lambda: em("ldr_flip", [a, b[..., :3]], [30.0, 0.0], "srgb"),
-    "feature image for ldr": lambda: em("ldr_flip", [a[:, :1], b[:, :1]], [30.0, 0.0], "srgb"),
-    "bad space": lambda: em("ldr_flip", [a, b], [30.0, 0.0], "rgb"),
-    "bad tone mapper": lambda: em("hdr_flip", tensors_for("hdr_flip"), [30.0, 0.0], "agx"),
-    "bad eps": lambda: em("ldr_flip", [a, b], [30.0, 1.0], "srgb"),
-    "index of wrong dtype": lambda: em("hdr_flip_backward", tensors_for("hdr_flip_backward")[:5]
-                                       + [torch.zeros(1, 1, 6, 7, dtype=torch.int64)], [30.0, 0.0], "aces"),
+    "integer image": lambda: em.ldr_flip(a.to(torch.int32), b.to(torch.int32), 30.0, "srgb", 0.0),
+    "mismatched shapes": lambda: em.ldr_flip(a, b[..., :3], 30.0, "srgb", 0.0),
+    "feature image for ldr": lambda: em.ldr_flip_fused(a[:, :1], b[:, :1], 30.0, "srgb", 0.0),
+    "csf image for features": lambda: em.feature_difference(a, b, 30.0, 0.0),
+    "grad of wrong shape": lambda: em.ldr_flip_backward(a[:, :1, :3], a, b, 30.0, "srgb", 0.0, mask),
+    "csf grad of one channel": lambda: em.csf_filter_backward(a[:, :1], a, 30.0),
+    "bad space": lambda: em.ldr_flip(a, b, 30.0, "rgb", 0.0),
+    "bad tone mapper": lambda: em.hdr_flip(*hdr, 30.0, "agx", 0.0),
+    "bad fused tone mapper": lambda: em.hdr_flip_fused(*hdr, 30.0, "agx", 0.0),
+    "bad eps": lambda: em.ldr_flip(a, b, 30.0, "srgb", 1.0),
+    "one exposure column": lambda: em.hdr_flip(hdr[0], hdr[1], hdr[2][:, :1], hdr[3], 30.0, "aces", 0.0),
+    "count above the columns": lambda: em.hdr_flip_fused(*hdr[:3], torch.tensor([4]), 30.0, "aces", 0.0),
+    "index of wrong dtype": lambda: em.hdr_flip_backward(*hdr_back[:5], torch.zeros(1, 1, 6, 7, dtype=torch.int64),
+                                                         30.0, "aces", 0.0, mask),
 }
 for label, bad in bad_calls.items():
     try:

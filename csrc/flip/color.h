@@ -31,6 +31,12 @@ FLIP_HD T inside01(T v) {  // derivative of clamp01 (the closed interval passes,
   return (v >= T(0) && v <= T(1)) ? T(1) : T(0);
 }
 
+// |(u, v)|: HyAB's chroma distance, and the edge and point magnitudes of the feature responses.
+template <class T>
+FLIP_HD T magnitude(T u, T v) {
+  return std::sqrt(u * u + v * v);
+}
+
 // sRGB decoding of c and its derivative from one power: with u = (c + 0.055) / 1.055,
 // decode = u^2.4 = u * u^1.4 and decode' = (2.4 / 1.055) u^1.4. The power runs on max(c, knee) so
 // that it never sees a negative base.
@@ -82,10 +88,24 @@ FLIP_UNROLL
     g_rgb[j] = T(rgb_to_xyz_m(0, j)) * gX + T(rgb_to_xyz_m(1, j)) * gY + T(rgb_to_xyz_m(2, j)) * gZ;
 }
 
+// The achromatic channel the feature detectors filter: y of Y = 116 y - 16, in [0, 1] for colours
+// in the RGB cube.
+template <class T>
+FLIP_HD T achromatic(const T opp[3]) {
+  return (opp[0] + T(16)) * T(1.0 / 116.0);
+}
+
+// Gradient w.r.t. linear RGB from those w.r.t. its opponent colour and its achromatic channel.
+template <class T>
+FLIP_HD void opponent_and_achromatic_vjp(const T g_opp[3], T g_achromatic, T g_rgb[3]) {
+  const T go[3] = {g_opp[0] + g_achromatic * T(1.0 / 116.0), g_opp[1], g_opp[2]};
+  linear_to_opponent_vjp(go, g_rgb);
+}
+
 // YCxCz -> linear RGB (no clamp).
 template <class T>
 FLIP_HD void opponent_to_linear(const T opp[3], T rgb[3]) {
-  T y = (opp[0] + T(16)) * T(1.0 / 116.0);
+  T y = achromatic(opp);
   T x = y + opp[1] * T(1.0 / 500.0);
   T z = y - opp[2] * T(1.0 / 200.0);
   T X = x * T(white(0)), Y = y * T(white(1)), Z = z * T(white(2));
@@ -175,7 +195,7 @@ template <class T>
 FLIP_HD T hyab(const T ht[3], const T hr[3], T eps) {
   T dL = hr[0] - ht[0], da = hr[1] - ht[1], db = hr[2] - ht[2];
   T dL2 = dL * dL;
-  return std::sqrt(dL2 > eps ? dL2 : eps) + std::sqrt(da * da + db * db);
+  return std::sqrt(dL2 > eps ? dL2 : eps) + magnitude(da, db);
 }
 
 template <class T>
@@ -192,7 +212,7 @@ FLIP_HD ColorTerm<T> color_term(const T ht[3], const T hr[3], T eps, const Color
   s.db = hr[2] - ht[2];
   s.dL2 = s.dL * s.dL;
   s.nL = std::sqrt(s.dL2 > eps ? s.dL2 : eps);
-  s.nab = std::sqrt(s.da * s.da + s.db * s.db);
+  s.nab = magnitude(s.da, s.db);
   s.dE = s.nL + s.nab;
   s.e = std::pow(s.dE, T(kQc));
   s.c = redistribute(s.e, k);
@@ -258,7 +278,7 @@ FLIP_HD void feature_error_vjp(T edge_t, T edge_r, T point_t, T point_r, T eps, 
 // Gradient of a Euclidean norm sqrt(u^2 + v^2), zero at the origin.
 template <class T>
 FLIP_HD void norm2_vjp(T u, T v, T g, T& gu, T& gv) {
-  T n = std::sqrt(u * u + v * v);
+  T n = magnitude(u, v);
   gu = n > T(0) ? g * u / n : T(0);
   gv = n > T(0) ? g * v / n : T(0);
 }

@@ -1,6 +1,7 @@
 // The GPU formulation of FLIP's filter banks, as per-thread functions that run unchanged on the
-// host. A CUDA kernel calls one of them per thread (csrc/flip/cuda/); csrc/flip/cpu/emulate.cpp
-// runs the very same functions in loops so that the CPU test suite checks the GPU index math.
+// host. A CUDA kernel calls one of them per thread (csrc/flip/cuda/); the test-only emulator
+// (tests/emulator) runs the very same functions in loops so that the CPU test suite checks the GPU
+// index math. The per-pixel code the CPU kernels share with them is in pixel.h and tonemap.h.
 //
 // Passes (each a kernel launch; planes live in global memory, H x W each):
 //   H   one block per (row, image, x-tile): phase 1 loads the tile and its halo into shared
@@ -18,6 +19,11 @@
 #include "tonemap.h"
 
 namespace flip {
+
+// Threads per block of the H and HT passes (one row tile of kBlock pixels) and of the per-pixel
+// kernels; threads per block of the fused forward (kTileW x kTileH tiles, below).
+constexpr int kBlock = 128;
+constexpr int kFusedThreads = 256;
 
 template <class T>
 struct FilterView {
@@ -53,26 +59,6 @@ FLIP_HD T correlate(const FilterView<T>& f, const Sample& x) {
 
 enum class Input : int { kSrgb = 0, kLinear = 1, kOpponent = 2, kAchromatic = 3, kHdr = 4 };
 
-// One exposure of HDR-FLIP: column i of the N x E exposures, used by item n when i < counts[n].
-template <class T>
-struct HdrStep {
-  const T* exposures;
-  const int64_t* counts;
-  int64_t E, i;
-  int tm;
-  FLIP_HD bool active(int64_t n) const { return i < counts[n]; }
-  FLIP_HD T scale(int64_t n) const { return std::exp2(exposures[n * E + i]); }
-  // Folds this exposure's error at pixel p into the running maximum (strict >: ties keep the
-  // earlier, darker exposure) and records it in the exposure map and index.
-  FLIP_HD void fold(T err, int64_t n, int64_t p, T* out, T* emap, int32_t* index) const {
-    if (err > out[p]) {
-      out[p] = err;
-      emap[p] = T(i) / T(counts[n] > 2 ? counts[n] - 1 : 1);
-      index[p] = static_cast<int32_t>(i);
-    }
-  }
-};
-
 struct Geometry {
   int64_t n, h, w;  // batch, height, width
   int images;       // images per batch item in the planes (2 for test + reference)
@@ -85,23 +71,18 @@ struct Geometry {
 
 FLIP_HD int64_t clampi(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
-// NaN and infinities give v - v = NaN (no fast-math anywhere in this project).
-template <class T>
-FLIP_HD bool is_finite(T v) {
-  return v - v == T(0);
-}
-
 // ---- H pass --------------------------------------------------------------------------------
 
 // Shared-memory floats an H block needs: 4 rows (3 opponent channels + achromatic) of B + 2R.
 FLIP_HD int h_smem_len(int B, int R) { return 4 * (B + 2 * R); }
 
 // Phase 1: thread tid of a block of B threads loads columns [x0 - R, x0 + B + R) of row y of
-// one image (clamped to the border) and converts them. src points at the image (C x H x W).
-// Returns false if it met a non-finite value.
+// one image (clamped to the border) and converts them. src points at the image (C x H x W); scale
+// and tm are the exposure of Input::kHdr (unused otherwise). Returns false if it met a non-finite
+// value.
 template <class T>
 FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int64_t x0, int B, int R, int tid,
-                    T* smem, T scale = T(1), int tm = 1) {
+                    T* smem, T scale, ToneMapper tm) {
   const int L = B + 2 * R;
   const int64_t hw = g.hw();
   bool ok = true;
@@ -128,7 +109,7 @@ FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int6
         T lin[3] = {input_to_linear(v[0], srgb), input_to_linear(v[1], srgb), input_to_linear(v[2], srgb)};
         linear_to_opponent(lin, opp);
       }
-      yh = (opp[0] + T(16)) * T(1.0 / 116.0);
+      yh = achromatic(opp);
     }
     smem[i] = opp[0];
     smem[L + i] = opp[1];
@@ -219,14 +200,8 @@ FLIP_HD void v_ldr_flip_vjp(const T* planes, T* gplanes, const Geometry& g, cons
   v_csf(pr, g, t, y, x, Fr);
   Features<T> ft = v_feat(pt + 4 * hw, g, t, y, x), fr = v_feat(pr + 4 * hw, g, t, y, x), gft, gfr;
   pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, grad, gFt, gFr, gft, gfr);
-  T* gt = gplanes + (n * 2 + 0) * g.gplanes() * hw;
-  T* gr = gplanes + (n * 2 + 1) * g.gplanes() * hw;
-  for (int c = 0; c < 3; ++c) {
-    gt[c * hw + p] = gFt[c];
-    gr[c * hw + p] = gFr[c];
-  }
-  gt[3 * hw + p] = gft.dx; gt[4 * hw + p] = gft.dy; gt[5 * hw + p] = gft.ddx; gt[6 * hw + p] = gft.ddy;
-  gr[3 * hw + p] = gfr.dx; gr[4 * hw + p] = gfr.dy; gr[5 * hw + p] = gfr.ddx; gr[6 * hw + p] = gfr.ddy;
+  store_pixel_gradients(gplanes + (n * 2 + 0) * g.gplanes() * hw, hw, p, gFt, gft);
+  store_pixel_gradients(gplanes + (n * 2 + 1) * g.gplanes() * hw, hw, p, gFr, gfr);
 }
 
 // ---- VT pass -------------------------------------------------------------------------------
@@ -328,8 +303,8 @@ FLIP_HD bool ht_compute(const Geometry& g, const TapsView<T>& t, int64_t x0, int
 // Chain from the opponent / achromatic gradients of an image pixel back to its input values.
 template <class T>
 FLIP_HD void chain_to_input(const T g_opp[3], T g_yh, const T v[3], bool srgb, T g_in[3]) {
-  T go[3] = {g_opp[0] + g_yh * T(1.0 / 116.0), g_opp[1], g_opp[2]}, glin[3];
-  linear_to_opponent_vjp(go, glin);
+  T glin[3];
+  opponent_and_achromatic_vjp(g_opp, g_yh, glin);
   for (int c = 0; c < 3; ++c) {
     T d;
     input_to_linear(v[c], srgb, &d);
@@ -338,11 +313,6 @@ FLIP_HD void chain_to_input(const T g_opp[3], T g_yh, const T v[3], bool srgb, T
 }
 
 // ---- per-thread bodies of the V kernels, indexed by i = n * H * W + pixel ----
-
-template <class T>
-FLIP_HD T magnitude(T u, T v) {
-  return std::sqrt(u * u + v * v);
-}
 
 template <class T>
 FLIP_HD void ldr_pixel(const T* planes, T* out, const Geometry& g, const TapsView<T>& t, int64_t i, T eps,
@@ -362,21 +332,20 @@ FLIP_HD void ldr_vjp_pixel(const T* grad, const T* planes, T* gplanes, const Geo
 template <class T>
 FLIP_HD void csf_pixel(const T* planes, T* out, const Geometry& g, const TapsView<T>& t, int64_t i) {
   const int64_t hw = g.hw(), n = i / hw, p = i % hw;
-  T F[3], lin[3];
+  T F[3], rgb[3];
   v_csf(planes + n * g.planes() * hw, g, t, p / g.w, p % g.w, F);
-  opponent_to_linear(F, lin);
-  for (int c = 0; c < 3; ++c) out[(n * 3 + c) * hw + p] = clamp01(lin[c]);
+  csf_output(F, rgb);
+  for (int c = 0; c < 3; ++c) out[(n * 3 + c) * hw + p] = rgb[c];
 }
 
 template <class T>
 FLIP_HD void csf_vjp_pixel(const T* grad, const T* planes, T* gplanes, const Geometry& g, const TapsView<T>& t,
                            int64_t i) {
   const int64_t hw = g.hw(), n = i / hw, p = i % hw;
-  T F[3], lin[3], gl[3], gF[3];
+  T F[3], gout[3], gF[3];
   v_csf(planes + n * g.planes() * hw, g, t, p / g.w, p % g.w, F);
-  opponent_to_linear(F, lin);
-  for (int c = 0; c < 3; ++c) gl[c] = grad[(n * 3 + c) * hw + p] * inside01(lin[c]);
-  opponent_to_linear_vjp(gl, gF);
+  for (int c = 0; c < 3; ++c) gout[c] = grad[(n * 3 + c) * hw + p];
+  csf_output_vjp(F, gout, gF);
   for (int c = 0; c < 3; ++c) gplanes[(n * 3 + c) * hw + p] = gF[c];
 }
 
@@ -386,8 +355,7 @@ FLIP_HD void feat_pixel(const T* planes, T* out, const Geometry& g, const TapsVi
   const int64_t hw = g.hw(), n = i / hw, p = i % hw, y = p / g.w, x = p % g.w;
   Features<T> ft = v_feat(planes + (n * 2) * g.planes() * hw, g, t, y, x);
   Features<T> fr = v_feat(planes + (n * 2 + 1) * g.planes() * hw, g, t, y, x);
-  out[i] = feature_error(magnitude(ft.dx, ft.dy), magnitude(fr.dx, fr.dy), magnitude(ft.ddx, ft.ddy),
-                         magnitude(fr.ddx, fr.ddy), eps);
+  out[i] = feature_pixel(ft, fr, eps);
 }
 
 template <class T>
@@ -396,18 +364,8 @@ FLIP_HD void feat_vjp_pixel(const T* grad, const T* planes, T* gplanes, const Ge
   const int64_t hw = g.hw(), n = i / hw, p = i % hw, y = p / g.w, x = p % g.w;
   Features<T> f[2], gf[2];
   for (int im = 0; im < 2; ++im) f[im] = v_feat(planes + (n * 2 + im) * g.planes() * hw, g, t, y, x);
-  T gep[4];
-  feature_error_vjp(magnitude(f[0].dx, f[0].dy), magnitude(f[1].dx, f[1].dy), magnitude(f[0].ddx, f[0].ddy),
-                    magnitude(f[1].ddx, f[1].ddy), eps, grad[i], gep);
-  features_vjp(f[0], gep[0], gep[2], gf[0]);
-  features_vjp(f[1], gep[1], gep[3], gf[1]);
-  for (int im = 0; im < 2; ++im) {
-    T* gp = gplanes + (n * 2 + im) * g.gplanes() * hw;
-    gp[p] = gf[im].dx;
-    gp[hw + p] = gf[im].dy;
-    gp[2 * hw + p] = gf[im].ddx;
-    gp[3 * hw + p] = gf[im].ddy;
-  }
+  feature_pixel_vjp(f[0], f[1], eps, grad[i], gf[0], gf[1]);
+  for (int im = 0; im < 2; ++im) store_feature_gradients(gplanes + (n * 2 + im) * g.gplanes() * hw, hw, p, gf[im]);
 }
 
 // HDR-FLIP, one exposure: fold this exposure's error into the running maximum (strict >).
@@ -448,7 +406,7 @@ FLIP_HD int fused_smem_len(int R) {
 // input, clamped to the image, converted to opponent colours and the achromatic channel.
 template <class T>
 FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0, int64_t x0, int R, int tid,
-                        int nthreads, T* smem, T scale = T(1), int tm = 1) {
+                        int nthreads, T* smem, T scale, ToneMapper tm) {
   const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
   const int64_t hw = g.hw();
   bool ok = true;
@@ -465,7 +423,7 @@ FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0,
     smem[i] = opp[0];
     smem[rc + i] = opp[1];
     smem[2 * rc + i] = opp[2];
-    smem[3 * rc + i] = (opp[0] + T(16)) * T(1.0 / 116.0);
+    smem[3 * rc + i] = achromatic(opp);
   }
   return ok;
 }
@@ -536,56 +494,15 @@ FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int ti
   }
 }
 
-// hunt_hyab of pixel i = n * hw + p (images N x 3 x H x W); returns false for a non-finite input.
-template <class T>
-FLIP_HD bool hunt_hyab_pixel(const T* test, const T* ref, T* out, int64_t hw, int64_t i, T eps,
-                             const ColorConsts<T>& k) {
-  const int64_t n = i / hw, p = i % hw;
-  T lt[3], lr[3], ht[3], hr[3];
-  bool ok = true;
-  for (int c = 0; c < 3; ++c) {
-    lt[c] = test[(n * 3 + c) * hw + p];
-    lr[c] = ref[(n * 3 + c) * hw + p];
-    ok = ok && is_finite(lt[c]) && is_finite(lr[c]);
-  }
-  hunt_lab(lt, ht);
-  hunt_lab(lr, hr);
-  out[i] = color_error(ht, hr, eps, k);
-  return ok;
-}
-
-template <class T>
-FLIP_HD bool hunt_hyab_vjp_pixel(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, int64_t hw,
-                                 int64_t i, T eps, const ColorConsts<T>& k) {
-  const int64_t n = i / hw, p = i % hw;
-  T lt[3], lr[3], ht[3], hr[3], ght[3], ghr[3], gt[3], gr[3];
-  bool ok = true;
-  for (int c = 0; c < 3; ++c) {
-    lt[c] = test[(n * 3 + c) * hw + p];
-    lr[c] = ref[(n * 3 + c) * hw + p];
-    ok = ok && is_finite(lt[c]) && is_finite(lr[c]);
-  }
-  hunt_lab(lt, ht);
-  hunt_lab(lr, hr);
-  color_error_vjp(ht, hr, eps, k, grad[i], ght, ghr);
-  hunt_lab_vjp(lt, ght, gt);
-  hunt_lab_vjp(lr, ghr, gr);
-  for (int c = 0; c < 3; ++c) {
-    if (g_test) g_test[(n * 3 + c) * hw + p] = gt[c];
-    if (g_ref) g_ref[(n * 3 + c) * hw + p] = gr[c];
-  }
-  return ok;
-}
-
 // Last step of the HT pass: store the gradient w.r.t. the op's input at pixel p. out and src
-// point at the image (C x H x W).
+// point at the image (C x H x W); scale and tm as in h_load.
 template <class T>
 FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3], T g_yh, const T* src, T* out,
-                      T scale = T(1), int tm = 1) {
+                      T scale, ToneMapper tm) {
   const int64_t hw = g.hw();
   if (mode == Input::kHdr) {  // accumulates: one call per exposure
-    T go[3] = {g_opp[0] + g_yh * T(1.0 / 116.0), g_opp[1], g_opp[2]}, glin[3], gv[3];
-    linear_to_opponent_vjp(go, glin);
+    T glin[3], gv[3];
+    opponent_and_achromatic_vjp(g_opp, g_yh, glin);
     const T v[3] = {src[p], src[hw + p], src[2 * hw + p]};
     hdr_to_ldr_vjp(v, scale, tm, glin, gv);
     for (int c = 0; c < 3; ++c) out[c * hw + p] += gv[c];

@@ -1,22 +1,23 @@
-// HDR-FLIP's per-pixel front end (docs/algorithm.md §5.2-§5.3): exposure compensation, tone mapping and
-// the clamp to [0, 1], with its adjoint. (The automatic exposures, docs/algorithm.md §5.4, are computed in Python,
-// flip_loss/hdr.py.)
+// HDR-FLIP per pixel (docs/algorithm.md §5.2-§5.3), shared by the CPU and CUDA kernels: exposure
+// compensation, tone mapping and the clamp to [0, 1], with its adjoint, and the fold of one
+// exposure's error into the running maximum over exposures (HdrStep). (The automatic exposures,
+// docs/algorithm.md §5.4, are computed in Python, flip_loss/hdr.py.)
 // Framework-free, usable from host and device code.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "color.h"
+#include "tone_mapper.h"
 
 namespace flip {
 
-enum class ToneMapper : int { kReinhard = 0, kAces = 1, kHable = 2 };
-
 // The evaluator's coefficients of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5), rounded to
 // float as it computes them (parity); Reinhard's row is x / (1 + x), used only by the exposure solve.
-FLIP_CONSTFN float tone_coef(int tm, int j) {
-  return tm == 0 ? (j == 1 || j == 4 || j == 5 ? 1.0f : 0.0f)
-       : tm == 1 ? (j == 0 ? 0.6f * 0.6f * 2.51f : j == 1 ? 0.6f * 0.03f : j == 2 ? 0.0f
+FLIP_CONSTFN float tone_coef(ToneMapper tm, int j) {
+  return tm == ToneMapper::kReinhard ? (j == 1 || j == 4 || j == 5 ? 1.0f : 0.0f)
+       : tm == ToneMapper::kAces ? (j == 0 ? 0.6f * 0.6f * 2.51f : j == 1 ? 0.6f * 0.03f : j == 2 ? 0.0f
                   : j == 3 ? 0.6f * 0.6f * 2.43f : j == 4 ? 0.6f * 0.59f : 0.14f)
                  : (j == 0 ? 0.231683f : j == 1 ? 0.013791f : j == 2 ? 0.0f
                   : j == 3 ? 0.18f : j == 4 ? 0.3f : 0.018f);
@@ -44,11 +45,11 @@ FLIP_HD T expose(T v, T scale, T* dx = nullptr) {
 
 // HDR value v (linear, one pixel) -> exposed (by scale = 2^c), tone-mapped, clamped LDR value.
 template <class T>
-FLIP_HD void hdr_to_ldr(const T v[3], T scale, int tm, T out[3]) {
+FLIP_HD void hdr_to_ldr(const T v[3], T scale, ToneMapper tm, T out[3]) {
   T x[3];
   FLIP_UNROLL
   for (int c = 0; c < 3; ++c) x[c] = expose(v[c], scale);
-  if (tm == 0) {
+  if (tm == ToneMapper::kReinhard) {
     const T f = T(1) / (T(1) + luminance(x));
     FLIP_UNROLL
     for (int c = 0; c < 3; ++c) out[c] = clamp01(x[c] * f);
@@ -65,11 +66,11 @@ FLIP_HD void hdr_to_ldr(const T v[3], T scale, int tm, T out[3]) {
 
 // Adjoint of hdr_to_ldr: g_v = J^T g.
 template <class T>
-FLIP_HD void hdr_to_ldr_vjp(const T v[3], T scale, int tm, const T g[3], T g_v[3]) {
+FLIP_HD void hdr_to_ldr_vjp(const T v[3], T scale, ToneMapper tm, const T g[3], T g_v[3]) {
   T x[3], dx[3];  // exposed value and d(x)/d(v)
   FLIP_UNROLL
   for (int c = 0; c < 3; ++c) x[c] = expose(v[c], scale, &dx[c]);
-  if (tm == 0) {
+  if (tm == ToneMapper::kReinhard) {
     const T f = T(1) / (T(1) + luminance(x));
     const T w[3] = {T(0.2126f), T(0.7152f), T(0.0722f)};
     T gm[3], s = T(0);
@@ -95,5 +96,27 @@ FLIP_HD void hdr_to_ldr_vjp(const T v[3], T scale, int tm, const T g[3], T g_v[3
     g_v[c] = dx[c] != T(0) ? g[c] * inside01(q) * ((dnum - q * dden) / den) * dx[c] : T(0);
   }
 }
+
+// One exposure of HDR-FLIP: column i of the N x E exposures (stops), used by item n when
+// i < counts[n]. none() stands for "no exposure" (LDR input; its fields are never read).
+template <class T>
+struct HdrStep {
+  const T* exposures;
+  const int64_t* counts;
+  int64_t E, i;
+  ToneMapper tm;
+  static FLIP_HD HdrStep none() { return HdrStep{nullptr, nullptr, 0, 0, ToneMapper::kAces}; }
+  FLIP_HD bool active(int64_t n) const { return i < counts[n]; }
+  FLIP_HD T scale(int64_t n) const { return std::exp2(exposures[n * E + i]); }
+  // Folds this exposure's error at pixel p into the running maximum (strict >: ties keep the
+  // earlier, darker exposure) and records it in the exposure map and index.
+  FLIP_HD void fold(T err, int64_t n, int64_t p, T* out, T* emap, int32_t* index) const {
+    if (err > out[p]) {
+      out[p] = err;
+      emap[p] = T(i) / T(counts[n] > 2 ? counts[n] - 1 : 1);
+      index[p] = static_cast<int32_t>(i);
+    }
+  }
+};
 
 }  // namespace flip

@@ -15,7 +15,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using Mask = std::array<bool, 2>;
 
 Mask needs(AutogradContext* ctx) { return {ctx->needs_input_grad(0), ctx->needs_input_grad(1)}; }
 

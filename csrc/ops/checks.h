@@ -1,6 +1,6 @@
-// Argument checks shared by the CPU, CUDA, meta and emulation kernels: one function per op (the
-// backward kernels call their forward's check, then check_grad), so that every path rejects the
-// same arguments. Messages say what to fix. Exception classes follow the Python API: a wrong
+// Argument checks shared by the CPU, CUDA and meta kernels (and the test-only GPU emulator,
+// tests/emulator): one function per op (the backward kernels call their forward's check, then
+// check_grad), so that every path rejects the same arguments. Messages say what to fix. Exception classes follow the Python API: a wrong
 // dtype raises TypeError (TORCH_CHECK_TYPE), any other bad argument ValueError
 // (TORCH_CHECK_VALUE); NaN/Inf image data found by a kernel raises RuntimeError (common.h).
 // Everything here runs before any filter taps are built or cached.
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../flip/tone_mapper.h"
 #include "../include/flip_loss/limits.h"
 
 namespace flip_ops {
@@ -86,16 +87,15 @@ inline bool parse_input_space(c10::string_view space) {
   return s == "srgb";
 }
 
-// Tone mapper name (case-insensitive) -> flip::ToneMapper value.
-inline int parse_tone_mapper(c10::string_view name) {
+// Tone mapper name (case-insensitive) -> flip::ToneMapper.
+inline flip::ToneMapper parse_tone_mapper(c10::string_view name) {
   std::string s(name.data(), name.size());
   for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (s == "reinhard") return 0;
-  if (s == "aces") return 1;
-  if (s == "hable") return 2;
-  TORCH_CHECK_VALUE(false, "flip: tone_mapper must be \"aces\", \"hable\" or \"reinhard\", got \"",
+  TORCH_CHECK_VALUE(s == "reinhard" || s == "aces" || s == "hable",
+                    "flip: tone_mapper must be \"aces\", \"hable\" or \"reinhard\", got \"",
                     std::string(name.data(), name.size()), "\"");
-  return -1;
+  return s == "reinhard" ? flip::ToneMapper::kReinhard : s == "aces" ? flip::ToneMapper::kAces
+                                                                     : flip::ToneMapper::kHable;
 }
 
 // exposures: N x E floating (stops) with kMinExposures <= E <= kMaxExposures, counts: N integers,
@@ -161,12 +161,12 @@ inline bool check_ldr_args(const at::Tensor& test, const at::Tensor& ref, double
 }
 
 // hdr_flip: returns the tone mapper. Exposure and count values: check_exposure_values.
-inline int check_hdr_args(const at::Tensor& test, const at::Tensor& ref, const at::Tensor& exposures,
+inline flip::ToneMapper check_hdr_args(const at::Tensor& test, const at::Tensor& ref, const at::Tensor& exposures,
                           const at::Tensor& counts, double ppd, c10::string_view tone_mapper, double eps) {
   check_pair(test, ref, 3);
   check_ppd(ppd);
   check_eps(eps);
-  const int tm = parse_tone_mapper(tone_mapper);
+  const flip::ToneMapper tm = parse_tone_mapper(tone_mapper);
   check_exposures(exposures, counts, test);
   return tm;
 }
@@ -185,13 +185,6 @@ inline void check_feature_args(const at::Tensor& test, const at::Tensor& ref, do
   check_pair(test, ref, 1);
   check_ppd(ppd);
   check_eps(eps);
-}
-
-// The shape of a per-pixel map for an image of shape like.
-inline std::vector<c10::SymInt> map_shape(const at::Tensor& like) {
-  auto s = like.sym_sizes().vec();
-  s[s.size() - 3] = 1;
-  return s;
 }
 
 }  // namespace flip_ops

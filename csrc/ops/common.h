@@ -1,4 +1,4 @@
-// Tensor plumbing shared by the CPU, CUDA and emulation kernels of the ops.
+// Tensor plumbing shared by the CPU and CUDA kernels of the ops (and the test-only emulator).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -10,10 +10,9 @@
 #include <vector>
 
 #include "../flip/passes.h"
+#include "signature.h"
 
 namespace flip_ops {
-
-using Pair = std::tuple<at::Tensor, at::Tensor>;
 
 // float16/bfloat16 are computed in float32; kernels want contiguous NCHW.
 inline at::ScalarType compute_dtype(const at::Tensor& t) {
@@ -28,12 +27,6 @@ inline flip::Geometry geometry(const at::Tensor& t, int images, bool csf, bool f
   return flip::Geometry{batch_of(t), t.size(-2), t.size(-1), images, csf, feat};
 }
 
-inline std::vector<int64_t> map_sizes(const at::Tensor& like) {
-  auto s = like.sizes().vec();
-  s[s.size() - 3] = 1;
-  return s;
-}
-
 template <class T>
 T* ptr_or_null(at::Tensor& t) {
   return t.numel() ? t.data_ptr<T>() : nullptr;
@@ -44,7 +37,7 @@ inline void check_finite(bool ok, const char* op) {
 }
 
 // Gradient outputs: computed only where output_mask asks, else an empty tensor.
-inline std::array<at::Tensor, 2> grad_buffers(const at::Tensor& like, std::array<bool, 2> mask) {
+inline std::array<at::Tensor, 2> grad_buffers(const at::Tensor& like, Mask mask) {
   return {mask[0] ? at::empty_like(like) : at::empty({0}, like.options()),
           mask[1] ? at::empty_like(like) : at::empty({0}, like.options())};
 }

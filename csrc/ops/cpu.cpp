@@ -34,7 +34,7 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
                     double eps) {
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto out = at::empty(map_sizes(t), t.options());
+  auto out = at::empty_symint(map_shape(t), t.options());
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip", [&] {
     ok = flip::cpu::ldr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
@@ -45,7 +45,7 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
 }
 
 Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
-                       c10::string_view space, double eps, std::array<bool, 2> mask) {
+                       c10::string_view space, double eps, Mask mask) {
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   check_grad(grad, test, 1);
   auto t = compute_copy(test), r = compute_copy(ref);
@@ -64,14 +64,14 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
-  const int tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
+  const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto ex = exposures.to(t.scalar_type()).contiguous();
   auto cn = counts.to(at::kLong).contiguous();
   check_exposure_values(ex, cn);
-  auto out = at::empty(map_sizes(t), t.options());
-  auto emap = at::empty(map_sizes(t), t.options());
-  auto idx = at::empty(map_sizes(t), t.options().dtype(at::kInt));
+  auto out = at::empty_symint(map_shape(t), t.options());
+  auto emap = at::empty_symint(map_shape(t), t.options());
+  auto idx = at::empty_symint(map_shape(t), t.options().dtype(at::kInt));
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip", [&] {
     ok = flip::cpu::hdr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(),
@@ -85,8 +85,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
 
 Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
                        const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
-                       c10::string_view tone_mapper, double eps, std::array<bool, 2> mask) {
-  const int tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
+                       c10::string_view tone_mapper, double eps, Mask mask) {
+  const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   check_grad(grad, test, 1);
   check_exposure_index(index, grad);
   auto t = compute_copy(test), r = compute_copy(ref);
@@ -138,7 +138,7 @@ at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, do
 at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) {
   check_hunt_hyab_args(test, ref, eps);
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto out = at::empty(map_sizes(t), t.options());
+  auto out = at::empty_symint(map_shape(t), t.options());
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab", [&] {
     ok = flip::cpu::hunt_hyab_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
@@ -149,7 +149,7 @@ at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) 
 }
 
 Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps,
-                        std::array<bool, 2> mask) {
+                        Mask mask) {
   check_hunt_hyab_args(test, ref, eps);
   check_grad(grad, test, 1);
   auto t = compute_copy(test), r = compute_copy(ref);
@@ -179,7 +179,7 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
 }
 
 Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
-                                 double ppd, double eps, std::array<bool, 2> mask) {
+                                 double ppd, double eps, Mask mask) {
   check_feature_args(test, ref, ppd, eps);
   check_grad(grad, test, 1);
   auto t = compute_copy(test), r = compute_copy(ref);

@@ -28,7 +28,6 @@ namespace {
 
 using flip::Geometry;
 using flip::TapsView;
-using Mask = std::array<bool, 2>;
 
 template <class T>
 struct DeviceTaps {
@@ -85,29 +84,45 @@ at::Tensor planes_for(const Geometry& g, const at::Tensor& like, int per_image) 
   return at::empty({g.n * g.images * per_image * g.hw()}, like.options());
 }
 
+// The launchers' parameters every op sets; each op adds its buffers.
+template <class T>
+flip::cuda::Params<T> params(const Geometry& g, const TapsView<T>& taps, double eps) {
+  flip::cuda::Params<T> p;
+  p.g = g;
+  p.taps = taps;
+  p.eps = static_cast<T>(eps);
+  p.k = flip::color_consts<T>();
+  return p;
+}
+
+template <class T>
+T* ptr(const at::Tensor& t) {
+  return t.data_ptr<T>();
+}
+
 at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps) {
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto out = at::empty(map_sizes(t), t.options());
+  auto out = at::empty_symint(map_shape(t), t.options());
   const Geometry g = geometry(t, 2, true, true);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip (CUDA)", [&] {
-    auto taps = device_taps<scalar_t>(ppd, t);
-    const auto k = flip::color_consts<scalar_t>();
+    using T = scalar_t;
+    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    p.srgb = srgb;
+    p.test = ptr<T>(t);
+    p.ref = ptr<T>(r);
+    p.out = ptr<T>(out);
     const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
-    if (flip::cuda::fused_smem_bytes<scalar_t>(taps.rmax) <= have) {
-      // One kernel, no planes in global memory.
-      flip::cuda::ldr_flip_forward_fused<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
-                                                   out.data_ptr<scalar_t>(), g, taps, srgb,
-                                                   static_cast<scalar_t>(eps), k, stream);
+    if (flip::cuda::fused_smem_bytes<T>(p.taps.rmax) <= have) {
+      flip::cuda::ldr_flip_forward_fused<T>(p, stream);  // one kernel, no planes in global memory
       return;
     }
-    check_shared_memory(taps, g.planes());
+    check_shared_memory(p.taps, g.planes());
     auto planes = planes_for(g, t, g.planes());
-    flip::cuda::ldr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                                           planes.data_ptr<scalar_t>(), g, taps, srgb, static_cast<scalar_t>(eps), k,
-                                           stream);
+    p.planes = ptr<T>(planes);
+    flip::cuda::ldr_flip_forward<T>(p, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out.to(test.scalar_type());
@@ -126,12 +141,18 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto gplanes = planes_for(g, t, g.gplanes());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip_backward (CUDA)", [&] {
-    auto taps = device_taps<scalar_t>(ppd, t);
-    check_shared_memory(taps, g.planes());
-    flip::cuda::ldr_flip_backward<scalar_t>(
-        gr.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
-        ptr_or_null<scalar_t>(gb[1]), planes.data_ptr<scalar_t>(), gplanes.data_ptr<scalar_t>(), g, taps, srgb,
-        static_cast<scalar_t>(eps), flip::color_consts<scalar_t>(), stream);
+    using T = scalar_t;
+    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    check_shared_memory(p.taps, g.planes());
+    p.srgb = srgb;
+    p.grad = ptr<T>(gr);
+    p.test = ptr<T>(t);
+    p.ref = ptr<T>(r);
+    p.g_test = ptr_or_null<T>(gb[0]);
+    p.g_ref = ptr_or_null<T>(gb[1]);
+    p.planes = ptr<T>(planes);
+    p.gplanes = ptr<T>(gplanes);
+    flip::cuda::ldr_flip_backward<T>(p, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
@@ -148,33 +169,37 @@ at::Tensor device_counts(const at::Tensor& counts, int64_t E) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
-  const int tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
+  const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
   auto ex = exposures.to(t.scalar_type()).contiguous();
   auto cn = device_counts(counts, ex.size(1));
-  auto out = at::zeros(map_sizes(t), t.options());
-  auto emap = at::zeros(map_sizes(t), t.options());
-  auto idx = at::full(map_sizes(t), -1, t.options().dtype(at::kInt));
+  auto out = at::zeros_symint(map_shape(t), t.options());
+  auto emap = at::zeros_symint(map_shape(t), t.options());
+  auto idx = at::full_symint(map_shape(t), -1, t.options().dtype(at::kInt));
   const Geometry g = geometry(t, 2, true, true);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip (CUDA)", [&] {
-    auto taps = device_taps<scalar_t>(ppd, t);
+    using T = scalar_t;
+    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    p.test = ptr<T>(t);
+    p.ref = ptr<T>(r);
+    p.exposures = ptr<T>(ex);
+    p.counts = cn.data_ptr<int64_t>();
+    p.E = ex.size(1);
+    p.tm = tm;
+    p.out = ptr<T>(out);
+    p.emap = ptr<T>(emap);
+    p.index = idx.data_ptr<int32_t>();
     const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
-    if (flip::cuda::fused_smem_bytes<scalar_t>(taps.rmax) <= have) {
-      flip::cuda::hdr_flip_forward_fused<scalar_t>(
-          t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(), cn.data_ptr<int64_t>(), ex.size(1),
-          out.data_ptr<scalar_t>(), emap.data_ptr<scalar_t>(), idx.data_ptr<int32_t>(), g, taps, tm,
-          static_cast<scalar_t>(eps), flip::color_consts<scalar_t>(), stream);
+    if (flip::cuda::fused_smem_bytes<T>(p.taps.rmax) <= have) {
+      flip::cuda::hdr_flip_forward_fused<T>(p, stream);
       return;
     }
-    check_shared_memory(taps, g.planes());
+    check_shared_memory(p.taps, g.planes());
     auto planes = planes_for(g, t, g.planes());
-    flip::cuda::hdr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(),
-                                           cn.data_ptr<int64_t>(), ex.size(1), out.data_ptr<scalar_t>(),
-                                           emap.data_ptr<scalar_t>(), idx.data_ptr<int32_t>(),
-                                           planes.data_ptr<scalar_t>(), g, taps, tm, static_cast<scalar_t>(eps),
-                                           flip::color_consts<scalar_t>(), stream);
+    p.planes = ptr<T>(planes);
+    flip::cuda::hdr_flip_forward<T>(p, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {out.to(test.scalar_type()), emap.to(test.scalar_type()), idx};
@@ -183,7 +208,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
 Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
                        const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
                        c10::string_view tone_mapper, double eps, Mask mask) {
-  const int tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
+  const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   check_grad(grad, test, 1);
   check_exposure_index(index, grad);
   c10::cuda::CUDAGuard guard(test.device());
@@ -199,13 +224,22 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto gplanes = planes_for(g, t, g.gplanes());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip_backward (CUDA)", [&] {
-    auto taps = device_taps<scalar_t>(ppd, t);
-    check_shared_memory(taps, g.planes());
-    flip::cuda::hdr_flip_backward<scalar_t>(
-        gr.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(),
-        cn.data_ptr<int64_t>(), ex.size(1), ix.data_ptr<int32_t>(), ptr_or_null<scalar_t>(gb[0]),
-        ptr_or_null<scalar_t>(gb[1]), planes.data_ptr<scalar_t>(), gplanes.data_ptr<scalar_t>(), g, taps, tm,
-        static_cast<scalar_t>(eps), flip::color_consts<scalar_t>(), stream);
+    using T = scalar_t;
+    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    check_shared_memory(p.taps, g.planes());
+    p.grad = ptr<T>(gr);
+    p.test = ptr<T>(t);
+    p.ref = ptr<T>(r);
+    p.exposures = ptr<T>(ex);
+    p.counts = cn.data_ptr<int64_t>();
+    p.E = ex.size(1);
+    p.tm = tm;
+    p.index = ix.data_ptr<int32_t>();
+    p.g_test = ptr_or_null<T>(gb[0]);
+    p.g_ref = ptr_or_null<T>(gb[1]);
+    p.planes = ptr<T>(planes);
+    p.gplanes = ptr<T>(gplanes);
+    flip::cuda::hdr_flip_backward<T>(p, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
@@ -220,10 +254,13 @@ at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
   auto planes = planes_for(g, o, g.planes());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter (CUDA)", [&] {
-    auto taps = device_taps<scalar_t>(ppd, o);
-    check_shared_memory(taps, g.planes());
-    flip::cuda::csf_filter_forward<scalar_t>(o.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                                             planes.data_ptr<scalar_t>(), g, taps, stream);
+    using T = scalar_t;
+    auto p = params<T>(g, device_taps<T>(ppd, o), 0.0);
+    check_shared_memory(p.taps, g.planes());
+    p.test = ptr<T>(o);
+    p.out = ptr<T>(out);
+    p.planes = ptr<T>(planes);
+    flip::cuda::csf_filter_forward<T>(p, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out.to(opp.scalar_type());
@@ -241,11 +278,15 @@ at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, do
   auto gplanes = planes_for(g, o, g.gplanes());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter_backward (CUDA)", [&] {
-    auto taps = device_taps<scalar_t>(ppd, o);
-    check_shared_memory(taps, g.planes());
-    flip::cuda::csf_filter_backward<scalar_t>(gr.data_ptr<scalar_t>(), o.data_ptr<scalar_t>(),
-                                              out.data_ptr<scalar_t>(), planes.data_ptr<scalar_t>(),
-                                              gplanes.data_ptr<scalar_t>(), g, taps, stream);
+    using T = scalar_t;
+    auto p = params<T>(g, device_taps<T>(ppd, o), 0.0);
+    check_shared_memory(p.taps, g.planes());
+    p.grad = ptr<T>(gr);
+    p.test = ptr<T>(o);
+    p.g_test = ptr<T>(out);
+    p.planes = ptr<T>(planes);
+    p.gplanes = ptr<T>(gplanes);
+    flip::cuda::csf_filter_backward<T>(p, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out.to(opp.scalar_type());
@@ -255,12 +296,16 @@ at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) 
   check_hunt_hyab_args(test, ref, eps);
   c10::cuda::CUDAGuard guard(test.device());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto out = at::empty(map_sizes(t), t.options());
+  auto out = at::empty_symint(map_shape(t), t.options());
+  const Geometry g = geometry(t, 2, false, false);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab (CUDA)", [&] {
-    flip::cuda::hunt_hyab_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                                            batch_of(t), t.size(-2) * t.size(-1), static_cast<scalar_t>(eps),
-                                            flip::color_consts<scalar_t>(), stream);
+    using T = scalar_t;
+    auto p = params<T>(g, TapsView<T>{}, eps);
+    p.test = ptr<T>(t);
+    p.ref = ptr<T>(r);
+    p.out = ptr<T>(out);
+    flip::cuda::hunt_hyab_forward<T>(p, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out.to(test.scalar_type());
@@ -273,12 +318,17 @@ Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at
   auto t = compute_copy(test), r = compute_copy(ref);
   auto gr = grad.to(t.scalar_type()).contiguous();
   auto gb = grad_buffers(t, mask);
+  const Geometry g = geometry(t, 2, false, false);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab_backward (CUDA)", [&] {
-    flip::cuda::hunt_hyab_backward<scalar_t>(gr.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
-                                             ptr_or_null<scalar_t>(gb[0]), ptr_or_null<scalar_t>(gb[1]), batch_of(t),
-                                             t.size(-2) * t.size(-1), static_cast<scalar_t>(eps),
-                                             flip::color_consts<scalar_t>(), stream);
+    using T = scalar_t;
+    auto p = params<T>(g, TapsView<T>{}, eps);
+    p.grad = ptr<T>(gr);
+    p.test = ptr<T>(t);
+    p.ref = ptr<T>(r);
+    p.g_test = ptr_or_null<T>(gb[0]);
+    p.g_ref = ptr_or_null<T>(gb[1]);
+    flip::cuda::hunt_hyab_backward<T>(p, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
@@ -293,11 +343,14 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
   auto planes = planes_for(g, t, g.planes());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference (CUDA)", [&] {
-    auto taps = device_taps<scalar_t>(ppd, t);
-    check_shared_memory(taps, g.planes());
-    flip::cuda::feature_difference_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
-                                                     out.data_ptr<scalar_t>(), planes.data_ptr<scalar_t>(), g, taps,
-                                                     static_cast<scalar_t>(eps), stream);
+    using T = scalar_t;
+    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    check_shared_memory(p.taps, g.planes());
+    p.test = ptr<T>(t);
+    p.ref = ptr<T>(r);
+    p.out = ptr<T>(out);
+    p.planes = ptr<T>(planes);
+    flip::cuda::feature_difference_forward<T>(p, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out.to(test.scalar_type());
@@ -316,12 +369,17 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
   auto gplanes = planes_for(g, t, g.gplanes());
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference_backward (CUDA)", [&] {
-    auto taps = device_taps<scalar_t>(ppd, t);
-    check_shared_memory(taps, g.planes());
-    flip::cuda::feature_difference_backward<scalar_t>(
-        gr.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
-        ptr_or_null<scalar_t>(gb[1]), planes.data_ptr<scalar_t>(), gplanes.data_ptr<scalar_t>(), g, taps,
-        static_cast<scalar_t>(eps), stream);
+    using T = scalar_t;
+    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    check_shared_memory(p.taps, g.planes());
+    p.grad = ptr<T>(gr);
+    p.test = ptr<T>(t);
+    p.ref = ptr<T>(r);
+    p.g_test = ptr_or_null<T>(gb[0]);
+    p.g_ref = ptr_or_null<T>(gb[1]);
+    p.planes = ptr<T>(planes);
+    p.gplanes = ptr<T>(gplanes);
+    flip::cuda::feature_difference_backward<T>(p, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return cast_back(gb, test, ref);

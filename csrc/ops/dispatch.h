@@ -3,12 +3,9 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
-#include <array>
-#include <tuple>
+#include "signature.h"
 
 namespace flip_ops {
-
-using Pair = std::tuple<at::Tensor, at::Tensor>;
 
 template <class Sig>
 c10::TypedOperatorHandle<Sig> op(const char* name) {

@@ -7,12 +7,10 @@
 #include <tuple>
 
 #include "checks.h"
+#include "signature.h"
 
 namespace flip_ops {
 namespace {
-
-using Pair = std::tuple<at::Tensor, at::Tensor>;
-using Mask = std::array<bool, 2>;
 
 at::Tensor map_like(const at::Tensor& t) { return at::empty_symint(map_shape(t), t.options()); }
 

@@ -33,7 +33,4 @@ TORCH_LIBRARY(flip, m) {
   m.def("hdr_flip_backward(Tensor grad, Tensor test, Tensor reference, Tensor exposures, Tensor counts,"
         " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask)"
         " -> (Tensor, Tensor)");
-  // Test-only: runs the CUDA kernels' per-thread code on the CPU (see csrc/flip/passes.h and
-  // emulation.cpp for the tensors and scalars each emulated op takes).
-  m.def("_gpu_emulation(str op, Tensor[] inputs, float[] scalars, str input_space=\"srgb\") -> Tensor[]");
 }

@@ -104,14 +104,14 @@ bool ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
 }
 template <class T>
 bool hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
-                      T* exposure_map, int32_t* index, Shape s, double ppd, int tone_mapper, double eps) {
+                      T* exposure_map, int32_t* index, Shape s, double ppd, ToneMapper tone_mapper, double eps) {
   FLIP_CPU_DISPATCH(hdr_flip_forward, test, ref, exposures, counts, E, out, exposure_map, index, s, ppd,
                     tone_mapper, eps)
 }
 template <class T>
 bool hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
-                       int64_t E, const int32_t* index, T* g_test, T* g_ref, Shape s, double ppd, int tone_mapper,
-                       double eps) {
+                       int64_t E, const int32_t* index, T* g_test, T* g_ref, Shape s, double ppd,
+                       ToneMapper tone_mapper, double eps) {
   FLIP_CPU_DISPATCH(hdr_flip_backward, grad, test, ref, exposures, counts, E, index, g_test, g_ref, s, ppd,
                     tone_mapper, eps)
 }
@@ -146,9 +146,9 @@ bool feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
   template bool ldr_flip_forward<T>(const T*, const T*, T*, Shape, double, bool, double);                         \
   template bool ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, Shape, double, bool, double);          \
   template bool hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*,      \
-                                    Shape, double, int, double);                                                  \
+                                    Shape, double, ToneMapper, double);                                           \
   template bool hdr_flip_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,             \
-                                     const int32_t*, T*, T*, Shape, double, int, double);                         \
+                                     const int32_t*, T*, T*, Shape, double, ToneMapper, double);                  \
   template bool csf_filter_forward<T>(const T*, T*, Shape, double);                                               \
   template bool csf_filter_backward<T>(const T*, const T*, T*, Shape, double);                                    \
   template bool hunt_hyab_forward<T>(const T*, const T*, T*, Shape, double);                                      \

@@ -39,10 +39,12 @@
 #pragma GCC diagnostic ignored "-Wsubobject-linkage"
 
 // Opens the variant namespace `ns`, in which the kernel sources then declare flip::cpu::...;
-// they see the shared Shape type and the threading and interruption seams (defined once, outside).
+// they see the shared Shape and ToneMapper types and the threading and interruption seams (defined
+// once, outside).
 #define FLIP_CPU_VARIANT_BEGIN(ns)   \
   namespace ns {                     \
   namespace flip {                   \
+  using ::flip::ToneMapper;          \
   namespace cpu {                    \
   using ::flip::cpu::parallel_for;   \
   using ::flip::cpu::poll_interrupt; \

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "../tone_mapper.h"
+
 namespace flip {
 namespace cpu {
 
@@ -30,12 +32,12 @@ struct Shape {
                          bool srgb, double eps);                                                                  \
   template <class T>                                                                                              \
   bool hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E,       \
-                        T* out, T* exposure_map, int32_t* index, Shape s, double ppd, int tone_mapper,           \
+                        T* out, T* exposure_map, int32_t* index, Shape s, double ppd, ToneMapper tone_mapper,    \
                         double eps);                                                                              \
   template <class T>                                                                                              \
   bool hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,  \
                          int64_t E, const int32_t* index, T* g_test, T* g_ref, Shape s, double ppd,              \
-                         int tone_mapper, double eps);                                                            \
+                         ToneMapper tone_mapper, double eps);                                                     \
   template <class T>                                                                                              \
   bool csf_filter_forward(const T* opponent, T* out, Shape s, double ppd);                                       \
   template <class T>                                                                                              \

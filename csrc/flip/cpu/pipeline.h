@@ -59,7 +59,7 @@ bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, co
         o0[x] = opp[0];
         o1[x] = opp[1];
         o2[x] = opp[2];
-        yh[x] = (opp[0] + T(16)) * T(1.0 / 116.0);
+        yh[x] = achromatic(opp);
       }
       T* base = planes + im * kPlanes * HW;
       csf_h_row(o0, o1, o2, W, *cx.csf, sc.pad(), csf_planes(base, HW), row * W);
@@ -125,14 +125,8 @@ void vertical_vjp(const T* planes, T* gplanes, int64_t H, int64_t W, const Conte
         load_pixel(rr, W, x, Fr, fr);
         pixel_flip_vjp(Ft, Fr, ft, fr, eps, cx.k, gmap[row * W + x], gFt, gFr, gft, gfr);
         const int64_t p = row * W + x;
-        T* gt = gplanes;
-        T* gr = gt + kPlanes * HW;
-        for (int c = 0; c < 3; ++c) {
-          gt[c * HW + p] = gFt[c];
-          gr[c * HW + p] = gFr[c];
-        }
-        gt[3 * HW + p] = gft.dx; gt[4 * HW + p] = gft.dy; gt[5 * HW + p] = gft.ddx; gt[6 * HW + p] = gft.ddy;
-        gr[3 * HW + p] = gfr.dx; gr[4 * HW + p] = gfr.dy; gr[5 * HW + p] = gfr.ddx; gr[6 * HW + p] = gfr.ddy;
+        store_pixel_gradients(gplanes, HW, p, gFt, gft);
+        store_pixel_gradients(gplanes + kPlanes * HW, HW, p, gFr, gfr);
       }
     }
   });
@@ -156,8 +150,9 @@ void transposed_stage(const T* gplanes, int64_t H, int64_t W, const Context<T>& 
       std::fill(yh, yh + W, T(0));
       feature_t_row(g + 3 * HW, g + 4 * HW, g + 5 * HW, g + 6 * HW, H, W, row, *cx.feat, tmp, sc.pad(), yh);
       for (int64_t x = 0; x < W; ++x) {
-        T gopp[3] = {o0[x] + yh[x] * T(1.0 / 116.0), o1[x], o2[x]}, glin[3];
-        linear_to_opponent_vjp(gopp, glin);
+        const T gopp[3] = {o0[x], o1[x], o2[x]};
+        T glin[3];
+        opponent_and_achromatic_vjp(gopp, yh[x], glin);
         chain(im, row, x, glin);
       }
     }

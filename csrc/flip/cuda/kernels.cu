@@ -1,5 +1,5 @@
 // CUDA kernels of the FLIP ops: thin wrappers that run the per-thread functions of passes.h
-// (shared with the host emulator in csrc/flip/cpu/emulate.cpp) over a grid. Every launch goes
+// (shared with the test-only host emulator, tests/emulator) over a grid. Every launch goes
 // on the caller's stream; nothing synchronises with the host.
 #include <algorithm>
 
@@ -55,8 +55,6 @@ __global__ void __launch_bounds__(kBlock) h_kernel(const T* src0, const T* src1,
     }
   }
 }
-
-constexpr int kFusedThreads = 256;
 
 // mode is kSrgb/kLinear (LDR-FLIP: out is the map) or kHdr (one exposure of HDR-FLIP: out, emap
 // and index hold the running maximum).
@@ -193,7 +191,7 @@ __global__ void hunt_hyab_vjp_kernel(const T* grad, const T* test, const T* ref,
 
 template <class T>
 void launch_h(const T* src0, const T* src1, int channels, const Geometry& g, Input mode, const TapsView<T>& t,
-              T* planes, cudaStream_t s, HdrStep<T> hs = HdrStep<T>{nullptr, nullptr, 0, 0, 1}) {
+              T* planes, cudaStream_t s, HdrStep<T> hs = HdrStep<T>::none()) {
   const size_t smem = h_smem_bytes<T>(t.rmax);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(h_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -203,7 +201,7 @@ void launch_h(const T* src0, const T* src1, int channels, const Geometry& g, Inp
 template <class T>
 void launch_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* out0, T* out1, int channels,
                   const Geometry& g, Input mode, const TapsView<T>& t, cudaStream_t s,
-                  HdrStep<T> hs = HdrStep<T>{nullptr, nullptr, 0, 0, 1}) {
+                  HdrStep<T> hs = HdrStep<T>::none()) {
   vt_kernel<T><<<blocks_for(g.n * g.images * g.hw()), kBlock, 0, s>>>(gplanes, tplanes, g, t);
   const size_t smem = ht_smem_bytes<T>(t.rmax, g.planes());
   if (smem > 48 * 1024)
@@ -211,24 +209,9 @@ void launch_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T*
   ht_kernel<T><<<row_grid(g), kBlock, smem, s>>>(tplanes, src0, src1, out0, out1, channels, g, mode, t, hs);
 }
 
-}  // namespace
-
 template <class T>
-void ldr_flip_forward(const T* test, const T* ref, T* out, T* planes, const Geometry& g, const TapsView<T>& t,
-                      bool srgb, T eps, ColorConsts<T> k, cudaStream_t s) {
-  launch_h(test, ref, 3, g, srgb ? Input::kSrgb : Input::kLinear, t, planes, s);
-  v_ldr_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(planes, out, g, t, eps, k);
-}
-
-template <class T>
-void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, T* planes, T* gplanes,
-                       const Geometry& g, const TapsView<T>& t, bool srgb, T eps, ColorConsts<T> k,
-                       cudaStream_t s) {
-  const Input mode = srgb ? Input::kSrgb : Input::kLinear;
-  launch_h(test, ref, 3, g, mode, t, planes, s);
-  v_ldr_vjp_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(grad, planes, gplanes, g, t, eps, k);
-  // The H planes are dead now: they hold the transposed-vertical planes.
-  launch_vt_ht(gplanes, planes, test, ref, g_test, g_ref, 3, g, mode, t, s);
+Input ldr_input(const Params<T>& p) {
+  return p.srgb ? Input::kSrgb : Input::kLinear;
 }
 
 template <class T>
@@ -244,111 +227,115 @@ void launch_fused(const T* test, const T* ref, T* out, const Geometry& g, const 
 }
 
 template <class T>
-void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
-                            T eps, ColorConsts<T> k, cudaStream_t s) {
-  launch_fused(test, ref, out, g, t, srgb ? Input::kSrgb : Input::kLinear, eps, k, s,
-               HdrStep<T>{nullptr, nullptr, 0, 0, 1}, static_cast<T*>(nullptr), static_cast<int32_t*>(nullptr));
+HdrStep<T> hdr_step(const Params<T>& p, int64_t i) {
+  return HdrStep<T>{p.exposures, p.counts, p.E, i, p.tm};
+}
+
+}  // namespace
+
+template <class T>
+void ldr_flip_forward_fused(const Params<T>& p, cudaStream_t s) {
+  launch_fused(p.test, p.ref, p.out, p.g, p.taps, ldr_input(p), p.eps, p.k, s, HdrStep<T>::none(),
+               static_cast<T*>(nullptr), static_cast<int32_t*>(nullptr));
 }
 
 template <class T>
-void hdr_flip_forward_fused(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
-                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, int tm, T eps,
-                            ColorConsts<T> k, cudaStream_t s) {
-  for (int64_t i = 0; i < E; ++i)
-    launch_fused(test, ref, out, g, t, Input::kHdr, eps, k, s, HdrStep<T>{exposures, counts, E, i, tm}, emap, index);
+void ldr_flip_forward(const Params<T>& p, cudaStream_t s) {
+  launch_h(p.test, p.ref, 3, p.g, ldr_input(p), p.taps, p.planes, s);
+  v_ldr_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.planes, p.out, p.g, p.taps, p.eps, p.k);
 }
 
 template <class T>
-void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
-                      T* emap, int32_t* index, T* planes, const Geometry& g, const TapsView<T>& t, int tm, T eps,
-                      ColorConsts<T> k, cudaStream_t s) {
+void ldr_flip_backward(const Params<T>& p, cudaStream_t s) {
+  launch_h(p.test, p.ref, 3, p.g, ldr_input(p), p.taps, p.planes, s);
+  v_ldr_vjp_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.grad, p.planes, p.gplanes, p.g, p.taps,
+                                                                      p.eps, p.k);
+  // The H planes are dead now: they hold the transposed-vertical planes.
+  launch_vt_ht(p.gplanes, p.planes, p.test, p.ref, p.g_test, p.g_ref, 3, p.g, ldr_input(p), p.taps, s);
+}
+
+template <class T>
+void hdr_flip_forward_fused(const Params<T>& p, cudaStream_t s) {
+  for (int64_t i = 0; i < p.E; ++i)
+    launch_fused(p.test, p.ref, p.out, p.g, p.taps, Input::kHdr, p.eps, p.k, s, hdr_step(p, i), p.emap, p.index);
+}
+
+template <class T>
+void hdr_flip_forward(const Params<T>& p, cudaStream_t s) {
   // out, emap and index arrive initialised (0, 0, -1); one exposure per step, all on the stream.
-  for (int64_t i = 0; i < E; ++i) {
-    const HdrStep<T> hs{exposures, counts, E, i, tm};
-    launch_h(test, ref, 3, g, Input::kHdr, t, planes, s, hs);
-    v_hdr_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(planes, out, emap, index, g, t, eps, k, hs);
+  for (int64_t i = 0; i < p.E; ++i) {
+    const HdrStep<T> hs = hdr_step(p, i);
+    launch_h(p.test, p.ref, 3, p.g, Input::kHdr, p.taps, p.planes, s, hs);
+    v_hdr_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.planes, p.out, p.emap, p.index, p.g, p.taps,
+                                                                    p.eps, p.k, hs);
   }
 }
 
 template <class T>
-void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
-                       int64_t E, const int32_t* index, T* g_test, T* g_ref, T* planes, T* gplanes,
-                       const Geometry& g, const TapsView<T>& t, int tm, T eps, ColorConsts<T> k, cudaStream_t s) {
+void hdr_flip_backward(const Params<T>& p, cudaStream_t s) {
   // g_test and g_ref arrive zeroed; each exposure adds the gradient of the pixels it won.
-  for (int64_t i = 0; i < E; ++i) {
-    const HdrStep<T> hs{exposures, counts, E, i, tm};
-    launch_h(test, ref, 3, g, Input::kHdr, t, planes, s, hs);
-    v_hdr_vjp_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(grad, index, planes, gplanes, g, t, eps, k, hs);
-    launch_vt_ht(gplanes, planes, test, ref, g_test, g_ref, 3, g, Input::kHdr, t, s, hs);
+  for (int64_t i = 0; i < p.E; ++i) {
+    const HdrStep<T> hs = hdr_step(p, i);
+    launch_h(p.test, p.ref, 3, p.g, Input::kHdr, p.taps, p.planes, s, hs);
+    v_hdr_vjp_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.grad, p.index, p.planes, p.gplanes, p.g,
+                                                                        p.taps, p.eps, p.k, hs);
+    launch_vt_ht(p.gplanes, p.planes, p.test, p.ref, p.g_test, p.g_ref, 3, p.g, Input::kHdr, p.taps, s, hs);
   }
 }
 
 template <class T>
-void csf_filter_forward(const T* opp, T* out, T* planes, const Geometry& g, const TapsView<T>& t, cudaStream_t s) {
-  launch_h(opp, opp, 3, g, Input::kOpponent, t, planes, s);
-  v_csf_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(planes, out, g, t);
+void csf_filter_forward(const Params<T>& p, cudaStream_t s) {
+  launch_h(p.test, p.test, 3, p.g, Input::kOpponent, p.taps, p.planes, s);
+  v_csf_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.planes, p.out, p.g, p.taps);
 }
 
 template <class T>
-void csf_filter_backward(const T* grad, const T* opp, T* g_opp, T* planes, T* gplanes, const Geometry& g,
-                         const TapsView<T>& t, cudaStream_t s) {
-  launch_h(opp, opp, 3, g, Input::kOpponent, t, planes, s);
-  v_csf_vjp_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(grad, planes, gplanes, g, t);
-  launch_vt_ht(gplanes, planes, opp, opp, g_opp, static_cast<T*>(nullptr), 3, g, Input::kOpponent, t, s);
+void csf_filter_backward(const Params<T>& p, cudaStream_t s) {
+  launch_h(p.test, p.test, 3, p.g, Input::kOpponent, p.taps, p.planes, s);
+  v_csf_vjp_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.grad, p.planes, p.gplanes, p.g, p.taps);
+  launch_vt_ht(p.gplanes, p.planes, p.test, p.test, p.g_test, static_cast<T*>(nullptr), 3, p.g, Input::kOpponent,
+               p.taps, s);
 }
 
 template <class T>
-void feature_difference_forward(const T* test, const T* ref, T* out, T* planes, const Geometry& g,
-                                const TapsView<T>& t, T eps, cudaStream_t s) {
-  launch_h(test, ref, 1, g, Input::kAchromatic, t, planes, s);
-  v_feat_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(planes, out, g, t, eps);
+void feature_difference_forward(const Params<T>& p, cudaStream_t s) {
+  launch_h(p.test, p.ref, 1, p.g, Input::kAchromatic, p.taps, p.planes, s);
+  v_feat_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.planes, p.out, p.g, p.taps, p.eps);
 }
 
 template <class T>
-void feature_difference_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, T* planes,
-                                 T* gplanes, const Geometry& g, const TapsView<T>& t, T eps, cudaStream_t s) {
-  launch_h(test, ref, 1, g, Input::kAchromatic, t, planes, s);
-  v_feat_vjp_kernel<T><<<blocks_for(g.n * g.hw()), kBlock, 0, s>>>(grad, planes, gplanes, g, t, eps);
-  launch_vt_ht(gplanes, planes, test, ref, g_test, g_ref, 1, g, Input::kAchromatic, t, s);
+void feature_difference_backward(const Params<T>& p, cudaStream_t s) {
+  launch_h(p.test, p.ref, 1, p.g, Input::kAchromatic, p.taps, p.planes, s);
+  v_feat_vjp_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.grad, p.planes, p.gplanes, p.g, p.taps,
+                                                                       p.eps);
+  launch_vt_ht(p.gplanes, p.planes, p.test, p.ref, p.g_test, p.g_ref, 1, p.g, Input::kAchromatic, p.taps, s);
 }
 
 template <class T>
-void hunt_hyab_forward(const T* test, const T* ref, T* out, int64_t n, int64_t hw, T eps, ColorConsts<T> k,
-                       cudaStream_t s) {
-  hunt_hyab_kernel<T><<<blocks_for(n * hw), kBlock, 0, s>>>(test, ref, out, n, hw, eps, k);
+void hunt_hyab_forward(const Params<T>& p, cudaStream_t s) {
+  hunt_hyab_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.test, p.ref, p.out, p.g.n, p.g.hw(), p.eps,
+                                                                      p.k);
 }
 
 template <class T>
-void hunt_hyab_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, int64_t n, int64_t hw,
-                        T eps, ColorConsts<T> k, cudaStream_t s) {
-  hunt_hyab_vjp_kernel<T><<<blocks_for(n * hw), kBlock, 0, s>>>(grad, test, ref, g_test, g_ref, n, hw, eps, k);
+void hunt_hyab_backward(const Params<T>& p, cudaStream_t s) {
+  hunt_hyab_vjp_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.grad, p.test, p.ref, p.g_test, p.g_ref,
+                                                                          p.g.n, p.g.hw(), p.eps, p.k);
 }
 
-#define FLIP_INSTANTIATE(T)                                                                                   \
-  template void ldr_flip_forward_fused<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T,   \
-                                          ColorConsts<T>, cudaStream_t);                                          \
-  template void hdr_flip_forward_fused<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*, \
-                                          const Geometry&, const TapsView<T>&, int, T, ColorConsts<T>,            \
-                                          cudaStream_t);                                                          \
-  template void hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*, T*,   \
-                                    const Geometry&, const TapsView<T>&, int, T, ColorConsts<T>, cudaStream_t);   \
-  template void hdr_flip_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,             \
-                                     const int32_t*, T*, T*, T*, T*, const Geometry&, const TapsView<T>&, int, T,  \
-                                     ColorConsts<T>, cudaStream_t);                                                \
-  template void ldr_flip_forward<T>(const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, bool, T,  \
-                                    ColorConsts<T>, cudaStream_t);                                            \
-  template void ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, T*, T*, const Geometry&,           \
-                                     const TapsView<T>&, bool, T, ColorConsts<T>, cudaStream_t);             \
-  template void csf_filter_forward<T>(const T*, T*, T*, const Geometry&, const TapsView<T>&, cudaStream_t);   \
-  template void csf_filter_backward<T>(const T*, const T*, T*, T*, T*, const Geometry&, const TapsView<T>&,   \
-                                       cudaStream_t);                                                         \
-  template void feature_difference_forward<T>(const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, \
-                                              T, cudaStream_t);                                               \
-  template void feature_difference_backward<T>(const T*, const T*, const T*, T*, T*, T*, T*, const Geometry&, \
-                                               const TapsView<T>&, T, cudaStream_t);                          \
-  template void hunt_hyab_forward<T>(const T*, const T*, T*, int64_t, int64_t, T, ColorConsts<T>, cudaStream_t); \
-  template void hunt_hyab_backward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t, T, ColorConsts<T>, \
-                                      cudaStream_t);
+#define FLIP_INSTANTIATE(T)                                                   \
+  template void ldr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);    \
+  template void ldr_flip_forward<T>(const Params<T>&, cudaStream_t);          \
+  template void ldr_flip_backward<T>(const Params<T>&, cudaStream_t);         \
+  template void hdr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);    \
+  template void hdr_flip_forward<T>(const Params<T>&, cudaStream_t);          \
+  template void hdr_flip_backward<T>(const Params<T>&, cudaStream_t);         \
+  template void csf_filter_forward<T>(const Params<T>&, cudaStream_t);        \
+  template void csf_filter_backward<T>(const Params<T>&, cudaStream_t);       \
+  template void feature_difference_forward<T>(const Params<T>&, cudaStream_t);  \
+  template void feature_difference_backward<T>(const Params<T>&, cudaStream_t); \
+  template void hunt_hyab_forward<T>(const Params<T>&, cudaStream_t);         \
+  template void hunt_hyab_backward<T>(const Params<T>&, cudaStream_t);
 FLIP_INSTANTIATE(float)
 FLIP_INSTANTIATE(double)
 #undef FLIP_INSTANTIATE

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 
-namespace flip {
-namespace emulate {
-namespace {
+namespace flip_emulator {
 
-constexpr int kBlock = 128;  // as csrc/flip/cuda/kernels.h
+using namespace flip;
+
+namespace {
 
 template <class T>
 FilterView<T> view_of(const Filter1D<T>& f) {
@@ -14,13 +14,8 @@ FilterView<T> view_of(const Filter1D<T>& f) {
 }
 
 template <class T>
-HdrStep<T> no_hdr() {
-  return HdrStep<T>{nullptr, nullptr, 0, 0, 1};
-}
-
-template <class T>
 void run_h(const T* src0, const T* src1, int channels, const Geometry& g, Input mode, const TapsView<T>& t,
-           T* planes, HdrStep<T> hs = no_hdr<T>()) {
+           T* planes, HdrStep<T> hs = HdrStep<T>::none()) {
   std::vector<T> smem(h_smem_len(kBlock, t.rmax));
   for (int64_t z = 0; z < g.n * g.images; ++z) {
     const int64_t n = z / g.images;
@@ -43,7 +38,7 @@ void run_h(const T* src0, const T* src1, int channels, const Geometry& g, Input 
 
 template <class T>
 void run_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* out0, T* out1, int channels,
-               const Geometry& g, Input mode, const TapsView<T>& t, HdrStep<T> hs = no_hdr<T>()) {
+               const Geometry& g, Input mode, const TapsView<T>& t, HdrStep<T> hs = HdrStep<T>::none()) {
   const int64_t hw = g.hw();
   for (int64_t z = 0; z < g.n * g.images; ++z)
     for (int64_t p = 0; p < hw; ++p)
@@ -95,7 +90,7 @@ template <class T>
 void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
                             T eps) {
   const auto k = color_consts<T>();
-  const int R = t.rmax, threads = 256;
+  const int R = t.rmax, threads = kFusedThreads;
   std::vector<T> smem(fused_smem_len(R));
   for (int64_t n = 0; n < g.n; ++n)
     for (int64_t y0 = 0; y0 < g.h; y0 += kTileH)
@@ -103,7 +98,8 @@ void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry&
         for (int im = 0; im < 2; ++im) {
           const T* src = (im == 0 ? test : ref) + n * 3 * g.hw();
           for (int tid = 0; tid < threads; ++tid)
-            fused_load(src, g, srgb ? Input::kSrgb : Input::kLinear, y0, x0, R, tid, threads, smem.data());
+            fused_load(src, g, srgb ? Input::kSrgb : Input::kLinear, y0, x0, R, tid, threads, smem.data(), T(1),
+                       HdrStep<T>::none().tm);
           for (int tid = 0; tid < threads; ++tid) fused_horizontal(t, R, tid, threads, smem.data());
           for (int tid = 0; tid < threads; ++tid) fused_vertical(t, R, im, tid, threads, smem.data());
         }
@@ -114,9 +110,9 @@ void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry&
 
 template <class T>
 void hdr_flip_forward_fused(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
-                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, int tm, T eps) {
+                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, ToneMapper tm, T eps) {
   const auto k = color_consts<T>();
-  const int R = t.rmax, threads = 256;
+  const int R = t.rmax, threads = kFusedThreads;
   std::vector<T> smem(fused_smem_len(R));
   std::fill(out, out + g.n * g.hw(), T(0));
   std::fill(emap, emap + g.n * g.hw(), T(0));
@@ -156,7 +152,7 @@ void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
 
 template <class T>
 void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
-                      T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, int tm, T eps) {
+                      T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, ToneMapper tm, T eps) {
   const auto k = color_consts<T>();
   std::vector<T> planes(g.n * g.images * g.planes() * g.hw());
   std::fill(out, out + g.n * g.hw(), T(0));
@@ -172,11 +168,11 @@ void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int
 template <class T>
 void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
                        int64_t E, const int32_t* index, T* g_test, T* g_ref, const Geometry& g, const TapsView<T>& t,
-                       int tm, T eps) {
+                       ToneMapper tm, T eps) {
   const auto k = color_consts<T>();
   std::vector<T> planes(g.n * g.images * g.planes() * g.hw()), gplanes(g.n * g.images * g.gplanes() * g.hw());
-  std::fill(g_test, g_test + g.n * 3 * g.hw(), T(0));
-  std::fill(g_ref, g_ref + g.n * 3 * g.hw(), T(0));
+  for (T* gout : {g_test, g_ref})
+    if (gout) std::fill(gout, gout + g.n * 3 * g.hw(), T(0));
   for (int64_t i = 0; i < E; ++i) {
     const HdrStep<T> hs{exposures, counts, E, i, tm};
     run_h(test, ref, 3, g, Input::kHdr, t, planes.data(), hs);
@@ -223,13 +219,13 @@ void feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
   template void ldr_flip_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T);   \
   template void ldr_flip_forward_fused<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T); \
   template void hdr_flip_forward_fused<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*,      \
-                                          int32_t*, const Geometry&, const TapsView<T>&, int, T);           \
+                                          int32_t*, const Geometry&, const TapsView<T>&, ToneMapper, T);           \
   template void ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, \
                                      bool, T);                                                               \
   template void hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*,   \
-                                    const Geometry&, const TapsView<T>&, int, T);                            \
+                                    const Geometry&, const TapsView<T>&, ToneMapper, T);                            \
   template void hdr_flip_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,         \
-                                     const int32_t*, T*, T*, const Geometry&, const TapsView<T>&, int, T);   \
+                                     const int32_t*, T*, T*, const Geometry&, const TapsView<T>&, ToneMapper, T);   \
   template void csf_filter_forward<T>(const T*, T*, const Geometry&, const TapsView<T>&);                    \
   template void csf_filter_backward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&);         \
   template void feature_difference_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, T); \
@@ -239,5 +235,4 @@ FLIP_INSTANTIATE(float)
 FLIP_INSTANTIATE(double)
 #undef FLIP_INSTANTIATE
 
-}  // namespace emulate
-}  // namespace flip
+}  // namespace flip_emulator

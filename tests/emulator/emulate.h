@@ -1,22 +1,25 @@
 // Host emulation of the CUDA kernels' launch sequences (csrc/flip/cuda/kernels.cu): the same
-// per-thread functions of passes.h, run block by block and thread by thread. Slow; it exists so
-// that CPU-only CI checks the GPU formulation against the CPU kernels.
+// per-thread functions of csrc/flip/passes.h, run block by block and thread by thread. Slow; it
+// exists so that CPU-only CI checks the GPU formulation against the CPU kernels. Test-only: built
+// by the test suite (tests/emulator/__init__.py), never part of the shipped libraries.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "../filters.h"
-#include "../passes.h"
+#include "flip/filters.h"
+#include "flip/passes.h"
 
-namespace flip {
-namespace emulate {
+namespace flip_emulator {
 
-// Host copies of the taps with a view over them.
+using flip::Geometry;
+using flip::TapsView;
+
+// Host copies of the taps with a view over them. Gradient outputs may be null (not wanted).
 template <class T>
 struct HostTaps {
-  std::shared_ptr<const CsfTaps<T>> csf;
-  std::shared_ptr<const FeatureTaps<T>> feat;
+  std::shared_ptr<const flip::CsfTaps<T>> csf;
+  std::shared_ptr<const flip::FeatureTaps<T>> feat;
   TapsView<T> view;
   explicit HostTaps(double ppd);
 };
@@ -29,17 +32,17 @@ void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry&
                             T eps);
 template <class T>
 void hdr_flip_forward_fused(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
-                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, int tm, T eps);
+                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, flip::ToneMapper tm, T eps);
 template <class T>
 void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
                        const TapsView<T>& t, bool srgb, T eps);
 template <class T>
 void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
-                      T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, int tm, T eps);
+                      T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, flip::ToneMapper tm, T eps);
 template <class T>
 void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
                        int64_t E, const int32_t* index, T* g_test, T* g_ref, const Geometry& g, const TapsView<T>& t,
-                       int tm, T eps);
+                       flip::ToneMapper tm, T eps);
 template <class T>
 void csf_filter_forward(const T* opp, T* out, const Geometry& g, const TapsView<T>& t);
 template <class T>
@@ -50,5 +53,4 @@ template <class T>
 void feature_difference_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
                                  const TapsView<T>& t, T eps);
 
-}  // namespace emulate
-}  // namespace flip
+}  // namespace flip_emulator

@@ -1,0 +1,29 @@
+"""The test-only GPU emulator: torch.ops.flip_emulator, the CUDA kernels' per-thread code
+(csrc/flip/passes.h) run on the CPU (ops.cpp, emulate.cpp). It is not part of flip_loss: the test
+suite compiles it on first use into one build directory (FLIP_LOSS_EMULATOR_BUILD_DIR, default
+build/emulator), which ninja keeps up to date, so a test run compiles it at most once and later
+runs (and child processes) only load it."""
+import functools
+import os
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+BUILD_DIR = Path(os.environ.get("FLIP_LOSS_EMULATOR_BUILD_DIR", ROOT / "build" / "emulator"))
+
+# As setup.py compiles the shipped kernels: the same rounding (no contraction into FMA).
+CXX_FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off"]
+
+
+@functools.cache
+def ops():
+    """torch.ops.flip_emulator, built (or brought up to date) and loaded on the first call."""
+    from torch.utils import cpp_extension
+
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    cpp_extension.load(name="flip_emulator", sources=[str(HERE / "ops.cpp"), str(HERE / "emulate.cpp")],
+                       extra_include_paths=[str(ROOT / "csrc")], extra_cflags=CXX_FLAGS,
+                       build_directory=str(BUILD_DIR), is_python_module=False, verbose=False)
+    return torch.ops.flip_emulator

@@ -1,0 +1,222 @@
+// torch.ops.flip_emulator: the CUDA kernels' per-thread code (csrc/flip/passes.h) run on the CPU,
+// block by block, so that tests on machines without a GPU check the GPU formulation against the
+// CPU kernels. Test-only and slow: built by the test suite (tests/emulator/__init__.py), never
+// installed. One op per launch sequence of csrc/flip/cuda/kernels.cu, each with the schema of the
+// flip op it emulates (the *_fused ones: the fused forward kernel) and the same argument checks
+// (csrc/ops/checks.h), all made before any filter taps are built.
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "emulate.h"
+#include "ops/checks.h"
+#include "ops/common.h"
+
+namespace flip_emulator_ops {
+namespace {
+
+namespace em = flip_emulator;
+using flip::Geometry;
+using flip_ops::Mask;
+using flip_ops::Pair;
+using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+template <class T>
+T* data(at::Tensor& t) {
+  return t.data_ptr<T>();
+}
+
+at::Tensor ldr_flip_impl(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
+                         double eps, bool fused) {
+  const bool srgb = flip_ops::check_ldr_args(test, ref, ppd, space, eps);
+  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  auto out = at::empty_symint(flip_ops::map_shape(t), t.options());
+  const Geometry g = flip_ops::geometry(t, 2, true, true);
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::ldr_flip", [&] {
+    using T = scalar_t;
+    const em::HostTaps<T> taps(ppd);
+    (fused ? em::ldr_flip_forward_fused<T> : em::ldr_flip_forward<T>)(data<T>(t), data<T>(r), data<T>(out), g, taps.view,
+                                                              srgb, static_cast<T>(eps));
+  });
+  return out.to(test.scalar_type());
+}
+
+at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps) {
+  return ldr_flip_impl(test, ref, ppd, space, eps, false);
+}
+
+at::Tensor ldr_flip_fused(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
+                          double eps) {
+  return ldr_flip_impl(test, ref, ppd, space, eps, true);
+}
+
+Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                       c10::string_view space, double eps, Mask mask) {
+  const bool srgb = flip_ops::check_ldr_args(test, ref, ppd, space, eps);
+  flip_ops::check_grad(grad, test, 1);
+  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto gb = flip_ops::grad_buffers(t, mask);
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::ldr_flip_backward", [&] {
+    using T = scalar_t;
+    const em::HostTaps<T> taps(ppd);
+    em::ldr_flip_backward<T>(data<T>(gr), data<T>(t), data<T>(r), flip_ops::ptr_or_null<T>(gb[0]),
+                         flip_ops::ptr_or_null<T>(gb[1]), flip_ops::geometry(t, 2, true, true), taps.view, srgb,
+                         static_cast<T>(eps));
+  });
+  return flip_ops::cast_back(gb, test, ref);
+}
+
+Triple hdr_flip_impl(const at::Tensor& test, const at::Tensor& ref, const at::Tensor& exposures,
+                     const at::Tensor& counts, double ppd, c10::string_view tone_mapper, double eps, bool fused) {
+  const auto tm = flip_ops::check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
+  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  auto ex = exposures.to(t.scalar_type()).contiguous();
+  auto cn = counts.to(at::kLong).contiguous();
+  flip_ops::check_exposure_values(ex, cn);
+  auto out = at::empty_symint(flip_ops::map_shape(t), t.options());
+  auto emap = at::empty_like(out);
+  auto idx = at::empty_like(out, out.options().dtype(at::kInt));
+  const Geometry g = flip_ops::geometry(t, 2, true, true);
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::hdr_flip", [&] {
+    using T = scalar_t;
+    const em::HostTaps<T> taps(ppd);
+    (fused ? em::hdr_flip_forward_fused<T> : em::hdr_flip_forward<T>)(
+        data<T>(t), data<T>(r), data<T>(ex), cn.data_ptr<int64_t>(), ex.size(1), data<T>(out), data<T>(emap),
+        idx.data_ptr<int32_t>(), g, taps.view, tm, static_cast<T>(eps));
+  });
+  return {out.to(test.scalar_type()), emap.to(test.scalar_type()), idx};
+}
+
+Triple hdr_flip(const at::Tensor& test, const at::Tensor& ref, const at::Tensor& exposures, const at::Tensor& counts,
+                double ppd, c10::string_view tone_mapper, double eps) {
+  return hdr_flip_impl(test, ref, exposures, counts, ppd, tone_mapper, eps, false);
+}
+
+Triple hdr_flip_fused(const at::Tensor& test, const at::Tensor& ref, const at::Tensor& exposures,
+                      const at::Tensor& counts, double ppd, c10::string_view tone_mapper, double eps) {
+  return hdr_flip_impl(test, ref, exposures, counts, ppd, tone_mapper, eps, true);
+}
+
+Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
+                       const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
+                       c10::string_view tone_mapper, double eps, Mask mask) {
+  const auto tm = flip_ops::check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
+  flip_ops::check_grad(grad, test, 1);
+  flip_ops::check_exposure_index(index, grad);
+  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto ex = exposures.to(t.scalar_type()).contiguous();
+  auto cn = counts.to(at::kLong).contiguous();
+  flip_ops::check_exposure_values(ex, cn);
+  auto ix = index.contiguous();
+  auto gb = flip_ops::grad_buffers(t, mask);
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::hdr_flip_backward", [&] {
+    using T = scalar_t;
+    const em::HostTaps<T> taps(ppd);
+    em::hdr_flip_backward<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), cn.data_ptr<int64_t>(), ex.size(1),
+                         ix.data_ptr<int32_t>(), flip_ops::ptr_or_null<T>(gb[0]), flip_ops::ptr_or_null<T>(gb[1]),
+                         flip_ops::geometry(t, 2, true, true), taps.view, tm, static_cast<T>(eps));
+  });
+  return flip_ops::cast_back(gb, test, ref);
+}
+
+at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
+  flip_ops::check_csf_args(opp, ppd);
+  auto o = flip_ops::compute_copy(opp);
+  auto out = at::empty_like(o);
+  AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip_emulator::csf_filter", [&] {
+    using T = scalar_t;
+    const em::HostTaps<T> taps(ppd);
+    em::csf_filter_forward<T>(data<T>(o), data<T>(out), flip_ops::geometry(o, 1, true, false), taps.view);
+  });
+  return out.to(opp.scalar_type());
+}
+
+at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
+  flip_ops::check_csf_args(opp, ppd);
+  flip_ops::check_grad(grad, opp, 3);
+  auto o = flip_ops::compute_copy(opp);
+  auto gr = grad.to(o.scalar_type()).contiguous();
+  auto out = at::empty_like(o);
+  AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip_emulator::csf_filter_backward", [&] {
+    using T = scalar_t;
+    const em::HostTaps<T> taps(ppd);
+    em::csf_filter_backward<T>(data<T>(gr), data<T>(o), data<T>(out),
+                                            flip_ops::geometry(o, 1, true, false), taps.view);
+  });
+  return out.to(opp.scalar_type());
+}
+
+at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, double ppd, double eps) {
+  flip_ops::check_feature_args(test, ref, ppd, eps);
+  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  auto out = at::empty_like(t);
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::feature_difference", [&] {
+    using T = scalar_t;
+    const em::HostTaps<T> taps(ppd);
+    em::feature_difference_forward<T>(data<T>(t), data<T>(r), data<T>(out), flip_ops::geometry(t, 2, false, true),
+                                  taps.view, static_cast<T>(eps));
+  });
+  return out.to(test.scalar_type());
+}
+
+Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                                 double eps, Mask mask) {
+  flip_ops::check_feature_args(test, ref, ppd, eps);
+  flip_ops::check_grad(grad, test, 1);
+  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto gb = flip_ops::grad_buffers(t, mask);
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::feature_difference_backward", [&] {
+    using T = scalar_t;
+    const em::HostTaps<T> taps(ppd);
+    em::feature_difference_backward<T>(data<T>(gr), data<T>(t), data<T>(r),
+                                                    flip_ops::ptr_or_null<T>(gb[0]), flip_ops::ptr_or_null<T>(gb[1]),
+                                                    flip_ops::geometry(t, 2, false, true), taps.view,
+                                                    static_cast<T>(eps));
+  });
+  return flip_ops::cast_back(gb, test, ref);
+}
+
+}  // namespace
+}  // namespace flip_emulator_ops
+
+// The schemas of csrc/ops/schema.cpp (defaults included), so that a test calls an emulated op
+// exactly as it calls the flip op.
+TORCH_LIBRARY(flip_emulator, m) {
+  m.def("ldr_flip(Tensor test, Tensor reference, float pixels_per_degree=67.02064327658225,"
+        " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
+  m.def("ldr_flip_fused(Tensor test, Tensor reference, float pixels_per_degree=67.02064327658225,"
+        " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
+  m.def("ldr_flip_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
+        " str input_space, float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+  m.def("hdr_flip(Tensor test, Tensor reference, Tensor exposures, Tensor counts, float pixels_per_degree,"
+        " str tone_mapper=\"aces\", float eps=1e-15) -> (Tensor, Tensor, Tensor)");
+  m.def("hdr_flip_fused(Tensor test, Tensor reference, Tensor exposures, Tensor counts, float pixels_per_degree,"
+        " str tone_mapper=\"aces\", float eps=1e-15) -> (Tensor, Tensor, Tensor)");
+  m.def("hdr_flip_backward(Tensor grad, Tensor test, Tensor reference, Tensor exposures, Tensor counts,"
+        " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask)"
+        " -> (Tensor, Tensor)");
+  m.def("csf_filter(Tensor opponent, float pixels_per_degree) -> Tensor");
+  m.def("csf_filter_backward(Tensor grad, Tensor opponent, float pixels_per_degree) -> Tensor");
+  m.def("feature_difference(Tensor test, Tensor reference, float pixels_per_degree, float eps=1e-15) -> Tensor");
+  m.def("feature_difference_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
+        " float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(flip_emulator, CPU, m) {
+  using namespace flip_emulator_ops;
+  m.impl("ldr_flip", &ldr_flip);
+  m.impl("ldr_flip_fused", &ldr_flip_fused);
+  m.impl("ldr_flip_backward", &ldr_flip_backward);
+  m.impl("hdr_flip", &hdr_flip);
+  m.impl("hdr_flip_fused", &hdr_flip_fused);
+  m.impl("hdr_flip_backward", &hdr_flip_backward);
+  m.impl("csf_filter", &csf_filter);
+  m.impl("csf_filter_backward", &csf_filter_backward);
+  m.impl("feature_difference", &feature_difference);
+  m.impl("feature_difference_backward", &feature_difference_backward);
+}
