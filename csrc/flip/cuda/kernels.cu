@@ -65,8 +65,9 @@ __device__ T* shared_buffer() {
 
 // H pass: one block per (x tile, row, image). src1 may equal src0 when images == 1.
 template <class T>
-__global__ void __launch_bounds__(kBlock) h_kernel(const T* src0, const T* src1, int channels, Geometry g,
-                                                   Input mode, FLIP_GRID_CONSTANT const KernelTaps<T> taps, T* planes, HdrStep<T> hs) {
+__global__ void __launch_bounds__(kBlock)
+    h_kernel(const T* src0, const T* src1, int channels, Geometry g, Input mode,
+             FLIP_GRID_CONSTANT const KernelTaps<T> taps, T* planes, HdrStep<T> hs) {
   const TapsView<T> t = taps.view();
   T* smem = shared_buffer<T>();
   const int64_t x0 = (int64_t)blockIdx.x * kBlock;
@@ -92,9 +93,9 @@ __global__ void __launch_bounds__(kBlock) h_kernel(const T* src0, const T* src1,
 // mode is kSrgb/kLinear (LDR-FLIP: out is the map) or kHdr (one exposure of HDR-FLIP: out, emap
 // and index hold the running maximum).
 template <class T>
-__global__ void __launch_bounds__(kFusedThreads) fused_ldr_kernel(const T* test, const T* ref, T* out, Geometry g,
-                                                                  FLIP_GRID_CONSTANT const KernelTaps<T> taps, Input mode, T eps, ColorConsts<T> k,
-                                                                  HdrStep<T> hs, T* emap, int32_t* index) {
+__global__ void __launch_bounds__(kFusedThreads)
+    fused_ldr_kernel(const T* test, const T* ref, T* out, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps,
+                     Input mode, T eps, ColorConsts<T> k, HdrStep<T> hs, T* emap, int32_t* index) {
   const TapsView<T> t = taps.view();
   T* smem = shared_buffer<T>();
   const int R = t.rmax;
@@ -137,9 +138,9 @@ __global__ void vt_kernel(const T* gplanes, T* tplanes, Geometry g, FLIP_GRID_CO
 // images (sRGB/linear): gradient w.r.t. the 3 input channels; opponent: w.r.t. the 3 opponent
 // channels; achromatic: w.r.t. the single channel.
 template <class T>
-__global__ void __launch_bounds__(kBlock) ht_kernel(const T* tplanes, const T* src0, const T* src1, T* out0,
-                                                    T* out1, int channels, Geometry g, Input mode, FLIP_GRID_CONSTANT const KernelTaps<T> taps,
-                                                    HdrStep<T> hs) {
+__global__ void __launch_bounds__(kBlock)
+    ht_kernel(const T* tplanes, const T* src0, const T* src1, T* out0, T* out1, int channels, Geometry g, Input mode,
+              FLIP_GRID_CONSTANT const KernelTaps<T> taps, HdrStep<T> hs) {
   const TapsView<T> t = taps.view();
   T* smem = shared_buffer<T>();
   const int64_t x0 = (int64_t)blockIdx.x * kBlock;
@@ -171,14 +172,15 @@ __global__ void __launch_bounds__(kBlock) ht_kernel(const T* tplanes, const T* s
 // ---- per-op V kernels ----
 
 template <class T>
-__global__ void v_ldr_kernel(const T* planes, T* out, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps, ColorConsts<T> k) {
+__global__ void v_ldr_kernel(const T* planes, T* out, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps,
+                             ColorConsts<T> k) {
   const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) ldr_pixel(planes, out, g, t, i, eps, k);
 }
 
 template <class T>
-__global__ void v_ldr_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps,
-                                 ColorConsts<T> k) {
+__global__ void v_ldr_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g,
+                                 FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps, ColorConsts<T> k) {
   const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) ldr_vjp_pixel(grad, planes, gplanes, g, t, i, eps, k);
 }
@@ -190,7 +192,8 @@ __global__ void v_csf_kernel(const T* planes, T* out, Geometry g, FLIP_GRID_CONS
 }
 
 template <class T>
-__global__ void v_csf_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps) {
+__global__ void v_csf_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g,
+                                 FLIP_GRID_CONSTANT const KernelTaps<T> taps) {
   const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) csf_vjp_pixel(grad, planes, gplanes, g, t, i);
 }
@@ -202,14 +205,15 @@ __global__ void v_feat_kernel(const T* planes, T* out, Geometry g, FLIP_GRID_CON
 }
 
 template <class T>
-__global__ void v_feat_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps) {
+__global__ void v_feat_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g,
+                                  FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps) {
   const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) feat_vjp_pixel(grad, planes, gplanes, g, t, i, eps);
 }
 
 template <class T>
-__global__ void v_hdr_kernel(const T* planes, T* out, T* emap, int32_t* index, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps,
-                             ColorConsts<T> k, HdrStep<T> hs) {
+__global__ void v_hdr_kernel(const T* planes, T* out, T* emap, int32_t* index, Geometry g,
+                             FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps, ColorConsts<T> k, HdrStep<T> hs) {
   const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) hdr_max_pixel(planes, out, emap, index, g, t, i, eps, k, hs);
 }
