@@ -52,6 +52,21 @@ def test_ldr_flip_cuda_matches_cpu(ops, dtype, shape, space):
 
 
 @needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_identical_images_give_exactly_zero_on_cuda(ops, dtype):
+    # The GPU promise beside the tolerance to the CPU (README, GPU and CPU agreement): both images go
+    # through the same instructions, so FMA contraction cannot leave a residue between them (eps = 0:
+    # a positive eps leaves a small floor by design, on every device).
+    a, _ = inputs((2, 3, 37, 53), dtype)
+    a = a.cuda()
+    out = ops.ldr_flip(a, a.clone(), 67.0, "srgb", 0.0)
+    assert out.abs().max().item() == 0.0
+    ex = torch.tensor([[-1.0, 1.0], [0.0, 2.0]], dtype=dtype, device="cuda")
+    hdr = ops.hdr_flip(4 * a, 4 * a, ex, torch.tensor([2, 2], device="cuda"), 67.0, "aces", 0.0)
+    assert hdr[0].abs().max().item() == 0.0
+
+
+@needs_kernels
 def test_ldr_flip_cuda_real_image(ops, crops):
     ref = crops["blocks"].unsqueeze(0)
     test = (ref + 0.05 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(0))).clamp(0, 1)

@@ -56,6 +56,9 @@ struct KernelTaps {
     return TapsView<T>{f[0], f[1], f[2], f[3], f[4], f[5], f[6], rmax};
   }
 };
+// A kernel's other arguments take under 200 bytes, so every argument list stays within the 4 KB
+// that toolkits before CUDA 12.1 allow.
+static_assert(sizeof(KernelTaps<double>) + 512 <= 4096, "the taps argument leaves too little of the 4 KB");
 
 
 // What the launchers read, in one struct (nvdiffrast's style) instead of long positional lists:
