@@ -1,5 +1,9 @@
-"""A small CUDA workload for compute-sanitizer (memcheck, racecheck): every op forward and
-backward, odd sizes that leave partial tiles, both dtypes."""
+"""A small CUDA workload for compute-sanitizer (memcheck, racecheck, synccheck, initcheck), run by
+benchmarks/gpu_check.sh: every op forward and backward in both dtypes on odd sizes that leave
+partial tiles, HDR-FLIP forward and backward, an image tall enough for the grid-striding loops,
+a non-default stream and a second GPU when there is one. With FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1
+(read once per process) the LDR/HDR forwards take the row-pass fallback instead of the fused
+kernel. Each section prints one labelled line when it is done."""
 import os
 import sys
 
@@ -10,14 +14,65 @@ import flip_loss  # noqa: E402,F401
 from flip_loss import reference as ref_impl  # noqa: E402
 
 ops = torch.ops.flip
+
+
+def pair(shape, dtype, device, scale=1.0):
+    a = (scale * torch.rand(shape, device=device, dtype=dtype)).requires_grad_()
+    b = (scale * torch.rand(shape, device=device, dtype=dtype)).requires_grad_()
+    return a, b
+
+
+def every_op(device, dtype, shape):
+    a, b = pair(shape, dtype, device)
+    ops.ldr_flip(a, b, 67.0, "srgb", 1e-15).sum().backward()
+    opp = ref_impl.linear_rgb_to_opponent(a.detach()).requires_grad_()
+    ops.csf_filter(opp, 30.0).sum().backward()
+    ops.hunt_hyab(a, b, 1e-15).sum().backward()
+    ops.feature_difference(a[:, :1], b[:, :1], 30.0, 1e-15).sum().backward()
+
+
+def hdr(device, dtype, shape):
+    a, b = pair(shape, dtype, device, scale=8.0)
+    n = shape[0]
+    ex = torch.tensor([[-2.0, 0.0, 1.5]] * n, device=device, dtype=dtype)
+    counts = torch.tensor([3] + [2] * (n - 1), device=device)
+    out, _, index = ops.hdr_flip(a, b, ex, counts, 67.0, "aces", 1e-15)
+    out.sum().backward()
+    ops.hdr_flip_backward(torch.ones_like(out), a.detach(), b.detach(), ex, counts, index, 67.0, "hable", 1e-15,
+                          [True, False])
+
+
+def section(name):
+    torch.cuda.synchronize()
+    print(f"sanitize_case: {name}: done", flush=True)
+
+
+row_passes = os.environ.get("FLIP_LOSS_CUDA_FORCE_ROW_PASSES") == "1"
+print(f"sanitize_case: forward path = {'row passes (forced)' if row_passes else 'fused where it fits'}")
 for dtype in (torch.float32, torch.float64):
     for shape in [(2, 3, 37, 133), (1, 3, 3, 5)]:
-        a = torch.rand(shape, device="cuda", dtype=dtype, requires_grad=True)
-        b = torch.rand(shape, device="cuda", dtype=dtype, requires_grad=True)
-        ops.ldr_flip(a, b, 67.0, "srgb", 1e-15).sum().backward()
-        opp = ref_impl.linear_rgb_to_opponent(a.detach()).requires_grad_()
-        ops.csf_filter(opp, 30.0).sum().backward()
-        ops.hunt_hyab(a, b, 1e-15).sum().backward()
-        ops.feature_difference(a[:, :1], b[:, :1], 30.0, 1e-15).sum().backward()
-torch.cuda.synchronize()
+        every_op("cuda", dtype, shape)
+        hdr("cuda", dtype, shape)
+section("every op and HDR-FLIP, float32 and float64, partial tiles")
+
+# 70000 rows > 65535 grid rows: the H and HT passes stride over rows (the backward always uses them,
+# the forward too under FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1).
+a, b = pair((1, 3, 70000, 2), torch.float32, "cuda")
+ops.ldr_flip(a, b, 67.0, "srgb", 1e-15).sum().backward()
+section("tall image 1x3x70000x2 (grid-striding rows)")
+
+stream = torch.cuda.Stream()
+with torch.cuda.stream(stream):
+    every_op("cuda", torch.float32, (1, 3, 20, 41))
+    hdr("cuda", torch.float32, (1, 3, 20, 41))
+stream.synchronize()
+section("non-default stream")
+
+if torch.cuda.device_count() > 1:
+    every_op("cuda:1", torch.float32, (1, 3, 20, 41))
+    hdr("cuda:1", torch.float32, (1, 3, 20, 41))
+    torch.cuda.synchronize("cuda:1")
+    section("second GPU (cuda:1)")
+else:
+    print("sanitize_case: second GPU: skipped (one device)")
 print("sanitize_case: done")

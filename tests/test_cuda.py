@@ -52,6 +52,21 @@ def test_ldr_flip_cuda_matches_cpu(ops, dtype, shape, space):
 
 
 @needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_identical_images_give_exactly_zero_on_cuda(ops, dtype):
+    # The GPU promise beside the tolerance to the CPU (README, GPU and CPU agreement): both images go
+    # through the same instructions, so FMA contraction cannot leave a residue between them (eps = 0:
+    # a positive eps leaves a small floor by design, on every device).
+    a, _ = inputs((2, 3, 37, 53), dtype)
+    a = a.cuda()
+    out = ops.ldr_flip(a, a.clone(), 67.0, "srgb", 0.0)
+    assert out.abs().max().item() == 0.0
+    ex = torch.tensor([[-1.0, 1.0], [0.0, 2.0]], dtype=dtype, device="cuda")
+    hdr = ops.hdr_flip(4 * a, 4 * a, ex, torch.tensor([2, 2], device="cuda"), 67.0, "aces", 0.0)
+    assert hdr[0].abs().max().item() == 0.0
+
+
+@needs_kernels
 def test_ldr_flip_cuda_real_image(ops, crops):
     ref = crops["blocks"].unsqueeze(0)
     test = (ref + 0.05 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(0))).clamp(0, 1)
@@ -167,16 +182,17 @@ def test_hdr_flip_cuda_matches_cpu(ops, dtype, tm):
     ex = torch.tensor([[-2.0, 0.0, 1.5], [0.0, 1.0, 1.0]], dtype=torch.float64)
     counts = torch.tensor([3, 2])
 
-    def run(x, y):
-        return ops.hdr_flip(x, y, ex.to(x.device), counts.to(x.device), 30.0, tm, 1e-15)[0]
-
-    oc, gc = grads(run, test.cuda(), ref.cuda())
-    oh, gh = grads(run, test, ref)
+    oc, emc, ixc = ops.hdr_flip(test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), 30.0, tm, 1e-15)
+    oh, emh, ixh = ops.hdr_flip(test, ref, ex, counts, 30.0, tm, 1e-15)
     assert_close_to_cpu([oc], [oh], dtype)
-    assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
-    _, emc, ixc = ops.hdr_flip(test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), 30.0, tm, 1e-15)
-    _, emh, ixh = ops.hdr_flip(test, ref, ex, counts, 30.0, tm, 1e-15)
     assert (ixc.cpu() != ixh).float().mean() < 1e-3  # near-ties may flip in float32
+    # Gradients through the same winning exposures: both backwards get the CPU's index, so a
+    # near-tie that flipped above cannot make one pixel's gradient come from another exposure.
+    w = torch.randn(oh.shape, generator=torch.Generator().manual_seed(5), dtype=dtype)
+    gc = ops.hdr_flip_backward(w.cuda(), test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), ixh.cuda(), 30.0, tm,
+                               1e-15, [True, True])
+    gh = ops.hdr_flip_backward(w, test, ref, ex, counts, ixh, 30.0, tm, 1e-15, [True, True])
+    assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
 
 
 @needs_kernels

@@ -1,7 +1,7 @@
-// TORCH_LIBRARY_IMPL(flip, CUDA): device guard, current stream, device-resident taps, scratch
+// TORCH_LIBRARY_IMPL(flip, CUDA): device guard, current stream, the taps launch argument, scratch
 // planes from the caching allocator, then the launchers of csrc/flip/cuda/kernels.cu.
-// Built only with FLIP_LOSS_CUDA (setup.py / CMake). No host synchronisation after the first call
-// for a given pixels_per_degree, dtype and device (that one uploads the taps).
+// Built only with FLIP_LOSS_CUDA (setup.py / CMake). No host synchronisation, except the one-time
+// upload of taps too large to pass by value (kernel_taps).
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -12,9 +12,11 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -27,53 +29,79 @@ namespace flip_ops {
 namespace {
 
 using flip::Geometry;
-using flip::TapsView;
 
+// The launch argument of the taps for (ppd, dtype, device), built once and kept for the life of the
+// process. Taps that fit travel by value in every launch (kernels.h, KernelTaps): nothing is
+// allocated or copied, so the first call may come inside a CUDA graph capture or torch.compile's
+// cudagraph warm-up. Larger radii (float32 ppd > ~203, float64 ppd > ~97) live in device memory
+// taken with cudaMalloc, outside PyTorch's caching allocator (whose blocks would otherwise belong
+// to whichever graph pool was active at the first call), uploaded once with a blocking copy and
+// never freed; that first call must therefore come outside any capture, which is checked.
 template <class T>
-struct DeviceTaps {
-  at::Tensor buffer;  // keeps the device memory alive
-  TapsView<T> view;
-};
-
-// Taps for (ppd, dtype, device), uploaded once and kept for the life of the process.
-template <class T>
-TapsView<T> device_taps(double ppd, const at::Tensor& like) {
+flip::cuda::KernelTaps<T> kernel_taps(double ppd, const at::Tensor& like, cudaStream_t stream) {
+  using Taps = flip::cuda::KernelTaps<T>;
   static std::mutex mu;
-  static std::map<std::pair<double, int>, std::unique_ptr<DeviceTaps<T>>> cache;
+  static std::map<std::pair<double, int>, std::unique_ptr<Taps>> cache;
   const int dev = like.get_device();
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = cache[{ppd, dev}];
-  if (slot) return slot->view;
+  if (slot) return *slot;
   auto csf = flip::csf_taps<T>(ppd);
   auto feat = flip::feature_taps<T>(ppd);
-  const flip::Filter1D<T>* filters[7] = {&csf->y, &csf->cx, &csf->cz1, &csf->cz2, &feat->g, &feat->dg, &feat->ddg};
+  const flip::Filter1D<T>* filters[Taps::kFilters] = {&csf->y, &csf->cx, &csf->cz1, &csf->cz2,
+                                                      &feat->g, &feat->dg, &feat->ddg};
+  auto entry = std::make_unique<Taps>();
   std::vector<T> host;
-  std::vector<size_t> offsets;
-  for (auto* f : filters) {
-    offsets.push_back(host.size());
+  for (int i = 0; i < Taps::kFilters; ++i) {
+    const auto* f = filters[i];
+    entry->offset[i] = static_cast<int>(host.size());
+    entry->radius[i] = f->radius;
     host.insert(host.end(), f->w.begin(), f->w.end());
     host.insert(host.end(), f->left.begin(), f->left.end());
     host.insert(host.end(), f->right.begin(), f->right.end());
-    host.push_back(T(0));  // keeps every view non-empty, even for radius 0
   }
-  auto cpu = at::empty({static_cast<int64_t>(host.size())}, like.options().device(at::kCPU));
-  std::copy(host.begin(), host.end(), cpu.data_ptr<T>());
-  auto entry = std::make_unique<DeviceTaps<T>>();
-  entry->buffer = cpu.to(like.device());
-  const T* base = entry->buffer.template data_ptr<T>();
-  flip::FilterView<T> v[7];
-  for (int i = 0; i < 7; ++i) {
-    const int r = filters[i]->radius;
-    const T* w = base + offsets[i];
-    v[i] = flip::FilterView<T>{w, w + 2 * r + 1, w + 3 * r + 1, r};
+  entry->rmax = std::max(csf->y.radius, feat->g.radius);
+  if (host.size() <= static_cast<size_t>(Taps::kInlineCapacity)) {
+    std::copy(host.begin(), host.end(), entry->inline_taps);
+  } else {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    TORCH_CHECK(capture == cudaStreamCaptureStatusNone, "flip: pixels_per_degree=", ppd, " needs its ",
+                host.size() * sizeof(T), " bytes of filter taps in device memory, uploaded once per device and "
+                "dtype, and this first call for it came during a CUDA graph capture, where the upload cannot "
+                "happen. Call the op once with this pixels_per_degree before capturing (a warm-up).");
+    void* memory = nullptr;
+    C10_CUDA_CHECK(cudaMalloc(&memory, host.size() * sizeof(T)));
+    const cudaError_t copied = cudaMemcpy(memory, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+    if (copied != cudaSuccess) cudaFree(memory);
+    C10_CUDA_CHECK(copied);
+    entry->device = static_cast<const T*>(memory);
   }
-  entry->view = TapsView<T>{v[0], v[1], v[2], v[3], v[4], v[5], v[6], std::max(csf->y.radius, feat->g.radius)};
   slot = std::move(entry);
-  return slot->view;
+  return *slot;
+}
+
+// FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 sends the LDR and HDR forwards through the row passes (H, then V,
+// with planes in global memory) even where the fused kernel fits, which on current GPUs it does up
+// to ppd ~244: a test or sanitizer run (benchmarks/gpu_check.sh) reaches that fallback this way.
+// Read once, at the first forward.
+bool force_row_passes() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLIP_LOSS_CUDA_FORCE_ROW_PASSES");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+
+// The fused forward when the device offers its shared memory and the row passes are not forced.
+template <class T>
+bool use_fused_forward(const flip::cuda::KernelTaps<T>& taps) {
+  const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
+  return !force_row_passes() && flip::cuda::fused_smem_bytes<T>(taps.rmax) <= have;
 }
 
 template <class T>
-void check_shared_memory(const TapsView<T>& t, int planes) {
+void check_shared_memory(const flip::cuda::KernelTaps<T>& t, int planes) {
   const size_t need = std::max(flip::cuda::h_smem_bytes<T>(t.rmax), flip::cuda::ht_smem_bytes<T>(t.rmax, planes));
   const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
   TORCH_CHECK(need <= have, "flip: pixels_per_degree is too large for this GPU's shared memory (filter radius ",
@@ -86,7 +114,7 @@ at::Tensor planes_for(const Geometry& g, const at::Tensor& like, int per_image) 
 
 // The launchers' parameters every op sets; each op adds its buffers.
 template <class T>
-flip::cuda::Params<T> params(const Geometry& g, const TapsView<T>& taps, double eps) {
+flip::cuda::Params<T> params(const Geometry& g, const flip::cuda::KernelTaps<T>& taps, double eps) {
   flip::cuda::Params<T> p;
   p.g = g;
   p.taps = taps;
@@ -109,13 +137,12 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip (CUDA)", [&] {
     using T = scalar_t;
-    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     p.srgb = srgb;
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
     p.out = ptr<T>(out);
-    const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
-    if (flip::cuda::fused_smem_bytes<T>(p.taps.rmax) <= have) {
+    if (use_fused_forward(p.taps)) {
       flip::cuda::ldr_flip_forward_fused<T>(p, stream);  // one kernel, no planes in global memory
       return;
     }
@@ -142,7 +169,7 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip_backward (CUDA)", [&] {
     using T = scalar_t;
-    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     check_shared_memory(p.taps, g.planes());
     p.srgb = srgb;
     p.grad = ptr<T>(gr);
@@ -181,7 +208,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip (CUDA)", [&] {
     using T = scalar_t;
-    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
     p.exposures = ptr<T>(ex);
@@ -191,8 +218,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
     p.out = ptr<T>(out);
     p.emap = ptr<T>(emap);
     p.index = idx.data_ptr<int32_t>();
-    const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
-    if (flip::cuda::fused_smem_bytes<T>(p.taps.rmax) <= have) {
+    if (use_fused_forward(p.taps)) {
       flip::cuda::hdr_flip_forward_fused<T>(p, stream);
       return;
     }
@@ -225,7 +251,7 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip_backward (CUDA)", [&] {
     using T = scalar_t;
-    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     check_shared_memory(p.taps, g.planes());
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(t);
@@ -255,7 +281,7 @@ at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter (CUDA)", [&] {
     using T = scalar_t;
-    auto p = params<T>(g, device_taps<T>(ppd, o), 0.0);
+    auto p = params<T>(g, kernel_taps<T>(ppd, o, stream), 0.0);
     check_shared_memory(p.taps, g.planes());
     p.test = ptr<T>(o);
     p.out = ptr<T>(out);
@@ -279,7 +305,7 @@ at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, do
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter_backward (CUDA)", [&] {
     using T = scalar_t;
-    auto p = params<T>(g, device_taps<T>(ppd, o), 0.0);
+    auto p = params<T>(g, kernel_taps<T>(ppd, o, stream), 0.0);
     check_shared_memory(p.taps, g.planes());
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(o);
@@ -301,7 +327,7 @@ at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) 
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab (CUDA)", [&] {
     using T = scalar_t;
-    auto p = params<T>(g, TapsView<T>{}, eps);
+    auto p = params<T>(g, flip::cuda::KernelTaps<T>{}, eps);
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
     p.out = ptr<T>(out);
@@ -322,7 +348,7 @@ Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab_backward (CUDA)", [&] {
     using T = scalar_t;
-    auto p = params<T>(g, TapsView<T>{}, eps);
+    auto p = params<T>(g, flip::cuda::KernelTaps<T>{}, eps);
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
@@ -344,7 +370,7 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference (CUDA)", [&] {
     using T = scalar_t;
-    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     check_shared_memory(p.taps, g.planes());
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
@@ -370,7 +396,7 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference_backward (CUDA)", [&] {
     using T = scalar_t;
-    auto p = params<T>(g, device_taps<T>(ppd, t), eps);
+    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     check_shared_memory(p.taps, g.planes());
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(t);

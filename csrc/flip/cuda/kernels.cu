@@ -2,6 +2,11 @@
 // (shared with the test-only host emulator, tests/emulator) over a grid. Every launch goes
 // on the caller's stream; nothing synchronises with the host.
 #include <algorithm>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "kernels.h"
 
@@ -22,6 +27,33 @@ inline dim3 row_grid(const Geometry& g) {
               static_cast<unsigned>(std::min<int64_t>(g.n * g.images, kMaxGridZ)));
 }
 
+inline void check_cuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // these errors are not sticky: clear them so the next launch check is not misled
+  throw std::runtime_error(std::string("flip: ") + what + " failed: " + cudaGetErrorString(err));
+}
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory. Above the 48 KB default a kernel needs
+// an opt-in, which is per (kernel, device) and process-wide: it is raised once to the device's
+// opt-in maximum (never to the size of one launch, which another host thread launching with a
+// different pixels_per_degree could lower between this thread's set and its launch). The caller
+// checked `bytes` against that maximum.
+inline void allow_shared_memory(const void* kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> raised;
+  std::lock_guard<std::mutex> lock(mu);
+  if (raised.count({kernel, device}) != 0) return;
+  int optin = 0;
+  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
+             "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  raised.insert({kernel, device});
+}
+
 template <class T>
 __device__ T* shared_buffer() {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -33,8 +65,10 @@ __device__ T* shared_buffer() {
 
 // H pass: one block per (x tile, row, image). src1 may equal src0 when images == 1.
 template <class T>
-__global__ void __launch_bounds__(kBlock) h_kernel(const T* src0, const T* src1, int channels, Geometry g,
-                                                   Input mode, TapsView<T> t, T* planes, HdrStep<T> hs) {
+__global__ void __launch_bounds__(kBlock)
+    h_kernel(const T* src0, const T* src1, int channels, Geometry g, Input mode,
+             FLIP_GRID_CONSTANT const KernelTaps<T> taps, T* planes, HdrStep<T> hs) {
+  const TapsView<T> t = taps.view();
   T* smem = shared_buffer<T>();
   const int64_t x0 = (int64_t)blockIdx.x * kBlock;
   for (int64_t z = blockIdx.z; z < g.n * g.images; z += gridDim.z) {
@@ -59,9 +93,10 @@ __global__ void __launch_bounds__(kBlock) h_kernel(const T* src0, const T* src1,
 // mode is kSrgb/kLinear (LDR-FLIP: out is the map) or kHdr (one exposure of HDR-FLIP: out, emap
 // and index hold the running maximum).
 template <class T>
-__global__ void __launch_bounds__(kFusedThreads) fused_ldr_kernel(const T* test, const T* ref, T* out, Geometry g,
-                                                                  TapsView<T> t, Input mode, T eps, ColorConsts<T> k,
-                                                                  HdrStep<T> hs, T* emap, int32_t* index) {
+__global__ void __launch_bounds__(kFusedThreads)
+    fused_ldr_kernel(const T* test, const T* ref, T* out, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps,
+                     Input mode, T eps, ColorConsts<T> k, HdrStep<T> hs, T* emap, int32_t* index) {
+  const TapsView<T> t = taps.view();
   T* smem = shared_buffer<T>();
   const int R = t.rmax;
   const bool hdr = mode == Input::kHdr;
@@ -90,7 +125,8 @@ __global__ void __launch_bounds__(kFusedThreads) fused_ldr_kernel(const T* test,
 }
 
 template <class T>
-__global__ void vt_kernel(const T* gplanes, T* tplanes, Geometry g, TapsView<T> t) {
+__global__ void vt_kernel(const T* gplanes, T* tplanes, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps) {
+  const TapsView<T> t = taps.view();
   const int64_t hw = g.hw();
   FLIP_GRID_STRIDE(i, g.n * g.images * hw) {
     const int64_t z = i / hw, p = i % hw;
@@ -102,9 +138,10 @@ __global__ void vt_kernel(const T* gplanes, T* tplanes, Geometry g, TapsView<T> 
 // images (sRGB/linear): gradient w.r.t. the 3 input channels; opponent: w.r.t. the 3 opponent
 // channels; achromatic: w.r.t. the single channel.
 template <class T>
-__global__ void __launch_bounds__(kBlock) ht_kernel(const T* tplanes, const T* src0, const T* src1, T* out0,
-                                                    T* out1, int channels, Geometry g, Input mode, TapsView<T> t,
-                                                    HdrStep<T> hs) {
+__global__ void __launch_bounds__(kBlock)
+    ht_kernel(const T* tplanes, const T* src0, const T* src1, T* out0, T* out1, int channels, Geometry g, Input mode,
+              FLIP_GRID_CONSTANT const KernelTaps<T> taps, HdrStep<T> hs) {
+  const TapsView<T> t = taps.view();
   T* smem = shared_buffer<T>();
   const int64_t x0 = (int64_t)blockIdx.x * kBlock;
   const int64_t hw = g.hw();
@@ -135,45 +172,56 @@ __global__ void __launch_bounds__(kBlock) ht_kernel(const T* tplanes, const T* s
 // ---- per-op V kernels ----
 
 template <class T>
-__global__ void v_ldr_kernel(const T* planes, T* out, Geometry g, TapsView<T> t, T eps, ColorConsts<T> k) {
+__global__ void v_ldr_kernel(const T* planes, T* out, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps,
+                             ColorConsts<T> k) {
+  const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) ldr_pixel(planes, out, g, t, i, eps, k);
 }
 
 template <class T>
-__global__ void v_ldr_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g, TapsView<T> t, T eps,
-                                 ColorConsts<T> k) {
+__global__ void v_ldr_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g,
+                                 FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps, ColorConsts<T> k) {
+  const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) ldr_vjp_pixel(grad, planes, gplanes, g, t, i, eps, k);
 }
 
 template <class T>
-__global__ void v_csf_kernel(const T* planes, T* out, Geometry g, TapsView<T> t) {
+__global__ void v_csf_kernel(const T* planes, T* out, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps) {
+  const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) csf_pixel(planes, out, g, t, i);
 }
 
 template <class T>
-__global__ void v_csf_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g, TapsView<T> t) {
+__global__ void v_csf_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g,
+                                 FLIP_GRID_CONSTANT const KernelTaps<T> taps) {
+  const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) csf_vjp_pixel(grad, planes, gplanes, g, t, i);
 }
 
 template <class T>
-__global__ void v_feat_kernel(const T* planes, T* out, Geometry g, TapsView<T> t, T eps) {
+__global__ void v_feat_kernel(const T* planes, T* out, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps) {
+  const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) feat_pixel(planes, out, g, t, i, eps);
 }
 
 template <class T>
-__global__ void v_feat_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g, TapsView<T> t, T eps) {
+__global__ void v_feat_vjp_kernel(const T* grad, const T* planes, T* gplanes, Geometry g,
+                                  FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps) {
+  const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) feat_vjp_pixel(grad, planes, gplanes, g, t, i, eps);
 }
 
 template <class T>
-__global__ void v_hdr_kernel(const T* planes, T* out, T* emap, int32_t* index, Geometry g, TapsView<T> t, T eps,
-                             ColorConsts<T> k, HdrStep<T> hs) {
+__global__ void v_hdr_kernel(const T* planes, T* out, T* emap, int32_t* index, Geometry g,
+                             FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps, ColorConsts<T> k, HdrStep<T> hs) {
+  const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) hdr_max_pixel(planes, out, emap, index, g, t, i, eps, k, hs);
 }
 
 template <class T>
 __global__ void v_hdr_vjp_kernel(const T* grad, const int32_t* index, const T* planes, T* gplanes, Geometry g,
-                                 TapsView<T> t, T eps, ColorConsts<T> k, HdrStep<T> hs) {
+                                 FLIP_GRID_CONSTANT const KernelTaps<T> taps, T eps, ColorConsts<T> k, HdrStep<T> hs) {
+  const TapsView<T> t = taps.view();
   FLIP_GRID_STRIDE(i, g.n * g.hw()) hdr_vjp_pixel(grad, index, planes, gplanes, g, t, i, eps, k, hs);
 }
 
@@ -190,22 +238,20 @@ __global__ void hunt_hyab_vjp_kernel(const T* grad, const T* test, const T* ref,
 }
 
 template <class T>
-void launch_h(const T* src0, const T* src1, int channels, const Geometry& g, Input mode, const TapsView<T>& t,
+void launch_h(const T* src0, const T* src1, int channels, const Geometry& g, Input mode, const KernelTaps<T>& t,
               T* planes, cudaStream_t s, HdrStep<T> hs = HdrStep<T>::none()) {
   const size_t smem = h_smem_bytes<T>(t.rmax);
-  if (smem > 48 * 1024)
-    cudaFuncSetAttribute(h_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  allow_shared_memory(reinterpret_cast<const void*>(&h_kernel<T>), smem);
   h_kernel<T><<<row_grid(g), kBlock, smem, s>>>(src0, src1, channels, g, mode, t, planes, hs);
 }
 
 template <class T>
 void launch_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* out0, T* out1, int channels,
-                  const Geometry& g, Input mode, const TapsView<T>& t, cudaStream_t s,
+                  const Geometry& g, Input mode, const KernelTaps<T>& t, cudaStream_t s,
                   HdrStep<T> hs = HdrStep<T>::none()) {
   vt_kernel<T><<<blocks_for(g.n * g.images * g.hw()), kBlock, 0, s>>>(gplanes, tplanes, g, t);
   const size_t smem = ht_smem_bytes<T>(t.rmax, g.planes());
-  if (smem > 48 * 1024)
-    cudaFuncSetAttribute(ht_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  allow_shared_memory(reinterpret_cast<const void*>(&ht_kernel<T>), smem);
   ht_kernel<T><<<row_grid(g), kBlock, smem, s>>>(tplanes, src0, src1, out0, out1, channels, g, mode, t, hs);
 }
 
@@ -215,11 +261,10 @@ Input ldr_input(const Params<T>& p) {
 }
 
 template <class T>
-void launch_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, Input mode, T eps,
+void launch_fused(const T* test, const T* ref, T* out, const Geometry& g, const KernelTaps<T>& t, Input mode, T eps,
                   ColorConsts<T> k, cudaStream_t s, HdrStep<T> hs, T* emap, int32_t* index) {
   const size_t smem = fused_smem_bytes<T>(t.rmax);
-  if (smem > 48 * 1024)
-    cudaFuncSetAttribute(fused_ldr_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  allow_shared_memory(reinterpret_cast<const void*>(&fused_ldr_kernel<T>), smem);
   const dim3 grid(static_cast<unsigned>((g.w + kTileW - 1) / kTileW),
                   static_cast<unsigned>(std::min<int64_t>((g.h + kTileH - 1) / kTileH, kMaxGridY)),
                   static_cast<unsigned>(std::min<int64_t>(g.n, kMaxGridZ)));

@@ -1,13 +1,65 @@
 // Launchers of the CUDA kernels (kernels.cu) on raw device pointers and a stream. No torch here:
-// csrc/ops/cuda.cpp allocates the planes, builds the device taps and calls these.
+// csrc/ops/cuda.cpp allocates the planes, builds the taps argument and calls these. A launcher
+// throws std::runtime_error when a CUDA runtime call it makes fails (kernel launches themselves are
+// checked by the caller).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include "../passes.h"
 
+// __grid_constant__ (CUDA 11.7+, sm_70+) lets a kernel take the address of a by-value parameter
+// without copying it to per-thread local memory: the taps below are then read straight from the
+// kernel's parameter space. Older toolkits still compile (with that copy).
+#if defined(__CUDACC_VER_MAJOR__) && \
+    (__CUDACC_VER_MAJOR__ > 11 || (__CUDACC_VER_MAJOR__ == 11 && __CUDACC_VER_MINOR__ >= 7))
+#define FLIP_GRID_CONSTANT __grid_constant__
+#else
+#define FLIP_GRID_CONSTANT
+#endif
+
 namespace flip {
 namespace cuda {
+
+// Bytes of filter taps a launch carries by value. With the rest of a kernel's arguments this stays
+// under the 4 KB parameter limit of every toolkit. Seven filters of radius r take 7 * (4r + 2)
+// values, so float32 fits up to ppd ~203 and float64 up to ppd ~97 (ppd 67: 282 values, 1.1 KB in
+// float32); larger radii use device memory (KernelTaps::device).
+constexpr size_t kInlineTapBytes = 3072;
+
+// The seven filters of TapsView in one launch argument. Taps passed by value need no device
+// allocation, so a first call under CUDA graph capture or inside torch.compile's cudagraph warm-up
+// allocates nothing from PyTorch's caching allocator (whose memory would then belong to a graph's
+// private pool) and never synchronises. Each filter is laid out as w (2r + 1), left (r), right (r).
+template <class T>
+struct KernelTaps {
+  static constexpr int kInlineCapacity = static_cast<int>(kInlineTapBytes / sizeof(T));
+  static constexpr int kFilters = 7;  // y, cx, cz1, cz2, g, dg, ddg (TapsView's order)
+  int offset[kFilters] = {};
+  int radius[kFilters] = {};
+  int rmax = 0;
+  // Null: the taps are in `inline_taps`. Else: device memory owned by csrc/ops/cuda.cpp (outside
+  // the caching allocator, alive for the process) holding the same layout.
+  const T* device = nullptr;
+  T inline_taps[kInlineCapacity] = {};
+
+  // The filters as TapsView (passes.h) pointing into this struct or into `device`. A kernel calls it
+  // on its FLIP_GRID_CONSTANT parameter, so the pointers stay in parameter space.
+  FLIP_HD TapsView<T> view() const {
+    const T* base = device != nullptr ? device : inline_taps;
+    FilterView<T> f[kFilters];
+    for (int i = 0; i < kFilters; ++i) {
+      const T* w = base + offset[i];
+      const int r = radius[i];
+      f[i] = FilterView<T>{w, w + 2 * r + 1, w + 3 * r + 1, r};
+    }
+    return TapsView<T>{f[0], f[1], f[2], f[3], f[4], f[5], f[6], rmax};
+  }
+};
+// A kernel's other arguments take under 200 bytes, so every argument list stays within the 4 KB
+// that toolkits before CUDA 12.1 allow.
+static_assert(sizeof(KernelTaps<double>) + 512 <= 4096, "the taps argument leaves too little of the 4 KB");
+
 
 // What the launchers read, in one struct (nvdiffrast's style) instead of long positional lists:
 // csrc/ops/cuda.cpp fills the fields an op needs and leaves the rest null. All buffers are on
@@ -15,7 +67,7 @@ namespace cuda {
 template <class T>
 struct Params {
   Geometry g;                 // batch and image size, images per item, which banks run
-  TapsView<T> taps;           // device-resident taps (unused by hunt_hyab)
+  KernelTaps<T> taps;         // the filter taps, by value or in device memory (unused by hunt_hyab)
   T eps = T(0);
   ColorConsts<T> k{};         // colour constants (LDR/HDR-FLIP, hunt_hyab)
   bool srgb = false;          // LDR-FLIP: sRGB (else linear) input
