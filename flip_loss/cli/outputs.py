@@ -246,6 +246,7 @@ class Staging:
 
     def __init__(self):
         self._files: List[Tuple[str, Output]] = []   # (temporary path, destination)
+        self._appends: Dict[str, "AppendedCsv"] = {}  # temporary path -> rows to append at commit
         self._made_directories: List[str] = []
         self.committed = False
 
@@ -275,10 +276,13 @@ class Staging:
                 continue
 
     def write(self, out: Output, write: Callable[[str], None]) -> None:
-        """Writes ``out`` through ``write(temporary path)``; it appears at :meth:`commit`."""
+        """Writes ``out`` through ``write(temporary path)``; it appears at :meth:`commit` (an
+        :class:`AppendedCsv` is appended there instead)."""
         try:
             temporary = self._temporary(os.path.dirname(out.real))
             self._files.append((temporary, out))
+            if isinstance(write, AppendedCsv):
+                self._appends[temporary] = write
             write(temporary)
         except OSError as exc:
             raise UsageError(f"cannot write the {out.what} '{out.path}': {exc.strerror or exc}") from None
@@ -289,9 +293,13 @@ class Staging:
             while self._files:
                 temporary, out = self._files[0]
                 try:
-                    if os.path.exists(out.real):  # an overwritten file keeps its permissions
-                        shutil.copymode(out.real, temporary)
-                    os.replace(temporary, out.real)
+                    if temporary in self._appends:
+                        self._appends.pop(temporary).append()
+                        os.remove(temporary)
+                    else:
+                        if os.path.exists(out.real):  # an overwritten file keeps its permissions
+                            shutil.copymode(out.real, temporary)
+                        os.replace(temporary, out.real)
                 except OSError as exc:
                     raise UsageError(f"cannot write the {out.what} '{out.path}': {exc.strerror or exc}") from None
                 self._files.pop(0)
@@ -304,6 +312,7 @@ class Staging:
             with contextlib.suppress(OSError):
                 os.remove(temporary)
         self._files = []
+        self._appends = {}
         for d in reversed(self._made_directories):
             with contextlib.suppress(OSError):  # not empty: something else wrote there meanwhile
                 os.rmdir(d)
@@ -318,19 +327,38 @@ def write_text_file(text: str) -> Callable[[str], None]:
     return write
 
 
-def write_appended_csv(destination: str, rows: Sequence[Sequence[str]]) -> Callable[[str], None]:
-    """Writes the CSV file ``destination`` as it is plus ``rows`` (with the header first when it is
-    new or empty): the append happens by replacing the file, so it never holds half a row."""
-    def write(path: str) -> None:
-        old = b""
-        if os.path.exists(destination):
-            with open(destination, "rb") as f:
-                old = f.read()
-        if old and not old.endswith(b"\n"):
-            old += b"\n"
+class AppendedCsv:
+    """A writer (for :meth:`Staging.write`) that appends ``rows`` to the CSV file ``destination``
+    (with the header first when it is new or empty). The staged temporary file only proves the
+    location writable; at :meth:`Staging.commit` the rows are appended in one ``write`` under an
+    exclusive lock of the file, so runs appending to the same CSV at the same time keep every row,
+    and no reader ever sees half a row."""
+
+    def __init__(self, destination: str, rows: Sequence[Sequence[str]]):
+        self.destination = destination
+        self.rows = [list(r) for r in rows]
+
+    def __call__(self, path: str) -> None:
         with open(path, "wb") as f:
-            f.write(old + _csv_text(rows, header=not old).encode("utf-8"))
-    return write
+            f.write(_csv_text(self.rows, header=True).encode("utf-8"))
+
+    def append(self) -> None:
+        import fcntl
+
+        fd = os.open(self.destination, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            text = _csv_text(self.rows, header=size == 0).encode("utf-8")
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                text = b"\n" + text
+            os.write(fd, text)
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def write_appended_csv(destination: str, rows: Sequence[Sequence[str]]) -> AppendedCsv:
+    return AppendedCsv(destination, rows)
 
 
 def write_png(image) -> Callable[[str], None]:
