@@ -96,6 +96,15 @@ def _safe_norm(u, v):
                        torch.zeros_like(s))
 
 
+def _chroma_norm(u, v):
+    """HyAB's chroma distance sqrt(u^2 + v^2), passing no gradient where it is below the rounding
+    noise of grey colours (1e-3 in float32, 1e-12 in float64; docs/algorithm.md §7.11): there the
+    direction of (u, v) is noise. The value is unchanged."""
+    n = _safe_norm(u, v)
+    floor = 1e-12 if n.dtype == torch.float64 else 1e-3
+    return torch.where(n > floor, n, n.detach())
+
+
 def _floored_abs(d, eps):
     """sqrt(max(d^2, eps)): |d| where d^2 > eps, else sqrt(eps), with the same gradient as the
     clamped square root (sign(d), resp. 0) and no NaN for eps = 0 at d = 0."""
@@ -223,8 +232,8 @@ def _hunt_lab(r, g, b):
 
 def _hyab(lab_t, lab_r, eps):
     """HyAB distance of two Hunt-adjusted Lab colours: sqrt(max(dL^2, eps)) + ||(da', db')||."""
-    return _floored_abs(lab_r[0] - lab_t[0], eps) + _safe_norm(lab_r[1] - lab_t[1],
-                                                                lab_r[2] - lab_t[2])
+    return _floored_abs(lab_r[0] - lab_t[0], eps) + _chroma_norm(lab_r[1] - lab_t[1],
+                                                                  lab_r[2] - lab_t[2])
 
 
 # --------------------------------------------------------------------------------------------

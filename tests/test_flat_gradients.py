@@ -135,6 +135,48 @@ def test_float32_hdr_gradient_follows_float64_in_flat_half(ops):
     _assert_follows(g32[..., W // 2:], g64[..., W // 2:], min_cos=0.999, ratio=(0.99, 1.01))
 
 
+# ---- grey colours: the chroma difference is rounding noise, and passes no gradient ----
+
+def half_flat_grey():
+    """half_flat with grey (R = G = B) colours: flat halves 0.40 and 0.45, textured greyscale halves.
+    Grey pixels have Hunt-Lab a = b = 0 in exact arithmetic; computed, they are rounding noise whose
+    direction would otherwise decide the chroma term's gradient (docs/algorithm.md §7.11)."""
+    g = torch.Generator().manual_seed(4)
+    ref = torch.empty(1, 1, H, W, dtype=torch.float64)
+    ref[..., : W // 2] = 0.40
+    ref[..., W // 2:] = torch.rand(1, 1, H, W // 2, generator=g, dtype=torch.float64)
+    test = ref.clone()
+    test[..., : W // 2] = 0.45
+    test[..., W // 2:] = (test[..., W // 2:] + 0.05 * torch.randn(1, 1, H, W // 2, generator=g,
+                                                                  dtype=torch.float64)).clamp(0, 1)
+    return _f32_exact(test.expand(1, 3, H, W).contiguous()), _f32_exact(ref.expand(1, 3, H, W).contiguous())
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_float32_gradient_follows_float64_on_grey_images(ops, path):
+    g32, g64 = _agreement(path, *half_flat_grey())
+    _assert_follows(g32[..., : W // 2], g64[..., : W // 2])
+    _assert_follows(g32[..., W // 2:], g64[..., W // 2:], min_cos=0.99)
+
+
+def test_float64_gradient_of_grey_images_is_stable():
+    # Without the floor, a 1e-12 change of the reference turned float64's gradient around (cosine 0.4).
+    test, ref = half_flat_grey()
+    grad = PATHS["cpu"]
+    _assert_follows(grad(test, ref + 1e-12), grad(test, ref), min_cos=0.999, ratio=(0.99, 1.01))
+
+
+def test_chroma_floor_keeps_real_colour_differences():
+    # A small but real chroma difference (a faint tint on grey) still gets its gradient.
+    test, ref = half_flat_grey()
+    tinted = test + _colour(0.004, 0.0, -0.004)
+    for path in PATHS:
+        g32, g64 = _agreement(path, _f32_exact(tinted), ref)
+        _assert_follows(g32[..., : W // 2], g64[..., : W // 2])
+        # the tint pulls red and blue apart: their gradients differ in the flat half
+        assert (g64[0, 0, :, : W // 2] - g64[0, 2, :, : W // 2]).abs().max() > 1e-6
+
+
 # ---- the cause: the feature filters' response to a constant image is exactly zero ----
 
 # Constant images smaller than the filter (19 taps at 67 ppd, 75 at 300) and larger ones; each

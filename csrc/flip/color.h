@@ -219,6 +219,17 @@ FLIP_HD ColorTerm<T> color_term(const T ht[3], const T hr[3], T eps, const Color
   return s;
 }
 
+// Below this chroma difference |(da, db)| (Hunt-Lab units), the difference is rounding noise of
+// the colour transforms: grey pixels get a and b of up to ~4e-5 in float32 and ~5e-14 in float64
+// instead of 0, so the direction of (da, db) is random and float32 and float64 gradients would
+// disagree. There the chroma term passes no gradient (its minimum-norm subgradient at 0); its
+// value is unchanged. About 20x the noise of each dtype, and far below a visible difference (~1).
+// See docs/algorithm.md §7.11.
+template <class T>
+FLIP_HD constexpr T chroma_gradient_floor() {
+  return sizeof(T) >= 8 ? T(1e-12) : T(1e-3);
+}
+
 // Adjoint of the colour term w.r.t. both Hunt-Lab colours, for an incoming gradient g of dE_c.
 template <class T>
 FLIP_HD void color_term_vjp(const ColorTerm<T>& s, T eps, const ColorConsts<T>& k, T g, T g_ht[3], T g_hr[3]) {
@@ -226,8 +237,9 @@ FLIP_HD void color_term_vjp(const ColorTerm<T>& s, T eps, const ColorConsts<T>& 
   T gdE = s.dE > T(0) ? g * slope * T(kQc) * s.e / s.dE : T(0);
   // torch.clamp passes the gradient at the bound; sqrt(dL^2) has slope sign(dL).
   T gL = (s.dL2 >= eps && s.dL2 > T(0)) ? gdE * s.dL / s.nL : T(0);
-  T ga = s.nab > T(0) ? gdE * s.da / s.nab : T(0);
-  T gb = s.nab > T(0) ? gdE * s.db / s.nab : T(0);
+  const bool chroma = s.nab > chroma_gradient_floor<T>();
+  T ga = chroma ? gdE * s.da / s.nab : T(0);
+  T gb = chroma ? gdE * s.db / s.nab : T(0);
   g_hr[0] = gL;
   g_hr[1] = ga;
   g_hr[2] = gb;
