@@ -57,6 +57,8 @@ def _to_unit_range(x: torch.Tensor, data_range: Tuple[float, float]) -> torch.Te
     low, high = data_range
     if low == 0.0 and high == 1.0:
         return x
+    # Checked here too, on every path: a module's data_range can be changed after construction.
+    options.check_data_range_value(low, high)
     return (x - low) / (high - low)
 
 

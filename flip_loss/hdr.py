@@ -69,6 +69,10 @@ def _luminance_range(ref: torch.Tensor, anchor: float) -> Tuple[torch.Tensor, to
     rgb = torch.clamp(ref.detach().to(dt), min=0.0)
     lum = (0.2126 * rgb[:, 0] + 0.7152 * rgb[:, 1] + 0.0722 * rgb[:, 2]).flatten(1)
     y_max = lum.amax(dim=1).clamp(min=flt_epsilon)
+    # Negative values count as 0, but -inf is not a value: it makes the range undefined, as NaN
+    # and +inf do (they reach y_max through the sum).
+    neg_inf = torch.isneginf(ref.detach()).flatten(1).any(dim=1)
+    y_max = torch.where(neg_inf, torch.full_like(y_max, float("nan")), y_max)
     y_med = torch.kthvalue(lum, lum.shape[1] // 2 + 1, dim=1)[0].clamp(min=flt_epsilon)
     return torch.log2(torch.full_like(y_max, anchor) / y_max), torch.log2(torch.full_like(y_med, anchor) / y_med)
 

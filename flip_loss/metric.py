@@ -277,8 +277,7 @@ class FLIPMetric:
 
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
                  bins: int = 2 ** 16, data_range=1.0, *, sync_on_compute: bool = True, process_group=None):
-        if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
-            raise ValueError(f"flip_loss.FLIPMetric: bins must be a positive integer, got {bins!r}")
+        bins = options.bins(bins, "flip_loss.FLIPMetric")
         if not isinstance(sync_on_compute, bool):
             raise TypeError(f"flip_loss.FLIPMetric: sync_on_compute must be True or False, got {sync_on_compute!r}")
         self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)

@@ -1,6 +1,6 @@
 """``FLIPLoss``: LDR-FLIP or HDR-FLIP as an ``nn.Module`` loss, with optional per-pixel weights
 (masks)."""
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -167,6 +167,7 @@ class FLIPLoss(torch.nn.Module):
     stop_exposure: Optional[float]
     num_exposures: Optional[int]
     exposure_anchor: float
+    exposure_anchors: Dict[str, float]
 
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
                  reduction: str = "mean", eps: float = DEFAULT_EPS, hdr: bool = False, tone_mapper: str = "aces",
@@ -193,6 +194,8 @@ class FLIPLoss(torch.nn.Module):
             options.check_exposure_order(self.start_exposure, self.stop_exposure)
         self.num_exposures = None if num_exposures is None else options.exposure_count(num_exposures)
         self.exposure_anchor = exposure_anchor(self.tone_mapper)
+        # every tone mapper's anchor, for the scripted forward (which cannot run exposure_anchor)
+        self.exposure_anchors = {name: exposure_anchor(name) for name in options.TONE_MAPPERS}
         # Whether an eager call has looked at the value range of inputs on a GPU (once per module,
         # since that is a host synchronisation; see flip_loss.functional).
         self._looked_at_device_inputs = False
@@ -210,10 +213,18 @@ class FLIPLoss(torch.nn.Module):
             # TorchScript (and C++ programs loading the module) call the ops directly, after the
             # checks eager makes in Python (the ops check the scalar options and the values).
             _check_image_pair(test, reference)
+            if test.dtype != reference.dtype:  # promoted, as eager does
+                common = torch.promote_types(test.dtype, reference.dtype)
+                test, reference = test.to(common), reference.to(common)
             if self.hdr:
                 ref = reference if reference.dim() == 4 else reference.unsqueeze(0)
-                exposures, counts, _, _ = _exposures_from_numbers(ref, self.exposure_anchor, self.start_exposure,
-                                                                  self.stop_exposure, self.num_exposures)
+                # looked up per call: tone_mapper may be changed after construction
+                if self.tone_mapper not in self.exposure_anchors:
+                    raise ValueError("flip_loss: tone_mapper must be one of 'aces', 'hable', 'reinhard', got '"
+                                     + self.tone_mapper + "'")
+                exposures, counts, _, _ = _exposures_from_numbers(ref, self.exposure_anchors[self.tone_mapper],
+                                                                  self.start_exposure, self.stop_exposure,
+                                                                  self.num_exposures)
                 error = torch.ops.flip.hdr_flip(test, reference, exposures, counts, self.pixels_per_degree,
                                                 self.tone_mapper, self.eps)[0]
             else:

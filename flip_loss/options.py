@@ -95,7 +95,16 @@ def data_range(value) -> Tuple[float, float]:
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise ValueError(f"flip_loss: data_range must be finite with low < high (a single number is "
                          f"the high end, with low = 0), got {value!r}")
+    check_data_range_value(low, high)
     return low, high
+
+
+def check_data_range_value(low: float, high: float) -> None:
+    """TorchScript-compatible check of a (low, high) data range: finite, low < high, and a width
+    whose reciprocal is finite (the mapping to [0, 1] divides by it)."""
+    if not (math.isfinite(low) and math.isfinite(high) and low < high and math.isfinite(1.0 / (high - low))):
+        raise ValueError("flip_loss: data_range must be finite with low < high and a width whose reciprocal "
+                         "is finite, got (" + str(low) + ", " + str(high) + ")")
 
 
 def exposure(name: str, value) -> float:
@@ -133,3 +142,13 @@ def check_exposure_order(start: float, stop: float) -> None:
     if start > stop:
         raise ValueError("flip_loss: start_exposure (" + str(start) + ") must not exceed stop_exposure ("
                          + str(stop) + ")")
+
+
+def bins(value, who: str = "flip_loss") -> int:
+    """A histogram bucket count (FLIPMetric, FLIPTorchMetric): a whole number (Python or NumPy
+    integer) from 1 to 2**24 (four arrays of that many entries are kept on the device)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{who}: bins must be an integer, got {type(value).__name__} {value!r}")
+    if not 1 <= int(value) <= 2 ** 24:
+        raise ValueError(f"{who}: bins must be from 1 to {2 ** 24}, got {int(value)}")
+    return int(value)

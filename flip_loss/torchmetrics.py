@@ -56,8 +56,7 @@ class FLIPTorchMetric(Metric):
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb", bins: int = 2 ** 16,
                  data_range=1.0, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
-            raise ValueError(f"{_WHO}: bins must be a positive integer, got {bins!r}")
+        bins = options.bins(bins, _WHO)
         self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
         self.input_space = options.input_space(input_space)
         self.data_range = options.data_range(data_range)

@@ -1390,3 +1390,9 @@ def test_rows_appended_by_another_run_between_staging_and_commit_survive(pair, t
     lines = csv_path.read_text().splitlines()
     assert len(lines) == 4 and lines[-1].startswith('"a","b"')
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".flip-loss-")]
+
+
+def test_an_absurd_dist_timeout_is_a_usage_error(pair, tmp_path, capsys):
+    ref, test = pair
+    assert main(["-r", str(ref), "-t", str(test), "--dist-timeout", "1e300"]) == 2
+    assert "dist-timeout" in capsys.readouterr().err

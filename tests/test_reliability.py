@@ -572,3 +572,64 @@ def test_cuda_compiled_weight_check_raises_and_the_context_survives():
         compiled(a, b, w)
     w[0, 0, 0, 0] = 1
     torch.testing.assert_close(compiled(a, b, w).cpu(), flip_loss.FLIPLoss()(a.cpu(), b.cpu()), rtol=1e-5, atol=1e-6)
+
+
+# ---- found by an adversarial review after the fixes above ----
+
+def test_scripted_loss_checks_a_data_range_changed_after_construction():
+    a, b = torch.rand(1, 3, 16, 16), torch.rand(1, 3, 16, 16)
+    eager, scripted = flip_loss.FLIPLoss(), torch.jit.script(flip_loss.FLIPLoss())
+    for bad in [(1.0, 0.0), (0.0, float("inf")), (0.0, 1e-320)]:
+        eager.data_range = bad
+        scripted.data_range = bad
+        with pytest.raises(ValueError, match="data_range"):
+            eager(a, b)
+        with pytest.raises(torch.jit.Error, match="data_range"):
+            scripted(a, b)
+    with pytest.raises(ValueError, match="reciprocal"):
+        flip_loss.FLIPLoss(data_range=(0.0, 1e-320))
+
+
+def test_scripted_hdr_loss_follows_a_tone_mapper_changed_after_construction():
+    g = torch.Generator().manual_seed(5)
+    ref = torch.exp2(6 * torch.rand(1, 3, 16, 16, generator=g) - 3)
+    test = ref * 1.1
+    eager, scripted = flip_loss.FLIPLoss(hdr=True), torch.jit.script(flip_loss.FLIPLoss(hdr=True))
+    eager.tone_mapper = scripted.tone_mapper = "hable"
+    expected = flip_loss.FLIPLoss(hdr=True, tone_mapper="hable")(test, ref)
+    torch.testing.assert_close(eager(test, ref), expected)
+    torch.testing.assert_close(scripted(test, ref), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_scripted_loss_promotes_mixed_dtypes_like_eager():
+    a, b = torch.rand(1, 3, 16, 16), torch.rand(1, 3, 16, 16)
+    eager = flip_loss.FLIPLoss()(a.half(), b)
+    scripted = torch.jit.script(flip_loss.FLIPLoss())(a.half(), b)
+    torch.testing.assert_close(scripted, eager)
+
+
+@pytest.mark.parametrize("where", ["exposure_range", "hdr_flip", "scripted"])
+def test_negative_infinity_in_an_hdr_reference_is_rejected_like_nan(where):
+    ref = torch.rand(1, 3, 8, 8) * 4
+    ref[0, 1, 2, 2] = -float("inf")
+    test = ref.clamp(min=0)
+    call = {"exposure_range": lambda: flip_loss.exposure_range(ref),
+            "hdr_flip": lambda: flip_loss.hdr_flip(test, ref),
+            "scripted": lambda: torch.jit.script(flip_loss.FLIPLoss(hdr=True))(test, ref)}[where]
+    with pytest.raises((ValueError, torch.jit.Error), match="NaN or infinite"):
+        call()
+
+
+@pytest.mark.parametrize("cls", ["FLIPMetric", "FLIPTorchMetric"])
+def test_metric_bins_accept_numpy_integers_and_reject_other_types(cls):
+    if cls == "FLIPTorchMetric":
+        pytest.importorskip("torchmetrics")
+        from flip_loss.torchmetrics import FLIPTorchMetric as make
+    else:
+        make = flip_loss.FLIPMetric
+    assert make(bins=np.int64(10)).bins == 10
+    for bad in (2.0, True, "10"):
+        with pytest.raises(TypeError, match="bins"):
+            make(bins=bad)
+    with pytest.raises(ValueError, match="bins"):
+        make(bins=0)

@@ -58,6 +58,13 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _timeout_seconds(text: str) -> float:
+    v = _positive_float(text)
+    if v > 1e7:  # ~115 days: beyond that the value is a mistake (and overflows a timedelta)
+        raise argparse.ArgumentTypeError(f"expected a number of seconds up to 1e7, got '{text}'")
+    return v
+
+
 def _exposure_value(text: str) -> float:
     try:
         v = float(text)
@@ -245,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where to compute: auto (default: CUDA when available), cpu or cuda")
-    p.add_argument("--dist-timeout", dest="dist_timeout", metavar="SECONDS", type=_positive_float,
+    p.add_argument("--dist-timeout", dest="dist_timeout", metavar="SECONDS", type=_timeout_seconds,
                    default=DEFAULT_DIST_TIMEOUT,
                    help="folder mode under torchrun: how long a rank waits for the others at each exchange "
                         f"(default {DEFAULT_DIST_TIMEOUT:g}); it must exceed the slowest pair's evaluation")
