@@ -6,28 +6,19 @@
 #include "isa.h"
 
 // Declarations of each variant's kernels (defined in kernels_<level>.cpp).
-FLIP_CPU_VARIANT_BEGIN(flip_baseline)
-namespace flip {
-namespace cpu {
-FLIP_CPU_KERNEL_DECLARATIONS
-}  // namespace cpu
-}  // namespace flip
-FLIP_CPU_VARIANT_END
+#define FLIP_CPU_DECLARE_VARIANT(ns) \
+  FLIP_CPU_VARIANT_BEGIN(ns)         \
+  namespace flip {                   \
+  namespace cpu {                    \
+  FLIP_CPU_KERNEL_DECLARATIONS       \
+  }                                  \
+  }                                  \
+  FLIP_CPU_VARIANT_END
+
+FLIP_CPU_DECLARE_VARIANT(flip_baseline)
 #if FLIP_CPU_X86_VARIANTS
-FLIP_CPU_VARIANT_BEGIN(flip_avx2)
-namespace flip {
-namespace cpu {
-FLIP_CPU_KERNEL_DECLARATIONS
-}  // namespace cpu
-}  // namespace flip
-FLIP_CPU_VARIANT_END
-FLIP_CPU_VARIANT_BEGIN(flip_avx512)
-namespace flip {
-namespace cpu {
-FLIP_CPU_KERNEL_DECLARATIONS
-}  // namespace cpu
-}  // namespace flip
-FLIP_CPU_VARIANT_END
+FLIP_CPU_DECLARE_VARIANT(flip_avx2)
+FLIP_CPU_DECLARE_VARIANT(flip_avx512)
 #endif
 
 namespace flip {
