@@ -301,8 +301,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=8,
                    help="crops per training step, shared out among the processes under torchrun (default 8)")
     p.add_argument("--sigma", type=float, default=0.1, help="noise standard deviation in sRGB units (default 0.1)")
-    p.add_argument("--flip-weights", type=float, nargs="+", default=[0.1], metavar="LAMBDA",
-                   help="lambda of each L1 + lambda * FLIP run (default: 0.1, the README's advice)")
+    p.add_argument("--flip-weights", type=float, nargs="+", default=[0.3], metavar="LAMBDA",
+                   help="lambda of each L1 + lambda * FLIP run (default: 0.3, the README's advice)")
     p.add_argument("--eval-crops", type=int, default=24, help="held-out crops (default 24)")
     p.add_argument("--display-size", type=int, default=128, help="size of the crop in error_maps.png")
     p.add_argument("--channels", type=int, default=32)
