@@ -323,7 +323,7 @@ def test_train_denoiser_runs_unchanged_under_torchrun(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("2 processes (DDP)") == 1 and res.stdout.count("held-out results") == 1
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    assert metrics["processes"] == 2 and set(metrics["held_out"]) == {"noisy input", "L1", "L1 + 0.3*FLIP"}  # the default weight
+    assert metrics["processes"] == 2 and set(metrics["held_out"]) == {"noisy input", "L1", "L1 + 0.3*FLIP"}
     module = cases.load_denoiser_example()
     held_out = module.load_images(module.HELD_OUT_IMAGES)
     eval_gen = torch.Generator().manual_seed(12345)
