@@ -166,7 +166,6 @@ class FLIPLoss(torch.nn.Module):
     start_exposure: Optional[float]
     stop_exposure: Optional[float]
     num_exposures: Optional[int]
-    exposure_anchor: float
     exposure_anchors: Dict[str, float]
 
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
@@ -193,8 +192,8 @@ class FLIPLoss(torch.nn.Module):
         if self.start_exposure is not None and self.stop_exposure is not None:
             options.check_exposure_order(self.start_exposure, self.stop_exposure)
         self.num_exposures = None if num_exposures is None else options.exposure_count(num_exposures)
-        self.exposure_anchor = exposure_anchor(self.tone_mapper)
-        # every tone mapper's anchor, for the scripted forward (which cannot run exposure_anchor)
+        # every tone mapper's anchor, for the scripted forward (which cannot run exposure_anchor), looked
+        # up per call because tone_mapper may be changed after construction
         self.exposure_anchors = {name: exposure_anchor(name) for name in options.TONE_MAPPERS}
         # Whether an eager call has looked at the value range of inputs on a GPU (once per module,
         # since that is a host synchronisation; see flip_loss.functional).
@@ -218,7 +217,6 @@ class FLIPLoss(torch.nn.Module):
                 test, reference = test.to(common), reference.to(common)
             if self.hdr:
                 ref = reference if reference.dim() == 4 else reference.unsqueeze(0)
-                # looked up per call: tone_mapper may be changed after construction
                 if self.tone_mapper not in self.exposure_anchors:
                     raise ValueError("flip_loss: tone_mapper must be one of 'aces', 'hable', 'reinhard', got '"
                                      + self.tone_mapper + "'")
