@@ -45,7 +45,10 @@ cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
 # OpenMP (PyTorch's CPU backend is OpenMP).
 # -ffp-contract=off: vector and scalar loop paths must round alike, so that identical images give
 # exactly zero error and the map is symmetric in its arguments.
-cxx_flags = ["-O3", "-fno-math-errno", "-fvisibility=hidden", "-fopenmp", "-ffp-contract=off"]
+# -fno-trapping-math (FP exception flags are never read here; no value changes) and -fno-tree-pre:
+# what GCC needs to vectorise the per-pixel loops of the CPU kernels (csrc/flip/cpu/pipeline.h).
+cxx_flags = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fno-tree-pre", "-fvisibility=hidden", "-fopenmp",
+             "-ffp-contract=off"]
 # The CPU kernels are compiled for every x86-64 instruction-set level and picked at run time
 # (csrc/flip/cpu/isa.h), so the default binary runs on any CPU at full speed. -march=native only
 # on request: such a binary may crash with an illegal instruction on another machine.

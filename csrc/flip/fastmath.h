@@ -1,0 +1,159 @@
+// The transcendental functions of FLIP's per-pixel code: pow, cbrt and log.
+//
+// float on the host: our own branch-free versions, written with plain arithmetic, selects and
+// integer bit operations so that GCC vectorises the per-pixel loops that call them (libm's powf
+// and cbrtf are opaque calls that keep every loop scalar; they were about half of the CPU time).
+// Each works in double internally: log2 of the float argument from its exponent and a Taylor
+// series of atanh, the product with the exponent, then 2^y from its integer part and a Taylor
+// series. Both series are truncated below 2^-30 relative error, so the one rounding to float at
+// the end dominates: the result is within 1 ulp of the exact value (tests/cpp/fastmath_accuracy.cpp
+// checks every float of the ranges FLIP uses against long double). Only IEEE +, -, *, / and
+// conversions, never contracted (-ffp-contract=off): scalar and vector code, and every CPU
+// instruction-set level, give identical bits.
+//
+// double, and all device code: the standard library (CUDA's own pow/cbrt/log on the GPU).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#define FLIP_MATH_HD __host__ __device__ __forceinline__
+#define FLIP_MATH_INLINE inline
+#elif defined(__GNUC__)
+#define FLIP_MATH_HD inline __attribute__((always_inline))
+#define FLIP_MATH_INLINE inline __attribute__((always_inline))
+#else
+#define FLIP_MATH_HD inline
+#define FLIP_MATH_INLINE inline
+#endif
+
+namespace flip {
+namespace fastmath {
+
+FLIP_MATH_INLINE uint32_t float_bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+FLIP_MATH_INLINE float bits_float(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+// log2(x) for a positive finite float (normal or subnormal), in double with relative error below
+// 2^-33. x = 2^e m with m in [sqrt(1/2), sqrt(2)); log2(m) = 2/ln(2) atanh(s), s = (m - 1) / (m + 1),
+// |s| <= 0.1716, and the series s + s^3/3 + ... + s^11/11 leaves s^13/13 < 5e-11 s.
+FLIP_MATH_INLINE double log2_positive(float x) {
+  const bool subnormal = x < 1.17549435e-38f;  // FLT_MIN
+  const float xs = subnormal ? x * 16777216.0f : x;  // times 2^24: normal
+  const uint32_t b = float_bits(xs);
+  // The exponent that brings the mantissa into [sqrt(1/2), sqrt(2)): 0x3f3504f3 is sqrt(1/2).
+  const int32_t e = static_cast<int32_t>(b - 0x3f3504f3u) >> 23;
+  const double m = static_cast<double>(bits_float(b - (static_cast<uint32_t>(e) << 23)));
+  const double s = (m - 1.0) / (m + 1.0);
+  const double s2 = s * s;
+  const double series =
+      1.0 + s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9 + s2 * (1.0 / 11)))));
+  constexpr double kTwoOverLn2 = 2.8853900817779268147;  // 2 / ln(2)
+  return static_cast<double>(e - (subnormal ? 24 : 0)) + kTwoOverLn2 * s * series;
+}
+
+// 2^y rounded to float, for a finite double y (clamped to +-300, beyond which the float result
+// is 0 or infinity anyway). y = n + f with n integer and |f| <= 1/2; 2^f = e^t, t = f ln(2),
+// |t| <= 0.3466, from its Taylor series to t^8 (remainder < 2^-32).
+FLIP_MATH_INLINE float exp2_to_float(double y) {
+  y = y < -300.0 ? -300.0 : (y > 300.0 ? 300.0 : y);
+  constexpr double kRound = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer
+  const double n = (y + kRound) - kRound;
+  constexpr double kLn2 = 0.69314718055994530942;
+  const double t = (y - n) * kLn2;
+  const double p =
+      1.0 + t * (1.0 + t * (1.0 / 2 + t * (1.0 / 6 + t * (1.0 / 24 + t * (1.0 / 120 + t * (1.0 / 720 +
+      t * (1.0 / 5040 + t * (1.0 / 40320))))))));
+  // Scale by 2^n in two exact steps of at most 2^127 each (n in [-300, 300], clamped to
+  // [-252, 254] where the float is already 0 or infinite), so each factor is a normal float.
+  int32_t ni = static_cast<int32_t>(n);
+  ni = ni < -252 ? -252 : (ni > 254 ? 254 : ni);
+  const int32_t n1 = ni >> 1, n2 = ni - n1;
+  const float s1 = bits_float(static_cast<uint32_t>(n1 + 127) << 23);
+  const float s2 = bits_float(static_cast<uint32_t>(n2 + 127) << 23);
+  return static_cast<float>(p) * s1 * s2;
+}
+
+// The special cases are applied one float select at a time (no && or || between conditions), a
+// form the vectoriser accepts.
+
+// x^y for float x >= 0, with std::pow's special values: x^0 = 1 and 1^y = 1 (even for NaN),
+// 0^y = 0 for y > 0 and inf for y < 0, inf^y = inf for y > 0 and 0 for y < 0; other NaNs stay NaN,
+// and a negative x gives NaN (FLIP never passes one).
+FLIP_MATH_INLINE float pow(float x, float y) {
+  const float regular = x > 0.0f ? (x < INFINITY ? x : 1.0f) : 1.0f;
+  float r = exp2_to_float(static_cast<double>(y) * log2_positive(regular));
+  r = x == 0.0f ? (y > 0.0f ? 0.0f : INFINITY) : r;
+  r = x == INFINITY ? (y > 0.0f ? INFINITY : 0.0f) : r;
+  r = x < 0.0f ? NAN : r;
+  r = x != x ? x : r;
+  r = y != y ? y : r;
+  r = y == 0.0f ? 1.0f : r;
+  return x == 1.0f ? 1.0f : r;
+}
+
+// Cube root of any float (odd: cbrt(-x) = -cbrt(x); 0, infinities and NaN pass through).
+FLIP_MATH_INLINE float cbrt(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float regular = a > 0.0f ? (a < INFINITY ? a : 1.0f) : 1.0f;
+  float r = exp2_to_float(log2_positive(regular) * (1.0 / 3.0));
+  r = a == 0.0f ? 0.0f : r;
+  r = a == INFINITY ? INFINITY : r;
+  r = x < 0.0f ? -r : r;
+  return x == 0.0f ? x : (x != x ? x : r);  // keeps the sign of -0 and passes NaN
+}
+
+// Natural logarithm of float x (log(0) = -inf, negative x and NaN give NaN, log(inf) = inf).
+FLIP_MATH_INLINE float log(float x) {
+  const float regular = x > 0.0f ? (x < INFINITY ? x : 1.0f) : 1.0f;
+  constexpr double kLn2 = 0.69314718055994530942;
+  float r = static_cast<float>(log2_positive(regular) * kLn2);
+  r = x == 0.0f ? -INFINITY : r;
+  r = x == INFINITY ? INFINITY : r;
+  r = x < 0.0f ? NAN : r;
+  return x != x ? x : r;
+}
+
+}  // namespace fastmath
+
+// The functions FLIP's per-pixel code calls: fastmath's for float on the host, else the standard
+// library's (double everywhere, and everything in CUDA device code).
+namespace math {
+
+template <class T>
+FLIP_MATH_HD T pow(T x, T y) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same<T, float>::value) return fastmath::pow(x, y);
+#endif
+  return std::pow(x, y);
+}
+
+template <class T>
+FLIP_MATH_HD T cbrt(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same<T, float>::value) return fastmath::cbrt(x);
+#endif
+  return std::cbrt(x);
+}
+
+template <class T>
+FLIP_MATH_HD T log(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same<T, float>::value) return fastmath::log(x);
+#endif
+  return std::log(x);
+}
+
+}  // namespace math
+}  // namespace flip
