@@ -50,7 +50,7 @@ FLIP_HD T magnitude(T u, T v) {
 template <class T>
 FLIP_HD T srgb_decode(T c, T* deriv = nullptr) {
   T u = (c > T(kSrgbKnee) ? c : T(kSrgbKnee)) * T(1.0 / 1.055) + T(0.055 / 1.055);
-  T p = math::pow(u, T(1.4));
+  T p = math::pow_seven_fifths(u);
   if (deriv) *deriv = c <= T(kSrgbKnee) ? T(1.0 / 12.92) : T(2.4 / 1.055) * p;
   return c <= T(kSrgbKnee) ? c * T(1.0 / 12.92) : u * p;
 }

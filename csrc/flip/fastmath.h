@@ -85,6 +85,29 @@ FLIP_MATH_INLINE float exp2_to_float(double y) {
   return static_cast<float>(p) * s1 * s2;
 }
 
+// x^(-1/N) (N = 3 or 5) for a positive normal float x, in double: Newton's iteration
+// y <- y (N + 1 - x y^N) / N from a guess read off the float's bits (relative error below 3.5% for
+// N = 3 and 4% for N = 5 over every normal float). Each step takes an error e to about
+// (N + 1)/2 e^2: 3 steps leave below 3e-10 for N = 3, 4 steps below 1e-15 for N = 5. No
+// division and no series: cheaper than exp2(log2(x) / N).
+template <int N>
+FLIP_MATH_INLINE double inverse_root(float x) {
+  static_assert(N == 3 || N == 5, "guess constants for N = 3 and 5 only");
+  constexpr uint32_t kGuess = N == 3 ? 0x54a23354u : 0x4c2d18b3u;
+  const double xd = x;
+  // bits / N through float arithmetic: vector integer division has no instruction, and the guess
+  // needs no exact quotient (every step of it is covered by the error bounds above).
+  const int32_t quotient = static_cast<int32_t>(static_cast<float>(static_cast<int32_t>(float_bits(x))) * (1.0f / N));
+  double y = bits_float(kGuess - static_cast<uint32_t>(quotient));
+#pragma GCC unroll 4
+  for (int step = 0; step < (N == 3 ? 3 : 4); ++step) {
+    const double y2 = y * y;
+    const double yn = N == 3 ? y2 * y : y2 * y2 * y;
+    y = y * ((N + 1) - xd * yn) * (1.0 / N);
+  }
+  return y;
+}
+
 // The special cases are applied one float select at a time (no && or || between conditions), a
 // form the vectoriser accepts.
 
@@ -103,15 +126,34 @@ FLIP_MATH_INLINE float pow(float x, float y) {
   return x == 1.0f ? 1.0f : r;
 }
 
-// Cube root of any float (odd: cbrt(-x) = -cbrt(x); 0, infinities and NaN pass through).
+// Cube root of any float (odd: cbrt(-x) = -cbrt(x); 0, infinities and NaN pass through):
+// x (x^(-1/3))^2, subnormals scaled by 2^24 first (and the root by 2^-8).
 FLIP_MATH_INLINE float cbrt(float x) {
   const float a = x < 0.0f ? -x : x;
-  const float regular = a > 0.0f ? (a < INFINITY ? a : 1.0f) : 1.0f;
-  float r = exp2_to_float(log2_positive(regular) * (1.0 / 3.0));
+  const bool subnormal = a < 1.17549435e-38f;
+  float as = subnormal ? a * 16777216.0f : a;
+  as = as > 0.0f ? (as < INFINITY ? as : 1.0f) : 1.0f;
+  const double y = inverse_root<3>(as);
+  float r = static_cast<float>(static_cast<double>(as) * y * y * (subnormal ? 0.00390625 : 1.0));
   r = a == 0.0f ? 0.0f : r;
   r = a == INFINITY ? INFINITY : r;
   r = x < 0.0f ? -r : r;
   return x == 0.0f ? x : (x != x ? x : r);  // keeps the sign of -0 and passes NaN
+}
+
+// x^1.4 = x^(7/5) for float x >= 0 (the sRGB decoding's power): x^2 (x^(-1/5))^3, subnormals
+// scaled by 2^25 first (and the power by 2^-35). 0 -> 0, inf -> inf, NaN and negatives -> NaN.
+FLIP_MATH_INLINE float pow_seven_fifths(float x) {
+  const bool subnormal = x < 1.17549435e-38f;
+  float xs = subnormal ? x * 33554432.0f : x;
+  xs = xs > 0.0f ? (xs < INFINITY ? xs : 1.0f) : 1.0f;
+  const double y = inverse_root<5>(xs);
+  const double xd = xs;
+  float r = static_cast<float>(xd * xd * (y * y * y) * (subnormal ? 2.9103830456733704e-11 : 1.0));
+  r = x == 0.0f ? 0.0f : r;
+  r = x == INFINITY ? INFINITY : r;
+  r = x < 0.0f ? NAN : r;
+  return x != x ? x : r;
 }
 
 // Natural logarithm of float x (log(0) = -inf, negative x and NaN give NaN, log(inf) = inf).
@@ -145,6 +187,15 @@ FLIP_MATH_HD T cbrt(T x) {
   if constexpr (std::is_same<T, float>::value) return fastmath::cbrt(x);
 #endif
   return std::cbrt(x);
+}
+
+// x^1.4 (x >= 0), the power of the sRGB decoding.
+template <class T>
+FLIP_MATH_HD T pow_seven_fifths(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same<T, float>::value) return fastmath::pow_seven_fifths(x);
+#endif
+  return std::pow(x, T(1.4));
 }
 
 template <class T>
