@@ -14,9 +14,11 @@ inputs rotate between two noise draws. float32, gradient with respect to the tes
 
 Every implementation is called once as a warm-up; then the repeats run round-robin (one call of
 each per round), so that a load change on a shared machine hits all of them alike. Figures are
-medians; reference.py, which is slow, runs max(1, repeats // 2) rounds. The header gives the load
-average before and after: on cores that other work also uses, every multi-threaded implementation
-slows down, and the ones made of many small parallel ATen ops (separable, reference.py) most.
+medians; reference.py, which is slow, runs max(1, repeats // 2) rounds. Each size also reports how
+far the separable and flip-evaluator maps are from flip_loss's (a check that all compute the same
+metric). The header gives the load average before and after: on cores that other work also uses,
+every multi-threaded implementation slows down, and the ones made of many small parallel ATen ops
+(separable, reference.py) most, so record figures on an otherwise idle machine.
 """
 import argparse
 import importlib.metadata
@@ -155,9 +157,8 @@ def main():
         ref_impl.ldr_flip(x, r, ppd).mean().backward()
 
     def evaluator_fwd(ts, rs):
-        for t, r in zip(ts, rs):
-            flip_evaluator.evaluate(r, t, "LDR", inputsRGB=True, applyMagma=False, computeMeanError=False,
-                                    parameters={"ppd": ppd})
+        return [flip_evaluator.evaluate(r, t, "LDR", inputsRGB=True, applyMagma=False, computeMeanError=False,
+                                        parameters={"ppd": ppd})[0] for t, r in zip(ts, rs)]
 
     rows = []
     for label in args.sizes:
@@ -174,8 +175,14 @@ def main():
         if not args.skip_reference:
             cases["ref_fb"] = (reference_fwd_bwd, data, max(1, args.repeats // 2))
         t = timed_round_robin(cases, args.repeats)
-        rows.append((label, n * h * w / 1e6, t))
-        print(f"{label}: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items()), file=sys.stderr)
+        # The same map from each, so that the times compare like with like.
+        ours = ours_fwd(*data[0])
+        agree = {"separable": (separable_fwd(*data[0]) - ours).abs().max().item(),
+                 "flip-evaluator": max(float(abs(e[..., 0] - o[0].numpy()).max())
+                                       for e, o in zip(evaluator_fwd(*np_data[0]), ours))}
+        rows.append((label, n * h * w / 1e6, t, agree))
+        print(f"{label}: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items()) + "; max |map - flip_loss's|: "
+              + ", ".join(f"{k} {v:.2g}" for k, v in agree.items()), file=sys.stderr)
 
     load_after = os.getloadavg()[0]
     evaluator = importlib.metadata.version("flip-evaluator")
@@ -190,13 +197,17 @@ def main():
           "flip-evaluator fwd | speed-up vs evaluator (fwd) | separable fwd | separable fwd+bwd | "
           "speed-up vs separable (fwd+bwd) | reference.py fwd+bwd |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for label, mpix, t in rows:
+    for label, mpix, t, _ in rows:
         ref_cell = f"{t['ref_fb'] * 1e3:.0f} ms" if "ref_fb" in t else "-"
         print(f"| {label} | {t['ours_fwd'] * 1e3:.1f} ms | {t['ours_fb'] * 1e3:.1f} ms | "
               f"{t['ours_fb'] / t['ours_fwd']:.2f} | {mpix / t['ours_fb']:.1f} Mpixel/s | "
               f"{t['eval_fwd'] * 1e3:.1f} ms | {t['eval_fwd'] / t['ours_fwd']:.1f}x | "
               f"{t['sep_fwd'] * 1e3:.1f} ms | {t['sep_fb'] * 1e3:.1f} ms | {t['sep_fb'] / t['ours_fb']:.1f}x | "
               f"{ref_cell} |")
+
+    worst = {k: max(agree[k] for *_, agree in rows) for k in rows[0][3]}
+    print("\nLargest difference from flip_loss's map over these sizes: "
+          + ", ".join(f"{k} {v:.2g}" for k, v in worst.items()) + ".")
 
 
 if __name__ == "__main__":
