@@ -1,27 +1,51 @@
-"""CPU speed of LDR-FLIP: flip_loss (forward, forward+backward) against flip-evaluator's C++
-evaluate() and the pure-PyTorch reference, in the same run on the same cores.
+"""CPU speed of LDR-FLIP, side by side in one run on the same cores: flip_loss (forward,
+forward+backward), flip-evaluator's C++ evaluate() (forward), the separable pure-PyTorch FLIP of
+`torch_separable.py` (forward, forward+backward) and the pure-PyTorch oracle `reference.py`
+(forward+backward).
 
-    .venv/bin/python benchmarks/cpu_bench.py [--repeats 5] [--markdown]
+    .venv/bin/python benchmarks/cpu_bench.py [--repeats 5] [--sizes 512x512 1920x1080 ...]
+                                             [--skip-reference] [--threads N]
 
-Uses the 1920x1080 render in benchmarks/data if present, else the bundled example tiled up.
-Medians of `--repeats` runs after one warm-up; inputs rotate between two noise draws.
+Sizes: 512x512, 1920x1080, 3840x2160 (batch 1) and 8x256x256 (batch 8; flip-evaluator has no
+batch, so its figure is 8 calls in a loop). The image is the 1920x1080 render in ../shared if this
+checkout has it beside it, else the bundled example tiled up; 3840x2160 tiles it 2 x 2, and the
+batch takes eight different 256x256 crops. The test image adds Gaussian noise (sigma 0.03);
+inputs rotate between two noise draws. float32, gradient with respect to the test image.
+
+Every implementation is called once as a warm-up; then the repeats run round-robin (one call of
+each per round), so that a load change on a shared machine hits all of them alike. Figures are
+medians; reference.py, which is slow, runs max(1, repeats // 2) rounds. Each size also reports how
+far the separable and flip-evaluator maps are from flip_loss's (a check that all compute the same
+metric). The header gives the load average before and after: on cores that other work also uses,
+every multi-threaded implementation slows down, and the ones made of many small parallel ATen ops
+(separable, reference.py) most, so record figures on an otherwise idle machine.
 """
 import argparse
+import importlib.metadata
 import os
 import platform
 import statistics
 import sys
 import time
 
-import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
 import flip_loss  # noqa: E402
+import flip_loss.cli  # noqa: E402
 from flip_loss import reference as ref_impl  # noqa: E402
 from flip_loss.imageio import load_image  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+import torch_separable  # noqa: E402  (beside this script)
+
+# label -> (batch, height, width)
+SIZES = {
+    "512x512": (1, 512, 512),
+    "1920x1080": (1, 1080, 1920),
+    "3840x2160": (1, 2160, 3840),
+    "8x256x256": (8, 256, 256),
+}
 
 
 def source_image():
@@ -35,83 +59,155 @@ def source_image():
     return ex.repeat(*reps)[:, :1080, :1920].contiguous(), "bundled example tiled to 1920x1080"
 
 
-def pairs(img, h, w, n=2):
-    ref = img[:, :h, :w].contiguous()
+def reference_batch(img, n, h, w):
+    """n x 3 x h x w crops of ``img``, tiled up when it is smaller (3840x2160 from 1080p). Batch
+    images are different crops, row by row."""
+    _, ih, iw = img.shape
+    per_row = max(1, iw // w)
+    rows = -(-n // per_row)
+    img = img.repeat(1, -(-rows * h // ih), -(-min(n, per_row) * w // iw))
+    crops = [img[:, (i // per_row) * h:(i // per_row + 1) * h, (i % per_row) * w:(i % per_row + 1) * w]
+             for i in range(n)]
+    return torch.stack(crops).contiguous()
+
+
+def pairs(ref, n=2):
+    """``n`` (test, reference) pairs: the reference plus Gaussian noise, clamped to [0, 1]."""
     out = []
     for i in range(n):
         g = torch.Generator().manual_seed(i)
         test = (ref + 0.03 * torch.randn(ref.shape, generator=g)).clamp(0, 1)
-        out.append((test[None].contiguous(), ref[None].contiguous()))
+        out.append((test.contiguous(), ref))
     return out
 
 
-def timed(fn, inputs, repeats):
-    fn(*inputs[0])
-    times = []
+def to_numpy(pair):
+    """N x 3 x H x W tensors -> lists of H x W x 3 float32 arrays (flip-evaluator's layout)."""
+    return tuple([img.permute(1, 2, 0).numpy().copy() for img in x] for x in pair)
+
+
+def timed_round_robin(cases, repeats):
+    """``cases``: name -> (fn, inputs, rounds). One warm-up call each, then round-robin; returns
+    name -> median seconds."""
+    times = {name: [] for name in cases}
+    for fn, inputs, _ in cases.values():
+        fn(*inputs[0])
     for i in range(repeats):
-        args = inputs[i % len(inputs)]
-        t0 = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, (fn, inputs, rounds) in cases.items():
+            if i < rounds:
+                args = inputs[i % len(inputs)]
+                t0 = time.perf_counter()
+                fn(*args)
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    p.add_argument("--skip-reference", action="store_true", help="skip the slow pure-PyTorch reference")
-    args = p.parse_args()
-    import flip_evaluator
-
-    img, source = source_image()
-    ppd = flip_loss.DEFAULT_PPD
-    rows = []
-    for (h, w) in [(512, 512), (1080, 1920)]:
-        data = pairs(img, h, w)
-        np_data = [(t[0].permute(1, 2, 0).numpy().copy(), r[0].permute(1, 2, 0).numpy().copy()) for t, r in data]
-
-        def ours_fwd(t, r):
-            with torch.no_grad():
-                return flip_loss.ldr_flip(t, r, ppd)
-
-        def ours_fwd_bwd(t, r):
-            x = t.clone().requires_grad_()
-            flip_loss.ldr_flip(x, r, ppd).mean().backward()
-
-        def ref_fwd_bwd(t, r):
-            x = t.clone().requires_grad_()
-            ref_impl.ldr_flip(x, r, ppd).mean().backward()
-
-        def evaluator(t, r):
-            return flip_evaluator.evaluate(r, t, "LDR", inputsRGB=True, applyMagma=False, computeMeanError=False,
-                                           parameters={"ppd": ppd})
-
-        fwd = timed(ours_fwd, data, args.repeats)
-        fb = timed(ours_fwd_bwd, data, args.repeats)
-        ev = timed(evaluator, np_data, args.repeats)
-        ref = None if args.skip_reference else timed(ref_fwd_bwd, data, max(1, args.repeats // 2))
-        rows.append((f"{w}x{h}", fwd, fb, ev, ref))
-        print(f"{w}x{h}: forward {fwd * 1e3:.1f} ms, forward+backward {fb * 1e3:.1f} ms, "
-              f"flip-evaluator {ev * 1e3:.1f} ms" + (f", reference fwd+bwd {ref * 1e3:.1f} ms" if ref else ""),
-              file=sys.stderr)
-
+def machine():
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    print(f"\nMachine: {cpu}, {os.cpu_count()} logical cores, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), flip-evaluator {flip_evaluator.__name__} 1.7; image: {source}; "
-          f"ppd {ppd:.2f}; float32, batch 1; median of {args.repeats}; CPU kernels: "
-          f"{flip_loss._C.cpu_capability()}.\n")
-    print("| size | flip_loss forward | flip_loss fwd+bwd | flip-evaluator forward | speed-up (forward) | "
-          "fwd+bwd / forward | reference.py fwd+bwd |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for size, fwd, fb, ev, ref in rows:
-        print(f"| {size} | {fwd * 1e3:.1f} ms | {fb * 1e3:.1f} ms | {ev * 1e3:.1f} ms | {ev / fwd:.1f}x | "
-              f"{fb / fwd:.2f} | {'-' if ref is None else f'{ref * 1e3:.0f} ms'} |")
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(next(line.split()[1] for line in f if line.startswith("MemTotal")))
+        cpu += f", {kib / 2 ** 20:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        pass
+    return f"{cpu}, {os.cpu_count()} logical cores"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES), metavar="SIZE",
+                   help=f"a subset of {', '.join(SIZES)} (default: all)")
+    p.add_argument("--skip-reference", action="store_true", help="skip the slow pure-PyTorch reference.py")
+    p.add_argument("--threads", type=int, help="threads for torch and flip-evaluator (default: torch's default)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        # flip-evaluator's wheel carries its own OpenMP runtime, which reads this when it loads.
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import flip_evaluator
+    load_before = os.getloadavg()[0]
+
+    img, source = source_image()
+    ppd = flip_loss.DEFAULT_PPD
+
+    def ours_fwd(t, r):
+        with torch.no_grad():
+            return flip_loss.ldr_flip(t, r, ppd)
+
+    def ours_fwd_bwd(t, r):
+        x = t.clone().requires_grad_()
+        flip_loss.ldr_flip(x, r, ppd).mean().backward()
+
+    def separable_fwd(t, r):
+        with torch.no_grad():
+            return torch_separable.ldr_flip(t, r, ppd)
+
+    def separable_fwd_bwd(t, r):
+        x = t.clone().requires_grad_()
+        torch_separable.ldr_flip(x, r, ppd).mean().backward()
+
+    def reference_fwd_bwd(t, r):
+        x = t.clone().requires_grad_()
+        ref_impl.ldr_flip(x, r, ppd).mean().backward()
+
+    def evaluator_fwd(ts, rs):
+        return [flip_evaluator.evaluate(r, t, "LDR", inputsRGB=True, applyMagma=False, computeMeanError=False,
+                                        parameters={"ppd": ppd})[0] for t, r in zip(ts, rs)]
+
+    rows = []
+    for label in args.sizes:
+        n, h, w = SIZES[label]
+        data = pairs(reference_batch(img, n, h, w))
+        np_data = [to_numpy(pair) for pair in data]
+        cases = {
+            "ours_fwd": (ours_fwd, data, args.repeats),
+            "ours_fb": (ours_fwd_bwd, data, args.repeats),
+            "eval_fwd": (evaluator_fwd, np_data, args.repeats),
+            "sep_fwd": (separable_fwd, data, args.repeats),
+            "sep_fb": (separable_fwd_bwd, data, args.repeats),
+        }
+        if not args.skip_reference:
+            cases["ref_fb"] = (reference_fwd_bwd, data, max(1, args.repeats // 2))
+        t = timed_round_robin(cases, args.repeats)
+        # The same map from each, so that the times compare like with like.
+        ours = ours_fwd(*data[0])
+        agree = {"separable": (separable_fwd(*data[0]) - ours).abs().max().item(),
+                 "flip-evaluator": max(float(abs(e[..., 0] - o[0].numpy()).max())
+                                       for e, o in zip(evaluator_fwd(*np_data[0]), ours))}
+        rows.append((label, n * h * w / 1e6, t, agree))
+        print(f"{label}: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items()) + "; max |map - flip_loss's|: "
+              + ", ".join(f"{k} {v:.2g}" for k, v in agree.items()), file=sys.stderr)
+
+    load_after = os.getloadavg()[0]
+    evaluator = importlib.metadata.version("flip-evaluator")
+    evaluator_threads = os.environ.get("OMP_NUM_THREADS", "default")
+    print(f"\nMachine: {machine()}, load average {load_before:.1f} before, {load_after:.1f} after; "
+          f"torch {torch.__version__} (intra-op threads: {torch.get_num_threads()}); flip-evaluator {evaluator} "
+          f"(its own OpenMP runtime, threads: {evaluator_threads}) on the same cores; flip_loss CPU kernels: "
+          f"{flip_loss._C.cpu_capability()}. Image: {source}, test = reference + N(0, 0.03) noise; "
+          f"ppd {ppd:.2f}; float32; median of {args.repeats} after a warm-up"
+          + ("" if args.skip_reference else f" (reference.py: {max(1, args.repeats // 2)})") + ".\n")
+    print("| size | flip_loss fwd | flip_loss fwd+bwd | fwd+bwd / fwd | flip_loss fwd+bwd throughput | "
+          "flip-evaluator fwd | speed-up vs evaluator (fwd) | separable fwd | separable fwd+bwd | "
+          "speed-up vs separable (fwd+bwd) | reference.py fwd+bwd |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for label, mpix, t, _ in rows:
+        ref_cell = f"{t['ref_fb'] * 1e3:.0f} ms" if "ref_fb" in t else "-"
+        print(f"| {label} | {t['ours_fwd'] * 1e3:.1f} ms | {t['ours_fb'] * 1e3:.1f} ms | "
+              f"{t['ours_fb'] / t['ours_fwd']:.2f} | {mpix / t['ours_fb']:.1f} Mpixel/s | "
+              f"{t['eval_fwd'] * 1e3:.1f} ms | {t['eval_fwd'] / t['ours_fwd']:.1f}x | "
+              f"{t['sep_fwd'] * 1e3:.1f} ms | {t['sep_fb'] * 1e3:.1f} ms | {t['sep_fb'] / t['ours_fb']:.1f}x | "
+              f"{ref_cell} |")
+
+    worst = {k: max(agree[k] for *_, agree in rows) for k in rows[0][3]}
+    print("\nLargest difference from flip_loss's map over these sizes: "
+          + ", ".join(f"{k} {v:.2g}" for k, v in worst.items()) + ".")
 
 
 if __name__ == "__main__":
