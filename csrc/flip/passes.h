@@ -260,7 +260,9 @@ FLIP_HD void vt_pixel(const T* gpl, T* tpl, const Geometry& g, const TapsView<T>
   vt_values(g, t, [&](int q, const FilterView<T>& f, auto form) {
     return vsum_t<decltype(form)::value>(gpl + q * hw, g, y, x, f);
   }, v);
-  for (int q = 0; q < g.planes(); ++q) tpl[q * hw + p] = v[q];
+  FLIP_UNROLL
+  for (int q = 0; q < 7; ++q)  // a constant bound keeps v in registers
+    if (q < g.planes()) tpl[q * hw + p] = v[q];
 }
 
 // ---- HT pass -------------------------------------------------------------------------------
@@ -719,7 +721,9 @@ FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y
     vt_values(g, t, [&](int q, const FilterView<T>& f, auto form) {
       return tsum<decltype(form)::value>(in + q * rc + c, cols, y, g.h, f);
     }, v);
-    for (int q = 0; q < g.planes(); ++q) out[q * n + i] = v[q];
+    FLIP_UNROLL
+    for (int q = 0; q < 7; ++q)  // a constant bound keeps v in registers
+      if (q < g.planes()) out[q * n + i] = v[q];
   }
 }
 
