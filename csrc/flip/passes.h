@@ -2,14 +2,26 @@
 // host. A CUDA kernel calls one of them per thread (csrc/flip/cuda/); the test-only emulator
 // (tests/emulator) runs the very same functions in loops so that the CPU test suite checks the GPU
 // index math. The per-pixel code the CPU kernels share with them is in pixel.h and tonemap.h.
+// docs/algorithm.md §8.8 describes the three formulations and their memory.
 //
-// Passes (each a kernel launch; planes live in global memory, H x W each):
+// LDR-FLIP and HDR-FLIP (one launch per exposure, or two per exposure and band):
+//   fused forward   one block per kTileW x kTileH tile: input tile + R halo, horizontal and
+//                   vertical filters and the per-pixel tail in shared memory; writes the map only.
+//   tiled backward  per band of rows (plan_backward, scratch within kBackwardScratchBytes):
+//                   kernel 1 = the fused forward's phases + the per-pixel adjoint, writing the
+//                   gradient planes of the images whose gradient is wanted; kernel 2 = those planes'
+//                   tile + R halo, transposed vertical and horizontal filters in shared memory, the
+//                   chain to the input. Nothing runs for an image whose gradient is not wanted.
+// Row passes (every op's single stages, and LDR/HDR-FLIP where the tiles' shared memory does not
+// fit or FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1; each a launch; planes in global memory, H x W each):
 //   H   one block per (row, image, x-tile): phase 1 loads the tile and its halo into shared
 //       memory (converting the input), phase 2 writes the horizontal filter outputs.
 //   V   one thread per pixel: vertical filters of the H planes + the per-pixel tail.
 //   VT  one thread per pixel: transposed vertical filters of the gradient planes.
 //   HT  like H: transposed horizontal filters, then the chain back to the op's input.
 // Planes of one image: 0-3 CSF (Y, Cx, Cz1, Cz2), then 3 feature planes (g, dg, ddg) when present.
+// Every output value is written by one thread (HDR-FLIP's gradients: once per exposure, in order):
+// no atomics, the same result on every run.
 #pragma once
 
 #include <cstdint>

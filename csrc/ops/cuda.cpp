@@ -12,6 +12,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -83,9 +84,9 @@ flip::cuda::KernelTaps<T> kernel_taps(double ppd, const at::Tensor& like, cudaSt
 
 // FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 sends the LDR and HDR forwards and backwards through the row
 // passes (H, then V, with planes in global memory) even where the fused forward and the tiled
-// backward fit, which on current GPUs they do up to ppd ~230 in float32 (~140 in float64): a test
-// or sanitizer run (benchmarks/gpu_check.sh) reaches that fallback this way. Read once, at the
-// first call.
+// backward fit, which on an H100/H200 they do up to ppd ~244 and ~214 in float32 (~111 in
+// float64): a test or sanitizer run (benchmarks/gpu_check.sh) reaches that fallback this way. Read
+// once, at the first call.
 bool force_row_passes() {
   static const bool on = [] {
     const char* v = std::getenv("FLIP_LOSS_CUDA_FORCE_ROW_PASSES");
@@ -99,6 +100,18 @@ template <class T>
 bool use_fused_forward(const flip::cuda::KernelTaps<T>& taps) {
   const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
   return !force_row_passes() && flip::cuda::fused_smem_bytes<T>(taps.rmax) <= have;
+}
+
+// FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> replaces the tiled backward's scratch budget
+// (flip::kBackwardScratchBytes): with a small one, small images already take several bands, which
+// tests and sanitizer runs (benchmarks/gpu_check.sh) use to reach the band logic on a GPU. Read
+// once, at the first backward.
+int64_t backward_scratch_budget() {
+  static const int64_t bytes = [] {
+    const char* v = std::getenv("FLIP_LOSS_CUDA_BACKWARD_SCRATCH");
+    return v != nullptr && *v != '\0' ? std::max<int64_t>(1, std::atoll(v)) : flip::kBackwardScratchBytes;
+  }();
+  return bytes;
 }
 
 // The tiled backward (two kernels per band, scratch bounded by plan_backward) when the device offers
@@ -144,7 +157,7 @@ T* ptr(const at::Tensor& t) {
 template <class T>
 at::Tensor tiled_backward_scratch(flip::cuda::Params<T>& p, const at::Tensor& like) {
   const int wanted = (p.g_test != nullptr ? 1 : 0) | (p.g_ref != nullptr ? 2 : 0);
-  p.plan = flip::plan_backward(p.g, wanted, p.taps.rmax, sizeof(T));
+  p.plan = flip::plan_backward(p.g, wanted, p.taps.rmax, sizeof(T), backward_scratch_budget());
   auto scratch = at::empty({p.plan.scratch_elems(p.g)}, like.options());
   p.scratch = ptr<T>(scratch);
   return scratch;
