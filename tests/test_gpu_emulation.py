@@ -204,6 +204,36 @@ def test_tiled_hdr_backward_matches_cpu_kernels(ops, emulator, dtype, tm, budget
         check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), expected, dtype, mask)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("budget", ["one band", "row bands"])
+def test_tiled_hdr_backward_skips_tiles_an_exposure_does_not_win(ops, emulator, dtype, budget):
+    # Brightness rising 14 stops from left to right: each exposure wins in a vertical strip, so
+    # kernel 1 skips the forward of the 32 x 16 tiles outside it and kernel 2 the tiles whose halo
+    # (R = 3 at ppd 20) does not reach it. The gradients stay those of the CPU kernels and, bit for
+    # bit, of the row passes, which skip nothing.
+    g = torch.Generator().manual_seed(12)
+    ramp = torch.exp2(torch.linspace(-7, 7, 150, dtype=dtype))
+    ref = ramp * (0.5 + torch.rand(2, 3, 37, 150, generator=g, dtype=dtype))
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
+    ex = torch.tensor([[-5.0, -1.0, 3.0], [-3.0, 2.0, 2.0]], dtype=dtype)
+    counts = torch.tensor([3, 2])
+    index = ops.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)[2]
+
+    def skipped(i, halo):  # item 0's tile columns where exposure i won no pixel of the tiles + halo
+        won = (index[0, 0] == i).any(0)
+        assert won.any()
+        return [x0 for x0 in range(0, 150, 32) if not won[max(0, x0 - halo):x0 + 32 + halo].any()]
+
+    assert all(skipped(i, 3) for i in range(3))  # both kernels skip tiles of every exposure
+    grad = torch.rand(2, 1, 37, 150, generator=g, dtype=dtype)
+    scratch = ONE_BAND if budget == "one band" else SMALLEST
+    args = (grad, test, ref, ex, counts, index, 20.0, "aces", 1e-15)
+    expected = ops.hdr_flip_backward(*args, [True, True])
+    for mask in MASKS:
+        tiled = emulator.hdr_flip_backward_tiled(*args, mask, scratch)
+        check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), expected, dtype, mask)
+
+
 @pytest.mark.parametrize("shape", [(1, 3, 23, 31), (2, 3, 9, 50)], ids=str)
 def test_large_ppd_backward_matches_cpu_kernels(ops, emulator, shape):
     # ppd 300: radius 41, wider than these images; on a GPU such radii take the row passes (the

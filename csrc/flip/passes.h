@@ -11,7 +11,8 @@
 //                   kernel 1 = the fused forward's phases + the per-pixel adjoint, writing the
 //                   gradient planes of the images whose gradient is wanted; kernel 2 = those planes'
 //                   tile + R halo, transposed vertical and horizontal filters in shared memory, the
-//                   chain to the input. Nothing runs for an image whose gradient is not wanted.
+//                   chain to the input. Nothing runs for an image whose gradient is not wanted,
+//                   nor (HDR-FLIP) for a tile that the exposure won nowhere near (tile_won).
 // Row passes (every op's single stages, and LDR/HDR-FLIP where the tiles' shared memory does not
 // fit or FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1; each a launch; planes in global memory, H x W each):
 //   H   one block per (row, image, x-tile): phase 1 loads the tile and its halo into shared
@@ -690,6 +691,43 @@ FLIP_HD void tiled_tail_vjp(const Geometry& g, const BackwardBand& b, int64_t n,
     pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, gi, gFt, gFr, gft, gfr);
     if (out_t) store_pixel_gradients(out_t, stride, q, gFt, gft);
     if (out_r) store_pixel_gradients(out_r, stride, q, gFr, gfr);
+  }
+}
+
+// HDR-FLIP, one exposure i: whether this thread's share of the pixels in rows [y0 - halo, y0 +
+// kTileH + halo) within [r0, r1) and columns [x0 - halo, x0 + kTileW + halo) within the image won
+// exposure i (index: the item's map). The kernels OR it over the block: where no pixel of a tile
+// (kernel 1, halo 0) won it, the tile's gradient planes are exactly zero and kernel 1 writes them
+// without the forward (tiled_zero_planes); where no pixel of the tile and its R halo won it
+// (kernel 2, halo R), the tile's input gradient gains nothing and kernel 2 skips it. With
+// automatic exposures each pixel is won by one exposure, mostly in large regions, so most tiles
+// skip most exposures.
+FLIP_HD bool tile_won(const int32_t* index, const Geometry& g, int64_t i, int64_t y0, int64_t x0, int64_t r0,
+                      int64_t r1, int halo, int tid, int nthreads) {
+  const int rows = kTileH + 2 * halo, cols = kTileW + 2 * halo;
+  bool won = false;
+  for (int j = tid; j < rows * cols; j += nthreads) {
+    const int64_t y = y0 - halo + j / cols, x = x0 - halo + j % cols;
+    if (y >= r0 && y < r1 && x >= 0 && x < g.w && index[y * g.w + x] == i) won = true;
+  }
+  return won;
+}
+
+// Kernel 1 for a tile no pixel of which won this exposure: zero gradient planes, as the adjoint of
+// a zero incoming gradient gives, for the tile's pixels below b.g1.
+template <class T>
+FLIP_HD void tiled_zero_planes(const Geometry& g, const BackwardBand& b, int64_t n, int64_t y0, int64_t x0, int tid,
+                               int nthreads, T* scratch) {
+  const int64_t stride = b.plane_stride(g.w);
+  for (int i = tid; i < kTileH * kTileW; i += nthreads) {
+    const int64_t y = y0 + i / kTileW, x = x0 + i % kTileW;
+    if (y >= b.g1 || x >= g.w) continue;
+    const int64_t q = (y - b.g0) * g.w + x;
+    for (int im = 0; im < 2; ++im) {
+      if (((b.wanted >> im) & 1) == 0) continue;
+      T* planes = b.planes(scratch, n, im, g.w);
+      for (int c = 0; c < kGradPlanes; ++c) planes[c * stride + q] = T(0);
+    }
   }
 }
 

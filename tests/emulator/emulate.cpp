@@ -89,6 +89,15 @@ void run_tiled_band(const BackwardBand& b, const T* grad, const int32_t* index, 
     for (int64_t ty = 0; ty < tiled_grad_tiles_y(b); ++ty)
       for (int64_t x0 = 0; x0 < g.w; x0 += kTileW) {
         const int64_t y0 = b.g0 + ty * kTileH;
+        if (hdr) {  // __syncthreads_or in the kernel
+          bool won = false;
+          for (int tid = 0; tid < threads; ++tid)
+            won = tile_won(index + n * hw, g, hs.i, y0, x0, b.g0, b.g1, 0, tid, threads) || won;
+          if (!won) {
+            for (int tid = 0; tid < threads; ++tid) tiled_zero_planes(g, b, n, y0, x0, tid, threads, scratch);
+            continue;
+          }
+        }
         for (int im = 0; im < 2; ++im) {
           const T* src = (im == 0 ? test : ref) + n * 3 * hw;
           for (int tid = 0; tid < threads; ++tid)
@@ -112,6 +121,12 @@ void run_tiled_band(const BackwardBand& b, const T* grad, const int32_t* index, 
       const T* src = (im == 0 ? test : ref) + n * 3 * hw;
       for (int64_t y0 = b.y0; y0 < b.y1; y0 += kTileH)
         for (int64_t x0 = 0; x0 < g.w; x0 += kTileW) {
+          if (hdr) {
+            bool won = false;
+            for (int tid = 0; tid < threads; ++tid)
+              won = tile_won(index + n * hw, g, hs.i, y0, x0, b.g0, b.g1, R, tid, threads) || won;
+            if (!won) continue;
+          }
           for (int tid = 0; tid < threads; ++tid) tiled_load_t(gp, b, g, y0, x0, R, tid, threads, tsmem.data());
           for (int tid = 0; tid < threads; ++tid) tiled_vertical_t(g, t, y0, b.y1, R, tid, threads, tsmem.data());
           for (int tid = 0; tid < threads; ++tid)

@@ -60,10 +60,6 @@ __device__ T* shared_buffer() {
   return reinterpret_cast<T*>(smem_raw);
 }
 
-// The tiled kernels below build the taps' view (7 filters of 3 pointers: ~50 registers) for each
-// phase from their parameter-space argument instead of once per kernel, so that it is not held in
-// registers across phases and barriers (ptxas -v, sm_90, float32: the transposed kernel 234 -> 128
-// registers, kernel 1 126 -> 80).
 #define FLIP_GRID_STRIDE(i, total) \
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (total); i += (int64_t)gridDim.x * blockDim.x)
 
@@ -93,6 +89,11 @@ __global__ void __launch_bounds__(kBlock)
     }
   }
 }
+
+// The fused and tiled kernels build the taps' view (7 filters of 3 pointers: ~50 registers) for each
+// phase from their parameter-space argument instead of once per kernel, so that it is not held in
+// registers across phases and barriers (ptxas -v, sm_90, float32: the tiled transposed kernel
+// took 234 registers with one view per kernel, 128 this way; the fused forward 64, now 48).
 
 // mode is kSrgb/kLinear (LDR-FLIP: out is the map) or kHdr (one exposure of HDR-FLIP: out, emap
 // and index hold the running maximum).
@@ -127,10 +128,10 @@ __global__ void __launch_bounds__(kFusedThreads)
   }
 }
 
-// wanted: bit im set when image im's gradient is wanted (HT skips the others too).
 // Tiled backward, kernel 1 (passes.h): for each tile of band b's gradient-plane rows, the fused
 // forward of both images, then the adjoint into the wanted images' gradient planes in scratch.
-// mode as in fused_ldr_kernel (kHdr: exposure hs, gradient only where index names it).
+// mode as in fused_ldr_kernel (kHdr: exposure hs, gradient only where index names it; a tile
+// without such a pixel writes zero planes and skips the rest).
 template <class T>
 __global__ void __launch_bounds__(kFusedThreads)
     tiled_grad_kernel(const T* test, const T* ref, const T* grad, const int32_t* index, T* scratch, Geometry g,
@@ -147,6 +148,11 @@ __global__ void __launch_bounds__(kFusedThreads)
     const int64_t off = n * g.hw();
     for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
       const int64_t y0 = b.g0 + ty * kTileH;
+      if (hdr && !__syncthreads_or(tile_won(index + off, g, hs.i, y0, x0, b.g0, b.g1, 0, threadIdx.x,
+                                            kFusedThreads))) {
+        tiled_zero_planes(g, b, n, y0, x0, threadIdx.x, kFusedThreads, scratch);
+        continue;  // no shared memory touched: the next tile starts at a barrier too
+      }
       for (int im = 0; im < 2; ++im) {
         fused_load((im == 0 ? test : ref) + 3 * off, g, mode, y0, x0, R, threadIdx.x, kFusedThreads, smem, scale,
                    hs.tm);
@@ -165,11 +171,13 @@ __global__ void __launch_bounds__(kFusedThreads)
 
 // Tiled backward, kernel 2: for each tile of band b's output rows and each wanted image (z), the
 // gradient planes with their halo into shared memory, the transposed filters, the chain into
-// g_test / g_ref (kHdr: accumulated, one exposure per launch).
+// g_test / g_ref (kHdr: accumulated, one exposure per launch; a tile whose pixels and halo the
+// exposure won nowhere adds nothing and is skipped).
 template <class T>
 __global__ void __launch_bounds__(kFusedThreads)
-    tiled_transpose_kernel(const T* scratch, const T* test, const T* ref, T* g_test, T* g_ref, Geometry g,
-                           BackwardBand b, FLIP_GRID_CONSTANT const KernelTaps<T> taps, Input mode, HdrStep<T> hs) {
+    tiled_transpose_kernel(const T* scratch, const T* test, const T* ref, const int32_t* index, T* g_test, T* g_ref,
+                           Geometry g, BackwardBand b, FLIP_GRID_CONSTANT const KernelTaps<T> taps, Input mode,
+                           HdrStep<T> hs) {
   T* smem = shared_buffer<T>();
   const int R = taps.rmax;
   const int images = b.images();
@@ -189,6 +197,9 @@ __global__ void __launch_bounds__(kFusedThreads)
     T* out = (im == 0 ? g_test : g_ref) + n * 3 * g.hw();
     for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
       const int64_t y0 = b.y0 + ty * kTileH;
+      if (mode == Input::kHdr && !__syncthreads_or(tile_won(index + n * g.hw(), g, hs.i, y0, x0, b.g0, b.g1, R,
+                                                              threadIdx.x, kFusedThreads)))
+        continue;
       tiled_load_t(gp, b, g, y0, x0, R, threadIdx.x, kFusedThreads, smem);
       __syncthreads();
       tiled_vertical_t(g, taps.view(), y0, b.y1, R, threadIdx.x, kFusedThreads, smem);
@@ -200,6 +211,7 @@ __global__ void __launch_bounds__(kFusedThreads)
   }
 }
 
+// wanted: bit im set when image im's gradient is wanted (HT skips the others too).
 template <class T>
 __global__ void vt_kernel(const T* gplanes, T* tplanes, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps,
                           int wanted) {
@@ -372,8 +384,8 @@ void launch_tiled_band(const Params<T>& p, const BackwardBand& b, Input mode, Hd
   tiled_grad_kernel<T><<<tile_grid(p.g, tiled_grad_tiles_y(b), b.n1 - b.n0), kFusedThreads, smem1, s>>>(
       p.test, p.ref, p.grad, p.index, p.scratch, p.g, b, p.taps, mode, p.eps, p.k, hs);
   tiled_transpose_kernel<T><<<tile_grid(p.g, (b.y1 - b.y0 + kTileH - 1) / kTileH, (b.n1 - b.n0) * b.images()),
-                              kFusedThreads, smem2, s>>>(p.scratch, p.test, p.ref, p.g_test, p.g_ref, p.g, b, p.taps,
-                                                         mode, hs);
+                              kFusedThreads, smem2, s>>>(p.scratch, p.test, p.ref, p.index, p.g_test, p.g_ref, p.g, b,
+                                                         p.taps, mode, hs);
 }
 
 }  // namespace
