@@ -578,7 +578,7 @@ FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3]
 // other, into a scratch buffer. Kernel 2 (one block per tile and wanted image): the tile plus an
 // R-pixel halo of that image's gradient planes into shared memory, the transposed vertical filters
 // there, the transposed horizontal ones (ht_pixel), the chain to the input (ht_store).
-// Every gradient value is written by one thread, once (HDR-FLIP: once per exposure, in exposure
+// Every gradient value is written by one thread, once (HDR-FLIP: at most once per exposure, in exposure
 // order), so the result does not depend on scheduling.
 // The scratch holds one band: batch items [n0, n1) and output rows [y0, y1), whose transposed
 // filters read the gradient planes of rows [g0, g1) = [y0 - R, y1 + R) clipped to the image; kernel
