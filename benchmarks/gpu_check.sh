@@ -2,9 +2,11 @@
 # The first GPU run, in one command that fits in 10 minutes on one H200, build included:
 #   1. build for this GPU (TORCH_CUDA_ARCH_LIST=9.0 by default)
 #   2. the CUDA tests, once, with CUDA_LAUNCH_BLOCKING=1 (an error names the launch that failed)
-#   3. compute-sanitizer memcheck (twice: fused forward, forced row passes), racecheck, synccheck,
-#      initcheck on benchmarks/sanitize_case.py, with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that
-#      out-of-bounds accesses are not hidden inside the caching allocator's larger blocks
+#   3. compute-sanitizer memcheck (twice: fused forward and tiled backward, forced row passes),
+#      racecheck, synccheck, initcheck (with the tiled backward's scratch cut to 200 KB, so that
+#      every image takes several bands and a read of a gradient-plane row no band wrote shows) on
+#      benchmarks/sanitize_case.py, with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that out-of-bounds
+#      accesses are not hidden inside the caching allocator's larger blocks
 #   4. benchmarks/gpu_bench.py (back-to-back launches and graph replays, per-kernel profile)
 # Every step prints "== STEP name" first and one "RESULT name: ..." line, repeated in the summary.
 # Each step has its own time limit, so one hang cannot eat the others' time. Logs go to $OUT
@@ -81,7 +83,7 @@ if command -v compute-sanitizer > /dev/null; then
   sanitize memcheck_row_passes memcheck 90 FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1
   sanitize racecheck racecheck 100
   sanitize synccheck synccheck 60
-  sanitize initcheck initcheck 60
+  sanitize initcheck initcheck 60 FLIP_LOSS_CUDA_BACKWARD_SCRATCH=200000
 else
   result sanitizer "compute-sanitizer not installed (no verdict)"
 fi

@@ -1,9 +1,11 @@
 """A small CUDA workload for compute-sanitizer (memcheck, racecheck, synccheck, initcheck), run by
 benchmarks/gpu_check.sh: every op forward and backward in both dtypes on odd sizes that leave
 partial tiles, HDR-FLIP forward and backward, an image tall enough for the grid-striding loops,
-a non-default stream and a second GPU when there is one. With FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1
-(read once per process) the LDR/HDR forwards take the row-pass fallback instead of the fused
-kernel. Each section prints one labelled line when it is done."""
+a non-default stream and a second GPU when there is one. LDR/HDR-FLIP forwards take the fused
+kernel and backwards the tiled kernels (both gradients, and each alone); with
+FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 both take the row-pass fallback instead, and with
+FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> small, the tiled backward splits even these images into
+bands (both read once per process). Each section prints one labelled line when it is done."""
 import os
 import sys
 
@@ -24,7 +26,9 @@ def pair(shape, dtype, device, scale=1.0):
 
 def every_op(device, dtype, shape):
     a, b = pair(shape, dtype, device)
-    ops.ldr_flip(a, b, 67.0, "srgb", 1e-15).sum().backward()
+    out = ops.ldr_flip(a, b, 67.0, "srgb", 1e-15)
+    out.sum().backward()
+    ops.ldr_flip_backward(torch.ones_like(out), a.detach(), b.detach(), 67.0, "linear", 1e-15, [False, True])
     opp = ref_impl.linear_rgb_to_opponent(a.detach()).requires_grad_()
     ops.csf_filter(opp, 30.0).sum().backward()
     ops.hunt_hyab(a, b, 1e-15).sum().backward()
@@ -48,15 +52,19 @@ def section(name):
 
 
 row_passes = os.environ.get("FLIP_LOSS_CUDA_FORCE_ROW_PASSES") == "1"
+scratch = os.environ.get("FLIP_LOSS_CUDA_BACKWARD_SCRATCH")
 print(f"sanitize_case: forward path = {'row passes (forced)' if row_passes else 'fused where it fits'}")
+print(f"sanitize_case: backward path = {'row passes (forced)' if row_passes else 'tiled where it fits'}, "
+      f"scratch budget = {scratch + ' bytes' if scratch else 'default'}")
 for dtype in (torch.float32, torch.float64):
     for shape in [(2, 3, 37, 133), (1, 3, 3, 5)]:
         every_op("cuda", dtype, shape)
         hdr("cuda", dtype, shape)
 section("every op and HDR-FLIP, float32 and float64, partial tiles")
 
-# 70000 rows > 65535 grid rows: the H and HT passes stride over rows (the backward always uses them,
-# the forward too under FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1).
+# 70000 rows > 65535 grid rows: under FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 the H and HT passes stride
+# over rows; otherwise the fused forward and the tiled backward run 4375 tiles down the image (more
+# than 65535 tiles, 1.1 M rows, is tests/test_cuda.py's job: too slow under the sanitizers).
 a, b = pair((1, 3, 70000, 2), torch.float32, "cuda")
 ops.ldr_flip(a, b, 67.0, "srgb", 1e-15).sum().backward()
 section("tall image 1x3x70000x2 (grid-striding rows)")

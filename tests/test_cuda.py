@@ -224,3 +224,83 @@ def test_hdr_compile_reduce_overhead_given_exposures():
     eager.backward()
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(x.grad, xe.grad, rtol=1e-4, atol=1e-7)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mask", [[True, False], [False, True]], ids=["test only", "reference only"])
+def test_backward_of_one_image_matches_cpu(ops, dtype, mask):
+    # The tiled backward does no work for the image whose gradient is not asked: the other one's
+    # gradient still matches the CPU kernels, LDR and HDR (with the CPU's winning index).
+    a, b = inputs((2, 3, 37, 53), dtype)
+    w = torch.rand(2, 1, 37, 53, generator=torch.Generator().manual_seed(2), dtype=dtype)
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    args = (67.0, "srgb", 1e-15)
+    gc = ops.ldr_flip_backward(w.cuda(), a.cuda(), b.cuda(), *args, mask)
+    gh = ops.ldr_flip_backward(w, a, b, *args, [True, True])
+    for want, c, h in zip(mask, gc, gh):
+        assert c.numel() == (h.numel() if want else 0)
+        if want:
+            assert_close_to_cpu([c], [h], dtype, map_tol=tol)
+    ex = torch.tensor([[-2.0, 0.0, 1.5], [0.0, 1.0, 1.0]], dtype=dtype)
+    counts = torch.tensor([3, 2])
+    ha, hb = 4 * a, 4 * b
+    index = ops.hdr_flip(ha, hb, ex, counts, 30.0, "aces", 1e-15)[2]
+    gc = ops.hdr_flip_backward(w.cuda(), ha.cuda(), hb.cuda(), ex.cuda(), counts.cuda(), index.cuda(), 30.0, "aces",
+                               1e-15, mask)
+    gh = ops.hdr_flip_backward(w, ha, hb, ex, counts, index, 30.0, "aces", 1e-15, [True, True])
+    for want, c, h in zip(mask, gc, gh):
+        assert c.numel() == (h.numel() if want else 0)
+        if want:
+            assert_close_to_cpu([c], [h], dtype, map_tol=tol)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_large_ppd_backward_matches_cpu(ops, dtype):
+    # ppd 150 (radius 21): float32 still takes the fused forward and the tiled backward, float64's
+    # shared memory does not fit (over 227 KB per block), so it takes the row passes.
+    a, b = inputs((1, 3, 45, 70), dtype)
+    fn = lambda x, y: ops.ldr_flip(x, y, 150.0, "linear", 1e-15)  # noqa: E731
+    oc, gc = grads(fn, a.cuda(), b.cuda())
+    oh, gh = grads(fn, a, b)
+    assert_close_to_cpu([oc], [oh], dtype)
+    assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
+
+
+@needs_kernels
+@pytest.mark.parametrize("shape", [(1, 3, 1_100_000, 1), (65_600, 3, 2, 2)], ids=["tall", "many items"])
+def test_grid_striding_tiles_match_cpu(ops, shape):
+    # More than 65535 tiles down the grid's y (1.1 M rows, 68750 tiles of 16 rows, one band: a
+    # single-column image's gradient planes fit the scratch) or items along its z: the fused forward
+    # and both tiled backward kernels stride over them. Only the test image's gradient, as a loss has.
+    a, b = inputs(shape)
+    results = []
+    for x, y in ((a.cuda(), b.cuda()), (a, b)):
+        x = x.requires_grad_()
+        out = ops.ldr_flip(x, y, 67.0, "srgb", 1e-15)
+        (out * torch.linspace(-1, 1, out.numel(), device=out.device).view(out.shape)).sum().backward()
+        results.append((out.detach(), x.grad))
+    (oc, gc), (oh, gh) = results
+    assert_close_to_cpu([oc], [oh], torch.float32)
+    assert_close_to_cpu([gc], [gh], torch.float32, map_tol=1e-4)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_hdr_backward_skipping_tiles_matches_cpu(ops, dtype):
+    # Brightness rising 14 stops from left to right: each exposure wins in a vertical strip, and the
+    # tiled backward skips the tiles an exposure won nowhere near (tests/test_gpu_emulation.py checks
+    # that such tiles exist); the gradients through the CPU's index still match the CPU kernels.
+    g = torch.Generator().manual_seed(12)
+    ramp = torch.exp2(torch.linspace(-7, 7, 150, dtype=dtype))
+    ref = ramp * (0.5 + torch.rand(2, 3, 37, 150, generator=g, dtype=dtype))
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
+    ex = torch.tensor([[-5.0, -1.0, 3.0], [-3.0, 2.0, 2.0]], dtype=dtype)
+    counts = torch.tensor([3, 2])
+    index = ops.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)[2]
+    w = torch.rand(2, 1, 37, 150, generator=g, dtype=dtype)
+    gc = ops.hdr_flip_backward(w.cuda(), test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), index.cuda(), 20.0,
+                               "aces", 1e-15, [True, True])
+    gh = ops.hdr_flip_backward(w, test, ref, ex, counts, index, 20.0, "aces", 1e-15, [True, True])
+    assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)

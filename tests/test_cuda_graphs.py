@@ -203,27 +203,54 @@ def test_two_threads_with_different_ppd_launch_concurrently(ops):
     assert set(results) == set(cases)
 
 
+# Forward and backward of LDR and HDR-FLIP on the GPU against the CPU kernels, both gradients and
+# each alone; run in a fresh process under an environment switch that picks the GPU formulation.
+CHECK_EVERY_PATH = """
+    import torch
+    import flip_loss
+    ops = torch.ops.flip
+    g = torch.Generator().manual_seed(8)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.rand(2, 3, 37, 71, generator=g, dtype=dtype)
+        y = torch.rand(2, 3, 37, 71, generator=g, dtype=dtype)
+        w = torch.rand(2, 1, 37, 71, generator=g, dtype=dtype)
+        tol = 1e-5 if dtype == torch.float32 else 1e-10
+        gtol = 1e-4 if dtype == torch.float32 else 1e-10
+        torch.testing.assert_close(ops.ldr_flip(x.cuda(), y.cuda(), 67.0, "srgb", 0.0).cpu(),
+                                   ops.ldr_flip(x, y, 67.0, "srgb", 0.0), rtol=tol, atol=tol)
+        ex = torch.tensor([[-1.0, 0.5, 2.0], [0.0, 1.0, 0.0]], dtype=dtype)
+        counts = torch.tensor([3, 2])
+        hx, hy = 4 * x, 4 * y
+        mc = ops.hdr_flip(hx.cuda(), hy.cuda(), ex.cuda(), counts.cuda(), 67.0, "aces", 0.0)[0]
+        mh, _, index = ops.hdr_flip(hx, hy, ex, counts, 67.0, "aces", 0.0)
+        torch.testing.assert_close(mc.cpu(), mh, rtol=tol, atol=tol)
+        ldr_cpu = ops.ldr_flip_backward(w, x, y, 67.0, "srgb", 1e-15, [True, True])
+        hdr_cpu = ops.hdr_flip_backward(w, hx, hy, ex, counts, index, 67.0, "aces", 1e-15, [True, True])
+        for mask in ([True, True], [True, False], [False, True]):
+            ldr = ops.ldr_flip_backward(w.cuda(), x.cuda(), y.cuda(), 67.0, "srgb", 1e-15, mask)
+            hdr = ops.hdr_flip_backward(w.cuda(), hx.cuda(), hy.cuda(), ex.cuda(), counts.cuda(), index.cuda(),
+                                        67.0, "aces", 1e-15, mask)
+            for got, want in ((ldr, ldr_cpu), (hdr, hdr_cpu)):
+                for m, c, h in zip(mask, got, want):
+                    assert c.numel() == (h.numel() if m else 0)
+                    if m:
+                        scale = max(h.abs().max().item(), 1.0)
+                        assert (c.cpu() - h).abs().max().item() <= gtol * scale
+    print("ok")
+"""
+
+
 @needs_kernels
-def test_row_pass_forward_matches_cpu_when_forced():
-    # FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 (read once per process) sends LDR and HDR forwards through
-    # the H + V passes that otherwise only serve very large ppd.
-    out = run_fresh("""
-        import torch
-        import flip_loss
-        ops = torch.ops.flip
-        g = torch.Generator().manual_seed(8)
-        for dtype in (torch.float32, torch.float64):
-            x = torch.rand(2, 3, 37, 71, generator=g, dtype=dtype)
-            y = torch.rand(2, 3, 37, 71, generator=g, dtype=dtype)
-            tol = 1e-5 if dtype == torch.float32 else 1e-10
-            torch.testing.assert_close(ops.ldr_flip(x.cuda(), y.cuda(), 67.0, "srgb", 0.0).cpu(),
-                                       ops.ldr_flip(x, y, 67.0, "srgb", 0.0), rtol=tol, atol=tol)
-            ex = torch.tensor([[-1.0, 0.5, 2.0], [0.0, 1.0, 0.0]], dtype=dtype)
-            counts = torch.tensor([3, 2])
-            hx, hy = 4 * x, 4 * y
-            mc = ops.hdr_flip(hx.cuda(), hy.cuda(), ex.cuda(), counts.cuda(), 67.0, "aces", 0.0)[0]
-            mh = ops.hdr_flip(hx, hy, ex, counts, 67.0, "aces", 0.0)[0]
-            torch.testing.assert_close(mc.cpu(), mh, rtol=tol, atol=tol)
-        print("ok")
-    """, env_extra={"FLIP_LOSS_CUDA_FORCE_ROW_PASSES": "1"})
+def test_row_passes_match_cpu_when_forced():
+    # FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 (read once per process) sends LDR and HDR forwards and
+    # backwards through the H + V (+ VT + HT) passes that otherwise only serve very large ppd.
+    out = run_fresh(CHECK_EVERY_PATH, env_extra={"FLIP_LOSS_CUDA_FORCE_ROW_PASSES": "1"})
+    assert out.split() == ["ok"]
+
+
+@needs_kernels
+def test_tiled_backward_in_small_bands_matches_cpu():
+    # FLIP_LOSS_CUDA_BACKWARD_SCRATCH (bytes, read once per process) shrinks the tiled backward's
+    # scratch: 20000 bytes cut these images into 16-row bands, one item each, with their halo rows.
+    out = run_fresh(CHECK_EVERY_PATH, env_extra={"FLIP_LOSS_CUDA_BACKWARD_SCRATCH": "20000"})
     assert out.split() == ["ok"]

@@ -39,6 +39,9 @@ def test_ldr_flip_passes_match_cpu_kernels(ops, emulator, dtype, shape, ppd):
         g_test, g_ref = emulator.ldr_flip_backward(g, a, b, ppd, space, 1e-15, [True, False])
         assert g_ref.numel() == 0
         close(g_test, expected[0], dtype, grad=True)
+        g_test, g_ref = emulator.ldr_flip_backward(g, a, b, ppd, space, 1e-15, [False, True])
+        assert g_test.numel() == 0
+        close(g_ref, expected[1], dtype, grad=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -109,3 +112,159 @@ def test_fused_hdr_forward_matches_cpu_kernels(ops, emulator, dtype, tm):
     got = emulator.hdr_flip_fused(test, ref, ex, counts, 30.0, tm, 1e-15)
     close(got[0], expected[0], dtype)
     assert (got[2] != expected[2]).float().mean() < 1e-3  # float32 near-ties may pick the other exposure
+
+
+# ---- the tiled backward (passes.h: kernel 1 = fused forward + adjoint into banded gradient planes,
+# kernel 2 = transposed filters on a tile + halo in shared memory) ----
+
+MASKS = [[True, True], [True, False], [False, True]]
+ONE_BAND = 1 << 25  # the kernels' budget: every case below fits in one band
+SMALLEST = 1  # bands of kTileH = 16 output rows, one batch item each
+
+
+def one_item_budget(shape, dtype, images=2):
+    # The scratch of one whole item: 7 gradient planes per wanted image (docs/algorithm.md §8.8).
+    return images * 7 * shape[2] * shape[3] * torch.finfo(dtype).bits // 8
+
+
+def check_tiled(tiled, rows, expected, dtype, mask):
+    """Gradients of the tiled backward for `mask`: empty where not wanted, else the CPU kernels'
+    (within the tolerance) and bit for bit the row passes' (`rows`, same mask): the tiles compute the
+    same sums in the same order, so a tile, band or halo mistake cannot hide in the tolerance."""
+    for want, x, r, y in zip(mask, tiled, rows, expected):
+        if not want:
+            assert x.numel() == 0
+            continue
+        close(x, y, dtype, grad=True)
+        assert torch.equal(x, r)
+
+
+TILED_SHAPES = SHAPES + [(2, 3, 70, 45), (1, 3, 17, 65)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape", TILED_SHAPES, ids=str)
+@pytest.mark.parametrize("ppd", [10.0, 67.0])
+@pytest.mark.parametrize("budget", ["one band", "row bands", "item bands"])
+def test_tiled_backward_matches_cpu_kernels(ops, emulator, dtype, shape, ppd, budget):
+    scratch = {"one band": ONE_BAND, "row bands": SMALLEST, "item bands": one_item_budget(shape, dtype)}[budget]
+    a, b = inputs(shape, dtype, seed=6)
+    g = torch.rand(shape[0], 1, *shape[2:], generator=torch.Generator().manual_seed(7), dtype=dtype)
+    for space in ("srgb", "linear"):
+        expected = ops.ldr_flip_backward(g, a, b, ppd, space, 1e-15, [True, True])
+        for mask in MASKS:
+            tiled = emulator.ldr_flip_backward_tiled(g, a, b, ppd, space, 1e-15, mask, scratch)
+            check_tiled(tiled, emulator.ldr_flip_backward(g, a, b, ppd, space, 1e-15, mask), expected, dtype, mask)
+
+
+def test_tiled_backward_plan_has_the_bands_the_tests_ask_for(emulator):
+    # The budgets above do split the work: several 16-row bands, or one item per band.
+    plan = emulator.backward_plan(2, 70, 45, 3, 67.0, 8, SMALLEST).tolist()
+    assert plan[:2] == [1, 16] and plan[3:] == [2, 5]
+    plan = emulator.backward_plan(2, 70, 45, 3, 67.0, 8, one_item_budget((2, 3, 70, 45), torch.float64)).tolist()
+    assert plan == [1, 70, 70, 2, 1]
+
+
+def test_tiled_backward_halo_crosses_tiles_and_bands(ops, emulator):
+    # One pixel's incoming gradient, on the last row of a 16-row band and the last column of a
+    # 32-wide tile: its input gradient spreads R = 10 pixels into the next band and the next tile,
+    # which only the halos (the next band's recomputed rows above it, kernel 2's R-pixel ring)
+    # carry there.
+    a, b = inputs((1, 3, 70, 75), torch.float64, seed=8)
+    g = torch.zeros(1, 1, 70, 75, dtype=torch.float64)
+    g[0, 0, 31, 31] = 1.0
+    expected = ops.ldr_flip_backward(g, a, b, 67.0, "srgb", 1e-15, [True, True])
+    for budget in (SMALLEST, ONE_BAND):
+        tiled = emulator.ldr_flip_backward_tiled(g, a, b, 67.0, "srgb", 1e-15, [True, True], budget)
+        for x, y in zip(tiled, expected):
+            close(x, y, torch.float64, grad=True)
+            reach = x[0].abs().sum(0) != 0
+            assert reach[21:42, 21:42].all() and not reach[:21].any() and not reach[42:].any()
+            assert not reach[:, :21].any() and not reach[:, 42:].any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("tm", ["aces", "hable", "reinhard"])
+@pytest.mark.parametrize("budget", ["one band", "row bands"])
+def test_tiled_hdr_backward_matches_cpu_kernels(ops, emulator, dtype, tm, budget):
+    g = torch.Generator().manual_seed(9)
+    ref = torch.exp2(6 * torch.rand(2, 3, 37, 70, generator=g, dtype=dtype) - 3)
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
+    # Three exposures, item 1 uses two: the gradient sums over exposures, band by band.
+    ex = torch.tensor([[-2.0, 0.0, 1.5], [0.0, 1.0, 1.0]], dtype=dtype)
+    counts = torch.tensor([3, 2])
+    index = ops.hdr_flip(test, ref, ex, counts, 20.0, tm, 1e-15)[2]
+    assert len(set(index.unique().tolist()) - {-1}) == 3  # every exposure wins somewhere
+    grad = torch.rand(2, 1, 37, 70, generator=g, dtype=dtype)
+    scratch = ONE_BAND if budget == "one band" else SMALLEST
+    args = (grad, test, ref, ex, counts, index, 20.0, tm, 1e-15)
+    expected = ops.hdr_flip_backward(*args, [True, True])
+    for mask in MASKS:
+        tiled = emulator.hdr_flip_backward_tiled(*args, mask, scratch)
+        check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), expected, dtype, mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("budget", ["one band", "row bands"])
+def test_tiled_hdr_backward_skips_tiles_an_exposure_does_not_win(ops, emulator, dtype, budget):
+    # Brightness rising 14 stops from left to right: each exposure wins in a vertical strip, so
+    # kernel 1 skips the forward of the 32 x 16 tiles outside it and kernel 2 the tiles whose halo
+    # (R = 3 at ppd 20) does not reach it. The gradients stay those of the CPU kernels and, bit for
+    # bit, of the row passes, which skip nothing.
+    g = torch.Generator().manual_seed(12)
+    ramp = torch.exp2(torch.linspace(-7, 7, 150, dtype=dtype))
+    ref = ramp * (0.5 + torch.rand(2, 3, 37, 150, generator=g, dtype=dtype))
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
+    ex = torch.tensor([[-5.0, -1.0, 3.0], [-3.0, 2.0, 2.0]], dtype=dtype)
+    counts = torch.tensor([3, 2])
+    index = ops.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)[2]
+
+    def skipped(i, halo):  # item 0's tile columns where exposure i won no pixel of the tiles + halo
+        won = (index[0, 0] == i).any(0)
+        assert won.any()
+        return [x0 for x0 in range(0, 150, 32) if not won[max(0, x0 - halo):x0 + 32 + halo].any()]
+
+    assert all(skipped(i, 3) for i in range(3))  # both kernels skip tiles of every exposure
+    grad = torch.rand(2, 1, 37, 150, generator=g, dtype=dtype)
+    scratch = ONE_BAND if budget == "one band" else SMALLEST
+    args = (grad, test, ref, ex, counts, index, 20.0, "aces", 1e-15)
+    expected = ops.hdr_flip_backward(*args, [True, True])
+    for mask in MASKS:
+        tiled = emulator.hdr_flip_backward_tiled(*args, mask, scratch)
+        check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), expected, dtype, mask)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 23, 31), (2, 3, 9, 50)], ids=str)
+def test_large_ppd_backward_matches_cpu_kernels(ops, emulator, shape):
+    # ppd 300: radius 41, wider than these images; on a GPU such radii take the row passes (the
+    # tiled kernels' shared memory does not fit), here both formulations run.
+    a, b = inputs(shape, torch.float64, seed=10)
+    g = torch.rand(shape[0], 1, *shape[2:], generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    expected = ops.ldr_flip_backward(g, a, b, 300.0, "srgb", 1e-15, [True, True])
+    for mask in MASKS:
+        rows = emulator.ldr_flip_backward(g, a, b, 300.0, "srgb", 1e-15, mask)
+        for want, x, y in zip(mask, rows, expected):
+            if want:
+                close(x, y, torch.float64, grad=True)
+        tiled = emulator.ldr_flip_backward_tiled(g, a, b, 300.0, "srgb", 1e-15, mask, SMALLEST)
+        check_tiled(tiled, rows, expected, torch.float64, mask)
+
+
+def radius(ppd):
+    return max(ref_impl.csf_taps(ppd)["radius"], ref_impl.feature_taps(ppd)["radius"])
+
+
+@pytest.mark.parametrize("n, h, w, wanted, elem", [
+    (1, 1080, 1920, 1, 4), (1, 1080, 1920, 3, 4), (1, 1080, 1920, 2, 8), (8, 512, 512, 3, 4),
+    (1, 2160, 3840, 3, 4), (64, 256, 256, 1, 4), (1, 70000, 2, 1, 4), (3, 5, 7, 3, 8)])
+def test_backward_plan_bounds_the_scratch_and_covers_the_batch(emulator, n, h, w, wanted, elem):
+    # The memory promise (docs/algorithm.md §8.8): the gradient planes of a band stay within the
+    # 32 MiB budget, whatever the image size and batch; bands cover every item and row, each with
+    # the R rows of gradient planes above and below that the transposed filters read.
+    ppd = 67.02
+    items, rows, buffer_rows, item_bands, row_bands = emulator.backward_plan(n, h, w, wanted, ppd, elem).tolist()
+    images = bin(wanted).count("1")
+    assert items * images * 7 * buffer_rows * w * elem <= ONE_BAND
+    assert (item_bands - 1) * items < n <= item_bands * items
+    assert (row_bands - 1) * rows < h <= row_bands * rows
+    assert buffer_rows == (h if row_bands == 1 else min(h, rows + 2 * radius(ppd)))

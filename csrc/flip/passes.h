@@ -2,17 +2,31 @@
 // host. A CUDA kernel calls one of them per thread (csrc/flip/cuda/); the test-only emulator
 // (tests/emulator) runs the very same functions in loops so that the CPU test suite checks the GPU
 // index math. The per-pixel code the CPU kernels share with them is in pixel.h and tonemap.h.
+// docs/algorithm.md §8.8 describes the three formulations and their memory.
 //
-// Passes (each a kernel launch; planes live in global memory, H x W each):
+// LDR-FLIP and HDR-FLIP (one launch per exposure, or two per exposure and band):
+//   fused forward   one block per kTileW x kTileH tile: input tile + R halo, horizontal and
+//                   vertical filters and the per-pixel tail in shared memory; writes the map only.
+//   tiled backward  per band of rows (plan_backward, scratch within kBackwardScratchBytes):
+//                   kernel 1 = the fused forward's phases + the per-pixel adjoint, writing the
+//                   gradient planes of the images whose gradient is wanted; kernel 2 = those planes'
+//                   tile + R halo, transposed vertical and horizontal filters in shared memory, the
+//                   chain to the input. Nothing runs for an image whose gradient is not wanted,
+//                   nor (HDR-FLIP) for a tile that the exposure won nowhere near (tile_won).
+// Row passes (every op's single stages, and LDR/HDR-FLIP where the tiles' shared memory does not
+// fit or FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1; each a launch; planes in global memory, H x W each):
 //   H   one block per (row, image, x-tile): phase 1 loads the tile and its halo into shared
 //       memory (converting the input), phase 2 writes the horizontal filter outputs.
 //   V   one thread per pixel: vertical filters of the H planes + the per-pixel tail.
 //   VT  one thread per pixel: transposed vertical filters of the gradient planes.
 //   HT  like H: transposed horizontal filters, then the chain back to the op's input.
 // Planes of one image: 0-3 CSF (Y, Cx, Cz1, Cz2), then 3 feature planes (g, dg, ddg) when present.
+// Every output value is written by one thread (HDR-FLIP's gradients: once per exposure, in order):
+// no atomics, the same result on every run.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "filters.h"
 #include "pixel.h"
@@ -222,27 +236,46 @@ FLIP_HD T vsum_t(const T* gp, const Geometry& g, int64_t y, int64_t x, const Fil
   return acc;
 }
 
-// Gradient planes (per image: CSF gF0..2 at 0-2 when csf; feature gdx, gdy, gddx, gddy after)
-// -> transposed-vertical planes (per image: CSF t0..t3 at 0-3; feature A, B, C after), pixel (y, x).
-template <class T>
-FLIP_HD void vt_pixel(const T* gpl, T* tpl, const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x) {
-  const int64_t hw = g.hw(), p = y * g.w + x;
+// Selects a filter form at compile time through an argument (the VSum functors below).
+template <Form F>
+using FormTag = std::integral_constant<Form, F>;
+
+// The transposed vertical filters of one pixel (docs/algorithm.md §8.2): from the gradient planes
+// (per image: CSF gF0..2 at 0-2 when csf; feature gdx, gdy, gddx, gddy after) to the
+// transposed-vertical values (CSF t0..t3 at 0-3; feature A, B, C after), in g.planes() values.
+// vsum(q, f, FormTag<F>{}) is the transposed vertical correlation of gradient plane q with f in
+// form F at the pixel: the row passes read global memory (vt_pixel), the tiled backward a tile in
+// shared memory (tiled_vertical_t).
+template <class T, class VSum>
+FLIP_HD void vt_values(const Geometry& g, const TapsView<T>& t, const VSum& vsum, T v[7]) {
   int gi = 0;
   if (g.csf) {
-    tpl[p] = vsum_t(gpl, g, y, x, t.y);
-    tpl[hw + p] = vsum_t(gpl + hw, g, y, x, t.cx);
-    tpl[2 * hw + p] = vsum_t(gpl + 2 * hw, g, y, x, t.cz1);
-    tpl[3 * hw + p] = vsum_t(gpl + 2 * hw, g, y, x, t.cz2);
+    v[0] = vsum(0, t.y, FormTag<Form::kPlain>{});
+    v[1] = vsum(1, t.cx, FormTag<Form::kPlain>{});
+    v[2] = vsum(2, t.cz1, FormTag<Form::kPlain>{});
+    v[3] = vsum(2, t.cz2, FormTag<Form::kPlain>{});
     gi = 3;
   }
   if (g.feat) {
-    const T *gdx = gpl + gi * hw, *gdy = gdx + hw, *gddx = gdx + 2 * hw, *gddy = gdx + 3 * hw;
-    T* f = tpl + g.feat0() * hw;
-    f[p] = vsum_t(gdx, g, y, x, t.g);        // A: to be dg-transposed
-    f[hw + p] = vsum_t(gddx, g, y, x, t.g);  // B: to be ddg-transposed
-    f[2 * hw + p] = vsum_t<Form::kOdd>(gdy, g, y, x, t.dg) +       // C: to be g-transposed
-                    vsum_t<Form::kCentred>(gddy, g, y, x, t.ddg);
+    T* f = v + g.feat0();
+    f[0] = vsum(gi, t.g, FormTag<Form::kPlain>{});      // A = V_g^T gdx: to be dg-transposed
+    f[1] = vsum(gi + 2, t.g, FormTag<Form::kPlain>{});  // B = V_g^T gddx: to be ddg-transposed
+    f[2] = vsum(gi + 1, t.dg, FormTag<Form::kOdd>{}) +  // C: to be g-transposed
+           vsum(gi + 3, t.ddg, FormTag<Form::kCentred>{});
   }
+}
+
+// The row passes' VT: gradient planes gpl -> transposed-vertical planes tpl of one image, pixel (y, x).
+template <class T>
+FLIP_HD void vt_pixel(const T* gpl, T* tpl, const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x) {
+  const int64_t hw = g.hw(), p = y * g.w + x;
+  T v[7];
+  vt_values(g, t, [&](int q, const FilterView<T>& f, auto form) {
+    return vsum_t<decltype(form)::value>(gpl + q * hw, g, y, x, f);
+  }, v);
+  FLIP_UNROLL
+  for (int q = 0; q < 7; ++q)  // a constant bound keeps v in registers
+    if (q < g.planes()) tpl[q * hw + p] = v[q];
 }
 
 // ---- HT pass -------------------------------------------------------------------------------
@@ -262,17 +295,39 @@ FLIP_HD void ht_load(const T* tpl, const Geometry& g, int64_t y, int64_t x0, int
   }
 }
 
-// Transposed horizontal correlation at column x; c points at x's sample in a zero-padded row
-// whose sample for column j is row0[j] (valid for j within the tile).
+// Transposed clamp-to-edge correlation at position pos of a line of len samples (a row, stride 1,
+// or a column of a tile, stride = the tile's width): the filter in its form on the reversed
+// samples, plus the samples the forward clamped onto the first and last positions. c points at
+// pos's sample; the samples around it are zero outside the line, and at pos == 0 (len - 1) the
+// line's first (last) r samples follow (precede) c, so no pointer outside the buffer is formed.
 template <Form F = Form::kPlain, class T>
-FLIP_HD T hsum_t(const T* c, const T* row0, int64_t x, int64_t W, const FilterView<T>& f) {
-  T acc = correlate<F>(f, [c](int k) { return c[-k]; });
-  const int64_t m = f.r < W ? f.r : W;
-  if (x == 0)
-    for (int64_t i = 0; i < m; ++i) acc += f.left[i] * row0[i];
-  if (x == W - 1)
-    for (int64_t d = 0; d < m; ++d) acc += f.right[d] * row0[W - 1 - d];
+FLIP_HD T tsum(const T* c, int stride, int64_t pos, int64_t len, const FilterView<T>& f) {
+  T acc = correlate<F>(f, [c, stride](int k) { return c[-k * stride]; });
+  const int64_t m = f.r < len ? f.r : len;
+  if (pos == 0)
+    for (int64_t i = 0; i < m; ++i) acc += f.left[i] * c[i * stride];
+  if (pos == len - 1)
+    for (int64_t d = 0; d < m; ++d) acc += f.right[d] * c[-d * stride];
   return acc;
+}
+
+// The transposed horizontal filters of one pixel: gradient w.r.t. the opponent channels (g_opp,
+// CSF) and the achromatic channel (g_yh, features) at column x from the 7 transposed-vertical
+// rows (CSF t0..t3, then feature A, B, C; plane q at s + q * L, c the column's offset in them).
+template <class T>
+FLIP_HD void ht_pixel(const Geometry& g, const TapsView<T>& t, const T* s, int L, int c, int64_t x, T g_opp[3],
+                      T& g_yh) {
+  g_opp[0] = g_opp[1] = g_opp[2] = g_yh = T(0);
+  if (g.csf) {
+    g_opp[0] = tsum(s + c, 1, x, g.w, t.y);
+    g_opp[1] = tsum(s + L + c, 1, x, g.w, t.cx);
+    g_opp[2] = tsum(s + 2 * L + c, 1, x, g.w, t.cz1) + tsum(s + 3 * L + c, 1, x, g.w, t.cz2);
+  }
+  if (g.feat) {
+    const T* f = s + g.feat0() * L;
+    g_yh = tsum<Form::kOdd>(f + c, 1, x, g.w, t.dg) + tsum<Form::kCentred>(f + L + c, 1, x, g.w, t.ddg) +
+           tsum(f + 2 * L + c, 1, x, g.w, t.g);
+  }
 }
 
 // Phase 2: gradient w.r.t. the opponent channels (g_opp, CSF) and the achromatic channel (g_yh,
@@ -282,21 +337,7 @@ FLIP_HD bool ht_compute(const Geometry& g, const TapsView<T>& t, int64_t x0, int
                         T g_opp[3], T& g_yh) {
   const int64_t x = x0 + tid;
   if (x >= g.w) return false;
-  const int L = B + 2 * R, c = tid + R;
-  const int64_t origin = x0 - R;  // column of smem[0]
-  g_opp[0] = g_opp[1] = g_opp[2] = g_yh = T(0);
-  if (g.csf) {
-    g_opp[0] = hsum_t(smem + c, smem - origin, x, g.w, t.y);
-    g_opp[1] = hsum_t(smem + L + c, smem + L - origin, x, g.w, t.cx);
-    g_opp[2] = hsum_t(smem + 2 * L + c, smem + 2 * L - origin, x, g.w, t.cz1) +
-               hsum_t(smem + 3 * L + c, smem + 3 * L - origin, x, g.w, t.cz2);
-  }
-  if (g.feat) {
-    const T* s = smem + g.feat0() * L;
-    g_yh = hsum_t<Form::kOdd>(s + c, s - origin, x, g.w, t.dg) +
-           hsum_t<Form::kCentred>(s + L + c, s + L - origin, x, g.w, t.ddg) +
-           hsum_t(s + 2 * L + c, s + 2 * L - origin, x, g.w, t.g);
-  }
+  ht_pixel(g, t, smem, B + 2 * R, tid + R, x, g_opp, g_yh);
   return true;
 }
 
@@ -446,6 +487,20 @@ FLIP_HD void fused_horizontal(const TapsView<T>& t, int R, int tid, int nthreads
   }
 }
 
+// Where phase 3 puts image im's vertical outputs (7 planes of kTileH x kTileW), and the values of
+// tile pixel i there: filtered colour F and feature responses f.
+FLIP_HD int fused_vertical_offset(int R, int im) {
+  return 4 * fused_rows(R) * fused_cols(R) + 7 * fused_rows(R) * kTileW + im * 7 * kTileH * kTileW;
+}
+template <class T>
+FLIP_HD void fused_values(const T* v, int i, T F[3], Features<T>& f) {
+  constexpr int np = kTileH * kTileW;
+  F[0] = v[i];
+  F[1] = v[np + i];
+  F[2] = v[2 * np + i];
+  f = Features<T>{v[3 * np + i], v[4 * np + i], v[5 * np + i], v[6 * np + i]};
+}
+
 template <Form F = Form::kPlain, class T>
 FLIP_HD T vsum_tile(const T* h, const FilterView<T>& f) {  // h points at the centre row's sample
   return correlate<F>(f, [h](int k) { return h[k * kTileW]; });
@@ -456,7 +511,7 @@ template <class T>
 FLIP_HD void fused_vertical(const TapsView<T>& t, int R, int im, int tid, int nthreads, T* smem) {
   const int rows = fused_rows(R), cols = fused_cols(R), n = rows * kTileW, np = kTileH * kTileW;
   const T* h = smem + 4 * rows * cols;
-  T* v = smem + 4 * rows * cols + 7 * n + im * 7 * np;
+  T* v = smem + fused_vertical_offset(R, im);
   for (int i = tid; i < np; i += nthreads) {
     const int c = (i / kTileW + R) * kTileW + i % kTileW;
     v[i] = vsum_tile(h + c, t.y);
@@ -475,15 +530,14 @@ template <class T>
 FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int tid, int nthreads, const T* smem,
                         T eps, const ColorConsts<T>& k, T* out, const HdrStep<T>* hs = nullptr, int64_t n = 0,
                         T* emap = nullptr, int32_t* index = nullptr) {
-  const int rows = fused_rows(R), cols = fused_cols(R), np = kTileH * kTileW;
-  const T* vt = smem + 4 * rows * cols + 7 * rows * kTileW;
-  const T* vr = vt + 7 * np;
-  for (int i = tid; i < np; i += nthreads) {
+  const T *vt = smem + fused_vertical_offset(R, 0), *vr = smem + fused_vertical_offset(R, 1);
+  for (int i = tid; i < kTileH * kTileW; i += nthreads) {
     const int64_t y = y0 + i / kTileW, x = x0 + i % kTileW;
     if (y >= g.h || x >= g.w) continue;
-    T Ft[3] = {vt[i], vt[np + i], vt[2 * np + i]}, Fr[3] = {vr[i], vr[np + i], vr[2 * np + i]};
-    Features<T> ft{vt[3 * np + i], vt[4 * np + i], vt[5 * np + i], vt[6 * np + i]};
-    Features<T> fr{vr[3 * np + i], vr[4 * np + i], vr[5 * np + i], vr[6 * np + i]};
+    T Ft[3], Fr[3];
+    Features<T> ft, fr;
+    fused_values(vt, i, Ft, ft);
+    fused_values(vr, i, Fr, fr);
     const T err = pixel_flip(Ft, Fr, ft, fr, eps, k);
     const int64_t p = y * g.w + x;
     if (hs == nullptr) {
@@ -514,6 +568,230 @@ FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3]
     T v[3] = {src[p], src[hw + p], src[2 * hw + p]}, gi[3];
     chain_to_input(g_opp, g_yh, v, mode == Input::kSrgb, gi);
     for (int c = 0; c < 3; ++c) out[c * hw + p] = gi[c];
+  }
+}
+
+// ---- Tiled LDR-/HDR-FLIP backward: two kernels per band --------------------------------------
+// Kernel 1 (one block per kTileW x kTileH tile, as the fused forward): the fused forward's phases
+// 1-3 for both images, then the per-pixel adjoint, which writes the 7 gradient planes (gF0..2,
+// gdx, gdy, gddx, gddy: store_pixel_gradients) of each image whose gradient is wanted, and of no
+// other, into a scratch buffer. Kernel 2 (one block per tile and wanted image): the tile plus an
+// R-pixel halo of that image's gradient planes into shared memory, the transposed vertical filters
+// there, the transposed horizontal ones (ht_pixel), the chain to the input (ht_store).
+// Every gradient value is written by one thread, once (HDR-FLIP: at most once per exposure, in exposure
+// order), so the result does not depend on scheduling.
+// The scratch holds one band: batch items [n0, n1) and output rows [y0, y1), whose transposed
+// filters read the gradient planes of rows [g0, g1) = [y0 - R, y1 + R) clipped to the image; kernel
+// 1 computes those rows, so neighbouring bands recompute 2R rows each. plan_backward sizes the
+// bands so that the scratch stays within a budget whatever the image size and batch.
+
+constexpr int kGradPlanes = 7;
+
+// The scratch the tiled backward's gradient planes may take (plan_backward): with the map, the
+// incoming gradient and the gradients it returns, a 1080p float32 forward+backward stays under
+// 100 MiB (docs/algorithm.md §8.8).
+constexpr int64_t kBackwardScratchBytes = int64_t(32) << 20;
+
+struct BackwardBand {
+  int64_t n0, n1;  // batch items
+  int64_t y0, y1;  // output rows (of every item)
+  int64_t g0, g1;  // gradient-plane rows held in the scratch: [y0 - R, y1 + R) within the image
+  int wanted;      // bit 0: the test image's gradient, bit 1: the reference's
+
+  FLIP_HD int images() const { return (wanted & 1) + ((wanted >> 1) & 1); }
+  FLIP_HD int64_t plane_stride(int64_t w) const { return (g1 - g0) * w; }
+  // The 7 gradient planes of wanted image im (0 test, 1 reference) of item n; pixel (y, x) at
+  // (y - g0) * w + x.
+  template <class T>
+  FLIP_HD T* planes(T* scratch, int64_t n, int im, int64_t w) const {
+    const int slot = im == 0 ? 0 : (wanted & 1);
+    return scratch + ((n - n0) * images() + slot) * kGradPlanes * plane_stride(w);
+  }
+};
+
+// How the tiled backward walks the batch: bands of `items` items by `rows` output rows.
+struct BackwardPlan {
+  int64_t items = 0, rows = 0;
+  int64_t buffer_rows = 0;  // gradient-plane rows per item and image the scratch holds
+  int64_t item_bands = 0, row_bands = 0;
+  int wanted = 0, R = 0;
+
+  int64_t count() const { return item_bands * row_bands; }
+  int64_t scratch_elems(const Geometry& g) const {
+    return items * ((wanted & 1) + ((wanted >> 1) & 1)) * kGradPlanes * buffer_rows * g.w;
+  }
+  BackwardBand band(const Geometry& g, int64_t j) const {
+    BackwardBand b;
+    b.n0 = (j / row_bands) * items;
+    b.n1 = b.n0 + items < g.n ? b.n0 + items : g.n;
+    b.y0 = (j % row_bands) * rows;
+    b.y1 = b.y0 + rows < g.h ? b.y0 + rows : g.h;
+    b.g0 = b.y0 - R > 0 ? b.y0 - R : 0;
+    b.g1 = b.y1 + R < g.h ? b.y1 + R : g.h;
+    b.wanted = wanted;
+    return b;
+  }
+};
+
+// Bands for gradient mask `wanted` (non-zero), filter radius R and elements of `elem` bytes whose
+// scratch (items x wanted images x 7 planes x buffer rows x W) stays within `budget`: the whole
+// batch when it fits, else whole images in groups, else one image in bands of a multiple of
+// kTileH rows (at least kTileH: only an image wider than the budget allows for kTileH + 2R rows
+// exceeds it), as even as that allows.
+inline BackwardPlan plan_backward(const Geometry& g, int wanted, int R, int64_t elem,
+                                  int64_t budget = kBackwardScratchBytes) {
+  BackwardPlan p;
+  p.wanted = wanted;
+  p.R = R;
+  const int64_t row_bytes = ((wanted & 1) + ((wanted >> 1) & 1)) * kGradPlanes * g.w * elem;
+  if (g.n * g.h * row_bytes <= budget) {
+    p.items = g.n;
+    p.rows = g.h;
+  } else if (g.h * row_bytes <= budget) {
+    p.items = budget / (g.h * row_bytes);
+    p.rows = g.h;
+  } else {
+    p.items = 1;
+    int64_t most = (budget / row_bytes - 2 * R) / kTileH * kTileH;
+    if (most < kTileH) most = kTileH;
+    const int64_t bands = (g.h + most - 1) / most;
+    p.rows = ((g.h + bands - 1) / bands + kTileH - 1) / kTileH * kTileH;
+    if (p.rows > g.h) p.rows = g.h;
+  }
+  p.buffer_rows = p.rows >= g.h ? g.h : (p.rows + 2 * R < g.h ? p.rows + 2 * R : g.h);
+  p.item_bands = (g.n + p.items - 1) / p.items;
+  p.row_bands = (g.h + p.rows - 1) / p.rows;
+  return p;
+}
+
+// Kernel 1 runs tiles over rows [b.g0, b.g1): tile ty starts at row b.g0 + ty * kTileH.
+FLIP_HD int64_t tiled_grad_tiles_y(const BackwardBand& b) { return (b.g1 - b.g0 + kTileH - 1) / kTileH; }
+
+// Kernel 1, phase 4 (after fused_load, fused_horizontal, fused_vertical of both images): the
+// per-pixel adjoint of the tile's pixels in rows below b.g1 into the wanted images' gradient planes.
+// grad and index point at item n's map; with hs (HDR-FLIP, one exposure) only the pixels this
+// exposure won pass their incoming gradient.
+template <class T>
+FLIP_HD void tiled_tail_vjp(const Geometry& g, const BackwardBand& b, int64_t n, int64_t y0, int64_t x0, int R,
+                            int tid, int nthreads, const T* smem, T eps, const ColorConsts<T>& k, const T* grad,
+                            T* scratch, const HdrStep<T>* hs = nullptr, const int32_t* index = nullptr) {
+  const T *vt = smem + fused_vertical_offset(R, 0), *vr = smem + fused_vertical_offset(R, 1);
+  const int64_t stride = b.plane_stride(g.w);
+  T* out_t = (b.wanted & 1) ? b.planes(scratch, n, 0, g.w) : nullptr;
+  T* out_r = (b.wanted & 2) ? b.planes(scratch, n, 1, g.w) : nullptr;
+  for (int i = tid; i < kTileH * kTileW; i += nthreads) {
+    const int64_t y = y0 + i / kTileW, x = x0 + i % kTileW;
+    if (y >= b.g1 || x >= g.w) continue;
+    const int64_t p = y * g.w + x, q = (y - b.g0) * g.w + x;
+    const T gi = hs == nullptr || index[p] == hs->i ? grad[p] : T(0);
+    T Ft[3], Fr[3], gFt[3], gFr[3];
+    Features<T> ft, fr, gft, gfr;
+    fused_values(vt, i, Ft, ft);
+    fused_values(vr, i, Fr, fr);
+    pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, gi, gFt, gFr, gft, gfr);
+    if (out_t) store_pixel_gradients(out_t, stride, q, gFt, gft);
+    if (out_r) store_pixel_gradients(out_r, stride, q, gFr, gfr);
+  }
+}
+
+// HDR-FLIP, one exposure i: whether this thread's share of the pixels in rows [y0 - halo, y0 +
+// kTileH + halo) within [r0, r1) and columns [x0 - halo, x0 + kTileW + halo) within the image won
+// exposure i (index: the item's map). The kernels OR it over the block: where no pixel of a tile
+// (kernel 1, halo 0) won it, the tile's gradient planes are exactly zero and kernel 1 writes them
+// without the forward (tiled_zero_planes); where no pixel of the tile and its R halo won it
+// (kernel 2, halo R), the tile's input gradient gains nothing and kernel 2 skips it. With
+// automatic exposures each pixel is won by one exposure, mostly in large regions, so most tiles
+// skip most exposures.
+FLIP_HD bool tile_won(const int32_t* index, const Geometry& g, int64_t i, int64_t y0, int64_t x0, int64_t r0,
+                      int64_t r1, int halo, int tid, int nthreads) {
+  const int rows = kTileH + 2 * halo, cols = kTileW + 2 * halo;
+  bool won = false;
+  for (int j = tid; j < rows * cols; j += nthreads) {
+    const int64_t y = y0 - halo + j / cols, x = x0 - halo + j % cols;
+    if (y >= r0 && y < r1 && x >= 0 && x < g.w && index[y * g.w + x] == i) won = true;
+  }
+  return won;
+}
+
+// Kernel 1 for a tile no pixel of which won this exposure: zero gradient planes, as the adjoint of
+// a zero incoming gradient gives, for the tile's pixels below b.g1.
+template <class T>
+FLIP_HD void tiled_zero_planes(const Geometry& g, const BackwardBand& b, int64_t n, int64_t y0, int64_t x0, int tid,
+                               int nthreads, T* scratch) {
+  const int64_t stride = b.plane_stride(g.w);
+  for (int i = tid; i < kTileH * kTileW; i += nthreads) {
+    const int64_t y = y0 + i / kTileW, x = x0 + i % kTileW;
+    if (y >= b.g1 || x >= g.w) continue;
+    const int64_t q = (y - b.g0) * g.w + x;
+    for (int im = 0; im < 2; ++im) {
+      if (((b.wanted >> im) & 1) == 0) continue;
+      T* planes = b.planes(scratch, n, im, g.w);
+      for (int c = 0; c < kGradPlanes; ++c) planes[c * stride + q] = T(0);
+    }
+  }
+}
+
+// Kernel 2's shared memory: the gradient planes over the tile and its halo, then the transposed
+// vertical outputs over the tile's rows and the halo's columns.
+FLIP_HD int tiled_t_smem_len(int R) {
+  return kGradPlanes * fused_rows(R) * fused_cols(R) + kGradPlanes * kTileH * fused_cols(R);
+}
+
+// Kernel 2, phase 1: rows [y0 - R, y0 + kTileH + R) and columns [x0 - R, x0 + kTileW + R) of one
+// image's gradient planes gp (band b) into shared memory, zero outside the image's columns and
+// outside the rows the band holds. Where the band reaches the image's border those are the zeros
+// of the transposed filter; elsewhere the rows the band lacks feed only rows it does not output.
+template <class T>
+FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g, int64_t y0, int64_t x0, int R,
+                          int tid, int nthreads, T* smem) {
+  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
+  const int64_t stride = b.plane_stride(g.w);
+  for (int i = tid; i < rc; i += nthreads) {
+    const int64_t y = y0 - R + i / cols, x = x0 - R + i % cols;
+    const bool in = y >= b.g0 && y < b.g1 && x >= 0 && x < g.w;
+    const int64_t off = (y - b.g0) * g.w + x;
+    for (int q = 0; q < kGradPlanes; ++q) smem[q * rc + i] = in ? gp[q * stride + off] : T(0);
+  }
+}
+
+// Kernel 2, phase 2: the transposed vertical filters (vt_values) of the tile's rows below y_end,
+// every column of the halo included (zero outside the image).
+template <class T>
+FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y0, int64_t y_end, int R, int tid,
+                              int nthreads, T* smem) {
+  const int cols = fused_cols(R), rc = fused_rows(R) * cols, n = kTileH * cols;
+  const T* in = smem;
+  T* out = smem + kGradPlanes * rc;
+  for (int i = tid; i < n; i += nthreads) {
+    const int r = i / cols;
+    const int64_t y = y0 + r;
+    if (y >= y_end) continue;
+    const int c = (r + R) * cols + i % cols;
+    T v[7];
+    vt_values(g, t, [&](int q, const FilterView<T>& f, auto form) {
+      return tsum<decltype(form)::value>(in + q * rc + c, cols, y, g.h, f);
+    }, v);
+    FLIP_UNROLL
+    for (int q = 0; q < 7; ++q)  // a constant bound keeps v in registers
+      if (q < g.planes()) out[q * n + i] = v[q];
+  }
+}
+
+// Kernel 2, phase 3: the transposed horizontal filters of the tile's pixels (rows below y_end)
+// and the chain to the input, stored by ht_store (src, out, scale, tm as there).
+template <class T>
+FLIP_HD void tiled_horizontal_t(const Geometry& g, const TapsView<T>& t, int64_t y0, int64_t y_end, int64_t x0,
+                                int R, int tid, int nthreads, const T* smem, Input mode, const T* src, T* out,
+                                T scale, ToneMapper tm) {
+  const int cols = fused_cols(R), n = kTileH * cols;
+  const T* s = smem + kGradPlanes * fused_rows(R) * cols;
+  for (int i = tid; i < kTileH * kTileW; i += nthreads) {
+    const int r = i / kTileW, j = i % kTileW;
+    const int64_t y = y0 + r, x = x0 + j;
+    if (y >= y_end || x >= g.w) continue;
+    T g_opp[3], g_yh;
+    ht_pixel(g, t, s, n, r * cols + j + R, x, g_opp, g_yh);
+    ht_store(g, mode, y * g.w + x, g_opp, g_yh, src, out, scale, tm);
   }
 }
 

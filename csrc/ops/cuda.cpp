@@ -12,6 +12,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -81,10 +82,11 @@ flip::cuda::KernelTaps<T> kernel_taps(double ppd, const at::Tensor& like, cudaSt
   return *slot;
 }
 
-// FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 sends the LDR and HDR forwards through the row passes (H, then V,
-// with planes in global memory) even where the fused kernel fits, which on current GPUs it does up
-// to ppd ~244: a test or sanitizer run (benchmarks/gpu_check.sh) reaches that fallback this way.
-// Read once, at the first forward.
+// FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 sends the LDR and HDR forwards and backwards through the row
+// passes (H, then V, with planes in global memory) even where the fused forward and the tiled
+// backward fit, which on an H100/H200 they do up to ppd ~244 and ~214 in float32 (~111 in
+// float64): a test or sanitizer run (benchmarks/gpu_check.sh) reaches that fallback this way. Read
+// once, at the first call.
 bool force_row_passes() {
   static const bool on = [] {
     const char* v = std::getenv("FLIP_LOSS_CUDA_FORCE_ROW_PASSES");
@@ -98,6 +100,27 @@ template <class T>
 bool use_fused_forward(const flip::cuda::KernelTaps<T>& taps) {
   const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
   return !force_row_passes() && flip::cuda::fused_smem_bytes<T>(taps.rmax) <= have;
+}
+
+// FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> replaces the tiled backward's scratch budget
+// (flip::kBackwardScratchBytes): with a small one, small images already take several bands, which
+// tests and sanitizer runs (benchmarks/gpu_check.sh) use to reach the band logic on a GPU. Read
+// once, at the first backward.
+int64_t backward_scratch_budget() {
+  static const int64_t bytes = [] {
+    const char* v = std::getenv("FLIP_LOSS_CUDA_BACKWARD_SCRATCH");
+    return v != nullptr && *v != '\0' ? std::max<int64_t>(1, std::atoll(v)) : flip::kBackwardScratchBytes;
+  }();
+  return bytes;
+}
+
+// The tiled backward (two kernels per band, scratch bounded by plan_backward) when the device offers
+// both kernels' shared memory and the row passes are not forced.
+template <class T>
+bool use_tiled_backward(const flip::cuda::KernelTaps<T>& taps) {
+  const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
+  return !force_row_passes() && flip::cuda::fused_smem_bytes<T>(taps.rmax) <= have &&
+         flip::cuda::tiled_t_smem_bytes<T>(taps.rmax) <= have;
 }
 
 template <class T>
@@ -126,6 +149,18 @@ flip::cuda::Params<T> params(const Geometry& g, const flip::cuda::KernelTaps<T>&
 template <class T>
 T* ptr(const at::Tensor& t) {
   return t.data_ptr<T>();
+}
+
+// Sets up the tiled backward in p: its bands for the gradients p asks for and their scratch
+// (kept alive by the returned tensor until the launches are queued; the caching allocator then
+// reuses it only after them on this stream).
+template <class T>
+at::Tensor tiled_backward_scratch(flip::cuda::Params<T>& p, const at::Tensor& like) {
+  const int wanted = (p.g_test != nullptr ? 1 : 0) | (p.g_ref != nullptr ? 2 : 0);
+  p.plan = flip::plan_backward(p.g, wanted, p.taps.rmax, sizeof(T), backward_scratch_budget());
+  auto scratch = at::empty({p.plan.scratch_elems(p.g)}, like.options());
+  p.scratch = ptr<T>(scratch);
+  return scratch;
 }
 
 at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps) {
@@ -164,19 +199,25 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto gr = grad.to(t.scalar_type()).contiguous();
   auto gb = grad_buffers(t, mask);
   const Geometry g = geometry(t, 2, true, true);
-  auto planes = planes_for(g, t, g.planes());
-  auto gplanes = planes_for(g, t, g.gplanes());
   auto stream = at::cuda::getCurrentCUDAStream();
+  if (!mask[0] && !mask[1]) return cast_back(gb, test, ref);  // nothing asked, nothing launched
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip_backward (CUDA)", [&] {
     using T = scalar_t;
     auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
-    check_shared_memory(p.taps, g.planes());
     p.srgb = srgb;
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
     p.g_test = ptr_or_null<T>(gb[0]);
     p.g_ref = ptr_or_null<T>(gb[1]);
+    if (use_tiled_backward(p.taps)) {
+      auto scratch = tiled_backward_scratch(p, t);
+      flip::cuda::ldr_flip_backward_tiled<T>(p, stream);
+      return;
+    }
+    check_shared_memory(p.taps, g.planes());
+    auto planes = planes_for(g, t, g.planes());
+    auto gplanes = planes_for(g, t, g.gplanes());
     p.planes = ptr<T>(planes);
     p.gplanes = ptr<T>(gplanes);
     flip::cuda::ldr_flip_backward<T>(p, stream);
@@ -246,13 +287,11 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   std::array<at::Tensor, 2> gb = {mask[0] ? at::zeros_like(t) : at::empty({0}, t.options()),
                                   mask[1] ? at::zeros_like(t) : at::empty({0}, t.options())};
   const Geometry g = geometry(t, 2, true, true);
-  auto planes = planes_for(g, t, g.planes());
-  auto gplanes = planes_for(g, t, g.gplanes());
   auto stream = at::cuda::getCurrentCUDAStream();
+  if (!mask[0] && !mask[1]) return cast_back(gb, test, ref);  // nothing asked, nothing launched
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip_backward (CUDA)", [&] {
     using T = scalar_t;
     auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
-    check_shared_memory(p.taps, g.planes());
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
@@ -263,6 +302,14 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
     p.index = ix.data_ptr<int32_t>();
     p.g_test = ptr_or_null<T>(gb[0]);
     p.g_ref = ptr_or_null<T>(gb[1]);
+    if (use_tiled_backward(p.taps)) {  // the same scratch whatever the number of exposures
+      auto scratch = tiled_backward_scratch(p, t);
+      flip::cuda::hdr_flip_backward_tiled<T>(p, stream);
+      return;
+    }
+    check_shared_memory(p.taps, g.planes());
+    auto planes = planes_for(g, t, g.planes());
+    auto gplanes = planes_for(g, t, g.gplanes());
     p.planes = ptr<T>(planes);
     p.gplanes = ptr<T>(gplanes);
     flip::cuda::hdr_flip_backward<T>(p, stream);

@@ -36,6 +36,15 @@ void hdr_flip_forward_fused(const T* test, const T* ref, const T* exposures, con
 template <class T>
 void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
                        const TapsView<T>& t, bool srgb, T eps);
+// The tiled backward (kernels 1 and 2 of passes.h, band by band as kernels.cu runs them), with the
+// scratch of plan_backward(..., scratch_bytes).
+template <class T>
+void ldr_flip_backward_tiled(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
+                             const TapsView<T>& t, bool srgb, T eps, int64_t scratch_bytes);
+template <class T>
+void hdr_flip_backward_tiled(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
+                             int64_t E, const int32_t* index, T* g_test, T* g_ref, const Geometry& g,
+                             const TapsView<T>& t, flip::ToneMapper tm, T eps, int64_t scratch_bytes);
 template <class T>
 void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
                       T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, flip::ToneMapper tm, T eps);

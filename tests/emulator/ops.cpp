@@ -69,6 +69,40 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   return flip_ops::cast_back(gb, test, ref);
 }
 
+Pair ldr_flip_backward_tiled(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                             c10::string_view space, double eps, Mask mask, int64_t scratch_bytes) {
+  const bool srgb = flip_ops::check_ldr_args(test, ref, ppd, space, eps);
+  flip_ops::check_grad(grad, test, 1);
+  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto gb = flip_ops::grad_buffers(t, mask);
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::ldr_flip_backward_tiled", [&] {
+    using T = scalar_t;
+    const em::HostTaps<T> taps(ppd);
+    em::ldr_flip_backward_tiled<T>(data<T>(gr), data<T>(t), data<T>(r), flip_ops::ptr_or_null<T>(gb[0]),
+                                   flip_ops::ptr_or_null<T>(gb[1]), flip_ops::geometry(t, 2, true, true), taps.view,
+                                   srgb, static_cast<T>(eps), scratch_bytes);
+  });
+  return flip_ops::cast_back(gb, test, ref);
+}
+
+// The tiled backward's bands for a batch of n images of h x w (plan_backward): items, rows,
+// buffer_rows, item_bands, row_bands.
+at::Tensor backward_plan(int64_t n, int64_t h, int64_t w, int64_t wanted, double ppd, int64_t elem_bytes,
+                         int64_t scratch_bytes) {
+  const em::HostTaps<double> taps(ppd);
+  const auto p = flip::plan_backward(Geometry{n, h, w, 2, true, true}, static_cast<int>(wanted), taps.view.rmax,
+                                     elem_bytes, scratch_bytes);
+  auto out = at::empty({5}, at::kLong);
+  auto* o = out.data_ptr<int64_t>();
+  o[0] = p.items;
+  o[1] = p.rows;
+  o[2] = p.buffer_rows;
+  o[3] = p.item_bands;
+  o[4] = p.row_bands;
+  return out;
+}
+
 Triple hdr_flip_impl(const at::Tensor& test, const at::Tensor& ref, const at::Tensor& exposures,
                      const at::Tensor& counts, double ppd, c10::string_view tone_mapper, double eps, bool fused) {
   const auto tm = flip_ops::check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
@@ -119,6 +153,31 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
     em::hdr_flip_backward<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), cn.data_ptr<int64_t>(), ex.size(1),
                          ix.data_ptr<int32_t>(), flip_ops::ptr_or_null<T>(gb[0]), flip_ops::ptr_or_null<T>(gb[1]),
                          flip_ops::geometry(t, 2, true, true), taps.view, tm, static_cast<T>(eps));
+  });
+  return flip_ops::cast_back(gb, test, ref);
+}
+
+Pair hdr_flip_backward_tiled(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
+                             const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index,
+                             double ppd, c10::string_view tone_mapper, double eps, Mask mask,
+                             int64_t scratch_bytes) {
+  const auto tm = flip_ops::check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
+  flip_ops::check_grad(grad, test, 1);
+  flip_ops::check_exposure_index(index, grad);
+  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto ex = exposures.to(t.scalar_type()).contiguous();
+  auto cn = counts.to(at::kLong).contiguous();
+  flip_ops::check_exposure_values(ex, cn);
+  auto ix = index.contiguous();
+  auto gb = flip_ops::grad_buffers(t, mask);
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::hdr_flip_backward_tiled", [&] {
+    using T = scalar_t;
+    const em::HostTaps<T> taps(ppd);
+    em::hdr_flip_backward_tiled<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), cn.data_ptr<int64_t>(),
+                                   ex.size(1), ix.data_ptr<int32_t>(), flip_ops::ptr_or_null<T>(gb[0]),
+                                   flip_ops::ptr_or_null<T>(gb[1]), flip_ops::geometry(t, 2, true, true), taps.view,
+                                   tm, static_cast<T>(eps), scratch_bytes);
   });
   return flip_ops::cast_back(gb, test, ref);
 }
@@ -200,11 +259,27 @@ TORCH_LIBRARY(flip_emulator, m) {
   m.def("hdr_flip_backward(Tensor grad, Tensor test, Tensor reference, Tensor exposures, Tensor counts,"
         " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask)"
         " -> (Tensor, Tensor)");
+  // The tiled backward of the CUDA kernels (the ops above without _tiled are the row passes), with
+  // the scratch budget the bands are planned for (default: the kernels' kBackwardScratchBytes).
+  m.def("ldr_flip_backward_tiled(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
+        " str input_space, float eps, bool[2] output_mask, int scratch_bytes=33554432) -> (Tensor, Tensor)");
+  m.def("hdr_flip_backward_tiled(Tensor grad, Tensor test, Tensor reference, Tensor exposures, Tensor counts,"
+        " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask,"
+        " int scratch_bytes=33554432) -> (Tensor, Tensor)");
+  m.def("backward_plan(int n, int h, int w, int wanted, float pixels_per_degree, int elem_bytes,"
+        " int scratch_bytes=33554432) -> Tensor");
   m.def("csf_filter(Tensor opponent, float pixels_per_degree) -> Tensor");
   m.def("csf_filter_backward(Tensor grad, Tensor opponent, float pixels_per_degree) -> Tensor");
   m.def("feature_difference(Tensor test, Tensor reference, float pixels_per_degree, float eps=1e-15) -> Tensor");
   m.def("feature_difference_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
         " float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+}
+
+static_assert(flip::kBackwardScratchBytes == 33554432, "update the scratch_bytes defaults of the schemas below");
+
+// backward_plan has no tensor argument to dispatch on.
+TORCH_LIBRARY_IMPL(flip_emulator, CompositeExplicitAutograd, m) {
+  m.impl("backward_plan", &flip_emulator_ops::backward_plan);
 }
 
 TORCH_LIBRARY_IMPL(flip_emulator, CPU, m) {
@@ -215,6 +290,8 @@ TORCH_LIBRARY_IMPL(flip_emulator, CPU, m) {
   m.impl("hdr_flip", &hdr_flip);
   m.impl("hdr_flip_fused", &hdr_flip_fused);
   m.impl("hdr_flip_backward", &hdr_flip_backward);
+  m.impl("ldr_flip_backward_tiled", &ldr_flip_backward_tiled);
+  m.impl("hdr_flip_backward_tiled", &hdr_flip_backward_tiled);
   m.impl("csf_filter", &csf_filter);
   m.impl("csf_filter_backward", &csf_filter_backward);
   m.impl("feature_difference", &feature_difference);

@@ -90,15 +90,19 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// The fused and tiled kernels build the taps' view (7 filters of 3 pointers: ~50 registers) for each
+// phase from their parameter-space argument instead of once per kernel, so that it is not held in
+// registers across phases and barriers (ptxas -v, sm_90, float32: the tiled transposed kernel
+// took 234 registers with one view per kernel, 128 this way; the fused forward 64, now 48).
+
 // mode is kSrgb/kLinear (LDR-FLIP: out is the map) or kHdr (one exposure of HDR-FLIP: out, emap
 // and index hold the running maximum).
 template <class T>
 __global__ void __launch_bounds__(kFusedThreads)
     fused_ldr_kernel(const T* test, const T* ref, T* out, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps,
                      Input mode, T eps, ColorConsts<T> k, HdrStep<T> hs, T* emap, int32_t* index) {
-  const TapsView<T> t = taps.view();
   T* smem = shared_buffer<T>();
-  const int R = t.rmax;
+  const int R = taps.rmax;
   const bool hdr = mode == Input::kHdr;
   const int64_t x0 = (int64_t)blockIdx.x * kTileW;
   const int64_t tiles_y = (g.h + kTileH - 1) / kTileH;
@@ -111,9 +115,9 @@ __global__ void __launch_bounds__(kFusedThreads)
         fused_load((im == 0 ? test : ref) + n * 3 * g.hw(), g, mode, y0, x0, R, threadIdx.x, kFusedThreads, smem,
                    scale, hs.tm);
         __syncthreads();
-        fused_horizontal(t, R, threadIdx.x, kFusedThreads, smem);
+        fused_horizontal(taps.view(), R, threadIdx.x, kFusedThreads, smem);
         __syncthreads();
-        fused_vertical(t, R, im, threadIdx.x, kFusedThreads, smem);
+        fused_vertical(taps.view(), R, im, threadIdx.x, kFusedThreads, smem);
         __syncthreads();
       }
       const int64_t off = n * g.hw();
@@ -124,12 +128,98 @@ __global__ void __launch_bounds__(kFusedThreads)
   }
 }
 
+// Tiled backward, kernel 1 (passes.h): for each tile of band b's gradient-plane rows, the fused
+// forward of both images, then the adjoint into the wanted images' gradient planes in scratch.
+// mode as in fused_ldr_kernel (kHdr: exposure hs, gradient only where index names it; a tile
+// without such a pixel writes zero planes and skips the rest).
 template <class T>
-__global__ void vt_kernel(const T* gplanes, T* tplanes, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps) {
+__global__ void __launch_bounds__(kFusedThreads)
+    tiled_grad_kernel(const T* test, const T* ref, const T* grad, const int32_t* index, T* scratch, Geometry g,
+                      BackwardBand b, FLIP_GRID_CONSTANT const KernelTaps<T> taps, Input mode, T eps,
+                      ColorConsts<T> k, HdrStep<T> hs) {
+  T* smem = shared_buffer<T>();
+  const int R = taps.rmax;
+  const bool hdr = mode == Input::kHdr;
+  const int64_t x0 = (int64_t)blockIdx.x * kTileW;
+  const int64_t tiles_y = tiled_grad_tiles_y(b);
+  for (int64_t n = b.n0 + blockIdx.z; n < b.n1; n += gridDim.z) {
+    if (hdr && !hs.active(n)) continue;  // uniform over the block
+    const T scale = hdr ? hs.scale(n) : T(1);
+    const int64_t off = n * g.hw();
+    for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
+      const int64_t y0 = b.g0 + ty * kTileH;
+      if (hdr && !__syncthreads_or(tile_won(index + off, g, hs.i, y0, x0, b.g0, b.g1, 0, threadIdx.x,
+                                            kFusedThreads))) {
+        tiled_zero_planes(g, b, n, y0, x0, threadIdx.x, kFusedThreads, scratch);
+        continue;  // no shared memory touched: the next tile starts at a barrier too
+      }
+      for (int im = 0; im < 2; ++im) {
+        fused_load((im == 0 ? test : ref) + 3 * off, g, mode, y0, x0, R, threadIdx.x, kFusedThreads, smem, scale,
+                   hs.tm);
+        __syncthreads();
+        fused_horizontal(taps.view(), R, threadIdx.x, kFusedThreads, smem);
+        __syncthreads();
+        fused_vertical(taps.view(), R, im, threadIdx.x, kFusedThreads, smem);
+        __syncthreads();
+      }
+      tiled_tail_vjp(g, b, n, y0, x0, R, threadIdx.x, kFusedThreads, smem, eps, k, grad + off, scratch,
+                     hdr ? &hs : nullptr, hdr ? index + off : nullptr);
+      __syncthreads();
+    }
+  }
+}
+
+// Tiled backward, kernel 2: for each tile of band b's output rows and each wanted image (z), the
+// gradient planes with their halo into shared memory, the transposed filters, the chain into
+// g_test / g_ref (kHdr: accumulated, one exposure per launch; a tile whose pixels and halo the
+// exposure won nowhere adds nothing and is skipped).
+template <class T>
+__global__ void __launch_bounds__(kFusedThreads)
+    tiled_transpose_kernel(const T* scratch, const T* test, const T* ref, const int32_t* index, T* g_test, T* g_ref,
+                           Geometry g, BackwardBand b, FLIP_GRID_CONSTANT const KernelTaps<T> taps, Input mode,
+                           HdrStep<T> hs) {
+  T* smem = shared_buffer<T>();
+  const int R = taps.rmax;
+  const int images = b.images();
+  const int64_t x0 = (int64_t)blockIdx.x * kTileW;
+  const int64_t tiles_y = (b.y1 - b.y0 + kTileH - 1) / kTileH;
+  for (int64_t z = blockIdx.z; z < (b.n1 - b.n0) * images; z += gridDim.z) {
+    const int64_t n = b.n0 + z / images;
+    // The z-th wanted image: the reference when it is the only one or the second one.
+    const int im = (b.wanted & 1) && z % images == 0 ? 0 : 1;
+    T scale = T(1);
+    if (mode == Input::kHdr) {
+      if (!hs.active(n)) continue;  // uniform over the block
+      scale = hs.scale(n);
+    }
+    const T* gp = b.planes(scratch, n, im, g.w);
+    const T* src = (im == 0 ? test : ref) + n * 3 * g.hw();
+    T* out = (im == 0 ? g_test : g_ref) + n * 3 * g.hw();
+    for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
+      const int64_t y0 = b.y0 + ty * kTileH;
+      if (mode == Input::kHdr && !__syncthreads_or(tile_won(index + n * g.hw(), g, hs.i, y0, x0, b.g0, b.g1, R,
+                                                              threadIdx.x, kFusedThreads)))
+        continue;
+      tiled_load_t(gp, b, g, y0, x0, R, threadIdx.x, kFusedThreads, smem);
+      __syncthreads();
+      tiled_vertical_t(g, taps.view(), y0, b.y1, R, threadIdx.x, kFusedThreads, smem);
+      __syncthreads();
+      tiled_horizontal_t(g, taps.view(), y0, b.y1, x0, R, threadIdx.x, kFusedThreads, smem, mode, src, out, scale,
+                         hs.tm);
+      __syncthreads();
+    }
+  }
+}
+
+// wanted: bit im set when image im's gradient is wanted (HT skips the others too).
+template <class T>
+__global__ void vt_kernel(const T* gplanes, T* tplanes, Geometry g, FLIP_GRID_CONSTANT const KernelTaps<T> taps,
+                          int wanted) {
   const TapsView<T> t = taps.view();
   const int64_t hw = g.hw();
   FLIP_GRID_STRIDE(i, g.n * g.images * hw) {
     const int64_t z = i / hw, p = i % hw;
+    if (((wanted >> (z % g.images)) & 1) == 0) continue;
     vt_pixel(gplanes + z * g.gplanes() * hw, tplanes + z * g.planes() * hw, g, t, p / g.w, p % g.w);
   }
 }
@@ -249,7 +339,8 @@ template <class T>
 void launch_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* out0, T* out1, int channels,
                   const Geometry& g, Input mode, const KernelTaps<T>& t, cudaStream_t s,
                   HdrStep<T> hs = HdrStep<T>::none()) {
-  vt_kernel<T><<<blocks_for(g.n * g.images * g.hw()), kBlock, 0, s>>>(gplanes, tplanes, g, t);
+  const int wanted = (out0 != nullptr ? 1 : 0) | (out1 != nullptr ? 2 : 0);
+  vt_kernel<T><<<blocks_for(g.n * g.images * g.hw()), kBlock, 0, s>>>(gplanes, tplanes, g, t, wanted);
   const size_t smem = ht_smem_bytes<T>(t.rmax, g.planes());
   allow_shared_memory(reinterpret_cast<const void*>(&ht_kernel<T>), smem);
   ht_kernel<T><<<row_grid(g), kBlock, smem, s>>>(tplanes, src0, src1, out0, out1, channels, g, mode, t, hs);
@@ -276,6 +367,27 @@ HdrStep<T> hdr_step(const Params<T>& p, int64_t i) {
   return HdrStep<T>{p.exposures, p.counts, p.E, i, p.tm};
 }
 
+inline dim3 tile_grid(const Geometry& g, int64_t tiles_y, int64_t z) {
+  return dim3(static_cast<unsigned>((g.w + kTileW - 1) / kTileW),
+              static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles_y, kMaxGridY))),
+              static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(z, kMaxGridZ))));
+}
+
+// One band of the tiled backward for one step (LDR-FLIP: hs none; HDR-FLIP: one exposure): kernel 1
+// writes the band's gradient planes, kernel 2, queued after it on the same stream, reads them.
+template <class T>
+void launch_tiled_band(const Params<T>& p, const BackwardBand& b, Input mode, HdrStep<T> hs, cudaStream_t s) {
+  const int R = p.taps.rmax;
+  const size_t smem1 = fused_smem_bytes<T>(R), smem2 = tiled_t_smem_bytes<T>(R);
+  allow_shared_memory(reinterpret_cast<const void*>(&tiled_grad_kernel<T>), smem1);
+  allow_shared_memory(reinterpret_cast<const void*>(&tiled_transpose_kernel<T>), smem2);
+  tiled_grad_kernel<T><<<tile_grid(p.g, tiled_grad_tiles_y(b), b.n1 - b.n0), kFusedThreads, smem1, s>>>(
+      p.test, p.ref, p.grad, p.index, p.scratch, p.g, b, p.taps, mode, p.eps, p.k, hs);
+  tiled_transpose_kernel<T><<<tile_grid(p.g, (b.y1 - b.y0 + kTileH - 1) / kTileH, (b.n1 - b.n0) * b.images()),
+                              kFusedThreads, smem2, s>>>(p.scratch, p.test, p.ref, p.index, p.g_test, p.g_ref, p.g, b,
+                                                         p.taps, mode, hs);
+}
+
 }  // namespace
 
 template <class T>
@@ -297,6 +409,12 @@ void ldr_flip_backward(const Params<T>& p, cudaStream_t s) {
                                                                       p.eps, p.k);
   // The H planes are dead now: they hold the transposed-vertical planes.
   launch_vt_ht(p.gplanes, p.planes, p.test, p.ref, p.g_test, p.g_ref, 3, p.g, ldr_input(p), p.taps, s);
+}
+
+template <class T>
+void ldr_flip_backward_tiled(const Params<T>& p, cudaStream_t s) {
+  for (int64_t j = 0; j < p.plan.count(); ++j)
+    launch_tiled_band(p, p.plan.band(p.g, j), ldr_input(p), HdrStep<T>::none(), s);
 }
 
 template <class T>
@@ -325,6 +443,16 @@ void hdr_flip_backward(const Params<T>& p, cudaStream_t s) {
     v_hdr_vjp_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.grad, p.index, p.planes, p.gplanes, p.g,
                                                                         p.taps, p.eps, p.k, hs);
     launch_vt_ht(p.gplanes, p.planes, p.test, p.ref, p.g_test, p.g_ref, 3, p.g, Input::kHdr, p.taps, s, hs);
+  }
+}
+
+template <class T>
+void hdr_flip_backward_tiled(const Params<T>& p, cudaStream_t s) {
+  // g_test and g_ref arrive zeroed; in each band, each exposure adds the gradient of the pixels it
+  // won, in exposure order.
+  for (int64_t j = 0; j < p.plan.count(); ++j) {
+    const BackwardBand b = p.plan.band(p.g, j);
+    for (int64_t i = 0; i < p.E; ++i) launch_tiled_band(p, b, Input::kHdr, hdr_step(p, i), s);
   }
 }
 
@@ -372,9 +500,11 @@ void hunt_hyab_backward(const Params<T>& p, cudaStream_t s) {
   template void ldr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);    \
   template void ldr_flip_forward<T>(const Params<T>&, cudaStream_t);          \
   template void ldr_flip_backward<T>(const Params<T>&, cudaStream_t);         \
+  template void ldr_flip_backward_tiled<T>(const Params<T>&, cudaStream_t);   \
   template void hdr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);    \
   template void hdr_flip_forward<T>(const Params<T>&, cudaStream_t);          \
   template void hdr_flip_backward<T>(const Params<T>&, cudaStream_t);         \
+  template void hdr_flip_backward_tiled<T>(const Params<T>&, cudaStream_t);   \
   template void csf_filter_forward<T>(const Params<T>&, cudaStream_t);        \
   template void csf_filter_backward<T>(const Params<T>&, cudaStream_t);       \
   template void feature_difference_forward<T>(const Params<T>&, cudaStream_t);  \

@@ -92,6 +92,10 @@ struct Params {
   // n * images * g.gplanes() * H * W (see passes.h).
   T* planes = nullptr;
   T* gplanes = nullptr;
+  // The tiled backward: its bands (plan_backward, for the gradients g_test / g_ref asks for) and
+  // their scratch of plan.scratch_elems(g) values.
+  BackwardPlan plan{};
+  T* scratch = nullptr;
 };
 
 // Shared memory the H and HT passes need; the caller checks it against the device limit.
@@ -111,6 +115,13 @@ size_t fused_smem_bytes(int R) {
   return sizeof(T) * fused_smem_len(R);
 }
 
+// The tiled backward's two kernels need these (kernel 1 is the fused forward's layout); the
+// caller uses it when the device offers both.
+template <class T>
+size_t tiled_t_smem_bytes(int R) {
+  return sizeof(T) * tiled_t_smem_len(R);
+}
+
 // The launchers, each on stream s; the fields each reads besides g, taps, eps and k:
 // LDR-FLIP: srgb, test, ref; forward -> out (fused: no planes; else planes), backward: grad ->
 // g_test, g_ref with planes and gplanes.
@@ -120,6 +131,10 @@ template <class T>
 void ldr_flip_forward(const Params<T>& p, cudaStream_t s);
 template <class T>
 void ldr_flip_backward(const Params<T>& p, cudaStream_t s);
+// The tiled backward (no planes): grad -> g_test, g_ref (null where not wanted, and no work done
+// for it) with plan and scratch. 2 launches per band.
+template <class T>
+void ldr_flip_backward_tiled(const Params<T>& p, cudaStream_t s);
 // HDR-FLIP: test, ref, exposures, counts, E, tm; forward -> out, emap, index, which must arrive
 // initialised to 0, 0, -1 (fused: no planes; else planes); backward: grad, index -> g_test, g_ref,
 // which must arrive zeroed where not null, with planes and gplanes.
@@ -129,6 +144,9 @@ template <class T>
 void hdr_flip_forward(const Params<T>& p, cudaStream_t s);
 template <class T>
 void hdr_flip_backward(const Params<T>& p, cudaStream_t s);
+// Tiled: as ldr_flip_backward_tiled, 2 launches per band and exposure; g_test, g_ref zeroed.
+template <class T>
+void hdr_flip_backward_tiled(const Params<T>& p, cudaStream_t s);
 // csf_filter: the opponent image in test -> out; backward: grad -> g_test. Planes (and gplanes).
 template <class T>
 void csf_filter_forward(const Params<T>& p, cudaStream_t s);
