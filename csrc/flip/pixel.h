@@ -74,8 +74,9 @@ FLIP_HD void features_vjp(const Features<T>& f, T g_edge, T g_point, Features<T>
 }
 
 // Returns the error value; writes the gradients of g * value w.r.t. both images' filtered
-// colours and feature responses.
-template <class T>
+// colours and feature responses (only the test image's with kWantRef false, only the reference's
+// with kWantTest false: the other outputs are then left unwritten and their work is skipped).
+template <bool kWantTest = true, bool kWantRef = true, class T>
 FLIP_HD T pixel_flip_vjp(const T Ft[3], const T Fr[3], const Features<T>& ft, const Features<T>& fr,
                          T eps, const ColorConsts<T>& k, T g, T gFt[3], T gFr[3], Features<T>& gft,
                          Features<T>& gfr) {
@@ -90,12 +91,12 @@ FLIP_HD T pixel_flip_vjp(const T Ft[3], const T Fr[3], const Features<T>& ft, co
   T gc, gf, ght[3], ghr[3];
   combine_vjp(ct.c, f, value, g, gc, gf);
   color_term_vjp(ct, eps, k, gc, ght, ghr);
-  lab_state_vjp(st, ght, gFt);
-  lab_state_vjp(sr, ghr, gFr);
+  if constexpr (kWantTest) lab_state_vjp(st, ght, gFt);
+  if constexpr (kWantRef) lab_state_vjp(sr, ghr, gFr);
   T gep[4];
   feature_error_vjp(et, er, pt, pr, eps, gf, gep);
-  features_vjp(ft, gep[0], gep[2], gft);
-  features_vjp(fr, gep[1], gep[3], gfr);
+  if constexpr (kWantTest) features_vjp(ft, gep[0], gep[2], gft);
+  if constexpr (kWantRef) features_vjp(fr, gep[1], gep[3], gfr);
   return value;
 }
 

@@ -37,6 +37,10 @@
 // about that in an included file because a header could be included by several files, but each
 // variant includes them exactly once.
 #pragma GCC diagnostic ignored "-Wsubobject-linkage"
+// The filters' 32-byte vector values (separable.h) live inside always-inlined helpers of one
+// variant; no such value crosses a call boundary between code compiled for different levels, so
+// GCC's note that the baseline passes them differently from AVX code does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 // Opens the variant namespace `ns`, in which the kernel sources then declare flip::cpu::...;
 // they see the shared Shape and ToneMapper types and the threading and interruption seams (defined

@@ -4,6 +4,7 @@
 //   vertical_forward   planes -> error map (vertical filters fused with the per-pixel tail)
 //   vertical_vjp       planes + incoming gradient -> gradient planes of the filtered responses
 //   transposed_stage   gradient planes -> gradient w.r.t. linear RGB, handed to a chain functor
+// The backward stages run only for the images whose gradient is wanted.
 #pragma once
 
 #include <algorithm>
@@ -40,7 +41,8 @@ struct Context {
 // see setup.py).
 
 // One input row of an image -> its opponent rows o0..o2 and achromatic row yh. conv(v, lin, d): v
-// = the input pixel (3 channels, planes HW apart), lin = linear RGB; with kDeriv, d receives the
+// = the input pixel (3 channels, planes HW apart), lin = linear RGB; with kDeriv (only for a Conv
+// whose kHasDerivative is true), d receives the
 // diagonal derivative d(lin_c)/d(v_c), stored into dv (3 rows HW apart). Returns false if the row
 // holds a NaN or an infinity.
 template <bool kDeriv, class T, class Conv>
@@ -87,8 +89,11 @@ bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, co
       const int64_t row = idx % H;
       const T* src = img[im] + row * W;
       T* dv = deriv && deriv[im] ? deriv[im] + row * W : nullptr;
-      ok &= dv ? convert_row<true>(src, HW, W, conv, dv, o0, o1, o2, yh)
-               : convert_row<false>(src, HW, W, conv, dv, o0, o1, o2, yh);
+      if constexpr (Conv::kHasDerivative)
+        ok &= dv ? convert_row<true>(src, HW, W, conv, dv, o0, o1, o2, yh)
+                 : convert_row<false>(src, HW, W, conv, dv, o0, o1, o2, yh);
+      else
+        ok &= convert_row<false>(src, HW, W, conv, dv, o0, o1, o2, yh);
       T* base = planes + im * kPlanes * HW;
       csf_h_row(o0, o1, o2, W, *cx.csf, sc.pad(), csf_planes(base, HW), row * W);
       feature_h_row(yh, W, *cx.feat, sc.pad(), feature_planes(base + 4 * HW, HW), row * W);
@@ -143,9 +148,9 @@ void vertical_forward(const T* planes, int64_t H, int64_t W, const Context<T>& c
   });
 }
 
-// The adjoint of flip_row for the incoming gradient row gmap: the gradients of both images'
+// The adjoint of flip_row for the incoming gradient row gmap: the gradients of the wanted images'
 // vertical outputs into their gradient planes gt, gr (7 planes HW apart, at this row).
-template <class T>
+template <bool kWantTest, bool kWantRef, class T>
 void flip_row_vjp(const T* __restrict rt, const T* __restrict rr, int64_t W, int64_t HW, T eps,
                   const ColorConsts<T> k, const T* __restrict gmap, T* __restrict gt, T* __restrict gr) {
   // The 7 planes of gt (and of gr) are HW >= W apart, so no two pixels' stores overlap; GCC cannot
@@ -156,15 +161,17 @@ void flip_row_vjp(const T* __restrict rt, const T* __restrict rr, int64_t W, int
     Features<T> ft, fr, gft, gfr;
     load_pixel(rt, W, x, Ft, ft);
     load_pixel(rr, W, x, Fr, fr);
-    pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, gmap[x], gFt, gFr, gft, gfr);
-    store_pixel_gradients(gt, HW, x, gFt, gft);
-    store_pixel_gradients(gr, HW, x, gFr, gfr);
+    pixel_flip_vjp<kWantTest, kWantRef>(Ft, Fr, ft, fr, eps, k, gmap[x], gFt, gFr, gft, gfr);
+    if constexpr (kWantTest) store_pixel_gradients(gt, HW, x, gFt, gft);
+    if constexpr (kWantRef) store_pixel_gradients(gr, HW, x, gFr, gfr);
   }
 }
 
-// Gradient planes (per image F0, F1, F2, dx, dy, ddx, ddy) for the incoming gradient gmap (H x W).
+// Gradient planes (per image F0, F1, F2, dx, dy, ddx, ddy, H x W each) of the images whose
+// gplanes[im] is not null, for the incoming gradient gmap (H x W).
 template <class T>
-void vertical_vjp(const T* planes, T* gplanes, int64_t H, int64_t W, const Context<T>& cx, T eps, const T* gmap) {
+void vertical_vjp(const T* planes, T* const gplanes[2], int64_t H, int64_t W, const Context<T>& cx, T eps,
+                  const T* gmap) {
   const int64_t HW = H * W;
   parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
     Scratch<T> sc(W, 0, 2 * kPlanes);
@@ -172,7 +179,15 @@ void vertical_vjp(const T* planes, T* gplanes, int64_t H, int64_t W, const Conte
     for (int64_t row = b; row < e; ++row) {
       vertical_row(planes, 0, H, W, row, cx, rt);
       vertical_row(planes, 1, H, W, row, cx, rr);
-      flip_row_vjp(rt, rr, W, HW, eps, cx.k, gmap + row * W, gplanes + row * W, gplanes + kPlanes * HW + row * W);
+      T* gt = gplanes[0] ? gplanes[0] + row * W : nullptr;
+      T* gr = gplanes[1] ? gplanes[1] + row * W : nullptr;
+      const T* gm = gmap + row * W;
+      if (gt && gr)
+        flip_row_vjp<true, true>(rt, rr, W, HW, eps, cx.k, gm, gt, gr);
+      else if (gt)
+        flip_row_vjp<true, false>(rt, rr, W, HW, eps, cx.k, gm, gt, gr);
+      else if (gr)
+        flip_row_vjp<false, true>(rt, rr, W, HW, eps, cx.k, gm, gt, gr);
     }
   });
 }
@@ -192,11 +207,10 @@ void opponent_row_vjp(const T* __restrict o0, const T* __restrict o1, const T* _
   }
 }
 
-// Transposed banks for the images with want[im], then chain(im, row, g) for every row, with g
-// the gradient w.r.t. the row's linear RGB (3 rows W apart).
+// Transposed banks for the images whose gradient planes gplanes[im] are not null, then
+// chain(im, row, g) for every row, with g the gradient w.r.t. the row's linear RGB (3 rows W apart).
 template <class T, class Chain>
-void transposed_stage(const T* gplanes, int64_t H, int64_t W, const Context<T>& cx, const bool want[2],
-                      const Chain& chain) {
+void transposed_stage(T* const gplanes[2], int64_t H, int64_t W, const Context<T>& cx, const Chain& chain) {
   const int64_t HW = H * W;
   parallel_for(0, 2 * H, row_grain(W), [&](int64_t b, int64_t e) {
     Scratch<T> sc(W, cx.rmax, 11);
@@ -204,8 +218,8 @@ void transposed_stage(const T* gplanes, int64_t H, int64_t W, const Context<T>& 
     for (int64_t idx = b; idx < e; ++idx) {
       const int im = static_cast<int>(idx / H);
       const int64_t row = idx % H;
-      if (!want[im]) continue;
-      const T* g = gplanes + im * kPlanes * HW;
+      if (!gplanes[im]) continue;
+      const T* g = gplanes[im];
       csf_t_row(g, g + HW, g + 2 * HW, H, W, row, *cx.csf, tmp, sc.pad(), o0, o1, o2);
       std::fill(yh, yh + W, T(0));
       feature_t_row(g + 3 * HW, g + 4 * HW, g + 5 * HW, g + 6 * HW, H, W, row, *cx.feat, tmp, sc.pad(), yh);

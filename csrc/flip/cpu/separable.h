@@ -4,41 +4,126 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "../filters.h"
 
 namespace flip {
 namespace cpu {
 
-// dst[x] = sum_k w[k] * src[clamp(x + k)], with src already padded by r samples on each side,
-// evaluated in form F (filters.h).
-template <Form F = Form::kPlain, class T>
-inline void hconv_padded(const T* __restrict pad, int64_t W, const Filter1D<T>& f, T* __restrict dst) {
-  const int r = f.radius;
-  const T* w = f.w.data();
+// acc[i] += the taps of filter w (radius r, form F) on pixel x0 + i, for i < len (kLen when it is
+// not 0), where at(k) points at the row of samples at offset k (the sample of pixel x is at(k)[x]).
+// Summed tap by tap in a fixed order, whatever the block length, so every pixel rounds alike.
+template <Form F, int64_t kLen, class T, class RowAt>
+inline void block_taps(const RowAt& at, const T* w, int r, int64_t x0, int64_t len, T* __restrict acc) {
+  const int64_t n = kLen > 0 ? kLen : len;
   if constexpr (F == Form::kPlain) {
-    const T w0 = w[0];
-    for (int64_t x = 0; x < W; ++x) dst[x] = w0 * pad[x];
-    for (int k = 1; k < 2 * r + 1; ++k) {
-      const T wk = w[k];
-      const T* __restrict p = pad + k;
-      for (int64_t x = 0; x < W; ++x) dst[x] += wk * p[x];
+    for (int k = -r; k <= r; ++k) {
+      const T wk = w[k + r];
+      const T* __restrict s = at(k) + x0;
+      for (int64_t i = 0; i < n; ++i) acc[i] += wk * s[i];
     }
   } else {
-    const T* __restrict c = pad + r;
-    std::fill(dst, dst + W, T(0));
-    for (int i = 1; i <= r; ++i) {
-      const T* __restrict lo = c - i;
-      const T* __restrict hi = c + i;
+    const T* __restrict c = at(0) + x0;
+    for (int j = 1; j <= r; ++j) {
+      const T* __restrict lo = at(-j) + x0;
+      const T* __restrict hi = at(j) + x0;
       if constexpr (F == Form::kOdd) {
-        const T wi = w[r - i];
-        for (int64_t x = 0; x < W; ++x) dst[x] += wi * (lo[x] - hi[x]);
+        const T wj = w[r - j];
+        for (int64_t i = 0; i < n; ++i) acc[i] += wj * (lo[i] - hi[i]);
       } else {
-        const T wi = w[r + i];
-        for (int64_t x = 0; x < W; ++x) dst[x] += wi * ((hi[x] - c[x]) + (lo[x] - c[x]));
+        const T wj = w[r + j];
+        for (int64_t i = 0; i < n; ++i) acc[i] += wj * ((hi[i] - c[i]) + (lo[i] - c[i]));
       }
     }
   }
+}
+
+// 32 bytes of T as one GCC vector value (lowered to two 16-byte halves where the level has no
+// 32-byte registers). The filters keep a block of outputs in such values across all taps.
+template <class T>
+struct LanesOf;
+template <>
+struct LanesOf<float> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct LanesOf<double> {
+  typedef double type __attribute__((vector_size(32)));
+};
+template <class T>
+using Lanes = typename LanesOf<T>::type;
+
+template <class T>
+inline __attribute__((always_inline)) Lanes<T> load_lanes(const T* p) {
+  Lanes<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// block_taps for a full block of kVecs vectors, with the block in registers: the same taps in the
+// same order, so the same bits as block_taps.
+template <Form F, int kVecs, class T, class RowAt>
+inline void block_taps_registers(const RowAt& at, const T* w, int r, int64_t x0, T* __restrict out, bool accumulate) {
+  constexpr int L = static_cast<int>(sizeof(Lanes<T>) / sizeof(T));
+  Lanes<T> acc[kVecs];
+#pragma GCC unroll 16
+  for (int v = 0; v < kVecs; ++v) acc[v] = accumulate ? load_lanes(out + v * L) : Lanes<T>{};
+  if constexpr (F == Form::kPlain) {
+    for (int k = -r; k <= r; ++k) {
+      const T wk = w[k + r];
+      const T* s = at(k) + x0;
+#pragma GCC unroll 16
+      for (int v = 0; v < kVecs; ++v) acc[v] += wk * load_lanes(s + v * L);
+    }
+  } else {
+    const T* c = at(0) + x0;
+    for (int j = 1; j <= r; ++j) {
+      const T* lo = at(-j) + x0;
+      const T* hi = at(j) + x0;
+      if constexpr (F == Form::kOdd) {
+        const T wj = w[r - j];
+#pragma GCC unroll 16
+        for (int v = 0; v < kVecs; ++v) acc[v] += wj * (load_lanes(lo + v * L) - load_lanes(hi + v * L));
+      } else {
+        const T wj = w[r + j];
+#pragma GCC unroll 16
+        for (int v = 0; v < kVecs; ++v) {
+          const Lanes<T> cv = load_lanes(c + v * L);
+          acc[v] += wj * ((load_lanes(hi + v * L) - cv) + (load_lanes(lo + v * L) - cv));
+        }
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int v = 0; v < kVecs; ++v) std::memcpy(out + v * L, &acc[v], sizeof acc[v]);
+}
+
+// dst[x] (+)= sum_k w[k] * at(k)[x] over the taps of f in form F (filters.h). Register-blocked: a
+// block of 256 bytes of outputs stays in registers across all taps, so each tap costs one load per
+// vector instead of also a load and a store of dst; the last partial block goes through memory.
+template <Form F, class T, class RowAt>
+inline void correlate_rows(const RowAt& at, const Filter1D<T>& f, int64_t W, T* __restrict dst, bool accumulate) {
+  constexpr int kVecs = 8;
+  constexpr int64_t kBlock = kVecs * static_cast<int64_t>(sizeof(Lanes<T>) / sizeof(T));
+  int64_t x0 = 0;
+  for (; x0 + kBlock <= W; x0 += kBlock)
+    block_taps_registers<F, kVecs>(at, f.w.data(), f.radius, x0, dst + x0, accumulate);
+  if (x0 < W) {
+    const int64_t n = W - x0;
+    T acc[kBlock];
+    for (int64_t i = 0; i < n; ++i) acc[i] = accumulate ? dst[x0 + i] : T(0);
+    block_taps<F, 0>(at, f.w.data(), f.radius, x0, n, acc);
+    for (int64_t i = 0; i < n; ++i) dst[x0 + i] = acc[i];
+  }
+}
+
+// dst[x] = sum_k w[k] * src[clamp(x + k)], with src already padded by r samples on each side,
+// evaluated in form F (filters.h).
+template <Form F = Form::kPlain, class T>
+inline void hconv_padded(const T* pad, int64_t W, const Filter1D<T>& f, T* __restrict dst) {
+  const T* centre = pad + f.radius;
+  correlate_rows<F>([centre](int k) { return centre + k; }, f, W, dst, false);
 }
 
 // Copies a row into pad with r replicated samples on each side.
@@ -59,29 +144,8 @@ inline void hconv(const T* src, int64_t W, const Filter1D<T>& f, T* pad, T* dst)
 template <Form F = Form::kPlain, class T>
 inline void vconv(const T* plane, int64_t H, int64_t W, int64_t row, const Filter1D<T>& f,
                   T* __restrict dst, bool accumulate = false) {
-  const int r = f.radius;
-  auto at = [&](int64_t y) { return plane + std::min<int64_t>(std::max<int64_t>(y, 0), H - 1) * W; };
-  if (!accumulate) std::fill(dst, dst + W, T(0));
-  if constexpr (F == Form::kPlain) {
-    for (int k = -r; k <= r; ++k) {
-      const T wk = f.w[k + r];
-      const T* __restrict s = at(row + k);
-      for (int64_t x = 0; x < W; ++x) dst[x] += wk * s[x];
-    }
-  } else {
-    const T* __restrict c = plane + row * W;
-    for (int i = 1; i <= r; ++i) {
-      const T* __restrict lo = at(row - i);
-      const T* __restrict hi = at(row + i);
-      if constexpr (F == Form::kOdd) {
-        const T wi = f.w[r - i];
-        for (int64_t x = 0; x < W; ++x) dst[x] += wi * (lo[x] - hi[x]);
-      } else {
-        const T wi = f.w[r + i];
-        for (int64_t x = 0; x < W; ++x) dst[x] += wi * ((hi[x] - c[x]) + (lo[x] - c[x]));
-      }
-    }
-  }
+  auto at = [=](int k) { return plane + std::min<int64_t>(std::max<int64_t>(row + k, 0), H - 1) * W; };
+  correlate_rows<F>(at, f, W, dst, accumulate);
 }
 
 template <class T>
