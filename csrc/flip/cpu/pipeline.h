@@ -113,8 +113,9 @@ void vertical_row(const T* planes, int im, int64_t H, int64_t W, int64_t row, co
                 out + 6 * W);
 }
 
+// Always inlined (FLIP_HD) like the per-pixel code: a call left in a per-pixel loop keeps it scalar.
 template <class T>
-inline void load_pixel(const T* __restrict r, int64_t W, int64_t x, T F[3], Features<T>& f) {
+FLIP_HD void load_pixel(const T* __restrict r, int64_t W, int64_t x, T F[3], Features<T>& f) {
   F[0] = r[x];
   F[1] = r[W + x];
   F[2] = r[2 * W + x];
