@@ -100,3 +100,43 @@ def test_wide_vector_code_only_in_the_level_specific_kernels():
     assert not offenders, f"wide-vector instructions outside the level-specific kernels: {sorted(offenders)[:10]}"
     if sys.platform.startswith("linux") and os.uname().machine == "x86_64":
         assert wide_lines > 0  # the AVX2/AVX-512 variants are in the binary
+
+
+def _functions(dump):
+    """{demangled name: [instruction lines]} of an objdump -d -C listing."""
+    functions, current = {}, None
+    for line in dump.splitlines():
+        if line.endswith(">:") and " <" in line:
+            current = functions.setdefault(line.split(" <", 1)[1][:-2], [])
+        elif current is not None and line.strip():
+            current.append(line)
+    return functions
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and os.uname().machine == "x86_64"),
+                    reason="the x86-64 AVX2 kernels")
+@pytest.mark.skipif(os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", ""),
+                    reason="a -march=native build has no flip_avx2 namespace")
+def test_avx2_per_pixel_loops_are_vectorised():
+    """The float per-pixel tails (docs/algorithm.md §7.13) only run fast when GCC vectorises them:
+    each must hold packed double arithmetic on 32-byte registers (the transcendentals, 4 lanes
+    at a time) and call no other kernel function (a call left in the loop keeps it scalar, as a
+    load_pixel that was not inlined once did). Checked on the AVX2 level, the one most CPUs run."""
+    dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", _C.__file__], capture_output=True,
+                          text=True, check=True).stdout
+    functions = _functions(dump)
+    wanted = ["flip_avx2::flip::cpu::flip_row<float>(", "flip_avx2::flip::cpu::flip_row_vjp<true, false, float>(",
+              "flip_avx2::flip::cpu::flip_row_vjp<true, true, float>(",
+              "flip_avx2::flip::cpu::convert_row<false, float, flip_avx2::flip::cpu::(anonymous namespace)::LdrInput<float,"
+              " true> >(",
+              "flip_avx2::flip::cpu::convert_row<true, float, flip_avx2::flip::cpu::(anonymous namespace)::LdrInput<float,"
+              " true> >("]
+    for key in wanted:
+        bodies = [body for name, body in functions.items() if key in name]
+        assert bodies, f"{key}...) is not in the library (inlined or renamed?)"
+        body = [line for b in bodies for line in b]
+        packed = sum(1 for line in body if ("vmulpd" in line or "vaddpd" in line) and "%ymm" in line)
+        calls = [line for line in body if "call" in line and "flip_avx2::" in line]
+        assert packed >= 16, f"{key}...): {packed} packed double ymm operations; the loop is not vectorised"
+        assert not calls, f"{key}...) calls kernel code in its loop: {calls[:3]}"

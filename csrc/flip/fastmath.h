@@ -1,15 +1,19 @@
-// The transcendental functions of FLIP's per-pixel code: pow, cbrt and log.
+// The transcendental functions of FLIP's per-pixel code: pow, cbrt, x^1.4 and log.
 //
 // float on the host: our own branch-free versions, written with plain arithmetic, selects and
-// integer bit operations so that GCC vectorises the per-pixel loops that call them (libm's powf
-// and cbrtf are opaque calls that keep every loop scalar; they were about half of the CPU time).
-// Each works in double internally: log2 of the float argument from its exponent and a Taylor
-// series of atanh, the product with the exponent, then 2^y from its integer part and a Taylor
-// series. Both series are truncated below 2^-30 relative error, so the one rounding to float at
-// the end dominates: the result is within 1 ulp of the exact value (tests/cpp/fastmath_accuracy.cpp
-// checks every float of the ranges FLIP uses against long double). Only IEEE +, -, *, / and
-// conversions, never contracted (-ffp-contract=off): scalar and vector code, and every CPU
-// instruction-set level, give identical bits.
+// integer bit operations, so that GCC vectorises the per-pixel loops that call them (libm's powf
+// and cbrtf are opaque calls that kept every loop scalar; they were about half of the CPU time).
+// All work in double internally and round to float once at the end:
+//   pow, log   log2 of the float from its exponent and a Taylor series of atanh (relative error
+//              below 2^-33), times the exponent, then 2^y from its integer part and a Taylor series
+//              (below 2^-32);
+//   cbrt, x^1.4  Newton's iteration on x^(-1/3) or x^(-1/5) from a guess read off the float's bits
+//              (below 3e-10 and 1e-15), then x y^2 or x^2 y^3: no division and no series.
+// So each result is within 1 ulp of the exact value (in practice 0.51 ulp at most);
+// tests/test_fastmath.py checks this over the ranges FLIP uses and the whole float range, with the
+// standard library's special values. Only IEEE +, -, *, / and conversions, never contracted
+// (-ffp-contract=off): scalar and vector code, and every CPU instruction-set level, give identical
+// bits. docs/algorithm.md §7.13 says why this route (and not SLEEF, Highway or at::vec).
 //
 // double, and all device code: the standard library (CUDA's own pow/cbrt/log on the GPU).
 #pragma once

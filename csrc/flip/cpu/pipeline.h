@@ -38,7 +38,10 @@ struct Context {
 // branch-free code (pixel.h, with the float transcendentals of fastmath.h), so that GCC
 // vectorises them across pixels at every instruction-set level (-fno-trapping-math lets it
 // if-convert the selects; -fno-tree-pre keeps it from merging them into forms it cannot vectorise;
-// see setup.py).
+// see setup.py and docs/algorithm.md §7.13). Each is a function of its own (FLIP_LOOP: never
+// inlined; one call per row costs nothing), so that tests/test_cpu_dispatch.py can find it in the
+// disassembly and check that it stayed vectorised.
+#define FLIP_LOOP __attribute__((noinline))
 
 // One input row of an image -> its opponent rows o0..o2 and achromatic row yh. conv(v, lin, d): v
 // = the input pixel (3 channels, planes HW apart), lin = linear RGB; with kDeriv (only for a Conv
@@ -46,7 +49,7 @@ struct Context {
 // diagonal derivative d(lin_c)/d(v_c), stored into dv (3 rows HW apart). Returns false if the row
 // holds a NaN or an infinity.
 template <bool kDeriv, class T, class Conv>
-bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const Conv& conv, T* __restrict dv,
+FLIP_LOOP bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const Conv& conv, T* __restrict dv,
                  T* __restrict o0, T* __restrict o1, T* __restrict o2, T* __restrict yh) {
   int nonfinite = 0;
 #pragma GCC ivdep  // the 3 rows of src (and of dv) are HW >= W apart
@@ -124,7 +127,7 @@ FLIP_HD void load_pixel(const T* __restrict r, int64_t W, int64_t x, T F[3], Fea
 
 // The error of one row from both images' vertical outputs (7 rows W apart each).
 template <class T>
-void flip_row(const T* __restrict rt, const T* __restrict rr, int64_t W, T eps, const ColorConsts<T> k,
+FLIP_LOOP void flip_row(const T* __restrict rt, const T* __restrict rr, int64_t W, T eps, const ColorConsts<T> k,
               T* __restrict dst) {
   for (int64_t x = 0; x < W; ++x) {
     T Ft[3], Fr[3];
@@ -152,7 +155,7 @@ void vertical_forward(const T* planes, int64_t H, int64_t W, const Context<T>& c
 // The adjoint of flip_row for the incoming gradient row gmap: the gradients of the wanted images'
 // vertical outputs into their gradient planes gt, gr (7 planes HW apart, at this row).
 template <bool kWantTest, bool kWantRef, class T>
-void flip_row_vjp(const T* __restrict rt, const T* __restrict rr, int64_t W, int64_t HW, T eps,
+FLIP_LOOP void flip_row_vjp(const T* __restrict rt, const T* __restrict rr, int64_t W, int64_t HW, T eps,
                   const ColorConsts<T> k, const T* __restrict gmap, T* __restrict gt, T* __restrict gr) {
   // The 7 planes of gt (and of gr) are HW >= W apart, so no two pixels' stores overlap; GCC cannot
   // prove that for an unknown HW and would give up (too many run-time alias checks).
@@ -196,7 +199,7 @@ void vertical_vjp(const T* planes, T* const gplanes[2], int64_t H, int64_t W, co
 // Gradient rows w.r.t. linear RGB (g0..g2) from those w.r.t. the opponent channels and the
 // achromatic channel.
 template <class T>
-void opponent_row_vjp(const T* __restrict o0, const T* __restrict o1, const T* __restrict o2,
+FLIP_LOOP void opponent_row_vjp(const T* __restrict o0, const T* __restrict o1, const T* __restrict o2,
                       const T* __restrict yh, int64_t W, T* __restrict g0, T* __restrict g1, T* __restrict g2) {
   for (int64_t x = 0; x < W; ++x) {
     const T gopp[3] = {o0[x], o1[x], o2[x]};
