@@ -26,12 +26,15 @@
 #if defined(__CUDACC__)
 #define FLIP_MATH_HD __host__ __device__ __forceinline__
 #define FLIP_MATH_INLINE inline
+#define FLIP_MATH_UNROLL _Pragma("unroll")
 #elif defined(__GNUC__)
 #define FLIP_MATH_HD inline __attribute__((always_inline))
 #define FLIP_MATH_INLINE inline __attribute__((always_inline))
+#define FLIP_MATH_UNROLL _Pragma("GCC unroll 4")
 #else
 #define FLIP_MATH_HD inline
 #define FLIP_MATH_INLINE inline
+#define FLIP_MATH_UNROLL
 #endif
 
 namespace flip {
@@ -103,7 +106,7 @@ FLIP_MATH_INLINE double inverse_root(float x) {
   // needs no exact quotient (every step of it is covered by the error bounds above).
   const int32_t quotient = static_cast<int32_t>(static_cast<float>(static_cast<int32_t>(float_bits(x))) * (1.0f / N));
   double y = bits_float(kGuess - static_cast<uint32_t>(quotient));
-#pragma GCC unroll 4
+  FLIP_MATH_UNROLL
   for (int step = 0; step < (N == 3 ? 3 : 4); ++step) {
     const double y2 = y * y;
     const double yn = N == 3 ? y2 * y : y2 * y2 * y;
