@@ -190,6 +190,24 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
   return out.to(test.scalar_type());
 }
 
+// Runs a composite backward (LDR- or HDR-FLIP) whose Params are filled: the tiled formulation when
+// the taps fit its shared memory (scratch of at most 32 MiB), else the row passes with full planes.
+template <class T, class Tiled, class Rows>
+void run_composite_backward(flip::cuda::Params<T>& p, const Geometry& g, const at::Tensor& like, cudaStream_t stream,
+                            Tiled tiled, Rows rows) {
+  if (use_tiled_backward(p.taps)) {
+    auto scratch = tiled_backward_scratch(p, like);  // kept alive until the launches are queued
+    tiled(p, stream);
+    return;
+  }
+  check_shared_memory(p.taps, g.planes());
+  auto planes = planes_for(g, like, g.planes());
+  auto gplanes = planes_for(g, like, g.gplanes());
+  p.planes = ptr<T>(planes);
+  p.gplanes = ptr<T>(gplanes);
+  rows(p, stream);
+}
+
 Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
                        c10::string_view space, double eps, Mask mask) {
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
@@ -210,17 +228,7 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
     p.ref = ptr<T>(r);
     p.g_test = ptr_or_null<T>(gb[0]);
     p.g_ref = ptr_or_null<T>(gb[1]);
-    if (use_tiled_backward(p.taps)) {
-      auto scratch = tiled_backward_scratch(p, t);
-      flip::cuda::ldr_flip_backward_tiled<T>(p, stream);
-      return;
-    }
-    check_shared_memory(p.taps, g.planes());
-    auto planes = planes_for(g, t, g.planes());
-    auto gplanes = planes_for(g, t, g.gplanes());
-    p.planes = ptr<T>(planes);
-    p.gplanes = ptr<T>(gplanes);
-    flip::cuda::ldr_flip_backward<T>(p, stream);
+    run_composite_backward(p, g, t, stream, flip::cuda::ldr_flip_backward_tiled<T>, flip::cuda::ldr_flip_backward<T>);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
@@ -302,17 +310,8 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
     p.index = ix.data_ptr<int32_t>();
     p.g_test = ptr_or_null<T>(gb[0]);
     p.g_ref = ptr_or_null<T>(gb[1]);
-    if (use_tiled_backward(p.taps)) {  // the same scratch whatever the number of exposures
-      auto scratch = tiled_backward_scratch(p, t);
-      flip::cuda::hdr_flip_backward_tiled<T>(p, stream);
-      return;
-    }
-    check_shared_memory(p.taps, g.planes());
-    auto planes = planes_for(g, t, g.planes());
-    auto gplanes = planes_for(g, t, g.gplanes());
-    p.planes = ptr<T>(planes);
-    p.gplanes = ptr<T>(gplanes);
-    flip::cuda::hdr_flip_backward<T>(p, stream);
+    // The tiled formulation uses the same scratch whatever the number of exposures.
+    run_composite_backward(p, g, t, stream, flip::cuda::hdr_flip_backward_tiled<T>, flip::cuda::hdr_flip_backward<T>);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
