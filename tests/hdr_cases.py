@@ -68,3 +68,17 @@ def our_args(params):
     """flip_loss.hdr_flip keyword arguments for flip-evaluator parameters."""
     return {"tone_mapper": params.get("tonemapper", "aces"), "start_exposure": params.get("startExposure"),
             "stop_exposure": params.get("stopExposure"), "num_exposures": params.get("numExposures")}
+
+
+def exposure_strips(dtype):
+    """Two items whose brightness rises 14 stops from left to right (37 x 150), so that each
+    exposure wins in a vertical strip: the case where the CUDA tiled backward skips whole tiles.
+    Returns (test, reference, exposures, counts, generator); the generator goes on to draw the
+    incoming gradient, so the CUDA and emulator tests use the same one."""
+    g = torch.Generator().manual_seed(12)
+    ramp = torch.exp2(torch.linspace(-7, 7, 150, dtype=dtype))
+    ref = ramp * (0.5 + torch.rand(2, 3, 37, 150, generator=g, dtype=dtype))
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
+    ex = torch.tensor([[-5.0, -1.0, 3.0], [-3.0, 2.0, 2.0]], dtype=dtype)
+    counts = torch.tensor([3, 2])
+    return test, ref, ex, counts, g

@@ -6,6 +6,7 @@ from torch.autograd import gradcheck
 
 import flip_loss
 from flip_loss import reference as ref_impl
+from hdr_cases import exposure_strips
 
 pytestmark = pytest.mark.cuda
 
@@ -292,12 +293,7 @@ def test_hdr_backward_skipping_tiles_matches_cpu(ops, dtype):
     # Brightness rising 14 stops from left to right: each exposure wins in a vertical strip, and the
     # tiled backward skips the tiles an exposure won nowhere near (tests/test_gpu_emulation.py checks
     # that such tiles exist); the gradients through the CPU's index still match the CPU kernels.
-    g = torch.Generator().manual_seed(12)
-    ramp = torch.exp2(torch.linspace(-7, 7, 150, dtype=dtype))
-    ref = ramp * (0.5 + torch.rand(2, 3, 37, 150, generator=g, dtype=dtype))
-    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
-    ex = torch.tensor([[-5.0, -1.0, 3.0], [-3.0, 2.0, 2.0]], dtype=dtype)
-    counts = torch.tensor([3, 2])
+    test, ref, ex, counts, g = exposure_strips(dtype)
     index = ops.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)[2]
     w = torch.rand(2, 1, 37, 150, generator=g, dtype=dtype)
     gc = ops.hdr_flip_backward(w.cuda(), test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), index.cuda(), 20.0,

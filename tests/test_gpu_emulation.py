@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from flip_loss import reference as ref_impl
+from hdr_cases import exposure_strips
 
 SHAPES = [(2, 3, 23, 31), (1, 3, 5, 7), (1, 3, 1, 1), (1, 3, 3, 300), (1, 3, 130, 2)]
 
@@ -211,12 +212,7 @@ def test_tiled_hdr_backward_skips_tiles_an_exposure_does_not_win(ops, emulator, 
     # kernel 1 skips the forward of the 32 x 16 tiles outside it and kernel 2 the tiles whose halo
     # (R = 3 at ppd 20) does not reach it. The gradients stay those of the CPU kernels and, bit for
     # bit, of the row passes, which skip nothing.
-    g = torch.Generator().manual_seed(12)
-    ramp = torch.exp2(torch.linspace(-7, 7, 150, dtype=dtype))
-    ref = ramp * (0.5 + torch.rand(2, 3, 37, 150, generator=g, dtype=dtype))
-    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
-    ex = torch.tensor([[-5.0, -1.0, 3.0], [-3.0, 2.0, 2.0]], dtype=dtype)
-    counts = torch.tensor([3, 2])
+    test, ref, ex, counts, g = exposure_strips(dtype)
     index = ops.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)[2]
 
     def skipped(i, halo):  # item 0's tile columns where exposure i won no pixel of the tiles + halo
