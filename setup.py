@@ -45,10 +45,25 @@ cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
 # OpenMP (PyTorch's CPU backend is OpenMP).
 # -ffp-contract=off: vector and scalar loop paths must round alike, so that identical images give
 # exactly zero error and the map is symmetric in its arguments.
-# -fno-trapping-math (FP exception flags are never read here; no value changes) and -fno-tree-pre:
-# what GCC needs to vectorise the per-pixel loops of the CPU kernels (csrc/flip/cpu/pipeline.h).
-cxx_flags = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fno-tree-pre", "-fvisibility=hidden", "-fopenmp",
-             "-ffp-contract=off"]
+# -fno-trapping-math (FP exception flags are never read here; no value changes) and, for GCC,
+# -fno-tree-pre: what GCC needs to vectorise the per-pixel loops of the CPU kernels
+# (csrc/flip/cpu/pipeline.h, docs/algorithm.md §7.13). Clang has no such switch (and rejects it).
+cxx_flags = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden", "-fopenmp", "-ffp-contract=off"]
+
+
+def compiler_is_gcc():
+    """Whether the C++ compiler torch will build with (CXX, else c++) is GCC."""
+    import subprocess
+    try:
+        out = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True, text=True,
+                             timeout=60).stdout.lower()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "clang" not in out and ("gcc" in out or "g++" in out or "free software foundation" in out)
+
+
+if compiler_is_gcc():
+    cxx_flags.append("-fno-tree-pre")
 # The CPU kernels are compiled for every x86-64 instruction-set level and picked at run time
 # (csrc/flip/cpu/isa.h), so the default binary runs on any CPU at full speed. -march=native only
 # on request: such a binary may crash with an illegal instruction on another machine.

@@ -14,7 +14,7 @@ ROOT = HERE.parents[1]
 BUILD_DIR = Path(os.environ.get("FLIP_LOSS_EMULATOR_BUILD_DIR", ROOT / "build" / "emulator"))
 
 # As setup.py compiles the shipped kernels: the same rounding (no contraction into FMA).
-CXX_FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fno-tree-pre", "-ffp-contract=off"]
+CXX_FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off"]
 
 
 @functools.cache
