@@ -59,8 +59,9 @@ def _build(level):
     return exe
 
 
-def _run(exe):
-    proc = subprocess.run([str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+def _run(exe, *args):
+    proc = subprocess.run([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=600)
     return proc.returncode, proc.stdout
 
 
@@ -91,6 +92,25 @@ def test_vector_and_scalar_loops_agree_bit_for_bit(outputs):
         line = next(line for line in out.splitlines() if line.startswith("vector_scalar_mismatches"))
         assert line.split()[1] == "0", f"{level}: {line}"
         assert code == 0, f"{level}: exit {code}\n{out}"
+
+
+def test_no_undefined_behaviour_on_any_input():
+    """The same program under UBSan (including float-to-int conversions out of range, e.g. of a NaN):
+    it feeds every special value, so undefined behaviour anywhere on those paths aborts it."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++")
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    exe = BUILD_DIR / "fastmath_accuracy_ubsan"
+    sanitize = ["-fsanitize=undefined,float-cast-overflow", "-fno-sanitize-recover=all"]
+    flags = [f for f in CXX_FLAGS if f != "-O3"] + ["-O1"] + sanitize
+    build = subprocess.run([cxx, *flags, "-I", str(ROOT / "csrc"), str(SOURCE), "-o", str(exe)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    if build.returncode != 0 and "ubsan" in build.stdout:
+        pytest.skip("this compiler has no UBSan runtime")
+    assert build.returncode == 0, build.stdout
+    code, out = _run(exe, "997")  # a coarser sweep: the sanitised build is slower
+    assert code == 0 and "runtime error" not in out, out
 
 
 def test_every_instruction_set_level_gives_the_same_results(outputs):
