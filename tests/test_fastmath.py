@@ -47,15 +47,22 @@ def _runnable_levels():
     return levels
 
 
-def _build(level):
-    cxx = shutil.which("g++") or shutil.which("c++")
+def _compile(name, flags):
+    """(executable, compiler output, return code) of the accuracy program built with flags."""
+    cxx = shutil.which("g++")
     if cxx is None:
-        pytest.skip("no C++ compiler")
+        pytest.skip("no g++")
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    exe = BUILD_DIR / f"fastmath_accuracy_{level}"
+    exe = BUILD_DIR / f"fastmath_accuracy_{name}"
+    proc = subprocess.run([cxx, *flags, "-I", str(ROOT / "csrc"), str(SOURCE), "-o", str(exe)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    return exe, proc.stdout, proc.returncode
+
+
+def _build(level):
     flags = CXX_FLAGS + (LEVELS[level] if platform.machine() in ("x86_64", "AMD64") else [])
-    subprocess.run([cxx, *flags, "-I", str(ROOT / "csrc"), str(SOURCE), "-o", str(exe)], check=True,
-                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    exe, out, code = _compile(level, flags)
+    assert code == 0, out
     return exe
 
 
@@ -97,18 +104,11 @@ def test_vector_and_scalar_loops_agree_bit_for_bit(outputs):
 def test_no_undefined_behaviour_on_any_input():
     """The same program under UBSan (including float-to-int conversions out of range, e.g. of a NaN):
     it feeds every special value, so undefined behaviour anywhere on those paths aborts it."""
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no g++")
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    exe = BUILD_DIR / "fastmath_accuracy_ubsan"
     sanitize = ["-fsanitize=undefined,float-cast-overflow", "-fno-sanitize-recover=all"]
-    flags = [f for f in CXX_FLAGS if f != "-O3"] + ["-O1"] + sanitize
-    build = subprocess.run([cxx, *flags, "-I", str(ROOT / "csrc"), str(SOURCE), "-o", str(exe)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-    if build.returncode != 0 and "ubsan" in build.stdout:
+    exe, out, code = _compile("ubsan", [f for f in CXX_FLAGS if f != "-O3"] + ["-O1"] + sanitize)
+    if code != 0 and "ubsan" in out:
         pytest.skip("this compiler has no UBSan runtime")
-    assert build.returncode == 0, build.stdout
+    assert code == 0, out
     code, out = _run(exe, "997")  # a coarser sweep: the sanitised build is slower
     assert code == 0 and "runtime error" not in out, out
 

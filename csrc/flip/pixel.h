@@ -156,17 +156,24 @@ FLIP_HD bool is_finite(T v) {
 
 // ---- hunt_hyab of pixel i = n * hw + p (images N x 3 x H x W); false for a non-finite input ----
 
+// Loads the colours of pixel p of item n of both images into lt, lr; false if one is not finite.
 template <class T>
-FLIP_HD bool hunt_hyab_pixel(const T* test, const T* ref, T* out, int64_t hw, int64_t i, T eps,
-                             const ColorConsts<T>& k) {
-  const int64_t n = i / hw, p = i % hw;
-  T lt[3], lr[3], ht[3], hr[3];
+FLIP_HD bool load_pixel_pair(const T* test, const T* ref, int64_t hw, int64_t n, int64_t p, T lt[3], T lr[3]) {
   bool ok = true;
   for (int c = 0; c < 3; ++c) {
     lt[c] = test[(n * 3 + c) * hw + p];
     lr[c] = ref[(n * 3 + c) * hw + p];
     ok = ok && is_finite(lt[c]) && is_finite(lr[c]);
   }
+  return ok;
+}
+
+template <class T>
+FLIP_HD bool hunt_hyab_pixel(const T* test, const T* ref, T* out, int64_t hw, int64_t i, T eps,
+                             const ColorConsts<T>& k) {
+  const int64_t n = i / hw, p = i % hw;
+  T lt[3], lr[3], ht[3], hr[3];
+  const bool ok = load_pixel_pair(test, ref, hw, n, p, lt, lr);
   hunt_lab(lt, ht);
   hunt_lab(lr, hr);
   out[i] = color_error(ht, hr, eps, k);
@@ -179,12 +186,7 @@ FLIP_HD bool hunt_hyab_vjp_pixel(const T* grad, const T* test, const T* ref, T* 
                                  int64_t i, T eps, const ColorConsts<T>& k) {
   const int64_t n = i / hw, p = i % hw;
   T lt[3], lr[3], ht[3], hr[3], ght[3], ghr[3], gt[3], gr[3];
-  bool ok = true;
-  for (int c = 0; c < 3; ++c) {
-    lt[c] = test[(n * 3 + c) * hw + p];
-    lr[c] = ref[(n * 3 + c) * hw + p];
-    ok = ok && is_finite(lt[c]) && is_finite(lr[c]);
-  }
+  const bool ok = load_pixel_pair(test, ref, hw, n, p, lt, lr);
   hunt_lab(lt, ht);
   hunt_lab(lr, hr);
   color_error_vjp(ht, hr, eps, k, grad[i], ght, ghr);

@@ -15,6 +15,7 @@
 #include "../pixel.h"
 #include "banks.h"
 #include "parallel.h"
+#include "workspace.h"
 
 namespace flip {
 namespace cpu {
@@ -45,12 +46,11 @@ struct Context {
 
 // One input row of an image -> its opponent rows o0..o2 and achromatic row yh. conv(v, lin, d): v
 // = the input pixel (3 channels, planes HW apart), lin = linear RGB; with kDeriv (only for a Conv
-// whose kHasDerivative is true), d receives the
-// diagonal derivative d(lin_c)/d(v_c), stored into dv (3 rows HW apart). Returns false if the row
-// holds a NaN or an infinity.
+// whose kHasDerivative is true), d receives the diagonal derivative d(lin_c)/d(v_c), stored into dv
+// (3 rows HW apart). Returns false if the row holds a NaN or an infinity.
 template <bool kDeriv, class T, class Conv>
 FLIP_LOOP bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const Conv& conv, T* __restrict dv,
-                 T* __restrict o0, T* __restrict o1, T* __restrict o2, T* __restrict yh) {
+                           T* __restrict o0, T* __restrict o1, T* __restrict o2, T* __restrict yh) {
   int nonfinite = 0;
 #pragma GCC ivdep  // the 3 rows of src (and of dv) are HW >= W apart
   for (int64_t x = 0; x < W; ++x) {
@@ -128,7 +128,7 @@ FLIP_HD void load_pixel(const T* __restrict r, int64_t W, int64_t x, T F[3], Fea
 // The error of one row from both images' vertical outputs (7 rows W apart each).
 template <class T>
 FLIP_LOOP void flip_row(const T* __restrict rt, const T* __restrict rr, int64_t W, T eps, const ColorConsts<T> k,
-              T* __restrict dst) {
+                        T* __restrict dst) {
   for (int64_t x = 0; x < W; ++x) {
     T Ft[3], Fr[3];
     Features<T> ft, fr;
@@ -156,7 +156,7 @@ void vertical_forward(const T* planes, int64_t H, int64_t W, const Context<T>& c
 // vertical outputs into their gradient planes gt, gr (7 planes HW apart, at this row).
 template <bool kWantTest, bool kWantRef, class T>
 FLIP_LOOP void flip_row_vjp(const T* __restrict rt, const T* __restrict rr, int64_t W, int64_t HW, T eps,
-                  const ColorConsts<T> k, const T* __restrict gmap, T* __restrict gt, T* __restrict gr) {
+                            const ColorConsts<T> k, const T* __restrict gmap, T* __restrict gt, T* __restrict gr) {
   // The 7 planes of gt (and of gr) are HW >= W apart, so no two pixels' stores overlap; GCC cannot
   // prove that for an unknown HW and would give up (too many run-time alias checks).
 #pragma GCC ivdep
@@ -170,6 +170,24 @@ FLIP_LOOP void flip_row_vjp(const T* __restrict rt, const T* __restrict rr, int6
     if constexpr (kWantRef) store_pixel_gradients(gr, HW, x, gFr, gfr);
   }
 }
+
+// The backward's gradient planes: kPlanes planes of hw samples for each image that wants a
+// gradient, none for the other; planes()[im] is null for an image that wants none.
+template <class T>
+class GradientPlanes {
+ public:
+  GradientPlanes(bool want_test, bool want_ref, int64_t hw)
+      : ws_(sizeof(T) * (int{want_test} + int{want_ref}) * kPlanes * hw) {
+    T* base = ws_.as<T>();
+    planes_[0] = want_test ? base : nullptr;
+    planes_[1] = want_ref ? base + (want_test ? kPlanes * hw : 0) : nullptr;
+  }
+  T* const* planes() const { return planes_; }
+
+ private:
+  Workspace ws_;
+  T* planes_[2];
+};
 
 // Gradient planes (per image F0, F1, F2, dx, dy, ddx, ddy, H x W each) of the images whose
 // gplanes[im] is not null, for the incoming gradient gmap (H x W).
@@ -200,7 +218,8 @@ void vertical_vjp(const T* planes, T* const gplanes[2], int64_t H, int64_t W, co
 // achromatic channel.
 template <class T>
 FLIP_LOOP void opponent_row_vjp(const T* __restrict o0, const T* __restrict o1, const T* __restrict o2,
-                      const T* __restrict yh, int64_t W, T* __restrict g0, T* __restrict g1, T* __restrict g2) {
+                                const T* __restrict yh, int64_t W, T* __restrict g0, T* __restrict g1,
+                                T* __restrict g2) {
   for (int64_t x = 0; x < W; ++x) {
     const T gopp[3] = {o0[x], o1[x], o2[x]};
     T glin[3];

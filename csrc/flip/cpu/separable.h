@@ -11,12 +11,11 @@
 namespace flip {
 namespace cpu {
 
-// acc[i] += the taps of filter w (radius r, form F) on pixel x0 + i, for i < len (kLen when it is
-// not 0), where at(k) points at the row of samples at offset k (the sample of pixel x is at(k)[x]).
-// Summed tap by tap in a fixed order, whatever the block length, so every pixel rounds alike.
-template <Form F, int64_t kLen, class T, class RowAt>
-inline void block_taps(const RowAt& at, const T* w, int r, int64_t x0, int64_t len, T* __restrict acc) {
-  const int64_t n = kLen > 0 ? kLen : len;
+// acc[i] += the taps of filter w (radius r, form F) on pixel x0 + i, for i < n, where at(k) points
+// at the row of samples at offset k (the sample of pixel x is at(k)[x]). Summed tap by tap in the
+// same order as block_taps_registers, so every pixel rounds alike.
+template <Form F, class T, class RowAt>
+inline void block_taps(const RowAt& at, const T* w, int r, int64_t x0, int64_t n, T* __restrict acc) {
   if constexpr (F == Form::kPlain) {
     for (int k = -r; k <= r; ++k) {
       const T wk = w[k + r];
@@ -113,7 +112,7 @@ inline void correlate_rows(const RowAt& at, const Filter1D<T>& f, int64_t W, T* 
     const int64_t n = W - x0;
     T acc[kBlock];
     for (int64_t i = 0; i < n; ++i) acc[i] = accumulate ? dst[x0 + i] : T(0);
-    block_taps<F, 0>(at, f.w.data(), f.radius, x0, n, acc);
+    block_taps<F>(at, f.w.data(), f.radius, x0, n, acc);
     for (int64_t i = 0; i < n; ++i) dst[x0 + i] = acc[i];
   }
 }
