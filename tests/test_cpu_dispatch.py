@@ -126,12 +126,13 @@ def test_avx2_per_pixel_loops_are_vectorised():
     dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", _C.__file__], capture_output=True,
                           text=True, check=True).stdout
     functions = _functions(dump)
-    wanted = ["flip_avx2::flip::cpu::flip_row<float>(", "flip_avx2::flip::cpu::flip_row_vjp<true, false, float>(",
-              "flip_avx2::flip::cpu::flip_row_vjp<true, true, float>(",
-              "flip_avx2::flip::cpu::convert_row<false, float, flip_avx2::flip::cpu::(anonymous namespace)::LdrInput<float,"
+    wanted = ["flip_avx2::flip::cpu::flip_row<float>(",
+              "flip_avx2::flip::cpu::flip_row_sensitivities<true, false, false, float>(",
+              "flip_avx2::flip::cpu::flip_row_sensitivities<true, true, false, float>(",
+              "flip_avx2::flip::cpu::flip_row_sensitivities<true, false, true, float>(",
+              "flip_avx2::flip::cpu::convert_row<float, flip_avx2::flip::cpu::(anonymous namespace)::LdrInput<float,"
               " true> >(",
-              "flip_avx2::flip::cpu::convert_row<true, float, flip_avx2::flip::cpu::(anonymous namespace)::LdrInput<float,"
-              " true> >("]
+              "flip_avx2::flip::cpu::(anonymous namespace)::input_row_vjp<true, float>("]
     for key in wanted:
         bodies = [body for name, body in functions.items() if key in name]
         assert bodies, f"{key}...) is not in the library (inlined or renamed?)"

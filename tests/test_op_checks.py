@@ -347,19 +347,26 @@ def test_opcheck_backward_ops_with_inputs_that_require_grad(name):
 
 # ---- the shipped library: the product's ops only, each with every kernel ----
 
-PRODUCT_OPS = {f"flip::{name}" for name in ALL_OPS}
+# ldr_flip's CPU autograd keeps the sensitivities with these two (tests/test_sensitivities.py); the
+# CUDA backward recomputes in tiles instead, so they have no CUDA kernel.
+CPU_ONLY_OPS = {"flip::_ldr_flip_with_sensitivities", "flip::_ldr_flip_backward_from_sensitivities"}
+PRODUCT_OPS = {f"flip::{name}" for name in ALL_OPS} | CPU_ONLY_OPS
 
 
 def test_the_library_registers_only_the_product_ops_each_with_every_kernel():
     # Test-only code (the GPU emulator) lives outside it; every op, backward ops included, has the
-    # kernels of each dispatch key, CUDA too when the library was built with CUDA.
+    # kernels of each dispatch key, CUDA too when the library was built with CUDA (but for the
+    # CPU-only pair).
     registered = {name for name in torch._C._dispatch_get_all_op_names() if name.startswith("flip::")}
     assert registered == PRODUCT_OPS
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     with_cuda = any(has(name, "CUDA") for name in PRODUCT_OPS)
     for name in sorted(PRODUCT_OPS):
-        for key in ("CPU", "Meta", "Autograd") + (("CUDA",) if with_cuda else ()):
+        cuda = ("CUDA",) if with_cuda and name not in CPU_ONLY_OPS else ()
+        for key in ("CPU", "Meta", "Autograd") + cuda:
             assert has(name, key), f"{name} has no {key} kernel"
+    for name in CPU_ONLY_OPS:
+        assert not has(name, "CUDA")
 
 
 # ---- the emulator: checked like the op it emulates; nothing cached before the checks ----

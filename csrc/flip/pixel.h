@@ -131,6 +131,9 @@ FLIP_HD void feature_pixel_vjp(const Features<T>& ft, const Features<T>& fr, T e
 
 // ---- gradient planes: what the backward passes store per pixel, before the transposed filters ----
 
+// Planes per image: the filtered colour F0..F2, then the features dx, dy, ddx, ddy.
+constexpr int kResponsePlanes = 7;
+
 // The feature gradients of one image's pixel p into 4 planes of hw samples: dx, dy, ddx, ddy.
 template <class T>
 FLIP_HD void store_feature_gradients(T* planes, int64_t hw, int64_t p, const Features<T>& g) {

@@ -17,6 +17,7 @@
 
 #include "../flip/tone_mapper.h"
 #include "../include/flip_loss/limits.h"
+#include "signature.h"
 
 namespace flip_ops {
 
@@ -158,6 +159,38 @@ inline bool check_ldr_args(const at::Tensor& test, const at::Tensor& ref, double
   check_ppd(ppd);
   check_eps(eps);
   return parse_input_space(space);
+}
+
+// _ldr_flip_with_sensitivities: as ldr_flip, with at least one image's sensitivities asked for.
+inline bool check_ldr_sensitivity_args(const at::Tensor& test, const at::Tensor& ref, double ppd,
+                                       c10::string_view space, double eps, Mask mask) {
+  const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
+  TORCH_CHECK_VALUE(mask[0] || mask[1], "flip: output_mask must ask for the sensitivities of at least one image");
+  return srgb;
+}
+
+// _ldr_flip_backward_from_sensitivities: the images and arguments of the forward, its
+// sensitivities for the images in mask, and the incoming gradient. Returns true for sRGB input.
+inline bool check_ldr_backward_from_sensitivities_args(const at::Tensor& grad, const at::Tensor& sensitivities,
+                                                       const at::Tensor& test, const at::Tensor& ref, double ppd,
+                                                       c10::string_view space, Mask mask) {
+  check_pair(test, ref, 3);
+  check_ppd(ppd);
+  const bool srgb = parse_input_space(space);
+  TORCH_CHECK_VALUE(mask[0] || mask[1], "flip: output_mask must ask for at least one gradient");
+  check_grad(grad, test, 1);
+  TORCH_CHECK(sensitivities.defined(), "flip: sensitivities is undefined");
+  TORCH_CHECK_TYPE(sensitivities.scalar_type() == compute_dtype(test), "flip: sensitivities must be ",
+                   compute_dtype(test), " (as _ldr_flip_with_sensitivities returns them for ", test.scalar_type(),
+                   " images), got ", sensitivities.scalar_type());
+  TORCH_CHECK_VALUE(sensitivities.device() == test.device(), "flip: sensitivities are on ", sensitivities.device(),
+                    ", images on ", test.device());
+  const auto expected = sensitivities_shape(test, mask);
+  TORCH_CHECK_VALUE(sensitivities.sym_sizes() == c10::SymIntArrayRef(expected),
+                    "flip: sensitivities must have shape ", c10::SymIntArrayRef(expected),
+                    " (those _ldr_flip_with_sensitivities returned for this output_mask), got ",
+                    sensitivities.sym_sizes());
+  return srgb;
 }
 
 // hdr_flip: returns the tone mapper. Exposure and count values: check_exposure_values.

@@ -14,10 +14,9 @@
 
 namespace flip_ops {
 
-// float16/bfloat16 are computed in float32; kernels want contiguous NCHW.
-inline at::ScalarType compute_dtype(const at::Tensor& t) {
-  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
+static_assert(kSensitivityPlanes == flip::kResponsePlanes, "the sensitivities' layout is the kernels'");
+
+// The compute dtype (signature.h), contiguous NCHW: what the kernels want.
 inline at::Tensor compute_copy(const at::Tensor& t) { return t.to(compute_dtype(t)).contiguous(); }
 
 inline int64_t batch_of(const at::Tensor& t) { return t.dim() == 4 ? t.size(0) : 1; }

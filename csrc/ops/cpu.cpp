@@ -61,6 +61,39 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   return cast_back(gb, test, ref);
 }
 
+Pair ldr_flip_with_sensitivities(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
+                                 double eps, Mask mask) {
+  const bool srgb = check_ldr_sensitivity_args(test, ref, ppd, space, eps, mask);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto out = at::empty_symint(map_shape(t), t.options());
+  auto sens = at::empty_symint(sensitivities_shape(t, mask), t.options());
+  bool ok = true;
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::_ldr_flip_with_sensitivities", [&] {
+    ok = flip::cpu::ldr_flip_forward_sensitivities<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
+                                                             out.data_ptr<scalar_t>(), sens.data_ptr<scalar_t>(),
+                                                             mask[0], mask[1], shape_of(t), ppd, srgb, eps);
+  });
+  check_finite(ok, "_ldr_flip_with_sensitivities");
+  return {out.to(test.scalar_type()), sens};
+}
+
+Pair ldr_flip_backward_from_sensitivities(const at::Tensor& grad, const at::Tensor& sensitivities,
+                                          const at::Tensor& test, const at::Tensor& ref, double ppd,
+                                          c10::string_view space, Mask mask) {
+  const bool srgb = check_ldr_backward_from_sensitivities_args(grad, sensitivities, test, ref, ppd, space, mask);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto g = grad.to(t.scalar_type()).contiguous();
+  auto sens = sensitivities.contiguous();
+  auto gb = grad_buffers(t, mask);
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::_ldr_flip_backward_from_sensitivities", [&] {
+    flip::cpu::ldr_flip_backward_sensitivities<scalar_t>(g.data_ptr<scalar_t>(), sens.data_ptr<scalar_t>(),
+                                                         t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
+                                                         ptr_or_null<scalar_t>(gb[0]), ptr_or_null<scalar_t>(gb[1]),
+                                                         shape_of(t), ppd, srgb);
+  });
+  return cast_back(gb, test, ref);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
@@ -200,6 +233,8 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
 TORCH_LIBRARY_IMPL(flip, CPU, m) {
   m.impl("ldr_flip", &ldr_flip);
   m.impl("ldr_flip_backward", &ldr_flip_backward);
+  m.impl("_ldr_flip_with_sensitivities", &ldr_flip_with_sensitivities);
+  m.impl("_ldr_flip_backward_from_sensitivities", &ldr_flip_backward_from_sensitivities);
   m.impl("hdr_flip", &hdr_flip);
   m.impl("hdr_flip_backward", &hdr_flip_backward);
   m.impl("csf_filter", &csf_filter);

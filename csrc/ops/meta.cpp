@@ -31,6 +31,19 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   return {grad_like(test, m[0]), grad_like(ref, m[1])};
 }
 
+Pair ldr_flip_with_sensitivities(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
+                                 double eps, Mask mask) {
+  check_ldr_sensitivity_args(test, ref, ppd, space, eps, mask);
+  return {map_like(test), at::empty_symint(sensitivities_shape(test, mask), test.options().dtype(compute_dtype(test)))};
+}
+
+Pair ldr_flip_backward_from_sensitivities(const at::Tensor& grad, const at::Tensor& sensitivities,
+                                          const at::Tensor& test, const at::Tensor& ref, double ppd,
+                                          c10::string_view space, Mask m) {
+  check_ldr_backward_from_sensitivities_args(grad, sensitivities, test, ref, ppd, space, m);
+  return {grad_like(test, m[0]), grad_like(ref, m[1])};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
@@ -86,6 +99,8 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
 TORCH_LIBRARY_IMPL(flip, Meta, m) {
   m.impl("ldr_flip", &ldr_flip);
   m.impl("ldr_flip_backward", &ldr_flip_backward);
+  m.impl("_ldr_flip_with_sensitivities", &ldr_flip_with_sensitivities);
+  m.impl("_ldr_flip_backward_from_sensitivities", &ldr_flip_backward_from_sensitivities);
   m.impl("hdr_flip", &hdr_flip);
   m.impl("hdr_flip_backward", &hdr_flip_backward);
   m.impl("csf_filter", &csf_filter);

@@ -25,6 +25,15 @@ TORCH_LIBRARY(flip, m) {
         " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
   m.def("ldr_flip_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
         " str input_space, float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+  // The forward and backward that ldr_flip's autograd uses on the CPU (autograd.cpp): the forward
+  // also returns the sensitivities, N x 7k x H x W in the compute dtype (float32 for float16 /
+  // bfloat16 images): per pixel, the gradient of its error w.r.t. the 7 filtered responses of each
+  // image in output_mask (test first; k of them). The backward takes them instead of recomputing
+  // them, for the images in its output_mask, which must be those the forward kept.
+  m.def("_ldr_flip_with_sensitivities(Tensor test, Tensor reference, float pixels_per_degree, str input_space,"
+        " float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+  m.def("_ldr_flip_backward_from_sensitivities(Tensor grad, Tensor sensitivities, Tensor test, Tensor reference,"
+        " float pixels_per_degree, str input_space, bool[2] output_mask) -> (Tensor, Tensor)");
   // HDR-FLIP: per-pixel maximum of LDR-FLIP over exposures (stops) exposures[n, :counts[n]] of the
   // exposed, tone-mapped images. Returns the error map, the exposure map (winning exposure index /
   // (count - 1), 0 where none wins) and the winning index (int32, -1 where none wins).

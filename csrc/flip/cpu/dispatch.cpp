@@ -94,6 +94,17 @@ bool ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T*
   FLIP_CPU_DISPATCH(ldr_flip_backward, grad, test, ref, g_test, g_ref, s, ppd, srgb, eps)
 }
 template <class T>
+bool ldr_flip_forward_sensitivities(const T* test, const T* ref, T* out, T* sensitivities, bool want_test,
+                                    bool want_ref, Shape s, double ppd, bool srgb, double eps) {
+  FLIP_CPU_DISPATCH(ldr_flip_forward_sensitivities, test, ref, out, sensitivities, want_test, want_ref, s, ppd, srgb,
+                    eps)
+}
+template <class T>
+bool ldr_flip_backward_sensitivities(const T* grad, const T* sensitivities, const T* test, const T* ref, T* g_test,
+                                     T* g_ref, Shape s, double ppd, bool srgb) {
+  FLIP_CPU_DISPATCH(ldr_flip_backward_sensitivities, grad, sensitivities, test, ref, g_test, g_ref, s, ppd, srgb)
+}
+template <class T>
 bool hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
                       T* exposure_map, int32_t* index, Shape s, double ppd, ToneMapper tone_mapper, double eps) {
   FLIP_CPU_DISPATCH(hdr_flip_forward, test, ref, exposures, counts, E, out, exposure_map, index, s, ppd,
@@ -136,6 +147,10 @@ bool feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
 #define FLIP_CPU_INSTANTIATE(T)                                                                                   \
   template bool ldr_flip_forward<T>(const T*, const T*, T*, Shape, double, bool, double);                         \
   template bool ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, Shape, double, bool, double);          \
+  template bool ldr_flip_forward_sensitivities<T>(const T*, const T*, T*, T*, bool, bool, Shape, double, bool,    \
+                                                  double);                                                        \
+  template bool ldr_flip_backward_sensitivities<T>(const T*, const T*, const T*, const T*, T*, T*, Shape, double, \
+                                                   bool);                                                         \
   template bool hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*,      \
                                     Shape, double, ToneMapper, double);                                           \
   template bool hdr_flip_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,             \

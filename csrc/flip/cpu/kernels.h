@@ -19,7 +19,9 @@ struct Shape {
 
 // The declarations, as a macro so that dispatch.cpp can declare them again in the namespace of
 // each instruction-set variant. In order:
-// * LDR-FLIP forward and backward;
+// * LDR-FLIP forward and backward; the forward that also writes the sensitivities (N x 7k x H x W:
+//   the 7 planes of the test image if want_test, then the reference's if want_ref; k of them) and
+//   the backward from those (the wanted gradients, g_test and / or g_ref, are the kept ones);
 // * HDR-FLIP: exposures is N x E (stops), counts[n] <= E of them used for item n. Outputs the error
 //   map, the exposure map (winning index / (count - 1), 0 where none wins) and the winning index
 //   (-1 where none wins), each N x H x W;
@@ -30,6 +32,12 @@ struct Shape {
   template <class T>                                                                                              \
   bool ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, Shape s, double ppd,   \
                          bool srgb, double eps);                                                                  \
+  template <class T>                                                                                              \
+  bool ldr_flip_forward_sensitivities(const T* test, const T* ref, T* out, T* sensitivities, bool want_test,      \
+                                      bool want_ref, Shape s, double ppd, bool srgb, double eps);                 \
+  template <class T>                                                                                              \
+  bool ldr_flip_backward_sensitivities(const T* grad, const T* sensitivities, const T* test, const T* ref,       \
+                                       T* g_test, T* g_ref, Shape s, double ppd, bool srgb);                      \
   template <class T>                                                                                              \
   bool hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E,       \
                         T* out, T* exposure_map, int32_t* index, Shape s, double ppd, ToneMapper tone_mapper,    \

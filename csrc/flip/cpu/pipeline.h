@@ -1,9 +1,13 @@
 // The stages of one LDR-FLIP evaluation on the CPU, for one batch item, parametrised by how an
 // input pixel becomes linear RGB in [0, 1] (the LDR decode, or HDR-FLIP's exposure + tone map):
-//   horizontal_stage   both images -> 7 horizontal planes each (4 CSF, 3 feature)
-//   vertical_forward   planes -> error map (vertical filters fused with the per-pixel tail)
-//   vertical_vjp       planes + incoming gradient -> gradient planes of the filtered responses
-//   transposed_stage   gradient planes -> gradient w.r.t. linear RGB, handed to a chain functor
+//   horizontal_stage        both images -> 7 horizontal planes each (4 CSF, 3 feature)
+//   vertical_forward        planes -> error map (vertical filters fused with the per-pixel tail)
+//   vertical_sensitivities  planes -> the sensitivity planes of the wanted images: per pixel, the
+//                           gradient of its error w.r.t. the 7 filtered responses, either as they
+//                           are (with the error map: the forward that keeps them for the backward)
+//                           or times the incoming gradient (the backward that recomputes them)
+//   scale_sensitivities     kept sensitivities x incoming gradient -> gradient planes
+//   transposed_stage        gradient planes -> gradient w.r.t. linear RGB, handed to a chain functor
 // The backward stages run only for the images whose gradient is wanted.
 #pragma once
 
@@ -44,29 +48,20 @@ struct Context {
 // disassembly and check that it stayed vectorised.
 #define FLIP_LOOP __attribute__((noinline))
 
-// One input row of an image -> its opponent rows o0..o2 and achromatic row yh. conv(v, lin, d): v
-// = the input pixel (3 channels, planes HW apart), lin = linear RGB; with kDeriv (only for a Conv
-// whose kHasDerivative is true), d receives the diagonal derivative d(lin_c)/d(v_c), stored into dv
-// (3 rows HW apart). Returns false if the row holds a NaN or an infinity.
-template <bool kDeriv, class T, class Conv>
-FLIP_LOOP bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const Conv& conv, T* __restrict dv,
-                           T* __restrict o0, T* __restrict o1, T* __restrict o2, T* __restrict yh) {
+// One input row of an image -> its opponent rows o0..o2 and achromatic row yh. conv(v, lin): v =
+// the input pixel (3 channels, planes HW apart), lin = linear RGB. Returns false if the row holds a
+// NaN or an infinity.
+template <class T, class Conv>
+FLIP_LOOP bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const Conv& conv, T* __restrict o0,
+                           T* __restrict o1, T* __restrict o2, T* __restrict yh) {
   int nonfinite = 0;
-#pragma GCC ivdep  // the 3 rows of src (and of dv) are HW >= W apart
+#pragma GCC ivdep  // the 3 rows of src are HW >= W apart
   for (int64_t x = 0; x < W; ++x) {
     const T v[3] = {src[x], src[HW + x], src[2 * HW + x]};
     // v - v is 0 for a finite v and NaN otherwise; the sum is NaN if any of the three is.
     nonfinite |= ((v[0] - v[0]) + (v[1] - v[1]) + (v[2] - v[2])) != T(0);
     T lin[3], opp[3];
-    if constexpr (kDeriv) {
-      T d[3];
-      conv(v, lin, d);
-      dv[x] = d[0];
-      dv[HW + x] = d[1];
-      dv[2 * HW + x] = d[2];
-    } else {
-      conv(v, lin, static_cast<T*>(nullptr));
-    }
+    conv(v, lin);
     linear_to_opponent(lin, opp);
     o0[x] = opp[0];
     o1[x] = opp[1];
@@ -76,11 +71,9 @@ FLIP_LOOP bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const
   return nonfinite == 0;
 }
 
-// Both images -> their 7 horizontal planes each. When deriv[im] is not null it receives the
-// input derivative of image im (see convert_row).
+// Both images -> their 7 horizontal planes each.
 template <class T, class Conv>
-bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, const Conv& conv, const Context<T>& cx,
-                      T* const deriv[2] = nullptr) {
+bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, const Conv& conv, const Context<T>& cx) {
   const int64_t HW = H * W;
   std::atomic<bool> finite{true};
   parallel_for(0, 2 * H, row_grain(W), [&](int64_t b, int64_t e) {
@@ -90,13 +83,7 @@ bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, co
     for (int64_t idx = b; idx < e; ++idx) {
       const int im = static_cast<int>(idx / H);
       const int64_t row = idx % H;
-      const T* src = img[im] + row * W;
-      T* dv = deriv && deriv[im] ? deriv[im] + row * W : nullptr;
-      if constexpr (Conv::kHasDerivative)
-        ok &= dv ? convert_row<true>(src, HW, W, conv, dv, o0, o1, o2, yh)
-                 : convert_row<false>(src, HW, W, conv, dv, o0, o1, o2, yh);
-      else
-        ok &= convert_row<false>(src, HW, W, conv, dv, o0, o1, o2, yh);
+      ok &= convert_row(img[im] + row * W, HW, W, conv, o0, o1, o2, yh);
       T* base = planes + im * kPlanes * HW;
       csf_h_row(o0, o1, o2, W, *cx.csf, sc.pad(), csf_planes(base, HW), row * W);
       feature_h_row(yh, W, *cx.feat, sc.pad(), feature_planes(base + 4 * HW, HW), row * W);
@@ -152,12 +139,24 @@ void vertical_forward(const T* planes, int64_t H, int64_t W, const Context<T>& c
   });
 }
 
-// The adjoint of flip_row for the incoming gradient row gmap: the gradients of the wanted images'
-// vertical outputs into their gradient planes gt, gr (7 planes HW apart, at this row).
-template <bool kWantTest, bool kWantRef, class T>
-FLIP_LOOP void flip_row_vjp(const T* __restrict rt, const T* __restrict rr, int64_t W, int64_t HW, T eps,
-                            const ColorConsts<T> k, const T* __restrict gmap, T* __restrict gt, T* __restrict gr) {
-  // The 7 planes of gt (and of gr) are HW >= W apart, so no two pixels' stores overlap; GCC cannot
+// Multiplies the gradients of one pixel by g.
+template <class T>
+FLIP_HD void scale_pixel_gradients(T g, T gF[3], Features<T>& gf) {
+  FLIP_UNROLL
+  for (int c = 0; c < 3; ++c) gF[c] *= g;
+  gf = Features<T>{gf.dx * g, gf.dy * g, gf.ddx * g, gf.ddy * g};
+}
+
+// One row of the sensitivities of the wanted images (see vertical_sensitivities) into their planes
+// st, sr (7 planes HW apart, at this row). Each pixel's adjoint runs for a unit gradient: with
+// kScale its results are then multiplied by gmap[x], the incoming gradient (the backward); without,
+// the pixel's error goes to map[x] (the forward that keeps the sensitivities). The two paths thus
+// round alike: a kept sensitivity times gmap[x] (scale_sensitivities) gives the same bits.
+template <bool kWantTest, bool kWantRef, bool kScale, class T>
+FLIP_LOOP void flip_row_sensitivities(const T* __restrict rt, const T* __restrict rr, int64_t W, int64_t HW, T eps,
+                                      const ColorConsts<T> k, const T* __restrict gmap, T* __restrict map,
+                                      T* __restrict st, T* __restrict sr) {
+  // The 7 planes of st (and of sr) are HW >= W apart, so no two pixels' stores overlap; GCC cannot
   // prove that for an unknown HW and would give up (too many run-time alias checks).
 #pragma GCC ivdep
   for (int64_t x = 0; x < W; ++x) {
@@ -165,9 +164,15 @@ FLIP_LOOP void flip_row_vjp(const T* __restrict rt, const T* __restrict rr, int6
     Features<T> ft, fr, gft, gfr;
     load_pixel(rt, W, x, Ft, ft);
     load_pixel(rr, W, x, Fr, fr);
-    pixel_flip_vjp<kWantTest, kWantRef>(Ft, Fr, ft, fr, eps, k, gmap[x], gFt, gFr, gft, gfr);
-    if constexpr (kWantTest) store_pixel_gradients(gt, HW, x, gFt, gft);
-    if constexpr (kWantRef) store_pixel_gradients(gr, HW, x, gFr, gfr);
+    const T value = pixel_flip_vjp<kWantTest, kWantRef>(Ft, Fr, ft, fr, eps, k, T(1), gFt, gFr, gft, gfr);
+    if constexpr (kScale) {
+      if constexpr (kWantTest) scale_pixel_gradients(gmap[x], gFt, gft);
+      if constexpr (kWantRef) scale_pixel_gradients(gmap[x], gFr, gfr);
+    } else {
+      map[x] = value;
+    }
+    if constexpr (kWantTest) store_pixel_gradients(st, HW, x, gFt, gft);
+    if constexpr (kWantRef) store_pixel_gradients(sr, HW, x, gFr, gfr);
   }
 }
 
@@ -189,11 +194,12 @@ class GradientPlanes {
   T* planes_[2];
 };
 
-// Gradient planes (per image F0, F1, F2, dx, dy, ddx, ddy, H x W each) of the images whose
-// gplanes[im] is not null, for the incoming gradient gmap (H x W).
-template <class T>
-void vertical_vjp(const T* planes, T* const gplanes[2], int64_t H, int64_t W, const Context<T>& cx, T eps,
-                  const T* gmap) {
+// The sensitivity planes (per image F0, F1, F2, dx, dy, ddx, ddy, H x W each) of the images whose
+// splanes[im] is not null: with kScale times the incoming gradient gmap (H x W), the backward's
+// gradient planes; without, as they are, and the error map into map (H x W).
+template <bool kScale, class T>
+void vertical_sensitivities(const T* planes, T* const splanes[2], int64_t H, int64_t W, const Context<T>& cx, T eps,
+                            const T* gmap, T* map) {
   const int64_t HW = H * W;
   parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
     Scratch<T> sc(W, 0, 2 * kPlanes);
@@ -201,15 +207,35 @@ void vertical_vjp(const T* planes, T* const gplanes[2], int64_t H, int64_t W, co
     for (int64_t row = b; row < e; ++row) {
       vertical_row(planes, 0, H, W, row, cx, rt);
       vertical_row(planes, 1, H, W, row, cx, rr);
-      T* gt = gplanes[0] ? gplanes[0] + row * W : nullptr;
-      T* gr = gplanes[1] ? gplanes[1] + row * W : nullptr;
-      const T* gm = gmap + row * W;
-      if (gt && gr)
-        flip_row_vjp<true, true>(rt, rr, W, HW, eps, cx.k, gm, gt, gr);
-      else if (gt)
-        flip_row_vjp<true, false>(rt, rr, W, HW, eps, cx.k, gm, gt, gr);
-      else if (gr)
-        flip_row_vjp<false, true>(rt, rr, W, HW, eps, cx.k, gm, gt, gr);
+      T* st = splanes[0] ? splanes[0] + row * W : nullptr;
+      T* sr = splanes[1] ? splanes[1] + row * W : nullptr;
+      const T* gm = kScale ? gmap + row * W : nullptr;
+      T* mp = kScale ? nullptr : map + row * W;
+      if (st && sr)
+        flip_row_sensitivities<true, true, kScale>(rt, rr, W, HW, eps, cx.k, gm, mp, st, sr);
+      else if (st)
+        flip_row_sensitivities<true, false, kScale>(rt, rr, W, HW, eps, cx.k, gm, mp, st, sr);
+      else if (sr)
+        flip_row_sensitivities<false, true, kScale>(rt, rr, W, HW, eps, cx.k, gm, mp, st, sr);
+    }
+  });
+}
+
+// The backward's gradient planes from kept sensitivities: dst = gmap * src per pixel, for the
+// images whose dst[im] is not null (kPlanes planes of hw samples each).
+template <class T>
+void scale_sensitivities(const T* const src[2], const T* gmap, T* const dst[2], int64_t hw) {
+  constexpr int64_t kChunk = 8192;
+  const int64_t chunks = (hw + kChunk - 1) / kChunk;
+  parallel_for(0, 2 * kPlanes * chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t idx = b; idx < e; ++idx) {
+      const int im = static_cast<int>(idx / (kPlanes * chunks));
+      if (!dst[im]) continue;
+      const int64_t plane = idx / chunks % kPlanes, begin = idx % chunks * kChunk;
+      const int64_t end = std::min(hw, begin + kChunk);
+      const T* __restrict s = src[im] + plane * hw;
+      T* __restrict d = dst[im] + plane * hw;
+      for (int64_t p = begin; p < end; ++p) d[p] = gmap[p] * s[p];
     }
   });
 }
