@@ -3,15 +3,17 @@
 // float on the host: our own branch-free versions, written with plain arithmetic, selects and
 // integer bit operations, so that GCC vectorises the per-pixel loops that call them (libm's powf
 // and cbrtf are opaque calls that kept every loop scalar; they were about half of the CPU time).
-// All work in double internally and round to float once at the end:
+// All round to float once at the end, from double:
 //   pow, log   log2 of the float from its exponent and a Taylor series of atanh (relative error
 //              below 2^-33), times the exponent, then 2^y from its integer part and a Taylor series
 //              (below 2^-32);
-//   cbrt, x^1.4  Newton's iteration on x^(-1/3) or x^(-1/5) from a guess read off the float's bits
-//              (below 3e-10 and 1e-15), then x y^2 or x^2 y^3: no division and no series.
-// So each result is within 1 ulp of the exact value (0.51 ulp at most for normal results; pow's
-// subnormal results are rounded twice, up to 0.78 ulp, and one at the very top of the float range
-// may give FLT_MAX where the exact value rounds to infinity);
+//   cbrt, x^1.4  Newton's iteration on x^(-1/3) or x^(-1/5) in float, from a guess read off the
+//              float's bits (below 1.2e-5 and 2.7e-7), then x y^2 or x^2 y^3 in double, times
+//              the binomial series of the remaining factor (below 2.3e-14): no division.
+// So each result is within 1 ulp of the exact value (0.51 ulp at most for normal results; cbrt's
+// and x^1.4's are the correctly rounded float unless the exact value lies within 4e-7 ulp of a
+// tie; pow's subnormal results are rounded twice, up to 0.78 ulp, and one at the very top of the
+// float range may give FLT_MAX where the exact value rounds to infinity);
 // tests/test_fastmath.py checks this over the ranges FLIP uses and the whole float range, with the
 // standard library's special values. Only IEEE +, -, *, / and conversions, never contracted
 // (-ffp-contract=off): scalar and vector code, and every CPU instruction-set level, give identical
@@ -96,27 +98,49 @@ FLIP_MATH_INLINE float exp2_to_float(double y) {
   return static_cast<float>(p) * s1 * s2;
 }
 
-// x^(-1/N) (N = 3 or 5) for a positive normal float x, in double: Newton's iteration
-// y <- y (N + 1 - x y^N) / N from a guess read off the float's bits (relative error below 3.5% for
-// N = 3 and 4% for N = 5 over every normal float). Each step takes an error e to about
-// (N + 1)/2 e^2: 3 steps leave below 3e-10 for N = 3, 4 steps below 1e-15 for N = 5. No
-// division and no series: cheaper than exp2(log2(x) / N).
+// x^(-1/N) (N = 3 or 5) to about float precision, for a float x in [2^-125, 2^128) (cbrt scales
+// subnormals up, x^1.4 replaces them): Newton's iteration y <- y (N + 1 - x y^N) / N from a guess
+// read off the float's bits (relative error below 3.5% for N = 3 and 4% for N = 5 over every
+// normal float), in float, which has twice the vector lanes of double. Done exactly, a step takes
+// an error e to -(N + 1)/2 e^2 (1 + O(e)); done in float, its roundings add at most
+// 4.2 * 2^-24 = 2.5e-7 (those in x y^N and in the subtraction reach y divided by about N; measured
+// 3.6 * 2^-24). So the error squares as in double until it nears that floor: 3.5% -> 2.4e-3 ->
+// 1.2e-5 after two steps for N = 3, 4% -> 4.9e-3 -> 7.1e-5 -> 2.7e-7 after three for N = 5; the
+// callers finish in double (inverse_root_correction). x y^N is formed as (x y) y^2 or
+// (x y) (y^2)^2, every factor between x^((N - 1)/N) and x^(-(N - 1)/N) and so a normal float,
+// where y^N alone falls into the subnormals (losing bits) for x above about 2^126. Any other x (0,
+// infinity, NaN, negative) gives some value, without undefined behaviour, for the caller to replace.
 template <int N>
-FLIP_MATH_INLINE double inverse_root(float x) {
+FLIP_MATH_INLINE float inverse_root(float x) {
   static_assert(N == 3 || N == 5, "guess constants for N = 3 and 5 only");
   constexpr uint32_t kGuess = N == 3 ? 0x54a23354u : 0x4c2d18b3u;
-  const double xd = x;
   // bits / N through float arithmetic: vector integer division has no instruction, and the guess
-  // needs no exact quotient (every step of it is covered by the error bounds above).
+  // needs no exact quotient (every step of it is covered by the error bounds above). Every bit
+  // pattern, read as int32, divided by N fits int32 again.
   const int32_t quotient = static_cast<int32_t>(static_cast<float>(static_cast<int32_t>(float_bits(x))) * (1.0f / N));
-  double y = bits_float(kGuess - static_cast<uint32_t>(quotient));
+  float y = bits_float(kGuess - static_cast<uint32_t>(quotient));
   FLIP_MATH_UNROLL
-  for (int step = 0; step < (N == 3 ? 3 : 4); ++step) {
-    const double y2 = y * y;
-    const double yn = N == 3 ? y2 * y : y2 * y2 * y;
-    y = y * ((N + 1) - xd * yn) * (1.0 / N);
+  for (int step = 0; step < (N == 3 ? 2 : 3); ++step) {
+    const float xy = x * y, y2 = y * y;
+    const float xyn = N == 3 ? xy * y2 : xy * (y2 * y2);
+    y = y * ((N + 1) - xyn) * (1.0f / N);
   }
   return y;
+}
+
+// x^A y^K (x y^N)^(-K/N) = x^(A - K/N) in double, given p = x^A y^K and x y^N for y from
+// inverse_root<N>(x): the last step, folded into the power the callers want. With the relative
+// error e of y, d = 1 - x y^N = 1 - (1 + e)^N is small (|d| <= 3.6e-5 for N = 3, 1.4e-6 for
+// N = 5), and (x y^N)^(-q) = (1 - d)^(-q), q = K/N, is its binomial series to d^2, leaving
+// q (q + 1) (q + 2)/6 |d|^3: below 2.2e-14 for cbrt and 2e-18 for x^1.4. 1 - x y^N is exact, and
+// the callers form p and x y^N within two double roundings, so the result is within 2.3e-14 of
+// exact; rounded to float once, it is the correctly rounded float unless the exact value lies
+// within 4e-7 ulp of a midpoint between two floats.
+template <int K, int N>
+FLIP_MATH_INLINE double inverse_root_correction(double p, double xyn) {
+  constexpr double q = static_cast<double>(K) / N;
+  const double d = 1.0 - xyn;
+  return p + p * d * (q + d * (q * (q + 1) / 2));
 }
 
 // The special cases are applied one float select at a time (no && or || between conditions), a
@@ -138,30 +162,28 @@ FLIP_MATH_INLINE float pow(float x, float y) {
 }
 
 // Cube root of any float (odd: cbrt(-x) = -cbrt(x); 0, infinities and NaN pass through):
-// x (x^(-1/3))^2, subnormals scaled by 2^24 first (and the root by 2^-8).
+// x y^2 for y = x^(-1/3), subnormals scaled by 2^24 first (and the root by 2^-8, exactly: it is a
+// normal float).
 FLIP_MATH_INLINE float cbrt(float x) {
-  const float a = x < 0.0f ? -x : x;
+  const float a = std::fabs(x);
   const bool subnormal = a < 1.17549435e-38f;
-  float as = subnormal ? a * 16777216.0f : a;
-  as = as > 0.0f ? (as < INFINITY ? as : 1.0f) : 1.0f;
-  const double y = inverse_root<3>(as);
-  float r = static_cast<float>(static_cast<double>(as) * y * y * (subnormal ? 0.00390625 : 1.0));
-  r = a == 0.0f ? 0.0f : r;
+  const float as = subnormal ? a * 16777216.0f : a;
+  const double y = inverse_root<3>(as), asd = as;
+  const double c = asd * (y * y);  // y * y is exact in double
+  float r = static_cast<float>(inverse_root_correction<2, 3>(c, c * y)) * (subnormal ? 0.00390625f : 1.0f);
   r = a == INFINITY ? INFINITY : r;
   r = x < 0.0f ? -r : r;
   return x == 0.0f ? x : (x != x ? x : r);  // keeps the sign of -0 and passes NaN
 }
 
-// x^1.4 = x^(7/5) for float x >= 0 (the sRGB decoding's power): x^2 (x^(-1/5))^3, subnormals
-// scaled by 2^25 first (and the power by 2^-35). 0 -> 0, inf -> inf, NaN and negatives -> NaN.
+// x^1.4 = x^(7/5) for float x >= 0 (the sRGB decoding's power): x^2 z^3 for z = x^(-1/5).
+// 0 and subnormal x give 0 (x^1.4 < 2^-176 rounds to 0; no scaling needed), inf -> inf, NaN and
+// negatives -> NaN.
 FLIP_MATH_INLINE float pow_seven_fifths(float x) {
-  const bool subnormal = x < 1.17549435e-38f;
-  float xs = subnormal ? x * 33554432.0f : x;
-  xs = xs > 0.0f ? (xs < INFINITY ? xs : 1.0f) : 1.0f;
-  const double y = inverse_root<5>(xs);
-  const double xd = xs;
-  float r = static_cast<float>(xd * xd * (y * y * y) * (subnormal ? 2.9103830456733704e-11 : 1.0));
-  r = x == 0.0f ? 0.0f : r;
+  const double z = inverse_root<5>(x), xd = x;
+  const double xz = xd * z, z2 = z * z;  // both exact in double
+  float r = static_cast<float>(inverse_root_correction<3, 5>(xz * xz * z, xz * (z2 * z2)));
+  r = x < 1.17549435e-38f ? 0.0f : r;
   r = x == INFINITY ? INFINITY : r;
   r = x < 0.0f ? NAN : r;
   return x != x ? x : r;

@@ -6,6 +6,7 @@
 //
 // Built and run by tests/test_fastmath.py; prints one line per check, "name worst_ulp count", and
 // "special name ok|FAIL detail" lines.
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -20,10 +21,13 @@ namespace {
 using flip::fastmath::bits_float;
 using flip::fastmath::float_bits;
 
-// |got - exact| in units of the float spacing at the exact value (0 when got is its rounding).
+// |got - exact| in units of the float spacing at the exact value (0 when got is its rounding;
+// infinite when got is NaN, or infinite where the exact value rounds to a finite float, or finite
+// where it overflows).
 double ulp_error(float got, long double exact) {
   const float rounded = static_cast<float>(exact);
   if (rounded == got) return 0.0;
+  if (!std::isfinite(got) || !std::isfinite(rounded)) return INFINITY;
   const float a = std::fabs(rounded);
   const long double spacing = static_cast<long double>(std::nextafter(a, INFINITY)) - a;
   return static_cast<double>(std::fabs(static_cast<long double>(got) - exact) / spacing);
@@ -97,7 +101,8 @@ int main(int argc, char** argv) {
   sweep(1e-45f, 3.4e38f, stride * 97, [&](float x) { cbrt_all.add(x, ulp_error(fm::cbrt(x), cbrtl(x))); });
   Worst s75_flip{"pow_seven_fifths_flip_range"}, s75_all{"pow_seven_fifths_all_floats"};
   sweep(0.05f, 1.0f, stride, [&](float x) { s75_flip.add(x, ulp_error(fm::pow_seven_fifths(x), powl(x, 1.4L))); });
-  sweep(1e-45f, 1e27f, stride * 97,
+  // Up to FLT_MAX: above 2.6e27, x^1.4 overflows to infinity.
+  sweep(1e-45f, 3.4e38f, stride * 97,
         [&](float x) { s75_all.add(x, ulp_error(fm::pow_seven_fifths(x), powl(x, 1.4L))); });
   Worst pow07{"pow_0.7_hyab_range"}, pow_cf{"pow_random_unit_pairs"}, pow_wide{"pow_random_wide_pairs"};
   const float qc = 0.7f;
@@ -134,6 +139,10 @@ int main(int argc, char** argv) {
   special("cbrt(1)", fm::cbrt(1.0f), 1.0f);
   special("cbrt(8)", fm::cbrt(8.0f), 2.0f);
   special("cbrt(subnormal)", fm::cbrt(tiny), static_cast<float>(cbrtl(tiny)));
+  // The ends of the float range, where y^3 or y^5 of the inner iteration would leave the normal range.
+  special("cbrt(FLT_MAX)", fm::cbrt(FLT_MAX), static_cast<float>(cbrtl(FLT_MAX)));
+  special("cbrt(-FLT_MAX)", fm::cbrt(-FLT_MAX), static_cast<float>(cbrtl(-FLT_MAX)));
+  special("cbrt(FLT_MIN)", fm::cbrt(FLT_MIN), static_cast<float>(cbrtl(FLT_MIN)));
   special("pow(0,0.7)", fm::pow(0.0f, 0.7f), std::pow(0.0f, 0.7f));
   special("pow(0,0)", fm::pow(0.0f, 0.0f), std::pow(0.0f, 0.0f));
   special("pow(0,-1)", fm::pow(0.0f, -1.0f), std::pow(0.0f, -1.0f));
@@ -154,6 +163,9 @@ int main(int argc, char** argv) {
   special("pow_seven_fifths(nan)", fm::pow_seven_fifths(nan), nan);
   special("pow_seven_fifths(-1)", fm::pow_seven_fifths(-1.0f), nan);
   special("pow_seven_fifths(subnormal)", fm::pow_seven_fifths(1e-40f), static_cast<float>(powl(1e-40f, 1.4L)));
+  special("pow_seven_fifths(FLT_MIN)", fm::pow_seven_fifths(FLT_MIN), static_cast<float>(powl(FLT_MIN, 1.4L)));
+  special("pow_seven_fifths(2.5e27)", fm::pow_seven_fifths(2.5e27f), static_cast<float>(powl(2.5e27f, 1.4L)));
+  special("pow_seven_fifths(FLT_MAX)", fm::pow_seven_fifths(FLT_MAX), inf);
   special("log(0)", fm::log(0.0f), std::log(0.0f));
   special("log(1)", fm::log(1.0f), 0.0f);
   special("log(inf)", fm::log(inf), std::log(inf));
@@ -167,7 +179,7 @@ int main(int argc, char** argv) {
     x.push_back(std::ldexp(1.0f + next_unit(), static_cast<int>(next_unit() * 60) - 30));
     y.push_back(4.0f * next_unit() - 2.0f);
   }
-  for (float v : {0.0f, -0.0f, tiny, inf, -inf, nan, -3.0f, 1.0f}) {
+  for (float v : {0.0f, -0.0f, tiny, 1e-40f, FLT_MIN, inf, -inf, nan, -3.0f, 1.0f, 2.5e27f, FLT_MAX, -FLT_MAX}) {
     x.push_back(v);
     y.push_back(0.7f);
   }
