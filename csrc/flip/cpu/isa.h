@@ -32,6 +32,7 @@
 #include "interrupt.h"
 #include "kernels.h"
 #include "parallel.h"
+#include "workspace.h"
 
 // The kernel sources keep their helpers in anonymous namespaces, as a .cpp file would; GCC warns
 // about that in an included file because a header could be included by several files, but each
@@ -43,8 +44,8 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 // Opens the variant namespace `ns`, in which the kernel sources then declare flip::cpu::...;
-// they see the shared Shape and ToneMapper types and the threading and interruption seams (defined
-// once, outside).
+// they see the shared Shape and ToneMapper types, the threading and interruption seams and the
+// scratch pool (defined once, outside: one pool for every level and for the ops, csrc/ops/cpu.cpp).
 #define FLIP_CPU_VARIANT_BEGIN(ns)   \
   namespace ns {                     \
   namespace flip {                   \
@@ -53,6 +54,7 @@
   using ::flip::cpu::parallel_for;   \
   using ::flip::cpu::poll_interrupt; \
   using ::flip::cpu::Shape;          \
+  using ::flip::cpu::Workspace;      \
   }                                  \
   }                                  \
   }                                  \

@@ -227,10 +227,12 @@ template <class T>
 void scale_sensitivities(const T* const src[2], const T* gmap, T* const dst[2], int64_t hw) {
   constexpr int64_t kChunk = 8192;
   const int64_t chunks = (hw + kChunk - 1) / kChunk;
-  parallel_for(0, 2 * kPlanes * chunks, 1, [&](int64_t b, int64_t e) {
+  int wanted[2], count = 0;
+  for (int im = 0; im < 2; ++im)
+    if (dst[im]) wanted[count++] = im;
+  parallel_for(0, count * kPlanes * chunks, 1, [&](int64_t b, int64_t e) {
     for (int64_t idx = b; idx < e; ++idx) {
-      const int im = static_cast<int>(idx / (kPlanes * chunks));
-      if (!dst[im]) continue;
+      const int im = wanted[idx / (kPlanes * chunks)];
       const int64_t plane = idx / chunks % kPlanes, begin = idx % chunks * kChunk;
       const int64_t end = std::min(hw, begin + kChunk);
       const T* __restrict s = src[im] + plane * hw;
@@ -261,13 +263,16 @@ FLIP_LOOP void opponent_row_vjp(const T* __restrict o0, const T* __restrict o1, 
 template <class T, class Chain>
 void transposed_stage(T* const gplanes[2], int64_t H, int64_t W, const Context<T>& cx, const Chain& chain) {
   const int64_t HW = H * W;
-  parallel_for(0, 2 * H, row_grain(W), [&](int64_t b, int64_t e) {
+  // The wanted images' rows only, so that both threads work when one image wants a gradient.
+  int wanted[2], count = 0;
+  for (int im = 0; im < 2; ++im)
+    if (gplanes[im]) wanted[count++] = im;
+  parallel_for(0, count * H, row_grain(W), [&](int64_t b, int64_t e) {
     Scratch<T> sc(W, cx.rmax, 11);
     T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3), *tmp = sc.row(4), *glin = sc.row(8);
     for (int64_t idx = b; idx < e; ++idx) {
-      const int im = static_cast<int>(idx / H);
+      const int im = wanted[idx / H];
       const int64_t row = idx % H;
-      if (!gplanes[im]) continue;
       const T* g = gplanes[im];
       csf_t_row(g, g + HW, g + 2 * HW, H, W, row, *cx.csf, tmp, sc.pad(), o0, o1, o2);
       std::fill(yh, yh + W, T(0));

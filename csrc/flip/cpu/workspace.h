@@ -1,6 +1,7 @@
-// Scratch planes for the CPU kernels, borrowed from a small process-wide pool. Fresh allocations
-// of hundreds of MB (1080p backward) cost more in page faults and zeroing than the filters
-// themselves, so the pool keeps the last few buffers alive (at most kKeep of them).
+// Scratch planes for the CPU kernels (and the sensitivities that the CPU autograd keeps, see
+// csrc/ops/cpu.cpp), borrowed from a small process-wide pool. Fresh allocations of tens to
+// hundreds of MB (1080p) cost more in page faults and zeroing than the filters themselves, so the
+// pool keeps the last few buffers alive (at most kKeep of them) and lends the smallest that fits.
 #pragma once
 
 #include <cstddef>
@@ -16,13 +17,14 @@ class Workspace {
   Workspace(size_t bytes) : bytes_(bytes) {
     std::lock_guard<std::mutex> lock(mutex());
     auto& pool = free_list();
-    for (size_t i = 0; i < pool.size(); ++i) {
-      if (pool[i].second >= bytes) {
-        buf_ = std::move(pool[i].first);
-        bytes_ = pool[i].second;
-        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
-        return;
-      }
+    size_t best = pool.size();
+    for (size_t i = 0; i < pool.size(); ++i)
+      if (pool[i].second >= bytes && (best == pool.size() || pool[i].second < pool[best].second)) best = i;
+    if (best < pool.size()) {
+      buf_ = std::move(pool[best].first);
+      bytes_ = pool[best].second;
+      pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(best));
+      return;
     }
     buf_.reset(new char[bytes]);  // uninitialised on purpose: every element is written before use
   }
@@ -35,13 +37,15 @@ class Workspace {
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
 
+  size_t bytes() const { return bytes_; }
+
   template <class T>
   T* as() {
     return reinterpret_cast<T*>(buf_.get());
   }
 
  private:
-  static constexpr size_t kKeep = 2;
+  static constexpr size_t kKeep = 3;
   using Entry = std::pair<std::unique_ptr<char[]>, size_t>;
   static std::mutex& mutex() {
     static std::mutex m;
