@@ -34,6 +34,7 @@ from flip_loss import colormaps
 from flip_loss.imageio import load_image, save_png
 
 from cpp_tools import ROOT, Tensors, executable, generator_args, run, script, stale_extension_note
+from op_names import PRODUCT_OPS
 
 PREFIX = Path(os.environ.get("FLIP_LOSS_DEPLOY_PREFIX", ROOT / "build" / "deploy-install"))
 EXAMPLES_BUILD_DIR = Path(os.environ.get("FLIP_LOSS_EXAMPLES_BUILD_DIR", ROOT / "build" / "examples-cpp"))
@@ -140,9 +141,7 @@ def test_installed_package_layout_and_rpath(installed):
     assert proc.returncode == 0, f"the installed libflip_ops.so does not load:\n{proc.stdout}"
     assert "flip::ldr_flip(Tensor test, Tensor reference" in proc.stdout
     # The product's ops only: no test-only op (the GPU emulator is built by the tests, tests/emulator).
-    names = [f"{op}{suffix}" for op in ("csf_filter", "feature_difference", "hdr_flip", "hunt_hyab", "ldr_flip")
-             for suffix in ("", "_backward")]
-    assert proc.stdout.splitlines()[-1] == str(sorted(f"flip::{n}" for n in names)), proc.stdout
+    assert proc.stdout.splitlines()[-1] == str(sorted(f"flip::{n}" for n in PRODUCT_OPS)), proc.stdout
 
 
 _POOLED_KEYS = (("Mean", "mean"), ("Weighted median", "weighted_median"),

@@ -19,9 +19,9 @@ from flip_loss import reference as ref_impl
 
 MAX_PPD, MAX_EPS, MAX_EXPOSURES = 10000.0, 1e-6, 256  # the decided limits (csrc/include/flip_loss/limits.h)
 DEVICES = ["cpu", "meta", pytest.param("cuda", marks=pytest.mark.cuda)]
-FORWARD_OPS = ["ldr_flip", "hdr_flip", "csf_filter", "hunt_hyab", "feature_difference"]
-BACKWARD_OPS = [name + "_backward" for name in FORWARD_OPS]
-ALL_OPS = FORWARD_OPS + BACKWARD_OPS
+from op_names import BACKWARD_OPS, CPU_ONLY_OPS, FORWARD_OPS, PRODUCT_OPS, PUBLIC_OPS
+
+ALL_OPS = PUBLIC_OPS  # the ops with the public argument conventions that the checks below exercise
 HAS_PPD = [n for n in ALL_OPS if not n.startswith("hunt_hyab")]
 HAS_EPS = [n for n in ALL_OPS if not n.startswith("csf_filter")]
 # Every op of the emulator (torch.ops.flip_emulator): the flip ops with a GPU launch sequence, and
@@ -347,26 +347,22 @@ def test_opcheck_backward_ops_with_inputs_that_require_grad(name):
 
 # ---- the shipped library: the product's ops only, each with every kernel ----
 
-# ldr_flip's CPU autograd keeps the sensitivities with these two (tests/test_sensitivities.py); the
-# CUDA backward recomputes in tiles instead, so they have no CUDA kernel.
-CPU_ONLY_OPS = {"flip::_ldr_flip_with_sensitivities", "flip::_ldr_flip_backward_from_sensitivities"}
-PRODUCT_OPS = {f"flip::{name}" for name in ALL_OPS} | CPU_ONLY_OPS
-
-
 def test_the_library_registers_only_the_product_ops_each_with_every_kernel():
     # Test-only code (the GPU emulator) lives outside it; every op, backward ops included, has the
     # kernels of each dispatch key, CUDA too when the library was built with CUDA (but for the
     # CPU-only pair).
+    # (ldr_flip's CPU autograd keeps the sensitivities with the CPU-only pair, tests/test_sensitivities.py;
+    # the CUDA backward recomputes in tiles instead, so they have no CUDA kernel.)
     registered = {name for name in torch._C._dispatch_get_all_op_names() if name.startswith("flip::")}
-    assert registered == PRODUCT_OPS
+    assert registered == {f"flip::{name}" for name in PRODUCT_OPS}
     has = torch._C._dispatch_has_kernel_for_dispatch_key
-    with_cuda = any(has(name, "CUDA") for name in PRODUCT_OPS)
+    with_cuda = any(has(f"flip::{name}", "CUDA") for name in PRODUCT_OPS)
     for name in sorted(PRODUCT_OPS):
         cuda = ("CUDA",) if with_cuda and name not in CPU_ONLY_OPS else ()
         for key in ("CPU", "Meta", "Autograd") + cuda:
-            assert has(name, key), f"{name} has no {key} kernel"
+            assert has(f"flip::{name}", key), f"flip::{name} has no {key} kernel"
     for name in CPU_ONLY_OPS:
-        assert not has(name, "CUDA")
+        assert not has(f"flip::{name}", "CUDA")
 
 
 # ---- the emulator: checked like the op it emulates; nothing cached before the checks ----

@@ -180,8 +180,24 @@ def test_bad_arguments_raise(device):
 def test_nan_input_raises_on_the_kept_path():
     test, ref, _ = images()
     test[0, 1, 3, 4] = float("nan")
-    with pytest.raises(RuntimeError, match="NaN or infinite"):
+    # The message names the op the user called, not the internal one.
+    with pytest.raises(RuntimeError, match=r"flip::ldr_flip: an input contains NaN or infinite"):
         torch.ops.flip.ldr_flip(test.requires_grad_(), ref, PPD, "srgb", 1e-15)
+
+
+@pytest.mark.parametrize("mask", [(True, False), (False, True)])
+def test_backward_from_sensitivities_rejects_non_finite_images(mask):
+    # Called directly with images that differ from the forward's, the backward still checks the
+    # images it reads, as the recomputing ldr_flip_backward does.
+    test, ref, weight = images()
+    _, sens = torch.ops.flip._ldr_flip_with_sensitivities(test, ref, PPD, "srgb", 1e-15, list(mask))
+    bad = (test if mask[0] else ref).clone()
+    bad[1, 2, 5, 6] = float("inf")
+    args = (bad, ref) if mask[0] else (test, bad)
+    with pytest.raises(RuntimeError, match="NaN or infinite"):
+        torch.ops.flip._ldr_flip_backward_from_sensitivities(weight, sens, *args, PPD, "srgb", list(mask))
+    with pytest.raises(RuntimeError, match="NaN or infinite"):
+        torch.ops.flip.ldr_flip_backward(weight, *args, PPD, "srgb", 1e-15, list(mask))
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

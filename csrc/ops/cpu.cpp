@@ -88,7 +88,7 @@ Pair ldr_flip_with_sensitivities(const at::Tensor& test, const at::Tensor& ref, 
                                                              out.data_ptr<scalar_t>(), sens.data_ptr<scalar_t>(),
                                                              mask[0], mask[1], shape_of(t), ppd, srgb, eps);
   });
-  check_finite(ok, "_ldr_flip_with_sensitivities");
+  check_finite(ok, "ldr_flip");  // the op users call; this one is its CPU autograd's
   return {out.to(test.scalar_type()), sens};
 }
 
@@ -100,12 +100,14 @@ Pair ldr_flip_backward_from_sensitivities(const at::Tensor& grad, const at::Tens
   auto g = grad.to(t.scalar_type()).contiguous();
   auto sens = sensitivities.contiguous();
   auto gb = grad_buffers(t, mask);
+  bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::_ldr_flip_backward_from_sensitivities", [&] {
-    flip::cpu::ldr_flip_backward_sensitivities<scalar_t>(g.data_ptr<scalar_t>(), sens.data_ptr<scalar_t>(),
+    ok = flip::cpu::ldr_flip_backward_sensitivities<scalar_t>(g.data_ptr<scalar_t>(), sens.data_ptr<scalar_t>(),
                                                          t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
                                                          ptr_or_null<scalar_t>(gb[0]), ptr_or_null<scalar_t>(gb[1]),
                                                          shape_of(t), ppd, srgb);
   });
+  check_finite(ok, "_ldr_flip_backward_from_sensitivities");
   return cast_back(gb, test, ref);
 }
 

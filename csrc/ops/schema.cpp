@@ -29,7 +29,8 @@ TORCH_LIBRARY(flip, m) {
   // also returns the sensitivities, N x 7k x H x W in the compute dtype (float32 for float16 /
   // bfloat16 images): per pixel, the gradient of its error w.r.t. the 7 filtered responses of each
   // image in output_mask (test first; k of them). The backward takes them instead of recomputing
-  // them, for the images in its output_mask, which must be those the forward kept.
+  // them, for the images in its output_mask, which must be those the forward kept (only the shape of
+  // the sensitivities can be checked, not which image they belong to).
   m.def("_ldr_flip_with_sensitivities(Tensor test, Tensor reference, float pixels_per_degree, str input_space,"
         " float eps, bool[2] output_mask) -> (Tensor, Tensor)");
   m.def("_ldr_flip_backward_from_sensitivities(Tensor grad, Tensor sensitivities, Tensor test, Tensor reference,"

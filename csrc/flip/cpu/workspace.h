@@ -1,7 +1,8 @@
 // Scratch planes for the CPU kernels (and the sensitivities that the CPU autograd keeps, see
 // csrc/ops/cpu.cpp), borrowed from a small process-wide pool. Fresh allocations of tens to
 // hundreds of MB (1080p) cost more in page faults and zeroing than the filters themselves, so the
-// pool keeps the last few buffers alive (at most kKeep of them) and lends the smallest that fits.
+// pool keeps the last few buffers alive (at most kKeep of them) and lends the smallest that fits
+// (if not far larger than asked for).
 #pragma once
 
 #include <cstddef>
@@ -18,8 +19,12 @@ class Workspace {
     std::lock_guard<std::mutex> lock(mutex());
     auto& pool = free_list();
     size_t best = pool.size();
+    // At most kMaxSlack times the request: a small buffer (say the sensitivities of a small graph
+    // that the caller keeps alive) must not hold on to one sized for a large image.
     for (size_t i = 0; i < pool.size(); ++i)
-      if (pool[i].second >= bytes && (best == pool.size() || pool[i].second < pool[best].second)) best = i;
+      if (pool[i].second >= bytes && pool[i].second / kMaxSlack <= bytes &&
+          (best == pool.size() || pool[i].second < pool[best].second))
+        best = i;
     if (best < pool.size()) {
       buf_ = std::move(pool[best].first);
       bytes_ = pool[best].second;
@@ -46,6 +51,7 @@ class Workspace {
 
  private:
   static constexpr size_t kKeep = 3;
+  static constexpr size_t kMaxSlack = 4;
   using Entry = std::pair<std::unique_ptr<char[]>, size_t>;
   static std::mutex& mutex() {
     static std::mutex m;
