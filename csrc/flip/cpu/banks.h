@@ -67,10 +67,11 @@ inline void csf_t_row(const T* g0, const T* g1, const T* g2, int64_t H, int64_t 
                       const CsfTaps<T>& t, T* tmp, T* pad, T* o0, T* o1, T* o2) {
   T *t0 = tmp, *t1 = tmp + W, *t2 = tmp + 2 * W, *t3 = tmp + 3 * W;
   std::fill(tmp, tmp + 4 * W, T(0));
-  vconv_t_acc(g0, H, W, row, t.y, t0);
-  vconv_t_acc(g1, H, W, row, t.cx, t1);
-  vconv_t_acc(g2, H, W, row, t.cz1, t2);
-  vconv_t_acc(g2, H, W, row, t.cz2, t3);
+  std::fill(pad, pad + W, T(0));  // the rows outside the planes, until the horizontal halves pad
+  vconv_t_acc(g0, H, W, row, t.y, pad, t0);
+  vconv_t_acc(g1, H, W, row, t.cx, pad, t1);
+  vconv_t_acc(g2, H, W, row, t.cz1, pad, t2);
+  vconv_t_acc(g2, H, W, row, t.cz2, pad, t3);
   std::fill(o0, o0 + W, T(0));
   std::fill(o1, o1 + W, T(0));
   std::fill(o2, o2 + W, T(0));
@@ -109,10 +110,11 @@ inline void feature_t_row(const T* gdx, const T* gdy, const T* gddx, const T* gd
                           int64_t W, int64_t row, const FeatureTaps<T>& t, T* tmp, T* pad, T* out) {
   T *a = tmp, *b = tmp + W, *c = tmp + 2 * W;
   std::fill(tmp, tmp + 3 * W, T(0));
-  vconv_t_acc(gdx, H, W, row, t.g, a);
-  vconv_t_acc(gddx, H, W, row, t.g, b);
-  vconv_t_acc<Form::kOdd>(gdy, H, W, row, t.dg, c);
-  vconv_t_acc<Form::kCentred>(gddy, H, W, row, t.ddg, c);
+  std::fill(pad, pad + W, T(0));  // the rows outside the planes, as in csf_t_row
+  vconv_t_acc(gdx, H, W, row, t.g, pad, a);
+  vconv_t_acc(gddx, H, W, row, t.g, pad, b);
+  vconv_t_acc<Form::kOdd>(gdy, H, W, row, t.dg, pad, c);
+  vconv_t_acc<Form::kCentred>(gddy, H, W, row, t.ddg, pad, c);
   hconv_t_acc<Form::kOdd>(a, W, t.dg, pad, out);
   hconv_t_acc<Form::kCentred>(b, W, t.ddg, pad, out);
   hconv_t_acc(c, W, t.g, pad, out);

@@ -152,36 +152,21 @@ inline void axpy(T a, const T* __restrict x, T* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// The transposes below run the same register-blocked correlation as the forward (correlate_rows),
+// read backwards: the in-range part of F^T g is dst[j] += sum_k w[k] g[j - k] (docs/algorithm.md
+// §8.2), i.e. the filter in the same form on samples at(k) = g[j - k], with zeros outside the image;
+// the border folds are then added on their own.
+
 // dst += F^T g for the horizontal clamp-to-edge correlation F (in form F, see filters.h); zpad
 // holds W + 2r scratch samples.
 template <Form F = Form::kPlain, class T>
 inline void hconv_t_acc(const T* g, int64_t W, const Filter1D<T>& f, T* zpad, T* __restrict dst) {
-  const int r = f.radius, n = 2 * r + 1;
+  const int r = f.radius;
   std::fill(zpad, zpad + r, T(0));
   std::copy(g, g + W, zpad + r);
   std::fill(zpad + r + W, zpad + 2 * r + W, T(0));
-  // In-range part: dst[j] += sum_k w[k] g[j - k], i.e. the filter in the same form on the
-  // reversed, zero-padded samples.
-  if constexpr (F == Form::kPlain) {
-    for (int m = 0; m < n; ++m) {
-      const T wk = f.w[n - 1 - m];
-      const T* __restrict p = zpad + m;
-      for (int64_t x = 0; x < W; ++x) dst[x] += wk * p[x];
-    }
-  } else {
-    const T* __restrict c = zpad + r;
-    for (int i = 1; i <= r; ++i) {
-      const T* __restrict lo = c - i;
-      const T* __restrict hi = c + i;
-      if constexpr (F == Form::kOdd) {
-        const T wi = f.w[r - i];
-        for (int64_t x = 0; x < W; ++x) dst[x] += wi * (hi[x] - lo[x]);
-      } else {
-        const T wi = f.w[r + i];
-        for (int64_t x = 0; x < W; ++x) dst[x] += wi * ((lo[x] - c[x]) + (hi[x] - c[x]));
-      }
-    }
-  }
+  const T* centre = zpad + r;
+  correlate_rows<F>([centre](int k) { return centre - k; }, f, W, dst, true);
   // Samples that the forward clamped onto the first / last pixel.
   const int64_t m = std::min<int64_t>(r, W);
   T s0 = 0, s1 = 0;
@@ -193,41 +178,14 @@ inline void hconv_t_acc(const T* g, int64_t W, const Filter1D<T>& f, T* zpad, T*
   dst[W - 1] += s1;
 }
 
-// dst (row `row`) += F^T g for the vertical clamp-to-edge correlation F (in form F) over the plane g.
+// dst (row `row`) += F^T g for the vertical clamp-to-edge correlation F (in form F) over the plane g;
+// zeros holds W zeros (the rows outside the plane).
 template <Form F = Form::kPlain, class T>
-inline void vconv_t_acc(const T* g, int64_t H, int64_t W, int64_t row, const Filter1D<T>& f,
+inline void vconv_t_acc(const T* g, int64_t H, int64_t W, int64_t row, const Filter1D<T>& f, const T* zeros,
                         T* __restrict dst) {
   const int r = f.radius;
-  if constexpr (F == Form::kPlain) {
-    for (int k = -r; k <= r; ++k) {
-      const int64_t i = row - k;
-      if (i >= 0 && i < H) axpy(f.w[k + r], g + i * W, dst, W);
-    }
-  } else {
-    // As hconv_t_acc: the same form on rows row + i and row - i, rows outside the plane read as 0.
-    const T* __restrict c = g + row * W;
-    for (int i = 1; i <= r; ++i) {
-      const T* lo = row - i >= 0 ? g + (row - i) * W : nullptr;
-      const T* hi = row + i < H ? g + (row + i) * W : nullptr;
-      if constexpr (F == Form::kOdd) {
-        const T wi = f.w[r - i];
-        if (lo && hi) {
-          for (int64_t x = 0; x < W; ++x) dst[x] += wi * (hi[x] - lo[x]);
-        } else {
-          if (hi) axpy(wi, hi, dst, W);
-          if (lo) axpy(-wi, lo, dst, W);
-        }
-      } else {
-        const T wi = f.w[r + i];
-        if (lo && hi) {
-          for (int64_t x = 0; x < W; ++x) dst[x] += wi * ((lo[x] - c[x]) + (hi[x] - c[x]));
-        } else {
-          const T* in = lo ? lo : hi;  // null when both rows are outside (H <= i)
-          for (int64_t x = 0; x < W; ++x) dst[x] += wi * ((in ? in[x] - c[x] : -c[x]) - c[x]);
-        }
-      }
-    }
-  }
+  auto at = [=](int k) { return row - k >= 0 && row - k < H ? g + (row - k) * W : zeros; };
+  correlate_rows<F>(at, f, W, dst, true);
   const int64_t m = std::min<int64_t>(r, H);
   if (row == 0)
     for (int64_t i = 0; i < m; ++i) axpy(f.left[i], g + i * W, dst, W);
