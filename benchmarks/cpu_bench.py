@@ -136,25 +136,21 @@ def main():
     img, source = source_image()
     ppd = flip_loss.DEFAULT_PPD
 
-    def ours_fwd(t, r):
-        with torch.no_grad():
-            return flip_loss.ldr_flip(t, r, ppd)
+    def forward(ldr_flip):
+        def run(t, r):
+            with torch.no_grad():
+                return ldr_flip(t, r, ppd)
+        return run
 
-    def ours_fwd_bwd(t, r):
-        x = t.clone().requires_grad_()
-        flip_loss.ldr_flip(x, r, ppd).mean().backward()
+    def forward_backward(ldr_flip):  # the loss's gradient w.r.t. the test image
+        def run(t, r):
+            x = t.clone().requires_grad_()
+            ldr_flip(x, r, ppd).mean().backward()
+        return run
 
-    def separable_fwd(t, r):
-        with torch.no_grad():
-            return torch_separable.ldr_flip(t, r, ppd)
-
-    def separable_fwd_bwd(t, r):
-        x = t.clone().requires_grad_()
-        torch_separable.ldr_flip(x, r, ppd).mean().backward()
-
-    def reference_fwd_bwd(t, r):
-        x = t.clone().requires_grad_()
-        ref_impl.ldr_flip(x, r, ppd).mean().backward()
+    ours_fwd, ours_fwd_bwd = forward(flip_loss.ldr_flip), forward_backward(flip_loss.ldr_flip)
+    separable_fwd, separable_fwd_bwd = forward(torch_separable.ldr_flip), forward_backward(torch_separable.ldr_flip)
+    reference_fwd_bwd = forward_backward(ref_impl.ldr_flip)
 
     def evaluator_fwd(ts, rs):
         return [flip_evaluator.evaluate(r, t, "LDR", inputsRGB=True, applyMagma=False, computeMeanError=False,

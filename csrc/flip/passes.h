@@ -585,7 +585,7 @@ FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3]
 // 1 computes those rows, so neighbouring bands recompute 2R rows each. plan_backward sizes the
 // bands so that the scratch stays within a budget whatever the image size and batch.
 
-constexpr int kGradPlanes = 7;
+constexpr int kGradPlanes = kResponsePlanes;  // per wanted image (pixel.h)
 
 // The scratch the tiled backward's gradient planes may take (plan_backward): with the map, the
 // incoming gradient and the gradients it returns, a 1080p float32 forward+backward stays under

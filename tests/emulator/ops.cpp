@@ -52,8 +52,10 @@ at::Tensor ldr_flip_fused(const at::Tensor& test, const at::Tensor& ref, double 
   return ldr_flip_impl(test, ref, ppd, space, eps, true);
 }
 
-Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
-                       c10::string_view space, double eps, Mask mask) {
+// The row-pass backward, or (tiled) the tiled one with that scratch budget.
+Pair ldr_flip_backward_impl(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                            c10::string_view space, double eps, Mask mask, bool tiled,
+                            int64_t scratch_bytes) {
   const bool srgb = flip_ops::check_ldr_args(test, ref, ppd, space, eps);
   flip_ops::check_grad(grad, test, 1);
   auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
@@ -62,28 +64,26 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::ldr_flip_backward", [&] {
     using T = scalar_t;
     const em::HostTaps<T> taps(ppd);
-    em::ldr_flip_backward<T>(data<T>(gr), data<T>(t), data<T>(r), flip_ops::ptr_or_null<T>(gb[0]),
-                         flip_ops::ptr_or_null<T>(gb[1]), flip_ops::geometry(t, 2, true, true), taps.view, srgb,
-                         static_cast<T>(eps));
+    T *g_test = flip_ops::ptr_or_null<T>(gb[0]), *g_ref = flip_ops::ptr_or_null<T>(gb[1]);
+    const Geometry g = flip_ops::geometry(t, 2, true, true);
+    if (!tiled)
+      em::ldr_flip_backward<T>(data<T>(gr), data<T>(t), data<T>(r), g_test, g_ref, g, taps.view, srgb,
+                               static_cast<T>(eps));
+    else
+      em::ldr_flip_backward_tiled<T>(data<T>(gr), data<T>(t), data<T>(r), g_test, g_ref, g, taps.view, srgb,
+                                     static_cast<T>(eps), scratch_bytes);
   });
   return flip_ops::cast_back(gb, test, ref);
 }
 
+Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                       c10::string_view space, double eps, Mask mask) {
+  return ldr_flip_backward_impl(grad, test, ref, ppd, space, eps, mask, false, 0);
+}
+
 Pair ldr_flip_backward_tiled(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
                              c10::string_view space, double eps, Mask mask, int64_t scratch_bytes) {
-  const bool srgb = flip_ops::check_ldr_args(test, ref, ppd, space, eps);
-  flip_ops::check_grad(grad, test, 1);
-  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
-  auto gr = grad.to(t.scalar_type()).contiguous();
-  auto gb = flip_ops::grad_buffers(t, mask);
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::ldr_flip_backward_tiled", [&] {
-    using T = scalar_t;
-    const em::HostTaps<T> taps(ppd);
-    em::ldr_flip_backward_tiled<T>(data<T>(gr), data<T>(t), data<T>(r), flip_ops::ptr_or_null<T>(gb[0]),
-                                   flip_ops::ptr_or_null<T>(gb[1]), flip_ops::geometry(t, 2, true, true), taps.view,
-                                   srgb, static_cast<T>(eps), scratch_bytes);
-  });
-  return flip_ops::cast_back(gb, test, ref);
+  return ldr_flip_backward_impl(grad, test, ref, ppd, space, eps, mask, true, scratch_bytes);
 }
 
 // The tiled backward's bands for a batch of n images of h x w (plan_backward): items, rows,
@@ -134,9 +134,11 @@ Triple hdr_flip_fused(const at::Tensor& test, const at::Tensor& ref, const at::T
   return hdr_flip_impl(test, ref, exposures, counts, ppd, tone_mapper, eps, true);
 }
 
-Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
-                       const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
-                       c10::string_view tone_mapper, double eps, Mask mask) {
+// The row-pass backward, or (tiled) the tiled one with that scratch budget.
+Pair hdr_flip_backward_impl(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
+                            const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index,
+                            double ppd, c10::string_view tone_mapper, double eps, Mask mask, bool tiled,
+                            int64_t scratch_bytes) {
   const auto tm = flip_ops::check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   flip_ops::check_grad(grad, test, 1);
   flip_ops::check_exposure_index(index, grad);
@@ -150,36 +152,31 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::hdr_flip_backward", [&] {
     using T = scalar_t;
     const em::HostTaps<T> taps(ppd);
-    em::hdr_flip_backward<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), cn.data_ptr<int64_t>(), ex.size(1),
-                         ix.data_ptr<int32_t>(), flip_ops::ptr_or_null<T>(gb[0]), flip_ops::ptr_or_null<T>(gb[1]),
-                         flip_ops::geometry(t, 2, true, true), taps.view, tm, static_cast<T>(eps));
+    T *g_test = flip_ops::ptr_or_null<T>(gb[0]), *g_ref = flip_ops::ptr_or_null<T>(gb[1]);
+    const Geometry g = flip_ops::geometry(t, 2, true, true);
+    if (!tiled)
+      em::hdr_flip_backward<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), cn.data_ptr<int64_t>(), ex.size(1),
+                               ix.data_ptr<int32_t>(), g_test, g_ref, g, taps.view, tm, static_cast<T>(eps));
+    else
+      em::hdr_flip_backward_tiled<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), cn.data_ptr<int64_t>(),
+                                     ex.size(1), ix.data_ptr<int32_t>(), g_test, g_ref, g, taps.view, tm,
+                                     static_cast<T>(eps), scratch_bytes);
   });
   return flip_ops::cast_back(gb, test, ref);
+}
+
+Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
+                       const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
+                       c10::string_view tone_mapper, double eps, Mask mask) {
+  return hdr_flip_backward_impl(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask, false, 0);
 }
 
 Pair hdr_flip_backward_tiled(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
                              const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index,
                              double ppd, c10::string_view tone_mapper, double eps, Mask mask,
                              int64_t scratch_bytes) {
-  const auto tm = flip_ops::check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
-  flip_ops::check_grad(grad, test, 1);
-  flip_ops::check_exposure_index(index, grad);
-  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
-  auto gr = grad.to(t.scalar_type()).contiguous();
-  auto ex = exposures.to(t.scalar_type()).contiguous();
-  auto cn = counts.to(at::kLong).contiguous();
-  flip_ops::check_exposure_values(ex, cn);
-  auto ix = index.contiguous();
-  auto gb = flip_ops::grad_buffers(t, mask);
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::hdr_flip_backward_tiled", [&] {
-    using T = scalar_t;
-    const em::HostTaps<T> taps(ppd);
-    em::hdr_flip_backward_tiled<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), cn.data_ptr<int64_t>(),
-                                   ex.size(1), ix.data_ptr<int32_t>(), flip_ops::ptr_or_null<T>(gb[0]),
-                                   flip_ops::ptr_or_null<T>(gb[1]), flip_ops::geometry(t, 2, true, true), taps.view,
-                                   tm, static_cast<T>(eps), scratch_bytes);
-  });
-  return flip_ops::cast_back(gb, test, ref);
+  return hdr_flip_backward_impl(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask, true,
+                                scratch_bytes);
 }
 
 at::Tensor csf_filter(const at::Tensor& opp, double ppd) {

@@ -24,7 +24,32 @@
 namespace flip {
 namespace cpu {
 
-constexpr int kPlanes = 7;  // per image: 4 CSF intermediates, 3 feature intermediates
+constexpr int kPlanes = 7;  // horizontal planes per image: 4 CSF intermediates, 3 feature intermediates
+
+// The indices of the images whose pointer in p is not null, in order, into out; returns how many.
+// The backward's parallel loops run over the wanted images' rows only, so that every thread works
+// when one image wants a gradient.
+template <class P>
+inline int wanted_images(const P p[2], int out[2]) {
+  int count = 0;
+  for (int im = 0; im < 2; ++im)
+    if (p[im]) out[count++] = im;
+  return count;
+}
+
+// Samples per batch item of the response planes (kResponsePlanes planes of hw samples, pixel.h)
+// of the wanted images: the layout of the kept sensitivities and of the backward's gradient planes.
+inline int64_t response_plane_samples(bool want_test, bool want_ref, int64_t hw) {
+  return (int64_t{want_test} + int64_t{want_ref}) * kResponsePlanes * hw;
+}
+
+// The per-image pointers into such a buffer at base, the test image's planes first; null for an
+// image not wanted.
+template <class T>
+inline void split_response_planes(T* base, bool want_test, bool want_ref, int64_t hw, T* out[2]) {
+  out[0] = want_test ? base : nullptr;
+  out[1] = want_ref ? base + (want_test ? kResponsePlanes * hw : 0) : nullptr;
+}
 
 inline int64_t row_grain(int64_t W) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(W, 1)); }
 
@@ -129,8 +154,8 @@ FLIP_LOOP void flip_row(const T* __restrict rt, const T* __restrict rr, int64_t 
 template <class T>
 void vertical_forward(const T* planes, int64_t H, int64_t W, const Context<T>& cx, T eps, T* dst) {
   parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
-    Scratch<T> sc(W, 0, 2 * kPlanes);
-    T *rt = sc.row(0), *rr = sc.row(kPlanes);
+    Scratch<T> sc(W, 0, 2 * kResponsePlanes);
+    T *rt = sc.row(0), *rr = sc.row(kResponsePlanes);
     for (int64_t row = b; row < e; ++row) {
       vertical_row(planes, 0, H, W, row, cx, rt);
       vertical_row(planes, 1, H, W, row, cx, rr);
@@ -176,16 +201,14 @@ FLIP_LOOP void flip_row_sensitivities(const T* __restrict rt, const T* __restric
   }
 }
 
-// The backward's gradient planes: kPlanes planes of hw samples for each image that wants a
-// gradient, none for the other; planes()[im] is null for an image that wants none.
+// The backward's gradient planes: the response planes of each image that wants a gradient, none
+// for the other; planes()[im] is null for an image that wants none.
 template <class T>
 class GradientPlanes {
  public:
   GradientPlanes(bool want_test, bool want_ref, int64_t hw)
-      : ws_(sizeof(T) * (int{want_test} + int{want_ref}) * kPlanes * hw) {
-    T* base = ws_.as<T>();
-    planes_[0] = want_test ? base : nullptr;
-    planes_[1] = want_ref ? base + (want_test ? kPlanes * hw : 0) : nullptr;
+      : ws_(sizeof(T) * response_plane_samples(want_test, want_ref, hw)) {
+    split_response_planes(ws_.as<T>(), want_test, want_ref, hw, planes_);
   }
   T* const* planes() const { return planes_; }
 
@@ -202,8 +225,8 @@ void vertical_sensitivities(const T* planes, T* const splanes[2], int64_t H, int
                             const T* gmap, T* map) {
   const int64_t HW = H * W;
   parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
-    Scratch<T> sc(W, 0, 2 * kPlanes);
-    T *rt = sc.row(0), *rr = sc.row(kPlanes);
+    Scratch<T> sc(W, 0, 2 * kResponsePlanes);
+    T *rt = sc.row(0), *rr = sc.row(kResponsePlanes);
     for (int64_t row = b; row < e; ++row) {
       vertical_row(planes, 0, H, W, row, cx, rt);
       vertical_row(planes, 1, H, W, row, cx, rr);
@@ -222,18 +245,17 @@ void vertical_sensitivities(const T* planes, T* const splanes[2], int64_t H, int
 }
 
 // The backward's gradient planes from kept sensitivities: dst = gmap * src per pixel, for the
-// images whose dst[im] is not null (kPlanes planes of hw samples each).
+// images whose dst[im] is not null (kResponsePlanes planes of hw samples each).
 template <class T>
 void scale_sensitivities(const T* const src[2], const T* gmap, T* const dst[2], int64_t hw) {
   constexpr int64_t kChunk = 8192;
   const int64_t chunks = (hw + kChunk - 1) / kChunk;
-  int wanted[2], count = 0;
-  for (int im = 0; im < 2; ++im)
-    if (dst[im]) wanted[count++] = im;
-  parallel_for(0, count * kPlanes * chunks, 1, [&](int64_t b, int64_t e) {
+  int wanted[2];
+  const int count = wanted_images(dst, wanted);
+  parallel_for(0, count * kResponsePlanes * chunks, 1, [&](int64_t b, int64_t e) {
     for (int64_t idx = b; idx < e; ++idx) {
-      const int im = wanted[idx / (kPlanes * chunks)];
-      const int64_t plane = idx / chunks % kPlanes, begin = idx % chunks * kChunk;
+      const int im = wanted[idx / (kResponsePlanes * chunks)];
+      const int64_t plane = idx / chunks % kResponsePlanes, begin = idx % chunks * kChunk;
       const int64_t end = std::min(hw, begin + kChunk);
       const T* __restrict s = src[im] + plane * hw;
       T* __restrict d = dst[im] + plane * hw;
@@ -263,10 +285,8 @@ FLIP_LOOP void opponent_row_vjp(const T* __restrict o0, const T* __restrict o1, 
 template <class T, class Chain>
 void transposed_stage(T* const gplanes[2], int64_t H, int64_t W, const Context<T>& cx, const Chain& chain) {
   const int64_t HW = H * W;
-  // The wanted images' rows only, so that both threads work when one image wants a gradient.
-  int wanted[2], count = 0;
-  for (int im = 0; im < 2; ++im)
-    if (gplanes[im]) wanted[count++] = im;
+  int wanted[2];
+  const int count = wanted_images(gplanes, wanted);
   parallel_for(0, count * H, row_grain(W), [&](int64_t b, int64_t e) {
     Scratch<T> sc(W, cx.rmax, 11);
     T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3), *tmp = sc.row(4), *glin = sc.row(8);

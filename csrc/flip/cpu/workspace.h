@@ -42,8 +42,6 @@ class Workspace {
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
 
-  size_t bytes() const { return bytes_; }
-
   template <class T>
   T* as() {
     return reinterpret_cast<T*>(buf_.get());
