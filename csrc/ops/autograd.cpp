@@ -153,6 +153,9 @@ class LdrFlipWithSensitivities : public torch::autograd::Function<LdrFlipWithSen
     ctx->saved_data["keep_test"] = keep[0];
     ctx->saved_data["keep_ref"] = keep[1];
     ctx->mark_non_differentiable({sens});
+    // No gradient ever flows into the sensitivities: without this, autograd would hand the
+    // backward a zero-filled tensor of their size (7 planes per image) on every call.
+    ctx->set_materialize_grads(false);
     return {map, sens};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -162,7 +165,7 @@ class LdrFlipWithSensitivities : public torch::autograd::Function<LdrFlipWithSen
     const double ppd = ctx->saved_data["ppd"].toDouble();
     const std::string space = ctx->saved_data["space"].toStringRef();
     const at::Tensor none;
-    if (!m[0] && !m[1]) return {none, none, none, none, none, none};
+    if ((!m[0] && !m[1]) || !grads[0].defined()) return {none, none, none, none, none, none};
     variable_list g;
     if ((m[0] && !keep[0]) || (m[1] && !keep[1])) {
       // A gradient whose sensitivities were not kept (only when the internal op is called with an
@@ -194,12 +197,14 @@ class HdrFlip : public torch::autograd::Function<HdrFlip> {
     ctx->saved_data["tone_mapper"] = std::string(tone_mapper.data(), tone_mapper.size());
     ctx->saved_data["eps"] = eps;
     ctx->mark_non_differentiable({emap, index});
+    ctx->set_materialize_grads(false);  // as LdrFlipWithSensitivities: no zero-filled emap / index gradients
     return {map, emap, index};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
     const std::string tm = ctx->saved_data["tone_mapper"].toStringRef();
     const Mask m = needs(ctx);
+    if (!grads[0].defined()) return variable_list(7);
     auto g = HdrFlipBackward::call(grads[0], s[0], s[1], s[2], s[3], s[4], ctx->saved_data["ppd"].toDouble(), tm,
                                    ctx->saved_data["eps"].toDouble(), m);
     return {keep_if(m[0], g[0]), keep_if(m[1], g[1]), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
