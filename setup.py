@@ -48,6 +48,11 @@ cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
 # -fno-trapping-math (FP exception flags are never read here; no value changes) and, for GCC,
 # -fno-tree-pre: what GCC needs to vectorise the per-pixel loops of the CPU kernels
 # (csrc/flip/cpu/pipeline.h, docs/algorithm.md §7.13). Clang has no such switch (and rejects it).
+# Also for GCC, -fschedule-insns -fsched-pressure: GCC's instruction scheduling before register
+# allocation, off by default on x86. A vectorised per-pixel loop is one long block whose chains
+# (two images, transcendentals) are independent; interleaving them hides their latency, which the
+# out-of-order core alone cannot across such a block: the per-pixel tail runs about 15% faster.
+# Scheduling reorders independent instructions only, so every value keeps its bits.
 cxx_flags = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden", "-fopenmp", "-ffp-contract=off"]
 
 
@@ -63,7 +68,7 @@ def compiler_is_gcc():
 
 
 if compiler_is_gcc():
-    cxx_flags.append("-fno-tree-pre")
+    cxx_flags += ["-fno-tree-pre", "-fschedule-insns", "-fsched-pressure"]
 # The CPU kernels are compiled for every x86-64 instruction-set level and picked at run time
 # (csrc/flip/cpu/isa.h), so the default binary runs on any CPU at full speed. -march=native only
 # on request: such a binary may crash with an illegal instruction on another machine.

@@ -193,6 +193,8 @@ FLIP_HD void hunt_lab_vjp(const T rgb[3], const T g[3], T g_rgb[3]) {
 // The colour term of one pixel with every intermediate its adjoint needs: HyAB distance of two
 // Hunt-Lab colours with the L term regularised as sqrt(max(dL^2, eps)), then ^qc and the
 // redistribution to dE_c in [0, 1].
+static_assert(kQc == 0.7, "color_term raises dE to qc with pow_seven_tenths");
+
 template <class T>
 struct ColorTerm {
   T dL, da, db, dL2, nL, nab, dE, e, c;
@@ -221,7 +223,7 @@ FLIP_HD ColorTerm<T> color_term(const T ht[3], const T hr[3], T eps, const Color
   s.nL = std::sqrt(s.dL2 > eps ? s.dL2 : eps);
   s.nab = magnitude(s.da, s.db);
   s.dE = s.nL + s.nab;
-  s.e = math::pow(s.dE, T(kQc));
+  s.e = math::pow_seven_tenths(s.dE);
   s.c = redistribute(s.e, k);
   return s;
 }
@@ -321,7 +323,7 @@ inline ColorConsts<T> color_consts() {
   T hg[3], hb[3];
   hunt_lab(green, hg);
   hunt_lab(blue, hb);
-  T cmax = math::pow(hyab(hg, hb, T(0)), T(kQc));
+  T cmax = math::pow_seven_tenths(hyab(hg, hb, T(0)));
   return ColorConsts<T>{cmax, T(kPc) * cmax};
 }
 

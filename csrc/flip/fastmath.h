@@ -1,4 +1,4 @@
-// The transcendental functions of FLIP's per-pixel code: pow, cbrt, x^1.4 and log.
+// The transcendental functions of FLIP's per-pixel code: pow, cbrt, x^1.4, x^0.7 and log.
 //
 // float on the host: our own branch-free versions, written with plain arithmetic, selects and
 // integer bit operations, so that GCC vectorises the per-pixel loops that call them (libm's powf
@@ -7,13 +7,15 @@
 //   pow, log   log2 of the float from its exponent and a Taylor series of atanh (relative error
 //              below 2^-33), times the exponent, then 2^y from its integer part and a Taylor series
 //              (below 2^-32);
-//   cbrt, x^1.4  Newton's iteration on x^(-1/3) or x^(-1/5) in float, from a guess read off the
-//              float's bits (below 1.2e-5 and 2.7e-7), then x y^2 or x^2 y^3 in double, times
-//              the binomial series of the remaining factor (below 2.3e-14): no division.
-// So each result is within 1 ulp of the exact value (0.51 ulp at most for normal results; cbrt's
-// and x^1.4's are the correctly rounded float unless the exact value lies within 4e-7 ulp of a
-// tie; pow's subnormal results are rounded twice, up to 0.78 ulp, and one at the very top of the
-// float range may give FLT_MAX where the exact value rounds to infinity);
+//   cbrt, x^1.4, x^0.7  Newton's iteration on x^(-1/3), x^(-1/5) or x^(-1/10) in float, from a
+//              guess read off the float's bits (below 1.2e-5, 2.7e-7 and 2.5e-7), then x y^2,
+//              x^2 y^3 or x y^3 in double, times the binomial series of the remaining factor
+//              (below 2.3e-14): no division, and no double logarithm or exponential (the general
+//              pow costs about 4 times as much).
+// So each result is within 1 ulp of the exact value (0.51 ulp at most for normal results; cbrt's,
+// x^1.4's and x^0.7's are the correctly rounded float unless the exact value lies within 4e-7 ulp
+// of a tie; pow's subnormal results are rounded twice, up to 0.78 ulp, and one at the very top of
+// the float range may give FLT_MAX where the exact value rounds to infinity);
 // tests/test_fastmath.py checks this over the ranges FLIP uses and the whole float range, with the
 // standard library's special values. Only IEEE +, -, *, / and conversions, never contracted
 // (-ffp-contract=off): scalar and vector code, and every CPU instruction-set level, give identical
@@ -98,22 +100,24 @@ FLIP_MATH_INLINE float exp2_to_float(double y) {
   return static_cast<float>(p) * s1 * s2;
 }
 
-// x^(-1/N) (N = 3 or 5) to about float precision, for a float x in [2^-125, 2^128) (cbrt scales
-// subnormals up, x^1.4 replaces them): Newton's iteration y <- y (N + 1 - x y^N) / N from a guess
-// read off the float's bits (relative error below 3.5% for N = 3 and 4% for N = 5 over every
-// normal float), in float, which has twice the vector lanes of double. Done exactly, a step takes
-// an error e to -(N + 1)/2 e^2 (1 + O(e)); done in float, its roundings add at most
-// 4.2 * 2^-24 = 2.5e-7 (those in x y^N and in the subtraction reach y divided by about N; measured
-// 3.6 * 2^-24). So the error squares as in double until it nears that floor: 3.5% -> 2.4e-3 ->
-// 1.2e-5 after two steps for N = 3, 4% -> 4.9e-3 -> 7.1e-5 -> 2.7e-7 after three for N = 5; the
-// callers finish in double (inverse_root_correction). x y^N is formed as (x y) y^2 or
-// (x y) (y^2)^2, every factor between x^((N - 1)/N) and x^(-(N - 1)/N) and so a normal float,
-// where y^N alone falls into the subnormals (losing bits) for x above about 2^126. Any other x (0,
-// infinity, NaN, negative) gives some value, without undefined behaviour, for the caller to replace.
+// x^(-1/N) (N = 3, 5 or 10) to about float precision, for a float x in [2^-125, 2^128) (cbrt and
+// x^0.7 scale subnormals up, x^1.4 replaces them): Newton's iteration y <- y (N + 1 - x y^N) / N
+// from a guess read off the float's bits (relative error below 3.5% for N = 3, 4% for N = 5 and
+// 3% for N = 10 over every normal float), in float, which has twice the vector lanes of double.
+// Done exactly, a step takes an error e to -(N + 1)/2 e^2 (1 + O(e)); done in float, its roundings
+// add at most 4.2 * 2^-24 = 2.5e-7 (those in x y^N and in the subtraction reach y divided by about
+// N; measured 3.6 * 2^-24). So the error squares as in double until it nears that floor: 3.5% ->
+// 2.4e-3 -> 1.2e-5 after two steps for N = 3, 4% -> 4.9e-3 -> 7.1e-5 -> 2.7e-7 after three for
+// N = 5, 3% -> 5.3e-3 -> 1.5e-4 -> 2.5e-7 after three for N = 10 (measured over every 101st normal
+// float); the callers finish in double (inverse_root_correction). x y^N is formed as (x y) y^2,
+// (x y) (y^2)^2 or ((x y) y) (y^4)^2, every factor between x^((N - 1)/N) and x^(-(N - 1)/N) and so
+// a normal float, where y^N alone falls into the subnormals (losing bits) for x above about
+// 2^126. Any other x (0, infinity, NaN, negative) gives some value, without undefined behaviour,
+// for the caller to replace.
 template <int N>
 FLIP_MATH_INLINE float inverse_root(float x) {
-  static_assert(N == 3 || N == 5, "guess constants for N = 3 and 5 only");
-  constexpr uint32_t kGuess = N == 3 ? 0x54a23354u : 0x4c2d18b3u;
+  static_assert(N == 3 || N == 5 || N == 10, "guess constants for N = 3, 5 and 10 only");
+  constexpr uint32_t kGuess = N == 3 ? 0x54a23354u : (N == 5 ? 0x4c2d18b3u : 0x45d2f14au);
   // bits / N through float arithmetic: vector integer division has no instruction, and the guess
   // needs no exact quotient (every step of it is covered by the error bounds above). Every bit
   // pattern, read as int32, divided by N fits int32 again.
@@ -122,7 +126,8 @@ FLIP_MATH_INLINE float inverse_root(float x) {
   FLIP_MATH_UNROLL
   for (int step = 0; step < (N == 3 ? 2 : 3); ++step) {
     const float xy = x * y, y2 = y * y;
-    const float xyn = N == 3 ? xy * y2 : xy * (y2 * y2);
+    const float y4 = y2 * y2;
+    const float xyn = N == 3 ? xy * y2 : (N == 5 ? xy * y4 : (xy * y) * (y4 * y4));
     y = y * ((N + 1) - xyn) * (1.0f / N);
   }
   return y;
@@ -131,8 +136,9 @@ FLIP_MATH_INLINE float inverse_root(float x) {
 // x^A y^K (x y^N)^(-K/N) = x^(A - K/N) in double, given p = x^A y^K and x y^N for y from
 // inverse_root<N>(x): the last step, folded into the power the callers want. With the relative
 // error e of y, d = 1 - x y^N = 1 - (1 + e)^N is small (|d| <= 3.6e-5 for N = 3, 1.4e-6 for
-// N = 5), and (x y^N)^(-q) = (1 - d)^(-q), q = K/N, is its binomial series to d^2, leaving
-// q (q + 1) (q + 2)/6 |d|^3: below 2.2e-14 for cbrt and 2e-18 for x^1.4. 1 - x y^N is exact, and
+// N = 5, 2.5e-6 for N = 10), and (x y^N)^(-q) = (1 - d)^(-q), q = K/N, is its binomial series to
+// d^2, leaving q (q + 1) (q + 2)/6 |d|^3: below 2.2e-14 for cbrt, 2e-18 for x^1.4 and 3e-18 for
+// x^0.7. 1 - x y^N is exact, and
 // the callers form p and x y^N within two double roundings, so the result is within 2.3e-14 of
 // exact; rounded to float once, it is the correctly rounded float unless the exact value lies
 // within 4e-7 ulp of a midpoint between two floats.
@@ -189,6 +195,24 @@ FLIP_MATH_INLINE float pow_seven_fifths(float x) {
   return x != x ? x : r;
 }
 
+// x^0.7 = x^(7/10) for float x >= 0 (HyAB's exponent qc): x z^3 for z = x^(-1/10), subnormals
+// scaled by 2^30 first (and the power by 2^-21, exactly: x^0.7 of a subnormal is a normal float).
+// 0 -> 0, inf -> inf, NaN and negatives -> NaN. Unlike pow(x, 0.7f), whose exponent is the float
+// nearest 0.7 (0.699999988), this is x to exactly 7/10.
+FLIP_MATH_INLINE float pow_seven_tenths(float x) {
+  const bool subnormal = x < 1.17549435e-38f;
+  const float xs = subnormal ? x * 1073741824.0f : x;  // times 2^30
+  const double z = inverse_root<10>(xs), xd = xs;
+  const double xz = xd * z, z2 = z * z;  // both exact in double
+  const double z4 = z2 * z2;
+  float r = static_cast<float>(inverse_root_correction<3, 10>(xz * z2, (xz * z) * (z4 * z4))) *
+            (subnormal ? 4.76837158203125e-07f : 1.0f);  // 2^-21
+  r = x == 0.0f ? 0.0f : r;
+  r = x == INFINITY ? INFINITY : r;
+  r = x < 0.0f ? NAN : r;
+  return x != x ? x : r;
+}
+
 // Natural logarithm of float x (log(0) = -inf, negative x and NaN give NaN, log(inf) = inf).
 FLIP_MATH_INLINE float log(float x) {
   const float regular = x > 0.0f ? (x < INFINITY ? x : 1.0f) : 1.0f;
@@ -229,6 +253,15 @@ FLIP_MATH_HD T pow_seven_fifths(T x) {
   if constexpr (std::is_same<T, float>::value) return fastmath::pow_seven_fifths(x);
 #endif
   return std::pow(x, T(1.4));
+}
+
+// x^0.7 (x >= 0), HyAB's exponent.
+template <class T>
+FLIP_MATH_HD T pow_seven_tenths(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same<T, float>::value) return fastmath::pow_seven_tenths(x);
+#endif
+  return std::pow(x, T(0.7));
 }
 
 template <class T>

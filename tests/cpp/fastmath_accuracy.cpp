@@ -1,4 +1,4 @@
-// Accuracy of csrc/flip/fastmath.h, the float pow / cbrt / x^1.4 / log of the CPU kernels, against
+// Accuracy of csrc/flip/fastmath.h, the float pow / cbrt / x^1.4 / x^0.7 / log of the CPU kernels, against
 // long double: every STRIDE-th float of the ranges FLIP feeds them, a sweep of the whole positive
 // float range, random (base, exponent) pairs, and the special values (0, -0, subnormals,
 // infinities, NaN), which must match the standard library's. Also checks that a loop the compiler
@@ -87,6 +87,13 @@ __attribute__((noinline, optimize("no-tree-vectorize"))) void seven_fifths_scala
   for (int i = 0; i < n; ++i) out[i] = flip::fastmath::pow_seven_fifths(x[i]);
 }
 
+__attribute__((noinline)) void seven_tenths_loop(const float* x, float* out, int n) {
+  for (int i = 0; i < n; ++i) out[i] = flip::fastmath::pow_seven_tenths(x[i]);
+}
+__attribute__((noinline, optimize("no-tree-vectorize"))) void seven_tenths_scalar(const float* x, float* out, int n) {
+  for (int i = 0; i < n; ++i) out[i] = flip::fastmath::pow_seven_tenths(x[i]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,7 +102,8 @@ int main(int argc, char** argv) {
 
   // The ranges FLIP uses: Lab's cube root of t >= 216/24389 (clamped RGB gives t up to ~1.09),
   // the sRGB decoding's u^1.4 for u = (c + 0.055) / 1.055 in [0.09, 1], HyAB's dE^0.7 (dE up to
-  // ~310), the final c^(1 - f) and its log for c, f in [0, 1].
+  // ~310; pow_seven_tenths, and the general pow with the float exponent 0.7f), the final
+  // c^(1 - f) and its log for c, f in [0, 1].
   Worst cbrt_flip{"cbrt_flip_range"}, cbrt_all{"cbrt_all_floats"};
   sweep(0.008f, 1.2f, stride, [&](float x) { cbrt_flip.add(x, ulp_error(fm::cbrt(x), cbrtl(x))); });
   sweep(1e-45f, 3.4e38f, stride * 97, [&](float x) { cbrt_all.add(x, ulp_error(fm::cbrt(x), cbrtl(x))); });
@@ -104,6 +112,10 @@ int main(int argc, char** argv) {
   // Up to FLT_MAX: above 2.6e27, x^1.4 overflows to infinity.
   sweep(1e-45f, 3.4e38f, stride * 97,
         [&](float x) { s75_all.add(x, ulp_error(fm::pow_seven_fifths(x), powl(x, 1.4L))); });
+  Worst s710_flip{"pow_seven_tenths_hyab_range"}, s710_all{"pow_seven_tenths_all_floats"};
+  sweep(1e-8f, 400.0f, stride, [&](float x) { s710_flip.add(x, ulp_error(fm::pow_seven_tenths(x), powl(x, 0.7L))); });
+  sweep(1e-45f, 3.4e38f, stride * 97,
+        [&](float x) { s710_all.add(x, ulp_error(fm::pow_seven_tenths(x), powl(x, 0.7L))); });
   Worst pow07{"pow_0.7_hyab_range"}, pow_cf{"pow_random_unit_pairs"}, pow_wide{"pow_random_wide_pairs"};
   const float qc = 0.7f;
   sweep(1e-8f, 400.0f, stride, [&](float x) { pow07.add(x, ulp_error(fm::pow(x, qc), powl(x, (long double)qc))); });
@@ -125,7 +137,8 @@ int main(int argc, char** argv) {
   sweep(1e-45f, 3.4e38f, stride * 97, [&](float x) {
     if (x != 1.0f) log_all.add(x, ulp_error(fm::log(x), logl(x)));
   });
-  for (const Worst* w : {&cbrt_flip, &cbrt_all, &s75_flip, &s75_all, &pow07, &pow_cf, &pow_wide, &log_unit, &log_all})
+  for (const Worst* w : {&cbrt_flip, &cbrt_all, &s75_flip, &s75_all, &s710_flip, &s710_all, &pow07, &pow_cf, &pow_wide,
+                         &log_unit, &log_all})
     w->print();
 
   // Special values, as the standard library gives them.
@@ -166,6 +179,16 @@ int main(int argc, char** argv) {
   special("pow_seven_fifths(FLT_MIN)", fm::pow_seven_fifths(FLT_MIN), static_cast<float>(powl(FLT_MIN, 1.4L)));
   special("pow_seven_fifths(2.5e27)", fm::pow_seven_fifths(2.5e27f), static_cast<float>(powl(2.5e27f, 1.4L)));
   special("pow_seven_fifths(FLT_MAX)", fm::pow_seven_fifths(FLT_MAX), inf);
+  special("pow_seven_tenths(0)", fm::pow_seven_tenths(0.0f), 0.0f);
+  special("pow_seven_tenths(1)", fm::pow_seven_tenths(1.0f), 1.0f);
+  special("pow_seven_tenths(inf)", fm::pow_seven_tenths(inf), inf);
+  special("pow_seven_tenths(nan)", fm::pow_seven_tenths(nan), nan);
+  special("pow_seven_tenths(-1)", fm::pow_seven_tenths(-1.0f), nan);
+  special("pow_seven_tenths(subnormal)", fm::pow_seven_tenths(tiny), static_cast<float>(powl(tiny, 0.7L)));
+  special("pow_seven_tenths(1e-40)", fm::pow_seven_tenths(1e-40f), static_cast<float>(powl(1e-40f, 0.7L)));
+  special("pow_seven_tenths(FLT_MIN)", fm::pow_seven_tenths(FLT_MIN), static_cast<float>(powl(FLT_MIN, 0.7L)));
+  special("pow_seven_tenths(FLT_MAX)", fm::pow_seven_tenths(FLT_MAX), static_cast<float>(powl(FLT_MAX, 0.7L)));
+  special("pow_seven_tenths(1024)", fm::pow_seven_tenths(1024.0f), 128.0f);
   special("log(0)", fm::log(0.0f), std::log(0.0f));
   special("log(1)", fm::log(1.0f), 0.0f);
   special("log(inf)", fm::log(inf), std::log(inf));
@@ -195,6 +218,9 @@ int main(int argc, char** argv) {
   seven_fifths_loop(x.data(), a.data(), n);
   seven_fifths_scalar(x.data(), b.data(), n);
   for (int i = 0; i < n; ++i) mismatches += !same_float(a[i], b[i]);
-  std::printf("vector_scalar_mismatches %d %d\n", mismatches, 3 * n);
+  seven_tenths_loop(x.data(), a.data(), n);
+  seven_tenths_scalar(x.data(), b.data(), n);
+  for (int i = 0; i < n; ++i) mismatches += !same_float(a[i], b[i]);
+  std::printf("vector_scalar_mismatches %d %d\n", mismatches, 4 * n);
   return failures == 0 && mismatches == 0 ? 0 : 1;
 }

@@ -29,14 +29,26 @@ inline FeaturePlanes<T> feature_planes(T* base, int64_t hw) {
   return {base, base + hw, base + 2 * hw};
 }
 
-// Per-thread scratch: one padded row plus `rows` plain rows.
+// Per-thread scratch: one padded row plus `rows` plain rows, each starting on a cache line (as
+// the Workspace planes, workspace.h). Rows are W samples apart (a caller may treat consecutive
+// rows as one block of W-sample rows), so they stay on line boundaries when W is a multiple of
+// 64 bytes.
 template <class T>
 struct Scratch {
+  static constexpr int64_t kLine = 64 / sizeof(T);  // samples per cache line
   std::vector<T> buf;
   int64_t W, padlen;
-  Scratch(int64_t W_, int rmax, int rows) : buf(W_ + 2 * rmax + rows * W_), W(W_), padlen(W_ + 2 * rmax) {}
-  T* pad() { return buf.data(); }
-  T* row(int i) { return buf.data() + padlen + i * W; }
+  T* base;
+  Scratch(int64_t W_, int rmax, int rows)
+      : buf(round_up(W_ + 2 * rmax) + rows * W_ + kLine), W(W_), padlen(round_up(W_ + 2 * rmax)) {
+    const auto address = reinterpret_cast<uintptr_t>(buf.data());
+    base = buf.data() + (64 - address % 64) % 64 / sizeof(T);
+  }
+  T* pad() { return base; }
+  T* row(int i) { return base + padlen + i * W; }
+
+ private:
+  static int64_t round_up(int64_t n) { return (n + kLine - 1) / kLine * kLine; }
 };
 
 // Horizontal CSF pass of one row: opponent rows o0, o1, o2 -> the four intermediates at `off`.
