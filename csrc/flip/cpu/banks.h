@@ -62,14 +62,47 @@ inline void csf_h_row(const T* o0, const T* o1, const T* o2, int64_t W, const Cs
   hconv_padded(pad, W, t.cz2, p.cz2 + off);
 }
 
-// Vertical CSF pass: row `row` of the filtered opponent image into f0, f1, f2.
+// A tile of the vertical passes: rows y0 .. y1 - 1 by columns x0 .. x0 + n - 1 (a single row:
+// {row, row + 1, 0, W}).
+struct Tile {
+  int64_t y0, y1, x0, n;
+};
+
+// dst[(r - y0) * stride + i] (+)= sum_k w[k] * plane[clamp(r + k)][x0 + i] for the rows r and
+// columns of the tile, in form F: row by row over one plane, so that the 2r + y1 - y0 input rows
+// of the tile (a few tens of KB) are loaded from memory once and reused from L1. The sums are
+// those of a whole-row pass, in the same order: the same bits.
+template <Form F = Form::kPlain, class T>
+inline void vconv_tile(const T* plane, int64_t H, int64_t W, const Tile& t, const Filter1D<T>& f, T* dst,
+                       int64_t stride, bool accumulate = false) {
+  const T* first = plane + t.x0;
+  for (int64_t row = t.y0; row < t.y1; ++row) {
+    auto at = [=](int k) { return first + std::min<int64_t>(std::max<int64_t>(row + k, 0), H - 1) * W; };
+    correlate_rows<F>(at, f, t.n, dst + (row - t.y0) * stride, accumulate);
+  }
+}
+
+// The vertical CSF pass of a tile: per row, F0, F1, F2 at dst + 0, n, 2n (rows `stride` apart).
 template <class T>
-inline void csf_v_row(CsfPlanes<T> p, int64_t H, int64_t W, int64_t row, const CsfTaps<T>& t, T* f0,
-                      T* f1, T* f2) {
-  vconv(p.y, H, W, row, t.y, f0);
-  vconv(p.cx, H, W, row, t.cx, f1);
-  vconv(p.cz1, H, W, row, t.cz1, f2);
-  vconv(p.cz2, H, W, row, t.cz2, f2, true);
+inline void csf_v_tile(CsfPlanes<T> p, int64_t H, int64_t W, const Tile& t, const CsfTaps<T>& taps, T* dst,
+                       int64_t stride) {
+  vconv_tile(p.y, H, W, t, taps.y, dst, stride);
+  vconv_tile(p.cx, H, W, t, taps.cx, dst + t.n, stride);
+  vconv_tile(p.cz1, H, W, t, taps.cz1, dst + 2 * t.n, stride);
+  vconv_tile(p.cz2, H, W, t, taps.cz2, dst + 2 * t.n, stride, true);
+}
+
+// The vertical feature pass of a tile: per row, dx, dy, ddx, ddy at dst + 0, n, 2n, 3n (rows
+// `stride` apart); dx = g_y * (dg_x), ddx = g_y * (ddg_x), dy = dg_y * (g_x), ddy = ddg_y * (g_x).
+// Each response has one zero-sum pass, evaluated in its exact form (filters.h): the horizontal one
+// for dx, ddx, the vertical one for dy, ddy (a constant neighbourhood gives a constant g_x plane).
+template <class T>
+inline void feature_v_tile(FeaturePlanes<T> p, int64_t H, int64_t W, const Tile& t, const FeatureTaps<T>& taps,
+                           T* dst, int64_t stride) {
+  vconv_tile(p.dg, H, W, t, taps.g, dst, stride);
+  vconv_tile(p.ddg, H, W, t, taps.g, dst + 2 * t.n, stride);
+  vconv_tile<Form::kOdd>(p.g, H, W, t, taps.dg, dst + t.n, stride);
+  vconv_tile<Form::kCentred>(p.g, H, W, t, taps.ddg, dst + 3 * t.n, stride);
 }
 
 // Transpose of the CSF bank for row `row`: gradient planes w.r.t. the filtered channels ->
@@ -101,18 +134,6 @@ inline void feature_h_row(const T* yhat, int64_t W, const FeatureTaps<T>& t, T* 
   hconv_padded(pad, W, t.g, p.g + off);
   hconv_padded<Form::kOdd>(pad, W, t.dg, p.dg + off);
   hconv_padded<Form::kCentred>(pad, W, t.ddg, p.ddg + off);
-}
-
-// Vertical feature pass: dx = g_y * (dg_x), ddx = g_y * (ddg_x), dy = dg_y * (g_x), ddy = ddg_y * (g_x).
-// Each response has one zero-sum pass, evaluated in its exact form (filters.h): the horizontal one
-// for dx, ddx, the vertical one for dy, ddy (a constant neighbourhood gives a constant g_x plane).
-template <class T>
-inline void feature_v_row(FeaturePlanes<T> p, int64_t H, int64_t W, int64_t row,
-                          const FeatureTaps<T>& t, T* dx, T* dy, T* ddx, T* ddy) {
-  vconv(p.dg, H, W, row, t.g, dx);
-  vconv(p.ddg, H, W, row, t.g, ddx);
-  vconv<Form::kOdd>(p.g, H, W, row, t.dg, dy);
-  vconv<Form::kCentred>(p.g, H, W, row, t.ddg, ddy);
 }
 
 // Transpose of the feature bank for row `row`: gradient planes w.r.t. dx, dy, ddx, ddy ->
