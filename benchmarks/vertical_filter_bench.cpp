@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     for (auto& v : plane) v = std::rand() / float(RAND_MAX);
     auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < reps; ++r)
-      for (int64_t y = 0; y < H; ++y) vconv(plane.data(), H, S, y, f, out.data());
+      for (int64_t y = 0; y < H; ++y) vconv_tile(plane.data(), H, S, Tile{y, y + 1, 0, W}, f, out.data(), W);
     const double v = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < reps; ++r)

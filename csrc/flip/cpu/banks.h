@@ -62,26 +62,6 @@ inline void csf_h_row(const T* o0, const T* o1, const T* o2, int64_t W, const Cs
   hconv_padded(pad, W, t.cz2, p.cz2 + off);
 }
 
-// A tile of the vertical passes: rows y0 .. y1 - 1 by columns x0 .. x0 + n - 1 (a single row:
-// {row, row + 1, 0, W}).
-struct Tile {
-  int64_t y0, y1, x0, n;
-};
-
-// dst[(r - y0) * stride + i] (+)= sum_k w[k] * plane[clamp(r + k)][x0 + i] for the rows r and
-// columns of the tile, in form F: row by row over one plane, so that the 2r + y1 - y0 input rows
-// of the tile (a few tens of KB) are loaded from memory once and reused from L1. The sums are
-// those of a whole-row pass, in the same order: the same bits.
-template <Form F = Form::kPlain, class T>
-inline void vconv_tile(const T* plane, int64_t H, int64_t W, const Tile& t, const Filter1D<T>& f, T* dst,
-                       int64_t stride, bool accumulate = false) {
-  const T* first = plane + t.x0;
-  for (int64_t row = t.y0; row < t.y1; ++row) {
-    auto at = [=](int k) { return first + std::min<int64_t>(std::max<int64_t>(row + k, 0), H - 1) * W; };
-    correlate_rows<F>(at, f, t.n, dst + (row - t.y0) * stride, accumulate);
-  }
-}
-
 // The vertical CSF pass of a tile: per row, F0, F1, F2 at dst + 0, n, 2n (rows `stride` apart).
 template <class T>
 inline void csf_v_tile(CsfPlanes<T> p, int64_t H, int64_t W, const Tile& t, const CsfTaps<T>& taps, T* dst,
@@ -105,27 +85,6 @@ inline void feature_v_tile(FeaturePlanes<T> p, int64_t H, int64_t W, const Tile&
   vconv_tile<Form::kCentred>(p.g, H, W, t, taps.ddg, dst + 3 * t.n, stride);
 }
 
-// Transpose of the CSF bank for row `row`: gradient planes w.r.t. the filtered channels ->
-// gradient rows w.r.t. the opponent channels (overwritten). tmp holds 4 rows.
-template <class T>
-inline void csf_t_row(const T* g0, const T* g1, const T* g2, int64_t H, int64_t W, int64_t row,
-                      const CsfTaps<T>& t, T* tmp, T* pad, T* o0, T* o1, T* o2) {
-  T *t0 = tmp, *t1 = tmp + W, *t2 = tmp + 2 * W, *t3 = tmp + 3 * W;
-  std::fill(tmp, tmp + 4 * W, T(0));
-  std::fill(pad, pad + W, T(0));  // the rows outside the planes, until the horizontal halves pad
-  vconv_t_acc(g0, H, W, row, t.y, pad, t0);
-  vconv_t_acc(g1, H, W, row, t.cx, pad, t1);
-  vconv_t_acc(g2, H, W, row, t.cz1, pad, t2);
-  vconv_t_acc(g2, H, W, row, t.cz2, pad, t3);
-  std::fill(o0, o0 + W, T(0));
-  std::fill(o1, o1 + W, T(0));
-  std::fill(o2, o2 + W, T(0));
-  hconv_t_acc(t0, W, t.y, pad, o0);
-  hconv_t_acc(t1, W, t.cx, pad, o1);
-  hconv_t_acc(t2, W, t.cz1, pad, o2);
-  hconv_t_acc(t3, W, t.cz2, pad, o2);
-}
-
 // Horizontal feature pass of one achromatic row.
 template <class T>
 inline void feature_h_row(const T* yhat, int64_t W, const FeatureTaps<T>& t, T* pad,
@@ -136,21 +95,79 @@ inline void feature_h_row(const T* yhat, int64_t W, const FeatureTaps<T>& t, T* 
   hconv_padded<Form::kCentred>(pad, W, t.ddg, p.ddg + off);
 }
 
-// Transpose of the feature bank for row `row`: gradient planes w.r.t. dx, dy, ddx, ddy ->
-// gradient row w.r.t. the achromatic input, accumulated into out. tmp holds 3 rows.
+// The transposed banks, in two halves: the vertical transposes of a tile (whose columns need not
+// be a whole row), then the horizontal ones of a whole row.
+//
+// Vertical half of the CSF bank's transpose: for each row r of tile t, the rows t0..t3 at
+// dst + (r - y0) * stride + 0, W, 2W, 3W (each the tile's columns of a W-sample row) are
+// accumulated with the transposed vertical filters of the gradient planes w.r.t. F0, F1, F2 (F2
+// feeds both blue-yellow Gaussians). zeros holds t.n zeros.
+template <class T>
+inline void csf_t_vertical(const T* g0, const T* g1, const T* g2, int64_t H, int64_t W, const Tile& t,
+                           const CsfTaps<T>& taps, const T* zeros, T* dst, int64_t stride) {
+  T* d = dst + t.x0;
+  vconv_t_tile(g0, H, W, t, taps.y, zeros, d, stride);
+  vconv_t_tile(g1, H, W, t, taps.cx, zeros, d + W, stride);
+  vconv_t_tile(g2, H, W, t, taps.cz1, zeros, d + 2 * W, stride);
+  vconv_t_tile(g2, H, W, t, taps.cz2, zeros, d + 3 * W, stride);
+}
+
+// Horizontal half: the rows t0..t3 of one image row -> the gradient rows w.r.t. its opponent
+// channels o0..o2 (overwritten). pad holds W + 2r scratch samples.
+template <class T>
+inline void csf_t_horizontal(const T* t0, const T* t1, const T* t2, const T* t3, int64_t W, const CsfTaps<T>& taps,
+                             T* pad, T* o0, T* o1, T* o2) {
+  std::fill(o0, o0 + W, T(0));
+  std::fill(o1, o1 + W, T(0));
+  std::fill(o2, o2 + W, T(0));
+  hconv_t_acc(t0, W, taps.y, pad, o0);
+  hconv_t_acc(t1, W, taps.cx, pad, o1);
+  hconv_t_acc(t2, W, taps.cz1, pad, o2);
+  hconv_t_acc(t3, W, taps.cz2, pad, o2);
+}
+
+// Vertical half of the feature bank's transpose, as csf_t_vertical: rows a, b, c at dst + 0, W, 2W
+// from the gradient planes w.r.t. dx, ddx (through g) and dy, ddy (through dg and ddg, both into c).
+template <class T>
+inline void feature_t_vertical(const T* gdx, const T* gdy, const T* gddx, const T* gddy, int64_t H, int64_t W,
+                               const Tile& t, const FeatureTaps<T>& taps, const T* zeros, T* dst, int64_t stride) {
+  T* d = dst + t.x0;
+  vconv_t_tile(gdx, H, W, t, taps.g, zeros, d, stride);
+  vconv_t_tile(gddx, H, W, t, taps.g, zeros, d + W, stride);
+  vconv_t_tile<Form::kOdd>(gdy, H, W, t, taps.dg, zeros, d + 2 * W, stride);
+  vconv_t_tile<Form::kCentred>(gddy, H, W, t, taps.ddg, zeros, d + 2 * W, stride);
+}
+
+// Horizontal half: rows a, b, c of one image row -> the gradient w.r.t. its achromatic row,
+// accumulated into out.
+template <class T>
+inline void feature_t_horizontal(const T* a, const T* b, const T* c, int64_t W, const FeatureTaps<T>& taps, T* pad,
+                                 T* out) {
+  hconv_t_acc<Form::kOdd>(a, W, taps.dg, pad, out);
+  hconv_t_acc<Form::kCentred>(b, W, taps.ddg, pad, out);
+  hconv_t_acc(c, W, taps.g, pad, out);
+}
+
+// Both halves for one row (the single-stage ops): gradient planes w.r.t. the filtered channels ->
+// gradient rows w.r.t. the opponent channels (overwritten). tmp holds 4 rows.
+template <class T>
+inline void csf_t_row(const T* g0, const T* g1, const T* g2, int64_t H, int64_t W, int64_t row,
+                      const CsfTaps<T>& t, T* tmp, T* pad, T* o0, T* o1, T* o2) {
+  std::fill(tmp, tmp + 4 * W, T(0));
+  std::fill(pad, pad + W, T(0));  // the rows outside the planes, until the horizontal half pads
+  csf_t_vertical(g0, g1, g2, H, W, Tile{row, row + 1, 0, W}, t, pad, tmp, 4 * W);
+  csf_t_horizontal(tmp, tmp + W, tmp + 2 * W, tmp + 3 * W, W, t, pad, o0, o1, o2);
+}
+
+// Gradient planes w.r.t. dx, dy, ddx, ddy -> gradient row w.r.t. the achromatic input,
+// accumulated into out. tmp holds 3 rows.
 template <class T>
 inline void feature_t_row(const T* gdx, const T* gdy, const T* gddx, const T* gddy, int64_t H,
                           int64_t W, int64_t row, const FeatureTaps<T>& t, T* tmp, T* pad, T* out) {
-  T *a = tmp, *b = tmp + W, *c = tmp + 2 * W;
   std::fill(tmp, tmp + 3 * W, T(0));
-  std::fill(pad, pad + W, T(0));  // the rows outside the planes, as in csf_t_row
-  vconv_t_acc(gdx, H, W, row, t.g, pad, a);
-  vconv_t_acc(gddx, H, W, row, t.g, pad, b);
-  vconv_t_acc<Form::kOdd>(gdy, H, W, row, t.dg, pad, c);
-  vconv_t_acc<Form::kCentred>(gddy, H, W, row, t.ddg, pad, c);
-  hconv_t_acc<Form::kOdd>(a, W, t.dg, pad, out);
-  hconv_t_acc<Form::kCentred>(b, W, t.ddg, pad, out);
-  hconv_t_acc(c, W, t.g, pad, out);
+  std::fill(pad, pad + W, T(0));  // as in csf_t_row
+  feature_t_vertical(gdx, gdy, gddx, gddy, H, W, Tile{row, row + 1, 0, W}, t, pad, tmp, 3 * W);
+  feature_t_horizontal(tmp, tmp + W, tmp + 2 * W, W, t, pad, out);
 }
 
 }  // namespace cpu

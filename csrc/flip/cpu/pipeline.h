@@ -322,25 +322,45 @@ FLIP_LOOP void opponent_row_vjp(const T* __restrict o0, const T* __restrict o1, 
   }
 }
 
+// The transposed stage runs band by band: the vertical transposes of a band's rows, tile by tile
+// (as the forward's vertical passes, and for the same reason), into whole rows, then the
+// horizontal transposes row by row. kTransposedBand rows of the 7 whole-row results per thread.
+constexpr int64_t kTransposedBand = 16;
+
 // Transposed banks for the images whose gradient planes gplanes[im] are not null, then
 // chain(im, row, g) for every row, with g the gradient w.r.t. the row's linear RGB (3 rows W apart).
 template <class T, class Chain>
 void transposed_stage(T* const gplanes[2], int64_t H, int64_t W, const Context<T>& cx, const Chain& chain) {
-  const int64_t HW = H * W;
+  const int64_t HW = H * W, bands = (H + kTransposedBand - 1) / kTransposedBand;
   int wanted[2];
   const int count = wanted_images(gplanes, wanted);
-  parallel_for(0, count * H, row_grain(W), [&](int64_t b, int64_t e) {
-    Scratch<T> sc(W, cx.rmax, 11);
-    T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3), *tmp = sc.row(4), *glin = sc.row(8);
+  parallel_for(0, count * bands, 1, [&](int64_t b, int64_t e) {
+    // Rows: o0, o1, o2, yh, glin (3), zeros, then per band row the 7 vertical results: t0..t3 of
+    // the CSF bank, a, b, c of the feature bank.
+    Scratch<T> sc(W, cx.rmax, 8 + kResponsePlanes * kTransposedBand);
+    T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3), *glin = sc.row(4), *zeros = sc.row(7);
+    T* band = sc.row(8);
+    const int64_t stride = kResponsePlanes * W;
+    std::fill(zeros, zeros + W, T(0));
     for (int64_t idx = b; idx < e; ++idx) {
-      const int im = wanted[idx / H];
-      const int64_t row = idx % H;
+      const int im = wanted[idx / bands];
+      const int64_t y0 = idx % bands * kTransposedBand, y1 = std::min(H, y0 + kTransposedBand);
       const T* g = gplanes[im];
-      csf_t_row(g, g + HW, g + 2 * HW, H, W, row, *cx.csf, tmp, sc.pad(), o0, o1, o2);
-      std::fill(yh, yh + W, T(0));
-      feature_t_row(g + 3 * HW, g + 4 * HW, g + 5 * HW, g + 6 * HW, H, W, row, *cx.feat, tmp, sc.pad(), yh);
-      opponent_row_vjp(o0, o1, o2, yh, W, glin, glin + W, glin + 2 * W);
-      chain(im, row, static_cast<const T*>(glin));
+      std::fill(band, band + (y1 - y0) * stride, T(0));
+      for (int64_t x0 = 0; x0 < W; x0 += kTileColumns) {
+        const Tile t{y0, y1, x0, std::min(kTileColumns, W - x0)};
+        csf_t_vertical(g, g + HW, g + 2 * HW, H, W, t, *cx.csf, zeros, band, stride);
+        feature_t_vertical(g + 3 * HW, g + 4 * HW, g + 5 * HW, g + 6 * HW, H, W, t, *cx.feat, zeros, band + 4 * W,
+                           stride);
+      }
+      for (int64_t row = y0; row < y1; ++row) {
+        const T* r = band + (row - y0) * stride;
+        csf_t_horizontal(r, r + W, r + 2 * W, r + 3 * W, W, *cx.csf, sc.pad(), o0, o1, o2);
+        std::fill(yh, yh + W, T(0));
+        feature_t_horizontal(r + 4 * W, r + 5 * W, r + 6 * W, W, *cx.feat, sc.pad(), yh);
+        opponent_row_vjp(o0, o1, o2, yh, W, glin, glin + W, glin + 2 * W);
+        chain(im, row, static_cast<const T*>(glin));
+      }
     }
   });
 }

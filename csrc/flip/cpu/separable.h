@@ -139,12 +139,24 @@ inline void hconv(const T* src, int64_t W, const Filter1D<T>& f, T* pad, T* dst)
   hconv_padded(pad, W, f, dst);
 }
 
-// dst[x] (+)= sum_k w[k] * plane[clamp(row + k)][x], in form F.
+// A tile of the vertical passes: rows y0 .. y1 - 1 by columns x0 .. x0 + n - 1 (a single row:
+// {row, row + 1, 0, W}).
+struct Tile {
+  int64_t y0, y1, x0, n;
+};
+
+// dst[(r - y0) * stride + i] (+)= sum_k w[k] * plane[clamp(r + k)][x0 + i] for the rows r and
+// columns of tile t of an H x W plane, in form F: row by row over one plane, so that the
+// 2r + y1 - y0 input rows of the tile (a few tens of KB) are loaded from memory once and reused
+// from L1. The sums are those of a whole-row pass, in the same order: the same bits.
 template <Form F = Form::kPlain, class T>
-inline void vconv(const T* plane, int64_t H, int64_t W, int64_t row, const Filter1D<T>& f,
-                  T* __restrict dst, bool accumulate = false) {
-  auto at = [=](int k) { return plane + std::min<int64_t>(std::max<int64_t>(row + k, 0), H - 1) * W; };
-  correlate_rows<F>(at, f, W, dst, accumulate);
+inline void vconv_tile(const T* plane, int64_t H, int64_t W, const Tile& t, const Filter1D<T>& f, T* dst,
+                       int64_t stride, bool accumulate = false) {
+  const T* first = plane + t.x0;
+  for (int64_t row = t.y0; row < t.y1; ++row) {
+    auto at = [=](int k) { return first + std::min<int64_t>(std::max<int64_t>(row + k, 0), H - 1) * W; };
+    correlate_rows<F>(at, f, t.n, dst + (row - t.y0) * stride, accumulate);
+  }
 }
 
 template <class T>
@@ -178,19 +190,25 @@ inline void hconv_t_acc(const T* g, int64_t W, const Filter1D<T>& f, T* zpad, T*
   dst[W - 1] += s1;
 }
 
-// dst (row `row`) += F^T g for the vertical clamp-to-edge correlation F (in form F) over the plane g;
-// zeros holds W zeros (the rows outside the plane).
+// dst[(r - y0) * stride + i] += (F^T g)[r][x0 + i] for the rows and columns of tile t, F the
+// vertical clamp-to-edge correlation (in form F) over the H x W plane g; zeros holds t.n zeros
+// (the rows outside the plane). As vconv_tile: row by row over one plane, the same sums in the
+// same order whatever the tile.
 template <Form F = Form::kPlain, class T>
-inline void vconv_t_acc(const T* g, int64_t H, int64_t W, int64_t row, const Filter1D<T>& f, const T* zeros,
-                        T* __restrict dst) {
+inline void vconv_t_tile(const T* g, int64_t H, int64_t W, const Tile& t, const Filter1D<T>& f, const T* zeros,
+                         T* dst, int64_t stride) {
   const int r = f.radius;
-  auto at = [=](int k) { return row - k >= 0 && row - k < H ? g + (row - k) * W : zeros; };
-  correlate_rows<F>(at, f, W, dst, true);
   const int64_t m = std::min<int64_t>(r, H);
-  if (row == 0)
-    for (int64_t i = 0; i < m; ++i) axpy(f.left[i], g + i * W, dst, W);
-  if (row == H - 1)
-    for (int64_t d = 0; d < m; ++d) axpy(f.right[d], g + (H - 1 - d) * W, dst, W);
+  const T* first = g + t.x0;
+  for (int64_t row = t.y0; row < t.y1; ++row) {
+    T* d = dst + (row - t.y0) * stride;
+    auto at = [=](int k) { return row - k >= 0 && row - k < H ? first + (row - k) * W : zeros; };
+    correlate_rows<F>(at, f, t.n, d, true);
+    if (row == 0)
+      for (int64_t i = 0; i < m; ++i) axpy(f.left[i], first + i * W, d, t.n);
+    if (row == H - 1)
+      for (int64_t e = 0; e < m; ++e) axpy(f.right[e], first + (H - 1 - e) * W, d, t.n);
+  }
 }
 
 }  // namespace cpu
