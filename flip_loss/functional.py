@@ -86,9 +86,10 @@ def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_
     if _out_of_range_warned or _is_compiling() or (test.device.type != "cpu" and not on_device):
         return
     with torch.no_grad():
-        lo = torch.minimum(test.detach().amin(), reference.detach().amin())
-        hi = torch.maximum(test.detach().amax(), reference.detach().amax())
-        lo, hi = torch.stack([lo, hi]).float().tolist()
+        # One pass over each image (aminmax), not one for its minimum and another for its maximum.
+        lo_t, hi_t = torch.aminmax(test.detach())
+        lo_r, hi_r = torch.aminmax(reference.detach())
+        lo, hi = torch.stack([torch.minimum(lo_t, lo_r), torch.maximum(hi_t, hi_r)]).float().tolist()
     if lo < -OUT_OF_RANGE_TOLERANCE or hi > 1.0 + OUT_OF_RANGE_TOLERANCE:
         _out_of_range_warned = True
         warnings.warn(
