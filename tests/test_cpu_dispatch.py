@@ -118,26 +118,29 @@ def _functions(dump):
                     reason="the x86-64 AVX2 kernels")
 @pytest.mark.skipif(os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", ""),
                     reason="a -march=native build has no flip_avx2 namespace")
-def test_avx2_per_pixel_loops_are_vectorised():
+@pytest.mark.parametrize("level,register", [("avx2", "%ymm"), ("baseline", "%xmm")])
+def test_per_pixel_loops_are_vectorised(level, register):
     """The float per-pixel tails (docs/algorithm.md §7.13) only run fast when GCC vectorises them:
-    each must hold packed double arithmetic on 32-byte registers (the transcendentals, 4 lanes
-    at a time) and call no other kernel function (a call left in the loop keeps it scalar, as a
-    load_pixel that was not inlined once did). Checked on the AVX2 level, the one most CPUs run."""
+    each must hold packed double arithmetic on vector registers (the transcendentals, 4 lanes at a
+    time with AVX2, 2 with the baseline's SSE2) and call no other kernel function (a call left in
+    the loop keeps it scalar, as a load_pixel that was not inlined once did, and a colour constant
+    `white(i)` in the baseline level another time). Checked on the AVX2 level, the one most CPUs
+    run, and on the baseline, which had regressed unseen."""
     dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", _C.__file__], capture_output=True,
                           text=True, check=True).stdout
     functions = _functions(dump)
-    wanted = ["flip_avx2::flip::cpu::flip_row<float>(",
-              "flip_avx2::flip::cpu::flip_row_sensitivities<true, false, false, float>(",
-              "flip_avx2::flip::cpu::flip_row_sensitivities<true, true, false, float>(",
-              "flip_avx2::flip::cpu::flip_row_sensitivities<true, false, true, float>(",
-              "flip_avx2::flip::cpu::convert_row<float, flip_avx2::flip::cpu::(anonymous namespace)::LdrInput<float,"
-              " true> >(",
-              "flip_avx2::flip::cpu::(anonymous namespace)::input_row_vjp<true, float>("]
+    ns = f"flip_{level}::flip::cpu::"
+    wanted = [f"{ns}flip_row<float>(",
+              f"{ns}flip_row_sensitivities<true, false, false, float>(",
+              f"{ns}flip_row_sensitivities<true, true, false, float>(",
+              f"{ns}flip_row_sensitivities<true, false, true, float>(",
+              f"{ns}convert_row<float, {ns}(anonymous namespace)::LdrInput<float, true> >(",
+              f"{ns}(anonymous namespace)::input_row_vjp<true, float>("]
     for key in wanted:
         bodies = [body for name, body in functions.items() if key in name]
         assert bodies, f"{key}...) is not in the library (inlined or renamed?)"
         body = [line for b in bodies for line in b]
-        packed = sum(1 for line in body if ("vmulpd" in line or "vaddpd" in line) and "%ymm" in line)
-        calls = [line for line in body if "call" in line and "flip_avx2::" in line]
-        assert packed >= 16, f"{key}...): {packed} packed double ymm operations; the loop is not vectorised"
+        packed = sum(1 for line in body if ("mulpd" in line or "addpd" in line) and register in line)
+        calls = [line for line in body if "call" in line and f"flip_{level}::" in line]
+        assert packed >= 16, f"{key}...): {packed} packed double {register} operations; the loop is not vectorised"
         assert not calls, f"{key}...) calls kernel code in its loop: {calls[:3]}"

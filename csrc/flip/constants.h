@@ -1,8 +1,13 @@
 // Published FLIP constants (Andersson et al. 2020; docs/algorithm.md §3). Framework-free.
 #pragma once
 
+// Always inlined on the host: these are called with loop indices in the per-pixel code, and a call
+// left there (GCC's inliner once left `white` as a call in the baseline level's kernels, when the
+// file had grown) keeps the loop from being vectorised.
 #if defined(__CUDACC__)
 #define FLIP_CONSTFN __host__ __device__ constexpr
+#elif defined(__GNUC__)
+#define FLIP_CONSTFN constexpr inline __attribute__((always_inline))
 #else
 #define FLIP_CONSTFN constexpr
 #endif
