@@ -6,10 +6,11 @@ steps of a change (run it once per build, alternating), and as the loop to profi
                                                [--repeats 15]
 
 Random image, test = reference + N(0, 0.03) noise, float32, default ppd, gradient w.r.t. the test
-image (as cpu_bench.py); prints the best wall time of --repeats calls after a warm-up. To time
-another build, put its directory first on PYTHONPATH.
+image (as cpu_bench.py); prints the best and the median wall time of --repeats calls after a
+warm-up. To time another build, put its directory first on PYTHONPATH.
 """
 import argparse
+import statistics
 import time
 
 import torch
@@ -46,7 +47,7 @@ def main():
         run()
         times.append(time.perf_counter() - t0)
     print(f"{args.size} {args.mode}, {args.threads} thread(s), {flip_loss._C.cpu_capability()}: "
-          f"best {min(times) * 1e3:.1f} ms of {args.repeats}")
+          f"best {min(times) * 1e3:.1f} ms, median {statistics.median(times) * 1e3:.1f} ms of {args.repeats}")
 
 
 if __name__ == "__main__":
