@@ -269,7 +269,7 @@ class FeatureDifference : public torch::autograd::Function<FeatureDifference> {
 
 // On the CPU, when a gradient will be taken, the forward keeps the sensitivities of the images that
 // require grad (7 planes per image in the compute dtype: 2.3 times the image's own float32 size)
-// and the backward costs 0.4-0.7 forwards instead of about 1.5 (benchmarks/RESULTS.md). Elsewhere
+// and the backward costs 0.4-0.8 forwards instead of about 1.5 (benchmarks/RESULTS.md). Elsewhere
 // (CUDA, whose backward recomputes in tiles with memory flat in the image size) and without a
 // gradient, nothing is kept.
 at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
