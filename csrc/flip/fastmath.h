@@ -70,8 +70,11 @@ FLIP_MATH_INLINE double log2_positive(float x) {
   const double m = static_cast<double>(bits_float(b - (static_cast<uint32_t>(e) << 23)));
   const double s = (m - 1.0) / (m + 1.0);
   const double s2 = s * s;
+  // Estrin's scheme (pairs of terms, then powers of s^4) rather than Horner's: the same series with
+  // a shorter chain of dependent operations, which the per-pixel tail waits on.
+  const double s4 = s2 * s2;
   const double series =
-      1.0 + s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9 + s2 * (1.0 / 11)))));
+      ((1.0 + s2 * (1.0 / 3)) + (1.0 / 5 + s2 * (1.0 / 7)) * s4) + (1.0 / 9 + s2 * (1.0 / 11)) * (s4 * s4);
   constexpr double kTwoOverLn2 = 2.8853900817779268147;  // 2 / ln(2)
   return static_cast<double>(e - (subnormal ? 24 : 0)) + kTwoOverLn2 * s * series;
 }
@@ -87,9 +90,9 @@ FLIP_MATH_INLINE float exp2_to_float(double y) {
   const double n = (y + kRound) - kRound;
   constexpr double kLn2 = 0.69314718055994530942;
   const double t = (y - n) * kLn2;
-  const double p =
-      1.0 + t * (1.0 + t * (1.0 / 2 + t * (1.0 / 6 + t * (1.0 / 24 + t * (1.0 / 120 + t * (1.0 / 720 +
-      t * (1.0 / 5040 + t * (1.0 / 40320))))))));
+  const double t2 = t * t, t4 = t2 * t2;  // Estrin's scheme, as in log2_positive
+  const double p = ((1.0 + t) + (1.0 / 2 + t * (1.0 / 6)) * t2) +
+                   (((1.0 / 24 + t * (1.0 / 120)) + (1.0 / 720 + t * (1.0 / 5040)) * t2) + (1.0 / 40320) * t4) * t4;
   // Scale by 2^n in two exact steps of at most 2^127 each (n in [-300, 300], clamped to
   // [-252, 254] where the float is already 0 or infinite), so each factor is a normal float.
   int32_t ni = static_cast<int32_t>(n);
