@@ -324,27 +324,36 @@ FLIP_LOOP void opponent_row_vjp(const T* __restrict o0, const T* __restrict o1, 
 
 // The transposed stage runs band by band: the vertical transposes of a band's rows, tile by tile
 // (as the forward's vertical passes, and for the same reason), into whole rows, then the
-// horizontal transposes row by row. kTransposedBand rows of the 7 whole-row results per thread.
+// horizontal transposes row by row. A band is kTransposedBand rows, fewer for a short image or
+// when its 7 whole-row results per row would take more than kTransposedBandBytes per thread (a
+// very wide image: down to one row at a time, which needs no more than the row passes did).
 constexpr int64_t kTransposedBand = 16;
+constexpr int64_t kTransposedBandBytes = int64_t{4} << 20;
+
+template <class T>
+inline int64_t transposed_band_rows(int64_t H, int64_t W) {
+  const int64_t fit = kTransposedBandBytes / (static_cast<int64_t>(sizeof(T)) * kResponsePlanes * std::max<int64_t>(W, 1));
+  return std::max<int64_t>(1, std::min({kTransposedBand, H, fit}));
+}
 
 // Transposed banks for the images whose gradient planes gplanes[im] are not null, then
 // chain(im, row, g) for every row, with g the gradient w.r.t. the row's linear RGB (3 rows W apart).
 template <class T, class Chain>
 void transposed_stage(T* const gplanes[2], int64_t H, int64_t W, const Context<T>& cx, const Chain& chain) {
-  const int64_t HW = H * W, bands = (H + kTransposedBand - 1) / kTransposedBand;
+  const int64_t HW = H * W, band_rows = transposed_band_rows<T>(H, W), bands = (H + band_rows - 1) / band_rows;
   int wanted[2];
   const int count = wanted_images(gplanes, wanted);
   parallel_for(0, count * bands, 1, [&](int64_t b, int64_t e) {
     // Rows: o0, o1, o2, yh, glin (3), zeros, then per band row the 7 vertical results: t0..t3 of
     // the CSF bank, a, b, c of the feature bank.
-    Scratch<T> sc(W, cx.rmax, 8 + kResponsePlanes * kTransposedBand);
+    Scratch<T> sc(W, cx.rmax, static_cast<int>(8 + kResponsePlanes * band_rows));
     T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3), *glin = sc.row(4), *zeros = sc.row(7);
     T* band = sc.row(8);
     const int64_t stride = kResponsePlanes * W;
     std::fill(zeros, zeros + W, T(0));
     for (int64_t idx = b; idx < e; ++idx) {
       const int im = wanted[idx / bands];
-      const int64_t y0 = idx % bands * kTransposedBand, y1 = std::min(H, y0 + kTransposedBand);
+      const int64_t y0 = idx % bands * band_rows, y1 = std::min(H, y0 + band_rows);
       const T* g = gplanes[im];
       std::fill(band, band + (y1 - y0) * stride, T(0));
       for (int64_t x0 = 0; x0 < W; x0 += kTileColumns) {
