@@ -123,7 +123,7 @@ bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, co
 // of 42 KB per plane, more than a 32 KB L1 cache, so every row came from L2 again for each output
 // row (about 1.5 cycles per 8 samples and tap). A tile of 128 columns by 32 rows reads the 52 input
 // rows of a plane (26 KB) once and reuses them from L1: the vertical passes take about 30% less
-// time on their own, the forward about 8% (benchmarks/RESULTS.md). Tiles of 256 columns by 16
+// time on their own, the forward 5-12% (benchmarks/RESULTS.md). Tiles of 256 columns by 16
 // rows, tried before, gained nothing in the pipeline (their window, 36 rows of 1 KB, exceeds L1).
 constexpr int64_t kTileRows = 32, kTileColumns = 128;
 
