@@ -160,6 +160,26 @@ void vertical_tile(const T* planes, int64_t H, int64_t W, const Tile& t, const C
   }
 }
 
+// The vertical passes of both images tile by tile, threads sharing out the tiles, then
+// row_fn(rt, rr, n, p) for each row of a tile: rt and rr the test's and the reference's 7 rows of
+// n samples (kResponsePlanes rows n apart), p the index of the row's first pixel in an H x W plane.
+template <class T, class RowFn>
+void vertical_tiles(const T* planes, int64_t H, int64_t W, const Context<T>& cx, const RowFn& row_fn) {
+  const Tiling tiles(H, W);
+  parallel_for(0, tiles.count(), 1, [&](int64_t b, int64_t e) {
+    TileScratch<T> scratch(W);
+    for (int64_t i = b; i < e; ++i) {
+      const Tile t = tiles[i];
+      const int64_t stride = TileScratch<T>::stride(t);
+      vertical_tile(planes, H, W, t, cx, scratch.rows());
+      for (int64_t row = t.y0; row < t.y1; ++row) {
+        const T* rt = scratch.rows() + (row - t.y0) * stride;
+        row_fn(rt, static_cast<const T*>(rt + kResponsePlanes * t.n), t.n, row * W + t.x0);
+      }
+    }
+  });
+}
+
 // Always inlined (FLIP_HD) like the per-pixel code: a call left in a per-pixel loop keeps it scalar.
 template <class T>
 FLIP_HD void load_pixel(const T* __restrict r, int64_t W, int64_t x, T F[3], Features<T>& f) {
@@ -185,18 +205,8 @@ FLIP_LOOP void flip_row(const T* __restrict rt, const T* __restrict rr, int64_t 
 // The error map of one batch item into dst (H x W).
 template <class T>
 void vertical_forward(const T* planes, int64_t H, int64_t W, const Context<T>& cx, T eps, T* dst) {
-  const Tiling tiles(H, W);
-  parallel_for(0, tiles.count(), 1, [&](int64_t b, int64_t e) {
-    TileScratch<T> scratch(W);
-    for (int64_t i = b; i < e; ++i) {
-      const Tile t = tiles[i];
-      const int64_t stride = TileScratch<T>::stride(t);
-      vertical_tile(planes, H, W, t, cx, scratch.rows());
-      for (int64_t row = t.y0; row < t.y1; ++row) {
-        const T* rt = scratch.rows() + (row - t.y0) * stride;
-        flip_row(rt, rt + kResponsePlanes * t.n, t.n, eps, cx.k, dst + row * W + t.x0);
-      }
-    }
+  vertical_tiles(planes, H, W, cx, [&](const T* rt, const T* rr, int64_t n, int64_t p) {
+    flip_row(rt, rr, n, eps, cx.k, dst + p);
   });
 }
 
@@ -260,29 +270,17 @@ template <bool kScale, class T>
 void vertical_sensitivities(const T* planes, T* const splanes[2], int64_t H, int64_t W, const Context<T>& cx, T eps,
                             const T* gmap, T* map) {
   const int64_t HW = H * W;
-  const Tiling tiles(H, W);
-  parallel_for(0, tiles.count(), 1, [&](int64_t b, int64_t e) {
-    TileScratch<T> scratch(W);
-    for (int64_t i = b; i < e; ++i) {
-      const Tile t = tiles[i];
-      const int64_t stride = TileScratch<T>::stride(t);
-      vertical_tile(planes, H, W, t, cx, scratch.rows());
-      for (int64_t row = t.y0; row < t.y1; ++row) {
-        const T* rt = scratch.rows() + (row - t.y0) * stride;
-        const T* rr = rt + kResponsePlanes * t.n;
-        const int64_t p = row * W + t.x0;
-        T* st = splanes[0] ? splanes[0] + p : nullptr;
-        T* sr = splanes[1] ? splanes[1] + p : nullptr;
-        const T* gm = kScale ? gmap + p : nullptr;
-        T* mp = kScale ? nullptr : map + p;
-        if (st && sr)
-          flip_row_sensitivities<true, true, kScale>(rt, rr, t.n, HW, eps, cx.k, gm, mp, st, sr);
-        else if (st)
-          flip_row_sensitivities<true, false, kScale>(rt, rr, t.n, HW, eps, cx.k, gm, mp, st, sr);
-        else if (sr)
-          flip_row_sensitivities<false, true, kScale>(rt, rr, t.n, HW, eps, cx.k, gm, mp, st, sr);
-      }
-    }
+  vertical_tiles(planes, H, W, cx, [&](const T* rt, const T* rr, int64_t n, int64_t p) {
+    T* st = splanes[0] ? splanes[0] + p : nullptr;
+    T* sr = splanes[1] ? splanes[1] + p : nullptr;
+    const T* gm = kScale ? gmap + p : nullptr;
+    T* mp = kScale ? nullptr : map + p;
+    if (st && sr)
+      flip_row_sensitivities<true, true, kScale>(rt, rr, n, HW, eps, cx.k, gm, mp, st, sr);
+    else if (st)
+      flip_row_sensitivities<true, false, kScale>(rt, rr, n, HW, eps, cx.k, gm, mp, st, sr);
+    else if (sr)
+      flip_row_sensitivities<false, true, kScale>(rt, rr, n, HW, eps, cx.k, gm, mp, st, sr);
   });
 }
 
