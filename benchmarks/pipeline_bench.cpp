@@ -16,19 +16,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <random>
 #include <vector>
 
 #include "flip/cpu/kernels.h"
 
-namespace flip {
-namespace cpu {
-void parallel_for(int64_t begin, int64_t end, int64_t, const std::function<void(int64_t, int64_t)>& fn) {
-  if (begin < end) fn(begin, end);
-}
-}  // namespace cpu
-}  // namespace flip
+#include "serial_parallel_for.h"
 
 namespace {
 double now() {

@@ -13,19 +13,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <random>
 #include <vector>
 
 #include "flip/cpu/pipeline.h"
 
-namespace flip {
-namespace cpu {
-void parallel_for(int64_t begin, int64_t end, int64_t, const std::function<void(int64_t, int64_t)>& fn) {
-  if (begin < end) fn(begin, end);
-}
-}  // namespace cpu
-}  // namespace flip
+#include "serial_parallel_for.h"
 
 int main(int argc, char** argv) {
   using namespace flip;
