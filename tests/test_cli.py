@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from flip_loss.cli import example_paths, main
+from flip_loss.cli import CSV_HEADER, example_paths, main
 from flip_loss.colormaps import MAGMA, apply_colormap, to_grey_uint8
 from flip_loss.constants import DEFAULT_PPD, pixels_per_degree
 from flip_loss.functional import ldr_flip
@@ -21,6 +21,8 @@ from flip_loss.imageio import load_image, save_png
 from flip_loss.pooling import pool
 
 ROOT = Path(__file__).resolve().parents[1]
+# The header line of the CSV files flip-loss writes (an existing file must have it to be appended to).
+HEADER_LINE = ",".join(f'"{c}"' for c in CSV_HEADER)
 W, H = 40, 28
 VALUE_LINES = ("Mean", "Weighted median", "1st weighted quartile", "3rd weighted quartile",
                "Min", "Max")
@@ -166,8 +168,9 @@ def test_module_folder_mode(pair, tmp_path):
     res = run_module(["--reference-dir", refs, "--test-dir", tests, "-d", "out", "-v", "1"], cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "extra.png" in res.stderr and "warning" in res.stderr
-    assert "Evaluated 1 pair(s); summary CSV: " + os.path.join("out", "summary.csv") in res.stdout
-    assert (tmp_path / "out" / "summary.csv").read_text().count("\n") == 2
+    assert ("Evaluated 1 pair(s); 1 image(s) without a partner; summary CSV: " + os.path.join("out", "summary.csv")
+            in res.stdout)
+    assert (tmp_path / "out" / "summary.csv").read_text().count("\n") == 3  # the pair and the unmatched image
     assert (tmp_path / "out" / "flip.a.a.67ppd.ldr.png").exists()
 
 
@@ -495,14 +498,22 @@ def test_csv_appends_rows_with_one_header(pair, tmp_path, capsys):
     assert main(["-r", str(ref), "-t", str(test), "--csv", str(path), "-nerm", "-v", "0"]) == 0
     text = path.read_text()
     assert text.splitlines()[0] == ('"Reference","Test","Mean","Weighted median","1st weighted quartile",'
-                                    '"3rd weighted quartile","Min","Max","Evaluation time"')
+                                    '"3rd weighted quartile","Min","Max","Status","Gate"')
     rows = list(csv.reader(text.splitlines()))
-    assert len(rows) == 4
+    assert len(rows) == 4 and all(len(r) == 10 for r in rows)
     want = formatted(pool(expected_map(ref, test)))
     assert rows[1][:2] == [str(ref), str(test)] and rows[1][2:8] == list(want.values())
+    assert rows[1][8:] == ["evaluated", ""]  # no gate: no verdict
     assert rows[2][1] == str(ref) and rows[2][2] == "0.000000"
     assert rows[3][2:8] == rows[1][2:8]
-    assert re.fullmatch(r"\d+\.\d{4}", rows[1][8])
+    # --timing: the evaluation time as an eleventh column, in a file of that layout only.
+    timed = tmp_path / "timed.csv"
+    assert main(["-r", str(ref), "-t", str(test), "-c", str(timed), "-nerm", "-v", "0", "--timing"]) == 0
+    timed_rows = list(csv.reader(timed.read_text().splitlines()))
+    assert timed_rows[0][-1] == "Evaluation time" and re.fullmatch(r"\d+\.\d{4}", timed_rows[1][10])
+    assert main(["-r", str(ref), "-t", str(test), "-c", str(timed), "-nerm", "-v", "0"]) == 2
+    assert main(["-r", str(ref), "-t", str(test), "-c", str(path), "-nerm", "-v", "0", "--timing"]) == 2
+    assert len(timed.read_text().splitlines()) == 2 and len(path.read_text().splitlines()) == 4
     # An empty existing file gets the header too.
     empty = tmp_path / "empty.csv"
     empty.write_text("")
@@ -666,7 +677,7 @@ def test_folder_mode(folders, tmp_path, capsys):
     assert any("render.exr" in w and "without a reference" in w for w in warnings_)
     assert any("render.hdr" in w and "Radiance HDR" in w and "OpenEXR" in w for w in warnings_)
     assert any("notes.txt" in w for w in warnings_)
-    assert "pair" in captured.err  # the tqdm progress bar
+    assert "\r" not in captured.err  # stderr is not a terminal: no bar redrawn in place
     vals = printed_values(captured.out)
     assert len(vals["Mean"]) == 2
     assert vals["Mean"][0] == formatted(pool(expected_map(refs / "a.png", tests / "a.png")))["Mean"]
@@ -675,15 +686,25 @@ def test_folder_mode(folders, tmp_path, capsys):
         "flip.a.a.67ppd.ldr.png", "flip.b.b.67ppd.ldr.png", "pooled_values.flip.a.a.67ppd.ldr.txt",
         "pooled_values.flip.b.b.67ppd.ldr.txt", "summary.csv"]
     rows = (out / "summary.csv").read_text().splitlines()
-    assert len(rows) == 3 and rows[1].startswith(f'"{refs / "a.png"}","{tests / "a.png"}",')
+    assert len(rows) == 6 and rows[1].startswith(f'"{refs / "a.png"}","{tests / "a.png"}",')
     assert rows[2].startswith(f'"{refs / "b.png"}","{tests / "b.jpg"}",')
-    # --csv elsewhere, no maps, no bar, gate.
-    csv_path = tmp_path / "all.csv"
-    assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-c", str(csv_path), "-nerm",
-                 "--no-progress", "-v", "1", "--fail-above", "mean", "0.001"]) == 1
-    captured = capsys.readouterr()
-    assert "pair/s" not in captured.err and captured.err.count("gate failed") == 2
-    assert len(csv_path.read_text().splitlines()) == 3
+    # the images without a partner, by name, with the reason
+    assert rows[3] == f'"{refs / "only_ref.png"}","","","","","","","","not evaluated: no test image of the same ' \
+                      f'name in \'{tests}\'",""'
+    assert rows[4].startswith(f'"","{tests / "only_test.bmp"}",') and rows[5].startswith(f'"","{tests / "render.exr"}",')
+    # --csv elsewhere, no maps, no bar, gate: the unmatched images fail it (exit code 4) unless
+    # --allow-unmatched, and every row says its verdict.
+    for allow, code, verdict in ((False, 4, "fail"), (True, 1, "skipped")):
+        csv_path = tmp_path / f"all-{allow}.csv"
+        assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-c", str(csv_path), "-nerm",
+                     "--no-progress", "-v", "1", "--fail-above", "mean", "0.001"]
+                    + (["--allow-unmatched"] if allow else [])) == code
+        captured = capsys.readouterr()
+        assert captured.err.count("gate failed") == 2
+        errors = [ln for ln in captured.err.splitlines() if ln.startswith("flip-loss: error: ")]
+        assert len(errors) == (0 if allow else 2)
+        rows = [ln.split('","') for ln in csv_path.read_text().splitlines()]
+        assert [r[-1] for r in rows[1:]] == ['fail"', 'fail"', f'{verdict}"', f'{verdict}"', f'{verdict}"']
     assert not (tmp_path / "summary.csv").exists()
 
 
@@ -697,7 +718,7 @@ def test_folder_mode_reports_failed_pairs_and_finishes_the_others(folders, tmp_p
     Image.open(tests / "a.png").save(tests / "d.png")
     out = tmp_path / "out"
     out.mkdir()
-    (out / "summary.csv").write_text('"Reference","Test"\n"old","row"\n')
+    (out / "summary.csv").write_text(HEADER_LINE + '\n"old","row"\n')
     inputs = snapshot(refs, tests)
     assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out), "-txt",
                  "--no-progress"]) == 4
@@ -706,21 +727,25 @@ def test_folder_mode_reports_failed_pairs_and_finishes_the_others(folders, tmp_p
     assert len(errors) == 2
     assert str(tests / "b.jpg") in errors[0] and f"{W + 3}x{H}" in errors[0] and "same size" in errors[0]
     assert str(tests / "c.png") in errors[1] and "damaged or truncated" in errors[1]
-    assert f"Evaluated 2 of 4 pair(s), 2 failed (see the errors above); summary CSV: {out / 'summary.csv'}" \
+    assert f"Evaluated 2 of 4 pair(s), 2 failed (see the errors above); 3 image(s) without a partner; summary " \
+           f"CSV: {out / 'summary.csv'}" \
         in captured.out
     assert snapshot(refs, tests) == inputs
     assert sorted(p.name for p in out.iterdir()) == [
         "flip.a.a.67ppd.ldr.png", "flip.d.d.67ppd.ldr.png", "pooled_values.flip.a.a.67ppd.ldr.txt",
         "pooled_values.flip.d.d.67ppd.ldr.txt", "summary.csv"]  # nothing of b and c, no temporary file
     rows = (out / "summary.csv").read_text().splitlines()
-    assert rows[:2] == ['"Reference","Test"', '"old","row"'] and len(rows) == 4  # appended: a and d
+    assert rows[:2] == [HEADER_LINE, '"old","row"'] and len(rows) == 2 + 4 + 3  # a, b, c, d, 3 unmatched
     assert rows[2].startswith(f'"{refs / "a.png"}","{tests / "a.png"}",')
-    assert rows[3].startswith(f'"{refs / "d.png"}","{tests / "d.png"}",')
+    # the failed pairs in their place, with the reason and no values
+    assert rows[3].startswith(f'"{refs / "b.png"}","{tests / "b.jpg"}","","","","","","","not evaluated: ')
+    assert "same size" in rows[3] and "damaged or truncated" in rows[4]
+    assert rows[5].startswith(f'"{refs / "d.png"}","{tests / "d.png"}",')
     want = formatted(pool(expected_map(refs / "d.png", tests / "d.png")))
-    assert rows[3].split(",")[2:8] == [f'"{v}"' for v in want.values()]
+    assert rows[5].split(",")[2:8] == [f'"{v}"' for v in want.values()]
     # A failed pair outranks the gate (exit 1), which still reports its failures.
     assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-nerm", "-c", str(tmp_path / "g.csv"),
-                 "-v", "0", "--fail-above", "mean", "0.001"]) == 4
+                 "-v", "0", "--fail-above", "mean", "0.001", "--allow-unmatched"]) == 4
     err = capsys.readouterr().err
     assert err.count("flip-loss: error: ") == 2 and err.count("flip-loss: gate failed: ") == 2
 
@@ -1140,7 +1165,7 @@ def test_folder_mode_outputs_that_are_inputs(folders, tmp_path, capsys):
 
 
 def test_bad_second_test_image_writes_nothing(work, bad_files, capsys):
-    (work / "old.csv").write_text('"Reference","Test"\n')
+    (work / "old.csv").write_text(HEADER_LINE + '\n')
     refused(["-r", "ref.png", "-t", "test.png", str(bad_files / "trunc.png"), "-txt", "-c", "old.csv", "-hist"],
             work, capsys, "trunc.png': the file is damaged or truncated")
     refused(["-r", "ref.png", "-t", "test.png", str(bad_files / "garbage.png"), "-c", "new.csv", "-d", "out"],
@@ -1192,11 +1217,11 @@ def test_read_only_locations_write_nothing(work, capsys):
 
 def test_csv_is_appended_by_replacing_it(work, capsys):
     csv_file = work / "r.csv"
-    csv_file.write_bytes(b'"Reference","Test"\n"a","b"')   # no newline after the last row
+    csv_file.write_bytes(HEADER_LINE.encode() + b'\n"a","b"')   # no newline after the last row
     os.chmod(csv_file, 0o640)
     assert main(["-r", "ref.png", "-t", "test.png", "-c", "r.csv", "-nerm", "-v", "0"]) == 0
     lines = csv_file.read_text().split("\n")
-    assert lines[:2] == ['"Reference","Test"', '"a","b"'] and lines[2].startswith('"ref.png","test.png",')
+    assert lines[:2] == [HEADER_LINE, '"a","b"'] and lines[2].startswith('"ref.png","test.png",')
     assert lines[3:] == [""]
     assert stat_mode(csv_file) == 0o640  # the replaced file keeps its permissions
     assert sorted(p.name for p in work.iterdir()) == ["r.csv", "ref.png", "test.png"]
@@ -1248,7 +1273,7 @@ sys.exit(main(sys.argv[2:]))
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_interrupted_run_leaves_nothing(work, sig):
     (work / "other.png").write_bytes((work / "test.png").read_bytes())
-    (work / "r.csv").write_text('"Reference","Test"\n')
+    (work / "r.csv").write_text(HEADER_LINE + '\n')
     before = snapshot(work)
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")

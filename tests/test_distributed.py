@@ -157,8 +157,9 @@ def without_times(text):
 
 
 def csv_rows_without_times(path):
+    """The rows of a CSV file (which has no evaluation times without --timing)."""
     with open(path, newline="") as f:
-        return [row[:-1] for row in csv.reader(f)]
+        return list(csv.reader(f))
 
 
 def outputs_of(directory):
@@ -267,7 +268,8 @@ def test_pair_failing_on_one_rank_and_the_gate_over_all_pairs(tmp_path, monkeypa
     assert f"test image <{Path(tests) / f'p{worst_on_1}.png'}> is {means[worst_on_1]:.6f}, above the threshold" in err
     assert_same_outputs(tmp_path / "one", tmp_path / "two")
     rows = csv_rows_without_times(tmp_path / "two" / "out" / "summary.csv")
-    assert [Path(row[1]).name for row in rows[1:]] == ["p0.png", "p2.png", "p3.png", "p4.png", "p5.png"]
+    assert [Path(row[1]).name for row in rows[1:]] == ["p0.png", "p1.png", "p2.png", "p3.png", "p4.png", "p5.png"]
+    assert rows[2][8].startswith("not evaluated: ") and rows[2][9] == "fail"
 
 
 def test_an_error_on_one_rank_stops_every_rank(tmp_path):

@@ -201,8 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "its error map")
     out.add_argument("-c", "--csv", metavar="FILE", default=None,
                      help="append one row per test image (Reference, Test, Mean, Weighted median, "
-                          "1st and 3rd weighted quartile, Min, Max, Evaluation time) to FILE; the "
-                          "header is written when FILE is new")
+                          "1st and 3rd weighted quartile, Min, Max, Status, Gate; with --timing also "
+                          "Evaluation time) to FILE; the header is written when FILE is new, and a FILE "
+                          "with another header is refused")
     out.add_argument("--report", metavar="DIR", default=None,
                      help="write an HTML report into DIR (created if needed): index.html, a page that opens "
                           "from disk with no network, and its pictures in DIR/pairs/; a summary, the pairs "
@@ -213,7 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "the pixels per degree, the evaluation time and, for HDR-FLIP, the tone "
                           "mapper and exposures")
     out.add_argument("--no-progress", action="store_true",
-                     help="folder mode: no progress bar on stderr")
+                     help="folder mode: no progress output on stderr (a bar on a terminal, a plain line "
+                          "every 30 seconds otherwise)")
+    out.add_argument("--timing", action="store_true",
+                     help="add each pair's evaluation time to the CSV file (an 'Evaluation time' column) "
+                          "and the report; without it, two runs on the same inputs write the same files")
 
     hdr = p.add_argument_group("HDR-FLIP (OpenEXR inputs only)")
     hdr.add_argument("-tm", "--tone-mapper", dest="tone_mapper", type=str.lower, choices=options.TONE_MAPPERS,
@@ -244,11 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     gate = p.add_argument_group("regression gate")
     gate.add_argument("--fail-above", "--exit-test-parameters", "-etp", dest="fail_above", nargs=2,
-                      metavar=("QUANTITY", "THRESHOLD"), default=None,
+                      action="append", metavar=("QUANTITY", "THRESHOLD"), default=None,
                       help="exit with code 1 if, for any test image, QUANTITY (mean, weighted-median "
-                           "or max) is above THRESHOLD (a number in [0, 1])")
+                           "or max) is above THRESHOLD (a number in [0, 1]); give it once per quantity "
+                           "to gate on several (every one applies)")
     gate.add_argument("-et", "--exit-on-test", action="store_true",
                       help="NVIDIA's spelling: the gate with 'mean 0.05' unless --fail-above is given")
+    gate.add_argument("--allow-unmatched", action="store_true",
+                      help="folder mode with a gate: a reference without a test image of the same name, "
+                           "or a test image without a reference, is listed in the CSV file but does not "
+                           "fail the run (without this option it does: exit code 4)")
 
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where to compute: auto (default: CUDA when available), cpu or cuda")
@@ -279,21 +289,36 @@ def command_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Opt
     return args.command
 
 
-def parse_gate(args) -> Optional[Tuple[str, float]]:
-    if args.fail_above is None:
-        return ("mean", 0.05) if args.exit_on_test else None
-    quantity, text = args.fail_above
-    q = quantity.lower()
-    if q not in GATE_QUANTITIES:
-        raise UsageError(f"--fail-above: QUANTITY must be one of {', '.join(GATE_QUANTITIES)}, "
-                         f"got '{quantity}'")
-    try:
-        threshold = float(text)
-    except ValueError:
-        threshold = math.nan
-    if not (0.0 <= threshold <= 1.0):
-        raise UsageError(f"--fail-above: THRESHOLD must be a number in [0, 1], got '{text}'")
-    return q, threshold
+Gate = Tuple[Tuple[str, float], ...]
+
+
+def parse_gate(args) -> Optional[Gate]:
+    """The run's gate: one (quantity, threshold) per --fail-above, every one applied (a quantity
+    given twice is refused), or None without a gate."""
+    if not args.fail_above:
+        return (("mean", 0.05),) if args.exit_on_test else None
+    gate = []
+    for quantity, text in args.fail_above:
+        q = quantity.lower()
+        if q not in GATE_QUANTITIES:
+            raise UsageError(f"--fail-above: QUANTITY must be one of {', '.join(GATE_QUANTITIES)}, "
+                             f"got '{quantity}'")
+        try:
+            threshold = float(text)
+        except ValueError:
+            threshold = math.nan
+        if not (0.0 <= threshold <= 1.0):
+            raise UsageError(f"--fail-above: THRESHOLD must be a number in [0, 1], got '{text}'")
+        if any(q == other for other, _ in gate):
+            raise UsageError(f"--fail-above {q} is given twice (thresholds {dict(gate)[q]:g} and {threshold:g}); "
+                             "give each quantity once")
+        gate.append((q, threshold))
+    return tuple(gate)
+
+
+def gate_failures(pooled, gate: Optional[Gate]) -> List[Tuple[str, float, float]]:
+    """The gates ``pooled`` fails: (quantity, value, threshold) each."""
+    return [(q, gate_value(pooled, q), t) for q, t in gate or () if gate_value(pooled, q) > t]
 
 
 def gate_value(pooled, quantity: str) -> float:
@@ -310,6 +335,8 @@ def check_options(args) -> None:
                             ("--basename/-b", args.basename)):
             if value is not None:
                 raise UsageError(f"{flag} cannot be combined with --reference-dir/--test-dir")
+    elif args.allow_unmatched:
+        raise UsageError("--allow-unmatched only applies to folder mode (--reference-dir/--test-dir)")
     if args.example and (args.reference is not None or args.test is not None):
         raise UsageError("--example cannot be combined with --reference/--test")
     if not args.histogram:

@@ -3,6 +3,7 @@ dependency, imported only when a histogram is asked for)."""
 import math
 from typing import Optional
 
+from .console import readable
 from .errors import UsageError
 
 HISTOGRAM_BINS = 100
@@ -40,6 +41,9 @@ def draw_histogram(path: str, series, log: bool, y_max: Optional[float], include
                   dict(fill="lightblue", edge="blue", mean=(113 / 255, 171 / 255, 189 / 255))]
     top = 0.0
     positive_min = math.inf
+    # A label is a file name: shown as it is (no mathtext: a '$' in a name is a dollar sign), its
+    # bytes that are not UTF-8 as \xNN.
+    series = [(readable(label), error, pooled) for label, error, pooled in series]
     for (label, error, pooled), style in zip(series, styles):
         edges, counts = weighted_histogram(error, HISTOGRAM_BINS)
         centres = 0.5 * (edges[:-1] + edges[1:])
@@ -69,7 +73,8 @@ def draw_histogram(path: str, series, log: bool, y_max: Optional[float], include
             ax.text(0.99, 0.97 - 0.06 * i, text, ha="right", va="top", transform=ax.transAxes,
                     color=colour)
     if len(series) > 1:
-        ax.legend(loc="upper right")
+        for text in ax.legend(loc="upper right").get_texts():
+            text.set_parse_math(False)
     ax.set_xlim(0.0, 1.0)
     if log:
         ax.set_yscale("log")
@@ -78,7 +83,7 @@ def draw_histogram(path: str, series, log: bool, y_max: Optional[float], include
         ax.set_ylim(min(lo, hi * 0.1), hi)
     else:
         ax.set_ylim(0.0, y_max if y_max is not None else (top * 1.05 if top > 0 else 1.0))
-    ax.set_title("Weighted FLIP histogram" + (f": {series[0][0]}" if len(series) == 1 else ""))
+    ax.set_title("Weighted FLIP histogram" + (f": {series[0][0]}" if len(series) == 1 else ""), parse_math=False)
     ax.set_xlabel("FLIP error")
     ax.set_ylabel("Weighted FLIP sum per megapixel" + (" (log scale)" if log else ""))
     fig.tight_layout()

@@ -4,6 +4,7 @@ and the writing itself, atomic: each output goes to a temporary file beside its 
 all are renamed into place together when the run has succeeded."""
 import contextlib
 import csv
+import errno
 import io
 import math
 import os
@@ -18,8 +19,19 @@ from .errors import UsageError
 from .evaluate import Exposures, Result
 from .pairs import stem
 
-CSV_HEADER = ("Reference", "Test", "Mean", "Weighted median", "1st weighted quartile",
-              "3rd weighted quartile", "Min", "Max", "Evaluation time")
+# The CSV layout: NVIDIA's columns (less its evaluation time, which would make two runs on the same
+# inputs differ), then whether the pair was evaluated and the gate's verdict on it. --timing adds
+# the evaluation time as the last column.
+CSV_COLUMNS = ("Reference", "Test", "Mean", "Weighted median", "1st weighted quartile",
+               "3rd weighted quartile", "Min", "Max", "Status", "Gate")
+TIMING_COLUMN = "Evaluation time"
+CSV_HEADER = CSV_COLUMNS
+EVALUATED = "evaluated"
+
+
+def csv_header(timing: bool) -> Tuple[str, ...]:
+    """The header of a run's CSV file (``timing``: with ``--timing``)."""
+    return CSV_COLUMNS + ((TIMING_COLUMN,) if timing else ())
 
 
 def round_half_up(x: float) -> int:
@@ -87,18 +99,27 @@ def pooled_lines(pooled) -> List[str]:
             f"Max: {pooled.max:.6f}"]
 
 
-def csv_row(result: Result) -> List[str]:
-    """The pair's CSV row (CSV_HEADER's columns), formatted as NVIDIA's tool writes it."""
-    return [result.reference, result.test] + [f"{v:.6f}" for v in result.pooled] + [f"{result.seconds:.4f}"]
+def csv_row(result: Result, verdict: str, timing: bool) -> List[str]:
+    """The evaluated pair's CSV row (:func:`csv_header`'s columns), the values formatted as NVIDIA's
+    tool writes them; ``verdict``: the gate's ("pass", "fail", or "" without a gate)."""
+    row = [result.reference, result.test] + [f"{v:.6f}" for v in result.pooled] + [EVALUATED, verdict]
+    return row + [f"{result.seconds:.4f}"] if timing else row
 
 
-def _csv_text(rows: Sequence[Sequence[str]], header: bool) -> str:
+def csv_skipped_row(reference: str, test: str, reason: str, verdict: str, timing: bool) -> List[str]:
+    """The CSV row of a pair that was not evaluated (an empty name: the image has no partner)."""
+    return [reference, test] + [""] * 6 + [f"not evaluated: {reason}", verdict] + ([""] if timing else [])
+
+
+def _csv_text(header: Sequence[str], rows: Sequence[Sequence[str]], with_header: bool) -> bytes:
+    """The CSV lines, every field quoted as NVIDIA's tool writes them. File names go in as the file
+    system holds them: a name that is not valid UTF-8 keeps its bytes (surrogate escapes)."""
     buffer = io.StringIO()
     w = csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\n")
-    if header:
-        w.writerow(CSV_HEADER)
+    if with_header:
+        w.writerow(header)
     w.writerows(rows)
-    return buffer.getvalue()
+    return buffer.getvalue().encode("utf-8", "surrogateescape")
 
 
 def _name_max(directory: str) -> int:
@@ -238,11 +259,11 @@ def _interrupts_deferred():
 
 
 class Staging:
-    """The outputs of a run, written to temporary files beside their destinations and renamed into
-    place together by :meth:`commit`; :meth:`discard` removes the temporary files and the
-    directories the run created. A file is never visible half-written, and a run that fails or is
-    interrupted before its commit leaves nothing behind. (No fsync: this protects against failed and
-    interrupted runs, not against a power cut.)"""
+    """The outputs of a run, written to temporary files beside their destinations and published
+    together by :meth:`commit`; :meth:`discard` removes the temporary files and the directories the
+    run created. A file is never visible half-written, and a run that fails or is interrupted
+    before or during its commit leaves the files as they were. (No fsync: this protects against
+    failed and interrupted runs, not against a power cut.)"""
 
     def __init__(self):
         self._files: List[Tuple[str, Output]] = []   # (temporary path, destination)
@@ -264,22 +285,11 @@ class Staging:
         except OSError as exc:
             raise UsageError(f"cannot create the output directory '{directory}': {exc.strerror or exc}") from None
 
-    def _temporary(self, directory: str) -> str:
-        # A short name of its own (not derived from the destination's, which may be as long as the
-        # file system allows), hidden, and created exclusively so that nothing else is overwritten.
-        while True:
-            path = os.path.join(directory, f".flip-loss-{secrets.token_hex(6)}.tmp")
-            try:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-                return path
-            except FileExistsError:
-                continue
-
     def write(self, out: Output, write: Callable[[str], None]) -> None:
         """Writes ``out`` through ``write(temporary path)``; it appears at :meth:`commit` (an
         :class:`AppendedCsv` is appended there instead)."""
         try:
-            temporary = self._temporary(os.path.dirname(out.real))
+            temporary = _new_hidden_file(os.path.dirname(out.real), "tmp")
             self._files.append((temporary, out))
             if isinstance(write, AppendedCsv):
                 self._appends[temporary] = write
@@ -288,21 +298,62 @@ class Staging:
             raise UsageError(f"cannot write the {out.what} '{out.path}': {exc.strerror or exc}") from None
 
     def commit(self) -> None:
-        """Renames every written output into place (Ctrl-C waits until all are)."""
+        """Publishes every written output, all or none (Ctrl-C waits until it is done).
+
+        The order makes every failure undoable: first each appended CSV file is locked and checked,
+        and every file an output replaces gets a hidden hard link (or copy) to return to; then the
+        CSV rows are appended, the only write into an existing file; then the temporary files are
+        renamed into place. A failure at any step (a full disk, a quota, a file size limit, a
+        rename refused) truncates the CSV files back to their old length and puts the replaced
+        files back, and the run reports that nothing was written."""
         with _interrupts_deferred():
-            while self._files:
-                temporary, out = self._files[0]
-                try:
-                    if temporary in self._appends:
-                        self._appends.pop(temporary).append()
+            appends = [(a, out) for temporary, out in self._files
+                       for a in [self._appends.get(temporary)] if a is not None]
+            renames = [(temporary, out) for temporary, out in self._files if temporary not in self._appends]
+            opened: List[Tuple["_OpenCsv", Output]] = []
+            backups: Dict[str, str] = {}       # destination -> hidden link to the file it replaces
+            published: List[Output] = []
+            step: Optional[Output] = None
+            try:
+                for a, out in appends:
+                    step = out
+                    opened.append((a.open(), out))
+                for _, out in renames:
+                    step = out
+                    if os.path.lexists(out.real):
+                        backups[out.real] = _keep_a_way_back(out.real)
+                for handle, out in opened:
+                    step = out
+                    handle.append()
+                for temporary, out in renames:
+                    step = out
+                    if out.real in backups:  # an overwritten file keeps its permissions
+                        shutil.copymode(out.real, temporary)
+                    os.replace(temporary, out.real)
+                    published.append(out)
+            except BaseException as exc:
+                for out in reversed(published):
+                    with contextlib.suppress(OSError):
+                        if out.real in backups:
+                            os.replace(backups.pop(out.real), out.real)
+                        else:
+                            os.remove(out.real)
+                for handle, _ in opened:
+                    handle.undo()
+                if isinstance(exc, OSError):
+                    raise UsageError(f"cannot write the {step.what} '{step.path}': {exc.strerror or exc}; "
+                                     "no output was changed") from None
+                raise
+            finally:
+                for handle, _ in opened:
+                    handle.close()
+                for backup in backups.values():
+                    with contextlib.suppress(OSError):
+                        os.remove(backup)
+                for temporary in self._appends:
+                    with contextlib.suppress(OSError):
                         os.remove(temporary)
-                    else:
-                        if os.path.exists(out.real):  # an overwritten file keeps its permissions
-                            shutil.copymode(out.real, temporary)
-                        os.replace(temporary, out.real)
-                except OSError as exc:
-                    raise UsageError(f"cannot write the {out.what} '{out.path}': {exc.strerror or exc}") from None
-                self._files.pop(0)
+            self._files, self._appends = [], {}
             self._made_directories = []  # they hold the outputs now
             self.committed = True
 
@@ -319,46 +370,162 @@ class Staging:
         self._made_directories = []
 
 
+def _new_hidden_file(directory: str, suffix: str) -> str:
+    """A new empty file in ``directory`` with a short hidden name of its own (not derived from a
+    destination's, which may be as long as the file system allows), created exclusively so that
+    nothing else is overwritten."""
+    while True:
+        path = os.path.join(directory, f".flip-loss-{secrets.token_hex(6)}.{suffix}")
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return path
+        except FileExistsError:
+            continue
+
+
+def _keep_a_way_back(path: str) -> str:
+    """A hidden second name (a hard link; a copy where the file system has none) for the file
+    ``path``, so that a commit that fails after replacing it can put it back."""
+    directory = os.path.dirname(path)
+    while True:
+        backup = os.path.join(directory, f".flip-loss-{secrets.token_hex(6)}.old")
+        try:
+            os.link(path, backup, follow_symlinks=False)
+            return backup
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links here (e.g. some network or FAT file systems)
+            backup = _new_hidden_file(directory, "old")
+            try:
+                shutil.copy2(path, backup, follow_symlinks=False)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.remove(backup)
+                raise
+            return backup
+
+
 def write_text_file(text: str) -> Callable[[str], None]:
-    """A writer (for :meth:`Staging.write`) of the UTF-8 text ``text``."""
+    """A writer (for :meth:`Staging.write`) of the text ``text``, in UTF-8; file names in it that
+    are not valid UTF-8 keep their bytes."""
     def write(path: str) -> None:
-        with open(path, "w", encoding="utf-8", newline="") as f:
+        with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
             f.write(text)
     return write
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written: a write the file system cuts short (a full disk,
+    a quota, a file size limit) is continued, and fails with the file system's error."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[n:]
+
+
+def read_csv_header(path: str) -> Optional[bytes]:
+    """The first line of the existing file ``path`` (without its line end), or None when it does
+    not exist or is empty."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline(1 << 16)
+    except FileNotFoundError:
+        return None
+    return line.rstrip(b"\r\n") or None
+
+
+def check_csv_header(path: str, shown: str, header: Sequence[str]) -> None:
+    """An existing CSV file must have this run's header, so that its rows mean what its header
+    says: appending to a file of another layout (another tool's, or a run with and one without
+    --timing) is refused before anything is evaluated."""
+    try:
+        found = read_csv_header(path)
+    except OSError as exc:
+        raise UsageError(f"cannot read the CSV file '{shown}': {exc.strerror or exc}") from None
+    want = _csv_text(header, [], True).rstrip(b"\n")
+    if found is not None and found != want:
+        raise UsageError(f"the CSV file '{shown}' has another header ({found.decode('utf-8', 'replace')[:200]}); "
+                         f"flip-loss appends only to a file of its own layout ({want.decode()}"
+                         "; --timing adds the evaluation time): give a new file name")
+
+
+class _OpenCsv:
+    """An appended CSV file during a commit: open, locked and checked, its old length kept so that
+    :meth:`undo` can take back what :meth:`append` wrote (and remove the file if it was new)."""
+
+    def __init__(self, csv_file: "AppendedCsv"):
+        import fcntl
+
+        self.csv_file = csv_file
+        destination = csv_file.destination
+        self.existed = os.path.lexists(destination)
+        while True:
+            fd = os.open(destination, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                st = os.fstat(fd)
+                try:
+                    now = os.stat(destination)
+                except FileNotFoundError:
+                    now = None
+                if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                    # Another run removed the file it had created (its commit failed) while this
+                    # one waited for the lock: append to the file that is there now.
+                    os.close(fd)
+                    continue
+                self.size = st.st_size
+                check_csv_header(destination, destination, csv_file.header)
+            except BaseException:
+                os.close(fd)
+                raise
+            self.fd = fd
+            break
+        self.written = False
+
+    def append(self) -> None:
+        text = _csv_text(self.csv_file.header, self.csv_file.rows, with_header=self.size == 0)
+        if self.size and os.pread(self.fd, 1, self.size - 1) != b"\n":
+            text = b"\n" + text
+        self.written = True
+        _write_all(self.fd, text)
+
+    def undo(self) -> None:
+        """Takes the appended rows back (still under the lock)."""
+        with contextlib.suppress(OSError):
+            if not self.existed and self.size == 0:
+                os.remove(self.csv_file.destination)
+            elif self.written:
+                os.ftruncate(self.fd, self.size)
+
+    def close(self) -> None:
+        os.close(self.fd)  # releases the lock
+
+
 class AppendedCsv:
     """A writer (for :meth:`Staging.write`) that appends ``rows`` to the CSV file ``destination``
-    (with the header first when it is new or empty). The staged temporary file only proves the
-    location writable; at :meth:`Staging.commit` the rows are appended in one ``write`` under an
+    (with ``header`` first when it is new or empty). The staged temporary file holds the whole text
+    (which proves the location writable); at :meth:`Staging.commit` the rows are appended under an
     exclusive lock of the file, so runs appending to the same CSV at the same time keep every row,
-    and no reader ever sees half a row."""
+    and a failed append is truncated away again."""
 
-    def __init__(self, destination: str, rows: Sequence[Sequence[str]]):
+    def __init__(self, destination: str, rows: Sequence[Sequence[str]], header: Sequence[str] = CSV_HEADER):
         self.destination = destination
         self.rows = [list(r) for r in rows]
+        self.header = tuple(header)
 
     def __call__(self, path: str) -> None:
         with open(path, "wb") as f:
-            f.write(_csv_text(self.rows, header=True).encode("utf-8"))
+            f.write(_csv_text(self.header, self.rows, with_header=True))
 
-    def append(self) -> None:
-        import fcntl
-
-        fd = os.open(self.destination, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-            text = _csv_text(self.rows, header=size == 0).encode("utf-8")
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                text = b"\n" + text
-            os.write(fd, text)
-        finally:
-            os.close(fd)  # releases the lock
+    def open(self) -> _OpenCsv:
+        return _OpenCsv(self)
 
 
-def write_appended_csv(destination: str, rows: Sequence[Sequence[str]]) -> AppendedCsv:
-    return AppendedCsv(destination, rows)
+def write_appended_csv(destination: str, rows: Sequence[Sequence[str]],
+                       header: Sequence[str] = CSV_HEADER) -> AppendedCsv:
+    return AppendedCsv(destination, rows, header)
 
 
 def write_png(image) -> Callable[[str], None]:

@@ -2,7 +2,7 @@
 bundled example, or two folders paired by file name), whether they are LDR or HDR images, and
 their sizes from the headers."""
 import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 from .errors import UsageError
 
@@ -94,20 +94,41 @@ def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, str], List[str], 
     return found, hdr, other
 
 
-def _pair_folders(reference_dir: str, test_dir: str) -> Tuple[List[Pair], List[str]]:
-    """The pairs of images of the same name, and warnings about the files left out."""
+class Unmatched(NamedTuple):
+    """A folder-mode image without a partner of the same name: its path in one folder, "" in the
+    other, and why it was not evaluated."""
+    reference: str
+    test: str
+    reason: str
+
+
+class Pairing(NamedTuple):
+    pairs: List[Pair]            # (reference, test), in file-name order
+    warnings: List[str]          # files left out that are not images of a pair
+    unmatched: List[Unmatched]   # folder mode: images without a partner, in file-name order
+    unmatched_lines: List[str]   # the same, summed up for the console (one line per folder)
+
+
+def _pair_folders(reference_dir: str, test_dir: str) -> Pairing:
+    """The pairs of images of the same name, the images without a partner, and warnings about the
+    other files left out."""
     refs, ref_hdr, ref_other = _scan_folder(reference_dir, "reference folder")
     tests, test_hdr, test_other = _scan_folder(test_dir, "test folder")
     stems = sorted(set(refs) & set(tests))
     warnings: List[str] = []
-    only_ref = sorted(os.path.basename(refs[s]) for s in set(refs) - set(tests))
-    only_test = sorted(os.path.basename(tests[s]) for s in set(tests) - set(refs))
+    lines: List[str] = []
+    only_ref = sorted(set(refs) - set(tests))
+    only_test = sorted(set(tests) - set(refs))
     if only_ref:
-        warnings.append(f"{len(only_ref)} reference image(s) without a test image of the same name in "
-                        f"'{test_dir}', skipped: {_list_names(only_ref)}")
+        lines.append(f"{len(only_ref)} reference image(s) without a test image of the same name in "
+                     f"'{test_dir}': {_list_names([os.path.basename(refs[s]) for s in only_ref])}")
     if only_test:
-        warnings.append(f"{len(only_test)} test image(s) without a reference image of the same name in "
-                        f"'{reference_dir}', skipped: {_list_names(only_test)}")
+        lines.append(f"{len(only_test)} test image(s) without a reference image of the same name in "
+                     f"'{reference_dir}': {_list_names([os.path.basename(tests[s]) for s in only_test])}")
+    unmatched = sorted([Unmatched(refs[s], "", f"no test image of the same name in '{test_dir}'") for s in only_ref]
+                       + [Unmatched("", tests[s], f"no reference image of the same name in '{reference_dir}'")
+                          for s in only_test],
+                       key=lambda u: os.path.basename(u.reference or u.test))
     hdr = ref_hdr + test_hdr
     if hdr:
         warnings.append(f"{len(hdr)} Radiance HDR / PFM file(s) skipped (not supported; convert them to "
@@ -120,12 +141,12 @@ def _pair_folders(reference_dir: str, test_dir: str) -> Tuple[List[Pair], List[s
         raise UsageError(f"no image in the test folder '{test_dir}' has a reference of the same name "
                          f"in '{reference_dir}' (pairs are matched by file name without extension; "
                          f"supported extensions: {' '.join(FOLDER_EXTENSIONS)})")
-    return [(refs[s], tests[s]) for s in stems], warnings
+    return Pairing([(refs[s], tests[s]) for s in stems], warnings, unmatched, lines)
 
 
-def pairs_of(args) -> Tuple[List[Pair], List[str]]:
-    """The (reference, test) pairs the run compares, from the folders, --example or -r/-t, and
-    warnings about files the folder mode leaves out."""
+def pairs_of(args) -> Pairing:
+    """The (reference, test) pairs the run compares, from the folders, --example or -r/-t; in
+    folder mode also the images without a partner and warnings about the other files left out."""
     if args.reference_dir is not None:
         return _pair_folders(args.reference_dir, args.test_dir)
     if args.example:
@@ -141,7 +162,7 @@ def pairs_of(args) -> Tuple[List[Pair], List[str]]:
         raise UsageError(f"--output can only be used with one test image, got {len(tests)}")
     if args.basename is not None and len(tests) != 1:
         raise UsageError(f"--basename can only be used with one test image, got {len(tests)}")
-    return [(reference, t) for t in tests], []
+    return Pairing([(reference, t) for t in tests], [], [], [])
 
 
 def check_sizes(reference: str, test: str, sizes: Dict[str, Tuple[int, int]]) -> None:

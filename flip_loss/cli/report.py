@@ -31,6 +31,7 @@ import re
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote
 
+from .console import readable
 from .errors import UsageError
 from .evaluate import Result
 from .outputs import Output, Staging, check_directory, write_text_file
@@ -96,19 +97,34 @@ class ReportSettings(NamedTuple):
     ppd: float
     hdr: bool
     tone_mapper: str
-    gate: Optional[Tuple[str, float]]       # (quantity, threshold) of --fail-above
+    gate: Optional[Tuple[Tuple[str, float], ...]]  # (quantity, threshold) of each --fail-above
     inputs: Tuple[Tuple[str, str], ...]     # (what, path), e.g. ("Reference folder", "refs/")
-    pairs: int                              # the number of pairs the run had to evaluate
+    pairs: int                              # the number of pairs (and unmatched images) of the run
     version: str
     created: str                            # date and time, ISO 8601
+    timing: bool = False                    # --timing: each pair's evaluation time is shown
+    unmatched_fail: bool = True             # an image without a partner fails the gate
 
 
-def settings_now(ppd: float, hdr: bool, tone_mapper: str, gate, inputs, pairs: int) -> ReportSettings:
+def creation_time() -> str:
+    """The report's date: now, or ``SOURCE_DATE_EPOCH`` (seconds since 1970, UTC) where it is set,
+    the usual way to make a generated file the same in every run."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is not None:
+        try:
+            return datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc).isoformat()
+        except (ValueError, OverflowError, OSError):
+            pass  # not a time: the clock's
+    return datetime.datetime.now().astimezone().replace(microsecond=0).isoformat()
+
+
+def settings_now(ppd: float, hdr: bool, tone_mapper: str, gate, inputs, pairs: int, timing: bool = False,
+                 unmatched_fail: bool = True) -> ReportSettings:
     """The settings of a report written now, by this version of flip-loss."""
     from .. import __version__
 
-    created = datetime.datetime.now().astimezone().replace(microsecond=0).isoformat()
-    return ReportSettings(ppd, hdr, tone_mapper, gate, tuple(inputs), pairs, __version__, created)
+    return ReportSettings(ppd, hdr, tone_mapper, gate, tuple(inputs), pairs, __version__, creation_time(),
+                          timing, unmatched_fail)
 
 
 # --- the report directory -------------------------------------------------------------------------
@@ -301,7 +317,7 @@ def failed_record(index: int, reference: str, test: str, message: str) -> PairRe
 # --- the page -------------------------------------------------------------------------------------
 
 def _esc(text) -> str:
-    return html.escape(str(text), quote=True)
+    return html.escape(readable(str(text)), quote=True)
 
 
 def _url(relative: str) -> str:
@@ -318,14 +334,40 @@ def _gate_value(record: PairRecord, quantity: str) -> float:
     return getattr(_pooled(record), _COLUMN_BY_KEY[quantity].field)
 
 
+def _over(record: PairRecord, gate) -> List[str]:
+    """The quantities of ``gate`` whose threshold the evaluated ``record`` exceeds."""
+    if gate is None or record.failure is not None:
+        return []
+    return [q for q, t in gate if _gate_value(record, q) > t]
+
+
 def _is_over(record: PairRecord, gate) -> bool:
-    return gate is not None and record.failure is None and _gate_value(record, gate[0]) > gate[1]
+    return bool(_over(record, gate))
+
+
+def is_unmatched(record: PairRecord) -> bool:
+    """A folder-mode image without a partner of the same name (one of its names is empty)."""
+    return not record.reference or not record.test
+
+
+def _fails_gate(record: PairRecord, settings: "ReportSettings") -> bool:
+    """Whether the record fails the run's gate: over a threshold, or not evaluated (an image
+    without a partner only when ``unmatched_fail``)."""
+    if settings.gate is None:
+        return False
+    if record.failure is not None:
+        return settings.unmatched_fail or not is_unmatched(record)
+    return _is_over(record, settings.gate)
+
+
+def _sort_key(gate) -> str:
+    return gate[0][0] if gate is not None else "mean"
 
 
 def default_order(records: Sequence[PairRecord], gate) -> List[PairRecord]:
-    """The table's first order, worst first: the pairs that failed, then by the gate's quantity
-    (the mean without a gate), largest first; ties by position in the run."""
-    key = gate[0] if gate is not None else "mean"
+    """The table's first order, worst first: the pairs that failed, then by the first gate's
+    quantity (the mean without a gate), largest first; ties by position in the run."""
+    key = _sort_key(gate)
     return sorted(records, key=lambda r: (r.failure is None,
                                           -_gate_value(r, key) if r.failure is None else 0.0, r.index))
 
@@ -344,13 +386,18 @@ def _summary(records: Sequence[PairRecord], settings: ReportSettings) -> str:
     if settings.gate is None:
         rows.append(("Gate", "none (no --fail-above)"))
     else:
-        quantity, threshold = settings.gate
         over = sum(_is_over(r, settings.gate) for r in evaluated)
-        what = f"the {_quantity_text(quantity)} above {threshold:.6f}"
-        verdict = (f'<strong class="bad">failed</strong>: {over} of {len(evaluated)} pair(s) with {what}'
-                   if over else f'<strong class="good">passed</strong>: no pair with {what}')
-        rows.append(("Gate", f'<span id="gate-verdict" data-verdict="{"failed" if over else "passed"}">'
-                             f"{verdict}</span> (--fail-above {_esc(quantity)} {threshold:g})"))
+        missing = sum(_fails_gate(r, settings) for r in records if r.failure is not None)
+        what = " or ".join(f"the {_quantity_text(q)} above {t:.6f}" for q, t in settings.gate)
+        if over or missing:
+            reasons = ([f"{over} of {len(evaluated)} pair(s) with {what}"] if over else []) + \
+                      ([f"{missing} not evaluated"] if missing else [])
+            verdict = f'<strong class="bad">failed</strong>: {"; ".join(reasons)}'
+        else:
+            verdict = f'<strong class="good">passed</strong>: no pair with {what}'
+        flags = " ".join(f"--fail-above {_esc(q)} {t:g}" for q, t in settings.gate)
+        rows.append(("Gate", f'<span id="gate-verdict" data-verdict="{"failed" if over or missing else "passed"}">'
+                             f"{verdict}</span> ({flags})"))
     rows.append(("Metric", "HDR-FLIP, tone mapper " + _esc(settings.tone_mapper) if settings.hdr else "LDR-FLIP"))
     rows.append(("Viewing conditions", f"{settings.ppd:.4f} pixels per degree"))
     for what, path in settings.inputs:
@@ -363,7 +410,7 @@ def _summary(records: Sequence[PairRecord], settings: ReportSettings) -> str:
 
 
 def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
-    key = settings.gate[0] if settings.gate is not None else "mean"
+    key = _sort_key(settings.gate)
     heads = ['<th scope="col" class="num">#</th>',
              '<th scope="col" data-sort-key="test"><button type="button" class="sort" '
              'aria-describedby="sort-help">Test</button></th>',
@@ -393,7 +440,8 @@ def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
         else:
             # the reason in place of the values, where there is room for it
             cells.append(f'<td colspan="{len(COLUMNS)}" class="why">not evaluated: {_esc(r.failure)}</td>')
-            status = '<span class="badge bad">failed</span>'
+            status = ('<span class="badge bad">failed</span>' if settings.gate is None or _fails_gate(r, settings)
+                      else '<span class="badge">skipped</span>')
             state = "failed"
         attrs.append(f'data-state="{state}"')
         cells.append(f"<td>{status}</td>")
@@ -491,12 +539,14 @@ def _card(record: PairRecord, settings: ReportSettings) -> str:
         return (head + f'<p class="failure"><span class="badge bad">failed</span> not evaluated: '
                        f'{_esc(record.failure)}</p></article>')
     pooled = _pooled(record)
-    over = _is_over(record, settings.gate)
-    values = [f'<span class="{"bad" if over and c.key == settings.gate[0] else ""}">{_esc(c.label)} '
+    over = _over(record, settings.gate)
+    values = [f'<span class="{"bad" if c.key in over else ""}">{_esc(c.label)} '
               f'<strong>{getattr(pooled, c.field):.6f}</strong></span>' for c in COLUMNS]
     values.insert(4, f"<span>Min <strong>{pooled.min:.6f}</strong></span>")
     status = ('<span class="badge bad">over threshold</span> ' if over else "")
-    details = [f"{record.size[0]} &times; {record.size[1]} pixels", f"evaluated in {record.seconds:.3f} s"]
+    details = [f"{record.size[0]} &times; {record.size[1]} pixels"]
+    if settings.timing:
+        details.append(f"evaluated in {record.seconds:.3f} s")
     if record.exposures is not None:
         start, stop, count = record.exposures
         details.insert(0, f"exposures {start:.4f} to {stop:.4f} stops, {count} of them; pictures shown "

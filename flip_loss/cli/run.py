@@ -1,20 +1,22 @@
 """A ``flip-loss`` evaluation run: the order of the work (inputs read and outputs checked before
 anything is written; in folder mode pair by pair), what it prints, and the exit code."""
 import os
-import sys
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .arguments import check_options, gate_value, hdr_option_flags, parse_gate, ppd_of
-from .errors import EXIT_GATE, EXIT_OK, EXIT_PAIRS_FAILED, PROG, UsageError
+from .arguments import check_options, gate_failures, hdr_option_flags, parse_gate, ppd_of
+from .console import Console
+from .errors import EXIT_GATE, EXIT_OK, EXIT_PAIRS_FAILED, UsageError
 from .evaluate import Evaluator, Exposures, Result, resolve_device
 from .histogram import draw_histogram, import_matplotlib
-from .outputs import (Names, Output, OutputGuard, Staging, check_directory, csv_row, dynamic_range,
-                      output_names, overlapped_histogram_name, pooled_lines, round_half_up, write_appended_csv,
-                      write_png, write_text_file)
+from .outputs import (Names, Output, OutputGuard, Staging, check_csv_header, check_directory, csv_header, csv_row,
+                      csv_skipped_row, dynamic_range, output_names, overlapped_histogram_name, pooled_lines,
+                      round_half_up, write_appended_csv, write_png, write_text_file)
 from .pairs import check_sizes, pairs_of, stem, uses_hdr
 from .report import (IMAGE_FOLDER, PairRecord, check_report_directory, failed_record, page_path, picture_files,
                      settings_now, stage_page, stage_pair_images)
+
+__all__ = ["Console", "Run", "run", "run_single"]
 
 _TONE_MAPPER_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}  # as the tool prints them
 
@@ -22,57 +24,6 @@ _TONE_MAPPER_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"} 
 def _exposure_lines(e: Exposures) -> List[str]:
     return [f"     Start exposure: {e.start:.4f}", f"     Stop exposure: {e.stop:.4f}",
             f"     Number of exposures: {e.count}"]
-
-
-class Console:
-    """Where a run reports: results on stdout; warnings (once each, from verbosity 1) and errors as
-    one line each on stderr; in folder mode a progress bar on stderr that the lines do not break."""
-
-    def __init__(self, verbosity: int):
-        self.verbosity = verbosity
-        self._bar = None
-        self._warned = set()
-
-    def start_progress(self, total: int) -> None:
-        try:
-            from tqdm import tqdm
-        except ImportError:  # pragma: no cover - tqdm is a runtime dependency
-            return
-        self._bar = tqdm(total=total, file=sys.stderr, desc=PROG, unit="pair", leave=False, dynamic_ncols=True)
-
-    def _print(self, lines: Sequence[str], stream) -> None:
-        if self._bar is not None:
-            self._bar.clear()
-        sys.stdout.flush()
-        for line in lines:
-            print(line, file=stream)
-        stream.flush()
-        if self._bar is not None:
-            self._bar.refresh()
-
-    def lines(self, lines: Sequence[str]) -> None:
-        if lines:
-            self._print(lines, sys.stdout)
-
-    def warning(self, message: str) -> None:
-        if self.verbosity >= 1 and message not in self._warned:
-            self._warned.add(message)
-            self._print([f"{PROG}: warning: {message}"], sys.stderr)
-
-    def error(self, message: str) -> None:
-        self._print([f"{PROG}: error: {message}"], sys.stderr)
-
-    def gate_failure(self, message: str) -> None:
-        self._print([f"{PROG}: gate failed: {message}"], sys.stderr)
-
-    def advance(self) -> None:
-        if self._bar is not None:
-            self._bar.update(1)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
 
 
 class _Prepared(NamedTuple):
@@ -97,9 +48,20 @@ class Run:
         self.args, self.console, self.staging = args, console, staging
         self.gate = parse_gate(args)
         self.folder_mode = args.reference_dir is not None
-        self.pairs, pairing_warnings = pairs_of(args)
-        for message in pairing_warnings:
+        pairing = pairs_of(args)
+        self.pairs = pairing.pairs
+        for message in pairing.warnings:
             console.warning(message)
+        # Images without a partner: with a gate they fail the run (a render that is missing, or has
+        # no reference, must not pass a CI gate), unless --allow-unmatched; either way they are
+        # rows of the CSV file and of the report.
+        self.unmatched = pairing.unmatched
+        self.unmatched_fail = self.gate is not None and not args.allow_unmatched
+        for line in pairing.unmatched_lines:
+            if self.unmatched_fail:
+                console.error(f"{line} (a gated run needs every pair; --allow-unmatched lets it pass)")
+            else:
+                console.warning(f"{line}, not evaluated")
         hdr = uses_hdr(self.pairs)
         if not hdr:
             flags = hdr_option_flags(args)
@@ -121,7 +83,10 @@ class Run:
         if args.report is not None:
             new_directories += check_report_directory(args.report)
         self.guard = OutputGuard([path for pair in self.pairs for path in pair], new_directories)
+        self.csv_header = csv_header(args.timing)
         self.csv_output = self.guard.claim((csv_path, "CSV file"))[0] if csv_path is not None else None
+        if self.csv_output is not None:
+            check_csv_header(self.csv_output.real, self.csv_output.path, self.csv_header)
         self.report_page = (self.guard.claim((page_path(args.report), "HTML report"))[0]
                             if args.report is not None else None)
         self.overlapped_output: Optional[Output] = None
@@ -138,11 +103,13 @@ class Run:
         self.write_exposure_maps = self.hdr and not args.no_exposure_map
         self.overlapped = args.histogram and not self.folder_mode and len(self.pairs) == 2
         self.failures: List[Tuple[str, str]] = []
-        # What the evaluated pairs contribute, in pair order: CSV rows, the results the overlapped
-        # histogram draws, the gate's failures (test, value).
+        # What the pairs contribute, in pair order: CSV rows (of evaluated and failed pairs), the
+        # results the overlapped histogram draws, the gate's failures (test, [(quantity, value,
+        # threshold), ...]).
         self.rows: List[List[str]] = []
+        self.evaluated = 0
         self.kept: List[Result] = []
-        self.gate_failures: List[Tuple[str, float]] = []
+        self.gate_failures: List[Tuple[str, List[Tuple[str, float, float]]]] = []
         # --report: the pairs' records, evaluated or failed, from which the page is written at the end.
         self.report_records: List[PairRecord] = []
         self._sizes: Dict[str, Tuple[int, int]] = {}
@@ -210,6 +177,8 @@ class Run:
     def record_failure(self, index: int, reference: str, test: str, message: str) -> None:
         """Folder mode: pair ``index`` could not be evaluated; it is reported and skipped."""
         self.failures.append((reference, test))
+        self.rows.append(csv_skipped_row(reference, test, message, "fail" if self.gate is not None else "",
+                                         self.args.timing))
         if self.report_page is not None:
             self.report_records.append(failed_record(index, reference, test, message))
         self.console.error(f"skipped test image <{test}>: {message}")
@@ -289,7 +258,8 @@ class Run:
         a = self.args
         inputs = ((("Reference folder", a.reference_dir), ("Test folder", a.test_dir)) if self.folder_mode
                   else (("Reference", self.pairs[0][0]),))
-        return settings_now(self.ppd, self.hdr, self.tone_mapper, self.gate, inputs, len(self.pairs))
+        return settings_now(self.ppd, self.hdr, self.tone_mapper, self.gate, inputs,
+                            len(self.pairs) + len(self.unmatched), a.timing, self.unmatched_fail)
 
     def evaluate(self, p: _Prepared):
         """Evaluates the prepared pair and stages its outputs; returns (result, test image)."""
@@ -305,12 +275,15 @@ class Run:
         gate's verdict, its printed block. Called in pair order."""
         for message in result.warnings:
             self.console.warning(message)
-        self.rows.append(csv_row(result))
+        failed = gate_failures(result.pooled, self.gate)
+        verdict = "" if self.gate is None else "fail" if failed else "pass"
+        self.rows.append(csv_row(result, verdict, self.args.timing))
+        self.evaluated += 1
         if self.overlapped:
             self.kept.append(result)
-        if self.gate is not None and gate_value(result.pooled, self.gate[0]) > self.gate[1]:
-            self.gate_failures.append((result.test, gate_value(result.pooled, self.gate[0])))
-        self.console.lines(self.result_lines(p, result, first=len(self.rows) == 1))
+        if failed:
+            self.gate_failures.append((result.test, failed))
+        self.console.lines(self.result_lines(p, result, first=self.evaluated == 1))
 
     def execute(self, t_start: float) -> int:
         """Evaluates every pair, writes the outputs and returns the exit code."""
@@ -323,33 +296,40 @@ class Run:
     def finish(self, t_start: float) -> int:
         """Every pair has run: writes the CSV file, the overlapped histogram and the report page,
         publishes every output, prints the summary and returns the exit code."""
-        rows, gate_failures = self.rows, self.gate_failures
+        unmatched_verdict = "" if self.gate is None else "fail" if self.unmatched_fail else "skipped"
+        rows = self.rows + [csv_skipped_row(u.reference, u.test, u.reason, unmatched_verdict, self.args.timing)
+                            for u in self.unmatched]
+        gate_failures = self.gate_failures
         self.console.close()
 
         if self.overlapped_output is not None:
             self._stage_histogram(self.overlapped_output, self.kept)
         if self.csv_output is not None and (rows or not os.path.exists(self.csv_output.real)):
-            self.staging.write(self.csv_output, write_appended_csv(self.csv_output.real, rows))
+            self.staging.write(self.csv_output, write_appended_csv(self.csv_output.real, rows, self.csv_header))
         if self.report_page is not None:
+            first = len(self.pairs) + 1
+            self.report_records.extend(failed_record(first + k, u.reference, u.test, u.reason)
+                                       for k, u in enumerate(self.unmatched))
             stage_page(self.staging, self.report_page, self.report_records, self.report_settings())
         self.staging.commit()
 
         if self.console.verbosity >= 1:
             lines = [""]
             if self.folder_mode:
-                done = (f"{len(rows)} of {len(self.pairs)} pair(s), {len(self.failures)} failed (see the errors "
-                        "above)" if self.failures else f"{len(rows)} pair(s)")
+                done = (f"{self.evaluated} of {len(self.pairs)} pair(s), {len(self.failures)} failed (see the errors "
+                        "above)" if self.failures else f"{self.evaluated} pair(s)")
+                if self.unmatched:
+                    done += f"; {len(self.unmatched)} image(s) without a partner"
                 lines.append(f"Evaluated {done}; summary CSV: {self.csv_output.path}")
             if self.report_page is not None:
                 lines.append(f"HTML report: {self.report_page.path}")
             lines.append(f"Total time: {time.perf_counter() - t_start:.4f} seconds")
             self.console.lines(lines)
-        if gate_failures:
-            quantity, threshold = self.gate
-            for test, value in gate_failures:
+        for test, failed in gate_failures:
+            for quantity, value, threshold in failed:
                 self.console.gate_failure(f"the {quantity} FLIP error of test image <{test}> is {value:.6f}, "
                                           f"above the threshold {threshold:.6f}")
-        if self.failures:
+        if self.failures or (self.unmatched and self.unmatched_fail):
             return EXIT_PAIRS_FAILED
         return EXIT_GATE if gate_failures else EXIT_OK
 
