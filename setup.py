@@ -102,5 +102,5 @@ def torch_requirement():
 setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
-    install_requires=[torch_requirement(), "numpy", "pillow", "tqdm"],
+    install_requires=[torch_requirement(), "numpy", "pillow"],
 )

@@ -128,10 +128,10 @@ to temporary files and renamed into place at the end: an interrupted or failed r
 
 folder mode: --reference-dir R --test-dir T evaluates every image in T against the image of
 the same name (stem; any of {' '.join(FOLDER_EXTENSIONS)}) in R, warns about unmatched files,
-writes the maps to --directory and a summary CSV (--csv, default <directory>/summary.csv).
-For .exr pairs the exposures are computed per reference. A pair that cannot be evaluated (an
-unreadable image, different sizes) is reported and skipped; the others are evaluated and
-written, and the exit code is 4.
+writes the maps to --directory and a summary CSV (--csv, default <directory>/summary.csv) with
+a row for every pair and every unmatched image. For .exr pairs the exposures are computed per
+reference. A pair that cannot be evaluated (an unreadable image, different sizes) is reported
+and skipped; the others are evaluated and written, and the exit code is 4.
 
 torchrun: torchrun --nproc_per_node=K -m flip_loss --reference-dir R --test-dir T ... shares the
 pairs out among K processes (on one or several machines; each on cuda:LOCAL_RANK when it has
@@ -139,7 +139,9 @@ GPUs), balanced by pixel count; rank 0 prints, shows the progress of all and wri
 the same files as one process. Other modes run on rank 0 alone.
 
 regression gate: --fail-above mean|weighted-median|max THRESHOLD exits with code 1 when any
-test image's value is above THRESHOLD (in [0, 1]); every image is still evaluated.
+test image's value is above THRESHOLD (in [0, 1]); every image is still evaluated. Give it once
+per quantity to gate on several: every one applies. In a gated folder run an image without a
+partner of the same name fails the run (exit code 4) unless --allow-unmatched.
 
 flip-loss psychophysics ... runs the psychophysics suite (see 'flip-loss psychophysics --help').
 

@@ -62,8 +62,8 @@ class Progress:
     returns, only a plain line at most every ``LOG_PROGRESS_INTERVAL_S`` seconds."""
 
     def __init__(self, total: int, stream, clock: Callable[[], float] = time.monotonic,
-                 terminal: Optional[bool] = None):
-        self.total, self.stream, self.clock = total, stream, clock
+                 terminal: Optional[bool] = None, label: str = PROG, unit: str = "pairs"):
+        self.total, self.stream, self.clock, self.label, self.unit = total, stream, clock, label, unit
         self.terminal = _is_terminal(stream) if terminal is None else terminal
         self.done = 0
         self.start = self.clock()
@@ -78,11 +78,11 @@ class Progress:
                 self.redraw()
         elif now - self._last >= LOG_PROGRESS_INTERVAL_S and self.done < self.total:
             self._last = now
-            write_text(self.stream, f"{PROG}: {self._status(now)}\n")
+            write_text(self.stream, f"{self.label}: {self._status(now)}\n")
 
     def _status(self, now: float) -> str:
         elapsed = now - self.start
-        text = f"{self.done}/{self.total} pairs ({100 * self.done // max(self.total, 1)}%), {_duration(elapsed)} elapsed"
+        text = f"{self.done}/{self.total} {self.unit} ({100 * self.done // max(self.total, 1)}%), {_duration(elapsed)} elapsed"
         if 0 < self.done < self.total:
             text += f", about {_duration(elapsed / self.done * (self.total - self.done))} left"
         return text
@@ -92,7 +92,7 @@ class Progress:
             return
         now = self.clock()
         self._last = now
-        status = f"{PROG}: {self._status(now)}"
+        status = f"{self.label}: {self._status(now)}"
         width = shutil.get_terminal_size((80, 24)).columns - 1
         room = width - len(status) - 3
         if room >= 10:

@@ -480,33 +480,23 @@ class SuiteResult:
 
 
 class _Progress:
-    """tqdm when it is installed, else a plain counter on stderr."""
+    """The suite's progress on stderr, by the command line's rule (``flip_loss.cli.console``): a
+    bar on a terminal, a plain line now and then in a log."""
 
     def __init__(self, total: int, enabled: bool):
-        self.total, self.done, self.bar = total, 0, None
-        self.enabled = enabled
-        if not enabled:
-            return
-        try:
-            from tqdm import tqdm
-            self.bar = tqdm(total=total, unit="cond", desc="psychophysics", dynamic_ncols=True)
-        except ImportError:
-            self.bar = None
+        import sys
+
+        from ..cli.console import Progress
+
+        self.progress = Progress(total, sys.stderr, label="psychophysics", unit="conditions") if enabled else None
 
     def __call__(self, key: str):
-        self.done += 1
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.set_postfix_str(key, refresh=False)
-            self.bar.update(1)
-        else:
-            import sys
-            print(f"psychophysics: {self.done}/{self.total} conditions ({key})", file=sys.stderr, flush=True)
+        if self.progress is not None:
+            self.progress.advance()
 
     def close(self):
-        if self.bar is not None:
-            self.bar.close()
+        if self.progress is not None:
+            self.progress.close()
 
 
 def run_suite(metrics, settings: Settings = PRESETS["full"], tests: Optional[Sequence] = None,
