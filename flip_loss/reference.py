@@ -7,11 +7,15 @@ come first; speed second (the filters are separable 1-D passes with clamp-to-edg
 * Works on any device and float dtype. float64 is computed in float64, float32 in float32, and
   float16 / bfloat16 are computed in float32 with the result cast back to the input dtype.
 * Everything is built from differentiable torch ops, so autograd gives the gradient of every public
-  function with respect to every tensor argument. Following the project's gradient policy
-  (docs/algorithm.md §7.2-§7.5): the two square roots with an infinite slope at zero are regularised with
-  ``eps``; the unselected branches of the sRGB decode and the Lab cube root are evaluated on
-  threshold-clamped arguments; Euclidean norms and absolute values have a zero sub-gradient at
-  zero; ``max`` routes the gradient to the winner; the gradient is zero outside the clamps.
+  function with respect to every tensor argument. At every kink the gradient is the project's own
+  rule (docs/algorithm.md §7.4), written out with ``torch.where`` on explicit conditions rather
+  than left to torch's autograd at that point (which differs between torch releases: the gradient
+  of ``torch.clamp`` at its bounds is 1 under torch 2.11 and 0 under 2.15): a clamp passes the gradient
+  on its closed interval; absolute values, Euclidean norms and powers below 1 have a zero
+  gradient at zero; ``max`` routes the gradient to the winner (ties: the edge term, the earlier
+  exposure); the two square roots with an infinite slope at zero are regularised with ``eps``;
+  the unselected branches of the sRGB decode and the Lab cube root are evaluated on
+  threshold-clamped arguments.
 * Tensors are N x C x H x W. Only :func:`ldr_flip` also accepts an unbatched C x H x W pair.
 """
 import functools
@@ -88,6 +92,40 @@ def _mix3(m, c0, c1, c2):
     return tuple(r[0] * c0 + r[1] * c1 + r[2] * c2 for r in m)
 
 
+# --- The gradient at every kink (docs/algorithm.md §7.4), each from explicit conditions ---------
+
+def _clamp(x, low=None, high=None):
+    """clamp(x, low, high) whose gradient is 1 on the closed interval [low, high] (a value on a
+    bound passes it) and 0 outside, as the kernels' clamps."""
+    inside = torch.ones_like(x, dtype=torch.bool)
+    if low is not None:
+        inside = inside & (x >= low)
+    if high is not None:
+        inside = inside & (x <= high)
+    return torch.where(inside, x, torch.clamp(x, low, high).detach())
+
+
+def _abs(d):
+    """|d| with the gradient sign(d), 0 at d = 0."""
+    return d * torch.sign(d).detach()
+
+
+def _power(x, p, floor=0.0):
+    """max(x, floor)^p for 0 < p < 1, with the gradient p x^(p-1) where x >= floor and x > 0 and 0
+    elsewhere (no infinite slope at 0)."""
+    passes = (x >= floor) & (x > 0)
+    safe = torch.where(passes, x, torch.ones_like(x))
+    return torch.where(passes, torch.pow(safe, p), torch.pow(torch.clamp(x, min=floor), p).detach())
+
+
+def _combine(colour, feature):
+    """colour^(1 - feature), passing no gradient where colour = 0 (where the power's slopes in both
+    arguments are not finite)."""
+    passes = colour > 0
+    safe = torch.where(passes, colour, torch.ones_like(colour))
+    return torch.where(passes, torch.pow(safe, 1.0 - feature), torch.pow(colour, 1.0 - feature).detach())
+
+
 def _safe_norm(u, v):
     """sqrt(u^2 + v^2) with a zero gradient where u = v = 0 (instead of NaN)."""
     s = u * u + v * v
@@ -106,9 +144,9 @@ def _chroma_norm(u, v):
 
 
 def _floored_abs(d, eps):
-    """sqrt(max(d^2, eps)): |d| where d^2 > eps, else sqrt(eps), with the same gradient as the
-    clamped square root (sign(d), resp. 0) and no NaN for eps = 0 at d = 0."""
-    return torch.where(d * d > eps, d.abs(), torch.full_like(d, math.sqrt(eps)))
+    """sqrt(max(d^2, eps)): |d| where d^2 >= eps, else sqrt(eps), with the gradient of the clamped
+    square root: sign(d) where d^2 >= eps (the clamp's bound passes) and d != 0, else 0."""
+    return torch.where((d * d >= eps) & (d != 0), _abs(d), torch.full_like(d, math.sqrt(eps)))
 
 
 def _pad_index(x, r, dim):
@@ -173,7 +211,7 @@ def srgb_to_linear(x):
     The power branch is evaluated on max(c, 0.04045) so it never yields NaN gradients."""
     dt = x.dtype
     x = _upcast(x)
-    power = torch.pow((torch.clamp(x, min=_SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
+    power = torch.pow((_clamp(x, low=_SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
     return torch.where(x <= _SRGB_DECODE_T, x / 12.92, power).to(dt)
 
 
@@ -182,7 +220,7 @@ def linear_to_srgb(x):
     The power branch is evaluated on max(l, 0.0031308)."""
     dt = x.dtype
     x = _upcast(x)
-    power = 1.055 * torch.pow(torch.clamp(x, min=_SRGB_ENCODE_T), 1.0 / 2.4) - 0.055
+    power = 1.055 * torch.pow(_clamp(x, low=_SRGB_ENCODE_T), 1.0 / 2.4) - 0.055
     return torch.where(x <= _SRGB_ENCODE_T, 12.92 * x, power).to(dt)
 
 
@@ -217,7 +255,7 @@ def opponent_to_linear_rgb(opp):
 def _lab(r, g, b):
     """Linear RGB -> CIE L*a*b* (D65). The cube-root branch is evaluated on max(t, delta^3)."""
     def f(t):
-        cube_root = torch.pow(torch.clamp(t, min=_LAB_T), 1.0 / 3.0)
+        cube_root = torch.pow(_clamp(t, low=_LAB_T), 1.0 / 3.0)
         return torch.where(t > _LAB_T, cube_root, t / (3.0 * _LAB_DELTA ** 2) + 4.0 / 29.0)
 
     X, Y, Z = _mix3(_RGB_TO_XYZ, r, g, b)
@@ -333,7 +371,7 @@ def csf_filter(opponent, pixels_per_degree):
     Cxf = _separable(Cx, tcx, tcx)
     Czf = _separable(Cz, tcz1, tcz1) + _separable(Cz, tcz2, tcz2)
     r, g, b = _opponent_to_rgb(Yf[:, 0], Cxf[:, 0], Czf[:, 0])
-    return torch.clamp(torch.stack((r, g, b), dim=1), 0.0, 1.0).to(dt)
+    return _clamp(torch.stack((r, g, b), dim=1), 0.0, 1.0).to(dt)
 
 
 @functools.lru_cache(maxsize=None)
@@ -353,7 +391,7 @@ def hunt_hyab(test_rgb, reference_rgb, eps=DEFAULT_EPS):
     t, r = _upcast(test_rgb), _upcast(reference_rgb)
     lab_t = _hunt_lab(t[:, 0:1], t[:, 1:2], t[:, 2:3])
     lab_r = _hunt_lab(r[:, 0:1], r[:, 1:2], r[:, 2:3])
-    e = torch.pow(_hyab(lab_t, lab_r, eps), QC)
+    e = _power(_hyab(lab_t, lab_r, eps), QC)
     c_max = cmax()
     knee = PC * c_max
     low = e * (PT / knee)
@@ -384,10 +422,10 @@ def feature_difference(test_y, reference_y, pixels_per_degree, eps=DEFAULT_EPS):
     ppd = float(pixels_per_degree)
     edge_t, point_t = _edge_point(_upcast(test_y), ppd)
     edge_r, point_r = _edge_point(_upcast(reference_y), ppd)
-    d_edge = (edge_r - edge_t).abs()
-    d_point = (point_r - point_t).abs()
+    d_edge = _abs(edge_r - edge_t)
+    d_point = _abs(point_r - point_t)
     m = torch.where(d_edge >= d_point, d_edge, d_point)  # ties go to the edge term
-    return torch.pow(torch.clamp(m / math.sqrt(2.0), min=eps), QF).to(dt)
+    return _power(m / math.sqrt(2.0), QF, floor=eps).to(dt)
 
 
 def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb", eps=DEFAULT_EPS):
@@ -405,8 +443,8 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
         test, reference = test.unsqueeze(0), reference.unsqueeze(0)
     ppd = float(pixels_per_degree)
     cdt = _compute_dtype(torch.promote_types(test.dtype, reference.dtype))
-    t = torch.clamp(test.to(cdt), 0.0, 1.0)
-    r = torch.clamp(reference.to(cdt), 0.0, 1.0)
+    t = _clamp(test.to(cdt), 0.0, 1.0)
+    r = _clamp(reference.to(cdt), 0.0, 1.0)
     if space == "srgb":
         t, r = srgb_to_linear(t), srgb_to_linear(r)
     opp_t, opp_r = linear_rgb_to_opponent(t), linear_rgb_to_opponent(r)
@@ -415,7 +453,7 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
     yhat_r = (opp_r[:, 0:1] + 16.0) / 116.0
     dec = hunt_hyab(csf_filter(opp_t, ppd), csf_filter(opp_r, ppd), eps)
     def_ = feature_difference(yhat_t, yhat_r, ppd, eps)
-    out = torch.pow(dec, 1.0 - def_)
+    out = _combine(dec, def_)
     if unbatched:
         out = out.squeeze(0)
     return out.to(dt)
@@ -433,14 +471,15 @@ def hdr_to_ldr(x, scale, tone_mapper):
     scale broadcastable to N x 1 x 1 x 1."""
     import numpy as np
 
-    e = torch.clamp(torch.clamp(x, min=0.0) * scale, max=_HDR_CAP)
+    e = _clamp(x, low=0.0) * scale
+    e = torch.where(e < _HDR_CAP, e, torch.full_like(e, _HDR_CAP))  # the cap itself passes nothing
     if tone_mapper == "reinhard":
         w = [float(np.float32(v)) for v in (0.2126, 0.7152, 0.0722)]  # the evaluator's float weights
         lum = w[0] * e[:, 0:1] + w[1] * e[:, 1:2] + w[2] * e[:, 2:3]
-        return torch.clamp(e / (1.0 + lum), 0.0, 1.0)
+        return _clamp(e / (1.0 + lum), 0.0, 1.0)
     k = tone_coefficients(tone_mapper)
     ee = e * e
-    return torch.clamp((k[0] * ee + k[1] * e + k[2]) / (k[3] * ee + k[4] * e + k[5]), 0.0, 1.0)
+    return _clamp((k[0] * ee + k[1] * e + k[2]) / (k[3] * ee + k[4] * e + k[5]), 0.0, 1.0)
 
 
 def hdr_flip(test, reference, pixels_per_degree, tone_mapper, exposures, counts, eps=DEFAULT_EPS):

@@ -82,6 +82,57 @@ def test_ldr_flip_matches_reference_on_real_images(ops, crops, ppd):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
+def saturated(shape, seed):
+    """Values of which about a third are exactly 0 and a third exactly 1: pixels on the bounds of
+    the input clamp, where the gradient's rule (docs/algorithm.md §7.4) decides."""
+    x = torch.rand(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return torch.where(x < 0.33, torch.zeros_like(x), torch.where(x > 0.67, torch.ones_like(x), x))
+
+
+@pytest.mark.parametrize("space", ["srgb", "linear"])
+@pytest.mark.parametrize("eps", [0.0, 1e-15])
+def test_gradients_at_saturated_pixels_follow_one_rule(ops, space, eps):
+    # The oracle writes the kink rules out itself, so this holds whatever torch's own clamp does
+    # at its bounds (which changed between releases).
+    test, ref = saturated((2, 3, 20, 24), 0), saturated((2, 3, 20, 24), 1)
+    o1, g1 = grads(lambda x, y: ops.ldr_flip(x, y, 30.0, space, eps), test, ref)
+    o2, g2 = grads(lambda x, y: ref_impl.ldr_flip(x, y, 30.0, space, eps), test, ref)
+    torch.testing.assert_close(o1, o2, rtol=0, atol=1e-12)
+    for a, b in zip(g1, g2):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    # A pixel on a bound receives a gradient (the bound passes it), one outside none.
+    x = test.clone()
+    x[0, :, 5, 5] = torch.tensor([0.0, 1.0, -0.25])
+    _, (gx, _) = grads(lambda a, b: ops.ldr_flip(a, b, 30.0, space, eps), x, ref)
+    assert gx[0, 2, 5, 5] == 0 and (gx[0, :2].abs().sum() > 0)
+
+
+def test_identical_images_with_eps_zero_have_the_kernels_zero_gradient(ops):
+    img = saturated((1, 3, 12, 12), 2)
+    o1, g1 = grads(lambda x, y: ops.ldr_flip(x, y, 67.0, "srgb", 0.0), img, img)
+    o2, g2 = grads(lambda x, y: ref_impl.ldr_flip(x, y, 67.0, "srgb", 0.0), img, img)
+    assert (o1 == 0).all() and (o2 == 0).all()
+    for a, b in zip(g1, g2):
+        assert torch.equal(a, b) and (a == 0).all()
+
+
+@pytest.mark.parametrize("tone_mapper", ["aces", "hable", "reinhard"])
+def test_hdr_gradients_at_black_and_saturated_pixels_follow_one_rule(ops, tone_mapper):
+    g = torch.Generator().manual_seed(3)
+    ref = torch.exp2(8 * torch.rand(1, 3, 16, 16, generator=g, dtype=torch.float64) - 4)
+    ref[..., :4, :] = 0.0             # on the negative-value clamp's bound
+    test = ref * 1.3
+    test[..., 4:6, :] = -0.5          # below it
+    exposures = torch.tensor([[-3.0, 0.0, 3.0, 9.0]], dtype=torch.float64)  # 9 stops saturates the curves
+    counts = torch.tensor([4])
+    o1, g1 = grads(lambda x, y: ops.hdr_flip(x, y, exposures, counts, 67.0, tone_mapper, 1e-15)[0], test, ref)
+    o2, g2 = grads(lambda x, y: ref_impl.hdr_flip(x, y, 67.0, tone_mapper, exposures, counts, 1e-15)[0], test, ref)
+    torch.testing.assert_close(o1, o2, rtol=0, atol=1e-12)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
 def test_stage_ops_match_reference(ops, crops):
     img = crops["toys"].unsqueeze(0).double()
     other = torch.roll(img, 1, dims=-1)

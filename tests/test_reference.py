@@ -298,3 +298,35 @@ def test_gradcheck_ldr_flip(space):
     t = _rand((1, 3, 6, 7), seed=18).requires_grad_(True)
     r = _rand((1, 3, 6, 7), seed=19).requires_grad_(True)
     assert torch.autograd.gradcheck(lambda a, b: R.ldr_flip(a, b, SMALL_PPD, space), (t, r))
+
+
+# ---- the gradient at every kink: the oracle's own rule, not torch's (docs/algorithm.md §7.4) ----
+
+def _grad(fn, values):
+    x = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    fn(x).sum().backward()
+    return x.grad.tolist()
+
+
+def test_clamps_pass_the_gradient_on_their_closed_interval():
+    assert _grad(lambda x: R._clamp(x, 0.0, 1.0), [-0.5, 0.0, 0.5, 1.0, 1.5]) == [0.0, 1.0, 1.0, 1.0, 0.0]
+    assert _grad(lambda x: R._clamp(x, low=0.0), [-1e-300, 0.0, 2.0]) == [0.0, 1.0, 1.0]
+    assert _grad(lambda x: R._clamp(x, high=1.0), [1.0, 1.0 + 1e-15]) == [1.0, 0.0]
+
+
+def test_absolute_values_and_powers_have_a_zero_gradient_at_zero():
+    assert _grad(R._abs, [-2.0, 0.0, 3.0]) == [-1.0, 0.0, 1.0]
+    g = _grad(lambda x: R._power(x, 0.5), [0.0, 0.25])
+    assert g == [0.0, 1.0]
+    # the floor passes at its bound and not below it
+    assert _grad(lambda x: R._power(x, 0.5, floor=0.25), [0.25, 0.1]) == [1.0, 0.0]
+
+
+def test_the_combination_passes_nothing_where_the_colour_term_is_zero():
+    c = torch.tensor([0.0, 0.5], dtype=torch.float64, requires_grad=True)
+    f = torch.tensor([0.3, 0.3], dtype=torch.float64, requires_grad=True)
+    out = R._combine(c, f)
+    out.sum().backward()
+    assert out.tolist() == [0.0, 0.5 ** 0.7]
+    assert c.grad[0] == 0 and f.grad[0] == 0
+    assert math.isclose(c.grad[1], 0.7 * 0.5 ** -0.3) and math.isclose(f.grad[1], -(0.5 ** 0.7) * math.log(0.5))
