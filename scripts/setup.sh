@@ -50,8 +50,31 @@ echo "== installing pinned Python packages (requirements-test.txt)"
 $PY -m pip install -q --upgrade pip
 $PY -m pip install -q -r requirements-test.txt
 
-echo "== building flip_loss._C"
-export MAX_JOBS="${MAX_JOBS:-2}"
-$PY -m pip install -q --no-build-isolation --no-deps -e .
+# The extension is rebuilt only when something it is built from changed: its sources, the build
+# files, the installed torch, the compiler or a build switch. The stamp is a hash of all of them,
+# kept in .venv; a missing or unloadable extension is rebuilt whatever the stamp says.
+build_stamp() {
+  {
+    find csrc cmake -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \
+      -o -name '*.in' -o -name '*.cmake' \) -print0 | sort -z | xargs -0 sha256sum
+    sha256sum setup.py pyproject.toml
+    $PY -c "import torch; print(torch.__version__, torch.version.cuda)"
+    "${CXX:-c++}" --version 2>/dev/null | head -n 1
+    command -v nvcc >/dev/null && nvcc --version | tail -n 1
+    echo "FLIP_LOSS_CUDA=${FLIP_LOSS_CUDA:-} FLIP_LOSS_NATIVE=${FLIP_LOSS_NATIVE:-} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-}"
+  } | sha256sum | cut -d' ' -f1
+}
+STAMP_FILE=.venv/.flip_loss_build_stamp
+stamp="$(build_stamp)"
+if [ -f "$STAMP_FILE" ] && [ "$(cat "$STAMP_FILE")" = "$stamp" ] \
+   && $PY -c "import flip_loss, sys; sys.exit(0 if flip_loss.HAS_EXTENSION else 1)" 2>/dev/null; then
+  echo "== flip_loss._C is up to date (nothing it is built from changed)"
+else
+  echo "== building flip_loss._C"
+  export MAX_JOBS="${MAX_JOBS:-2}"
+  rm -f "$STAMP_FILE"
+  $PY -m pip install -q --no-build-isolation --no-deps -e .
+  echo "$stamp" > "$STAMP_FILE"
+fi
 $PY -c "import flip_loss, torch; assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR; \
 print('flip_loss', flip_loss.__version__, '| torch', torch.__version__, '| CUDA kernels:', 'cuda' in flip_loss._ops.KERNEL_DEVICES['ldr_flip'])"
