@@ -8,15 +8,24 @@ import numpy as np
 def pixels_per_degree(distance_m: float, display_width_m: float, display_width_px: float) -> float:
     """Pixels per degree of visual angle for a display of ``display_width_px`` pixels spanning
     ``display_width_m`` metres, seen from ``distance_m`` metres (small-angle approximation)."""
+    from .options import real_number  # options imports this module
+
+    values = []
     for name, v in (("distance_m", distance_m), ("display_width_m", display_width_m),
                     ("display_width_px", display_width_px)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+        x = real_number(name, v)  # Python, NumPy and 0-dim tensor numbers alike; TypeError otherwise
+        if not (math.isfinite(x) and x > 0):
+            raise ValueError(f"flip_loss: {name} must be a positive finite number, got {v!r}")
+        values.append(x)
+    return _ppd(*values)
+
+
+def _ppd(distance_m: float, display_width_m: float, display_width_px: float) -> float:
     return distance_m * (display_width_px / display_width_m) * (math.pi / 180.0)
 
 
 # A 0.7 m wide 4K display seen from 0.7 m: 67.0206...
-DEFAULT_PPD = pixels_per_degree(0.7, 0.7, 3840)
+DEFAULT_PPD = _ppd(0.7, 0.7, 3840.0)
 
 QC = 0.7
 PC = 0.4
@@ -29,12 +38,22 @@ DEFAULT_EPS = 1e-15
 # "Limits of the options").
 # A filter radius of thousands of pixels means the value passed is not a pixels-per-degree.
 MAX_PPD = 10000.0
+# Nor is a value that makes one pixel span more than 1000 degrees of visual angle. Every ppd below
+# about 0.5 gives the same map (all filters are 3 taps wide with negligible side taps), and below
+# about 1e-160 the feature filters' Gaussians underflow to 0/0 and the gradients are NaN.
+MIN_PPD = 1e-3
 # eps only regularises the gradients of two square roots: up to 1e-6 the map stays in [0, 1] and
 # identical images give at most ~4.6e-4; larger values change the metric itself.
 MAX_EPS = 1e-6
 # The automatic exposure range of any float32 reference needs at most ~152 exposures; a larger
 # count is a mistake that would only take a long time and a lot of memory.
 MAX_EXPOSURES = 256
+# A given start or stop exposure c (stops) lies in [MIN_EXPOSURE_STOPS, MAX_EXPOSURE_STOPS]: the
+# exponents for which 2^c is a nonzero, finite float32, the precision in which the exposures are
+# computed (as the evaluator does). Beyond 127 a float32 image's scale 2^c is infinite and black
+# pixels come out white; no float32 reference's automatic range leaves [-129, 23].
+MIN_EXPOSURE_STOPS = -149.0
+MAX_EXPOSURE_STOPS = 127.0
 
 # HDR-FLIP's tone mappers (lower case; the options accept any case).
 TONE_MAPPERS = ("aces", "hable", "reinhard")

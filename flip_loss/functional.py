@@ -1,7 +1,7 @@
 """Functional API: ``ldr_flip``, the image checks shared by every entry point, the LDR data range
 and the out-of-range warning."""
 import warnings
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -52,14 +52,39 @@ def _checked_pair(test, reference):
     return test, reference
 
 
+def _float32_exact(v: float) -> bool:
+    """Whether ``v`` is 0 or a normal float32 number (24 significant bits, in range), so that float32
+    arithmetic with it does not round it. TorchScript-compatible (Veltkamp's split: with the factor
+    2**29 + 1, ``hi`` keeps the leading 24 of the 53 significant bits of ``v``)."""
+    if v == 0.0:
+        return True
+    if not (1.1754943508222875e-38 <= abs(v) <= 3.4028234663852886e38):
+        return False
+    t = v * 536870913.0
+    return t - (t - v) == v
+
+
 def _to_unit_range(x: torch.Tensor, data_range: Tuple[float, float]) -> torch.Tensor:
-    """Maps values in [low, high] to [0, 1] (differentiably). TorchScript-compatible."""
+    """Maps values in [low, high] to [0, 1] (differentiably), returned in the input's dtype.
+    TorchScript-compatible."""
     low, high = data_range
     if low == 0.0 and high == 1.0:
         return x
     # Checked here too, on every path: a module's data_range can be changed after construction.
     options.check_data_range_value(low, high)
-    return (x - low) / (high - low)
+    width = high - low
+    # float32 arithmetic would round low (1000.1 by 2.4e-5, which shifts every value by 2.4e-5 of
+    # a range of 1) or overflow with the width (a width of 1e39 is infinite: every value mapped
+    # to 0): such ranges map in float64, rounded once. float16 and bfloat16 map in float32 (a
+    # width of 65535 is infinite in float16).
+    compute = x.dtype
+    if x.dtype != torch.float64:
+        compute = torch.float32
+        if x.device.type != "mps" and not (_float32_exact(low) and 1.1754943508222875e-38 <= width <= 3.4e38):
+            compute = torch.float64  # (MPS has no float64)
+    y = x if compute == x.dtype else x.to(compute)
+    y = y / width if low == 0.0 else (y - low) / width
+    return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 def _is_compiling() -> bool:
@@ -77,8 +102,46 @@ _device_inputs_looked_at = False
 
 
 def _is_device_call(test) -> bool:
-    """Whether an eager call with ``test`` counts as its owner's look at inputs on a device."""
-    return isinstance(test, torch.Tensor) and test.device.type != "cpu" and not _is_compiling()
+    """Whether an eager call with ``test`` counts as its owner's look at inputs on a device (not one
+    with inputs without values, meta tensors or FakeTensors, which cannot be looked at)."""
+    return (isinstance(test, torch.Tensor) and test.device.type != "cpu" and not _is_compiling()
+            and _unwrapped_has_values(test))
+
+
+def _unwrapped(t: torch.Tensor) -> torch.Tensor:
+    """``t`` without its functorch wrappers (vmap, grad, ...): the tensor that holds the values."""
+    functorch = torch._C._functorch
+    while functorch.is_functorch_wrapped_tensor(t):
+        t = functorch.get_unwrapped(t)
+    return t
+
+
+def _unwrapped_has_values(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    t = _unwrapped(t)
+    return t.device.type != "meta" and not is_fake(t)
+
+
+def _host_table(table: torch.Tensor) -> Optional[torch.Tensor]:
+    """The values of a small table (rows of flags or per-image values, computed for a check) as a
+    float64 CPU tensor of ``table.shape[0]`` rows, for the checks that read values back; None when
+    there are no values to read (meta tensors, FakeTensors: the check is skipped, and nothing in the
+    result depends on it). Under functorch transforms (vmap, grad, ...) the table is unwrapped, and
+    the values of every vmapped example are read: row i then holds row i of every example (each
+    vmap level's batch dimension moved last and flattened into the row), so a check covers all of
+    them, whatever was called before. Not for traced code (torch.compile, TorchScript)."""
+    t = table
+    functorch = torch._C._functorch
+    while functorch.is_functorch_wrapped_tensor(t):
+        if functorch.is_batchedtensor(t):
+            bdim = functorch.maybe_get_bdim(t)
+            t = functorch.get_unwrapped(t).movedim(bdim, -1)
+        else:
+            t = functorch.get_unwrapped(t)
+    if not _unwrapped_has_values(t):
+        return None
+    return t.detach().to("cpu", torch.float64).reshape(table.shape[0], -1)
 
 
 def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_device: bool) -> None:
@@ -89,7 +152,10 @@ def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_
         # One pass over each image (aminmax), not one for its minimum and another for its maximum.
         lo_t, hi_t = torch.aminmax(test.detach())
         lo_r, hi_r = torch.aminmax(reference.detach())
-        lo, hi = torch.stack([torch.minimum(lo_t, lo_r), torch.maximum(hi_t, hi_r)]).float().tolist()
+        table = _host_table(torch.stack([torch.minimum(lo_t, lo_r), torch.maximum(hi_t, hi_r)]))
+    if table is None:  # no values (meta, FakeTensor): nothing to warn about, and nothing used up
+        return
+    lo, hi = float(table[0].min()), float(table[1].max())
     if lo < -OUT_OF_RANGE_TOLERANCE or hi > 1.0 + OUT_OF_RANGE_TOLERANCE:
         _out_of_range_warned = True
         warnings.warn(
@@ -97,6 +163,15 @@ def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_
             "[0, 1]; FLIP clamps them to [0, 1], with zero gradient beyond. For 0-255 images pass data_range=255, "
             "for [-1, 1] images data_range=(-1, 1); use hdr_flip for linear HDR images. "
             "(Shown once per process.)", UserWarning, stacklevel=3)
+
+
+def _kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
+    """Whether the compiled ``op`` serves these tensors: on a device with kernels (see _ops), or on
+    the meta device, where the ops' Meta kernels give the result's shape and dtype (the
+    pure-PyTorch reference would work too, but slowly and with a warning)."""
+    if _ops.HAS_EXTENSION and all(t.device.type == "meta" for t in tensors):
+        return True
+    return _ops.use_extension(*tensors, op=op)
 
 
 def _ldr_flip(test, reference, pixels_per_degree, input_space, eps, data_range, look_on_device: bool):
@@ -109,7 +184,7 @@ def _ldr_flip(test, reference, pixels_per_degree, input_space, eps, data_range, 
     unit = options.data_range(data_range)
     test, reference = _to_unit_range(test, unit), _to_unit_range(reference, unit)
     _warn_if_outside_unit_range(test, reference, look_on_device)
-    if _ops.use_extension(test, reference):
+    if _kernels_serve("ldr_flip", test, reference):
         return torch.ops.flip.ldr_flip(test, reference, ppd, space, eps)
     from . import reference as ref_impl
 

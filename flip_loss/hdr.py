@@ -5,9 +5,9 @@ from typing import List, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from . import _ops, constants, options
+from . import constants, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD, tone_coefficients
-from .functional import _check_image, _checked_pair
+from .functional import _check_image, _checked_pair, _host_table, _is_compiling, _kernels_serve
 
 TONE_MAPPERS = options.TONE_MAPPERS
 ExposureArg = Union[None, float, int, torch.Tensor]
@@ -55,7 +55,9 @@ def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces") -> Tuple[
     """
     ref = _checked_reference(reference)
     start, stop = _luminance_range(ref, exposure_anchor(tone_mapper))
-    _check_range_rows(_host_rows(torch.stack([start, stop])), False, False)
+    rows = _host_rows(torch.stack([start, stop]))
+    if rows is not None:  # None: a reference without values (meta), whose range is not known
+        _check_range_rows(rows, False, False)
     return start, stop
 
 
@@ -89,10 +91,22 @@ def _exposure_grid(start: torch.Tensor, stop: torch.Tensor, counts: torch.Tensor
 # caller reads them back once, as one small table (_host_rows), and checks that on the host. They
 # are TorchScript-compatible, so that the scripted FLIPLoss(hdr=True) raises where eager does.
 
-def _host_rows(table: torch.Tensor) -> List[List[float]]:
-    """A small table (rows of per-image values) as Python floats: one device-to-host copy."""
-    rows: List[List[float]] = table.to(torch.float64).cpu().tolist()
-    return rows
+def _host_rows(table: torch.Tensor) -> Optional[List[List[float]]]:
+    """A small table (rows of per-image values) as Python floats: one device-to-host copy. None
+    for a table without values (meta tensors, FakeTensors outside torch.compile): the checks are
+    skipped there. Under vmap each row holds the values of every example (see _host_table)."""
+    if torch.jit.is_scripting():
+        rows: List[List[float]] = table.to(torch.float64).cpu().tolist()
+        return rows
+    else:
+        return _eager_host_rows(table)
+
+
+def _eager_host_rows(table: torch.Tensor) -> Optional[List[List[float]]]:
+    if _is_compiling():  # a graph break: the values are real when the rest runs
+        return table.to(torch.float64).cpu().tolist()
+    host = _host_table(table)
+    return None if host is None else host.tolist()
 
 
 def _origin(given: bool) -> str:
@@ -111,6 +125,10 @@ def _check_range_rows(rows: List[List[float]], start_given: bool, stop_given: bo
         if not (math.isfinite(start) and math.isfinite(stop)):
             raise ValueError("flip_loss: start_exposure and stop_exposure must be finite, got " + str(start)
                              + " and " + str(stop) + " for image " + str(i))
+        if start_given:
+            options.check_exposure_value("start_exposure", start)
+        if stop_given:
+            options.check_exposure_value("stop_exposure", stop)
         if start > stop:
             advice = ""
             if start_given != stop_given:
@@ -123,9 +141,12 @@ def _check_range_rows(rows: List[List[float]], start_given: bool, stop_given: bo
 def _automatic_counts(start: torch.Tensor, stop: torch.Tensor, start_given: bool,
                       stop_given: bool) -> Tuple[torch.Tensor, int]:
     """Checks the ranges (as _check_range_rows) and returns the automatic counts max(2, ceil(stop -
-    start)) (int64, on the device) and their maximum, which must not exceed MAX_EXPOSURES."""
+    start)) (int64, on the device) and their maximum, which must not exceed MAX_EXPOSURES. Without
+    values to read (meta tensors) the maximum is taken as MAX_EXPOSURES, a bound of every count."""
     counts = torch.clamp(torch.ceil(stop - start), min=2.0)
     rows = _host_rows(torch.stack([start, stop, counts]))
+    if rows is None:
+        return counts.to(torch.int64), constants.MAX_EXPOSURES
     _check_range_rows(rows, start_given, stop_given)
     count_max = 0
     for i in range(len(rows[2])):
@@ -152,6 +173,10 @@ def _exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[fl
     n = ref.shape[0]
     if num is not None:
         options.check_exposure_count_value(num)
+    if start is not None:
+        options.check_exposure_value("start_exposure", start)
+    if stop is not None:
+        options.check_exposure_value("stop_exposure", stop)
     if start is not None and stop is not None:
         options.check_exposure_order(start, stop)
         s = torch.full([n], start, dtype=torch.float32, device=ref.device)
@@ -172,45 +197,97 @@ def _exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[fl
     if num is None:
         counts, count_max = _automatic_counts(s, e, start is not None, stop is not None)
     else:
-        _check_range_rows(_host_rows(torch.stack([s, e])), start is not None, stop is not None)
+        rows = _host_rows(torch.stack([s, e]))
+        if rows is not None:
+            _check_range_rows(rows, start is not None, stop is not None)
         counts = torch.full([n], num, dtype=torch.int64, device=ref.device)
         count_max = num
     return _exposure_grid(s, e, counts, count_max), counts, s, e
 
 
+# Options given as tensors (one value, or one per image): the rule of hdr_flip, FLIPLoss and the
+# scripted FLIPLoss alike (TorchScript-compatible).
+
 def _real_tensor(value: torch.Tensor, name: str) -> None:
     if value.dtype == torch.bool or value.is_complex():
-        raise TypeError(f"flip_loss: {name} must hold real numbers, got dtype {value.dtype}")
+        raise TypeError("flip_loss: " + name + " must hold real numbers, got dtype " + str(value.dtype))
 
 
 def _per_image(value: torch.Tensor, n: int, name: str) -> torch.Tensor:
     if value.numel() == 1:
         return value.flatten().expand(n)
     if value.numel() != n:
-        raise ValueError(f"flip_loss: {name} must be a number or have one value per image ({n}), "
-                         f"got shape {tuple(value.shape)}")
+        raise ValueError("flip_loss: " + name + " must be a number or have one value per image (" + str(n)
+                         + "), got shape " + str(list(value.shape)))
     return value.flatten()
 
 
-def _per_image_exposure(value: ExposureArg, n: int, device, name: str) -> Optional[torch.Tensor]:
-    if value is None:
-        return None
-    if isinstance(value, torch.Tensor) and value.dim() > 0:
-        _real_tensor(value, name)
-        return _per_image(value.to(device=device, dtype=torch.float32), n, name)
-    return torch.full((n,), options.exposure(name, value), dtype=torch.float32, device=device)
+def _exposure_values(value: torch.Tensor, n: int, device: torch.device, name: str) -> torch.Tensor:
+    """A start or stop exposure tensor as N float32 values on ``device`` (not yet checked: see
+    _check_range_rows)."""
+    _real_tensor(value, name)
+    return _per_image(value.detach().to(device=device, dtype=torch.float32), n, name)
 
 
-def _per_image_counts(value: ExposureArg, n: int, device) -> Tuple[torch.Tensor, int]:
-    """Given counts (a number or one per image), each checked as options.exposure_count checks a
-    number (a tensor is read back to the host for that), and their maximum."""
-    if isinstance(value, torch.Tensor) and value.dim() > 0:
-        _real_tensor(value, "num_exposures")
-        given = _per_image(value.detach().to("cpu", torch.float64), n, "num_exposures").tolist()
-        counts = [options.exposure_count(v) for v in given]
-        return torch.tensor(counts, dtype=torch.int64, device=device), max(counts)
-    count = options.exposure_count(value)
-    return torch.full((n,), count, dtype=torch.int64, device=device), count
+def _count_values(value: torch.Tensor, n: int, device: torch.device) -> Tuple[torch.Tensor, int]:
+    """Given counts (one, or one per image), each checked as options.exposure_count checks a number
+    (read back to the host for that), as N int64 values on ``device``, and their maximum (under
+    vmap, over every example; MAX_EXPOSURES for counts without values, on meta tensors)."""
+    _real_tensor(value, "num_exposures")
+    given = _per_image(value.detach().to(torch.float64), n, "num_exposures")
+    rows = _host_rows(given.unsqueeze(0))
+    count_max = constants.MAX_EXPOSURES
+    if rows is not None:
+        count_max = 0
+        for v in rows[0]:
+            count_max = max(count_max, options.check_exposure_count_number(v))
+    return given.to(device=device, dtype=torch.int64), count_max
+
+
+def _exposures_from_tensors(ref: torch.Tensor, anchor: float, start: Optional[torch.Tensor],
+                            stop: Optional[torch.Tensor], num: Optional[torch.Tensor]
+                            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``exposures_for`` of a checked, batched reference for options given as tensors (one value or
+    one per image) or None: the values are read back once to be checked."""
+    n = ref.shape[0]
+    if start is not None and stop is not None:
+        s = _exposure_values(start, n, ref.device, "start_exposure")
+        e = _exposure_values(stop, n, ref.device, "stop_exposure")
+    else:
+        auto_start, auto_stop = _luminance_range(ref, anchor)
+        if start is None:
+            s = auto_start.to(torch.float32)
+        else:
+            s = _exposure_values(start, n, ref.device, "start_exposure")
+        if stop is None:
+            e = auto_stop.to(torch.float32)
+        else:
+            e = _exposure_values(stop, n, ref.device, "stop_exposure")
+    if num is None:
+        counts, count_max = _automatic_counts(s, e, start is not None, stop is not None)
+    else:
+        counts, count_max = _count_values(num, n, ref.device)
+        rows = _host_rows(torch.stack([s, e]))
+        if rows is not None:
+            _check_range_rows(rows, start is not None, stop is not None)
+    return _exposure_grid(s, e, counts, count_max), counts, s, e
+
+
+def _is_tensor_option(value) -> bool:
+    """Whether an eager option takes the tensor path: a tensor with dimensions, or one whose value
+    cannot be read as a number (a 0-dim tensor vmapped over, one value per example)."""
+    return isinstance(value, torch.Tensor) and (
+        value.dim() > 0 or torch._C._functorch.is_functorch_wrapped_tensor(value))
+
+
+def _option_tensor(name: str, value: ExposureArg) -> Optional[torch.Tensor]:
+    """An eager option as the tensor _exposures_from_tensors takes (a number is checked here for its
+    type, as options.exposure and options.exposure_count check it)."""
+    if value is None or _is_tensor_option(value):
+        return value
+    if name == "num_exposures":
+        return torch.tensor(float(options.exposure_count(value)), dtype=torch.float64)
+    return torch.tensor(options.exposure(name, value), dtype=torch.float64)
 
 
 def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_exposure: ExposureArg = None,
@@ -220,7 +297,8 @@ def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_expo
 
     Each option is a number (a 0-dim tensor counts as one) or a tensor with one value per image.
     Raises ``ValueError`` for a range that is not finite (given, or automatic for a reference with
-    NaN or infinite values), start above stop, a count that is not a whole number from 2 to
+    NaN or infinite values), a given bound outside [-149, 127], start above stop, a count that is
+    not a whole number from 2 to
     ``MAX_EXPOSURES`` (an automatic count above it too), and ``TypeError`` for values of the wrong
     kind. Given numbers for all three options need no device-to-host copy; anything computed from the
     reference or given per image is read back once (a few values per image) to be checked.
@@ -230,25 +308,14 @@ def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_expo
     # The anchor only matters (and is only computed, with NumPy, outside torch.compile's reach)
     # when a bound comes from the reference.
     anchor = exposure_anchor(tone_mapper) if start_exposure is None or stop_exposure is None else 0.0
-    if not any(isinstance(v, torch.Tensor) and v.dim() > 0 for v in (start_exposure, stop_exposure, num_exposures)):
+    if not any(_is_tensor_option(v) for v in (start_exposure, stop_exposure, num_exposures)):
         return _exposures_from_numbers(
             ref, anchor, None if start_exposure is None else options.exposure("start_exposure", start_exposure),
             None if stop_exposure is None else options.exposure("stop_exposure", stop_exposure),
             None if num_exposures is None else options.exposure_count(num_exposures))
-    n, device = ref.shape[0], ref.device
-    start = _per_image_exposure(start_exposure, n, device, "start_exposure")
-    stop = _per_image_exposure(stop_exposure, n, device, "stop_exposure")
-    if start is None or stop is None:
-        auto_start, auto_stop = _luminance_range(ref, anchor)
-        start = auto_start.float() if start is None else start
-        stop = auto_stop.float() if stop is None else stop
-    start_given, stop_given = start_exposure is not None, stop_exposure is not None
-    if num_exposures is None:
-        counts, count_max = _automatic_counts(start, stop, start_given, stop_given)
-    else:
-        counts, count_max = _per_image_counts(num_exposures, n, device)
-        _check_range_rows(_host_rows(torch.stack([start, stop])), start_given, stop_given)
-    return _exposure_grid(start, stop, counts, count_max), counts, start, stop
+    return _exposures_from_tensors(ref, anchor, _option_tensor("start_exposure", start_exposure),
+                                   _option_tensor("stop_exposure", stop_exposure),
+                                   _option_tensor("num_exposures", num_exposures))
 
 
 def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
@@ -259,7 +326,8 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     exposures from ``start_exposure`` to ``stop_exposure`` stops (``num_exposures`` of them), each
     image exposed by 2^c, tone mapped (``"aces"``, ``"hable"`` or ``"reinhard"``) and clamped.
     Exposures left as None are computed per image from the reference (``exposure_range``); each
-    may also be a tensor with one value per image; a count is a whole number from 2 to
+    may also be a tensor with one value per image; a given start or stop exposure lies in
+    [MIN_EXPOSURE_STOPS, MAX_EXPOSURE_STOPS] = [-149, 127]; a count is a whole number from 2 to
     ``MAX_EXPOSURES`` (256), an automatic one included (see ``exposures_for`` for the errors).
     Returns the map (N x 1 x H x W), and with ``return_exposure_map=True`` also the exposure map
     (winning exposure index / (count - 1), 0 where no exposure wins). Differentiable in both images.
@@ -271,7 +339,7 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     unbatched = test.dim() == 3
     t, r = _batched(test), _batched(reference)
     exposures, counts, _, _ = exposures_for(r, tm, start_exposure, stop_exposure, num_exposures)
-    if _ops.use_extension(t, r, op="hdr_flip"):
+    if _kernels_serve("hdr_flip", t, r):
         error, emap, _ = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)
     else:
         from . import reference as ref_impl

@@ -96,7 +96,10 @@ def empty_statistics(bins: int, device) -> Statistics:
 
 def checked_error_batch(error_map, who: str) -> torch.Tensor:
     """``error_map`` (N x 1 x H x W, or 1 x H x W) as an N x (H * W) float64 tensor on its device;
-    ``TypeError``/``ValueError`` for anything else, for an empty map and for NaN or inf values."""
+    ``TypeError``/``ValueError`` for anything else, for an empty map, for NaN or inf values and for
+    values outside [0, 1] (FLIP's range: the histogram covers [0, 1] and the fixed-point sums hold
+    values up to 1 per pixel; 1e12 would overflow them, and a negative value would put the median
+    outside [min, max]). One read-back of two flags."""
     if not isinstance(error_map, torch.Tensor) or not error_map.is_floating_point():
         raise TypeError(f"{who}: error_map must be a floating-point tensor")
     if error_map.dim() == 3:
@@ -105,8 +108,12 @@ def checked_error_batch(error_map, who: str) -> torch.Tensor:
         raise ValueError(f"{who}: expected an N x 1 x H x W (or 1 x H x W) error map, "
                          f"got shape {tuple(error_map.shape)}")
     e = error_map.detach().to(torch.float64).reshape(error_map.shape[0], -1)
-    if not bool(torch.isfinite(e).all()):
+    nonfinite, outside = torch.stack([~torch.isfinite(e).all(), ((e < 0) | (e > 1)).any()]).tolist()
+    if nonfinite:
         raise ValueError(f"{who}: the error map contains NaN or infinite values")
+    if outside:
+        raise ValueError(f"{who}: the error map has values outside [0, 1] (from {float(e.min()):.6g} to "
+                         f"{float(e.max()):.6g}); FLIP error maps lie in [0, 1]")
     return e
 
 
@@ -311,7 +318,8 @@ class FLIPMetric:
     @torch.no_grad()
     def update_error_map(self, error_map: torch.Tensor) -> torch.Tensor:
         """Accumulates already computed error maps (N x 1 x H x W, or 1 x H x W for one image; values
-        in [0, 1]) and returns their per-image means (float64, on the map's device)."""
+        in [0, 1]: NaN, infinite values and values outside [0, 1] raise ``ValueError``, and such a map
+        is not accumulated) and returns their per-image means (float64, on the map's device)."""
         e = checked_error_batch(error_map, "flip_loss.FLIPMetric")
         check_pixel_capacity(self._num_pixels, e.numel(), "flip_loss.FLIPMetric")
         if self._stats is None:

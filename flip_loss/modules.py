@@ -1,18 +1,32 @@
 """``FLIPLoss``: LDR-FLIP or HDR-FLIP as an ``nn.Module`` loss, with optional per-pixel weights
 (masks)."""
-from typing import Dict, List, Optional, Tuple
+import math
+import numbers
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 
 from . import _ops, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .functional import _check_image_pair, _is_device_call, _ldr_flip, _to_unit_range
-from .hdr import _exposures_from_numbers, exposure_anchor, hdr_flip
+from .functional import _check_image_pair, _host_table, _is_device_call, _ldr_flip, _to_unit_range
+from .hdr import (_check_range_rows, _count_values, _exposure_values, _exposures_from_numbers,
+                  _exposures_from_tensors, _host_rows, exposure_anchor, hdr_flip)
+
+def _ppd_hint() -> str:
+    """Where pixels per degree goes, for the errors of a call that looks like one of NVIDIA's loss
+    (whose forward takes it third). A function: TorchScript reads no module-level strings."""
+    return ("; pixels per degree is not an argument of the call: give it to the constructor, "
+            "FLIPLoss(pixels_per_degree=...)")
 
 
 def _check_weight_shape(error: torch.Tensor, weight: torch.Tensor) -> None:
     es: List[int] = error.shape
     ws: List[int] = weight.shape
+    if len(ws) == 0:
+        # A 0-dim tensor broadcasts to anything, but one number is no per-pixel weight: most likely
+        # it is a pixels per degree passed as NVIDIA's loss takes it, FLIPLoss()(test, ref, ppd).
+        raise ValueError("flip_loss: weight must be a per-pixel weight map (N x 1 x H x W, H x W, ...), got a "
+                         "0-dim tensor" + _ppd_hint())
     ok = len(ws) <= len(es)
     if ok:
         for i in range(1, len(ws) + 1):
@@ -33,8 +47,11 @@ def _weight_scale(weight: torch.Tensor, per_image: bool, positive_total: bool) -
         peak = weight.flatten(-3).amax(-1)
     else:
         peak = weight.amax()
-    flags: List[bool] = torch.stack([~torch.isfinite(weight).all(), (weight < 0).any(),
-                                     (peak == 0).any()]).cpu().tolist()
+    table = torch.stack([~torch.isfinite(weight).all(), (weight < 0).any(), (peak == 0).any()])
+    if torch.jit.is_scripting():
+        flags: List[bool] = table.cpu().tolist()
+    else:
+        flags = _eager_weight_flags(table)
     if flags[0]:
         raise ValueError("flip_loss: weight contains NaN or infinite values")
     if flags[1]:
@@ -45,6 +62,15 @@ def _weight_scale(weight: torch.Tensor, per_image: bool, positive_total: bool) -
                              "(reduction='per_image')")
         raise ValueError("flip_loss: the weights sum to zero, so the weighted mean is undefined (reduction='mean')")
     return torch.where(peak > 0, peak, torch.ones_like(peak))
+
+
+def _eager_weight_flags(table: torch.Tensor) -> List[bool]:
+    """The three flags of _weight_scale, each over every vmapped example (functorch transforms);
+    all False for weights without values (meta tensors, FakeTensors), which cannot be checked."""
+    host = _host_table(table)
+    if host is None:
+        return [False, False, False]
+    return [bool(v) for v in (host != 0).any(1).tolist()]
 
 
 # The weight checks as an op: under torch.compile it is one opaque node whose result (the scale) is
@@ -86,7 +112,9 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     options.check_reduction_value(reduction)
     if not torch.jit.is_scripting():
         if weight is not None and not isinstance(weight, torch.Tensor):
-            raise TypeError("flip_loss: weight must be a torch.Tensor (or None), got " + type(weight).__name__)
+            hint = _ppd_hint() if isinstance(weight, numbers.Real) and not isinstance(weight, bool) else ""
+            raise TypeError("flip_loss: weight must be a torch.Tensor (or None), got " + type(weight).__name__
+                            + hint)
     if weight is None:
         if reduction == "none":
             return error
@@ -130,6 +158,103 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     return _as(weighted.sum() / totals.sum(), error.dtype)
 
 
+def _exposure_option(name: str, value):
+    """A start or stop exposure as FLIPLoss keeps it: None, a checked float, or (a tensor with
+    dimensions: one value per image, as hdr_flip takes it) a detached copy whose values are checked
+    (real, finite, within the exposure limits; against the batch size when the loss runs)."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        rows = _host_rows(_exposure_values(value, value.numel(), value.device, name).unsqueeze(0))
+        for i, v in enumerate([] if rows is None else rows[0]):
+            if not math.isfinite(v):
+                raise ValueError(f"flip_loss: {name} must be finite, got {v} for image {i}")
+            options.check_exposure_value(name, v)
+        return value.detach().clone()
+    v = options.exposure(name, value)
+    options.check_exposure_value(name, v)
+    return v
+
+
+def _check_exposure_options(start, stop) -> None:
+    """Given start and stop exposures in order (checked image by image where both are tensors of
+    matching sizes; the rest when the loss runs and knows the batch size)."""
+    if start is None or stop is None:
+        return
+    if not isinstance(start, torch.Tensor) and not isinstance(stop, torch.Tensor):
+        options.check_exposure_order(start, stop)
+        return
+    s = torch.as_tensor(start, dtype=torch.float32).flatten()
+    e = torch.as_tensor(stop, dtype=torch.float32).flatten()
+    if s.numel() == e.numel() or s.numel() == 1 or e.numel() == 1:
+        n = max(s.numel(), e.numel())
+        rows = _host_rows(torch.stack([s.to(e.device).expand(n) if s.numel() == 1 else s.to(e.device),
+                                       e.expand(n) if e.numel() == 1 else e]))
+        if rows is not None:
+            _check_range_rows(rows, True, True)
+
+
+def _count_option(value):
+    """num_exposures as FLIPLoss keeps it: None, a checked int, or a detached copy of a tensor with
+    dimensions (one count per image), each value checked."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        _count_values(value, value.numel(), value.device)
+        return value.detach().clone()
+    return options.exposure_count(value)
+
+
+# The scripted forward's views of the exposure attributes (TorchScript refines a Union by isinstance).
+
+def _scripted_tensor(value: Optional[Union[float, torch.Tensor]]) -> Optional[torch.Tensor]:
+    """The attribute if it is a tensor, else None."""
+    if isinstance(value, torch.Tensor):
+        return value
+    else:
+        return None
+
+
+def _scripted_count(value: Optional[Union[int, torch.Tensor]]) -> Optional[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return value
+    else:
+        return None
+
+
+def _scripted_as_tensor(value: Optional[Union[float, torch.Tensor]]) -> Optional[torch.Tensor]:
+    """The attribute as the tensor path takes it (a number as a 0-dim tensor, None as None)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    else:
+        if value is None:
+            return None
+        return torch.tensor(value, dtype=torch.float64)
+
+
+def _scripted_count_as_tensor(value: Optional[Union[int, torch.Tensor]]) -> Optional[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return value
+    else:
+        if value is None:
+            return None
+        return torch.tensor(float(value), dtype=torch.float64)
+
+
+def _scripted_number(value: Optional[Union[float, torch.Tensor]]) -> Optional[float]:
+    if isinstance(value, torch.Tensor):  # not reached: the caller takes the tensor path
+        return float(value.item())
+    else:
+        return value
+
+
+def _scripted_int(value: Optional[Union[int, torch.Tensor]]) -> Optional[int]:
+    if isinstance(value, torch.Tensor):  # not reached: the caller takes the tensor path
+        return int(value.item())
+    else:
+        return value
+
+
 class FLIPLoss(torch.nn.Module):
     """LDR-FLIP (default) or HDR-FLIP (``hdr=True``) loss between ``test`` (e.g. a network's
     output) and ``reference``.
@@ -137,9 +262,11 @@ class FLIPLoss(torch.nn.Module):
     LDR-FLIP takes the options of :func:`flip_loss.ldr_flip` (``input_space``, ``data_range``).
     HDR-FLIP takes linear HDR images (``input_space`` and ``data_range`` do not apply) and the
     options of :func:`flip_loss.hdr_flip`: ``tone_mapper``, and ``start_exposure``/``stop_exposure``/
-    ``num_exposures`` (None: computed per image from the reference, as NVIDIA's evaluator does).
+    ``num_exposures`` (None: computed per image from the reference, as NVIDIA's evaluator does;
+    numbers, or tensors with one value per image, as ``hdr_flip`` takes them, scripted too).
     Every option is checked when the module is built (``TypeError``/``ValueError``, limits in
-    ``flip_loss.constants``) and again when it runs.
+    ``flip_loss.constants``) and again when it runs. Pixels per degree is an option of the
+    constructor: a 0-dim ``weight`` (a ppd passed as NVIDIA's loss takes it) is refused.
 
     ``forward(test, reference, weight=None)`` takes N x 3 x H x W (or 3 x H x W) tensors, sRGB in
     [0, 1] unless ``input_space="linear"`` or ``data_range`` says otherwise, and an optional
@@ -163,9 +290,10 @@ class FLIPLoss(torch.nn.Module):
     data_range: Tuple[float, float]
     hdr: bool
     tone_mapper: str
-    start_exposure: Optional[float]
-    stop_exposure: Optional[float]
-    num_exposures: Optional[int]
+    # A number, or a tensor of one value per image (as hdr_flip takes them), or None (automatic).
+    start_exposure: Optional[Union[float, torch.Tensor]]
+    stop_exposure: Optional[Union[float, torch.Tensor]]
+    num_exposures: Optional[Union[int, torch.Tensor]]
     exposure_anchors: Dict[str, float]
 
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
@@ -187,11 +315,10 @@ class FLIPLoss(torch.nn.Module):
             raise ValueError("flip_loss: data_range only applies to LDR-FLIP (hdr=False); HDR inputs are linear "
                              "scene values")
         self.tone_mapper = options.tone_mapper(tone_mapper)
-        self.start_exposure = None if start_exposure is None else options.exposure("start_exposure", start_exposure)
-        self.stop_exposure = None if stop_exposure is None else options.exposure("stop_exposure", stop_exposure)
-        if self.start_exposure is not None and self.stop_exposure is not None:
-            options.check_exposure_order(self.start_exposure, self.stop_exposure)
-        self.num_exposures = None if num_exposures is None else options.exposure_count(num_exposures)
+        self.start_exposure = _exposure_option("start_exposure", start_exposure)
+        self.stop_exposure = _exposure_option("stop_exposure", stop_exposure)
+        _check_exposure_options(self.start_exposure, self.stop_exposure)
+        self.num_exposures = _count_option(num_exposures)
         # every tone mapper's anchor, for the scripted forward (which cannot run exposure_anchor), looked
         # up per call because tone_mapper may be changed after construction
         self.exposure_anchors = {name: exposure_anchor(name) for name in options.TONE_MAPPERS}
@@ -212,6 +339,8 @@ class FLIPLoss(torch.nn.Module):
             # TorchScript (and C++ programs loading the module) call the ops directly, after the
             # checks eager makes in Python (the ops check the scalar options and the values).
             _check_image_pair(test, reference)
+            # The ops require only ppd > 0; the Python API's lower limit is checked here.
+            options.check_pixels_per_degree_value(self.pixels_per_degree)
             if test.dtype != reference.dtype:  # promoted, as eager does
                 common = torch.promote_types(test.dtype, reference.dtype)
                 test, reference = test.to(common), reference.to(common)
@@ -220,9 +349,18 @@ class FLIPLoss(torch.nn.Module):
                 if self.tone_mapper not in self.exposure_anchors:
                     raise ValueError("flip_loss: tone_mapper must be one of 'aces', 'hable', 'reinhard', got '"
                                      + self.tone_mapper + "'")
-                exposures, counts, _, _ = _exposures_from_numbers(ref, self.exposure_anchors[self.tone_mapper],
-                                                                  self.start_exposure, self.stop_exposure,
-                                                                  self.num_exposures)
+                anchor = self.exposure_anchors[self.tone_mapper]
+                start = self.start_exposure
+                stop = self.stop_exposure
+                num = self.num_exposures
+                if _scripted_tensor(start) is not None or _scripted_tensor(stop) is not None \
+                        or _scripted_count(num) is not None:
+                    exposures, counts, _, _ = _exposures_from_tensors(ref, anchor, _scripted_as_tensor(start),
+                                                                      _scripted_as_tensor(stop),
+                                                                      _scripted_count_as_tensor(num))
+                else:
+                    exposures, counts, _, _ = _exposures_from_numbers(ref, anchor, _scripted_number(start),
+                                                                      _scripted_number(stop), _scripted_int(num))
                 error = torch.ops.flip.hdr_flip(test, reference, exposures, counts, self.pixels_per_degree,
                                                 self.tone_mapper, self.eps)[0]
             else:

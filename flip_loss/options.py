@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from . import constants
-from .constants import MAX_EPS, MAX_EXPOSURES, MAX_PPD
+from .constants import MAX_EPS, MAX_EXPOSURES
 
 INPUT_SPACES = ("srgb", "linear")
 TONE_MAPPERS = constants.TONE_MAPPERS
@@ -39,10 +39,16 @@ def real_number(name: str, value) -> float:
 
 def pixels_per_degree(value) -> float:
     v = real_number("pixels_per_degree", value)
-    if not (math.isfinite(v) and 0 < v <= MAX_PPD):
-        raise ValueError(f"flip_loss: pixels_per_degree must be a finite number above 0 and at most "
-                         f"{MAX_PPD:g}, got {v!r}")
+    check_pixels_per_degree_value(v)
     return v
+
+
+def check_pixels_per_degree_value(ppd: float) -> None:
+    """TorchScript-compatible: a scripted ``FLIPLoss`` checks its pixels per degree on every call
+    (the attribute can be changed after construction, and the ops only require it above 0)."""
+    if not (math.isfinite(ppd) and constants.MIN_PPD <= ppd <= constants.MAX_PPD):
+        raise ValueError("flip_loss: pixels_per_degree must be a finite number from " + str(constants.MIN_PPD)
+                         + " to " + str(int(constants.MAX_PPD)) + ", got " + str(ppd))
 
 
 def eps(value) -> float:
@@ -101,29 +107,64 @@ def data_range(value) -> Tuple[float, float]:
 
 def check_data_range_value(low: float, high: float) -> None:
     """TorchScript-compatible check of a (low, high) data range: finite, low < high, and a width
-    whose reciprocal is finite (the mapping to [0, 1] divides by it)."""
-    if not (math.isfinite(low) and math.isfinite(high) and low < high and math.isfinite(1.0 / (high - low))):
-        raise ValueError("flip_loss: data_range must be finite with low < high and a width whose reciprocal "
-                         "is finite, got (" + str(low) + ", " + str(high) + ")")
+    that is finite and whose reciprocal is finite (the mapping to [0, 1] divides by it; an infinite
+    width, as (-1e308, 1e308) has, would map every value to 0)."""
+    if not (math.isfinite(low) and math.isfinite(high) and low < high and math.isfinite(high - low)
+            and math.isfinite(1.0 / (high - low))):
+        raise ValueError("flip_loss: data_range must be finite with low < high and a width (high - low) that "
+                         "is finite and whose reciprocal is finite, got (" + str(low) + ", " + str(high) + ")")
 
 
 def exposure(name: str, value) -> float:
-    """A start or stop exposure given as one number (stops)."""
+    """A start or stop exposure given as one number (stops), finite. Its range is checked where
+    exposures are used (``check_exposure_value``: ``hdr_flip``, ``exposures_for``, ``FLIPLoss``),
+    so that the command line can give its own messages for values outside it."""
     v = real_number(name, value)
     if not math.isfinite(v):
         raise ValueError(f"flip_loss: {name} must be a finite number, got {v!r}")
     return v
 
 
+def check_exposure_value(name: str, value: float) -> None:
+    """TorchScript-compatible: a given start or stop exposure must be finite and within
+    [MIN_EXPOSURE_STOPS, MAX_EXPOSURE_STOPS] (2^c a nonzero, finite float32; see constants)."""
+    if not (math.isfinite(value) and constants.MIN_EXPOSURE_STOPS <= value <= constants.MAX_EXPOSURE_STOPS):
+        raise ValueError("flip_loss: " + name + " must be a finite number from "
+                         + str(int(constants.MIN_EXPOSURE_STOPS)) + " to " + str(int(constants.MAX_EXPOSURE_STOPS))
+                         + " stops (2^c must be a nonzero, finite "
+                         "float32, the precision of the exposures), got " + str(value))
+
+
+def whole_number(name: str, value, low: int, high: float, who: str = "flip_loss") -> int:
+    """A count: a whole number from ``low`` to ``high``, given as a Python or NumPy number or a 0-dim
+    real tensor (3.0 and ``torch.tensor(3)`` are 3; 2.5 is rejected, not truncated; a bool is not a
+    number)."""
+    try:
+        v = real_number(name, value)
+    except TypeError as exc:
+        raise TypeError(str(exc).replace("flip_loss:", who + ":", 1)) from None
+    if math.isnan(v) or (math.isfinite(v) and v != math.floor(v)):
+        raise ValueError(f"{who}: {name} must be a whole number, got {value!r}")
+    if not (low <= v <= high and math.isfinite(v)):
+        limits = f"at least {low}" if high == math.inf else f"from {low} to {high}"
+        raise ValueError(f"{who}: {name} must be {limits}, got {value!r}")
+    return int(v)
+
+
 def exposure_count(value, name: str = "num_exposures") -> int:
     """An exposure count: a whole number (an integral float or tensor value is accepted; 2.5 is
     not truncated but rejected) from 2 to ``MAX_EXPOSURES``."""
-    v = real_number(name, value)
-    if math.isnan(v) or (math.isfinite(v) and v != math.floor(v)):
-        raise ValueError(f"flip_loss: {name} must be a whole number, got {value!r}")
-    if not 2 <= v <= MAX_EXPOSURES:
-        raise ValueError(f"flip_loss: {name} must be from 2 to {MAX_EXPOSURES}, got {value!r}")
-    return int(v)
+    return whole_number(name, value, 2, MAX_EXPOSURES)
+
+
+def check_exposure_count_number(value: float, name: str = "num_exposures") -> int:
+    """TorchScript-compatible form of ``exposure_count`` for a value read back from a tensor."""
+    if math.isnan(value) or (math.isfinite(value) and value != math.floor(value)):
+        raise ValueError("flip_loss: " + name + " must be a whole number, got " + str(value))
+    if not (2 <= value <= constants.MAX_EXPOSURES):
+        raise ValueError("flip_loss: " + name + " must be from 2 to " + str(constants.MAX_EXPOSURES) + ", got "
+                         + str(value))
+    return int(value)
 
 
 def check_exposure_count_value(count: int) -> None:
@@ -135,20 +176,19 @@ def check_exposure_count_value(count: int) -> None:
 
 
 def check_exposure_order(start: float, stop: float) -> None:
-    """TorchScript-compatible: given start and stop exposures must be finite and in order."""
+    """TorchScript-compatible: given start and stop exposures must be finite, within their range
+    (``check_exposure_value``) and in order."""
     if not (math.isfinite(start) and math.isfinite(stop)):
         raise ValueError("flip_loss: start_exposure and stop_exposure must be finite, got " + str(start)
                          + " and " + str(stop))
+    check_exposure_value("start_exposure", start)
+    check_exposure_value("stop_exposure", stop)
     if start > stop:
         raise ValueError("flip_loss: start_exposure (" + str(start) + ") must not exceed stop_exposure ("
                          + str(stop) + ")")
 
 
 def bins(value, who: str = "flip_loss") -> int:
-    """A histogram bucket count (FLIPMetric, FLIPTorchMetric): a whole number (Python or NumPy
-    integer) from 1 to 2**24 (four arrays of that many entries are kept on the device)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{who}: bins must be an integer, got {type(value).__name__} {value!r}")
-    if not 1 <= int(value) <= 2 ** 24:
-        raise ValueError(f"{who}: bins must be from 1 to {2 ** 24}, got {int(value)}")
-    return int(value)
+    """A histogram bucket count (FLIPMetric, FLIPTorchMetric): a whole number (the rule of
+    ``whole_number``) from 1 to 2**24 (seven arrays of that many entries are kept on the device)."""
+    return whole_number("bins", value, 1, 2 ** 24, who)

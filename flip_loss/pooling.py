@@ -21,6 +21,7 @@ Two deliberate deviations from the evaluator:
 * the **max** of a map with no positive value is its true maximum (0 for an all-zero map). The
   evaluator starts its running maximum at FLT_MIN (1.2e-38) and so reports 1.2e-38 there.
 """
+import math
 from typing import NamedTuple, Tuple
 
 import numpy as np
@@ -86,10 +87,17 @@ def _weighted_percentiles(flat: np.ndarray, ps) -> Tuple[float, ...]:
 
 
 def _check_p(p) -> float:
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)) \
-            or not (0.0 <= float(p) <= 1.0):
+    """``p`` as a float: a Python or NumPy number or a 0-dim real tensor (TypeError for anything
+    else, a bool included), in [0, 1] (ValueError)."""
+    from . import options
+
+    try:
+        v = options.real_number("p", p)
+    except TypeError as exc:
+        raise TypeError(str(exc).replace("flip_loss:", "flip_loss.pooling:", 1)) from None
+    if not 0.0 <= v <= 1.0:
         raise ValueError(f"flip_loss.pooling: p must be a number in [0, 1], got {p!r}")
-    return float(p)
+    return v
 
 
 def weighted_percentile(error_map, p: float) -> float:
@@ -125,9 +133,10 @@ def weighted_histogram(error_map, bins: int = 100):
 
     Returns ``(bin_edges, weighted_counts)``: float64 arrays of ``bins + 1`` and ``bins`` entries.
     """
-    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
-        raise ValueError(f"flip_loss.pooling: bins must be a positive integer, got {bins!r}")
-    bins = int(bins)
+    from . import options
+
+    # A whole number of any kind (3.0 and a 0-dim tensor too), as every count of the API.
+    bins = options.whole_number("bins", bins, 1, math.inf, "flip_loss.pooling")
     flat = _as_flat_array(error_map)
     inside = flat[(flat >= 0) & (flat <= 1)].astype(np.float64)
     bucket_size = float(np.float32(1.0 / bins))

@@ -55,8 +55,8 @@ $PY -m pip install -q -r requirements-test.txt
 # kept in .venv; a missing or unloadable extension is rebuilt whatever the stamp says.
 build_stamp() {
   {
-    find csrc cmake -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \
-      -o -name '*.in' -o -name '*.cmake' \) -print0 | sort -z | xargs -0 sha256sum
+    find csrc -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) \
+      -print0 | sort -z | xargs -0 sha256sum
     sha256sum setup.py pyproject.toml
     $PY -c "import torch; print(torch.__version__, torch.version.cuda)"
     "${CXX:-c++}" --version 2>/dev/null | head -n 1

@@ -297,10 +297,10 @@ def bad_files(tmp_path, pair):
     (["-r", "{d}/garbage.exr", "-t", "{d}/garbage.exr"], "not an OpenEXR file"),
     (["-r", "{d}/image.hdr", "-t", "{d}/image.hdr"], "are not supported; convert"),
     (["-r", "{ref}", "-t", "{d}/image.pfm"], "are not supported; convert"),
-    (["-r", "{ref}", "-t", "{test}", "--ppd", "abc"], "positive number"),
-    (["-r", "{ref}", "-t", "{test}", "--ppd", "-3"], "positive number"),
-    (["-r", "{ref}", "-t", "{test}", "--ppd", "0"], "positive number"),
-    (["-r", "{ref}", "-t", "{test}", "--ppd", "nan"], "positive number"),
+    (["-r", "{ref}", "-t", "{test}", "--ppd", "abc"], "a number from 0.001 to 10000"),
+    (["-r", "{ref}", "-t", "{test}", "--ppd", "-3"], "a number from 0.001 to 10000"),
+    (["-r", "{ref}", "-t", "{test}", "--ppd", "0"], "a number from 0.001 to 10000"),
+    (["-r", "{ref}", "-t", "{test}", "--ppd", "nan"], "a number from 0.001 to 10000"),
     (["-r", "{ref}", "-t", "{test}", "-vc", "0.7", "0", "3840"], "positive number"),
     (["-r", "{ref}", "-t", "{test}", "-vc", "0.7", "0.7"], "expected 3 arguments"),
     (["-r", "{ref}", "-t", "{test}", "--ppd", "60", "-vc", "0.7", "0.7", "3840"], "not allowed"),
@@ -1319,12 +1319,14 @@ def _png_header(path, width, height):
 @pytest.mark.parametrize("argv,needle", [
     (["-t", "bomb.png"], "its header gives more than the limit of 134217728 pixels"),
     (["-t", "big.png"], "its header gives 12000x12000 pixels, more than the limit of 134217728 pixels"),
-    (["-t", "test.png", "--ppd", "1e9"], "expected a positive number of at most 10000, got '1e9'"),
-    (["-t", "test.png", "--ppd", "10000.5"], "at most 10000"),
-    (["-t", "test.png", "--ppd", "inf"], "at most 10000"),
+    (["-t", "test.png", "--ppd", "1e9"], "expected a number from 0.001 to 10000, got '1e9'"),
+    (["-t", "test.png", "--ppd", "10000.5"], "from 0.001 to 10000"),
+    (["-t", "test.png", "--ppd", "inf"], "from 0.001 to 10000"),
+    (["-t", "test.png", "--ppd", "0.0005"], "expected a number from 0.001 to 10000, got '0.0005'"),
     (["-t", "test.png", "-vc", "1e300", "1e-300", "1e300"], "give inf pixels per degree"),
     (["-t", "test.png", "-vc", "1e-300", "1e300", "1"], "give 0 pixels per degree"),
-    (["-t", "test.png", "-vc", "100", "0.01", "3840"], "at most 10000"),
+    (["-t", "test.png", "-vc", "100", "0.01", "3840"], "number from 0.001 to 10000"),
+    (["-t", "test.png", "-vc", "0.001", "1", "10"], "give 0.000174533 pixels per degree; it must be a number from 0.001"),
 ])
 def test_limits_are_one_line_errors(work, capsys, argv, needle):
     _png_header(work / "bomb.png", 30000, 30000)    # Pillow itself refuses this one
@@ -1336,11 +1338,13 @@ def test_limits_are_one_line_errors(work, capsys, argv, needle):
 
 
 def test_limits_are_the_api_limits(work, capsys):
-    from flip_loss.constants import MAX_PPD
+    from flip_loss.constants import MAX_PPD, MIN_PPD
 
-    assert main(["-r", "ref.png", "-t", "test.png", "--ppd", repr(MAX_PPD), "-nerm", "-v", "1"]) == 0
-    assert main(["-r", "ref.png", "-t", "test.png", "--ppd", repr(MAX_PPD * (1 + 1e-12)), "-nerm"]) == 2
-    assert f"at most {MAX_PPD:g}" in error_line(capsys.readouterr().err)
+    for ppd in (MIN_PPD, MAX_PPD):
+        assert main(["-r", "ref.png", "-t", "test.png", "--ppd", repr(ppd), "-nerm", "-v", "1"]) == 0
+    for ppd in (MIN_PPD * (1 - 1e-12), MAX_PPD * (1 + 1e-12)):
+        assert main(["-r", "ref.png", "-t", "test.png", "--ppd", repr(ppd), "-nerm"]) == 2
+        assert f"from {MIN_PPD:g} to {MAX_PPD:g}" in error_line(capsys.readouterr().err)
     # -vc is held to the same limit.
     vc = (1.0, 1.0, math.floor(MAX_PPD * 180 / math.pi))
     assert MAX_PPD - 0.1 < pixels_per_degree(*vc) <= MAX_PPD

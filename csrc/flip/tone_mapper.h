@@ -7,4 +7,10 @@ namespace flip {
 
 enum class ToneMapper : int { kReinhard = 0, kAces = 1, kHable = 2 };
 
+// The names the ops take (any case), by ToneMapper value: the one list of tone mappers, which the
+// Python package's constants.TONE_MAPPERS must equal (flip_loss._C.limits() exports it; a test
+// compares them).
+inline constexpr int kToneMapperCount = 3;
+inline constexpr const char* kToneMapperNames[kToneMapperCount] = {"reinhard", "aces", "hable"};
+
 }  // namespace flip

@@ -35,10 +35,11 @@ FLIP_HD T luminance(const T x[3]) {
   return T(0.2126f) * x[0] + T(0.7152f) * x[1] + T(0.0722f) * x[2];
 }
 
-// Exposed value of one channel (negatives count as 0, capped) and its derivative d x / d v.
+// Exposed value of one channel (negatives count as 0, capped) and its derivative d x / d v. A black
+// pixel stays black whatever the scale (0 * scale would be NaN, then capped, for an infinite one).
 template <class T>
 FLIP_HD T expose(T v, T scale, T* dx = nullptr) {
-  const T e = (v > T(0) ? v : T(0)) * scale;
+  const T e = v > T(0) ? v * scale : T(0);
   if (dx) *dx = (v >= T(0) && e < hdr_cap<T>()) ? scale : T(0);
   return e < hdr_cap<T>() ? e : hdr_cap<T>();
 }

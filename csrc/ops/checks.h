@@ -24,6 +24,7 @@ namespace flip_ops {
 using flip_loss::kMaxEps;
 using flip_loss::kMaxExposures;
 using flip_loss::kMaxPpd;
+using flip_loss::kMinPpd;
 using flip_loss::kMinExposures;
 
 inline void check_image(const at::Tensor& t, const char* name, int64_t channels) {
@@ -68,8 +69,8 @@ inline void check_grad(const at::Tensor& grad, const at::Tensor& like, int64_t c
 }
 
 inline void check_ppd(double ppd) {
-  TORCH_CHECK_VALUE(std::isfinite(ppd) && ppd > 0 && ppd <= kMaxPpd,
-                    "flip: pixels_per_degree must be a positive finite number of at most ", kMaxPpd, ", got ",
+  TORCH_CHECK_VALUE(std::isfinite(ppd) && ppd >= kMinPpd && ppd <= kMaxPpd,
+                    "flip: pixels_per_degree must be a finite number from ", kMinPpd, " to ", kMaxPpd, ", got ",
                     ppd);
 }
 
@@ -88,15 +89,25 @@ inline bool parse_input_space(c10::string_view space) {
   return s == "srgb";
 }
 
+// The tone mappers' names in alphabetical order, quoted, for messages: "'aces', 'hable', ...".
+inline std::string tone_mapper_list() {
+  std::vector<std::string> names(flip::kToneMapperNames, flip::kToneMapperNames + flip::kToneMapperCount);
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out;
+}
+
 // Tone mapper name (case-insensitive) -> flip::ToneMapper.
 inline flip::ToneMapper parse_tone_mapper(c10::string_view name) {
   std::string s(name.data(), name.size());
   for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  TORCH_CHECK_VALUE(s == "reinhard" || s == "aces" || s == "hable",
-                    "flip: tone_mapper must be \"aces\", \"hable\" or \"reinhard\", got \"",
+  for (int i = 0; i < flip::kToneMapperCount; ++i) {
+    if (s == flip::kToneMapperNames[i]) return static_cast<flip::ToneMapper>(i);
+  }
+  TORCH_CHECK_VALUE(false, "flip: tone_mapper must be one of ", tone_mapper_list(), ", got \"",
                     std::string(name.data(), name.size()), "\"");
-  return s == "reinhard" ? flip::ToneMapper::kReinhard : s == "aces" ? flip::ToneMapper::kAces
-                                                                     : flip::ToneMapper::kHable;
+  return flip::ToneMapper::kAces;  // not reached
 }
 
 // exposures: N x E floating (stops) with kMinExposures <= E <= kMaxExposures, counts: N integers,

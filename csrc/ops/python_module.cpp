@@ -8,6 +8,8 @@
 
 #include "../flip/cpu/interrupt.h"
 #include "../flip/cpu/kernels.h"
+#include "../flip/tone_mapper.h"
+#include "../include/flip_loss/limits.h"
 
 namespace {
 
@@ -37,9 +39,25 @@ void raise_pending_python_signal() {
 
 PyObject* cpu_capability(PyObject*, PyObject*) { return PyUnicode_FromString(flip::cpu::capability()); }
 
+// The ops' argument limits and tone mappers (limits.h, tone_mapper.h), so that the Python package's
+// copies of them (flip_loss/constants.py) can be checked against the ones the ops enforce.
+PyObject* limits(PyObject*, PyObject*) {
+  PyObject* names = PyTuple_New(flip::kToneMapperCount);
+  if (names == nullptr) return nullptr;
+  for (int i = 0; i < flip::kToneMapperCount; ++i) {
+    PyTuple_SET_ITEM(names, i, PyUnicode_FromString(flip::kToneMapperNames[i]));
+  }
+  return Py_BuildValue("{s:d,s:d,s:d,s:L,s:L,s:N}", "min_ppd", flip_loss::kMinPpd, "max_ppd", flip_loss::kMaxPpd,
+                       "max_eps", flip_loss::kMaxEps, "min_exposures", static_cast<long long>(flip_loss::kMinExposures),
+                       "max_exposures", static_cast<long long>(flip_loss::kMaxExposures), "tone_mappers", names);
+}
+
 PyMethodDef methods[] = {
     {"cpu_capability", &cpu_capability, METH_NOARGS,
      "The instruction-set level of the CPU kernels: 'avx512', 'avx2' or 'baseline'."},
+    {"limits", &limits, METH_NOARGS,
+     "The ops' argument limits (min_ppd, max_ppd, max_eps, min_exposures, max_exposures) and tone mapper "
+     "names, as the C++ checks enforce them."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

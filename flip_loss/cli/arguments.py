@@ -7,7 +7,7 @@ import os
 from typing import List, Optional, Tuple
 
 from .. import options
-from ..constants import MAX_EXPOSURES, MAX_PPD
+from ..constants import MAX_EXPOSURES, MAX_PPD, MIN_PPD
 from ..imageio import MAX_IMAGE_PIXELS
 from .errors import PROG, UsageError, UsageErrorParser, exit_code_lines
 from .pairs import FOLDER_EXTENSIONS
@@ -44,7 +44,7 @@ def _ppd_value(text: str) -> float:
     try:
         return options.pixels_per_degree(float(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number of at most {MAX_PPD:g}, "
+        raise argparse.ArgumentTypeError(f"expected a number from {MIN_PPD:g} to {MAX_PPD:g}, "
                                          f"got '{text}'") from None
 
 
@@ -97,7 +97,7 @@ selects HDR-FLIP, as in NVIDIA's tool: the test images must then be .exr files t
 values; NaN or infinite values are an error); mixing LDR and HDR images is an error. Radiance
 .hdr and .pfm files are not supported (convert them to OpenEXR). Images of more than
 {MAX_IMAGE_PIXELS} pixels (e.g. 16384x8192) are refused. The default pixels per degree, 67
-(67.0206...), is a 0.7 m wide 4K display seen from 0.7 m; at most {MAX_PPD:g} are accepted.
+(67.0206...), is a 0.7 m wide 4K display seen from 0.7 m; {MIN_PPD:g} to {MAX_PPD:g} are accepted.
 
 HDR-FLIP is the per-pixel maximum of LDR-FLIP over exposures from --start-exposure to
 --stop-exposure (--num-exposures of them, evenly spaced in stops), each image exposed, tone
@@ -374,7 +374,7 @@ def ppd_of(args) -> float:
         except ValueError:
             given = " ".join(f"{v:g}" for v in args.viewing_conditions)
             raise UsageError(f"--viewing-conditions {given} give {ppd:g} pixels per degree; it must be a "
-                             f"positive number of at most {MAX_PPD:g}") from None
+                             f"number from {MIN_PPD:g} to {MAX_PPD:g}") from None
     return args.ppd if args.ppd is not None else DEFAULT_PPD
 
 

@@ -13,7 +13,7 @@
 //
 // Conventions (see the README): images are N x 3 x H x W or 3 x H x W (N >= 1), float16/bfloat16/
 // float32/float64, sRGB-encoded in [0, 1] by default; argument order is (test, reference).
-// Limits (limits.h, the same in Python): 0 < ppd <= kMaxPpd, 0 <= eps <= kMaxEps, exposure counts
+// Limits (limits.h, the same in Python): kMinPpd <= ppd <= kMaxPpd, 0 <= eps <= kMaxEps, exposure counts
 // in [kMinExposures, kMaxExposures]. A bad argument throws c10::ValueError (c10::TypeError for a
 // wrong dtype), both c10::Error. Gradients are first order only: differentiating a gradient of
 // these ops (double backward) throws.

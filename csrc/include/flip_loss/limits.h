@@ -7,12 +7,15 @@
 
 namespace flip_loss {
 
-// pixels_per_degree lies in (0, kMaxPpd]: beyond it the filters are thousands of pixels wide,
-// which means the caller passed something that is not a pixels-per-degree value.
+// pixels_per_degree lies in [kMinPpd, kMaxPpd]. Beyond kMaxPpd the filters are thousands of pixels
+// wide, which means the caller passed something that is not a pixels-per-degree value; below
+// kMinPpd one pixel spans more than 1000 degrees (every ppd below about 0.5 gives the same map,
+// and below about 1e-160 the feature filters' Gaussians are 0/0).
+constexpr double kMinPpd = 1e-3;
 constexpr double kMaxPpd = 10000.0;
 
 // eps lies in [0, kMaxEps]. eps regularises the gradients of two square roots; up to this value
-// the map stays in [0, 1] and identical images give at most ~4e-4, while larger values change
+// the map stays in [0, 1] and identical images give at most ~4.6e-4, while larger values change
 // the metric itself.
 constexpr double kMaxEps = 1e-6;
 

@@ -1,0 +1,80 @@
+"""Facts the code states in more than one place, because each language or build system needs its
+own copy, are equal everywhere: the options' limits and the tone mappers (C++ limits.h and
+tone_mapper.h, which the ops enforce, against flip_loss.constants and the command line), the
+default pixels per degree, the version, the CUDA architectures of a build."""
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import flip_loss
+from flip_loss import constants, options
+from flip_loss.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def limits(ops):
+    return flip_loss._C.limits()
+
+
+def test_the_python_limits_are_the_ones_the_ops_enforce(limits):
+    assert limits["min_ppd"] == constants.MIN_PPD
+    assert limits["max_ppd"] == constants.MAX_PPD
+    assert limits["max_eps"] == constants.MAX_EPS
+    assert limits["max_exposures"] == constants.MAX_EXPOSURES
+    assert limits["min_exposures"] == 2
+
+
+def test_the_ops_refuse_what_the_limits_refuse(ops, limits):
+    x = torch.rand(1, 3, 8, 8)
+    for ppd in (limits["min_ppd"], limits["max_ppd"]):
+        assert ops.ldr_flip(x, x, ppd, "srgb", 0.0).shape == (1, 1, 8, 8)
+        options.pixels_per_degree(ppd)
+    for ppd in (limits["min_ppd"] * 0.999, limits["max_ppd"] * 1.001):
+        with pytest.raises(ValueError, match="pixels_per_degree"):
+            ops.ldr_flip(x, x, ppd, "srgb", 0.0)
+        with pytest.raises(ValueError, match="pixels_per_degree"):
+            options.pixels_per_degree(ppd)
+
+
+def test_one_list_of_tone_mappers(ops, limits):
+    assert sorted(limits["tone_mappers"]) == sorted(constants.TONE_MAPPERS)
+    assert options.TONE_MAPPERS == constants.TONE_MAPPERS
+    actions = {a.dest: a for a in build_parser()._actions}
+    assert tuple(actions["tone_mapper"].choices) == constants.TONE_MAPPERS
+    # every name is accepted by the ops and the API, in any case
+    x = torch.rand(1, 3, 8, 8) * 4
+    exposures, counts = torch.tensor([[-1.0, 1.0]]), torch.tensor([2])
+    for name in constants.TONE_MAPPERS:
+        ops.hdr_flip(x, x, exposures, counts, 67.0, name.upper(), 0.0)
+        assert options.tone_mapper(name.upper()) == name
+    with pytest.raises(ValueError, match="'aces', 'hable', 'reinhard'"):
+        ops.hdr_flip(x, x, exposures, counts, 67.0, "filmic", 0.0)
+
+
+def test_one_default_pixels_per_degree(ops):
+    schema_default = torch.ops.flip.ldr_flip.default._schema.arguments[2].default_value
+    assert schema_default == constants.DEFAULT_PPD
+    header = (ROOT / "csrc" / "include" / "flip_loss" / "flip_loss.h").read_text()
+    assert float(re.search(r"kDefaultPpd = ([0-9.]+);", header).group(1)) == constants.DEFAULT_PPD
+    assert constants.DEFAULT_PPD == constants.pixels_per_degree(0.7, 0.7, 3840)
+
+
+def test_one_version():
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    assert re.search(r"project\(flip_loss VERSION ([0-9.]+)", cmake).group(1) == flip_loss.__version__
+
+
+def test_one_set_of_cuda_architectures():
+    setup = (ROOT / "setup.py").read_text()
+    arch_list = re.search(r'setdefault\("TORCH_CUDA_ARCH_LIST", "([0-9.;]+)"\)', setup).group(1)
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    config = (ROOT / "cmake" / "flip_lossConfig.cmake.in").read_text()
+    assert re.search(r'set\(_flip_default_archs "([0-9;]+)"\)', cmake).group(1) == arch_list.replace(".", "")
+    for text in (cmake, config):
+        assert re.search(r'set\(TORCH_CUDA_ARCH_LIST "([0-9.;]+)"', text).group(1) == arch_list
+    readme = (ROOT / "README.md").read_text()
+    assert f"default `{arch_list}`" in readme
