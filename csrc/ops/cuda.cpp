@@ -85,7 +85,7 @@ flip::cuda::KernelTaps<T> kernel_taps(double ppd, const at::Tensor& like, cudaSt
 // FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 sends the LDR and HDR forwards and backwards through the row
 // passes (H, then V, with planes in global memory) even where the fused forward and the tiled
 // backward fit, which on an H100/H200 they do up to ppd ~244 and ~214 in float32 (~111 in
-// float64): a test or sanitizer run (benchmarks/gpu_check.sh) reaches that fallback this way. Read
+// float64): a test or sanitizer run (scripts/gpu/gpu_check.sh) reaches that fallback this way. Read
 // once, at the first call.
 bool force_row_passes() {
   static const bool on = [] {
@@ -104,7 +104,7 @@ bool use_fused_forward(const flip::cuda::KernelTaps<T>& taps) {
 
 // FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> replaces the tiled backward's scratch budget
 // (flip::kBackwardScratchBytes): with a small one, small images already take several bands, which
-// tests and sanitizer runs (benchmarks/gpu_check.sh) use to reach the band logic on a GPU. Read
+// tests and sanitizer runs (scripts/gpu/gpu_check.sh) use to reach the band logic on a GPU. Read
 // once, at the first backward.
 int64_t backward_scratch_budget() {
   static const int64_t bytes = [] {
@@ -112,6 +112,22 @@ int64_t backward_scratch_budget() {
     return v != nullptr && *v != '\0' ? std::max<int64_t>(1, std::atoll(v)) : flip::kBackwardScratchBytes;
   }();
   return bytes;
+}
+
+// FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH=1 fills the tiled backward's scratch with NaN before each band
+// (and, in HDR-FLIP, before each exposure of a band; kernels.cu, launch_tiled_band). Kernel 2 of a
+// band must read only gradient planes kernel 1 of the same band wrote; a read of anything else (a
+// halo row left out, a row left over from the band before) would otherwise take stale but finite
+// values, which compute-sanitizer's initcheck cannot tell from written ones. With the switch such a
+// read turns the gradient NaN, so the CUDA tests' backward cases catch it (scripts/gpu/gpu_check.sh
+// runs them so, with a small FLIP_LOSS_CUDA_BACKWARD_SCRATCH for many bands). One memset per band:
+// for debugging only. Read once, at the first backward.
+bool debug_nan_scratch() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
 }
 
 // The tiled backward (two kernels per band, scratch bounded by plan_backward) when the device offers
@@ -160,6 +176,7 @@ at::Tensor tiled_backward_scratch(flip::cuda::Params<T>& p, const at::Tensor& li
   p.plan = flip::plan_backward(p.g, wanted, p.taps.rmax, sizeof(T), backward_scratch_budget());
   auto scratch = at::empty({p.plan.scratch_elems(p.g)}, like.options());
   p.scratch = ptr<T>(scratch);
+  p.nan_scratch = debug_nan_scratch();
   return scratch;
 }
 

@@ -379,6 +379,13 @@ template <class T>
 void launch_tiled_band(const Params<T>& p, const BackwardBand& b, Input mode, HdrStep<T> hs, cudaStream_t s) {
   const int R = p.taps.rmax;
   const size_t smem1 = fused_smem_bytes<T>(R), smem2 = tiled_t_smem_bytes<T>(R);
+  // Kernel 1 writes every gradient-plane value kernel 2 of the same band reads (zeros in the tiles
+  // an exposure won nowhere), so nothing may come from a band or exposure before: with the whole
+  // scratch NaN (all-ones bytes are a NaN in float and double) a read of anything else poisons the
+  // gradient.
+  if (p.nan_scratch)
+    check_cuda(cudaMemsetAsync(p.scratch, 0xFF, static_cast<size_t>(p.plan.scratch_elems(p.g)) * sizeof(T), s),
+               "cudaMemsetAsync (FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH)");
   allow_shared_memory(reinterpret_cast<const void*>(&tiled_grad_kernel<T>), smem1);
   allow_shared_memory(reinterpret_cast<const void*>(&tiled_transpose_kernel<T>), smem2);
   tiled_grad_kernel<T><<<tile_grid(p.g, tiled_grad_tiles_y(b), b.n1 - b.n0), kFusedThreads, smem1, s>>>(

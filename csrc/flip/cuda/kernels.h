@@ -96,6 +96,9 @@ struct Params {
   // their scratch of plan.scratch_elems(g) values.
   BackwardPlan plan{};
   T* scratch = nullptr;
+  // A debugging aid (FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH, csrc/ops/cuda.cpp): fill the scratch with NaN
+  // before each band's kernel 1, so that kernel 2 reading a value kernel 1 did not write gives NaN.
+  bool nan_scratch = false;
 };
 
 // Shared memory the H and HT passes need; the caller checks it against the device limit.

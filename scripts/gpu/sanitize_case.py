@@ -1,17 +1,18 @@
 """A small CUDA workload for compute-sanitizer (memcheck, racecheck, synccheck, initcheck), run by
-benchmarks/gpu_check.sh: every op forward and backward in both dtypes on odd sizes that leave
-partial tiles, HDR-FLIP forward and backward, an image tall enough for the grid-striding loops,
-a non-default stream and a second GPU when there is one. LDR/HDR-FLIP forwards take the fused
-kernel and backwards the tiled kernels (both gradients, and each alone); with
-FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 both take the row-pass fallback instead, and with
-FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> small, the tiled backward splits even these images into
-bands (both read once per process). Each section prints one labelled line when it is done."""
+scripts/gpu/gpu_check.sh (a correctness workload, so not in benchmarks/): every op forward and
+backward in both dtypes on odd sizes that leave partial tiles, HDR-FLIP forward and backward, an
+image tall enough for the grid-striding loops, a non-default stream and a second GPU when there is
+one. LDR/HDR-FLIP forwards take the fused kernel and backwards the tiled kernels (both gradients,
+and each alone); with FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 both take the row-pass fallback instead,
+and with FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> small, the tiled backward splits even these images
+into bands (both read once per process). Each section prints one labelled line when it is done, so
+a run stopped at its time limit still tells how far it got."""
 import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import flip_loss  # noqa: E402,F401
 from flip_loss import reference as ref_impl  # noqa: E402
 
