@@ -1,18 +1,19 @@
 """What flip-loss needs from ``torch.distributed``: whether a process group is there to sync with,
-which device its collectives take, the rank a ``torchrun`` launch gave this process, and a gather
-of tensors whose lengths differ between ranks.
+which device its collectives take, the rank a ``torchrun`` launch gave this process (told from
+variables a process inherited from a launched worker that started it), and a gather of tensors
+whose lengths differ between ranks.
 
 Used by :class:`flip_loss.FLIPMetric` (sync on ``compute()``), :mod:`flip_loss.torchmetrics` and the
 sharded folder mode of the command line (``flip_loss.cli.shard``). Nothing here initialises a
 process group on import; the functions that need one say so.
 """
 import os
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
-__all__ = ["LaunchedWorld", "launched_world", "is_active", "backend_device_types", "current_device",
-           "gather_uneven"]
+__all__ = ["LaunchedWorld", "LAUNCH_OVERRIDE", "launched_world", "launch_inherited", "is_active",
+           "backend_device_types", "current_device", "gather_uneven"]
 
 
 class LaunchedWorld(NamedTuple):
@@ -22,10 +23,77 @@ class LaunchedWorld(NamedTuple):
     local_rank: int
 
 
-def launched_world() -> Optional[LaunchedWorld]:
-    """This process's place among ``WORLD_SIZE > 1`` processes started by ``torchrun`` (read from
-    the environment variables it sets: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), or None for a
-    process on its own. Raises ``ValueError`` when the variables contradict each other."""
+# Says whether the torchrun variables in the environment are this process's launch: "auto" (the
+# default: decided as launch_inherited says), "worker" (they are: for a wrapper between torchrun and
+# the command line, such as ``torchrun --no-python bash -c '...'``) or "ignore" (they are not:
+# run as one process).
+LAUNCH_OVERRIDE = "FLIP_LOSS_TORCHRUN"
+_OVERRIDE_VALUES = ("auto", "worker", "ignore")
+
+# The variables torchrun's elastic agent sets for each worker that tell one launch from another
+# (torch/distributed/elastic/agent/server/local_elastic_agent.py). The agent itself has none of
+# them (unless it was started by a launched worker, and then with values of the outer launch).
+_LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def _override() -> str:
+    value = os.environ.get(LAUNCH_OVERRIDE, "auto").strip().lower() or "auto"
+    if value not in _OVERRIDE_VALUES:
+        raise ValueError(f"{LAUNCH_OVERRIDE}={os.environ[LAUNCH_OVERRIDE]!r} must be one of "
+                         f"{', '.join(_OVERRIDE_VALUES)}")
+    return value
+
+
+def _parent_environment() -> Optional[Dict[str, str]]:
+    """The environment the parent process started with (Linux: ``/proc/<ppid>/environ``), or None
+    where it cannot be read (another system, another user's process)."""
+    try:
+        with open(f"/proc/{os.getppid()}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    environment = {}
+    for item in data.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            environment[os.fsdecode(name)] = os.fsdecode(value)
+    return environment
+
+
+def launch_inherited() -> bool:
+    """Whether the torchrun variables in this process's environment (``RANK``, ``WORLD_SIZE > 1``)
+    were inherited from the process that started it rather than set for it by a launcher: true
+    when the parent process carries the same ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``MASTER_ADDR``, ``MASTER_PORT`` and ``TORCHELASTIC_RUN_ID`` (a launched worker that runs a
+    program as a subprocess, e.g. ``subprocess.run(["flip-loss", ...])`` in a training script
+    under torchrun), false when it does not (torchrun's agent, which starts its workers with
+    variables it does not have itself). ``FLIP_LOSS_TORCHRUN=worker`` / ``ignore`` decide instead
+    of the parent (false / true). Where the parent's environment cannot be read (not Linux,
+    another user's parent), false: the variables count as this process's. Raises ``ValueError``
+    for another value of ``FLIP_LOSS_TORCHRUN``."""
+    override = _override()
+    if not _names_a_launch():
+        return False
+    if override != "auto":
+        return override == "ignore"
+    parent = _parent_environment()
+    if parent is None or "RANK" not in parent or "WORLD_SIZE" not in parent:
+        return False
+    return all(parent.get(name) == os.environ.get(name) for name in _LAUNCH_VARIABLES)
+
+
+def _names_a_launch() -> bool:
+    """Whether ``RANK`` and ``WORLD_SIZE`` are set, ``WORLD_SIZE`` not a number up to 1."""
+    world = os.environ.get("WORLD_SIZE")
+    if world is None or os.environ.get("RANK") is None:
+        return False
+    try:
+        return int(world) > 1
+    except ValueError:  # a launch, if not a sound one
+        return True
+
+
+def _world_from_environment() -> Optional[LaunchedWorld]:
     world = os.environ.get("WORLD_SIZE")
     rank = os.environ.get("RANK")
     if world is None or rank is None:
@@ -42,6 +110,17 @@ def launched_world() -> Optional[LaunchedWorld]:
         raise ValueError(f"RANK={rank_value} is not in [0, WORLD_SIZE={world_size}) or LOCAL_RANK={local_rank} "
                          "is negative")
     return LaunchedWorld(rank_value, world_size, local_rank)
+
+
+def launched_world() -> Optional[LaunchedWorld]:
+    """This process's place among ``WORLD_SIZE > 1`` processes started by ``torchrun`` (read from
+    the environment variables it sets: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), or None for a
+    process on its own, also one whose variables were inherited from a launched worker that
+    started it (:func:`launch_inherited`). Raises ``ValueError`` when the variables contradict
+    each other, or ``FLIP_LOSS_TORCHRUN`` has another value than auto, worker or ignore."""
+    if launch_inherited():
+        return None
+    return _world_from_environment()
 
 
 def is_active(group=None) -> bool:

@@ -160,9 +160,40 @@ def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_
         _out_of_range_warned = True
         warnings.warn(
             f"flip_loss: LDR-FLIP inputs range from {lo:.4g} to {hi:.4g} (after data_range), far outside "
-            "[0, 1]; FLIP clamps them to [0, 1], with zero gradient beyond. For 0-255 images pass data_range=255, "
-            "for [-1, 1] images data_range=(-1, 1); use hdr_flip for linear HDR images. "
-            "(Shown once per process.)", UserWarning, stacklevel=3)
+            f"[0, 1]; FLIP clamps them to [0, 1], with zero gradient beyond. {_range_advice(lo, hi)} "
+            "(Shown once per process.)", UserWarning, stacklevel=_caller_stacklevel())
+
+
+def _range_advice(lo: float, hi: float) -> str:
+    """What the out-of-range warning suggests, from the range it saw: a data_range only where the
+    values look like one (0-255, 0-65535, [-1, 1]); otherwise (a network output that overshoots)
+    a clamp or a bounded output."""
+    if lo >= -OUT_OF_RANGE_TOLERANCE:
+        if 200.0 <= hi <= 256.0:
+            return "If these are 0-255 images, pass data_range=255."
+        if 50000.0 <= hi <= 65536.0:
+            return "If these are 16-bit images, pass data_range=65535."
+    elif lo >= -1.0 - OUT_OF_RANGE_TOLERANCE and hi <= 1.0 + OUT_OF_RANGE_TOLERANCE:
+        return "If these are [-1, 1] images, pass data_range=(-1, 1)."
+    return ("If a network produces them, bound its output (e.g. a sigmoid) or clamp it to [0, 1]; for linear "
+            "HDR images use hdr_flip.")
+
+
+def _caller_stacklevel() -> int:
+    """The stacklevel of warnings.warn that names the first frame outside flip_loss and torch (the
+    user's line that called the loss), counted from the caller of this function."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not (name.startswith(package) or name.startswith(torch_dir)):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 1
 
 
 def _kernels_serve(op: str, *tensors: torch.Tensor) -> bool:

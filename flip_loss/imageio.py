@@ -15,13 +15,17 @@ Pillow reduces 16-bit-per-channel colour PNGs to 8 bits when it decodes them. ``
 the full 16 bits by decoding such files twice with Pillow's own PNG decoder, once for the high and
 once for the low byte of every sample; if that is not possible with the installed Pillow it falls
 back to the 8-bit values with a warning.
+
+Every function here may be called from several threads at once and changes no process-wide state
+(file descriptors, ``sys.stdout``/``sys.stderr``, warning filters, library settings): Pillow's
+decompression-bomb warning is avoided rather than caught (:func:`_pillow_open`), and a damaged or
+truncated OpenEXR file is recognised from its layout before OpenEXR reads its pixels (see "the
+layout of an OpenEXR file" below), so that OpenEXR's library has nothing to print about it.
 """
-import contextlib
-import io
 import os
-import sys
-import tempfile
+import struct
 import warnings
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -77,17 +81,38 @@ def _check_pixel_count(path, width: int, height: int) -> None:
         raise _too_large(path, f"its header gives {width}x{height} pixels,")
 
 
+def _pillow_open(path: str):
+    """``PIL.Image.open(path)`` without Pillow's decompression-bomb check: that check warns through
+    the process-wide ``warnings`` machinery for headers between Pillow's limit and twice it, which
+    only ``warnings.catch_warnings`` (process-wide state, not thread-safe) could silence, and
+    :func:`_check_pixel_count` decides about the pixel count instead. The formats are tried as
+    ``Image.open`` tries them, the one registered for the file's extension first."""
+    from PIL import Image, UnidentifiedImageError
+
+    with open(path, "rb") as f:
+        prefix = f.read(16)
+    extension = os.path.splitext(path)[1].lower()
+    first = Image.registered_extensions().get(extension)  # also registers every plugin
+    for name in dict.fromkeys(([first] if first else []) + list(Image.ID)):
+        factory, accept = Image.OPEN[name]
+        if accept is not None:
+            verdict = accept(prefix)
+            if isinstance(verdict, str) or not verdict:  # a string: rejected, with a reason
+                continue
+        try:
+            return factory(path)
+        except (SyntaxError, IndexError, TypeError, struct.error):  # not this format
+            continue
+    raise UnidentifiedImageError(f"cannot identify image file {path!r}")
+
+
 def _open(path):
     """Opens ``path`` with Pillow (the header only) and checks its pixel count."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with warnings.catch_warnings():
-            # Pillow warns about headers above its own limit and raises above twice that; the pixel
-            # count check below refuses all of them with one message.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            im = Image.open(path)
-    except Image.DecompressionBombError:
+        im = _pillow_open(path)
+    except Image.DecompressionBombError:  # a plugin's own check of a frame
         raise _too_large(path, "its header gives") from None
     except UnidentifiedImageError:
         raise ValueError(f"cannot read image '{path}': not an image format Pillow recognises "
@@ -95,6 +120,9 @@ def _open(path):
     except OSError as exc:
         raise ValueError(f"cannot read image '{path}': {exc.strerror or exc}") from None
     try:
+        pillow_limit = Image.MAX_IMAGE_PIXELS
+        if pillow_limit is not None and max(1, im.width) * max(1, im.height) > 2 * pillow_limit:
+            raise _too_large(path, "its header gives")  # where Image.open raises DecompressionBombError
         _check_pixel_count(path, *im.size)
     except ValueError:
         im.close()
@@ -255,59 +283,340 @@ def _openexr(purpose: str):
     return OpenEXR
 
 
-@contextlib.contextmanager
-def _quiet_native_output():
-    """Collects what is printed while OpenEXR reads a file instead of letting it reach the
-    terminal: its C library reports errors on the process's standard error and the bindings print
-    warnings to ``sys.stdout``. Yields a callable that returns the collected text (complete once the
-    ``with`` block has ended). If the file descriptors cannot be redirected, only the Python streams
-    are."""
-    collected = {"text": ""}
-    py_out = io.StringIO()
-    saved = []
-    tmp = None
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001 - a closed or odd stream: nothing to flush
-        pass
-    try:
-        tmp = tempfile.TemporaryFile()
-        for fd in (1, 2):
-            saved.append((fd, os.dup(fd)))
-        for fd, _ in saved:
-            os.dup2(tmp.fileno(), fd)
-    except OSError:
-        for fd, copy in saved:
-            os.dup2(copy, fd)
-            os.close(copy)
-        saved = []
-    try:
-        with contextlib.redirect_stdout(py_out), contextlib.redirect_stderr(py_out):
-            yield lambda: collected["text"]
-    finally:
-        for fd, copy in saved:
-            os.dup2(copy, fd)
-            os.close(copy)
-        native = ""
-        if tmp is not None:
-            tmp.seek(0)
-            native = tmp.read().decode("utf-8", "replace")
-            tmp.close()
-        collected["text"] = (py_out.getvalue() + native).strip()
-
-
 def _check_readable_file(path: str) -> None:
     check_file(path)
     if not os.access(path, os.R_OK):
         raise ValueError(f"cannot read image '{path}': permission denied")
 
 
-def _library_detail(path: str, exc, printed: str) -> str:
-    """The most telling line of OpenEXR's complaint, without the repeated file name."""
-    lines = [ln.strip() for ln in printed.splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith("Warning: Exception raised reading pixel data")]
-    detail = lines[-1] if lines else str(exc)
+# --- the layout of an OpenEXR file, checked before OpenEXR reads its pixels --------------------
+#
+# OpenEXR's C library reports a damaged chunk table or chunk (a truncated file, most often) on the
+# process's standard error, and its Python bindings add a line on sys.stdout; silencing them would
+# take redirecting file descriptors 1 and 2 (or replacing sys.stdout), which belong to the whole
+# process and would swallow what other threads print meanwhile. So the reader first checks what
+# OpenEXR checks before it decodes a chunk, from the file itself, as OpenEXR does it: the chunk
+# table fits in the file; an incomplete table (a writer that did not finish, a damaged offset) is
+# rebuilt by walking the chunks; every chunk of the full-resolution image starts with the leader
+# expected of it (its part, its scanline or tile) and a packed size that fits both the chunk and
+# the file. A file that fails is refused with a clean message before OpenEXR sees it. What this
+# does not follow is left to OpenEXR, which may then print a line: a damaged header (OpenEXR
+# raises, or reads it otherwise), compressed data damaged in place, a compression it does not know.
+
+_EXR_MAGIC = b"\x76\x2f\x31\x01"
+_EXR_TILED, _EXR_NON_IMAGE, _EXR_MULTIPART = 0x200, 0x800, 0x1000
+# Scanlines per chunk by compression (NONE, RLE, ZIPS, ZIP, PIZ, PXR24, B44, B44A, DWAA, DWAB,
+# HTJ2K256, HTJ2K32, LJ2K, ZSTD); a part with another compression is not checked.
+_EXR_LINES_PER_CHUNK = {0: 1, 1: 1, 2: 1, 3: 16, 4: 32, 5: 16, 6: 32, 7: 32, 8: 32, 9: 256, 10: 256, 11: 32,
+                        12: 256, 13: 1}
+_EXR_DECREASING_Y = 1
+# Beyond this many chunks the leaders are not read (it would take longer than it is worth).
+_EXR_MAX_CHECKED_CHUNKS = 1 << 20
+
+
+class _ExrLayout(Exception):
+    """The file's layout is not one this check follows: OpenEXR decides."""
+
+
+class _ExrPart(NamedTuple):
+    tiled: bool
+    leaders: List[tuple]          # per chunk, in table order: (y,) or (tile x, tile y, level x, level y)
+    unpacked: List[Optional[int]]  # per chunk, its size decoded (None: subsampled channels, unchecked)
+    largest: List[Optional[int]]   # per chunk, the largest packed size OpenEXR accepts
+    uncompressed: bool            # then the packed size is the decoded size
+    y_min: int
+    lines: int                    # scanlines per chunk
+    decreasing: bool
+
+
+def _exr_headers(f):
+    """(version flags, [{attribute name: (type, value bytes)} per part], offset of the chunk
+    tables) of the OpenEXR file open (buffered) as ``f``."""
+    head = f.read(8)
+    if len(head) != 8 or head[:4] != _EXR_MAGIC:
+        raise _ExrLayout
+    flags = struct.unpack("<i", head[4:])[0] & ~0xFF
+
+    def cstring() -> bytes:
+        out = bytearray()
+        while True:
+            c = f.read(1)
+            if not c:
+                raise _ExrLayout
+            if c == b"\0":
+                return bytes(out)
+            out += c
+            if len(out) > 255:
+                raise _ExrLayout
+
+    headers = []
+    while True:
+        header = {}
+        while True:
+            name = cstring()
+            if not name:
+                break
+            kind = cstring()
+            size_bytes = f.read(4)
+            if len(size_bytes) != 4:
+                raise _ExrLayout
+            size = struct.unpack("<i", size_bytes)[0]
+            value = f.read(size) if size >= 0 else b""
+            if size < 0 or len(value) != size:
+                raise _ExrLayout
+            header[name] = (kind, value)
+        if not flags & _EXR_MULTIPART:
+            headers.append(header)
+            break
+        if not header:  # the empty header that ends a multi-part file's headers
+            break
+        headers.append(header)
+    return flags, headers, f.tell()
+
+
+def _exr_channel_bytes(header: dict) -> Optional[int]:
+    """Bytes per pixel over all channels, or None when a channel is subsampled."""
+    data = header.get(b"channels", (None, b""))[1]
+    total, at = 0, 0
+    while at < len(data) and data[at] != 0:
+        end = data.index(b"\0", at)
+        if end + 17 > len(data):
+            raise _ExrLayout
+        pixel_type, _, x_sampling, y_sampling = struct.unpack("<iB3xii", data[end + 1:end + 17])
+        if pixel_type not in (0, 1, 2):
+            raise _ExrLayout
+        if (x_sampling, y_sampling) != (1, 1):
+            return None
+        total += 2 if pixel_type == 1 else 4
+        at = end + 17
+    return total
+
+
+def _exr_levels(size: int, rounding_up: bool) -> int:
+    """Number of mipmap / ripmap levels along an axis of ``size`` pixels (OpenEXR's roundLog2 + 1)."""
+    y, r = 0, 0
+    while size > 1:
+        r |= size & 1
+        y += 1
+        size >>= 1
+    return y + (r if rounding_up else 0) + 1
+
+
+def _exr_level_size(size: int, level: int, rounding_up: bool) -> int:
+    out = size >> level
+    if rounding_up and (out << level) < size:
+        out += 1
+    return max(out, 1)
+
+
+def _exr_part(flags: int, header: dict, multipart: bool) -> _ExrPart:
+    """What the chunks of a part must hold, from its header."""
+    if multipart:
+        kind = header.get(b"type", (None, b""))[1].rstrip(b"\0")
+    else:
+        kind = b"tiledimage" if flags & _EXR_TILED else b"scanlineimage"
+    if flags & _EXR_NON_IMAGE or kind not in (b"scanlineimage", b"tiledimage"):
+        raise _ExrLayout  # deep data: refused elsewhere
+    window = header.get(b"dataWindow", (None, b""))[1]
+    compression = header.get(b"compression", (None, b""))[1]
+    if len(window) != 16 or len(compression) != 1:
+        raise _ExrLayout
+    x_min, y_min, x_max, y_max = struct.unpack("<4i", window)
+    width, height = x_max - x_min + 1, y_max - y_min + 1
+    if width <= 0 or height <= 0 or width * height > MAX_IMAGE_PIXELS:
+        raise _ExrLayout
+    pixel_bytes = _exr_channel_bytes(header)
+    order = header.get(b"lineOrder", (None, b"\0"))[1]
+    decreasing = order[:1] == bytes([_EXR_DECREASING_Y])
+    if kind == b"scanlineimage":
+        lines = _EXR_LINES_PER_CHUNK.get(compression[0])
+        if lines is None:
+            raise _ExrLayout
+        leaders = [(y,) for y in range(y_min, y_max + 1, lines)]
+        if pixel_bytes is None:
+            unpacked = largest = [None] * len(leaders)
+        else:  # the bound is a whole chunk's size, also for a shorter last chunk
+            unpacked = [pixel_bytes * width * min(lines, y_max + 1 - y) for (y,) in leaders]
+            largest = [pixel_bytes * width * lines] * len(leaders)
+        return _ExrPart(False, leaders, unpacked, largest, compression[0] == 0, y_min, lines, decreasing)
+    tiles = header.get(b"tiles", (None, b""))[1]
+    if len(tiles) != 9:
+        raise _ExrLayout
+    tile_w, tile_h, mode = struct.unpack("<IIB", tiles)
+    level_mode, rounding_up = mode & 0x0F, bool(mode & 0x10)
+    if tile_w == 0 or tile_h == 0 or level_mode > 2:
+        raise _ExrLayout
+    if level_mode == 0:
+        levels = [(0, 0)]
+    elif level_mode == 1:
+        levels = [(level, level) for level in range(_exr_levels(max(width, height), rounding_up))]
+    else:
+        levels = [(lx, ly) for ly in range(_exr_levels(height, rounding_up))
+                  for lx in range(_exr_levels(width, rounding_up))]
+    leaders, unpacked = [], []
+    for lx, ly in levels:
+        level_w, level_h = _exr_level_size(width, lx, rounding_up), _exr_level_size(height, ly, rounding_up)
+        for ty in range(-(-level_h // tile_h)):
+            for tx in range(-(-level_w // tile_w)):
+                leaders.append((tx, ty, lx, ly))
+                texels = min(tile_w, level_w - tx * tile_w) * min(tile_h, level_h - ty * tile_h)
+                unpacked.append(None if pixel_bytes is None else texels * pixel_bytes)
+        if len(leaders) > _EXR_MAX_CHECKED_CHUNKS:
+            raise _ExrLayout
+    return _ExrPart(True, leaders, unpacked, unpacked, compression[0] == 0, y_min, 1, decreasing)
+
+
+def _exr_leader_size(part: _ExrPart, multipart: bool) -> int:
+    return (4 if multipart else 0) + (16 if part.tiled else 4) + 4
+
+
+def _exr_walk(f, part: _ExrPart, index: int, multipart: bool, offset: int, file_size: int):
+    """(coordinates, offset after the chunk) of the chunk at ``offset`` as OpenEXR reads it while
+    it rebuilds a chunk table, or None where it fails (a short read, another part, a packed size
+    beyond the file)."""
+    size = _exr_leader_size(part, multipart)
+    leader = _exr_read_at(f, offset, size)
+    if leader is None:
+        return None
+    fields = struct.unpack(f"<{size // 4}i", leader)
+    if multipart:
+        if fields[0] != index:
+            return None
+        fields = fields[1:]
+    packed = fields[-1]
+    if packed < 0 or packed > file_size:
+        return None
+    return tuple(fields[:-1]), offset + size + packed
+
+
+def _exr_rebuilt_table(f, part: _ExrPart, index: int, multipart: bool, table: Sequence[int], walk_from: int,
+                       file_size: int) -> Tuple[List[int], Optional[str]]:
+    """The chunk table OpenEXR makes of an incomplete one (a writer that did not finish, a damaged
+    offset), and the first complaint it prints meanwhile (or None): it walks the chunks from
+    ``walk_from``, each at the listed offset if that lies ahead inside the file and right after
+    the previous one otherwise, and keeps each chunk whose leader names coordinates of the part
+    (scanlines: the ones expected there); 0 where none was found."""
+    count = len(table)
+    by_coordinates = {leader: i for i, leader in enumerate(part.leaders)} if part.tiled else None
+    rebuilt = [0] * count
+    position = walk_from
+    for ci in range(count):
+        if position <= table[ci] < file_size:
+            position = table[ci]
+        chunk_start = position
+        computed = count - 1 - ci if part.decreasing and not part.tiled else ci
+        what = f"chunk {ci + 1} of {count}" + (f" of part {index}" if multipart else "")
+        walked = _exr_walk(f, part, index, multipart, chunk_start, file_size)
+        if walked is None:
+            return rebuilt, f"{what}: no valid chunk at offset {chunk_start} (the file is incomplete or damaged)"
+        coordinates, position = walked
+        if part.tiled:
+            found = by_coordinates.get(coordinates)
+            if found is None:
+                return rebuilt, f"{what}: the chunk at offset {chunk_start} names no tile of the image {coordinates}"
+        else:
+            offset_in_window = coordinates[0] - part.y_min
+            found = abs(offset_in_window) // part.lines * (1 if offset_in_window >= 0 else -1)
+            if found < 0:
+                return rebuilt, f"{what}: the chunk at offset {chunk_start} names scanline {coordinates[0]}"
+            if found != computed:  # scanlines must come in order (OpenEXR says nothing of it)
+                chunk_start = 0
+        if found < count and rebuilt[found] == 0:
+            rebuilt[found] = chunk_start
+    return rebuilt, None
+
+
+def _exr_read_at(f, offset: int, size: int) -> Optional[bytes]:
+    f.seek(offset)
+    data = f.read(size)
+    return data if len(data) == size else None
+
+
+def _exr_chunk_problem(f, part: _ExrPart, index: int, multipart: bool, what: str, chunk: int, offset: int,
+                       table_end: int, file_size: int) -> Optional[str]:
+    """What OpenEXR would complain about in chunk ``chunk`` of part ``index`` at ``offset``."""
+    expected = part.leaders[chunk]
+    where = f"tile {expected}" if part.tiled else f"scanline {expected[0]}"
+    if not table_end <= offset <= file_size:
+        return f"{what} ({where}) is missing: the file is incomplete or its chunk table is damaged"
+    leader_size = _exr_leader_size(part, multipart)
+    leader = _exr_read_at(f, offset, leader_size)
+    if leader is None:
+        return f"{what} ({where}) is cut short by the end of the file"
+    fields = struct.unpack(f"<{leader_size // 4}i", leader)
+    if multipart:
+        if fields[0] != index:
+            return f"{what} ({where}) says it belongs to part {fields[0]}"
+        fields = fields[1:]
+    coordinates, packed = tuple(fields[:-1]), fields[-1]
+    if coordinates != expected:
+        said = f"tile {coordinates}" if part.tiled else f"scanline {coordinates[0]}"
+        return f"{what} says {said}, expected {where}"
+    largest, unpacked = part.largest[chunk], part.unpacked[chunk]
+    if packed < 0 or (largest is not None and (packed > largest or (packed == 0 and unpacked > 0)
+                                               or (part.uncompressed and packed != unpacked))):
+        return f"{what} ({where}) gives an impossible packed size of {packed} bytes"
+    end = offset + leader_size + packed
+    if end > file_size:
+        return f"{what} ({where}) ends {end - file_size} bytes past the end of the file"
+    return None
+
+
+def _exr_layout_problem(path: str) -> Optional[str]:
+    """What OpenEXR would report on stderr about the chunk table or the chunks of the OpenEXR file
+    ``path``, or None: nothing this check finds."""
+    try:
+        with open(path, "rb") as f:
+            file_size = os.fstat(f.fileno()).st_size
+            flags, headers, tables = _exr_headers(f)
+            multipart = bool(flags & _EXR_MULTIPART)
+            if not headers:
+                raise _ExrLayout
+            parts = [_exr_part(flags, h, multipart) for h in headers]
+            if multipart:  # each part gives its chunk count; one that differs is not followed
+                for h, part in zip(headers, parts):
+                    given = h.get(b"chunkCount", (None, b""))[1]
+                    if len(given) != 4 or struct.unpack("<i", given)[0] != len(part.leaders):
+                        raise _ExrLayout
+            total = sum(len(part.leaders) for part in parts)
+            if tables + 8 * total > file_size:
+                return f"its chunk table is cut short ({total} chunks, the file ends after {file_size} bytes)"
+            if total > _EXR_MAX_CHECKED_CHUNKS:
+                return None
+            offsets = struct.unpack(f"<{total}Q", _exr_read_at(f, tables, 8 * total))
+            walk_from = tables + 8 * total  # where the chunks begin
+            at = 0
+            for index, part in enumerate(parts):
+                count = len(part.leaders)
+                table_end = tables + 8 * (at + count)
+                table = list(offsets[at:at + count])
+                at += count
+                if not all(table_end <= offset < file_size for offset in table):
+                    table, problem = _exr_rebuilt_table(f, part, index, multipart, table, walk_from, file_size)
+                    if problem is not None:
+                        return problem
+                for chunk, offset in enumerate(table):
+                    if part.tiled and part.leaders[chunk][2:] != (0, 0):
+                        continue  # OpenEXR reads the full-resolution level only
+                    what = f"chunk {chunk + 1} of {count}" + (f" of part {index}" if multipart else "")
+                    problem = _exr_chunk_problem(f, part, index, multipart, what, chunk, offset, table_end, file_size)
+                    if problem is not None:
+                        return problem
+                # The next part's chunks follow this part's last one (OpenEXR's walk starts there).
+                last = max(table)
+                walked = _exr_walk(f, part, index, multipart, last, file_size)
+                if walked is None:
+                    raise _ExrLayout
+                walk_from = walked[1]
+    except (_ExrLayout, OSError, struct.error, ValueError, OverflowError):
+        return None
+    return None
+
+
+def _library_detail(path: str, exc) -> str:
+    """The telling part of OpenEXR's complaint, without the repeated file name."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    detail = lines[-1] if lines else type(exc).__name__
     if detail.startswith("Unable to open") and detail.endswith("for read"):  # says no more than that
         detail = "its header cannot be parsed"
     for prefix in (f"{path}: ", f"{os.path.basename(path)}: "):
@@ -316,9 +625,16 @@ def _library_detail(path: str, exc, printed: str) -> str:
     return detail
 
 
+def _damaged_exr(path: str, detail: str) -> ValueError:
+    return ValueError(f"cannot read image '{path}': the OpenEXR file is damaged, truncated or of a kind this "
+                      f"reader does not support ({detail})")
+
+
 def _open_exr(path: str, header_only: bool):
     """Opens ``path`` with OpenEXR (header only, or with every channel as a separate array) and
-    returns its first part; clear ``ValueError`` messages for what cannot be read."""
+    returns its first part; clear ``ValueError`` messages for what cannot be read. Before the
+    pixels are read, the file's chunks are checked (see above), so that OpenEXR has nothing to
+    print about them."""
     _check_readable_file(path)
     try:
         OpenEXR = _openexr("reading OpenEXR files")
@@ -327,17 +643,17 @@ def _open_exr(path: str, header_only: bool):
     if not OpenEXR.isOpenExrFile(path):
         raise ValueError(f"cannot read image '{path}': not an OpenEXR file (it does not start with the "
                          "OpenEXR magic number)")
-    failure = None
-    with _quiet_native_output() as printed:
-        try:
-            f = OpenEXR.File(path, separate_channels=True, header_only=header_only)
-            parts = f.parts
-        except Exception as exc:  # noqa: BLE001 - the bindings raise RuntimeError or ValueError
-            failure = exc
-    if failure is not None or not parts:  # a damaged pixel block: a warning and no part, no exception
-        detail = _library_detail(path, failure or "no readable image part", printed())
-        raise ValueError(f"cannot read image '{path}': the OpenEXR file is damaged, truncated or of a "
-                         f"kind this reader does not support ({detail})") from None
+    if not header_only:
+        problem = _exr_layout_problem(path)
+        if problem is not None:
+            raise _damaged_exr(path, problem)
+    try:
+        f = OpenEXR.File(path, separate_channels=True, header_only=header_only)
+        parts = f.parts
+    except Exception as exc:  # noqa: BLE001 - the bindings raise RuntimeError or ValueError
+        raise _damaged_exr(path, _library_detail(path, exc)) from None
+    if not parts:  # a damaged pixel block the check above did not see: no part, no exception
+        raise _damaged_exr(path, "no readable image part")
     part = parts[0]
     kind = str(part.header.get("type", ""))
     if "deep" in kind:

@@ -335,6 +335,10 @@ class FLIPLoss(torch.nn.Module):
 
     def forward(self, test: torch.Tensor, reference: torch.Tensor,
                 weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The loss of ``test`` against ``reference`` (N x 3 x H x W or 3 x H x W, same shape and
+        device), reduced by ``reduction``, optionally weighted per pixel by ``weight`` (non-negative,
+        broadcastable to the N x 1 x H x W error map; a bool mask counts as 0/1). Pixels per degree
+        and the other options belong to the constructor. Differentiable in both images."""
         if torch.jit.is_scripting():
             # TorchScript (and C++ programs loading the module) call the ops directly, after the
             # checks eager makes in Python (the ops check the scalar options and the values).

@@ -77,4 +77,7 @@ else
   echo "$stamp" > "$STAMP_FILE"
 fi
 $PY -c "import flip_loss, torch; assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR; \
-print('flip_loss', flip_loss.__version__, '| torch', torch.__version__, '| CUDA kernels:', 'cuda' in flip_loss._ops.KERNEL_DEVICES['ldr_flip'])"
+cuda = 'cuda' in flip_loss._ops.KERNEL_DEVICES['ldr_flip']; \
+print('flip_loss', flip_loss.__version__, '| torch', torch.__version__, '| CUDA kernels:', \
+      ('compiled, ' + ('a GPU is available' if torch.cuda.is_available() else 'no GPU on this machine')) if cuda \
+      else 'not compiled (CPU kernels only)')"

@@ -249,3 +249,60 @@ def train_few_steps():
 
 def ddp_worker(rank, world_size):
     return train_few_steps()
+
+
+# --- interrupting a rank, and environments inherited from a rank ----------------------------------
+
+def cli_rank_with_hooks(marker_dir, hang_ranks, argv):
+    """flip_loss.cli.main(argv) as a rank of a launch (the torchrun variables in the environment),
+    with two hooks for the interruption tests: on the ranks in ``hang_ranks`` evaluating a pair
+    writes ``marker_dir/evaluating.<rank>`` and then hangs; every rank writes
+    ``marker_dir/waiting.<rank>`` when it enters a gather (so a test knows it waits for the
+    others). Returns main's exit code."""
+    from flip_loss.cli import main
+    from flip_loss.cli import shard
+
+    rank = int(os.environ["RANK"])
+
+    def touch(name):
+        with open(os.path.join(marker_dir, f"{name}.{rank}"), "w"):
+            pass
+
+    if rank in hang_ranks:
+        def hang(self, position, reference, test):
+            touch("evaluating")
+            time.sleep(3600)
+        shard.PairEvaluator.work = hang
+    real_gather = shard._Group.gather
+
+    def gather(self, payload):
+        touch("waiting")
+        return real_gather(self, payload)
+
+    shard._Group.gather = gather
+    return main(argv)
+
+
+# A parent process that runs its arguments as a child (which inherits its environment), with
+# NAME=VALUE pairs (comma-separated, first argument) added to the child's environment only.
+INHERITING_PARENT = ("import os, subprocess, sys\n"
+                     "env = dict(os.environ)\n"
+                     "env.update(item.split('=', 1) for item in sys.argv[1].split(',') if item)\n"
+                     "sys.exit(subprocess.run(sys.argv[2:], env=env).returncode)\n")
+
+# A training script's rank under torchrun that runs the command line as a subprocess (a gate):
+# rank 0 in folder mode, rank 1 with one reference; each writes the child's exit code and
+# stderr to <cwd>/rank<r>.json. argv: references, tests, reference image, test image.
+GATING_RANK_SCRIPT = """
+import json, os, subprocess, sys
+rank = int(os.environ["RANK"])
+references, tests, reference, test = sys.argv[1:5]
+if rank == 0:
+    argv = ["--reference-dir", references, "--test-dir", tests, "-d", "out0", "--dist-timeout", "20"]
+else:
+    argv = ["-r", reference, "-t", test, "-d", "out1"]
+child = subprocess.run([sys.executable, "-m", "flip_loss", *argv, "--no-progress", "--device", "cpu"],
+                       capture_output=True, text=True, timeout=150)
+with open(f"rank{rank}.json", "w") as f:
+    json.dump({"code": child.returncode, "stdout": child.stdout, "stderr": child.stderr}, f)
+"""

@@ -7,8 +7,10 @@ import csv
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -285,6 +287,215 @@ def test_an_error_on_one_rank_stops_every_rank(tmp_path):
     assert "internal error" in err0
     assert out1 == "" and err1 == ""
     assert list((tmp_path / "run").iterdir()) == []  # no output, no directory, no temporary file
+
+
+# --- Ctrl-C and SIGTERM under torchrun --------------------------------------------------------------
+
+TESTS_DIR = Path(__file__).resolve().parent
+HOOKED_RANK = "import sys, distributed_cases as c; " \
+              "sys.exit(c.cli_rank_with_hooks(sys.argv[1], {int(r) for r in sys.argv[2].split(',') if r}, sys.argv[3:]))"
+
+
+def start_hooked_ranks(argv, cwd, markers, hang_ranks, world_size=2):
+    """The CLI as ``world_size`` ranks (distributed_cases.cli_rank_with_hooks), started without
+    torchrun so that each rank can be signalled on its own: the Popen objects in rank order."""
+    port = cases.free_port()
+    processes = []
+    for rank in range(world_size):
+        env = cases.rank_environment(rank, world_size, port)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS_DIR), env.get("PYTHONPATH", "")])
+        processes.append(subprocess.Popen(
+            [sys.executable, "-c", HOOKED_RANK, str(markers), ",".join(map(str, hang_ranks)), *argv],
+            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return processes
+
+
+def wait_for(path, processes, timeout=180.0):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        for p in processes:
+            assert p.poll() is None, f"a rank ended early: {p.communicate()}"
+        assert time.monotonic() < deadline, f"{path.name} did not appear within {timeout:.0f} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("hung,signalled,marker", [
+    (1, 0, "waiting.0"),     # rank 0 waits in a gather for rank 1, which hangs
+    (0, 1, "waiting.1"),     # rank 1 waits for rank 0, which hangs
+    ((0, 1), 0, "evaluating.0"),  # rank 0 is signalled while it evaluates, and rank 1 hangs
+], ids=["rank-0-waiting", "rank-1-waiting", "rank-0-evaluating"])
+def test_sigterm_ends_a_rank_promptly_whatever_it_waits_for(tmp_path, hung, signalled, marker):
+    """SIGTERM to one rank while it waits for a hung peer (inside a collective, where gloo's wait
+    cannot be interrupted) or while it evaluates and its peer hangs: the rank exits 130 within a
+    few seconds (the bound below is a generous timeout), and leaves no output and no temporary
+    file. --dist-timeout is far longer, so only the signal can end the wait."""
+    references, tests = cases.make_folders(str(tmp_path / "images"), SIZES)
+    run_dir, markers = tmp_path / "run", tmp_path / "markers"
+    run_dir.mkdir()
+    markers.mkdir()
+    hung = hung if isinstance(hung, tuple) else (hung,)
+    argv = folder_argv(references, tests) + ["--dist-timeout", "600"]
+    processes = start_hooked_ranks(argv, run_dir, markers, hung)
+    try:
+        wait_for(markers / marker, processes)
+        time.sleep(0.5)  # well inside the collective (or the evaluation)
+        started = time.monotonic()
+        processes[signalled].send_signal(signal.SIGTERM)
+        out, err = processes[signalled].communicate(timeout=20)
+        elapsed = time.monotonic() - started
+        # The other rank, hung, is stopped as torchrun stops it (SIGTERM), and cleans up too.
+        other = processes[1 - signalled]
+        other.send_signal(signal.SIGTERM)
+        other.communicate(timeout=20)
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert processes[signalled].returncode == 130, err
+    assert elapsed < 20
+    if signalled == 0:
+        assert err.strip().splitlines()[-1] == "flip-loss: interrupted; no output file was written"
+    else:
+        assert err == ""  # rank 0 reports for the run
+    assert "Traceback" not in err
+    assert list(run_dir.iterdir()) == []  # no output, no directory, no temporary file
+
+
+# --- environments inherited from a launched rank ------------------------------------------------------
+
+def test_launch_inherited_compares_with_the_parent(monkeypatch):
+    """The rule of flip_loss.distributed.launch_inherited: the torchrun variables are inherited
+    when the parent process carries the same ones; FLIP_LOSS_TORCHRUN overrides it."""
+    from flip_loss import distributed
+
+    mine = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+            "TORCHELASTIC_RUN_ID": "abc"}
+    for name in ("FLIP_LOSS_TORCHRUN", *mine):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in mine.items():
+        monkeypatch.setenv(name, value)
+    parents = {"agent": {"PATH": "/bin"}, "unreadable": None, "rank": dict(mine, OTHER="x"),
+               "outer rank": dict(mine, MASTER_PORT="29400"), "nested rank": dict(mine, RANK="0")}
+    expected = {"agent": False, "unreadable": False, "rank": True, "outer rank": False, "nested rank": False}
+    for name, parent in parents.items():
+        monkeypatch.setattr(distributed, "_parent_environment", lambda parent=parent: parent)
+        assert distributed.launch_inherited() is expected[name], name
+        assert (distributed.launched_world() is None) is expected[name], name
+    monkeypatch.setattr(distributed, "_parent_environment", lambda: parents["rank"])
+    monkeypatch.setenv("FLIP_LOSS_TORCHRUN", "worker")
+    assert not distributed.launch_inherited() and distributed.launched_world() == (1, 2, 1)
+    monkeypatch.setattr(distributed, "_parent_environment", lambda: parents["agent"])
+    monkeypatch.setenv("FLIP_LOSS_TORCHRUN", "ignore")
+    assert distributed.launch_inherited() and distributed.launched_world() is None
+    monkeypatch.setenv("FLIP_LOSS_TORCHRUN", "sometimes")
+    with pytest.raises(ValueError, match="FLIP_LOSS_TORCHRUN='sometimes' must be one of auto, worker, ignore"):
+        distributed.launched_world()
+    monkeypatch.setenv("WORLD_SIZE", "1")  # no launch to speak of: nothing is inherited
+    monkeypatch.setenv("FLIP_LOSS_TORCHRUN", "ignore")
+    assert not distributed.launch_inherited()
+
+
+def run_with_parent(argv, cwd, env, child_env="", timeout=240):
+    """``argv`` run by a parent process (distributed_cases.INHERITING_PARENT) whose environment is
+    ``env``; ``child_env``: NAME=VALUE pairs only the child gets."""
+    return subprocess.run([sys.executable, "-c", cases.INHERITING_PARENT, child_env, *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_an_inherited_environment_runs_alone(tmp_path, monkeypatch, capsys):
+    """A child of a launched rank (here a parent process with rank 1's or rank 0's torchrun
+    variables) runs as one process: with one reference it evaluates and writes its outputs
+    (not: returns 0 having done nothing, as rank 1 of a launch would), in folder mode it writes
+    the outputs one process writes (not: waits for peers that never come), with a one-line note."""
+    references, tests = cases.make_folders(str(tmp_path / "images"), SIZES)
+    port = cases.free_port()
+    (tmp_path / "one").mkdir()
+    argv = folder_argv(references, tests)
+    code, out, err = single_process(argv, tmp_path / "one", monkeypatch, capsys)
+    assert code == 0, err
+    for rank, mode in ((1, "pair"), (0, "folder")):
+        work = tmp_path / f"{mode}-{rank}"
+        work.mkdir()
+        env = cases.rank_environment(rank, 2, port)
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        if mode == "pair":
+            child = ["-r", str(Path(references) / "p0.png"), "-t", str(Path(tests) / "p0.png"), "-txt"]
+        else:
+            child = argv + ["--dist-timeout", "20"]  # bounds the wait of a child that waits for peers
+        res = run_with_parent([sys.executable, "-m", "flip_loss", *child], work, env)
+        assert res.returncode == 0, res.stderr
+        assert "were inherited from the parent process" in res.stderr
+        assert res.stderr.count("flip-loss: warning: the torchrun variables") == 1
+        if mode == "pair":
+            assert sorted(p.name for p in work.iterdir()) == ["flip.p0.p0.67ppd.ldr.png",
+                                                            "pooled_values.flip.p0.p0.67ppd.ldr.txt"]
+            assert res.stdout.count("FLIP between") == 1
+        else:
+            assert without_times(res.stdout) == without_times(out)
+            assert_same_outputs(tmp_path / "one", work)
+    # At verbosity 0 the note is left out; a bad option is reported by the child of any rank.
+    env = cases.rank_environment(1, 2, port)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    res = run_with_parent([sys.executable, "-m", "flip_loss", "-r", "missing.png", "-t", "missing.png", "-v", "0"],
+                          tmp_path, env)
+    assert res.returncode == 2 and res.stderr.startswith("flip-loss: error: ") and "missing.png" in res.stderr
+
+
+def test_the_override_makes_a_wrapped_command_a_rank(tmp_path, monkeypatch, capsys):
+    """A wrapper between torchrun and the command line (as ``torchrun --no-python bash -c ...``
+    makes one) looks like a parent with the launch variables; FLIP_LOSS_TORCHRUN=worker on the
+    command says that they are its launch after all: the two wrapped ranks share the pairs (rank
+    1 prints nothing, rank 0 prints and writes what one process does)."""
+    references, tests = cases.make_folders(str(tmp_path / "images"), SIZES)
+    argv = folder_argv(references, tests)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    code, out, err = single_process(argv, tmp_path / "one", monkeypatch, capsys)
+    assert code == 0, err
+    port = cases.free_port()
+    processes = []
+    try:
+        for rank in range(2):
+            env = cases.rank_environment(rank, 2, port)
+            env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+            processes.append(subprocess.Popen(
+                [sys.executable, "-c", cases.INHERITING_PARENT, "FLIP_LOSS_TORCHRUN=worker", sys.executable, "-m",
+                 "flip_loss", *argv], cwd=tmp_path / "two", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True))
+        results = [p.communicate(timeout=240) + (p.returncode,) for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert [r[2] for r in results] == [0, 0], results[0][1] + results[1][1]
+    assert results[1][:2] == ("", "")
+    assert without_times(results[0][0]) == without_times(out)
+    assert_same_outputs(tmp_path / "one", tmp_path / "two")
+
+
+def test_a_gate_run_by_a_torchrun_rank_runs_alone(tmp_path):
+    """The typical case, under torchrun itself: a training script's rank runs the command line as
+    a subprocess gate (rank 0 in folder mode, rank 1 with one reference); each child runs alone
+    and writes its outputs (not: waits for a peer, or does nothing)."""
+    references, tests = cases.make_folders(str(tmp_path / "images"), SIZES)
+    script = tmp_path / "train.py"
+    script.write_text(cases.GATING_RANK_SCRIPT)
+    env = cases.rank_environment(0, 1, 0)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
+                          "--master_addr=127.0.0.1", f"--master_port={cases.free_port()}", str(script), references,
+                          tests, str(Path(references) / "p0.png"), str(Path(tests) / "p0.png")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    gates = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    assert [g["code"] for g in gates] == [0, 0], gates
+    assert gates[0]["stdout"].count("FLIP between") == len(SIZES)
+    assert len(list((tmp_path / "out0").glob("*.png"))) == len(SIZES)
+    assert [p.name for p in (tmp_path / "out1").iterdir()] == ["flip.p0.p0.67ppd.ldr.png"]
 
 
 # --- DDP training: examples/train_denoiser.py ---------------------------------------------------------

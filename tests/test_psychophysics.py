@@ -414,8 +414,13 @@ def test_smoke_run_of_the_command(tmp_path, capsys):
     from flip_loss.psychophysics.cli import main
 
     out = tmp_path / "report"
-    rc = main(["--out", str(out), "--preset", "smoke", "--metrics", "ldr-flip,psnr", "hyab", "--no-progress"])
+    threads = torch.get_num_threads()
+    backend = __import__("matplotlib").get_backend()
+    rc = main(["--out", str(out), "--preset", "smoke", "--metrics", "ldr-flip,psnr", "hyab", "--no-progress",
+               "--threads", "1"])
     assert rc == 0
+    # The run changed nothing process-wide: torch's thread count, matplotlib's backend.
+    assert torch.get_num_threads() == threads and __import__("matplotlib").get_backend() == backend
     text = (out / "report.md").read_text()
     assert "| test | score | reference | LDR-FLIP | PSNR | HyAB |" in text
     for t in suite.all_tests():

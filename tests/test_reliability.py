@@ -371,6 +371,22 @@ def test_warns_once_for_inputs_clearly_outside_unit_range(scale, offset, fresh_w
     assert range_warnings(lambda: flip_loss.FLIPMetric().update(x, y)) == []
 
 
+@pytest.mark.parametrize("entry", ["ldr_flip", "FLIPLoss"])
+@pytest.mark.parametrize("scale,offset,advice", [(255.0, 0.0, "data_range=255"), (2.0, -1.0, "data_range=(-1, 1)"),
+                                                 (1.6, 0.0, "bound its output")])
+def test_the_range_warning_names_the_callers_line_and_fits_the_values(entry, scale, offset, advice, fresh_warning):
+    a, b = images(seed=26)
+    x, y = a * scale + offset, b * scale + offset
+    call = flip_loss.ldr_flip if entry == "ldr_flip" else flip_loss.FLIPLoss()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call(x, y)
+    [w] = [w for w in caught if "outside [0, 1]" in str(w.message)]
+    assert w.filename == __file__  # this line, not a file of flip_loss or torch
+    assert advice in str(w.message)
+    assert ("pass data_range" in str(w.message)) == (advice != "bound its output")
+
+
 @pytest.mark.parametrize("entry", ["ldr_flip", "FLIPLoss", "FLIPMetric"])
 def test_every_ldr_entry_point_warns(entry, fresh_warning):
     a, b = images(seed=23)

@@ -19,23 +19,30 @@ The modules, by job: ``arguments`` (the parser, option checks), ``pairs`` (which
 compared), ``evaluate`` (one pair into a record), ``outputs`` (names, safety checks, atomic
 writing), ``histogram`` (drawing), ``report`` (the HTML report; its style sheet and script in
 ``report_assets``), ``run`` (the order of the work and what is printed), ``shard`` (folder mode
-shared out among the ranks of a torchrun launch) and ``errors`` (exit codes, the usage error).
+shared out among the ranks of a torchrun launch), ``signals`` (Ctrl-C and SIGTERM) and ``errors``
+(exit codes, the usage error).
+
+``main`` is a library function too: it changes no process-wide state beyond what ``signals``
+describes (a handler for SIGINT / SIGTERM only where the default one is in place, in the main
+thread, restored on return). It runs as a rank of a torchrun launch when the launch variables are
+its own, and as one process when they were inherited from a launched worker that started it
+(``flip_loss.distributed.launch_inherited``; ``FLIP_LOSS_TORCHRUN=worker`` or ``ignore`` decides
+instead).
 """
-import contextlib
 import os
-import signal
 import sys
-import threading
 import time
 import traceback
 from typing import Optional, Sequence
 
+from ..distributed import LAUNCH_OVERRIDE, launch_inherited, launched_world
 from .arguments import build_parser, command_of
 from .errors import (EXIT_CODES, EXIT_GATE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PAIRS_FAILED,
                      EXIT_USAGE, PROG, UsageError)
 from .outputs import CSV_HEADER
 from .pairs import FOLDER_EXTENSIONS, example_paths
-from .run import run
+from .run import run, run_single
+from .signals import interrupts_handled
 
 __all__ = ["main", "example_paths", "build_parser", "EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "EXIT_INTERNAL",
            "EXIT_PAIRS_FAILED", "EXIT_INTERRUPTED", "EXIT_CODES", "FOLDER_EXTENSIONS", "CSV_HEADER"]
@@ -57,31 +64,24 @@ def _run_psychophysics(argv: Sequence[str]) -> int:
     return 0 if code is None else int(code)
 
 
-@contextlib.contextmanager
-def _sigterm_interrupts():
-    """SIGTERM (a CI timeout, ``kill``) ends the run as Ctrl-C does: through KeyboardInterrupt, so
-    that the temporary files are removed. Only the main thread can install the handler."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _secondary_rank() -> bool:
     """Whether this process is a rank other than 0 of a torchrun launch: rank 0 reports the errors
     every rank meets alike (a bad option, Ctrl-C), once."""
     try:
-        return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
-    except ValueError:
+        world = launched_world()
+    except ValueError:  # reported as a usage error by every rank: each has its own view of it
         return False
+    return world is not None and world.rank != 0
+
+
+def _inherited_launch_note() -> Optional[str]:
+    """The note of a run whose torchrun variables were inherited from the process that started it
+    (it runs as one process), or None."""
+    if not launch_inherited():
+        return None
+    return (f"the torchrun variables (RANK={os.environ.get('RANK')}, WORLD_SIZE={os.environ.get('WORLD_SIZE')}) "
+            "were inherited from the parent process, which torchrun launched: this run is one process of its own "
+            f"(set {LAUNCH_OVERRIDE}=worker on the command line if a wrapper stands between torchrun and it)")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -91,12 +91,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     mode, 130 interrupted. ``flip-loss psychophysics ...`` returns the suite's exit code."""
     t_start = time.perf_counter()
     argv = sys.argv[1:] if argv is None else list(argv)
-    with _sigterm_interrupts():
+    with interrupts_handled():
         try:
             parser = build_parser()
             args = parser.parse_args(argv)
             if command_of(parser, args) == "psychophysics":
                 return _run_psychophysics(args.argv)
+            try:
+                note = _inherited_launch_note()
+            except ValueError as exc:
+                raise UsageError(f"torchrun's environment: {exc}") from None
+            if note is not None:
+                return run_single(args, t_start, note=note)
             return run(args, t_start)
         except UsageError as exc:
             sys.stdout.flush()

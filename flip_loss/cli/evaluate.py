@@ -2,7 +2,6 @@
 device, the exposures of an HDR reference (given, or computed from it), the FLIP maps and their
 pooled values."""
 import time
-import warnings
 from typing import List, NamedTuple, Optional, Tuple
 
 from ..constants import MAX_EXPOSURES
@@ -52,6 +51,30 @@ class Result(NamedTuple):
 def _too_many_exposures(start: float, stop: float) -> UsageError:
     return UsageError(f"the exposures from {start:g} to {stop:g} stops would need more than {MAX_EXPOSURES} "
                       f"exposures (one per stop); give at most {MAX_EXPOSURES} with --num-exposures/-n")
+
+
+def _fallback_warnings(op: str, device) -> List[str]:
+    """The warning ``flip_loss._ops.use_extension`` gives once per process when ``op`` on ``device``
+    falls back to the pure-PyTorch reference, taken over as the run's own warning line (and so
+    marked as given, as the library would mark it). Catching it instead, with
+    ``warnings.catch_warnings``, would swap the process-wide warning filters while the pair is
+    evaluated, which another thread's warnings (or its own catch_warnings) would then run into."""
+    from .. import _ops
+
+    if not _ops.HAS_EXTENSION:
+        key = "no-ext"
+        message = (f"flip_loss: {_ops.IMPORT_ERROR}; falling back to the slow pure-PyTorch reference "
+                   "implementation")
+    elif device.type not in _ops.KERNEL_DEVICES.get(op, ()):
+        key = f"dev-{op}-{device.type}"
+        message = (f"flip_loss: no compiled {op} kernels for device '{device.type}' in this build; using the "
+                   "pure-PyTorch reference implementation")
+    else:
+        return []
+    if key in _ops._warned:
+        return []
+    _ops._warned.add(key)
+    return [message]
 
 
 class Evaluator:
@@ -120,19 +143,19 @@ class Evaluator:
         if test_image is None:
             test_image = self.load(test)
         exposure_np = None
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            t0 = time.perf_counter()
-            with torch.no_grad():  # eps=0: the metric itself, no gradient regulariser
-                if self.hdr:
-                    error_map, exposure_map = hdr_flip(
-                        test_image, ref_image, self.ppd, tone_mapper=self.tone_mapper,
-                        start_exposure=exposures.start, stop_exposure=exposures.stop,
-                        num_exposures=exposures.count, return_exposure_map=True, eps=0.0)
-                    exposure_np = exposure_map[0].to("cpu", torch.float32).numpy()
-                else:
-                    error_map = ldr_flip(test_image, ref_image, self.ppd, eps=0.0)
-            error_np = error_map[0].to("cpu", torch.float32).numpy()
-            seconds = time.perf_counter() - t0
-        return Result(reference, test, exposures, error_np, exposure_np, pooling.pool(error_np), seconds,
-                      [str(w.message) for w in caught])
+        # The CLI's LDR inputs are in [0, 1], so the only warning of flip_loss's own that the
+        # evaluation can give is the fallback's, taken over here; any other goes its normal way.
+        caught = _fallback_warnings("hdr_flip" if self.hdr else "ldr_flip", test_image.device)
+        t0 = time.perf_counter()
+        with torch.no_grad():  # eps=0: the metric itself, no gradient regulariser
+            if self.hdr:
+                error_map, exposure_map = hdr_flip(
+                    test_image, ref_image, self.ppd, tone_mapper=self.tone_mapper,
+                    start_exposure=exposures.start, stop_exposure=exposures.stop,
+                    num_exposures=exposures.count, return_exposure_map=True, eps=0.0)
+                exposure_np = exposure_map[0].to("cpu", torch.float32).numpy()
+            else:
+                error_map = ldr_flip(test_image, ref_image, self.ppd, eps=0.0)
+        error_np = error_map[0].to("cpu", torch.float32).numpy()
+        seconds = time.perf_counter() - t0
+        return Result(reference, test, exposures, error_np, exposure_np, pooling.pool(error_np), seconds, caught)

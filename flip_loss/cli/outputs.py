@@ -10,9 +10,7 @@ import math
 import os
 import secrets
 import shutil
-import signal
 import stat
-import threading
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .errors import UsageError
@@ -241,21 +239,13 @@ class OutputGuard:
 @contextlib.contextmanager
 def _interrupts_deferred():
     """Holds back Ctrl-C (and SIGTERM) while the block runs and delivers it afterwards, so that the
-    renames that publish a run's outputs are not cut in half. Only the main thread can do that;
-    elsewhere the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
+    renames that publish a run's outputs are not cut in half: the command line's own handler
+    notes the signal meanwhile (``flip_loss.cli.signals``); no handler is swapped for it, so a
+    signal the command line does not own is left to its owner."""
+    from .signals import interrupts_deferred
+
+    with interrupts_deferred():
         yield
-        return
-    received = []
-    handlers = {sig: signal.signal(sig, lambda s, frame: received.append(s))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        if received:
-            raise KeyboardInterrupt
 
 
 class Staging:
@@ -358,7 +348,12 @@ class Staging:
             self.committed = True
 
     def discard(self) -> None:
-        """Removes what has not been committed: the temporary files, the created directories."""
+        """Removes what has not been committed: the temporary files, the created directories (a
+        second Ctrl-C waits until they are gone)."""
+        with _interrupts_deferred():
+            self._discard()
+
+    def _discard(self) -> None:
         for temporary, _ in self._files:
             with contextlib.suppress(OSError):
                 os.remove(temporary)

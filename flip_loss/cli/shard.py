@@ -16,7 +16,10 @@ gloo process group over TCP: the outputs travel as bytes, so no GPU collective i
    (a bug, an unusable device, Ctrl-C) is sent as such, and rank 0 stops every rank after that
    round. Every rank takes part in every collective of every round (an idle rank sends nothing),
    so no rank waits for a collective another one skips; a rank that dies is noticed by the others'
-   collectives (``--dist-timeout``), and torchrun stops the rest.
+   collectives (``--dist-timeout``), and torchrun stops the rest. Ctrl-C or SIGTERM ends a rank
+   promptly whatever it is doing: one that waits for the others leaves at once (the collective
+   runs in a helper thread, see :class:`_Group`), and one interrupted while it evaluates sends the
+   interruption but waits at most ``INTERRUPT_GRACE_S`` seconds for the others to take it.
 3. Rank 0 handles the pairs' CSV rows, printed blocks, gate verdicts and report records in file-name
    order, so the CSV file, the maps and the report are those of one process (evaluation times
    aside), writes them, and publishes every output at once. Its exit code is the run's.
@@ -29,6 +32,8 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
+import time
 import traceback
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -191,6 +196,13 @@ def _code_of(exc: BaseException) -> int:
     return EXIT_INTERNAL
 
 
+def _heard(group: "_Group", exc: BaseException) -> None:
+    """An error this rank caught to send to the others: an interruption must not wait for them
+    long (they may be busy with a long pair, or hung)."""
+    if isinstance(exc, KeyboardInterrupt):
+        group.interrupted()
+
+
 def _write_bytes(data: bytes):
     def write(path: str) -> None:
         with open(path, "wb") as f:
@@ -258,24 +270,50 @@ def _raise_broken(broken: Broken) -> None:
     raise RuntimeError(f"{where}{broken.message.rstrip()}")
 
 
+# How long an interrupted rank still waits for the others to hear of it (the round in which it
+# sends the interruption, and rank 0's word after it) before it leaves without them.
+INTERRUPT_GRACE_S = 3.0
+# How often the main thread wakes while a collective runs (a signal handler runs between slices).
+_WAIT_SLICE_S = 0.1
+
+
 class _Group:
-    """The run's gloo group and its two collectives, failures turned into :class:`LostRanks`."""
+    """The run's gloo group and its two collectives, failures turned into :class:`LostRanks`.
+
+    Each collective runs in a helper thread while the main thread waits in short slices: gloo's
+    wait cannot be interrupted, and a signal's Python handler runs only in the main thread, between
+    bytecodes, so a rank blocked in the collective itself would ignore Ctrl-C and SIGTERM until
+    ``--dist-timeout``. When the wait is interrupted the group is abandoned: the collective is left
+    waiting in its daemon thread (destroying a group whose collective still waits would block until
+    it ends), this rank leaves, and the others see it gone at their next collective. The process
+    still exits at once: interpreter shutdown does not wait for a daemon thread, and the thread's
+    frame keeps the group alive, so no destructor waits for the collective either. After
+    :meth:`interrupted`, a collective waits at most ``INTERRUPT_GRACE_S`` seconds for the others,
+    so an interrupted rank tells them if they answer, and leaves promptly if they do not."""
 
     def __init__(self, world: LaunchedWorld, timeout_s: float):
         import torch.distributed as dist
 
         self.dist, self.world = dist, world
+        self.abandoned = False
+        self._grace_until: Optional[float] = None
         timeout = datetime.timedelta(seconds=timeout_s)
         self._owns_default = not dist.is_initialized()
         try:
             if self._owns_default:
-                dist.init_process_group("gloo", timeout=timeout, rank=world.rank, world_size=world.world_size)
+                self._wait(lambda: dist.init_process_group("gloo", timeout=timeout, rank=world.rank,
+                                                           world_size=world.world_size))
                 self.group = None
             else:  # inside a program that has its own group: a gloo group of the same ranks
-                self.group = dist.new_group(backend="gloo", timeout=timeout)
+                self.group = self._wait(lambda: dist.new_group(backend="gloo", timeout=timeout))
         except (RuntimeError, ValueError) as exc:
             raise LostRanks(f"rank {world.rank} of {world.world_size} could not join the other ranks "
                             f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+
+    def interrupted(self) -> None:
+        """This rank was interrupted: the next collectives wait for the others only briefly."""
+        if self._grace_until is None:
+            self._grace_until = time.monotonic() + INTERRUPT_GRACE_S
 
     def gather(self, payload) -> Optional[List[object]]:
         received = [None] * self.world.world_size if self.world.rank == 0 else None
@@ -287,15 +325,49 @@ class _Group:
         self._call(lambda: self.dist.broadcast_object_list(box, src=0, group=self.group), "waiting for rank 0")
         return box[0]
 
+    def _wait(self, call):
+        """``call()``'s result, ``call`` run in a helper thread; a KeyboardInterrupt (Ctrl-C, SIGTERM
+        through the CLI's handler) or the end of the grace period abandons the group."""
+        if self.abandoned:
+            raise KeyboardInterrupt
+        done = threading.Event()
+        outcome: Dict[str, object] = {}
+
+        def target():
+            try:
+                outcome["value"] = call()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        helper = threading.Thread(target=target, name=f"{PROG} rank {self.world.rank} collective", daemon=True)
+        try:
+            helper.start()
+            while not done.wait(_WAIT_SLICE_S):
+                if self._grace_until is not None and time.monotonic() > self._grace_until:
+                    raise KeyboardInterrupt
+        except BaseException:
+            if not done.is_set():
+                self.abandoned = True
+            raise
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome.get("value")
+
     def _call(self, call, what: str) -> None:
         try:
-            call()
+            self._wait(call)
         except (RuntimeError, ValueError) as exc:  # gloo reports a peer that went away as RuntimeError
+            if self._grace_until is not None:  # the others left first, interrupted as this rank was
+                raise KeyboardInterrupt from None
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise LostRanks(f"rank {self.world.rank} of {self.world.world_size} lost the other ranks while "
                             f"{what} ({first})") from None
 
     def close(self) -> None:
+        if self.abandoned:  # its collective still waits: destroying the group would wait for it
+            return
         try:
             if self._owns_default:
                 self.dist.destroy_process_group()
@@ -319,7 +391,10 @@ def run_sharded(args, t_start: float, world: LaunchedWorld) -> int:
                                               "out folder mode only)")
     group = None
     try:
-        group = _Group(world, args.dist_timeout)
+        try:
+            group = _Group(world, args.dist_timeout)
+        except KeyboardInterrupt:  # while waiting for the others to join
+            raise KeyboardInterrupt("no output file was written") from None
         return _run_rounds(args, t_start, world, group)
     except LostRanks as exc:  # printed on every rank: it is this rank's own view
         sys.stdout.flush()
@@ -355,6 +430,7 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
                     console.start_progress(len(plan.pairs))
             except BaseException as exc:  # noqa: BLE001 - every rank must hear of it
                 failure, plan = exc, Stop(_code_of(exc))
+                _heard(group, exc)
         plan = group.broadcast(plan)
         if isinstance(plan, Stop):
             if failure is not None:
@@ -372,6 +448,7 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
             evaluators.append(worker)
         except BaseException as exc:  # noqa: BLE001 - sent in the first round
             pending = _broken(rank, exc)
+            _heard(group, exc)
         for r in range(rounds):
             payload = pending
             if payload is None and worker is not None and r < len(mine):
@@ -380,6 +457,7 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
                     payload = worker.work(position, *plan.pairs[position])
                 except BaseException as exc:  # noqa: BLE001 - sent to rank 0
                     payload = _broken(rank, exc)
+                    _heard(group, exc)
             if isinstance(payload, Broken):
                 own_code, pending = payload.code, None
                 worker = None  # this rank evaluates nothing more
@@ -393,6 +471,7 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
                         _raise_broken(broken)
                 except BaseException as exc:  # noqa: BLE001 - every rank must hear of it
                     failure, decision = exc, Stop(_code_of(exc))
+                    _heard(group, exc)
             decision = group.broadcast(decision)
             if isinstance(decision, Stop):
                 if failure is not None:

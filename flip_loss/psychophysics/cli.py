@@ -67,6 +67,7 @@ def _split(values):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    threads_before = None  # --threads changes torch's process-wide thread count for the run only
     try:
         args = build_parser().parse_args(argv)
         import torch
@@ -86,6 +87,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.threads is not None:
             if args.threads < 1:
                 raise _UsageError(f"--threads must be >= 1, got {args.threads}")
+            threads_before = torch.get_num_threads()
             torch.set_num_threads(args.threads)
         explicit = args.metrics is not None
         names = _split(args.metrics) if explicit else list(metrics_mod.DEFAULT_METRICS)
@@ -118,3 +120,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except _UsageError as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if threads_before is not None:
+            import torch
+
+            torch.set_num_threads(threads_before)

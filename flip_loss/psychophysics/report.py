@@ -40,12 +40,33 @@ def _fmt(v: float, digits: int = 3) -> str:
     return "n/a" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
 
 
+class _Plots:
+    """The three pyplot calls the plots use, on matplotlib's object-oriented API: figures drawn by
+    the Agg canvas directly, so that nothing here changes matplotlib's process-wide backend or
+    pyplot's figure registry (the report may be written from a program that plots itself)."""
+
+    def __init__(self):
+        import matplotlib
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        self._colormaps, self._figure, self._canvas = matplotlib.colormaps, Figure, FigureCanvasAgg
+
+    def subplots(self, nrows, ncols, figsize, squeeze=True):
+        fig = self._figure(figsize=figsize)
+        self._canvas(fig)
+        return fig, fig.subplots(nrows, ncols, squeeze=squeeze)
+
+    def get_cmap(self, name):
+        return self._colormaps[name]
+
+    def close(self, fig):
+        pass  # not registered with pyplot: nothing to release
+
+
 def _load_pyplot():
     try:
-        import matplotlib
-        matplotlib.use("Agg", force=True)
-        import matplotlib.pyplot as plt
-        return plt
+        return _Plots()
     except ImportError:
         return None
 
