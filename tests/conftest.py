@@ -16,6 +16,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA device")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds (builds, subprocess launches, "
+                                       "exhaustive sweeps); `pytest -m 'not slow'` is the fast tier")
 
 
 @pytest.fixture(scope="session")

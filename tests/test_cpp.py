@@ -14,6 +14,8 @@ import flip_loss
 
 from cpp_tools import Tensors, executable, stale_extension_note
 
+pytestmark = pytest.mark.slow  # builds C++ programs (minutes)
+
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 def test_scripted_flip_loss_in_cpp_matches_eager_python(cpp_build, tmp_path):

@@ -56,6 +56,7 @@ def test_capability_is_a_known_level():
     assert _C.cpu_capability() in LEVELS
 
 
+@pytest.mark.slow
 def test_every_level_computes_bit_identical_results(tmp_path):
     best = _C.cpu_capability()
     results = {level: _run_at(level, tmp_path / f"{level}.pt") for level in LEVELS}

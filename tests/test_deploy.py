@@ -42,6 +42,8 @@ EXAMPLES_BUILD_DIR = Path(os.environ.get("FLIP_LOSS_EXAMPLES_BUILD_DIR", ROOT / 
 needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None,
                                  reason="cmake is not on PATH: cannot build the C++ library and examples")
 
+pytestmark = pytest.mark.slow  # builds C++ programs (minutes)
+
 
 def _cache_value(cache: Path, key: str):
     if not cache.is_file():

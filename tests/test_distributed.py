@@ -24,7 +24,8 @@ from flip_loss.cli import main
 from flip_loss.cli.shard import balanced_shards
 from flip_loss.imageio import load_image
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")]
 
 
 def rank_maps(rank):

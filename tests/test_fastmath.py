@@ -78,6 +78,7 @@ def outputs():
     return {level: _run(_build(level)) for level in _runnable_levels()}
 
 
+@pytest.mark.slow
 def test_within_one_ulp_everywhere(outputs):
     _, out = outputs["baseline"]
     rows = [line.split() for line in out.splitlines() if line and not line.startswith(("special", "vector"))]

@@ -19,8 +19,9 @@ import flip_loss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".git")),
-                                reason="needs the source checkout (git) to compare the sdist with")
+pytestmark = [pytest.mark.slow,  # builds an sdist and installs it in a fresh venv (minutes)
+              pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".git")),
+                                 reason="needs the source checkout (git) to compare the sdist with")]
 
 
 def _run(cmd, cwd, env=None, timeout=1800):

@@ -410,6 +410,7 @@ def test_select_tests():
         suite.select_tests(["flicker"])
 
 
+@pytest.mark.slow
 def test_smoke_run_of_the_command(tmp_path, capsys):
     from flip_loss.psychophysics.cli import main
 
