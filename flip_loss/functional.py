@@ -105,7 +105,7 @@ def _is_device_call(test) -> bool:
     """Whether an eager call with ``test`` counts as its owner's look at inputs on a device (not one
     with inputs without values, meta tensors or FakeTensors, which cannot be looked at)."""
     return (isinstance(test, torch.Tensor) and test.device.type != "cpu" and not _is_compiling()
-            and _unwrapped_has_values(test))
+            and (_plain(test) or _unwrapped_has_values(test)))
 
 
 def _unwrapped(t: torch.Tensor) -> torch.Tensor:
@@ -114,6 +114,13 @@ def _unwrapped(t: torch.Tensor) -> torch.Tensor:
     while functorch.is_functorch_wrapped_tensor(t):
         t = functorch.get_unwrapped(t)
     return t
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """A tensor that holds its values itself: not a subclass (FakeTensor), not functorch-wrapped,
+    not on the meta device."""
+    return (type(t) is torch.Tensor and t.device.type != "meta"
+            and not torch._C._functorch.is_functorch_wrapped_tensor(t))
 
 
 def _unwrapped_has_values(t: torch.Tensor) -> bool:
@@ -152,10 +159,14 @@ def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_
         # One pass over each image (aminmax), not one for its minimum and another for its maximum.
         lo_t, hi_t = torch.aminmax(test.detach())
         lo_r, hi_r = torch.aminmax(reference.detach())
-        table = _host_table(torch.stack([torch.minimum(lo_t, lo_r), torch.maximum(hi_t, hi_r)]))
-    if table is None:  # no values (meta, FakeTensor): nothing to warn about, and nothing used up
-        return
-    lo, hi = float(table[0].min()), float(table[1].max())
+        extremes = torch.stack([torch.minimum(lo_t, lo_r), torch.maximum(hi_t, hi_r)])
+        if _plain(extremes):  # the common case, without _host_table's per-call cost
+            lo, hi = extremes.float().tolist()
+        else:
+            table = _host_table(extremes)
+            if table is None:  # no values (meta, FakeTensor): nothing to warn about, nothing used up
+                return
+            lo, hi = float(table[0].min()), float(table[1].max())
     if lo < -OUT_OF_RANGE_TOLERANCE or hi > 1.0 + OUT_OF_RANGE_TOLERANCE:
         _out_of_range_warned = True
         warnings.warn(

@@ -8,7 +8,7 @@ import torch
 
 from . import _ops, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .functional import _check_image_pair, _host_table, _is_device_call, _ldr_flip, _to_unit_range
+from .functional import _check_image_pair, _host_table, _is_device_call, _ldr_flip, _plain, _to_unit_range
 from .hdr import (_check_range_rows, _count_values, _exposure_values, _exposures_from_numbers,
                   _exposures_from_tensors, _host_rows, exposure_anchor, hdr_flip)
 
@@ -67,6 +67,8 @@ def _weight_scale(weight: torch.Tensor, per_image: bool, positive_total: bool) -
 def _eager_weight_flags(table: torch.Tensor) -> List[bool]:
     """The three flags of _weight_scale, each over every vmapped example (functorch transforms);
     all False for weights without values (meta tensors, FakeTensors), which cannot be checked."""
+    if _plain(table):  # the common case, without _host_table's per-call cost
+        return table.cpu().tolist()
     host = _host_table(table)
     if host is None:
         return [False, False, False]
