@@ -14,6 +14,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture
+def fresh_warning(monkeypatch):
+    """The out-of-range warning as if nothing had been checked in this process yet."""
+    from flip_loss import functional
+
+    monkeypatch.setattr(functional, "_out_of_range_warned", False)
+    monkeypatch.setattr(functional, "_device_inputs_looked_at", False)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA device")
     config.addinivalue_line("markers", "slow: takes more than a few seconds (builds, subprocess launches, "

@@ -26,6 +26,8 @@ from flip_loss.constants import (MAX_EPS, MAX_EXPOSURE_STOPS, MAX_EXPOSURES, MAX
 from flip_loss.modules import weighted_reduce
 from flip_loss.pooling import weighted_histogram, weighted_percentile
 
+from range_warnings import range_warnings
+
 
 def images(shape=(1, 3, 16, 16), seed=0, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
@@ -43,18 +45,6 @@ def hdr_images(shape=(1, 3, 16, 16), seed=0):
     return a, b
 
 
-@pytest.fixture
-def fresh_warning(monkeypatch):
-    """The out-of-range warning as if nothing had been checked in this process yet."""
-    monkeypatch.setattr(functional, "_out_of_range_warned", False)
-    monkeypatch.setattr(functional, "_device_inputs_looked_at", False)
-
-
-def range_warnings(fn):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fn()
-    return [str(w.message) for w in caught if "outside" in str(w.message) and "[0, 1]" in str(w.message)]
 
 
 # --- values that cannot be right are refused ---

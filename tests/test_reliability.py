@@ -13,6 +13,8 @@ from flip_loss import functional, hdr
 from flip_loss.constants import MAX_EPS, MAX_EXPOSURES, MAX_PPD
 from flip_loss.modules import weighted_reduce
 
+from range_warnings import range_warnings
+
 
 def images(shape=(1, 3, 16, 16), seed=0, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
@@ -27,18 +29,6 @@ def hdr_pair(shape=(1, 3, 8, 8), seed=0, dtype=torch.float32):
     return ref * (1 + 0.2 * torch.randn(shape, generator=g, dtype=dtype)).clamp(min=0.1), ref
 
 
-@pytest.fixture
-def fresh_warning(monkeypatch):
-    """The out-of-range warning as if nothing had been checked in this process yet."""
-    monkeypatch.setattr(functional, "_out_of_range_warned", False)
-    monkeypatch.setattr(functional, "_device_inputs_looked_at", False)
-
-
-def range_warnings(fn):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fn()
-    return [str(w.message) for w in caught if "outside" in str(w.message) and "[0, 1]" in str(w.message)]
 
 
 # --- 1. reductions accumulate in float32/float64, whatever the map's dtype and the weights' scale ---
