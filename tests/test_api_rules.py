@@ -13,7 +13,6 @@
 """
 import io
 import math
-import warnings
 
 import numpy as np
 import pytest

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tarfile
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "gpu", "gpu_check.sh")

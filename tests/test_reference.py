@@ -3,7 +3,6 @@ gradients."""
 import itertools
 import math
 
-import numpy as np
 import pytest
 import torch
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import flip_loss
-from flip_loss import functional, hdr
+from flip_loss import hdr
 from flip_loss.constants import MAX_EPS, MAX_EXPOSURES, MAX_PPD
 from flip_loss.modules import weighted_reduce
 
