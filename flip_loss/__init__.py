@@ -3,18 +3,47 @@
 Ops live in ``torch.ops.flip`` (registered by the compiled extension ``flip_loss._C``); this
 package adds the Python API, pooling, colour maps, image I/O and a command-line evaluator.
 """
+import sys as _sys
+
 from . import _ops
 from .constants import DEFAULT_PPD, pixels_per_degree
 from .functional import ldr_flip
 from .hdr import exposure_range, hdr_flip
 from .metric import FLIPMetric, FLIPMetricResult
 from .modules import FLIPLoss
+# NVIDIA's PyTorch loss API (its file was flip_loss.py, so its users import these from here).
+from . import nvidia
+from .nvidia import (HDRFLIPLoss, LDRFLIPLoss, color_space_transform, compute_ldrflip, compute_start_stop_exposures,
+                     feature_detection, generate_spatial_filter, hunt_adjustment, hyab, redistribute_errors,
+                     spatial_filter, tone_map)
 from .pooling import PooledValues, pool, weighted_histogram
 
 HAS_EXTENSION = _ops.HAS_EXTENSION
 
 __all__ = [
-    "DEFAULT_PPD", "FLIPLoss", "FLIPMetric", "FLIPMetricResult", "HAS_EXTENSION", "PooledValues", "exposure_range", "hdr_flip", "ldr_flip",
-    "pixels_per_degree", "pool", "weighted_histogram",
+    "DEFAULT_PPD", "FLIPLoss", "FLIPMetric", "FLIPMetricResult", "HAS_EXTENSION", "HDRFLIPLoss", "LDRFLIPLoss",
+    "PooledValues", "color_space_transform", "compute_ldrflip", "compute_start_stop_exposures", "exposure_range",
+    "feature_detection", "generate_spatial_filter", "hdr_flip", "hunt_adjustment", "hyab", "ldr_flip",
+    "pixels_per_degree", "pool", "redistribute_errors", "spatial_filter", "tone_map", "weighted_histogram",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # A submodule the package does not import itself (flip_loss.cli, flip_loss.imageio, ...) is
+    # imported when first named, so `import flip_loss; flip_loss.cli.example_paths()` works.
+    import importlib.util
+
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    # A missing name is often code written for another ``flip_loss`` (NVIDIA's single-file
+    # flip_loss.py) meeting this package, or the reverse: say which one was imported, and from where.
+    message = f"module {__name__!r} has no attribute {name!r}"
+    if not name.startswith("__"):
+        message += (f" (this is the flip-loss package {__version__}, imported from {__path__[0]}; NVIDIA's "
+                    "flip_loss.py API is here as LDRFLIPLoss, HDRFLIPLoss and the functions of flip_loss.nvidia, "
+                    + ", ".join(sorted(n for n in nvidia.__all__ if n[0].islower())) + ")")
+    error = AttributeError(message)
+    # What Python's "Did you mean ...?" suggestion reads.
+    error.name, error.obj = name, _sys.modules[__name__]
+    raise error

@@ -11,14 +11,29 @@ from .functional import _check_image, _checked_pair, _host_table, _is_compiling,
 
 TONE_MAPPERS = options.TONE_MAPPERS
 ExposureArg = Union[None, float, int, torch.Tensor]
+# Which middle element of an even number of luminances is the median of the automatic stop
+# exposure (docs/algorithm.md §7.7): "upper" (index P // 2, flip-evaluator's rule, the default) or
+# "lower" (index (P - 1) // 2, torch.median's, the rule of NVIDIA's PyTorch loss).
+MEDIAN_RULES = ("upper", "lower")
 
 
-def exposure_anchor(tone_mapper: str = "aces") -> float:
-    """The scene value that ``tone_mapper`` maps to 0.85: the larger root of the quadratic, solved
-    in float32 as NVIDIA's evaluator does (Reinhard uses x / (1 + x) here, as the evaluator does)."""
+def median_rule(value) -> str:
+    """A median rule (``"upper"`` or ``"lower"``, any case), checked: ``TypeError`` for a value that
+    is not a string, ``ValueError`` for another name."""
+    if not isinstance(value, str):
+        raise TypeError(f"flip_loss: median must be a string, one of {MEDIAN_RULES}, got {type(value).__name__}")
+    if value.lower() not in MEDIAN_RULES:
+        raise ValueError(f"flip_loss: median must be one of {MEDIAN_RULES} (any case), got {value!r}")
+    return value.lower()
+
+
+def exposure_anchor(tone_mapper: str = "aces", target: float = 0.85) -> float:
+    """The scene value that ``tone_mapper`` maps to ``target`` (0.85 for the automatic exposures):
+    the larger root of the quadratic, solved in float32 as NVIDIA's evaluator does (Reinhard uses
+    x / (1 + x) here, as the evaluator does)."""
     f = np.float32
     k = [f(v) for v in tone_coefficients(options.tone_mapper(tone_mapper))]
-    t = f(0.85)
+    t = f(target)
     a, b, c = k[0] - t * k[3], k[1] - t * k[4], k[2] - t * k[5]
     if a == 0:
         return float(-c / b)
@@ -39,13 +54,16 @@ def _checked_reference(reference) -> torch.Tensor:
     return _batched(reference)
 
 
-def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces") -> Tuple[torch.Tensor, torch.Tensor]:
+def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces",
+                   median: str = "upper") -> Tuple[torch.Tensor, torch.Tensor]:
     """Automatic (start, stop) exposures in stops, one per image of ``reference`` (N x 3 x H x W
     linear HDR, or 3 x H x W), as tensors of shape N on the reference's device.
 
     start = log2(x* / max luminance), stop = log2(x* / median luminance), x* =
     ``exposure_anchor(tone_mapper)``; the median is the upper middle element (index floor(P/2) of the
-    P sorted luminances). Like flip-evaluator 1.7, a median below float32 epsilon (more than half
+    P sorted luminances), as flip-evaluator takes it, or with ``median="lower"`` the lower one
+    (index floor((P - 1)/2), ``torch.median``'s, as NVIDIA's PyTorch loss takes it); the two differ
+    only for an even pixel count. Like flip-evaluator 1.7, a median below float32 epsilon (more than half
     the pixels black) is raised to epsilon; unlike it, so is the maximum, so that an all-black
     reference gives start = stop (two identical exposures) instead of an error.
 
@@ -54,16 +72,27 @@ def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces") -> Tuple[
     reference); that check reads the two values per image back to the host.
     """
     ref = _checked_reference(reference)
-    start, stop = _luminance_range(ref, exposure_anchor(tone_mapper))
+    lower = median_rule(median) == "lower"
+    start, stop = _luminance_range(ref, exposure_anchor(tone_mapper), lower)
     rows = _host_rows(torch.stack([start, stop]))
     if rows is not None:  # None: a reference without values (meta), whose range is not known
         _check_range_rows(rows, False, False)
     return start, stop
 
 
-def _luminance_range(ref: torch.Tensor, anchor: float) -> Tuple[torch.Tensor, torch.Tensor]:
+def _luminance_range(ref: torch.Tensor, anchor: float,
+                     lower_median: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """The rule of ``exposure_range`` for a batched reference, unchecked. TorchScript-compatible: a
     scripted ``FLIPLoss(hdr=True)`` calls it too."""
+    y_max, y_med = _luminance_max_median(ref, lower_median)
+    return torch.log2(torch.full_like(y_max, anchor) / y_max), torch.log2(torch.full_like(y_med, anchor) / y_med)
+
+
+def _luminance_max_median(ref: torch.Tensor, lower_median: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per image of a batched reference, the largest and the median luminance (upper middle element,
+    or the lower one with ``lower_median``), both raised to at least float32 epsilon, in float32
+    (float64 for a float64 reference); NaN maxima for a reference with -inf values.
+    TorchScript-compatible."""
     flt_epsilon = 1.1920928955078125e-07  # float32 epsilon, as a literal for TorchScript
     dt = torch.float64 if ref.dtype == torch.float64 else torch.float32
     # The exposures are settings of the metric, not a function to differentiate: the compiled op
@@ -75,8 +104,10 @@ def _luminance_range(ref: torch.Tensor, anchor: float) -> Tuple[torch.Tensor, to
     # and +inf do (they reach y_max through the sum).
     neg_inf = torch.isneginf(ref.detach()).flatten(1).any(dim=1)
     y_max = torch.where(neg_inf, torch.full_like(y_max, float("nan")), y_max)
-    y_med = torch.kthvalue(lum, lum.shape[1] // 2 + 1, dim=1)[0].clamp(min=flt_epsilon)
-    return torch.log2(torch.full_like(y_max, anchor) / y_max), torch.log2(torch.full_like(y_med, anchor) / y_med)
+    # kthvalue counts from 1: the 0-based middle index P // 2 (upper) or (P - 1) // 2 (lower).
+    middle = (lum.shape[1] - 1) // 2 if lower_median else lum.shape[1] // 2
+    y_med = torch.kthvalue(lum, middle + 1, dim=1)[0].clamp(min=flt_epsilon)
+    return y_max, y_med
 
 
 def _exposure_grid(start: torch.Tensor, stop: torch.Tensor, counts: torch.Tensor, count_max: int) -> torch.Tensor:
@@ -165,7 +196,8 @@ def _automatic_counts(start: torch.Tensor, stop: torch.Tensor, start_given: bool
 
 
 def _exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[float], stop: Optional[float],
-                            num: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                            num: Optional[int], lower_median: bool = False
+                            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``exposures_for`` of a checked, batched reference for options that are numbers or None: eager
     calls with such options and the scripted ``FLIPLoss(hdr=True)`` (whose attributes can be changed
     after construction, so the numbers are checked again). Reads values back to the host only when
@@ -185,7 +217,7 @@ def _exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[fl
             counts = torch.full([n], num, dtype=torch.int64, device=ref.device)
             return _exposure_grid(s, e, counts, num), counts, s, e
     else:
-        auto = _luminance_range(ref, anchor)
+        auto = _luminance_range(ref, anchor, lower_median)
         if start is None:
             s = auto[0].to(torch.float32)
         else:
@@ -245,7 +277,8 @@ def _count_values(value: torch.Tensor, n: int, device: torch.device) -> Tuple[to
 
 
 def _exposures_from_tensors(ref: torch.Tensor, anchor: float, start: Optional[torch.Tensor],
-                            stop: Optional[torch.Tensor], num: Optional[torch.Tensor]
+                            stop: Optional[torch.Tensor], num: Optional[torch.Tensor],
+                            lower_median: bool = False
                             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``exposures_for`` of a checked, batched reference for options given as tensors (one value or
     one per image) or None: the values are read back once to be checked."""
@@ -254,7 +287,7 @@ def _exposures_from_tensors(ref: torch.Tensor, anchor: float, start: Optional[to
         s = _exposure_values(start, n, ref.device, "start_exposure")
         e = _exposure_values(stop, n, ref.device, "stop_exposure")
     else:
-        auto_start, auto_stop = _luminance_range(ref, anchor)
+        auto_start, auto_stop = _luminance_range(ref, anchor, lower_median)
         if start is None:
             s = auto_start.to(torch.float32)
         else:
@@ -291,8 +324,9 @@ def _option_tensor(name: str, value: ExposureArg) -> Optional[torch.Tensor]:
 
 
 def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_exposure: ExposureArg = None,
-                  stop_exposure: ExposureArg = None, num_exposures: ExposureArg = None):
-    """(exposures N x E, counts N, start N, stop N) for ``reference``: automatic where not given.
+                  stop_exposure: ExposureArg = None, num_exposures: ExposureArg = None, median: str = "upper"):
+    """(exposures N x E, counts N, start N, stop N) for ``reference``: automatic where not given
+    (with the median rule ``median`` of ``exposure_range``).
     Exposures are start + i (stop - start) / (count - 1), in float32 as the evaluator computes them.
 
     Each option is a number (a 0-dim tensor counts as one) or a tensor with one value per image.
@@ -305,6 +339,7 @@ def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_expo
     """
     ref = _checked_reference(reference)
     tone_mapper = options.tone_mapper(tone_mapper)
+    lower = median_rule(median) == "lower"
     # The anchor only matters (and is only computed, with NumPy, outside torch.compile's reach)
     # when a bound comes from the reference.
     anchor = exposure_anchor(tone_mapper) if start_exposure is None or stop_exposure is None else 0.0
@@ -312,15 +347,16 @@ def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_expo
         return _exposures_from_numbers(
             ref, anchor, None if start_exposure is None else options.exposure("start_exposure", start_exposure),
             None if stop_exposure is None else options.exposure("stop_exposure", stop_exposure),
-            None if num_exposures is None else options.exposure_count(num_exposures))
+            None if num_exposures is None else options.exposure_count(num_exposures), lower)
     return _exposures_from_tensors(ref, anchor, _option_tensor("start_exposure", start_exposure),
                                    _option_tensor("stop_exposure", stop_exposure),
-                                   _option_tensor("num_exposures", num_exposures))
+                                   _option_tensor("num_exposures", num_exposures), lower)
 
 
 def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
              tone_mapper: str = "aces", start_exposure: ExposureArg = None, stop_exposure: ExposureArg = None,
-             num_exposures: ExposureArg = None, return_exposure_map: bool = False, eps: float = DEFAULT_EPS):
+             num_exposures: ExposureArg = None, return_exposure_map: bool = False, eps: float = DEFAULT_EPS,
+             median: str = "upper"):
     """HDR-FLIP error map between linear HDR images ``test`` and ``reference`` (N x 3 x H x W or
     3 x H x W, non-negative; negative values count as 0). The per-pixel maximum of LDR-FLIP over
     exposures from ``start_exposure`` to ``stop_exposure`` stops (``num_exposures`` of them), each
@@ -329,6 +365,8 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     may also be a tensor with one value per image; a given start or stop exposure lies in
     [MIN_EXPOSURE_STOPS, MAX_EXPOSURE_STOPS] = [-149, 127]; a count is a whole number from 2 to
     ``MAX_EXPOSURES`` (256), an automatic one included (see ``exposures_for`` for the errors).
+    ``median`` picks the median rule of the automatic stop exposure (see ``exposure_range``):
+    ``"upper"`` (default, flip-evaluator's) or ``"lower"`` (NVIDIA's PyTorch loss's).
     Returns the map (N x 1 x H x W), and with ``return_exposure_map=True`` also the exposure map
     (winning exposure index / (count - 1), 0 where no exposure wins). Differentiable in both images.
     """
@@ -338,7 +376,7 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     tm = options.tone_mapper(tone_mapper)
     unbatched = test.dim() == 3
     t, r = _batched(test), _batched(reference)
-    exposures, counts, _, _ = exposures_for(r, tm, start_exposure, stop_exposure, num_exposures)
+    exposures, counts, _, _ = exposures_for(r, tm, start_exposure, stop_exposure, num_exposures, median)
     if _kernels_serve("hdr_flip", t, r):
         error, emap, _ = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)
     else:

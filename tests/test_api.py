@@ -188,3 +188,14 @@ def test_cuda_tensors_give_the_cpu_values():
     out = flip_loss.ldr_flip(a.cuda(), b.cuda())
     assert out.is_cuda
     torch.testing.assert_close(out.cpu(), flip_loss.ldr_flip(a, b), rtol=0, atol=1e-5)
+
+
+def test_submodules_are_reachable_from_the_package_alone():
+    import subprocess
+    import sys
+
+    code = ("import flip_loss; ref, test = flip_loss.cli.example_paths(); print(ref.endswith('example_reference.png'), "
+            "callable(flip_loss.imageio.load_image))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]

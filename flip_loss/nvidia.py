@@ -1,0 +1,543 @@
+"""NVIDIA's PyTorch FLIP loss API on this project's kernels: a drop-in for ``flip_loss.py`` of
+NVlabs/flip (``src/pytorch``).
+
+Code written against that file, ``LDRFLIPLoss()(test, reference, pixels_per_degree)``,
+``HDRFLIPLoss()(test, reference, pixels_per_degree, tone_mapper, start_exposure, stop_exposure)``
+and the module functions its users call (``compute_start_stop_exposures``,
+``color_space_transform``, ``tone_map``, ``compute_ldrflip``, ``generate_spatial_filter``,
+``spatial_filter``, ``hunt_adjustment``, ``hyab``, ``redistribute_errors``, ``feature_detection``),
+runs unchanged once that file is deleted and flip-loss installed: the names are importable from
+``flip_loss`` as they were from the file. Everything here is written from the algorithm as
+``docs/algorithm.md`` states it (and the signatures and behaviour of NVIDIA's functions as its
+users see them), not from NVIDIA's source.
+
+The values are NVIDIA's where its loss is right, including its rules where they differ from
+flip-evaluator's (the lower median of the automatic stop exposure, the inputs of HDR-FLIP clamped
+to 65536); ``HDRFLIPLoss(median="upper")`` and ``compute_start_stop_exposures(..., median="upper")``
+give flip-evaluator's exposures instead, and ``HDRFLIPLoss(max_value=None)`` takes the inputs as
+they are. Where NVIDIA's loss is wrong this module is not: an unknown tone mapper raises
+``ValueError`` (NVIDIA's runs ACES), every image of a batch gets its own exposure count (NVIDIA's
+runs all to the largest), and a zero median or maximum luminance is raised to float32 epsilon
+(NVIDIA's gives infinite exposures). Gradients through tied exposures go to the earliest
+(NVIDIA's ``amax`` splits them); the automatic exposures are constants for autograd.
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+
+from . import options
+from . import reference as _ref
+from .constants import DEFAULT_EPS, PC, PT
+from .functional import _checked_pair, _is_device_call, _kernels_serve, _ldr_flip
+from .hdr import (_automatic_counts, _batched, _checked_reference, _exposure_grid, _exposure_values,
+                  _luminance_max_median, _option_tensor, exposure_anchor, median_rule)
+from .modules import weighted_reduce
+
+__all__ = [
+    "HDRFLIPLoss", "LDRFLIPLoss", "NVIDIA_DEFAULT_PPD", "HDR_INPUT_MAX", "color_space_transform",
+    "compute_ldrflip", "compute_start_stop_exposures", "feature_detection", "generate_spatial_filter",
+    "hunt_adjustment", "hyab", "redistribute_errors", "spatial_filter", "tone_map",
+]
+
+# NVIDIA's default observer: a 0.7 m wide 4K display seen from 0.7 m, written as NVIDIA's loss
+# writes it (67.02064327658226; flip_loss.DEFAULT_PPD, the same setup computed in another order,
+# is 67.02064327658225).
+NVIDIA_DEFAULT_PPD = (0.7 * 3840 / 0.7) * math.pi / 180
+# NVIDIA's loss clamps HDR inputs to [0, 65536] (negative values count as 0 everywhere here).
+HDR_INPUT_MAX = 65536.0
+# The tone-mapped value that the brightest pixel (start) and the median pixel (stop) are mapped to
+# by the automatic exposures, as HDRFLIPLoss asks compute_start_stop_exposures for them.
+_TARGET = 0.85
+
+
+def _pixels_per_degree(value) -> float:
+    """A ppd as NVIDIA's users pass it: a number, a 0-dim tensor, or a one-element tensor."""
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.numel() == 1:
+        value = value.reshape(())
+    return options.pixels_per_degree(value)
+
+
+def _tone_mapper(value) -> str:
+    """The tone mapper, checked: ``ValueError`` for an unknown name (NVIDIA's loss would silently
+    run ACES), any case accepted."""
+    return options.tone_mapper(value)
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+# --------------------------------------------------------------------------------------------
+# Automatic exposures (docs/algorithm.md §5.4, §7.7, §7.8)
+# --------------------------------------------------------------------------------------------
+
+def _exact_tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:
+    """(k0..k5) of the tone curve T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5) in double
+    precision, Hable's derived from its parameters at full precision (docs/algorithm.md §5.3; the
+    kernels use flip-evaluator's six-digit rounding of them)."""
+    if tone_mapper == "reinhard":
+        return (0.0, 1.0, 0.0, 0.0, 1.0, 1.0)
+    if tone_mapper == "hable":
+        a, b, c, d, e, f, white = 0.15, 0.50, 0.10, 0.20, 0.02, 0.30, 11.2
+        num = (a * f - a * e, c * b * f - b * e, 0.0)
+        den = (a * f, b * f, d * f * f)
+        scale = (den[0] * white * white + den[1] * white + den[2]) / (num[0] * white * white + num[1] * white)
+        # White point normalisation, then the exposure bias of 2 (x -> 2x).
+        return (4.0 * num[0] * scale, 2.0 * num[1] * scale, 0.0, 4.0 * den[0], 2.0 * den[1], den[2])
+    return (0.6 * 0.6 * 2.51, 0.6 * 0.03, 0.0, 0.6 * 0.6 * 2.43, 0.6 * 0.59, 0.14)
+
+
+def _nvidia_anchor(tone_mapper: str, target: float) -> float:
+    """The scene value the tone curve maps to ``target``, as NVIDIA's loss gets it: the larger root
+    of (k0 - t k3) x^2 + (k1 - t k4) x + (k2 - t k5) = 0 with the double-precision coefficients,
+    normalised (x^2 + p x + q) in double and finished with float32 tensor arithmetic on the CPU
+    (x = -p/2 + sqrt(p^2/4 - q)). PyTorch's float32 square root need not be the correctly rounded
+    one (for ACES it is one ulp off, here and in NVIDIA's exposures), so NumPy's would not do. A
+    curve linear in x (Reinhard's x / (1 + x)) is solved in double."""
+    k = _exact_tone_coefficients(tone_mapper)
+    a, b, c = k[0] - target * k[3], k[1] - target * k[4], k[2] - target * k[5]
+    if a == 0.0:
+        return -c / b
+    half = torch.tensor(0.5 * (b / a), dtype=torch.float32)
+    return float(torch.sqrt(half * half - c / a) - half)
+
+
+def _anchor(tone_mapper: str, target: float, median: str) -> float:
+    """The anchor that goes with a median rule: NVIDIA's with ``"lower"``, flip-evaluator's
+    (``hdr.exposure_anchor``) with ``"upper"``, so that each rule gives that program's exposures."""
+    if median == "upper":
+        return exposure_anchor(tone_mapper, target)
+    return _nvidia_anchor(tone_mapper, target)
+
+
+# The anchors HDRFLIPLoss uses, computed once, so that neither NumPy nor the scalar arithmetic
+# above enters torch.compile's graphs.
+_ANCHORS = {(rule, tm): _anchor(tm, _TARGET, rule) for rule in ("lower", "upper") for tm in options.TONE_MAPPERS}
+
+
+def _checked_target(name: str, value) -> float:
+    t = options.real_number(name, value)
+    if not (math.isfinite(t) and 0.0 < t < 1.0):
+        raise ValueError(f"flip_loss: {name} must be a tone-mapped value between 0 and 1 (exclusive), got {value!r}")
+    return t
+
+
+def _target_anchor(tone_mapper: str, name: str, target, median: str) -> float:
+    t = _checked_target(name, target)
+    if t == _TARGET:
+        return _ANCHORS[(median, tone_mapper)]
+    x = _anchor(tone_mapper, t, median)
+    if not (math.isfinite(x) and x > 0):
+        raise ValueError(f"flip_loss: the {tone_mapper} tone curve maps no scene value to {name}={t}")
+    return x
+
+
+def _start_stop(ref: torch.Tensor, x_start: float, x_stop: float, lower_median: bool,
+                by_reciprocal: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(start, stop), N values each, for a checked, batched reference and the two anchors:
+    log2(x / Y) in the reference's precision, or log2(x * (1 / Y)) with ``by_reciprocal`` (how
+    PyTorch divides a Python number by a tensor; it reproduces NVIDIA's Reinhard exposures bit for
+    bit, where the true division is one ulp off)."""
+    y_max, y_med = _luminance_max_median(ref, lower_median)
+    if by_reciprocal:
+        return torch.log2(y_max.reciprocal() * x_start), torch.log2(y_med.reciprocal() * x_stop)
+    return (torch.log2(torch.full_like(y_max, x_start) / y_max),
+            torch.log2(torch.full_like(y_med, x_stop) / y_med))
+
+
+def _by_reciprocal(tone_mapper: str, median: str) -> bool:
+    return median == "lower" and tone_mapper == "reinhard"
+
+
+def compute_start_stop_exposures(reference: torch.Tensor, tone_mapper: str, t_min: float, t_max: float, *,
+                                 median: str = "lower") -> Tuple[torch.Tensor, torch.Tensor]:
+    """NVIDIA's automatic exposure range of each image of ``reference`` (N x 3 x H x W linear HDR):
+    ``(start_exposure, stop_exposure)``, each an N x 1 x 1 x 1 tensor of stops, on the reference's
+    device, float32 (float64 for a float64 reference), without gradient.
+
+    start = log2(x_max / Y_max), x_max the scene value the tone curve maps to ``t_max`` (the
+    brightest pixel ends there); stop = log2(x_min / Y_median), x_min the value mapped to ``t_min``
+    (the median pixel ends there). Y is the Rec. 709 luminance of the reference with negative values
+    as 0; HDRFLIPLoss asks for t_min = t_max = 0.85.
+
+    ``median="lower"`` (default): NVIDIA's rules, the lower middle element of an even pixel count
+    (``torch.median``) and the root of the exact tone curve; ``median="upper"``: flip-evaluator's,
+    the upper middle element and its float32 root of the rounded curve (``flip_loss.exposure_range``
+    for 0.85). Unlike NVIDIA's, a median or maximum luminance of 0 is raised to float32 epsilon (a
+    finite range; NVIDIA's is infinite), and an unknown tone mapper raises ``ValueError``.
+    """
+    ref = _checked_reference(reference)
+    tm = _tone_mapper(tone_mapper)
+    rule = median_rule(median)
+    x_stop = _target_anchor(tm, "t_min", t_min, rule)
+    x_start = _target_anchor(tm, "t_max", t_max, rule)
+    start, stop = _start_stop(ref, x_start, x_stop, rule == "lower", _by_reciprocal(tm, rule))
+    return start.view(-1, 1, 1, 1), stop.view(-1, 1, 1, 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Colour spaces (docs/algorithm.md §4.2, §4.3, §4.7)
+# --------------------------------------------------------------------------------------------
+
+_SPACES = ("srgb", "linrgb", "xyz", "ycxcz", "cielab")
+_SPACE_ALIASES = {"lab": "cielab"}
+_LAB_DELTA = 6.0 / 29.0
+
+
+def _channels(x: torch.Tensor):
+    return x.select(-3, 0), x.select(-3, 1), x.select(-3, 2)
+
+
+def _stack(c0, c1, c2) -> torch.Tensor:
+    return torch.stack((c0, c1, c2), dim=-3)
+
+
+def _linrgb_to_xyz(x):
+    return _stack(*_ref._mix3(_ref._RGB_TO_XYZ, *_channels(x)))
+
+
+def _xyz_to_linrgb(x):
+    return _stack(*_ref._mix3(_ref._XYZ_TO_RGB, *_channels(x)))
+
+
+def _xyz_to_ycxcz(x):
+    X, Y, Z = _channels(x)
+    w = _ref._INV_WHITE
+    xn, yn, zn = X * w[0], Y * w[1], Z * w[2]
+    return _stack(116.0 * yn - 16.0, 500.0 * (xn - yn), 200.0 * (yn - zn))
+
+
+def _ycxcz_to_xyz(x):
+    Yo, Cx, Cz = _channels(x)
+    y = (Yo + 16.0) / 116.0
+    w = _ref._WHITE
+    return _stack((y + Cx / 500.0) * w[0], y * w[1], (y - Cz / 200.0) * w[2])
+
+
+def _xyz_to_cielab(x):
+    def f(t):
+        # The cube-root branch on max(t, delta^3), so the branch not taken has a finite slope.
+        root = torch.pow(_ref._clamp(t, low=_ref._LAB_T), 1.0 / 3.0)
+        return torch.where(t > _ref._LAB_T, root, t / (3.0 * _LAB_DELTA ** 2) + 4.0 / 29.0)
+
+    X, Y, Z = _channels(x)
+    w = _ref._INV_WHITE
+    fx, fy, fz = f(X * w[0]), f(Y * w[1]), f(Z * w[2])
+    return _stack(116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz))
+
+
+def _cielab_to_xyz(x):
+    def f_inv(u):
+        return torch.where(u > _LAB_DELTA, u * u * u, 3.0 * _LAB_DELTA ** 2 * (u - 4.0 / 29.0))
+
+    L, a, b = _channels(x)
+    fy = (L + 16.0) / 116.0
+    w = _ref._WHITE
+    return _stack(f_inv(fy + a / 500.0) * w[0], f_inv(fy) * w[1], f_inv(fy - b / 200.0) * w[2])
+
+
+_TO_XYZ = {
+    "xyz": lambda x: x,
+    "linrgb": _linrgb_to_xyz,
+    "srgb": lambda x: _linrgb_to_xyz(_ref.srgb_to_linear(x)),
+    "ycxcz": _ycxcz_to_xyz,
+    "cielab": _cielab_to_xyz,
+}
+_FROM_XYZ = {
+    "xyz": lambda x: x,
+    "linrgb": _xyz_to_linrgb,
+    "srgb": lambda x: _ref.linear_to_srgb(_xyz_to_linrgb(x)),
+    "ycxcz": _xyz_to_ycxcz,
+    "cielab": _xyz_to_cielab,
+}
+
+
+def _space_names(transform) -> Tuple[str, str]:
+    if not isinstance(transform, str):
+        raise TypeError(f"flip_loss: fromSpace2toSpace must be a string such as 'srgb2ycxcz', got "
+                        f"{type(transform).__name__}")
+    parts = transform.lower().split("2")
+    names = [_SPACE_ALIASES.get(p, p) for p in parts]
+    if len(names) != 2 or any(n not in _SPACES for n in names):
+        raise ValueError(f"flip_loss: unknown colour transform {transform!r}: expected '<from>2<to>' with spaces "
+                         f"from {_SPACES} (or 'lab' for 'cielab'), e.g. 'srgb2ycxcz' or 'linrgb2cielab'")
+    return names[0], names[1]
+
+
+def color_space_transform(input_color: torch.Tensor, fromSpace2toSpace: str) -> torch.Tensor:  # noqa: N803
+    """``input_color`` (N x 3 x H x W or 3 x H x W) converted between colour spaces, e.g.
+    ``"srgb2linrgb"``, ``"linrgb2srgb"``, ``"linrgb2xyz"``, ``"xyz2linrgb"``, ``"xyz2ycxcz"``,
+    ``"ycxcz2xyz"``, ``"xyz2cielab"``, ``"cielab2xyz"``, ``"srgb2xyz"``, ``"srgb2ycxcz"``,
+    ``"linrgb2ycxcz"``, ``"ycxcz2linrgb"``, ``"srgb2lab"``, ``"linrgb2lab"``, ``"ycxcz2lab"``,
+    ``"lab2srgb"``: any pair of ``srgb``, ``linrgb`` (linear sRGB primaries, D65), ``xyz``,
+    ``ycxcz`` (FLIP's opponent space) and ``cielab`` (also written ``lab``), in any case.
+
+    The formulas are docs/algorithm.md §4.2 (sRGB, whose power branch extends past 1), §4.3 (the
+    exact matrix and its exact inverse, the D65 white of the matrix) and §4.7 (L*a*b*). Nothing is
+    clamped. float16 and bfloat16 compute in float32 and return in their dtype. Differentiable.
+    Raises ``ValueError`` for an unknown transform (NVIDIA's function does not).
+    """
+    src, dst = _space_names(fromSpace2toSpace)
+    if not isinstance(input_color, torch.Tensor):
+        raise TypeError(f"flip_loss: input_color must be a torch.Tensor, got {type(input_color).__name__}")
+    if input_color.dim() < 3 or input_color.shape[-3] != 3:
+        raise ValueError(f"flip_loss: input_color must be N x 3 x H x W or 3 x H x W, got shape "
+                         f"{list(input_color.shape)}")
+    if src == dst:
+        return input_color
+    dt = input_color.dtype
+    x = input_color.to(_compute_dtype(input_color)) if input_color.is_floating_point() else input_color.float()
+    if src == "srgb" and dst == "linrgb":
+        out = _ref.srgb_to_linear(x)
+    elif src == "linrgb" and dst == "srgb":
+        out = _ref.linear_to_srgb(x)
+    else:
+        out = _FROM_XYZ[dst](_TO_XYZ[src](x))
+    return out.to(dt) if input_color.is_floating_point() else out
+
+
+# --------------------------------------------------------------------------------------------
+# Tone mapping (docs/algorithm.md §5.2, §5.3)
+# --------------------------------------------------------------------------------------------
+
+def tone_map(img: torch.Tensor, tone_mapper: str, exposure) -> torch.Tensor:
+    """``img`` (N x 3 x H x W linear HDR) exposed by 2^``exposure`` (stops: a number or a tensor
+    broadcastable to N x 1 x 1 x 1, such as the exposures of ``compute_start_stop_exposures``),
+    tone mapped (``"aces"``, ``"hable"``, ``"reinhard"``, any case) and clamped to [0, 1], as
+    HDR-FLIP's kernels do it: negative values count as 0, exposed values are capped at 1e15, and
+    the curves have flip-evaluator's coefficients (Hable's rounded to six digits, within 2e-6 of
+    NVIDIA's exact ones). Differentiable (in ``exposure`` too, when it is a tensor that requires
+    a gradient); the gradient is 0 where a clamp is active.
+    Raises ``ValueError`` for an unknown tone mapper (NVIDIA's runs ACES).
+    """
+    tm = _tone_mapper(tone_mapper)
+    if not isinstance(img, torch.Tensor) or not img.is_floating_point():
+        raise TypeError("flip_loss: img must be a floating-point torch.Tensor")
+    x = img.to(_compute_dtype(img))
+    batched = x if x.dim() == 4 else x.unsqueeze(0)
+    if isinstance(exposure, torch.Tensor):
+        c = exposure.to(device=x.device, dtype=x.dtype)
+        if c.dim() == 1 and c.numel() == batched.shape[0]:  # one value per image, flattened
+            c = c.view(-1, 1, 1, 1)
+    else:
+        c = torch.tensor(options.real_number("exposure", exposure), dtype=x.dtype, device=x.device)
+    out = _ref.hdr_to_ldr(batched, torch.exp2(c), tm)
+    return (out if x.dim() == 4 else out.squeeze(0)).to(img.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# The stages of LDR-FLIP (docs/algorithm.md §4)
+# --------------------------------------------------------------------------------------------
+
+def generate_spatial_filter(pixels_per_degree, channel: str, *, dtype: torch.dtype = torch.float32,
+                            device=None) -> Tuple[torch.Tensor, int]:
+    """The CSF filter of one opponent channel, ``"A"`` (achromatic, Y), ``"RG"`` (Cx) or ``"BY"``
+    (Cz), as a 1 x 1 x (2r+1) x (2r+1) kernel normalised to sum to 1, and its radius r
+    (docs/algorithm.md §4.4; built in double precision, then cast to ``dtype``)."""
+    ppd = _pixels_per_degree(pixels_per_degree)
+    key = channel.upper() if isinstance(channel, str) else channel
+    if key not in ("A", "RG", "BY"):
+        raise ValueError(f"flip_loss: channel must be 'A', 'RG' or 'BY', got {channel!r}")
+    r, y, cx, cz1, cz2 = _ref._csf_taps64(float(ppd))
+    if key == "A":
+        kernel = torch.outer(y, y)
+    elif key == "RG":
+        kernel = torch.outer(cx, cx)
+    else:
+        kernel = torch.outer(cz1, cz1) + torch.outer(cz2, cz2)
+    return kernel.to(dtype=dtype, device=device).view(1, 1, 2 * r + 1, 2 * r + 1), r
+
+
+def spatial_filter(img: torch.Tensor, s_a: torch.Tensor, s_rg: torch.Tensor, s_by: torch.Tensor,
+                   radius: int) -> torch.Tensor:
+    """An opponent (YCxCz) image (N x 3 x H x W) filtered channel by channel with the 2-D kernels
+    ``s_a``, ``s_rg``, ``s_by`` (from ``generate_spatial_filter``, radius ``radius``; borders
+    clamped to the edge), converted to linear RGB and clamped to [0, 1] (docs/algorithm.md §4.5,
+    §4.6). Pure PyTorch (for any kernels); ``compute_ldrflip`` runs the compiled CSF filter."""
+    x = img.to(_compute_dtype(img))
+    padded = torch.nn.functional.pad(x, (radius, radius, radius, radius), mode="replicate")
+    weights = torch.cat([k.reshape(1, 1, k.shape[-2], k.shape[-1]) for k in (s_a, s_rg, s_by)])
+    filtered = torch.nn.functional.conv2d(padded, weights.to(device=x.device, dtype=x.dtype), groups=3)
+    return _ref._clamp(_xyz_to_linrgb(_ycxcz_to_xyz(filtered)), 0.0, 1.0).to(img.dtype)
+
+
+def hunt_adjustment(img: torch.Tensor) -> torch.Tensor:
+    """Hunt-adjusted L*a*b* of an L*a*b* image (N x 3 x H x W): (L, 0.01 L a, 0.01 L b)
+    (docs/algorithm.md §4.7)."""
+    L, a, b = img[:, 0:1], img[:, 1:2], img[:, 2:3]
+    return torch.cat((L, 0.01 * L * a, 0.01 * L * b), dim=1)
+
+
+def hyab(reference: torch.Tensor, test: torch.Tensor, eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """HyAB distance of two Hunt-adjusted L*a*b* images (N x 3 x H x W; NVIDIA's order, reference
+    first): sqrt(max(dL^2, eps)) + ||(da, db)||, N x 1 x H x W (docs/algorithm.md §4.8, §7.2)."""
+    eps = options.eps(eps)
+    d = reference - test
+    return _ref._floored_abs(d[:, 0:1], eps) + _ref._chroma_norm(d[:, 1:2], d[:, 2:3])
+
+
+def redistribute_errors(power_deltaE_hyab: torch.Tensor, cmax) -> torch.Tensor:  # noqa: N803
+    """The compression of the colour error (docs/algorithm.md §4.9): HyAB^0.7 values ``e`` mapped
+    linearly to [0, 0.95) below the knee 0.4 ``cmax`` and from 0.95 to 1 above it."""
+    cmax = options.real_number("cmax", cmax) if not isinstance(cmax, torch.Tensor) else cmax
+    knee = PC * cmax
+    e = power_deltaE_hyab
+    return torch.where(e < knee, (PT / knee) * e, PT + ((e - knee) / (cmax - knee)) * (1.0 - PT))
+
+
+def feature_detection(img_y: torch.Tensor, pixels_per_degree, feature_type: str) -> torch.Tensor:
+    """The edge (``"edge"``: first derivative of a Gaussian) or point (``"point"``: second
+    derivative) responses of a normalised achromatic image (N x 1 x H x W, (Y + 16) / 116 of the
+    opponent image) along x and y, as an N x 2 x H x W tensor (x first); the norm over dim 1 is
+    the edge or point magnitude (docs/algorithm.md §4.10, §4.11; borders clamped to the edge)."""
+    ppd = _pixels_per_degree(pixels_per_degree)
+    if feature_type not in ("edge", "point"):
+        raise ValueError(f"flip_loss: feature_type must be 'edge' or 'point', got {feature_type!r}")
+    x = img_y.to(_compute_dtype(img_y))
+    taps = _ref.feature_taps(ppd, dtype=x.dtype, device=x.device)
+    g = taps["g"]
+    if feature_type == "edge":
+        deriv, correlate = taps["dg"], _ref._correlate_odd
+    else:
+        deriv, correlate = taps["ddg"], _ref._correlate_centred
+    along_x = _ref._correlate(correlate(x, deriv, -1), g, -2)
+    along_y = correlate(_ref._correlate(x, g, -1), deriv, -2)
+    return torch.cat((along_x, along_y), dim=1).to(img_y.dtype)
+
+
+def compute_ldrflip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree, *,
+                    eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """The LDR-FLIP error map (N x 1 x H x W) of two images in the **opponent space YCxCz** (N x 3 x
+    H x W, e.g. ``color_space_transform(x, "srgb2ycxcz")``), as NVIDIA's function takes them: CSF
+    filter, Hunt-adjusted HyAB and the feature difference of their normalised Y channels, combined
+    (docs/algorithm.md §4.4-§4.13). Runs the compiled ops ``csf_filter``, ``hunt_hyab`` and
+    ``feature_difference`` (the pure-PyTorch reference where they have no kernels);
+    differentiable in both inputs. The inputs are not clamped (the filtered colours are), as in
+    NVIDIA's function. ``eps`` regularises the gradient (docs/algorithm.md §7.2)."""
+    test, reference = _checked_pair(test, reference)
+    ppd = _pixels_per_degree(pixels_per_degree)
+    eps = options.eps(eps)
+    unbatched = test.dim() == 3
+    # float16 and bfloat16 compute in float32 (the normalised Y of a half-precision opponent image
+    # would keep only 3 decimals) and return in their dtype, or float32 under autocast, as the ops do.
+    cdt = _compute_dtype(test)
+    t, r = _batched(test).to(cdt), _batched(reference).to(cdt)
+    yhat_t = (t[:, 0:1] + 16.0) / 116.0
+    yhat_r = (r[:, 0:1] + 16.0) / 116.0
+    if _kernels_serve("ldr_flip", t, r):
+        ops = torch.ops.flip
+        colour = ops.hunt_hyab(ops.csf_filter(t, ppd), ops.csf_filter(r, ppd), eps)
+        feature = ops.feature_difference(yhat_t, yhat_r, ppd, eps)
+    else:
+        colour = _ref.hunt_hyab(_ref.csf_filter(t, ppd), _ref.csf_filter(r, ppd), eps)
+        feature = _ref.feature_difference(yhat_t, yhat_r, ppd, eps)
+    out = _ref._combine(colour, feature)
+    out = out.squeeze(0) if unbatched else out
+    if out.dtype != test.dtype and not torch.is_autocast_enabled(test.device.type):
+        out = out.to(test.dtype)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The losses
+# --------------------------------------------------------------------------------------------
+
+class LDRFLIPLoss(torch.nn.Module):
+    """NVIDIA's ``LDRFLIPLoss``: ``LDRFLIPLoss()(test, reference, pixels_per_degree=67.0206...)``
+    → the mean LDR-FLIP error over all pixels of all images, a 0-dim tensor.
+
+    ``test`` and ``reference`` are sRGB images in [0, 1], N x 3 x H x W (or 3 x H x W) on the CPU
+    or a GPU, any float dtype (float16/bfloat16 compute in float32; under ``torch.autocast`` the
+    result is float32); values outside [0, 1] are clamped. ``pixels_per_degree`` is a number (or a
+    0-dim or one-element tensor). Runs this project's compiled ``ldr_flip``; differentiable in both
+    images; works under ``torch.compile`` (``fullgraph=True`` too).
+
+    ``eps`` (keyword only, default 1e-15, NVIDIA's) regularises the gradient (docs/algorithm.md §7.2).
+    """
+
+    def __init__(self, *, eps: float = DEFAULT_EPS):
+        super().__init__()
+        self.eps = options.eps(eps)
+        self._looked_at_device_inputs = False
+
+    def forward(self, test: torch.Tensor, reference: torch.Tensor,
+                pixels_per_degree=NVIDIA_DEFAULT_PPD) -> torch.Tensor:
+        ppd = _pixels_per_degree(pixels_per_degree)
+        look = not self._looked_at_device_inputs
+        if _is_device_call(test):
+            self._looked_at_device_inputs = True
+        error = _ldr_flip(test, reference, ppd, "srgb", self.eps, 1.0, look)
+        return weighted_reduce(error, None, "mean")
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps:g}"
+
+
+class HDRFLIPLoss(torch.nn.Module):
+    """NVIDIA's ``HDRFLIPLoss``: ``HDRFLIPLoss()(test, reference, pixels_per_degree=67.0206...,
+    tone_mapper="aces", start_exposure=None, stop_exposure=None)`` → the mean HDR-FLIP error over
+    all pixels of all images, a 0-dim tensor.
+
+    ``test`` and ``reference`` are linear HDR images, N x 3 x H x W (or 3 x H x W), CPU or GPU.
+    ``tone_mapper``: ``"aces"``, ``"hable"`` or ``"reinhard"`` (any case; another name raises
+    ``ValueError``). ``start_exposure``/``stop_exposure``: None (computed per image from the
+    reference with ``compute_start_stop_exposures(reference, tone_mapper, 0.85, 0.85)``), a number,
+    or a tensor with one value per image (N x 1 x 1 x 1, as NVIDIA's loss takes them). Each image
+    gets its own exposure count, max(2, ceil(stop - start)), as it would alone (NVIDIA's loss runs
+    every image of a batch to the largest count). Runs this project's compiled ``hdr_flip``;
+    differentiable in both images; works under ``torch.compile`` (the exposure count is read back
+    from the device, a graph break).
+
+    Keyword-only options: ``median="lower"`` (NVIDIA's exposures; ``"upper"``: flip-evaluator's, as
+    ``flip_loss.hdr_flip`` computes them), ``max_value=65536.0`` (inputs are clamped to at most
+    this before anything else, the automatic exposures included, with zero gradient above it, as
+    NVIDIA's loss clamps them; None: no clamp, as flip-evaluator), ``eps=1e-15``.
+    """
+
+    def __init__(self, *, median: str = "lower", max_value: Optional[float] = HDR_INPUT_MAX,
+                 eps: float = DEFAULT_EPS):
+        super().__init__()
+        self.median = median_rule(median)
+        if max_value is not None:
+            max_value = options.real_number("max_value", max_value)
+            if not (math.isfinite(max_value) and max_value > 0):
+                raise ValueError(f"flip_loss: max_value must be a positive finite number or None, got {max_value!r}")
+        self.max_value = max_value
+        self.eps = options.eps(eps)
+
+    def forward(self, test: torch.Tensor, reference: torch.Tensor, pixels_per_degree=NVIDIA_DEFAULT_PPD,
+                tone_mapper: str = "aces", start_exposure=None, stop_exposure=None) -> torch.Tensor:
+        test, reference = _checked_pair(test, reference)
+        ppd = _pixels_per_degree(pixels_per_degree)
+        tm = _tone_mapper(tone_mapper)
+        rule = median_rule(self.median)
+        t, r = _batched(test), _batched(reference)
+        if self.max_value is not None:
+            t, r = _clamp_above(t, self.max_value), _clamp_above(r, self.max_value)
+        n = r.shape[0]
+        if start_exposure is None or stop_exposure is None:
+            anchor = _ANCHORS[(rule, tm)]
+            auto_start, auto_stop = _start_stop(r, anchor, anchor, rule == "lower", _by_reciprocal(tm, rule))
+        s = auto_start.to(torch.float32) if start_exposure is None else _exposure_values(
+            _option_tensor("start_exposure", start_exposure), n, r.device, "start_exposure")
+        e = auto_stop.to(torch.float32) if stop_exposure is None else _exposure_values(
+            _option_tensor("stop_exposure", stop_exposure), n, r.device, "stop_exposure")
+        # The checks of hdr_flip (finite, ordered ranges; given bounds within [-149, 127]; at most
+        # 256 exposures) and the per-image counts.
+        counts, count_max = _automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)
+        exposures = _exposure_grid(s, e, counts, count_max)
+        if _kernels_serve("hdr_flip", t, r):
+            error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, self.eps)[0]
+        else:
+            error = _ref.hdr_flip(t, r, ppd, tm, exposures, counts, self.eps)[0]
+        return weighted_reduce(error, None, "mean")
+
+    def extra_repr(self) -> str:
+        return f"median={self.median!r}, max_value={self.max_value}, eps={self.eps:g}"
+
+
+def _clamp_above(x: torch.Tensor, high: float) -> torch.Tensor:
+    """min(x, high), passing the gradient at and below ``high`` and none above; NaN stays NaN (and
+    is refused by the range checks) rather than becoming ``high``."""
+    return torch.where(x > high, torch.full_like(x, high), x)
