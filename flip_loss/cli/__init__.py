@@ -11,13 +11,15 @@ psychophysics suite (``flip_loss.psychophysics.cli``). See ``flip-loss --help``.
 
 The user's files come first: every input is decoded and every output location checked before
 anything is written; no output may be an input or be written twice; every output is written to a
-temporary file beside its destination and renamed into place once the whole run has succeeded,
-so a failed or interrupted run leaves no file behind, half-written or whole. The exit codes are
+temporary file beside its destination and published once the whole run has succeeded, all or
+none (``outputs.Staging.commit``), so a failed or interrupted run leaves every file as it was, and
+no file half-written or whole. The exit codes are
 ``EXIT_CODES``.
 
 The modules, by job: ``arguments`` (the parser, option checks), ``pairs`` (which images are
-compared), ``evaluate`` (one pair into a record), ``outputs`` (names, safety checks, atomic
-writing), ``histogram`` (drawing), ``report`` (the HTML report; its style sheet and script in
+compared), ``evaluate`` (one pair into a record), ``outputs`` (names, safety checks, the
+all-or-none commit, the CSV layout), ``console`` (printing any file name, progress), ``histogram``
+(drawing), ``report`` (the HTML report; its style sheet and script in
 ``report_assets``), ``run`` (the order of the work and what is printed), ``shard`` (folder mode
 shared out among the ranks of a torchrun launch), ``signals`` (Ctrl-C and SIGTERM) and ``errors``
 (exit codes, the usage error).
