@@ -11,22 +11,6 @@ from .functional import _check_image, _checked_pair, _host_table, _is_compiling,
 
 TONE_MAPPERS = options.TONE_MAPPERS
 ExposureArg = Union[None, float, int, torch.Tensor]
-# Which middle element of an even number of luminances is the median of the automatic stop
-# exposure (docs/algorithm.md §7.7): "upper" (index P // 2, flip-evaluator's rule, the default) or
-# "lower" (index (P - 1) // 2, torch.median's, the rule of NVIDIA's PyTorch loss).
-MEDIAN_RULES = ("upper", "lower")
-
-
-def median_rule(value) -> str:
-    """A median rule (``"upper"`` or ``"lower"``, any case), checked: ``TypeError`` for a value that
-    is not a string, ``ValueError`` for another name."""
-    if not isinstance(value, str):
-        raise TypeError(f"flip_loss: median must be a string, one of {MEDIAN_RULES}, got {type(value).__name__}")
-    if value.lower() not in MEDIAN_RULES:
-        raise ValueError(f"flip_loss: median must be one of {MEDIAN_RULES} (any case), got {value!r}")
-    return value.lower()
-
-
 def exposure_anchor(tone_mapper: str = "aces", target: float = 0.85) -> float:
     """The scene value that ``tone_mapper`` maps to ``target`` (0.85 for the automatic exposures):
     the larger root of the quadratic, solved in float32 as NVIDIA's evaluator does (Reinhard uses
@@ -72,7 +56,7 @@ def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces",
     reference); that check reads the two values per image back to the host.
     """
     ref = _checked_reference(reference)
-    lower = median_rule(median) == "lower"
+    lower = options.median_rule(median) == "lower"
     start, stop = _luminance_range(ref, exposure_anchor(tone_mapper), lower)
     rows = _host_rows(torch.stack([start, stop]))
     if rows is not None:  # None: a reference without values (meta), whose range is not known
@@ -339,7 +323,7 @@ def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_expo
     """
     ref = _checked_reference(reference)
     tone_mapper = options.tone_mapper(tone_mapper)
-    lower = median_rule(median) == "lower"
+    lower = options.median_rule(median) == "lower"
     # The anchor only matters (and is only computed, with NumPy, outside torch.compile's reach)
     # when a bound comes from the reference.
     anchor = exposure_anchor(tone_mapper) if start_exposure is None or stop_exposure is None else 0.0

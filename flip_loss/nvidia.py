@@ -31,7 +31,7 @@ from . import reference as _ref
 from .constants import DEFAULT_EPS, PC, PT
 from .functional import _checked_pair, _is_device_call, _kernels_serve, _ldr_flip
 from .hdr import (_automatic_counts, _batched, _checked_reference, _exposure_grid, _exposure_values,
-                  _luminance_max_median, _option_tensor, exposure_anchor, median_rule)
+                  _luminance_max_median, _option_tensor, exposure_anchor)
 from .modules import weighted_reduce
 
 __all__ = [
@@ -169,7 +169,7 @@ def compute_start_stop_exposures(reference: torch.Tensor, tone_mapper: str, t_mi
     """
     ref = _checked_reference(reference)
     tm = _tone_mapper(tone_mapper)
-    rule = median_rule(median)
+    rule = options.median_rule(median)
     x_stop = _target_anchor(tm, "t_min", t_min, rule)
     x_start = _target_anchor(tm, "t_max", t_max, rule)
     start, stop = _start_stop(ref, x_start, x_stop, rule == "lower", _by_reciprocal(tm, rule))
@@ -182,7 +182,6 @@ def compute_start_stop_exposures(reference: torch.Tensor, tone_mapper: str, t_mi
 
 _SPACES = ("srgb", "linrgb", "xyz", "ycxcz", "cielab")
 _SPACE_ALIASES = {"lab": "cielab"}
-_LAB_DELTA = 6.0 / 29.0
 
 
 def _channels(x: torch.Tensor):
@@ -202,34 +201,20 @@ def _xyz_to_linrgb(x):
 
 
 def _xyz_to_ycxcz(x):
-    X, Y, Z = _channels(x)
-    w = _ref._INV_WHITE
-    xn, yn, zn = X * w[0], Y * w[1], Z * w[2]
-    return _stack(116.0 * yn - 16.0, 500.0 * (xn - yn), 200.0 * (yn - zn))
+    return _stack(*_ref._xyz_to_opponent(*_channels(x)))
 
 
 def _ycxcz_to_xyz(x):
-    Yo, Cx, Cz = _channels(x)
-    y = (Yo + 16.0) / 116.0
-    w = _ref._WHITE
-    return _stack((y + Cx / 500.0) * w[0], y * w[1], (y - Cz / 200.0) * w[2])
+    return _stack(*_ref._opponent_to_xyz(*_channels(x)))
 
 
 def _xyz_to_cielab(x):
-    def f(t):
-        # The cube-root branch on max(t, delta^3), so the branch not taken has a finite slope.
-        root = torch.pow(_ref._clamp(t, low=_ref._LAB_T), 1.0 / 3.0)
-        return torch.where(t > _ref._LAB_T, root, t / (3.0 * _LAB_DELTA ** 2) + 4.0 / 29.0)
-
-    X, Y, Z = _channels(x)
-    w = _ref._INV_WHITE
-    fx, fy, fz = f(X * w[0]), f(Y * w[1]), f(Z * w[2])
-    return _stack(116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz))
+    return _stack(*_ref._xyz_to_lab(*_channels(x)))
 
 
 def _cielab_to_xyz(x):
     def f_inv(u):
-        return torch.where(u > _LAB_DELTA, u * u * u, 3.0 * _LAB_DELTA ** 2 * (u - 4.0 / 29.0))
+        return torch.where(u > _ref._LAB_DELTA, u * u * u, 3.0 * _ref._LAB_DELTA ** 2 * (u - 4.0 / 29.0))
 
     L, a, b = _channels(x)
     fy = (L + 16.0) / 116.0
@@ -498,7 +483,7 @@ class HDRFLIPLoss(torch.nn.Module):
     def __init__(self, *, median: str = "lower", max_value: Optional[float] = HDR_INPUT_MAX,
                  eps: float = DEFAULT_EPS):
         super().__init__()
-        self.median = median_rule(median)
+        self.median = options.median_rule(median)
         if max_value is not None:
             max_value = options.real_number("max_value", max_value)
             if not (math.isfinite(max_value) and max_value > 0):
@@ -511,7 +496,7 @@ class HDRFLIPLoss(torch.nn.Module):
         test, reference = _checked_pair(test, reference)
         ppd = _pixels_per_degree(pixels_per_degree)
         tm = _tone_mapper(tone_mapper)
-        rule = median_rule(self.median)
+        rule = options.median_rule(self.median)
         t, r = _batched(test), _batched(reference)
         if self.max_value is not None:
             t, r = _clamp_above(t, self.max_value), _clamp_above(r, self.max_value)

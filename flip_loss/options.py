@@ -75,6 +75,16 @@ def tone_mapper(value) -> str:
     return _name("tone_mapper", value, TONE_MAPPERS)
 
 
+# Which middle element of an even number of luminances is the median of the automatic stop
+# exposure (docs/algorithm.md §7.7): "upper" (index P // 2, flip-evaluator's rule, the default) or
+# "lower" (index (P - 1) // 2, torch.median's, the rule of NVIDIA's PyTorch loss).
+MEDIAN_RULES = ("upper", "lower")
+
+
+def median_rule(value) -> str:
+    return _name("median", value, MEDIAN_RULES)
+
+
 def reduction(value) -> str:
     if not isinstance(value, str):
         raise TypeError(f"flip_loss: reduction must be a string, got {type(value).__name__}")

@@ -224,17 +224,26 @@ def linear_to_srgb(x):
     return torch.where(x <= _SRGB_ENCODE_T, 12.92 * x, power).to(dt)
 
 
-def _rgb_to_opponent(r, g, b):
-    X, Y, Z = _mix3(_RGB_TO_XYZ, r, g, b)
+def _xyz_to_opponent(X, Y, Z):
+    """XYZ -> YCxCz (relative to the D65 white)."""
     x, y, z = X * _INV_WHITE[0], Y * _INV_WHITE[1], Z * _INV_WHITE[2]
     return 116.0 * y - 16.0, 500.0 * (x - y), 200.0 * (y - z)
 
 
-def _opponent_to_rgb(Yo, Cx, Cz):
+def _opponent_to_xyz(Yo, Cx, Cz):
+    """Exact inverse of :func:`_xyz_to_opponent`."""
     y = (Yo + 16.0) / 116.0
     x = y + Cx / 500.0
     z = y - Cz / 200.0
-    return _mix3(_XYZ_TO_RGB, x * _WHITE[0], y * _WHITE[1], z * _WHITE[2])
+    return x * _WHITE[0], y * _WHITE[1], z * _WHITE[2]
+
+
+def _rgb_to_opponent(r, g, b):
+    return _xyz_to_opponent(*_mix3(_RGB_TO_XYZ, r, g, b))
+
+
+def _opponent_to_rgb(Yo, Cx, Cz):
+    return _mix3(_XYZ_TO_RGB, *_opponent_to_xyz(Yo, Cx, Cz))
 
 
 def linear_rgb_to_opponent(lin):
@@ -252,15 +261,19 @@ def opponent_to_linear_rgb(opp):
     return torch.stack(_opponent_to_rgb(opp[:, 0], opp[:, 1], opp[:, 2]), dim=1).to(dt)
 
 
-def _lab(r, g, b):
-    """Linear RGB -> CIE L*a*b* (D65). The cube-root branch is evaluated on max(t, delta^3)."""
+def _xyz_to_lab(X, Y, Z):
+    """XYZ -> CIE L*a*b* (D65). The cube-root branch is evaluated on max(t, delta^3)."""
     def f(t):
         cube_root = torch.pow(_clamp(t, low=_LAB_T), 1.0 / 3.0)
         return torch.where(t > _LAB_T, cube_root, t / (3.0 * _LAB_DELTA ** 2) + 4.0 / 29.0)
 
-    X, Y, Z = _mix3(_RGB_TO_XYZ, r, g, b)
     fx, fy, fz = f(X * _INV_WHITE[0]), f(Y * _INV_WHITE[1]), f(Z * _INV_WHITE[2])
     return 116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)
+
+
+def _lab(r, g, b):
+    """Linear RGB -> CIE L*a*b* (D65)."""
+    return _xyz_to_lab(*_mix3(_RGB_TO_XYZ, r, g, b))
 
 
 def _hunt_lab(r, g, b):

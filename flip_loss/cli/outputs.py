@@ -20,16 +20,15 @@ from .pairs import stem
 # The CSV layout: NVIDIA's columns (less its evaluation time, which would make two runs on the same
 # inputs differ), then whether the pair was evaluated and the gate's verdict on it. --timing adds
 # the evaluation time as the last column.
-CSV_COLUMNS = ("Reference", "Test", "Mean", "Weighted median", "1st weighted quartile",
-               "3rd weighted quartile", "Min", "Max", "Status", "Gate")
+CSV_HEADER = ("Reference", "Test", "Mean", "Weighted median", "1st weighted quartile",
+              "3rd weighted quartile", "Min", "Max", "Status", "Gate")
 TIMING_COLUMN = "Evaluation time"
-CSV_HEADER = CSV_COLUMNS
 EVALUATED = "evaluated"
 
 
 def csv_header(timing: bool) -> Tuple[str, ...]:
     """The header of a run's CSV file (``timing``: with ``--timing``)."""
-    return CSV_COLUMNS + ((TIMING_COLUMN,) if timing else ())
+    return CSV_HEADER + ((TIMING_COLUMN,) if timing else ())
 
 
 def round_half_up(x: float) -> int:
@@ -365,39 +364,40 @@ class Staging:
         self._made_directories = []
 
 
-def _new_hidden_file(directory: str, suffix: str) -> str:
-    """A new empty file in ``directory`` with a short hidden name of its own (not derived from a
-    destination's, which may be as long as the file system allows), created exclusively so that
-    nothing else is overwritten."""
+def _claim_hidden_name(directory: str, suffix: str, create: Callable[[str], None]) -> str:
+    """A short hidden name of its own in ``directory`` (not derived from a destination's, which may
+    be as long as the file system allows), on which ``create(path)`` makes a file; a name already
+    taken (FileExistsError) is skipped, so nothing else is overwritten."""
     while True:
         path = os.path.join(directory, f".flip-loss-{secrets.token_hex(6)}.{suffix}")
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            create(path)
             return path
         except FileExistsError:
             continue
+
+
+def _new_hidden_file(directory: str, suffix: str) -> str:
+    """A new empty hidden file in ``directory``, created exclusively."""
+    return _claim_hidden_name(directory, suffix,
+                              lambda path: os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)))
 
 
 def _keep_a_way_back(path: str) -> str:
     """A hidden second name (a hard link; a copy where the file system has none) for the file
     ``path``, so that a commit that fails after replacing it can put it back."""
     directory = os.path.dirname(path)
-    while True:
-        backup = os.path.join(directory, f".flip-loss-{secrets.token_hex(6)}.old")
+    try:
+        return _claim_hidden_name(directory, "old", lambda backup: os.link(path, backup, follow_symlinks=False))
+    except OSError:  # no hard links here (e.g. some network or FAT file systems)
+        backup = _new_hidden_file(directory, "old")
         try:
-            os.link(path, backup, follow_symlinks=False)
-            return backup
-        except FileExistsError:
-            continue
-        except OSError:  # no hard links here (e.g. some network or FAT file systems)
-            backup = _new_hidden_file(directory, "old")
-            try:
-                shutil.copy2(path, backup, follow_symlinks=False)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.remove(backup)
-                raise
-            return backup
+            shutil.copy2(path, backup, follow_symlinks=False)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(backup)
+            raise
+        return backup
 
 
 def write_text_file(text: str) -> Callable[[str], None]:

@@ -31,6 +31,7 @@ import re
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote
 
+from .arguments import gate_failures
 from .console import readable
 from .errors import UsageError
 from .evaluate import Result
@@ -335,10 +336,11 @@ def _gate_value(record: PairRecord, quantity: str) -> float:
 
 
 def _over(record: PairRecord, gate) -> List[str]:
-    """The quantities of ``gate`` whose threshold the evaluated ``record`` exceeds."""
+    """The quantities of ``gate`` whose threshold the evaluated ``record`` exceeds (the run's own
+    rule, arguments.gate_failures)."""
     if gate is None or record.failure is not None:
         return []
-    return [q for q, t in gate if _gate_value(record, q) > t]
+    return [q for q, _, _ in gate_failures(_pooled(record), gate)]
 
 
 def _is_over(record: PairRecord, gate) -> bool:
