@@ -57,6 +57,9 @@ MAX_EXPOSURE_STOPS = 127.0
 
 # HDR-FLIP's tone mappers (lower case; the options accept any case).
 TONE_MAPPERS = ("aces", "hable", "reinhard")
+# Each tone mapper's name as NVIDIA's flip tool prints it in a run's settings (the command line's
+# header is that tool's); no rule turns the registry's names into these spellings.
+TONE_MAPPER_DISPLAY_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}
 
 
 def tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:

@@ -192,13 +192,13 @@ def cli_rank_worker(rank, world_size, argv, cwd, broken_rank):
     import io
 
     from flip_loss.cli import main
-    from flip_loss.cli import shard
+    from flip_loss.cli.pair_work import PairWork
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     if rank == broken_rank:
-        def broken(self, position, reference, test):
+        def broken(self, prepared):
             raise RuntimeError("a bug on this rank")
-        shard.PairEvaluator.work = broken
+        PairWork.evaluate = broken
     os.chdir(cwd)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -261,6 +261,7 @@ def cli_rank_with_hooks(marker_dir, hang_ranks, argv):
     others). Returns main's exit code."""
     from flip_loss.cli import main
     from flip_loss.cli import shard
+    from flip_loss.cli.pair_work import PairWork
 
     rank = int(os.environ["RANK"])
 
@@ -269,10 +270,10 @@ def cli_rank_with_hooks(marker_dir, hang_ranks, argv):
             pass
 
     if rank in hang_ranks:
-        def hang(self, position, reference, test):
+        def hang(self, prepared):
             touch("evaluating")
             time.sleep(3600)
-        shard.PairEvaluator.work = hang
+        PairWork.evaluate = hang
     real_gather = shard._Group.gather
 
     def gather(self, payload):

@@ -1,4 +1,5 @@
 """The command-line evaluator (flip_loss.cli, python -m flip_loss) and image loading."""
+import ast
 import math
 import os
 import re
@@ -15,7 +16,7 @@ from PIL import Image
 
 from flip_loss.cli import CSV_HEADER, example_paths, main
 from flip_loss.colormaps import MAGMA, apply_colormap, to_grey_uint8
-from flip_loss.constants import DEFAULT_PPD, pixels_per_degree
+from flip_loss.constants import DEFAULT_PPD, TONE_MAPPER_DISPLAY_NAMES, TONE_MAPPERS, pixels_per_degree
 from flip_loss.functional import ldr_flip
 from flip_loss.imageio import load_image, save_png
 from flip_loss.pooling import pool
@@ -808,7 +809,8 @@ def test_new_option_errors(argv, needle, pair, tmp_path, capsys):
 # ----------------------------------------------------------------------------------------------
 
 HDR_H, HDR_W = 32, 48
-TM_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}
+# Every registered tone mapper, each spelt in another case (the option takes any case).
+TM_ARGS = [(str.upper, str.lower, str.capitalize)[i % 3](tm) for i, tm in enumerate(TONE_MAPPERS)]
 
 
 def _hdr_images():
@@ -871,7 +873,7 @@ def hdr_expected(ref_path, test_path, tm="aces", start=None, stop=None, num=None
     return err[0].numpy(), emap[0].numpy(), (float(s[0]), float(e[0]), int(counts[0]))
 
 
-@pytest.mark.parametrize("tm_arg", ["ACES", "hable", "Reinhard"])
+@pytest.mark.parametrize("tm_arg", TM_ARGS)
 def test_hdr_matches_flip_evaluator(hdr_pair, tmp_path, capsys, tm_arg):
     from flip_loss.colormaps import VIRIDIS
 
@@ -885,7 +887,7 @@ def test_hdr_matches_flip_evaluator(hdr_pair, tmp_path, capsys, tm_arg):
     lines = capsys.readouterr().out.splitlines()
     start, stop, count = f"{used['startExposure']:.4f}", f"{used['stopExposure']:.4f}", used["numExposures"]
     assert lines[:8] == ["Invoking HDR-FLIP", "     Pixels per degree: 67",
-                         f"     Assumed tone mapper: {TM_NAMES[tm]}", f"     Start exposure: {start}",
+                         f"     Assumed tone mapper: {TONE_MAPPER_DISPLAY_NAMES[tm]}", f"     Start exposure: {start}",
                          f"     Stop exposure: {stop}", f"     Number of exposures: {count}", "",
                          f"FLIP between reference image <{ref}> and test image <{test}>"]
     mean = float(lines[8].split("Mean: ")[1])
@@ -1425,3 +1427,78 @@ def test_an_absurd_dist_timeout_is_a_usage_error(pair, tmp_path, capsys):
     ref, test = pair
     assert main(["-r", str(ref), "-t", str(test), "--dist-timeout", "1e300"]) == 2
     assert "dist-timeout" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
+# flip_loss.cli's modules: how they import each other
+# ----------------------------------------------------------------------------------------------
+
+CLI_PACKAGE = ("flip_loss", "cli")
+CLI_DIR = ROOT.joinpath(*CLI_PACKAGE)
+CLI_MODULES = sorted(p.stem for p in CLI_DIR.glob("*.py"))
+
+
+def cli_imports(module):
+    """The imports of flip_loss.cli's ``module`` ("__init__" is the package) from its siblings:
+    [(sibling, names imported from it, whether the import is inside a function)]."""
+    tree = ast.parse((CLI_DIR / f"{module}.py").read_text(), f"{module}.py")
+    found = []
+
+    def sibling_of(parts):
+        if tuple(parts[:2]) != CLI_PACKAGE:
+            return None
+        return parts[2] if len(parts) > 2 else "__init__"
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    sibling = sibling_of(alias.name.split("."))
+                    if sibling is not None:
+                        found.append((sibling, [], in_function))
+            elif isinstance(child, ast.ImportFrom):
+                base = list(CLI_PACKAGE[:len(CLI_PACKAGE) - child.level + 1]) if child.level else []
+                parts = base + (child.module.split(".") if child.module else [])
+                sibling = sibling_of(parts)
+                if sibling == "__init__":  # from . import x: x a submodule, or a name of the package
+                    for alias in child.names:
+                        if alias.name in CLI_MODULES:
+                            found.append((alias.name, [], in_function))
+                        else:
+                            found.append(("__init__", [alias.name], in_function))
+                elif sibling is not None:
+                    found.append((sibling, [alias.name for alias in child.names], in_function))
+            visit(child, nested)
+
+    visit(tree, False)
+    return found
+
+
+def test_cli_modules_import_each_other_without_a_cycle():
+    """The import graph of flip_loss.cli's modules is acyclic, every sibling import is at a
+    module's top level (none in a function, where it would hide a cycle), and no module imports
+    another one's underscore-private name."""
+    graph = {}
+    for module in CLI_MODULES:
+        imports = cli_imports(module)
+        assert [s for s, _, lazy in imports if lazy] == [], f"{module}: sibling imports inside a function"
+        private = [(s, n) for s, names, _ in imports for n in names if n.startswith("_")]
+        assert private == [], f"{module} imports private names of its siblings: {private}"
+        graph[module] = {s for s, _, _ in imports if s != module}
+    assert set().union(*graph.values()) <= set(CLI_MODULES)
+    state = {}  # module: "visiting" or "done"
+
+    def walk(module, path):
+        if state.get(module) == "done":
+            return
+        assert state.get(module) != "visiting", f"import cycle: {' -> '.join(path + [module])}"
+        state[module] = "visiting"
+        for sibling in sorted(graph[module]):
+            walk(sibling, path + [module])
+        state[module] = "done"
+
+    for module in CLI_MODULES:
+        walk(module, [])
+    # The choice between one process and a torchrun launch is the package's: neither run knows the other.
+    assert "shard" not in graph["run"] and {"run", "shard"} <= graph["__init__"]

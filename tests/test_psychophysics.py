@@ -12,7 +12,7 @@ import torch
 from flip_loss.psychophysics import colour, data, scoring, stimuli, suite
 from flip_loss.psychophysics.colour import Display
 from flip_loss.psychophysics.metrics import Metric, build_metrics
-from flip_loss.psychophysics.suite import Evaluator, Settings
+from flip_loss.psychophysics.suite import MetricEvaluator, Settings
 
 SMOKE = suite.PRESETS["smoke"]
 
@@ -32,7 +32,7 @@ def _test(key):
 
 def _frames(rgb_abs, display):
     """What a display-input metric receives (float32 sRGB-encoded frames)."""
-    return Evaluator.frames("display", rgb_abs, display)
+    return MetricEvaluator.frames("display", rgb_abs, display)
 
 
 def _dkl_from_frames(frames, display):

@@ -16,13 +16,12 @@ none (``outputs.Staging.commit``), so a failed or interrupted run leaves every f
 no file half-written or whole. The exit codes are
 ``EXIT_CODES``.
 
-The modules, by job: ``arguments`` (the parser, option checks), ``pairs`` (which images are
-compared), ``evaluate`` (one pair into a record), ``outputs`` (names, safety checks, the
-all-or-none commit, the CSV layout), ``console`` (printing any file name, progress), ``histogram``
-(drawing), ``report`` (the HTML report; its style sheet and script in
-``report_assets``), ``run`` (the order of the work and what is printed), ``shard`` (folder mode
-shared out among the ranks of a torchrun launch), ``signals`` (Ctrl-C and SIGTERM) and ``errors``
-(exit codes, the usage error).
+The flow: :func:`main` parses the options and hands ``flip-loss psychophysics ...`` to the suite;
+otherwise it chooses between a run in this process (``run.run_single``) and folder mode shared out
+among the ranks of a torchrun launch (``shard.run_sharded``). Either way ``run.Run`` checks the
+options and the outputs and records what each pair contributes, ``pair_work.PairWork`` reads,
+evaluates and renders each pair, and the run's ``outputs.Staging`` publishes the outputs at the
+end. Which module does what: docs/layout.md.
 
 ``main`` is a library function too: it changes no process-wide state beyond what ``signals``
 describes (a handler for SIGINT / SIGTERM only where the default one is in place, in the main
@@ -43,7 +42,8 @@ from .errors import (EXIT_CODES, EXIT_GATE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXI
                      EXIT_USAGE, PROG, UsageError)
 from .outputs import CSV_HEADER
 from .pairs import FOLDER_EXTENSIONS, example_paths
-from .run import run, run_single
+from .run import run_single
+from .shard import run_sharded
 from .signals import interrupts_handled
 
 __all__ = ["main", "example_paths", "build_parser", "EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "EXIT_INTERNAL",
@@ -86,6 +86,26 @@ def _inherited_launch_note() -> Optional[str]:
             f"(set {LAUNCH_OVERRIDE}=worker on the command line if a wrapper stands between torchrun and it)")
 
 
+def _evaluate(args, t_start: float) -> int:
+    """Runs the evaluation of parsed ``args`` in this process or as its rank of a torchrun launch;
+    returns the exit code (under torchrun, this rank's; rank 0's is the run's). Only folder mode is
+    shared out: with one reference rank 0 runs alone and the other ranks return at once."""
+    try:
+        note = _inherited_launch_note()
+        world = launched_world() if note is None else None
+    except ValueError as exc:
+        raise UsageError(f"torchrun's environment: {exc}") from None
+    if world is None:
+        return run_single(args, t_start, note=note)
+    if args.reference_dir is None and args.test_dir is None:
+        if world.rank != 0:
+            return EXIT_OK
+        return run_single(args, t_start, note=f"one reference: rank 0 evaluates every pair and the other "
+                                              f"{world.world_size - 1} rank(s) have nothing to do (torchrun shares "
+                                              "out folder mode only)")
+    return run_sharded(args, t_start, world)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line with ``argv`` (default: ``sys.argv[1:]``) and returns the exit code
     (``EXIT_CODES``): 0 success, 1 a ``--fail-above`` gate failed, 2 an error the user can act on
@@ -99,13 +119,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args = parser.parse_args(argv)
             if command_of(parser, args) == "psychophysics":
                 return _run_psychophysics(args.argv)
-            try:
-                note = _inherited_launch_note()
-            except ValueError as exc:
-                raise UsageError(f"torchrun's environment: {exc}") from None
-            if note is not None:
-                return run_single(args, t_start, note=note)
-            return run(args, t_start)
+            return _evaluate(args, t_start)
         except UsageError as exc:
             sys.stdout.flush()
             if not _secondary_rank():

@@ -7,7 +7,7 @@ import os
 from typing import List, Optional, Tuple
 
 from .. import options
-from ..constants import MAX_EXPOSURES, MAX_PPD, MIN_PPD
+from ..constants import DEFAULT_PPD, MAX_EXPOSURES, MAX_PPD, MIN_PPD, pixels_per_degree
 from ..imageio import MAX_IMAGE_PIXELS
 from .errors import PROG, UsageError, UsageErrorParser, exit_code_lines
 from .pairs import FOLDER_EXTENSIONS
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     hdr = p.add_argument_group("HDR-FLIP (OpenEXR inputs only)")
     hdr.add_argument("-tm", "--tone-mapper", dest="tone_mapper", type=str.lower, choices=options.TONE_MAPPERS,
-                     default=None, metavar="{aces,hable,reinhard}",
+                     default=None, metavar="{" + ",".join(options.TONE_MAPPERS) + "}",
                      help="tone mapper applied at every exposure (any case; default: aces)")
     hdr.add_argument("-cstart", "--start-exposure", dest="start_exposure", metavar="C",
                      type=_exposure_value, default=None,
@@ -365,8 +365,6 @@ def check_options(args) -> None:
 def ppd_of(args) -> float:
     """The pixels per degree of the run: --ppd, or from --viewing-conditions (checked against the
     same limit as --ppd: extreme conditions give 0 or infinitely many), or the default."""
-    from ..constants import DEFAULT_PPD, pixels_per_degree
-
     if args.viewing_conditions is not None:
         ppd = pixels_per_degree(*args.viewing_conditions)
         try:

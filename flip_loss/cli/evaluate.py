@@ -77,10 +77,11 @@ def _fallback_warnings(op: str, device) -> List[str]:
     return [message]
 
 
-class Evaluator:
-    """Loads images and evaluates pairs with the run's settings. Keeps the last reference (and its
-    exposures) so that the test images of one reference share it. ``given`` holds the exposure
-    options (start, stop, count; None where not given) of an HDR-FLIP run."""
+class FlipEvaluator:
+    """Loads images on the run's device and evaluates FLIP on pairs with the run's settings. Keeps
+    the last reference (and its exposures) so that the test images of one reference share it.
+    ``given`` holds the exposure options (start, stop, count; None where not given) of an HDR-FLIP
+    run."""
 
     def __init__(self, hdr: bool, tone_mapper: str, ppd: float, device,
                  given: Tuple[Optional[float], Optional[float], Optional[int]] = (None, None, None)):

@@ -1,11 +1,14 @@
 """The weighted FLIP histograms of ``flip-loss --histogram``, drawn with matplotlib (an optional
 dependency, imported only when a histogram is asked for)."""
 import math
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 from .console import readable
 from .errors import UsageError
+from .evaluate import Result
+from .pairs import stem
 
+# The bins of the weighted histograms: those drawn into PNG files and those of the HTML report.
 HISTOGRAM_BINS = 100
 
 
@@ -88,3 +91,11 @@ def draw_histogram(path: str, series, log: bool, y_max: Optional[float], include
     ax.set_ylabel("Weighted FLIP sum per megapixel" + (" (log scale)" if log else ""))
     fig.tight_layout()
     fig.savefig(path, format="png")
+
+
+def histogram_writer(args, results: Sequence[Result]) -> Callable[[str], None]:
+    """The writer (``writer(path)``) of the histogram of evaluated ``results`` (one, or two
+    overlapped), each labelled with its test image's name, drawn as the histogram options of
+    ``args`` say."""
+    series = [(stem(r.test), r.error, r.pooled) for r in results]
+    return lambda path: draw_histogram(path, series, args.log, args.y_max, not args.exclude_pooled_values)

@@ -16,6 +16,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from .errors import UsageError
 from .evaluate import Exposures, Result
 from .pairs import stem
+from .signals import interrupts_deferred
 
 # The CSV layout: NVIDIA's columns (less its evaluation time, which would make two runs on the same
 # inputs differ), then whether the pair was evaluated and the gate's verdict on it. --timing adds
@@ -235,18 +236,6 @@ class OutputGuard:
         return out
 
 
-@contextlib.contextmanager
-def _interrupts_deferred():
-    """Holds back Ctrl-C (and SIGTERM) while the block runs and delivers it afterwards, so that the
-    renames that publish a run's outputs are not cut in half: the command line's own handler
-    notes the signal meanwhile (``flip_loss.cli.signals``); no handler is swapped for it, so a
-    signal the command line does not own is left to its owner."""
-    from .signals import interrupts_deferred
-
-    with interrupts_deferred():
-        yield
-
-
 class Staging:
     """The outputs of a run, written to temporary files beside their destinations and published
     together by :meth:`commit`; :meth:`discard` removes the temporary files and the directories the
@@ -295,7 +284,9 @@ class Staging:
         renamed into place. A failure at any step (a full disk, a quota, a file size limit, a
         rename refused) truncates the CSV files back to their old length and puts the replaced
         files back, and the run reports that nothing was written."""
-        with _interrupts_deferred():
+        # A signal meanwhile is noted by the command line's handler and raised after the block, so
+        # the renames are never cut in half; a signal the command line does not own is its owner's.
+        with interrupts_deferred():
             appends = [(a, out) for temporary, out in self._files
                        for a in [self._appends.get(temporary)] if a is not None]
             renames = [(temporary, out) for temporary, out in self._files if temporary not in self._appends]
@@ -349,7 +340,7 @@ class Staging:
     def discard(self) -> None:
         """Removes what has not been committed: the temporary files, the created directories (a
         second Ctrl-C waits until they are gone)."""
-        with _interrupts_deferred():
+        with interrupts_deferred():
             self._discard()
 
     def _discard(self) -> None:

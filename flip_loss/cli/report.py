@@ -35,6 +35,7 @@ from .arguments import gate_failures
 from .console import readable
 from .errors import UsageError
 from .evaluate import Result
+from .histogram import HISTOGRAM_BINS
 from .outputs import Output, Staging, check_directory, write_text_file
 from .report_assets import PAGE_SCRIPT, PAGE_STYLE
 
@@ -43,7 +44,6 @@ IMAGE_FOLDER = "pairs"
 # The longest side of a thumbnail, in pixels: small enough that a few hundred pairs load quickly,
 # large enough to see where the errors are.
 THUMBNAIL_SIZE = 320
-HISTOGRAM_BINS = 100
 # The page's <meta name="generator">: a directory whose index.html carries it holds an earlier
 # report, which a new one may replace; any other index.html is the user's and is never overwritten.
 GENERATOR = "flip-loss"

@@ -1,24 +1,27 @@
-"""A ``flip-loss`` evaluation run: the order of the work (inputs read and outputs checked before
-anything is written; in folder mode pair by pair), what it prints, and the exit code."""
+"""A ``flip-loss`` evaluation run as the process that writes the outputs sees it (the only process,
+or rank 0 of a torchrun launch): the options and every output checked before anything is written,
+what each pair contributes (its CSV row, printed block, gate verdict, report record), the writing
+and the exit code; and :func:`run_single`, the run in one process. The work on each pair is
+:class:`~.pair_work.PairWork`'s."""
 import os
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .arguments import check_options, gate_failures, hdr_option_flags, parse_gate, ppd_of
+from ..constants import TONE_MAPPER_DISPLAY_NAMES
+from .arguments import check_options, gate_failures, hdr_option_flags, parse_gate
 from .console import Console
 from .errors import EXIT_GATE, EXIT_OK, EXIT_PAIRS_FAILED, UsageError
-from .evaluate import Evaluator, Exposures, Result, resolve_device
-from .histogram import draw_histogram, import_matplotlib
-from .outputs import (Names, Output, OutputGuard, Staging, check_csv_header, check_directory, csv_header, csv_row,
-                      csv_skipped_row, dynamic_range, output_names, overlapped_histogram_name, pooled_lines,
-                      round_half_up, write_appended_csv, write_png, write_text_file)
-from .pairs import check_sizes, pairs_of, stem, uses_hdr
-from .report import (IMAGE_FOLDER, PairRecord, check_report_directory, failed_record, page_path, picture_files,
-                     settings_now, stage_page, stage_pair_images)
+from .evaluate import Exposures, Result, resolve_device
+from .histogram import histogram_writer, import_matplotlib
+from .outputs import (Output, OutputGuard, Staging, check_csv_header, check_directory, csv_header, csv_row,
+                      csv_skipped_row, dynamic_range, overlapped_histogram_name, pooled_lines, round_half_up,
+                      write_appended_csv)
+from .pair_work import PairWork, PreparedPair, Wanted, pair_settings
+from .pairs import pairs_of, uses_hdr
+from .report import (IMAGE_FOLDER, PairRecord, check_report_directory, failed_record, page_path, settings_now,
+                     stage_page)
 
-__all__ = ["Console", "Run", "run", "run_single"]
-
-_TONE_MAPPER_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}  # as the tool prints them
+__all__ = ["Run", "run_single"]
 
 
 def _exposure_lines(e: Exposures) -> List[str]:
@@ -26,22 +29,14 @@ def _exposure_lines(e: Exposures) -> List[str]:
             f"     Number of exposures: {e.count}"]
 
 
-class _Prepared(NamedTuple):
-    """A pair whose images were read and whose outputs were checked and claimed."""
-    index: int                  # 1-based position among the run's pairs
-    reference: str
-    test: str
-    test_image: "object"        # the decoded test image, or None: read again when evaluated
-    names: Names
-    outputs: Dict[str, Output]  # the ones written, by kind: "map", "exposure_map", "text", "histogram",
-                                # "report.<picture>" (see report.picture_files)
-
-
 class Run:
-    """One evaluation run: its pairs, the settings they share and the order of the work. Every
+    """One evaluation run: its pairs, the settings they share (``settings``, for its
+    :class:`~.pair_work.PairWork`), the outputs it claims and what its pairs contribute. Every
     input is read and every output checked before the first output is written (in folder mode a
     pair with a problem is reported and skipped instead); the outputs go through a
-    :class:`Staging` and appear together at the end."""
+    :class:`Staging` and appear together at the end. ``device``: where the pairs are evaluated
+    (default: ``--device``'s), resolved with the options so that an unusable one is reported
+    before any output is checked."""
 
     def __init__(self, args, console: Console, staging: Staging, device=None):
         check_options(args)
@@ -68,18 +63,32 @@ class Run:
             if flags:
                 raise UsageError(f"{', '.join(flags)}: HDR-FLIP option(s) given for LDR images; they apply "
                                  "only to OpenEXR (.exr) inputs")
-        self.configure(hdr, resolve_device(args.device) if device is None else device)
+        self.device = resolve_device(args.device) if device is None else device
+        self.overlapped = args.histogram and not self.folder_mode and len(self.pairs) == 2
+        self.settings = s = pair_settings(args, hdr, self.overlapped)
+        if args.histogram:
+            import_matplotlib()
+        self.failures: List[Tuple[str, str]] = []
+        # What the pairs contribute, in pair order: CSV rows (of evaluated and failed pairs), the
+        # results the overlapped histogram draws, the gate's failures (test, [(quantity, value,
+        # threshold), ...]).
+        self.rows: List[List[str]] = []
+        self.evaluated = 0
+        self.kept: List[Result] = []
+        self.gate_failures: List[Tuple[str, List[Tuple[str, float, float]]]] = []
+        # --report: the pairs' records, evaluated or failed, from which the page is written at the end.
+        self.report_records: List[PairRecord] = []
         csv_path = args.csv
         if self.folder_mode and csv_path is None:
-            csv_path = os.path.join(self.directory, "summary.csv")
+            csv_path = os.path.join(s.directory, "summary.csv")
         # What --directory is for: it is created only when something is written into it.
         self.directory_needed = args.directory is not None and (
-            self.write_maps or self.write_exposure_maps or args.textfile or args.histogram
+            s.write_maps or s.write_exposure_maps or args.textfile or args.histogram
             or (self.folder_mode and args.csv is None))
         # The outputs that do not depend on a pair: the directory and the CSV file.
         if self.directory_needed:
-            check_directory(self.directory)
-        new_directories = [self.directory] if self.directory_needed and not os.path.isdir(self.directory) else []
+            check_directory(s.directory)
+        new_directories = [s.directory] if self.directory_needed and not os.path.isdir(s.directory) else []
         if args.report is not None:
             new_directories += check_report_directory(args.report)
         self.guard = OutputGuard([path for pair in self.pairs for path in pair], new_directories)
@@ -91,88 +100,22 @@ class Run:
                             if args.report is not None else None)
         self.overlapped_output: Optional[Output] = None
 
-    def configure(self, hdr: bool, device) -> None:
-        """The settings the run's pairs share (``self.args``, ``self.folder_mode`` and ``self.pairs``
-        set) and what they contribute; the evaluator on ``device``."""
-        args = self.args
-        self.hdr = hdr
-        self.tone_mapper = args.tone_mapper or "aces"
-        self.ppd = ppd_of(args)
-        self.directory = args.directory if args.directory is not None else "."
-        self.write_maps = not args.no_error_map
-        self.write_exposure_maps = self.hdr and not args.no_exposure_map
-        self.overlapped = args.histogram and not self.folder_mode and len(self.pairs) == 2
-        self.failures: List[Tuple[str, str]] = []
-        # What the pairs contribute, in pair order: CSV rows (of evaluated and failed pairs), the
-        # results the overlapped histogram draws, the gate's failures (test, [(quantity, value,
-        # threshold), ...]).
-        self.rows: List[List[str]] = []
-        self.evaluated = 0
-        self.kept: List[Result] = []
-        self.gate_failures: List[Tuple[str, List[Tuple[str, float, float]]]] = []
-        # --report: the pairs' records, evaluated or failed, from which the page is written at the end.
-        self.report_records: List[PairRecord] = []
-        self._sizes: Dict[str, Tuple[int, int]] = {}
-        if args.histogram:
-            import_matplotlib()
-        self.evaluator = Evaluator(self.hdr, self.tone_mapper, self.ppd, device,
-                                   (args.start_exposure, args.stop_exposure, args.num_exposures))
-
     # --- before anything is written ------------------------------------------------------------
 
-    def prepare(self, index: int, reference: str, test: str, keep_test: bool) -> _Prepared:
-        """Reads the pair ``index``'s images (and computes the reference's exposures) and checks and
-        claims its outputs; raises UsageError for anything wrong with the pair."""
-        check_sizes(reference, test, self._sizes)
-        _, exposures = self.evaluator.reference(reference)
-        test_image = self.evaluator.load(test)
-        names = output_names(self.args, reference, test, self.ppd, self.directory,
-                             dynamic_range(self.tone_mapper, exposures))
-        wanted = [(kind, path, what) for kind, path, what, wanted in (
-            ("map", names.map, "error map", self.write_maps),
-            ("exposure_map", names.exposure_map, "exposure map", self.write_exposure_maps),
-            ("text", names.text, "pooled values file", self.args.textfile),
-            ("histogram", names.histogram, "histogram", self.args.histogram and not self.overlapped)) if wanted]
-        if self.args.report is not None:
-            wanted += [(f"report.{kind}", os.path.join(self.args.report, relative), what)
-                       for kind, relative, what in picture_files(index, test, self.hdr, self._sizes[test])]
-        outputs = self.claim(wanted)
-        return _Prepared(index, reference, test, test_image if keep_test else None, names, outputs)
-
-    def claim(self, wanted: Sequence[Tuple[str, str, str]]) -> Dict[str, Output]:
+    def claim(self, wanted: Sequence[Wanted]) -> Dict[str, Output]:
         """Checks and claims a pair's outputs ``(kind, path, what)`` (all or none, UsageError);
         returns them by kind."""
         claimed = self.guard.claim(*[(path, what) for _, path, what in wanted])
         return {kind: out for (kind, _, _), out in zip(wanted, claimed)}
 
-    def prepared_pairs(self):
-        """The pairs, ready for evaluation. One reference: all are prepared before the first is
-        evaluated, and a problem ends the run. Folder mode: one after the other; a pair with a
-        problem is reported (one error line) and skipped."""
-        if not self.folder_mode:
-            for reference, test in self.pairs:  # the headers first: a wrong size is found fast
-                check_sizes(reference, test, self._sizes)
-            prepared = [self.prepare(index, reference, test, keep_test=len(self.pairs) == 1)
-                        for index, (reference, test) in enumerate(self.pairs, 1)]
-            if self.overlapped:
-                reference, tests = self.pairs[0][0], [test for _, test in self.pairs]
-                range_part = dynamic_range(self.tone_mapper, self.evaluator.reference(reference)[1])
-                name = overlapped_histogram_name(self.args, reference, tests, self.ppd, self.directory, range_part)
-                self.overlapped_output = self.guard.claim((name, "histogram"))[0]
-            self.start_writing()
-            yield from prepared
-            return
-        self.start_writing()
-        if self.console.verbosity >= 1 and not self.args.no_progress:
-            self.console.start_progress(len(self.pairs))
-        for index, (reference, test) in enumerate(self.pairs, 1):
-            try:
-                prepared = self.prepare(index, reference, test, keep_test=True)
-            except UsageError as exc:
-                self.record_failure(index, reference, test, str(exc))
-                self.console.advance()
-                continue
-            yield prepared
+    def claim_overlapped_histogram(self, exposures: Optional[Exposures]) -> None:
+        """Checks and claims the one histogram of the run's two pairs (their reference's
+        ``exposures``: None for LDR-FLIP)."""
+        s = self.settings
+        reference, tests = self.pairs[0][0], [test for _, test in self.pairs]
+        name = overlapped_histogram_name(self.args, reference, tests, s.ppd, s.directory,
+                                         dynamic_range(s.tone_mapper, exposures))
+        self.overlapped_output = self.guard.claim((name, "histogram"))[0]
 
     def record_failure(self, index: int, reference: str, test: str, message: str) -> None:
         """Folder mode: pair ``index`` could not be evaluated; it is reported and skipped."""
@@ -183,57 +126,26 @@ class Run:
             self.report_records.append(failed_record(index, reference, test, message))
         self.console.error(f"skipped test image <{test}>: {message}")
 
-    def start_writing(self) -> None:
-        """Everything is checked: creates the output directory and prints the header."""
+    def start_writing(self, exposures: Optional[Exposures] = None) -> None:
+        """Everything is checked: creates the output directory and prints the header
+        (``exposures``: those of the one reference of an HDR-FLIP run, which it shows)."""
+        s = self.settings
         if self.directory_needed:
-            self.staging.make_directory(self.directory)
+            self.staging.make_directory(s.directory)
         if self.report_page is not None:
             self.staging.make_directory(os.path.join(self.args.report, IMAGE_FOLDER))
         if self.console.verbosity >= 2:
-            lines = [f"Invoking {'HDR' if self.hdr else 'LDR'}-FLIP",
-                     f"     Pixels per degree: {round_half_up(self.ppd)}"]
-            if self.hdr:
-                lines.append(f"     Assumed tone mapper: {_TONE_MAPPER_NAMES[self.tone_mapper]}")
+            lines = [f"Invoking {'HDR' if s.hdr else 'LDR'}-FLIP",
+                     f"     Pixels per degree: {round_half_up(s.ppd)}"]
+            if s.hdr:
+                lines.append(f"     Assumed tone mapper: {TONE_MAPPER_DISPLAY_NAMES[s.tone_mapper]}")
                 if not self.folder_mode:  # one reference: its exposures, as the tool prints them
-                    lines += _exposure_lines(self.evaluator.reference(self.pairs[0][0])[1])
+                    lines += _exposure_lines(exposures)
             self.console.lines(lines)
 
-    # --- evaluating and writing -----------------------------------------------------------------
+    # --- recording and writing -------------------------------------------------------------------
 
-    def stage(self, p: _Prepared, result: Result, test_image) -> None:
-        """Writes the pair's map, exposure map, text file, histogram and report pictures (to
-        temporary files); ``test_image``: the decoded test image."""
-        import numpy as np
-
-        from ..colormaps import MAGMA, VIRIDIS, apply_colormap, to_grey_uint8
-
-        a = self.args
-        if "map" in p.outputs:
-            if a.no_magma:
-                image = np.repeat(to_grey_uint8(result.error)[..., None], 3, axis=2)
-            else:
-                image = apply_colormap(result.error, MAGMA)
-            self.staging.write(p.outputs["map"], write_png(image))
-        if "exposure_map" in p.outputs:
-            self.staging.write(p.outputs["exposure_map"], write_png(apply_colormap(result.exposure, VIRIDIS)))
-        if "text" in p.outputs:
-            text = "".join(line + "\n" for line in pooled_lines(result.pooled))
-            self.staging.write(p.outputs["text"], write_text_file(text))
-        if "histogram" in p.outputs:
-            self._stage_histogram(p.outputs["histogram"], [result])
-        if self.args.report is not None:
-            pictures = {kind[len("report."):]: out for kind, out in p.outputs.items() if kind.startswith("report.")}
-            self.report_records.append(stage_pair_images(
-                self.staging, pictures, p.index, result, self.evaluator.reference(p.reference)[0], test_image,
-                self.hdr, self.tone_mapper))
-
-    def _stage_histogram(self, out: Output, results: Sequence[Result]) -> None:
-        a = self.args
-        series = [(stem(r.test), r.error, r.pooled) for r in results]
-        self.staging.write(out, lambda path: draw_histogram(path, series, a.log, a.y_max,
-                                                            not a.exclude_pooled_values))
-
-    def result_lines(self, p: _Prepared, result: Result, first: bool) -> List[str]:
+    def result_lines(self, p: PreparedPair, result: Result, first: bool) -> List[str]:
         """The pair's block, as NVIDIA's tool prints it."""
         verbosity = self.console.verbosity
         lines = []
@@ -244,7 +156,7 @@ class Run:
             lines.append(f"     Mean: {result.pooled.mean:.6f}")
         if verbosity >= 2:
             lines += ["     " + line for line in pooled_lines(result.pooled)[1:]]
-            if self.hdr and self.folder_mode:  # exposures per reference
+            if self.settings.hdr and self.folder_mode:  # exposures per reference
                 lines += _exposure_lines(result.exposures)
             lines.append(f"     Evaluation time: {result.seconds:.4f} seconds")
             if "map" in p.outputs:
@@ -258,21 +170,16 @@ class Run:
         a = self.args
         inputs = ((("Reference folder", a.reference_dir), ("Test folder", a.test_dir)) if self.folder_mode
                   else (("Reference", self.pairs[0][0]),))
-        return settings_now(self.ppd, self.hdr, self.tone_mapper, self.gate, inputs,
+        s = self.settings
+        return settings_now(s.ppd, s.hdr, s.tone_mapper, self.gate, inputs,
                             len(self.pairs) + len(self.unmatched), a.timing, self.unmatched_fail)
 
-    def evaluate(self, p: _Prepared):
-        """Evaluates the prepared pair and stages its outputs; returns (result, test image)."""
-        test_image = p.test_image
-        if test_image is None and self.args.report is not None:  # the report shows it
-            test_image = self.evaluator.load(p.test)
-        result = self.evaluator.evaluate(p.reference, p.test, test_image)
-        self.stage(p, result, test_image)
-        return result, test_image
-
-    def record_result(self, p: _Prepared, result: Result) -> None:
-        """What an evaluated pair (staged) contributes beyond its files: warnings, its CSV row, the
-        gate's verdict, its printed block. Called in pair order."""
+    def record_result(self, p: PreparedPair, result: Result, record: Optional[PairRecord]) -> None:
+        """What an evaluated pair (its files staged) contributes beyond them: warnings, its CSV
+        row, the gate's verdict, its printed block, its report ``record`` (with --report). Called in
+        pair order."""
+        if record is not None:
+            self.report_records.append(record)
         for message in result.warnings:
             self.console.warning(message)
         failed = gate_failures(result.pooled, self.gate)
@@ -285,14 +192,6 @@ class Run:
             self.gate_failures.append((result.test, failed))
         self.console.lines(self.result_lines(p, result, first=self.evaluated == 1))
 
-    def execute(self, t_start: float) -> int:
-        """Evaluates every pair, writes the outputs and returns the exit code."""
-        for p in self.prepared_pairs():
-            result, _ = self.evaluate(p)
-            self.record_result(p, result)
-            self.console.advance()
-        return self.finish(t_start)
-
     def finish(self, t_start: float) -> int:
         """Every pair has run: writes the CSV file, the overlapped histogram and the report page,
         publishes every output, prints the summary and returns the exit code."""
@@ -303,7 +202,7 @@ class Run:
         self.console.close()
 
         if self.overlapped_output is not None:
-            self._stage_histogram(self.overlapped_output, self.kept)
+            self.staging.write(self.overlapped_output, histogram_writer(self.args, self.kept))
         if self.csv_output is not None and (rows or not os.path.exists(self.csv_output.real)):
             self.staging.write(self.csv_output, write_appended_csv(self.csv_output.real, rows, self.csv_header))
         if self.report_page is not None:
@@ -334,32 +233,50 @@ class Run:
         return EXIT_GATE if gate_failures else EXIT_OK
 
 
-def run(args, t_start: float) -> int:
-    """Runs the evaluation of parsed ``args``; returns the exit code. Raises UsageError, and
-    KeyboardInterrupt saying whether the outputs had been written; either way no temporary file
-    is left behind. Under torchrun (``WORLD_SIZE`` > 1) folder mode is shared out among the
-    ranks (``shard``)."""
-    from ..distributed import launched_world
-
-    try:
-        world = launched_world()
-    except ValueError as exc:
-        raise UsageError(f"torchrun's environment: {exc}") from None
-    if world is not None:
-        from .shard import run_sharded
-
-        return run_sharded(args, t_start, world)
-    return run_single(args, t_start)
+def _prepared_pairs(run: Run, work: PairWork) -> Iterator[PreparedPair]:
+    """The run's pairs, ready for evaluation. One reference: all are prepared before the first is
+    evaluated, and a problem ends the run. Folder mode: one after the other; a pair with a problem
+    is reported (one error line) and skipped."""
+    pairs = run.pairs
+    if not run.folder_mode:
+        for reference, test in pairs:  # the headers first: a wrong size is found fast
+            work.check_sizes(reference, test)
+        prepared = [work.prepare(index, reference, test, keep_test=len(pairs) == 1)
+                    for index, (reference, test) in enumerate(pairs, 1)]
+        exposures = work.reference_exposures(pairs[0][0])
+        if run.overlapped:
+            run.claim_overlapped_histogram(exposures)
+        run.start_writing(exposures)
+        yield from prepared
+        return
+    run.start_writing()
+    if run.console.verbosity >= 1 and not run.args.no_progress:
+        run.console.start_progress(len(pairs))
+    for index, (reference, test) in enumerate(pairs, 1):
+        try:
+            prepared = work.prepare(index, reference, test, keep_test=True)
+        except UsageError as exc:
+            run.record_failure(index, reference, test, str(exc))
+            run.console.advance()
+            continue
+        yield prepared
 
 
 def run_single(args, t_start: float, note: Optional[str] = None) -> int:
-    """:func:`run` in this process alone; ``note``: a warning printed first."""
+    """Runs the evaluation of parsed ``args`` in this process alone and returns the exit code;
+    ``note``: a warning printed first. Raises UsageError, and KeyboardInterrupt saying whether the
+    outputs had been written; either way no temporary file is left behind."""
     console = Console(args.verbosity)
     staging = Staging()
     try:
         if note is not None:
             console.warning(note)
-        return Run(args, console, staging).execute(t_start)
+        run = Run(args, console, staging)
+        work = PairWork(run.settings, run.device, claim=run.claim, sink=staging)
+        for p in _prepared_pairs(run, work):
+            run.record_result(p, *work.evaluate(p))
+            console.advance()
+        return run.finish(t_start)
     except KeyboardInterrupt:
         raise KeyboardInterrupt("the outputs had been written" if staging.committed
                                 else "no output file was written") from None

@@ -38,11 +38,15 @@ import traceback
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..distributed import LaunchedWorld
+from .console import Console
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
 from .evaluate import Result, resolve_device
 from .outputs import Names, Output, Staging
+from .pair_work import PairSettings, PairWork, PreparedPair, Wanted
 from .report import PairRecord
-from .run import Console, Run, _Prepared
+from .run import Run
+
+__all__ = ["run_sharded", "balanced_shards"]
 
 Pair = Tuple[str, str]
 
@@ -51,7 +55,7 @@ class Plan(NamedTuple):
     """What rank 0 tells every rank before the first round."""
     pairs: List[Pair]            # in file-name order; pair i has index i + 1
     shards: List[List[int]]      # per rank, the 0-based positions of its pairs, in evaluation order
-    hdr: bool
+    settings: PairSettings       # rank 0's, which every rank evaluates with
 
 
 class Stop(NamedTuple):
@@ -65,7 +69,7 @@ class Evaluated(NamedTuple):
     reference: str
     test: str
     names: Names
-    wanted: List[Tuple[str, str, str]]   # (kind, path, what) of each output
+    wanted: List[Wanted]                 # (kind, path, what) of each output
     files: Dict[str, bytes]              # by kind
     result: Result                       # error and exposure maps left out
     record: Optional[PairRecord]         # --report
@@ -147,37 +151,40 @@ class CapturedOutputs:
         shutil.rmtree(self._directory, ignore_errors=True)
 
 
-class PairEvaluator(Run):
-    """A rank's share of the work: prepares and evaluates pairs as a :class:`Run` does, with the
-    run's settings, but renders the outputs into memory (:class:`CapturedOutputs`) instead of
-    claiming and writing them; rank 0 does that."""
+def _unclaimed(wanted: Sequence[Wanted]) -> Dict[str, Output]:
+    """A rank's provisional outputs of a pair, by kind: rank 0 claims them through its guard."""
+    return {kind: Output(path, os.path.realpath(path), what) for kind, path, what in wanted}
 
-    def __init__(self, args, hdr: bool, device):
-        self.args, self.console, self.staging = args, Console(0), CapturedOutputs()
-        self.gate, self.folder_mode, self.pairs = None, True, []
-        self.configure(hdr, device)
 
-    def claim(self, wanted: Sequence[Tuple[str, str, str]]) -> Dict[str, Output]:
-        # Provisional outputs: rank 0 claims them through its guard.
-        return {kind: Output(path, os.path.realpath(path), what) for kind, path, what in wanted}
+class RankWorker:
+    """A rank's share of the work: each pair prepared and evaluated by the run's
+    :class:`~.pair_work.PairWork`, with rank 0's settings, its outputs rendered into memory
+    (:class:`CapturedOutputs`) instead of claimed and written; rank 0 does that."""
 
-    def work(self, position: int, reference: str, test: str):
+    def __init__(self, settings: PairSettings, device):
+        self.captured = CapturedOutputs()
+        try:
+            self.work = PairWork(settings, device, claim=_unclaimed, sink=self.captured)
+        except BaseException:
+            self.captured.close()
+            raise
+
+    def pair(self, position: int, reference: str, test: str):
         """Pair ``position`` (0-based) as an :class:`Evaluated` or :class:`Failed`."""
         index = position + 1
         try:
-            p = self.prepare(index, reference, test, keep_test=True)
+            p = self.work.prepare(index, reference, test, keep_test=True)
         except UsageError as exc:
             return Failed(index, reference, test, str(exc))
-        result, _ = self.evaluate(p)
-        rendered = self.staging.take()
-        record = self.report_records.pop() if self.args.report is not None else None
+        result, record = self.work.evaluate(p)
+        rendered = self.captured.take()
         return Evaluated(index, reference, test, p.names,
                          [(kind, out.path, out.what) for kind, out in p.outputs.items()],
                          {kind: rendered[out.path] for kind, out in p.outputs.items()},
                          result._replace(error=None, exposure=None), record)
 
     def close(self) -> None:
-        self.staging.close()
+        self.captured.close()
 
 
 def _broken(rank: int, exc: BaseException) -> Broken:
@@ -246,7 +253,7 @@ class Collector:
             return
         for kind, out in outputs.items():
             self.run.staging.write(out, _write_bytes(e.files[kind]))
-        prepared = _Prepared(e.index, e.reference, e.test, None, e.names, outputs)
+        prepared = PreparedPair(e.index, e.reference, e.test, None, e.names, outputs)
         self._waiting[e.index] = ("evaluated", prepared, e.result, e.record)
 
     def _hand_over(self, index: int, item: tuple) -> None:
@@ -255,9 +262,7 @@ class Collector:
             self.run.record_failure(index, reference, test, message)
             return
         _, prepared, result, record = item
-        if record is not None:
-            self.run.report_records.append(record)
-        self.run.record_result(prepared, result)
+        self.run.record_result(prepared, result, record)
 
 
 def _raise_broken(broken: Broken) -> None:
@@ -378,17 +383,8 @@ class _Group:
 
 
 def run_sharded(args, t_start: float, world: LaunchedWorld) -> int:
-    """Runs the evaluation of parsed ``args`` as rank ``world.rank`` of a torchrun launch; returns
-    this rank's exit code (rank 0's is the run's). Only folder mode is shared out: otherwise rank 0
-    runs alone and the other ranks return at once."""
-    if args.reference_dir is None and args.test_dir is None:
-        if world.rank != 0:
-            return EXIT_OK
-        from .run import run_single
-
-        return run_single(args, t_start, note=f"one reference: rank 0 evaluates every pair and the other "
-                                              f"{world.world_size - 1} rank(s) have nothing to do (torchrun shares "
-                                              "out folder mode only)")
+    """Runs the folder-mode evaluation of parsed ``args`` as rank ``world.rank`` of a torchrun
+    launch; returns this rank's exit code (rank 0's is the run's)."""
     group = None
     try:
         try:
@@ -407,7 +403,7 @@ def run_sharded(args, t_start: float, world: LaunchedWorld) -> int:
 
 def _plan(run: Run, world_size: int) -> Plan:
     pixels = [_pixels(test) for _, test in run.pairs]
-    return Plan(list(run.pairs), balanced_shards(pixels, world_size), run.hdr)
+    return Plan(list(run.pairs), balanced_shards(pixels, world_size), run.settings)
 
 
 def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> int:
@@ -415,8 +411,8 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
     console = Console(args.verbosity if rank == 0 else 0)
     staging = Staging()
     run: Optional[Run] = None
-    worker: Optional[PairEvaluator] = None     # None once this rank has stopped evaluating
-    evaluators: List[PairEvaluator] = []       # to close at the end
+    worker: Optional[RankWorker] = None        # None once this rank has stopped evaluating
+    workers: List[RankWorker] = []             # to close at the end
     failure: Optional[BaseException] = None    # rank 0's own, re-raised once every rank knows
     try:
         # 1. The plan.
@@ -444,8 +440,8 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
         own_code = EXIT_OK
         pending: Optional[Broken] = None
         try:
-            worker = PairEvaluator(args, plan.hdr, resolve_device(args.device, world.local_rank))
-            evaluators.append(worker)
+            worker = RankWorker(plan.settings, resolve_device(args.device, world.local_rank))
+            workers.append(worker)
         except BaseException as exc:  # noqa: BLE001 - sent in the first round
             pending = _broken(rank, exc)
             _heard(group, exc)
@@ -454,7 +450,7 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
             if payload is None and worker is not None and r < len(mine):
                 position = mine[r]
                 try:
-                    payload = worker.work(position, *plan.pairs[position])
+                    payload = worker.pair(position, *plan.pairs[position])
                 except BaseException as exc:  # noqa: BLE001 - sent to rank 0
                     payload = _broken(rank, exc)
                     _heard(group, exc)
@@ -486,7 +482,7 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
         raise KeyboardInterrupt("the outputs had been written" if staging.committed
                                 else "no output file was written") from None
     finally:
-        for evaluator in evaluators:
-            evaluator.close()
+        for w in workers:
+            w.close()
         console.close()
         staging.discard()

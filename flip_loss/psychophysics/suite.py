@@ -22,7 +22,7 @@ from .stimuli import (Component, Geometry, band_limited_noise, compose, gabor, g
 
 __all__ = ["Settings", "PRESETS", "AlignmentTest", "FrequencyMatchingTest", "ColourMatchingTest",
            "all_tests", "select_tests", "run_suite", "SuiteResult", "AlignmentResult",
-           "FrequencyMatchingResult", "ColourMatchingResult", "Evaluator"]
+           "FrequencyMatchingResult", "ColourMatchingResult", "MetricEvaluator"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ PRESETS: Dict[str, Settings] = {
 # Evaluation of metrics on stimuli
 
 
-class Evaluator:
+class MetricEvaluator:
     """Evaluates metrics on absolute-luminance stimuli: converts them to each metric's input
     (display-encoded frames or relative linear RGB), moves them to ``device`` as float32, calls
     the metric without autograd and returns a float64 numpy array of N values."""
@@ -186,7 +186,7 @@ class AlignmentTest:
     def conditions(self, settings: Settings, n_metrics: int) -> int:
         return self.x_values(settings.n_x).shape[0]
 
-    def run(self, metrics: Sequence[Metric], settings: Settings, evaluator: Evaluator,
+    def run(self, metrics: Sequence[Metric], settings: Settings, evaluator: MetricEvaluator,
             tick: Callable[[str], None]) -> AlignmentResult:
         start = time.perf_counter()
         table = self.table()
@@ -511,7 +511,7 @@ def run_suite(metrics, settings: Settings = PRESETS["full"], tests: Optional[Seq
     if len(set(names)) != len(names):
         raise ValueError(f"metric names must be unique, got {names}")
     tests = all_tests() if tests is None else list(tests)
-    evaluator = Evaluator(device)
+    evaluator = MetricEvaluator(device)
     total = sum(t.conditions(settings, len(metrics)) for t in tests)
     bar = _Progress(total, progress)
     start = time.perf_counter()
