@@ -210,7 +210,7 @@ def _caller_stacklevel() -> int:
 def _kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
     """Whether the compiled ``op`` serves these tensors: on a device with kernels (see _ops), or on
     the meta device, where the ops' Meta kernels give the result's shape and dtype (the
-    pure-PyTorch reference would work too, but slowly and with a warning)."""
+    pure-PyTorch oracle would work too, but slowly and with a warning)."""
     if _ops.HAS_EXTENSION and all(t.device.type == "meta" for t in tensors):
         return True
     return _ops.use_extension(*tensors, op=op)
@@ -228,9 +228,9 @@ def _ldr_flip(test, reference, pixels_per_degree, input_space, eps, data_range, 
     _warn_if_outside_unit_range(test, reference, look_on_device)
     if _kernels_serve("ldr_flip", test, reference):
         return torch.ops.flip.ldr_flip(test, reference, ppd, space, eps)
-    from . import reference as ref_impl
+    from . import oracle
 
-    return ref_impl.ldr_flip(test, reference, ppd, space, eps)
+    return oracle.ldr_flip(test, reference, ppd, space, eps)
 
 
 def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,

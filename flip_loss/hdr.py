@@ -364,9 +364,9 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     if _kernels_serve("hdr_flip", t, r):
         error, emap, _ = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)
     else:
-        from . import reference as ref_impl
+        from . import oracle
 
-        error, emap, _ = ref_impl.hdr_flip(t, r, ppd, tm, exposures, counts, eps)
+        error, emap, _ = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, eps)
     if unbatched:
         error, emap = error.squeeze(0), emap.squeeze(0)
     return (error, emap) if return_exposure_map else error

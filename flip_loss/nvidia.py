@@ -27,7 +27,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import options
-from . import reference as _ref
+from . import oracle
 from .constants import DEFAULT_EPS, PC, PT
 from .functional import _checked_pair, _is_device_call, _kernels_serve, _ldr_flip
 from .hdr import (_automatic_counts, _batched, _checked_reference, _exposure_grid, _exposure_values,
@@ -193,46 +193,46 @@ def _stack(c0, c1, c2) -> torch.Tensor:
 
 
 def _linrgb_to_xyz(x):
-    return _stack(*_ref._mix3(_ref._RGB_TO_XYZ, *_channels(x)))
+    return _stack(*oracle._mix3(oracle._RGB_TO_XYZ, *_channels(x)))
 
 
 def _xyz_to_linrgb(x):
-    return _stack(*_ref._mix3(_ref._XYZ_TO_RGB, *_channels(x)))
+    return _stack(*oracle._mix3(oracle._XYZ_TO_RGB, *_channels(x)))
 
 
 def _xyz_to_ycxcz(x):
-    return _stack(*_ref._xyz_to_opponent(*_channels(x)))
+    return _stack(*oracle._xyz_to_opponent(*_channels(x)))
 
 
 def _ycxcz_to_xyz(x):
-    return _stack(*_ref._opponent_to_xyz(*_channels(x)))
+    return _stack(*oracle._opponent_to_xyz(*_channels(x)))
 
 
 def _xyz_to_cielab(x):
-    return _stack(*_ref._xyz_to_lab(*_channels(x)))
+    return _stack(*oracle._xyz_to_lab(*_channels(x)))
 
 
 def _cielab_to_xyz(x):
     def f_inv(u):
-        return torch.where(u > _ref._LAB_DELTA, u * u * u, 3.0 * _ref._LAB_DELTA ** 2 * (u - 4.0 / 29.0))
+        return torch.where(u > oracle._LAB_DELTA, u * u * u, 3.0 * oracle._LAB_DELTA ** 2 * (u - 4.0 / 29.0))
 
     L, a, b = _channels(x)
     fy = (L + 16.0) / 116.0
-    w = _ref._WHITE
+    w = oracle._WHITE
     return _stack(f_inv(fy + a / 500.0) * w[0], f_inv(fy) * w[1], f_inv(fy - b / 200.0) * w[2])
 
 
 _TO_XYZ = {
     "xyz": lambda x: x,
     "linrgb": _linrgb_to_xyz,
-    "srgb": lambda x: _linrgb_to_xyz(_ref.srgb_to_linear(x)),
+    "srgb": lambda x: _linrgb_to_xyz(oracle.srgb_to_linear(x)),
     "ycxcz": _ycxcz_to_xyz,
     "cielab": _cielab_to_xyz,
 }
 _FROM_XYZ = {
     "xyz": lambda x: x,
     "linrgb": _xyz_to_linrgb,
-    "srgb": lambda x: _ref.linear_to_srgb(_xyz_to_linrgb(x)),
+    "srgb": lambda x: oracle.linear_to_srgb(_xyz_to_linrgb(x)),
     "ycxcz": _xyz_to_ycxcz,
     "cielab": _xyz_to_cielab,
 }
@@ -274,9 +274,9 @@ def color_space_transform(input_color: torch.Tensor, fromSpace2toSpace: str) -> 
     dt = input_color.dtype
     x = input_color.to(_compute_dtype(input_color)) if input_color.is_floating_point() else input_color.float()
     if src == "srgb" and dst == "linrgb":
-        out = _ref.srgb_to_linear(x)
+        out = oracle.srgb_to_linear(x)
     elif src == "linrgb" and dst == "srgb":
-        out = _ref.linear_to_srgb(x)
+        out = oracle.linear_to_srgb(x)
     else:
         out = _FROM_XYZ[dst](_TO_XYZ[src](x))
     return out.to(dt) if input_color.is_floating_point() else out
@@ -307,7 +307,7 @@ def tone_map(img: torch.Tensor, tone_mapper: str, exposure) -> torch.Tensor:
             c = c.view(-1, 1, 1, 1)
     else:
         c = torch.tensor(options.real_number("exposure", exposure), dtype=x.dtype, device=x.device)
-    out = _ref.hdr_to_ldr(batched, torch.exp2(c), tm)
+    out = oracle.hdr_to_ldr(batched, torch.exp2(c), tm)
     return (out if x.dim() == 4 else out.squeeze(0)).to(img.dtype)
 
 
@@ -324,7 +324,7 @@ def generate_spatial_filter(pixels_per_degree, channel: str, *, dtype: torch.dty
     key = channel.upper() if isinstance(channel, str) else channel
     if key not in ("A", "RG", "BY"):
         raise ValueError(f"flip_loss: channel must be 'A', 'RG' or 'BY', got {channel!r}")
-    r, y, cx, cz1, cz2 = _ref._csf_taps64(float(ppd))
+    r, y, cx, cz1, cz2 = oracle._csf_taps64(float(ppd))
     if key == "A":
         kernel = torch.outer(y, y)
     elif key == "RG":
@@ -344,7 +344,7 @@ def spatial_filter(img: torch.Tensor, s_a: torch.Tensor, s_rg: torch.Tensor, s_b
     padded = torch.nn.functional.pad(x, (radius, radius, radius, radius), mode="replicate")
     weights = torch.cat([k.reshape(1, 1, k.shape[-2], k.shape[-1]) for k in (s_a, s_rg, s_by)])
     filtered = torch.nn.functional.conv2d(padded, weights.to(device=x.device, dtype=x.dtype), groups=3)
-    return _ref._clamp(_xyz_to_linrgb(_ycxcz_to_xyz(filtered)), 0.0, 1.0).to(img.dtype)
+    return oracle._clamp(_xyz_to_linrgb(_ycxcz_to_xyz(filtered)), 0.0, 1.0).to(img.dtype)
 
 
 def hunt_adjustment(img: torch.Tensor) -> torch.Tensor:
@@ -359,7 +359,7 @@ def hyab(reference: torch.Tensor, test: torch.Tensor, eps: float = DEFAULT_EPS) 
     first): sqrt(max(dL^2, eps)) + ||(da, db)||, N x 1 x H x W (docs/algorithm.md §4.8, §7.2)."""
     eps = options.eps(eps)
     d = reference - test
-    return _ref._floored_abs(d[:, 0:1], eps) + _ref._chroma_norm(d[:, 1:2], d[:, 2:3])
+    return oracle._floored_abs(d[:, 0:1], eps) + oracle._chroma_norm(d[:, 1:2], d[:, 2:3])
 
 
 def redistribute_errors(power_deltaE_hyab: torch.Tensor, cmax) -> torch.Tensor:  # noqa: N803
@@ -380,14 +380,14 @@ def feature_detection(img_y: torch.Tensor, pixels_per_degree, feature_type: str)
     if feature_type not in ("edge", "point"):
         raise ValueError(f"flip_loss: feature_type must be 'edge' or 'point', got {feature_type!r}")
     x = img_y.to(_compute_dtype(img_y))
-    taps = _ref.feature_taps(ppd, dtype=x.dtype, device=x.device)
+    taps = oracle.feature_taps(ppd, dtype=x.dtype, device=x.device)
     g = taps["g"]
     if feature_type == "edge":
-        deriv, correlate = taps["dg"], _ref._correlate_odd
+        deriv, correlate = taps["dg"], oracle._correlate_odd
     else:
-        deriv, correlate = taps["ddg"], _ref._correlate_centred
-    along_x = _ref._correlate(correlate(x, deriv, -1), g, -2)
-    along_y = correlate(_ref._correlate(x, g, -1), deriv, -2)
+        deriv, correlate = taps["ddg"], oracle._correlate_centred
+    along_x = oracle._correlate(correlate(x, deriv, -1), g, -2)
+    along_y = correlate(oracle._correlate(x, g, -1), deriv, -2)
     return torch.cat((along_x, along_y), dim=1).to(img_y.dtype)
 
 
@@ -397,7 +397,7 @@ def compute_ldrflip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degr
     H x W, e.g. ``color_space_transform(x, "srgb2ycxcz")``), as NVIDIA's function takes them: CSF
     filter, Hunt-adjusted HyAB and the feature difference of their normalised Y channels, combined
     (docs/algorithm.md §4.4-§4.13). Runs the compiled ops ``csf_filter``, ``hunt_hyab`` and
-    ``feature_difference`` (the pure-PyTorch reference where they have no kernels);
+    ``feature_difference`` (the pure-PyTorch oracle where they have no kernels);
     differentiable in both inputs. The inputs are not clamped (the filtered colours are), as in
     NVIDIA's function. ``eps`` regularises the gradient (docs/algorithm.md §7.2)."""
     test, reference = _checked_pair(test, reference)
@@ -415,9 +415,9 @@ def compute_ldrflip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degr
         colour = ops.hunt_hyab(ops.csf_filter(t, ppd), ops.csf_filter(r, ppd), eps)
         feature = ops.feature_difference(yhat_t, yhat_r, ppd, eps)
     else:
-        colour = _ref.hunt_hyab(_ref.csf_filter(t, ppd), _ref.csf_filter(r, ppd), eps)
-        feature = _ref.feature_difference(yhat_t, yhat_r, ppd, eps)
-    out = _ref._combine(colour, feature)
+        colour = oracle.hunt_hyab(oracle.csf_filter(t, ppd), oracle.csf_filter(r, ppd), eps)
+        feature = oracle.feature_difference(yhat_t, yhat_r, ppd, eps)
+    out = oracle._combine(colour, feature)
     out = out.squeeze(0) if unbatched else out
     if out.dtype != test.dtype and not torch.is_autocast_enabled(test.device.type):
         out = out.to(test.dtype)
@@ -515,7 +515,7 @@ class HDRFLIPLoss(torch.nn.Module):
         if _kernels_serve("hdr_flip", t, r):
             error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, self.eps)[0]
         else:
-            error = _ref.hdr_flip(t, r, ppd, tm, exposures, counts, self.eps)[0]
+            error = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, self.eps)[0]
         return weighted_reduce(error, None, "mean")
 
     def extra_repr(self) -> str:

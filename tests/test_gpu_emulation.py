@@ -4,7 +4,7 @@ the GPU formulation (tiling, halos, transposed borders, plane layouts)."""
 import pytest
 import torch
 
-from flip_loss import reference as ref_impl
+from flip_loss import oracle
 from hdr_cases import exposure_strips
 
 SHAPES = [(2, 3, 23, 31), (1, 3, 5, 7), (1, 3, 1, 1), (1, 3, 3, 300), (1, 3, 130, 2)]
@@ -50,7 +50,7 @@ def test_ldr_flip_passes_match_cpu_kernels(ops, emulator, dtype, shape, ppd):
 def test_stage_passes_match_cpu_kernels(ops, emulator, dtype, shape):
     a, b = inputs(shape, dtype, seed=1)
     ppd = 30.0
-    opp = ref_impl.linear_rgb_to_opponent(a)
+    opp = oracle.linear_rgb_to_opponent(a)
     close(emulator.csf_filter(opp, ppd), ops.csf_filter(opp, ppd), dtype)
     g3 = torch.rand(shape, dtype=dtype)
     close(emulator.csf_filter_backward(g3, opp, ppd), ops.csf_filter_backward(g3, opp, ppd), dtype, True)
@@ -247,7 +247,7 @@ def test_large_ppd_backward_matches_cpu_kernels(ops, emulator, shape):
 
 
 def radius(ppd):
-    return max(ref_impl.csf_taps(ppd)["radius"], ref_impl.feature_taps(ppd)["radius"])
+    return max(oracle.csf_taps(ppd)["radius"], oracle.feature_taps(ppd)["radius"])
 
 
 @pytest.mark.parametrize("n, h, w, wanted, elem", [

@@ -13,7 +13,7 @@ import torch
 
 import flip_loss
 from flip_loss import nvidia
-from flip_loss import reference as oracle
+from flip_loss import oracle
 
 DATA = Path(__file__).resolve().parent / "data" / "nvidia_loss"
 CASES = json.loads((DATA / "cases.json").read_text())["cases"]
