@@ -56,7 +56,7 @@ def _matmul(a, b):
 
 
 # Linear RGB -> white-normalised XYZ (x, y, z) = (X / Xn, Y / Yn, Z / Zn).
-_RGB_TO_XYZN = tuple(tuple(v * oracle._INV_WHITE[i] for v in row) for i, row in enumerate(oracle._RGB_TO_XYZ))
+_RGB_TO_XYZN = tuple(tuple(v * oracle.INV_WHITE[i] for v in row) for i, row in enumerate(oracle.RGB_TO_XYZ))
 
 # Linear RGB -> the CSF planes (y, x - y, y - z, y - z): y is (Yo + 16) / 116, which is also the
 # feature detectors' input, and the CSF taps sum to one, so the opponent offset and scales are
@@ -71,10 +71,10 @@ _RGB_TO_CSF_IN = (
 
 # Filtered planes (fy, fx-y, fy-z1, fy-z2) -> linear RGB: x = fy + f(x-y), y = fy,
 # z = fy - (f(y-z)1 + f(y-z)2), then XYZ (times the white) -> RGB.
-_CSF_OUT = _matmul(oracle._XYZ_TO_RGB, (
-    (oracle._WHITE[0], oracle._WHITE[0], 0.0, 0.0),
+_CSF_OUT = _matmul(oracle.XYZ_TO_RGB, (
+    (oracle.WHITE[0], oracle.WHITE[0], 0.0, 0.0),
     (1.0, 0.0, 0.0, 0.0),
-    (oracle._WHITE[2], 0.0, -oracle._WHITE[2], -oracle._WHITE[2]),
+    (oracle.WHITE[2], 0.0, -oracle.WHITE[2], -oracle.WHITE[2]),
 ))
 
 
@@ -136,13 +136,13 @@ def _norm(u, v):
 
 
 def _srgb_decode(x):
-    power = torch.pow((torch.clamp(x, min=oracle._SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
-    return torch.where(x <= oracle._SRGB_DECODE_T, x / 12.92, power)
+    power = torch.pow((torch.clamp(x, min=oracle.SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
+    return torch.where(x <= oracle.SRGB_DECODE_T, x / 12.92, power)
 
 
 def _lab_f(t):
-    cube_root = torch.pow(torch.clamp(t, min=oracle._LAB_T), 1.0 / 3.0)
-    return torch.where(t > oracle._LAB_T, cube_root, t / (3.0 * oracle._LAB_DELTA ** 2) + 4.0 / 29.0)
+    cube_root = torch.pow(torch.clamp(t, min=oracle.LAB_T), 1.0 / 3.0)
+    return torch.where(t > oracle.LAB_T, cube_root, t / (3.0 * oracle.LAB_DELTA ** 2) + 4.0 / 29.0)
 
 
 def _hunt_lab(rgb):
