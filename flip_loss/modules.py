@@ -354,7 +354,8 @@ class FLIPLoss(torch.nn.Module):
             if self.hdr:
                 ref = reference if reference.dim() == 4 else reference.unsqueeze(0)
                 if self.tone_mapper not in self.exposure_anchors:
-                    raise ValueError("flip_loss: tone_mapper must be one of 'aces', 'hable', 'reinhard', got '"
+                    raise ValueError("flip_loss: tone_mapper must be one of '"
+                                     + "', '".join(list(self.exposure_anchors.keys())) + "', got '"
                                      + self.tone_mapper + "'")
                 anchor = self.exposure_anchors[self.tone_mapper]
                 start = self.start_exposure
