@@ -8,8 +8,8 @@ import torch
 
 from . import _ops, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .functional import (check_image_pair, host_table, is_device_call, is_plain_tensor, ldr_flip_with_look,
-                         to_unit_range)
+from .functional import (check_image_pair, host_table, is_compiling, is_device_call, is_plain_tensor,
+                         ldr_flip_with_look, to_unit_range)
 from .hdr import (check_range_rows, count_values, exposure_anchor, exposure_values, exposures_from_numbers,
                   exposures_from_tensors, hdr_flip, host_rows)
 
@@ -145,8 +145,12 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     checked = w.detach().expand(e.shape)
     if torch.jit.is_scripting():
         scale = _weight_scale(checked, per_image, positive_total)
-    else:
+    elif is_compiling():
         scale = _weight_scale_op(checked, per_image, positive_total)
+    else:
+        # Eager calls the checks directly: the same function, without the op's dispatch, whose
+        # first call imports torch._dynamo (a second or more, once per process).
+        scale = _weight_scale(checked, per_image, positive_total)
     if per_image:
         scale = scale.unsqueeze(-1).unsqueeze(-1).unsqueeze(-1)
     unit = w / scale  # in [0, 1]
