@@ -1,6 +1,6 @@
 """CPU speed of LDR-FLIP, side by side in one run on the same cores: flip_loss (forward,
 forward+backward), flip-evaluator's C++ evaluate() (forward), the separable pure-PyTorch FLIP of
-`torch_separable.py` (forward, forward+backward) and the pure-PyTorch oracle `reference.py`
+`torch_separable.py` (forward, forward+backward) and the pure-PyTorch oracle `oracle.py`
 (forward+backward).
 
     .venv/bin/python benchmarks/cpu_bench.py [--repeats 5] [--sizes 512x512 1920x1080 ...]
@@ -14,11 +14,11 @@ inputs rotate between two noise draws. float32, gradient with respect to the tes
 
 Every implementation is called once as a warm-up; then the repeats run round-robin (one call of
 each per round), so that a load change on a shared machine hits all of them alike. Figures are
-medians; reference.py, which is slow, runs max(1, repeats // 2) rounds. Each size also reports how
+medians; oracle.py, which is slow, runs max(1, repeats // 2) rounds. Each size also reports how
 far the separable and flip-evaluator maps are from flip_loss's (a check that all compute the same
 metric). The header gives the load average before and after: on cores that other work also uses,
 every multi-threaded implementation slows down, and the ones made of many small parallel ATen ops
-(separable, reference.py) most, so record figures on an otherwise idle machine.
+(separable, oracle.py) most, so record figures on an otherwise idle machine.
 """
 import argparse
 import importlib.metadata
@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import flip_loss  # noqa: E402
 import flip_loss.cli  # noqa: E402
-from flip_loss import reference as ref_impl  # noqa: E402
+from flip_loss import oracle  # noqa: E402
 from flip_loss.imageio import load_image  # noqa: E402
 
 import torch_separable  # noqa: E402  (beside this script)
@@ -123,7 +123,7 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES), metavar="SIZE",
                    help=f"a subset of {', '.join(SIZES)} (default: all)")
-    p.add_argument("--skip-reference", action="store_true", help="skip the slow pure-PyTorch reference.py")
+    p.add_argument("--skip-reference", action="store_true", help="skip the slow pure-PyTorch oracle.py")
     p.add_argument("--threads", type=int, help="threads for torch and flip-evaluator (default: torch's default)")
     args = p.parse_args()
     if args.threads:
@@ -150,7 +150,7 @@ def main():
 
     ours_fwd, ours_fwd_bwd = forward(flip_loss.ldr_flip), forward_backward(flip_loss.ldr_flip)
     separable_fwd, separable_fwd_bwd = forward(torch_separable.ldr_flip), forward_backward(torch_separable.ldr_flip)
-    reference_fwd_bwd = forward_backward(ref_impl.ldr_flip)
+    oracle_fwd_bwd = forward_backward(oracle.ldr_flip)
 
     def evaluator_fwd(ts, rs):
         return [flip_evaluator.evaluate(r, t, "LDR", inputsRGB=True, applyMagma=False, computeMeanError=False,
@@ -169,7 +169,7 @@ def main():
             "sep_fb": (separable_fwd_bwd, data, args.repeats),
         }
         if not args.skip_reference:
-            cases["ref_fb"] = (reference_fwd_bwd, data, max(1, args.repeats // 2))
+            cases["oracle_fb"] = (oracle_fwd_bwd, data, max(1, args.repeats // 2))
         t = timed_round_robin(cases, args.repeats)
         # The same map from each, so that the times compare like with like.
         ours = ours_fwd(*data[0])
@@ -188,18 +188,18 @@ def main():
           f"(its own OpenMP runtime, threads: {evaluator_threads}) on the same cores; flip_loss CPU kernels: "
           f"{flip_loss._C.cpu_capability()}. Image: {source}, test = reference + N(0, 0.03) noise; "
           f"ppd {ppd:.2f}; float32; median of {args.repeats} after a warm-up"
-          + ("" if args.skip_reference else f" (reference.py: {max(1, args.repeats // 2)})") + ".\n")
+          + ("" if args.skip_reference else f" (oracle.py: {max(1, args.repeats // 2)})") + ".\n")
     print("| size | flip_loss fwd | flip_loss fwd+bwd | fwd+bwd / fwd | flip_loss fwd+bwd throughput | "
           "flip-evaluator fwd | speed-up vs evaluator (fwd) | separable fwd | separable fwd+bwd | "
-          "speed-up vs separable (fwd+bwd) | reference.py fwd+bwd |")
+          "speed-up vs separable (fwd+bwd) | oracle.py fwd+bwd |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, mpix, t, _ in rows:
-        ref_cell = f"{t['ref_fb'] * 1e3:.0f} ms" if "ref_fb" in t else "-"
+        oracle_cell = f"{t['oracle_fb'] * 1e3:.0f} ms" if "oracle_fb" in t else "-"
         print(f"| {label} | {t['ours_fwd'] * 1e3:.1f} ms | {t['ours_fb'] * 1e3:.1f} ms | "
               f"{t['ours_fb'] / t['ours_fwd']:.2f} | {mpix / t['ours_fb']:.1f} Mpixel/s | "
               f"{t['eval_fwd'] * 1e3:.1f} ms | {t['eval_fwd'] / t['ours_fwd']:.1f}x | "
               f"{t['sep_fwd'] * 1e3:.1f} ms | {t['sep_fb'] * 1e3:.1f} ms | {t['sep_fb'] / t['ours_fb']:.1f}x | "
-              f"{ref_cell} |")
+              f"{oracle_cell} |")
 
     worst = {k: max(agree[k] for *_, agree in rows) for k in rows[0][3]}
     print("\nLargest difference from flip_loss's map over these sizes: "

@@ -1,5 +1,5 @@
-"""GPU speed and memory of LDR-FLIP: flip_loss's CUDA kernels against the pure-PyTorch reference
-(flip_loss/reference.py) on the same GPU, in the same run. scripts/gpu/gpu_check.sh runs it with
+"""GPU speed and memory of LDR-FLIP: flip_loss's CUDA kernels against the pure-PyTorch oracle
+(flip_loss/oracle.py) on the same GPU, in the same run. scripts/gpu/gpu_check.sh runs it with
 --quick and checks the speed targets against its --json rows.
 
     python benchmarks/gpu_bench.py [--repeats 20] [--rounds 5] [--quick] [--json out.json]
@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import flip_loss  # noqa: E402
-from flip_loss import reference as ref_impl  # noqa: E402
+from flip_loss import oracle  # noqa: E402
 
 
 def make_pairs(n, h, w, count=2):
@@ -139,7 +139,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("gpu_bench: no CUDA device")
     rounds = args.rounds or (3 if args.quick else 5)
-    ref_rounds, ref_repeats = (1, 3) if args.quick else (3, max(3, args.repeats // 4))
+    oracle_rounds, oracle_repeats = (1, 3) if args.quick else (3, max(3, args.repeats // 4))
     began = time.perf_counter()
     dev = torch.cuda.get_device_name()
     ours = torch.ops.flip.ldr_flip
@@ -164,9 +164,11 @@ def main():
                "graph_forward_ms": measure_graph(forward(ours), pairs, args.repeats, rounds),
                "graph_fwd_bwd_ms": measure_graph(forward_backward(ours), pairs, args.repeats, rounds)}
         if name == "1920x1080":
-            rf_ms, _, rf_mem = measure(forward(ref_impl.ldr_flip), pairs, ref_repeats, ref_rounds)
-            rfb_ms, _, rfb_mem = measure(forward_backward(ref_impl.ldr_flip), pairs, ref_repeats, ref_rounds)
-            row.update(reference_forward_ms=rf_ms, reference_fwd_bwd_ms=rfb_ms, reference_fwd_bwd_extra_MiB=rfb_mem)
+            oracle_ms, _, _ = measure(forward(oracle.ldr_flip), pairs, oracle_repeats, oracle_rounds)
+            oracle_fb_ms, _, oracle_fb_mem = measure(forward_backward(oracle.ldr_flip), pairs, oracle_repeats,
+                                                     oracle_rounds)
+            row.update(reference_forward_ms=oracle_ms, reference_fwd_bwd_ms=oracle_fb_ms,
+                       reference_fwd_bwd_extra_MiB=oracle_fb_mem)
         rows.append(row)
         write_json(False)
         print(f"gpu_bench: {name} done ({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
@@ -183,16 +185,17 @@ def main():
     print(f"GPU: {dev}; torch {torch.__version__} (CUDA {torch.version.cuda}); float32; ppd {flip_loss.DEFAULT_PPD:.2f}; "
           f"per call: median of {rounds} rounds of {args.repeats} back-to-back calls (CUDA events)\n")
     print("| case | forward | fwd+bwd | graph replay fwd / fwd+bwd | extra memory fwd / fwd+bwd "
-          "| reference.py fwd / fwd+bwd (speed-up) |")
+          "| oracle.py fwd / fwd+bwd (speed-up) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        ref = "-"
+        oracle_cell = "-"
         if "reference_forward_ms" in r:
-            ref = (f"{r['reference_forward_ms']:.2f} / {r['reference_fwd_bwd_ms']:.2f} ms "
-                   f"({r['reference_fwd_bwd_ms'] / r['fwd_bwd_ms']:.0f}x), {r['reference_fwd_bwd_extra_MiB']:.0f} MiB")
+            oracle_cell = (f"{r['reference_forward_ms']:.2f} / {r['reference_fwd_bwd_ms']:.2f} ms "
+                           f"({r['reference_fwd_bwd_ms'] / r['fwd_bwd_ms']:.0f}x), "
+                           f"{r['reference_fwd_bwd_extra_MiB']:.0f} MiB")
         print(f"| {r['case']} | {r['forward_ms']:.3f} ms | {r['fwd_bwd_ms']:.3f} ms | "
               f"{r['graph_forward_ms']:.3f} / {r['graph_fwd_bwd_ms']:.3f} ms | "
-              f"{r['forward_extra_MiB']:.0f} / {r['fwd_bwd_extra_MiB']:.0f} MiB | {ref} |")
+              f"{r['forward_extra_MiB']:.0f} / {r['fwd_bwd_extra_MiB']:.0f} MiB | {oracle_cell} |")
     hd, uhd = rows[0], rows[1]
     print(f"\n4K / 1080p time ratio (fwd+bwd): {uhd['fwd_bwd_ms'] / hd['fwd_bwd_ms']:.2f}")
     print(f"\nPer-kernel CUDA times, 1920x1080 forward+backward (torch.profiler, {profiled} calls):")

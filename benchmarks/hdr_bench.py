@@ -1,5 +1,5 @@
 """HDR-FLIP speed (and, on a GPU, memory): flip_loss against flip-evaluator's HDR mode on the CPU,
-or on a GPU against the pure-PyTorch reference, with automatic exposures and with 4, 8 and 16
+or on a GPU against the pure-PyTorch oracle, with automatic exposures and with 4, 8 and 16
 given exposures (memory must not grow with the count).
 
     python benchmarks/hdr_bench.py --device cpu [--repeats 2] [--json out.json]
@@ -26,14 +26,14 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import flip_loss  # noqa: E402
 from flip_loss import hdr  # noqa: E402
-from flip_loss import reference as ref_impl  # noqa: E402
+from flip_loss import oracle  # noqa: E402
 
 from cpu_bench import source_image  # noqa: E402
 
 
 def hdr_pair(device):
     img, source = source_image()
-    lin = ref_impl.srgb_to_linear(img.double())
+    lin = oracle.srgb_to_linear(img.double())
     ramp = torch.exp2(torch.linspace(-3, 7, lin.shape[-1], dtype=torch.float64))
     ref = (lin * ramp).float()[None]
     g = torch.Generator().manual_seed(0)
@@ -153,15 +153,15 @@ def main():
         other = f"flip-evaluator HDR forward (automatic): {ev_ms:.0f} ms; speed-up {ev_ms / rows[0][1]:.1f}x"
         extra = {"flip_evaluator_forward_ms": ev_ms}
     elif dev == "cuda":
-        def ref_fb():
+        def oracle_fb():
             x = test.detach().requires_grad_()
             ex, cn, _, _ = hdr.exposures_for(ref)
-            ref_impl.hdr_flip(x, ref, flip_loss.DEFAULT_PPD, "aces", ex, cn)[0].mean().backward()
-        rf = run(ref_fb, 2 if args.quick else max(2, repeats // 4))
-        rf_mem = peak_extra(ref_fb, dev)
-        other = (f"reference.py HDR fwd+bwd (automatic): {rf:.{digits}f} ms, {rf_mem:.0f} MiB extra; "
-                 f"speed-up {rf / rows[0][2]:.0f}x")
-        extra = {"reference_fwd_bwd_ms": rf, "reference_fwd_bwd_extra_MiB": rf_mem}
+            oracle.hdr_flip(x, ref, flip_loss.DEFAULT_PPD, "aces", ex, cn)[0].mean().backward()
+        oracle_ms = run(oracle_fb, 2 if args.quick else max(2, repeats // 4))
+        oracle_mem = peak_extra(oracle_fb, dev)
+        other = (f"oracle.py HDR fwd+bwd (automatic): {oracle_ms:.{digits}f} ms, {oracle_mem:.0f} MiB extra; "
+                 f"speed-up {oracle_ms / rows[0][2]:.0f}x")
+        extra = {"reference_fwd_bwd_ms": oracle_ms, "reference_fwd_bwd_extra_MiB": oracle_mem}
     write_json()
     print(f"\n{name}, torch {torch.__version__}, {torch.get_num_threads()} threads; 1920x1080 HDR, ACES, ppd 67.02\n")
     print("| exposures | forward | forward+backward | extra peak memory (fwd+bwd) |")

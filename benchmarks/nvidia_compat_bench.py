@@ -1,5 +1,5 @@
 """NVIDIA-style loss calls through flip_loss's compatibility layer (flip_loss/nvidia.py) against
-the project's pure-PyTorch oracle (flip_loss.reference), forward + backward on the CPU.
+the project's pure-PyTorch oracle (flip_loss.oracle), forward + backward on the CPU.
 
     .venv/bin/python benchmarks/nvidia_compat_bench.py [--size 1920x1080] [--repeats 5]
                                                        [--hdr] [--hdr-size 480x270]
@@ -9,12 +9,12 @@ Times, after one warm-up call each, the median and best of --repeats calls of:
 * ``LDRFLIPLoss()(test, reference, ppd)`` then ``.backward()`` (the compiled ``ldr_flip``);
 * ``compute_ldrflip(ycxcz_test, ycxcz_reference, ppd).mean()`` then ``.backward()`` on images
   already in YCxCz (the compiled stage ops ``csf_filter``, ``hunt_hyab``, ``feature_difference``);
-* ``flip_loss.reference.ldr_flip(test, reference, ppd).mean()`` then ``.backward()``: plain
+* ``flip_loss.oracle.ldr_flip(test, reference, ppd).mean()`` then ``.backward()``: plain
   PyTorch ops (separable 1-D passes), standing in for a pure-PyTorch loss. It is not NVIDIA's
   file, which this project does not run; benchmarks/torch_separable.py is a faster pure-PyTorch
   formulation (see README "Speed").
 
-With ``--hdr`` also ``HDRFLIPLoss()(test, reference)`` against ``reference.hdr_flip`` with the
+With ``--hdr`` also ``HDRFLIPLoss()(test, reference)`` against ``oracle.hdr_flip`` with the
 same exposures, at ``--hdr-size`` (linear images: such a pair decoded and multiplied by a ramp
 from 2^-3 to 2^5 across the width). The oracle's autograd graph holds every exposure's
 intermediates: at 1080p it ran a 23 GB machine out of memory, hence the smaller default.
@@ -30,7 +30,7 @@ import torch
 
 import flip_loss
 from flip_loss import nvidia
-from flip_loss import reference as oracle
+from flip_loss import oracle
 
 
 def timed(run, repeats):
@@ -76,7 +76,7 @@ def main():
         x = test.clone().requires_grad_()
         oracle.ldr_flip(x, ref, ppd, "srgb").mean().backward()
 
-    rows = [("LDRFLIPLoss", layer), ("compute_ldrflip (YCxCz)", stages), ("reference.ldr_flip", pure)]
+    rows = [("LDRFLIPLoss", layer), ("compute_ldrflip (YCxCz)", stages), ("oracle.ldr_flip", pure)]
     if args.hdr:
         hw, hh = (int(v) for v in args.hdr_size.split("x"))
         hdr_test, hdr_ref = pair(hw, hh)
@@ -95,7 +95,7 @@ def main():
             oracle.hdr_flip(x, lin_ref, ppd, "aces", exposures, counts)[0].mean().backward()
 
         print(f"HDR: {args.hdr_size}, {int(counts[0])} exposures")
-        rows += [(f"HDRFLIPLoss ({args.hdr_size})", hdr_layer), (f"reference.hdr_flip ({args.hdr_size})", hdr_pure)]
+        rows += [(f"HDRFLIPLoss ({args.hdr_size})", hdr_layer), (f"oracle.hdr_flip ({args.hdr_size})", hdr_pure)]
     print(f"{args.size}, forward+backward, float32, {torch.get_num_threads()} thread(s), "
           f"{flip_loss._C.cpu_capability()}, {args.repeats} repeats")
     for name, run in rows:

@@ -9,17 +9,17 @@ as channels-last channels, the layout in which those convolutions are fast); tes
 through the per-image stages separately, so that a reference that needs no gradient costs no
 backward work (stacking them into one batch saves nothing measurable in the forward and makes
 the backward at 512x512 about 1.5x slower). No Python loop over taps or pixels. The taps come from
-``flip_loss.reference``, so this computes the same map (docs/algorithm.md §4) and, by autograd,
-the same gradient: it keeps the reference's gradient policy (zero sub-gradient of the Euclidean
+``flip_loss.oracle``, so this computes the same map (docs/algorithm.md §4) and, by autograd,
+the same gradient: it keeps the oracle's gradient policy (zero sub-gradient of the Euclidean
 norms at zero, the chroma norm's rounding-noise floor, clamped arguments for the unused branches
 of the sRGB decode and the Lab cube root).
 
-Differences from ``flip_loss.reference.ldr_flip``, all at rounding level or on measure-zero sets:
+Differences from ``flip_loss.oracle.ldr_flip``, all at rounding level or on measure-zero sets:
 
 * the filters are plain sums of taps (``conv2d``), not the pair- and centred-difference forms
   that are exactly zero on a constant neighbourhood; there the derivative responses keep a
   rounding residue (about 1e-8 in float32), which the feature difference's square root lifts
-  above eps: in float32 a flat region's map differs from reference.py's by up to about 2e-5
+  above eps: in float32 a flat region's map differs from oracle.py's by up to about 2e-5
   (float64: 1e-14). The noisy test images of the benchmark have no such regions;
 * the linear maps are folded (e.g. the CSF filter runs on y = (Y + 16) / 116 and the offset and
   scale are applied after it), which changes the rounding only;
@@ -28,7 +28,7 @@ Differences from ``flip_loss.reference.ldr_flip``, all at rounding level or on m
 * a Euclidean norm of (0, 0) is sqrt of the smallest normal number (about 1e-19 in float32)
   instead of 0.
 
-    python benchmarks/torch_separable.py --check     # agreement with reference.py
+    python benchmarks/torch_separable.py --check     # agreement with oracle.py
 """
 import argparse
 import functools
@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from flip_loss import reference as ref  # noqa: E402
+from flip_loss import oracle  # noqa: E402
 from flip_loss.constants import DEFAULT_EPS, DEFAULT_PPD, PC, PT, QC, QF  # noqa: E402
 
 __all__ = ["ldr_flip", "check"]
@@ -56,7 +56,7 @@ def _matmul(a, b):
 
 
 # Linear RGB -> white-normalised XYZ (x, y, z) = (X / Xn, Y / Yn, Z / Zn).
-_RGB_TO_XYZN = tuple(tuple(v * ref._INV_WHITE[i] for v in row) for i, row in enumerate(ref._RGB_TO_XYZ))
+_RGB_TO_XYZN = tuple(tuple(v * oracle.INV_WHITE[i] for v in row) for i, row in enumerate(oracle.RGB_TO_XYZ))
 
 # Linear RGB -> the CSF planes (y, x - y, y - z, y - z): y is (Yo + 16) / 116, which is also the
 # feature detectors' input, and the CSF taps sum to one, so the opponent offset and scales are
@@ -71,10 +71,10 @@ _RGB_TO_CSF_IN = (
 
 # Filtered planes (fy, fx-y, fy-z1, fy-z2) -> linear RGB: x = fy + f(x-y), y = fy,
 # z = fy - (f(y-z)1 + f(y-z)2), then XYZ (times the white) -> RGB.
-_CSF_OUT = _matmul(ref._XYZ_TO_RGB, (
-    (ref._WHITE[0], ref._WHITE[0], 0.0, 0.0),
+_CSF_OUT = _matmul(oracle.XYZ_TO_RGB, (
+    (oracle.WHITE[0], oracle.WHITE[0], 0.0, 0.0),
     (1.0, 0.0, 0.0, 0.0),
-    (ref._WHITE[2], 0.0, -ref._WHITE[2], -ref._WHITE[2]),
+    (oracle.WHITE[2], 0.0, -oracle.WHITE[2], -oracle.WHITE[2]),
 ))
 
 
@@ -98,8 +98,8 @@ def _mix(planes, m):
 @functools.lru_cache(maxsize=16)
 def _weights(ppd, dtype, device):
     """(CSF radius, horizontal, vertical weights; feature radius, horizontal, vertical weights)."""
-    c = ref.csf_taps(ppd, dtype=dtype, device=device)
-    f = ref.feature_taps(ppd, dtype=dtype, device=device)
+    c = oracle.csf_taps(ppd, dtype=dtype, device=device)
+    f = oracle.feature_taps(ppd, dtype=dtype, device=device)
     csf = torch.stack((c["y"], c["cx"], c["cz1"], c["cz2"]))  # 4 x (2r+1), one row per plane
     # Feature planes (dx, dy, ddx, ddy): horizontal taps (dg, g, ddg, g), then vertical taps
     # (g, dg, g, ddg), on four copies of the y plane (a depthwise convolution and its backward
@@ -136,13 +136,13 @@ def _norm(u, v):
 
 
 def _srgb_decode(x):
-    power = torch.pow((torch.clamp(x, min=ref._SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
-    return torch.where(x <= ref._SRGB_DECODE_T, x / 12.92, power)
+    power = torch.pow((torch.clamp(x, min=oracle.SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
+    return torch.where(x <= oracle.SRGB_DECODE_T, x / 12.92, power)
 
 
 def _lab_f(t):
-    cube_root = torch.pow(torch.clamp(t, min=ref._LAB_T), 1.0 / 3.0)
-    return torch.where(t > ref._LAB_T, cube_root, t / (3.0 * ref._LAB_DELTA ** 2) + 4.0 / 29.0)
+    cube_root = torch.pow(torch.clamp(t, min=oracle.LAB_T), 1.0 / 3.0)
+    return torch.where(t > oracle.LAB_T, cube_root, t / (3.0 * oracle.LAB_DELTA ** 2) + 4.0 / 29.0)
 
 
 def _hunt_lab(rgb):
@@ -181,7 +181,7 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, eps=DEFAULT_EPS, in
     floor = 1e-12 if chroma.dtype == torch.float64 else 1e-3
     chroma = torch.where(chroma > floor, chroma, chroma.detach())
     e = torch.pow(torch.clamp((L_r - L_t).abs(), min=math.sqrt(eps)) + chroma, QC)
-    c_max = ref.cmax()
+    c_max = oracle.cmax()
     knee = PC * c_max
     dec = torch.where(e < knee, e * (PT / knee), PT + (e - knee) * ((1.0 - PT) / (c_max - knee)))
 
@@ -193,7 +193,7 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, eps=DEFAULT_EPS, in
 
 
 # --------------------------------------------------------------------------------------------
-# Agreement with reference.py
+# Agreement with oracle.py
 # --------------------------------------------------------------------------------------------
 
 def _test_pair(h, w, dtype, seed=0):
@@ -212,30 +212,30 @@ def _test_pair(h, w, dtype, seed=0):
 
 def check():
     """Prints the map agreement (float64, float32) and the gradient agreement (float64, 64x64) with
-    ``flip_loss.reference``; returns True when they are within the stated bounds."""
+    ``flip_loss.oracle``; returns True when they are within the stated bounds."""
     ok = True
     t64, r64 = _test_pair(96, 128, torch.float64)
-    want = ref.ldr_flip(t64, r64)
+    want = oracle.ldr_flip(t64, r64)
     diff64 = (ldr_flip(t64, r64) - want).abs().max().item()
     t32, r32 = t64.float(), r64.float()
     diff32 = (ldr_flip(t32, r32).double() - want).abs().max().item()
-    ref32 = (ref.ldr_flip(t32, r32).double() - want).abs().max().item()
-    print(f"map, 96x128, float64: max |separable - reference| = {diff64:.3g}")
-    print(f"map, 96x128, float32: max |separable - reference(float64)| = {diff32:.3g} "
-          f"(reference.py in float32: {ref32:.3g})")
+    oracle32 = (oracle.ldr_flip(t32, r32).double() - want).abs().max().item()
+    print(f"map, 96x128, float64: max |separable - oracle| = {diff64:.3g}")
+    print(f"map, 96x128, float32: max |separable - oracle(float64)| = {diff32:.3g} "
+          f"(oracle.py in float32: {oracle32:.3g})")
     ok &= diff64 <= 1e-10 and diff32 <= 1e-5
 
     tg, rg = _test_pair(64, 64, torch.float64, seed=1)
     weights = torch.rand((1, 1, 64, 64), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     grads = []
-    for fn in (ldr_flip, ref.ldr_flip):
+    for fn in (ldr_flip, oracle.ldr_flip):
         t, r = tg.clone().requires_grad_(), rg.clone().requires_grad_()
         (fn(t, r) * weights).sum().backward()
         grads.append((t.grad, r.grad))
     for name, a, b in (("test", grads[0][0], grads[1][0]), ("reference", grads[0][1], grads[1][1])):
         d = (a - b).abs().max().item()
         scale = b.abs().max().item()
-        print(f"gradient wrt {name}, 64x64, float64: max |separable - reference| = {d:.3g} "
+        print(f"gradient wrt {name}, 64x64, float64: max |separable - oracle| = {d:.3g} "
               f"(largest component {scale:.3g})")
         ok &= d <= 1e-10 * max(1.0, scale)
     print("agreement: " + ("OK" if ok else "OUT OF BOUNDS"))
@@ -244,7 +244,7 @@ def check():
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", action="store_true", help="compare with flip_loss.reference and exit")
+    p.add_argument("--check", action="store_true", help="compare with flip_loss.oracle and exit")
     args = p.parse_args()
     if args.check:
         sys.exit(0 if check() else 1)

@@ -2,6 +2,10 @@
 
 Ops live in ``torch.ops.flip`` (registered by the compiled extension ``flip_loss._C``); this
 package adds the Python API, pooling, colour maps, image I/O and a command-line evaluator.
+
+Names inside the package: a name in a module's ``__all__`` is public API; the module's other names
+without a leading underscore are used by other modules of the package (internal, not API); an
+underscored name is used only in its own module (and by white-box tests).
 """
 import sys as _sys
 

@@ -54,7 +54,7 @@ def warn_once(key: str, message: str) -> None:
 
 def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
     """True when the compiled kernels of ``op`` can serve these tensors; otherwise warn once and
-    let the caller fall back to the pure-PyTorch reference."""
+    let the caller fall back to the pure-PyTorch oracle (flip_loss.oracle)."""
     if not HAS_EXTENSION:
         warn_once("no-ext", f"flip_loss: {IMPORT_ERROR}; falling back to the slow pure-PyTorch reference "
                   "implementation")
@@ -69,7 +69,7 @@ def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
 
 
 def _devices_with_kernels():
-    # FLIP_LOSS_CUDA_KERNELS=0 sends CUDA tensors to the pure-PyTorch reference instead (a way
+    # FLIP_LOSS_CUDA_KERNELS=0 sends CUDA tensors to the pure-PyTorch oracle instead (a way
     # around a CUDA-kernel problem on some GPU without rebuilding).
     use_cuda = os.environ.get("FLIP_LOSS_CUDA_KERNELS", "1") not in ("0", "false", "off", "no")
     table = {}

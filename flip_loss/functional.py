@@ -8,6 +8,8 @@ import torch
 from . import _ops, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 
+__all__ = ["INPUT_SPACES", "OUT_OF_RANGE_TOLERANCE", "ldr_flip"]
+
 INPUT_SPACES = options.INPUT_SPACES
 
 # LDR inputs further than this outside [0, 1] trigger the warning below: 0-255 images and [-1, 1]
@@ -16,7 +18,7 @@ INPUT_SPACES = options.INPUT_SPACES
 OUT_OF_RANGE_TOLERANCE = 0.25
 
 
-def _check_image(name: str, t: torch.Tensor) -> None:
+def check_image(name: str, t: torch.Tensor) -> None:
     if not t.is_floating_point():
         raise TypeError("flip_loss: " + name + " must have a floating-point dtype, got " + str(t.dtype)
                         + "; convert 8-bit images with .float() / 255 (or pass data_range=255)")
@@ -27,11 +29,11 @@ def _check_image(name: str, t: torch.Tensor) -> None:
         raise ValueError("flip_loss: " + name + " is empty (shape " + str(list(t.shape)) + ")")
 
 
-def _check_image_pair(test: torch.Tensor, reference: torch.Tensor) -> None:
+def check_image_pair(test: torch.Tensor, reference: torch.Tensor) -> None:
     """The checks of an image pair that need no data (dtype, layout, emptiness, matching shapes and
     devices). TorchScript-compatible: a scripted ``FLIPLoss`` makes them too."""
-    _check_image("test", test)
-    _check_image("reference", reference)
+    check_image("test", test)
+    check_image("reference", reference)
     if test.shape != reference.shape:
         raise ValueError("flip_loss: test and reference shapes differ: " + str(list(test.shape)) + " vs "
                          + str(list(reference.shape)))
@@ -40,12 +42,12 @@ def _check_image_pair(test: torch.Tensor, reference: torch.Tensor) -> None:
                          + " vs " + str(reference.device))
 
 
-def _checked_pair(test, reference):
-    """Checks an image pair (see _check_image_pair) and promotes both to a common dtype."""
+def checked_pair(test, reference):
+    """Checks an image pair (see check_image_pair) and promotes both to a common dtype."""
     for name, t in (("test", test), ("reference", reference)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"flip_loss: {name} must be a torch.Tensor, got {type(t).__name__}")
-    _check_image_pair(test, reference)
+    check_image_pair(test, reference)
     if test.dtype != reference.dtype:
         common = torch.promote_types(test.dtype, reference.dtype)
         test, reference = test.to(common), reference.to(common)
@@ -64,7 +66,7 @@ def _float32_exact(v: float) -> bool:
     return t - (t - v) == v
 
 
-def _to_unit_range(x: torch.Tensor, data_range: Tuple[float, float]) -> torch.Tensor:
+def to_unit_range(x: torch.Tensor, data_range: Tuple[float, float]) -> torch.Tensor:
     """Maps values in [low, high] to [0, 1] (differentiably), returned in the input's dtype.
     TorchScript-compatible."""
     low, high = data_range
@@ -87,7 +89,7 @@ def _to_unit_range(x: torch.Tensor, data_range: Tuple[float, float]) -> torch.Te
     return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
-def _is_compiling() -> bool:
+def is_compiling() -> bool:
     compiler = getattr(torch, "compiler", None)
     return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
 
@@ -101,11 +103,11 @@ _out_of_range_warned = False
 _device_inputs_looked_at = False
 
 
-def _is_device_call(test) -> bool:
+def is_device_call(test) -> bool:
     """Whether an eager call with ``test`` counts as its owner's look at inputs on a device (not one
     with inputs without values, meta tensors or FakeTensors, which cannot be looked at)."""
-    return (isinstance(test, torch.Tensor) and test.device.type != "cpu" and not _is_compiling()
-            and (_plain(test) or _unwrapped_has_values(test)))
+    return (isinstance(test, torch.Tensor) and test.device.type != "cpu" and not is_compiling()
+            and (is_plain_tensor(test) or _unwrapped_has_values(test)))
 
 
 def _unwrapped(t: torch.Tensor) -> torch.Tensor:
@@ -116,7 +118,7 @@ def _unwrapped(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _plain(t: torch.Tensor) -> bool:
+def is_plain_tensor(t: torch.Tensor) -> bool:
     """A tensor that holds its values itself: not a subclass (FakeTensor), not functorch-wrapped,
     not on the meta device."""
     return (type(t) is torch.Tensor and t.device.type != "meta"
@@ -130,7 +132,7 @@ def _unwrapped_has_values(t: torch.Tensor) -> bool:
     return t.device.type != "meta" and not is_fake(t)
 
 
-def _host_table(table: torch.Tensor) -> Optional[torch.Tensor]:
+def host_table(table: torch.Tensor) -> Optional[torch.Tensor]:
     """The values of a small table (rows of flags or per-image values, computed for a check) as a
     float64 CPU tensor of ``table.shape[0]`` rows, for the checks that read values back; None when
     there are no values to read (meta tensors, FakeTensors: the check is skipped, and nothing in the
@@ -153,17 +155,17 @@ def _host_table(table: torch.Tensor) -> Optional[torch.Tensor]:
 
 def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_device: bool) -> None:
     global _out_of_range_warned
-    if _out_of_range_warned or _is_compiling() or (test.device.type != "cpu" and not on_device):
+    if _out_of_range_warned or is_compiling() or (test.device.type != "cpu" and not on_device):
         return
     with torch.no_grad():
         # One pass over each image (aminmax), not one for its minimum and another for its maximum.
         lo_t, hi_t = torch.aminmax(test.detach())
         lo_r, hi_r = torch.aminmax(reference.detach())
         extremes = torch.stack([torch.minimum(lo_t, lo_r), torch.maximum(hi_t, hi_r)])
-        if _plain(extremes):  # the common case, without _host_table's per-call cost
+        if is_plain_tensor(extremes):  # the common case, without host_table's per-call cost
             lo, hi = extremes.float().tolist()
         else:
-            table = _host_table(extremes)
+            table = host_table(extremes)
             if table is None:  # no values (meta, FakeTensor): nothing to warn about, nothing used up
                 return
             lo, hi = float(table[0].min()), float(table[1].max())
@@ -207,30 +209,30 @@ def _caller_stacklevel() -> int:
     return 1
 
 
-def _kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
+def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
     """Whether the compiled ``op`` serves these tensors: on a device with kernels (see _ops), or on
     the meta device, where the ops' Meta kernels give the result's shape and dtype (the
-    pure-PyTorch reference would work too, but slowly and with a warning)."""
+    pure-PyTorch oracle would work too, but slowly and with a warning)."""
     if _ops.HAS_EXTENSION and all(t.device.type == "meta" for t in tensors):
         return True
     return _ops.use_extension(*tensors, op=op)
 
 
-def _ldr_flip(test, reference, pixels_per_degree, input_space, eps, data_range, look_on_device: bool):
+def ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, data_range, look_on_device: bool):
     """``ldr_flip`` with ``look_on_device``: whether inputs on a device other than the CPU may be
     read back for the out-of-range warning (see above)."""
-    test, reference = _checked_pair(test, reference)
+    test, reference = checked_pair(test, reference)
     ppd = options.pixels_per_degree(pixels_per_degree)
     space = options.input_space(input_space)
     eps = options.eps(eps)
     unit = options.data_range(data_range)
-    test, reference = _to_unit_range(test, unit), _to_unit_range(reference, unit)
+    test, reference = to_unit_range(test, unit), to_unit_range(reference, unit)
     _warn_if_outside_unit_range(test, reference, look_on_device)
-    if _kernels_serve("ldr_flip", test, reference):
+    if kernels_serve("ldr_flip", test, reference):
         return torch.ops.flip.ldr_flip(test, reference, ppd, space, eps)
-    from . import reference as ref_impl
+    from . import oracle
 
-    return ref_impl.ldr_flip(test, reference, ppd, space, eps)
+    return oracle.ldr_flip(test, reference, ppd, space, eps)
 
 
 def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
@@ -249,6 +251,6 @@ def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     """
     global _device_inputs_looked_at
     look = not _device_inputs_looked_at
-    if _is_device_call(test):
+    if is_device_call(test):
         _device_inputs_looked_at = True
-    return _ldr_flip(test, reference, pixels_per_degree, input_space, eps, data_range, look)
+    return ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, data_range, look)

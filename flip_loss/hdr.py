@@ -7,7 +7,9 @@ import torch
 
 from . import constants, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD, tone_coefficients
-from .functional import _check_image, _checked_pair, _host_table, _is_compiling, _kernels_serve
+from .functional import check_image, checked_pair, host_table, is_compiling, kernels_serve
+
+__all__ = ["TONE_MAPPERS", "exposure_anchor", "exposure_range", "exposures_for", "hdr_flip"]
 
 TONE_MAPPERS = options.TONE_MAPPERS
 ExposureArg = Union[None, float, int, torch.Tensor]
@@ -25,17 +27,17 @@ def exposure_anchor(tone_mapper: str = "aces", target: float = 0.85) -> float:
     return float(d1 + np.sqrt(d1 * d1 - c / a, dtype=np.float32))
 
 
-def _batched(x: torch.Tensor) -> torch.Tensor:
+def as_batch(x: torch.Tensor) -> torch.Tensor:
     return x.unsqueeze(0) if x.dim() == 3 else x
 
 
-def _checked_reference(reference) -> torch.Tensor:
+def checked_reference(reference) -> torch.Tensor:
     """The reference, batched, after the checks every image gets (TypeError for a non-float tensor,
     ValueError for a wrong shape or an empty one)."""
     if not isinstance(reference, torch.Tensor):
         raise TypeError(f"flip_loss: reference must be a torch.Tensor, got {type(reference).__name__}")
-    _check_image("reference", reference)
-    return _batched(reference)
+    check_image("reference", reference)
+    return as_batch(reference)
 
 
 def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces",
@@ -55,12 +57,12 @@ def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces",
     wrong shape, an empty reference, or a range that is not finite (NaN or infinite values in the
     reference); that check reads the two values per image back to the host.
     """
-    ref = _checked_reference(reference)
+    ref = checked_reference(reference)
     lower = options.median_rule(median) == "lower"
     start, stop = _luminance_range(ref, exposure_anchor(tone_mapper), lower)
-    rows = _host_rows(torch.stack([start, stop]))
+    rows = host_rows(torch.stack([start, stop]))
     if rows is not None:  # None: a reference without values (meta), whose range is not known
-        _check_range_rows(rows, False, False)
+        check_range_rows(rows, False, False)
     return start, stop
 
 
@@ -68,11 +70,11 @@ def _luminance_range(ref: torch.Tensor, anchor: float,
                      lower_median: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """The rule of ``exposure_range`` for a batched reference, unchecked. TorchScript-compatible: a
     scripted ``FLIPLoss(hdr=True)`` calls it too."""
-    y_max, y_med = _luminance_max_median(ref, lower_median)
+    y_max, y_med = luminance_max_median(ref, lower_median)
     return torch.log2(torch.full_like(y_max, anchor) / y_max), torch.log2(torch.full_like(y_med, anchor) / y_med)
 
 
-def _luminance_max_median(ref: torch.Tensor, lower_median: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+def luminance_max_median(ref: torch.Tensor, lower_median: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per image of a batched reference, the largest and the median luminance (upper middle element,
     or the lower one with ``lower_median``), both raised to at least float32 epsilon, in float32
     (float64 for a float64 reference); NaN maxima for a reference with -inf values.
@@ -94,7 +96,7 @@ def _luminance_max_median(ref: torch.Tensor, lower_median: bool = False) -> Tupl
     return y_max, y_med
 
 
-def _exposure_grid(start: torch.Tensor, stop: torch.Tensor, counts: torch.Tensor, count_max: int) -> torch.Tensor:
+def exposure_grid(start: torch.Tensor, stop: torch.Tensor, counts: torch.Tensor, count_max: int) -> torch.Tensor:
     """N x count_max exposures start + i (stop - start) / (count - 1), in float32 as the evaluator
     computes them (TorchScript-compatible)."""
     step = (stop - start) / (counts - 1).to(torch.float32)
@@ -103,13 +105,13 @@ def _exposure_grid(start: torch.Tensor, stop: torch.Tensor, counts: torch.Tensor
 
 
 # The checks below need the values of the per-image exposure ranges, which may live on a GPU: each
-# caller reads them back once, as one small table (_host_rows), and checks that on the host. They
+# caller reads them back once, as one small table (host_rows), and checks that on the host. They
 # are TorchScript-compatible, so that the scripted FLIPLoss(hdr=True) raises where eager does.
 
-def _host_rows(table: torch.Tensor) -> Optional[List[List[float]]]:
+def host_rows(table: torch.Tensor) -> Optional[List[List[float]]]:
     """A small table (rows of per-image values) as Python floats: one device-to-host copy. None
     for a table without values (meta tensors, FakeTensors outside torch.compile): the checks are
-    skipped there. Under vmap each row holds the values of every example (see _host_table)."""
+    skipped there. Under vmap each row holds the values of every example (see host_table)."""
     if torch.jit.is_scripting():
         rows: List[List[float]] = table.to(torch.float64).cpu().tolist()
         return rows
@@ -118,9 +120,9 @@ def _host_rows(table: torch.Tensor) -> Optional[List[List[float]]]:
 
 
 def _eager_host_rows(table: torch.Tensor) -> Optional[List[List[float]]]:
-    if _is_compiling():  # a graph break: the values are real when the rest runs
+    if is_compiling():  # a graph break: the values are real when the rest runs
         return table.to(torch.float64).cpu().tolist()
-    host = _host_table(table)
+    host = host_table(table)
     return None if host is None else host.tolist()
 
 
@@ -128,7 +130,7 @@ def _origin(given: bool) -> str:
     return "" if given else " (computed from the reference)"
 
 
-def _check_range_rows(rows: List[List[float]], start_given: bool, stop_given: bool) -> None:
+def check_range_rows(rows: List[List[float]], start_given: bool, stop_given: bool) -> None:
     """Image i's exposure range rows[0][i] (start) to rows[1][i] (stop) must be finite and in order;
     ``*_given`` say whether a bound was given by the caller or computed from the reference."""
     for i in range(len(rows[0])):
@@ -153,16 +155,16 @@ def _check_range_rows(rows: List[List[float]], start_given: bool, stop_given: bo
                              + " (image " + str(i) + ")" + advice)
 
 
-def _automatic_counts(start: torch.Tensor, stop: torch.Tensor, start_given: bool,
-                      stop_given: bool) -> Tuple[torch.Tensor, int]:
-    """Checks the ranges (as _check_range_rows) and returns the automatic counts max(2, ceil(stop -
+def automatic_counts(start: torch.Tensor, stop: torch.Tensor, start_given: bool,
+                     stop_given: bool) -> Tuple[torch.Tensor, int]:
+    """Checks the ranges (as check_range_rows) and returns the automatic counts max(2, ceil(stop -
     start)) (int64, on the device) and their maximum, which must not exceed MAX_EXPOSURES. Without
     values to read (meta tensors) the maximum is taken as MAX_EXPOSURES, a bound of every count."""
     counts = torch.clamp(torch.ceil(stop - start), min=2.0)
-    rows = _host_rows(torch.stack([start, stop, counts]))
+    rows = host_rows(torch.stack([start, stop, counts]))
     if rows is None:
         return counts.to(torch.int64), constants.MAX_EXPOSURES
-    _check_range_rows(rows, start_given, stop_given)
+    check_range_rows(rows, start_given, stop_given)
     count_max = 0
     for i in range(len(rows[2])):
         count = int(rows[2][i])
@@ -179,8 +181,8 @@ def _automatic_counts(start: torch.Tensor, stop: torch.Tensor, start_given: bool
     return counts.to(torch.int64), count_max
 
 
-def _exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[float], stop: Optional[float],
-                            num: Optional[int], lower_median: bool = False
+def exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[float], stop: Optional[float],
+                           num: Optional[int], lower_median: bool = False
                             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``exposures_for`` of a checked, batched reference for options that are numbers or None: eager
     calls with such options and the scripted ``FLIPLoss(hdr=True)`` (whose attributes can be changed
@@ -199,7 +201,7 @@ def _exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[fl
         e = torch.full([n], stop, dtype=torch.float32, device=ref.device)
         if num is not None:
             counts = torch.full([n], num, dtype=torch.int64, device=ref.device)
-            return _exposure_grid(s, e, counts, num), counts, s, e
+            return exposure_grid(s, e, counts, num), counts, s, e
     else:
         auto = _luminance_range(ref, anchor, lower_median)
         if start is None:
@@ -211,14 +213,14 @@ def _exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[fl
         else:
             e = torch.full([n], stop, dtype=torch.float32, device=ref.device)
     if num is None:
-        counts, count_max = _automatic_counts(s, e, start is not None, stop is not None)
+        counts, count_max = automatic_counts(s, e, start is not None, stop is not None)
     else:
-        rows = _host_rows(torch.stack([s, e]))
+        rows = host_rows(torch.stack([s, e]))
         if rows is not None:
-            _check_range_rows(rows, start is not None, stop is not None)
+            check_range_rows(rows, start is not None, stop is not None)
         counts = torch.full([n], num, dtype=torch.int64, device=ref.device)
         count_max = num
-    return _exposure_grid(s, e, counts, count_max), counts, s, e
+    return exposure_grid(s, e, counts, count_max), counts, s, e
 
 
 # Options given as tensors (one value, or one per image): the rule of hdr_flip, FLIPLoss and the
@@ -238,20 +240,20 @@ def _per_image(value: torch.Tensor, n: int, name: str) -> torch.Tensor:
     return value.flatten()
 
 
-def _exposure_values(value: torch.Tensor, n: int, device: torch.device, name: str) -> torch.Tensor:
+def exposure_values(value: torch.Tensor, n: int, device: torch.device, name: str) -> torch.Tensor:
     """A start or stop exposure tensor as N float32 values on ``device`` (not yet checked: see
-    _check_range_rows)."""
+    check_range_rows)."""
     _real_tensor(value, name)
     return _per_image(value.detach().to(device=device, dtype=torch.float32), n, name)
 
 
-def _count_values(value: torch.Tensor, n: int, device: torch.device) -> Tuple[torch.Tensor, int]:
+def count_values(value: torch.Tensor, n: int, device: torch.device) -> Tuple[torch.Tensor, int]:
     """Given counts (one, or one per image), each checked as options.exposure_count checks a number
     (read back to the host for that), as N int64 values on ``device``, and their maximum (under
     vmap, over every example; MAX_EXPOSURES for counts without values, on meta tensors)."""
     _real_tensor(value, "num_exposures")
     given = _per_image(value.detach().to(torch.float64), n, "num_exposures")
-    rows = _host_rows(given.unsqueeze(0))
+    rows = host_rows(given.unsqueeze(0))
     count_max = constants.MAX_EXPOSURES
     if rows is not None:
         count_max = 0
@@ -260,34 +262,34 @@ def _count_values(value: torch.Tensor, n: int, device: torch.device) -> Tuple[to
     return given.to(device=device, dtype=torch.int64), count_max
 
 
-def _exposures_from_tensors(ref: torch.Tensor, anchor: float, start: Optional[torch.Tensor],
-                            stop: Optional[torch.Tensor], num: Optional[torch.Tensor],
-                            lower_median: bool = False
+def exposures_from_tensors(ref: torch.Tensor, anchor: float, start: Optional[torch.Tensor],
+                           stop: Optional[torch.Tensor], num: Optional[torch.Tensor],
+                           lower_median: bool = False
                             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``exposures_for`` of a checked, batched reference for options given as tensors (one value or
     one per image) or None: the values are read back once to be checked."""
     n = ref.shape[0]
     if start is not None and stop is not None:
-        s = _exposure_values(start, n, ref.device, "start_exposure")
-        e = _exposure_values(stop, n, ref.device, "stop_exposure")
+        s = exposure_values(start, n, ref.device, "start_exposure")
+        e = exposure_values(stop, n, ref.device, "stop_exposure")
     else:
         auto_start, auto_stop = _luminance_range(ref, anchor, lower_median)
         if start is None:
             s = auto_start.to(torch.float32)
         else:
-            s = _exposure_values(start, n, ref.device, "start_exposure")
+            s = exposure_values(start, n, ref.device, "start_exposure")
         if stop is None:
             e = auto_stop.to(torch.float32)
         else:
-            e = _exposure_values(stop, n, ref.device, "stop_exposure")
+            e = exposure_values(stop, n, ref.device, "stop_exposure")
     if num is None:
-        counts, count_max = _automatic_counts(s, e, start is not None, stop is not None)
+        counts, count_max = automatic_counts(s, e, start is not None, stop is not None)
     else:
-        counts, count_max = _count_values(num, n, ref.device)
-        rows = _host_rows(torch.stack([s, e]))
+        counts, count_max = count_values(num, n, ref.device)
+        rows = host_rows(torch.stack([s, e]))
         if rows is not None:
-            _check_range_rows(rows, start is not None, stop is not None)
-    return _exposure_grid(s, e, counts, count_max), counts, s, e
+            check_range_rows(rows, start is not None, stop is not None)
+    return exposure_grid(s, e, counts, count_max), counts, s, e
 
 
 def _is_tensor_option(value) -> bool:
@@ -297,8 +299,8 @@ def _is_tensor_option(value) -> bool:
         value.dim() > 0 or torch._C._functorch.is_functorch_wrapped_tensor(value))
 
 
-def _option_tensor(name: str, value: ExposureArg) -> Optional[torch.Tensor]:
-    """An eager option as the tensor _exposures_from_tensors takes (a number is checked here for its
+def option_tensor(name: str, value: ExposureArg) -> Optional[torch.Tensor]:
+    """An eager option as the tensor exposures_from_tensors takes (a number is checked here for its
     type, as options.exposure and options.exposure_count check it)."""
     if value is None or _is_tensor_option(value):
         return value
@@ -321,20 +323,20 @@ def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_expo
     kind. Given numbers for all three options need no device-to-host copy; anything computed from the
     reference or given per image is read back once (a few values per image) to be checked.
     """
-    ref = _checked_reference(reference)
+    ref = checked_reference(reference)
     tone_mapper = options.tone_mapper(tone_mapper)
     lower = options.median_rule(median) == "lower"
     # The anchor only matters (and is only computed, with NumPy, outside torch.compile's reach)
     # when a bound comes from the reference.
     anchor = exposure_anchor(tone_mapper) if start_exposure is None or stop_exposure is None else 0.0
     if not any(_is_tensor_option(v) for v in (start_exposure, stop_exposure, num_exposures)):
-        return _exposures_from_numbers(
+        return exposures_from_numbers(
             ref, anchor, None if start_exposure is None else options.exposure("start_exposure", start_exposure),
             None if stop_exposure is None else options.exposure("stop_exposure", stop_exposure),
             None if num_exposures is None else options.exposure_count(num_exposures), lower)
-    return _exposures_from_tensors(ref, anchor, _option_tensor("start_exposure", start_exposure),
-                                   _option_tensor("stop_exposure", stop_exposure),
-                                   _option_tensor("num_exposures", num_exposures), lower)
+    return exposures_from_tensors(ref, anchor, option_tensor("start_exposure", start_exposure),
+                                  option_tensor("stop_exposure", stop_exposure),
+                                  option_tensor("num_exposures", num_exposures), lower)
 
 
 def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
@@ -354,19 +356,19 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     Returns the map (N x 1 x H x W), and with ``return_exposure_map=True`` also the exposure map
     (winning exposure index / (count - 1), 0 where no exposure wins). Differentiable in both images.
     """
-    test, reference = _checked_pair(test, reference)
+    test, reference = checked_pair(test, reference)
     ppd = options.pixels_per_degree(pixels_per_degree)
     eps = options.eps(eps)
     tm = options.tone_mapper(tone_mapper)
     unbatched = test.dim() == 3
-    t, r = _batched(test), _batched(reference)
+    t, r = as_batch(test), as_batch(reference)
     exposures, counts, _, _ = exposures_for(r, tm, start_exposure, stop_exposure, num_exposures, median)
-    if _kernels_serve("hdr_flip", t, r):
+    if kernels_serve("hdr_flip", t, r):
         error, emap, _ = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)
     else:
-        from . import reference as ref_impl
+        from . import oracle
 
-        error, emap, _ = ref_impl.hdr_flip(t, r, ppd, tm, exposures, counts, eps)
+        error, emap, _ = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, eps)
     if unbatched:
         error, emap = error.squeeze(0), emap.squeeze(0)
     return (error, emap) if return_exposure_map else error

@@ -46,7 +46,7 @@ import torch
 
 from . import options
 from .constants import DEFAULT_PPD
-from .functional import _is_device_call, _ldr_flip
+from .functional import is_device_call, ldr_flip_with_look
 from .pooling import PooledValues
 
 __all__ = ["FLIPMetric", "FLIPMetricResult"]
@@ -310,9 +310,10 @@ class FLIPMetric:
         :func:`flip_loss.ldr_flip`), accumulates the maps and returns this batch's per-image means
         (float64, N entries, on the input device)."""
         look = not self._looked_at_device_inputs
-        if _is_device_call(test):
+        if is_device_call(test):
             self._looked_at_device_inputs = True
-        error = _ldr_flip(test, reference, self.pixels_per_degree, self.input_space, 0.0, self.data_range, look)
+        error = ldr_flip_with_look(test, reference, self.pixels_per_degree, self.input_space, 0.0, self.data_range,
+                                   look)
         return self.update_error_map(error)
 
     @torch.no_grad()

@@ -8,9 +8,10 @@ import torch
 
 from . import _ops, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .functional import _check_image_pair, _host_table, _is_device_call, _ldr_flip, _plain, _to_unit_range
-from .hdr import (_check_range_rows, _count_values, _exposure_values, _exposures_from_numbers,
-                  _exposures_from_tensors, _host_rows, exposure_anchor, hdr_flip)
+from .functional import (check_image_pair, host_table, is_compiling, is_device_call, is_plain_tensor,
+                         ldr_flip_with_look, to_unit_range)
+from .hdr import (check_range_rows, count_values, exposure_anchor, exposure_values, exposures_from_numbers,
+                  exposures_from_tensors, hdr_flip, host_rows)
 
 def _ppd_hint() -> str:
     """Where pixels per degree goes, for the errors of a call that looks like one of NVIDIA's loss
@@ -67,9 +68,9 @@ def _weight_scale(weight: torch.Tensor, per_image: bool, positive_total: bool) -
 def _eager_weight_flags(table: torch.Tensor) -> List[bool]:
     """The three flags of _weight_scale, each over every vmapped example (functorch transforms);
     all False for weights without values (meta tensors, FakeTensors), which cannot be checked."""
-    if _plain(table):  # the common case, without _host_table's per-call cost
+    if is_plain_tensor(table):  # the common case, without host_table's per-call cost
         return table.cpu().tolist()
-    host = _host_table(table)
+    host = host_table(table)
     if host is None:
         return [False, False, False]
     return [bool(v) for v in (host != 0).any(1).tolist()]
@@ -144,8 +145,12 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     checked = w.detach().expand(e.shape)
     if torch.jit.is_scripting():
         scale = _weight_scale(checked, per_image, positive_total)
-    else:
+    elif is_compiling():
         scale = _weight_scale_op(checked, per_image, positive_total)
+    else:
+        # Eager calls the checks directly: the same function, without the op's dispatch, whose
+        # first call imports torch._dynamo (a second or more, once per process).
+        scale = _weight_scale(checked, per_image, positive_total)
     if per_image:
         scale = scale.unsqueeze(-1).unsqueeze(-1).unsqueeze(-1)
     unit = w / scale  # in [0, 1]
@@ -167,7 +172,7 @@ def _exposure_option(name: str, value):
     if value is None:
         return None
     if isinstance(value, torch.Tensor) and value.dim() > 0:
-        rows = _host_rows(_exposure_values(value, value.numel(), value.device, name).unsqueeze(0))
+        rows = host_rows(exposure_values(value, value.numel(), value.device, name).unsqueeze(0))
         for i, v in enumerate([] if rows is None else rows[0]):
             if not math.isfinite(v):
                 raise ValueError(f"flip_loss: {name} must be finite, got {v} for image {i}")
@@ -190,10 +195,10 @@ def _check_exposure_options(start, stop) -> None:
     e = torch.as_tensor(stop, dtype=torch.float32).flatten()
     if s.numel() == e.numel() or s.numel() == 1 or e.numel() == 1:
         n = max(s.numel(), e.numel())
-        rows = _host_rows(torch.stack([s.to(e.device).expand(n) if s.numel() == 1 else s.to(e.device),
-                                       e.expand(n) if e.numel() == 1 else e]))
+        rows = host_rows(torch.stack([s.to(e.device).expand(n) if s.numel() == 1 else s.to(e.device),
+                                      e.expand(n) if e.numel() == 1 else e]))
         if rows is not None:
-            _check_range_rows(rows, True, True)
+            check_range_rows(rows, True, True)
 
 
 def _count_option(value):
@@ -202,7 +207,7 @@ def _count_option(value):
     if value is None:
         return None
     if isinstance(value, torch.Tensor) and value.dim() > 0:
-        _count_values(value, value.numel(), value.device)
+        count_values(value, value.numel(), value.device)
         return value.detach().clone()
     return options.exposure_count(value)
 
@@ -344,7 +349,7 @@ class FLIPLoss(torch.nn.Module):
         if torch.jit.is_scripting():
             # TorchScript (and C++ programs loading the module) call the ops directly, after the
             # checks eager makes in Python (the ops check the scalar options and the values).
-            _check_image_pair(test, reference)
+            check_image_pair(test, reference)
             # The ops require only ppd > 0; the Python API's lower limit is checked here.
             options.check_pixels_per_degree_value(self.pixels_per_degree)
             if test.dtype != reference.dtype:  # promoted, as eager does
@@ -353,7 +358,8 @@ class FLIPLoss(torch.nn.Module):
             if self.hdr:
                 ref = reference if reference.dim() == 4 else reference.unsqueeze(0)
                 if self.tone_mapper not in self.exposure_anchors:
-                    raise ValueError("flip_loss: tone_mapper must be one of 'aces', 'hable', 'reinhard', got '"
+                    raise ValueError("flip_loss: tone_mapper must be one of '"
+                                     + "', '".join(list(self.exposure_anchors.keys())) + "', got '"
                                      + self.tone_mapper + "'")
                 anchor = self.exposure_anchors[self.tone_mapper]
                 start = self.start_exposure
@@ -361,17 +367,17 @@ class FLIPLoss(torch.nn.Module):
                 num = self.num_exposures
                 if _scripted_tensor(start) is not None or _scripted_tensor(stop) is not None \
                         or _scripted_count(num) is not None:
-                    exposures, counts, _, _ = _exposures_from_tensors(ref, anchor, _scripted_as_tensor(start),
-                                                                      _scripted_as_tensor(stop),
-                                                                      _scripted_count_as_tensor(num))
+                    exposures, counts, _, _ = exposures_from_tensors(ref, anchor, _scripted_as_tensor(start),
+                                                                     _scripted_as_tensor(stop),
+                                                                     _scripted_count_as_tensor(num))
                 else:
-                    exposures, counts, _, _ = _exposures_from_numbers(ref, anchor, _scripted_number(start),
-                                                                      _scripted_number(stop), _scripted_int(num))
+                    exposures, counts, _, _ = exposures_from_numbers(ref, anchor, _scripted_number(start),
+                                                                     _scripted_number(stop), _scripted_int(num))
                 error = torch.ops.flip.hdr_flip(test, reference, exposures, counts, self.pixels_per_degree,
                                                 self.tone_mapper, self.eps)[0]
             else:
-                error = torch.ops.flip.ldr_flip(_to_unit_range(test, self.data_range),
-                                                _to_unit_range(reference, self.data_range),
+                error = torch.ops.flip.ldr_flip(to_unit_range(test, self.data_range),
+                                                to_unit_range(reference, self.data_range),
                                                 self.pixels_per_degree, self.input_space, self.eps)
         else:
             if self.hdr:
@@ -379,10 +385,10 @@ class FLIPLoss(torch.nn.Module):
                                  self.stop_exposure, self.num_exposures, eps=self.eps)
             else:
                 look = not self._looked_at_device_inputs
-                if _is_device_call(test):
+                if is_device_call(test):
                     self._looked_at_device_inputs = True
-                error = _ldr_flip(test, reference, self.pixels_per_degree, self.input_space, self.eps,
-                                  self.data_range, look)
+                error = ldr_flip_with_look(test, reference, self.pixels_per_degree, self.input_space, self.eps,
+                                           self.data_range, look)
         return weighted_reduce(error, weight, self.reduction)
 
     def extra_repr(self) -> str:

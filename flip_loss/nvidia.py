@@ -27,11 +27,11 @@ from typing import Optional, Tuple
 import torch
 
 from . import options
-from . import reference as _ref
+from . import oracle
 from .constants import DEFAULT_EPS, PC, PT
-from .functional import _checked_pair, _is_device_call, _kernels_serve, _ldr_flip
-from .hdr import (_automatic_counts, _batched, _checked_reference, _exposure_grid, _exposure_values,
-                  _luminance_max_median, _option_tensor, exposure_anchor)
+from .functional import checked_pair, is_device_call, kernels_serve, ldr_flip_with_look
+from .hdr import (as_batch, automatic_counts, checked_reference, exposure_anchor, exposure_grid, exposure_values,
+                  luminance_max_median, option_tensor)
 from .modules import weighted_reduce
 
 __all__ = [
@@ -139,7 +139,7 @@ def _start_stop(ref: torch.Tensor, x_start: float, x_stop: float, lower_median: 
     log2(x / Y) in the reference's precision, or log2(x * (1 / Y)) with ``by_reciprocal`` (how
     PyTorch divides a Python number by a tensor; it reproduces NVIDIA's Reinhard exposures bit for
     bit, where the true division is one ulp off)."""
-    y_max, y_med = _luminance_max_median(ref, lower_median)
+    y_max, y_med = luminance_max_median(ref, lower_median)
     if by_reciprocal:
         return torch.log2(y_max.reciprocal() * x_start), torch.log2(y_med.reciprocal() * x_stop)
     return (torch.log2(torch.full_like(y_max, x_start) / y_max),
@@ -167,7 +167,7 @@ def compute_start_stop_exposures(reference: torch.Tensor, tone_mapper: str, t_mi
     for 0.85). Unlike NVIDIA's, a median or maximum luminance of 0 is raised to float32 epsilon (a
     finite range; NVIDIA's is infinite), and an unknown tone mapper raises ``ValueError``.
     """
-    ref = _checked_reference(reference)
+    ref = checked_reference(reference)
     tm = _tone_mapper(tone_mapper)
     rule = options.median_rule(median)
     x_stop = _target_anchor(tm, "t_min", t_min, rule)
@@ -193,46 +193,46 @@ def _stack(c0, c1, c2) -> torch.Tensor:
 
 
 def _linrgb_to_xyz(x):
-    return _stack(*_ref._mix3(_ref._RGB_TO_XYZ, *_channels(x)))
+    return _stack(*oracle.mix3(oracle.RGB_TO_XYZ, *_channels(x)))
 
 
 def _xyz_to_linrgb(x):
-    return _stack(*_ref._mix3(_ref._XYZ_TO_RGB, *_channels(x)))
+    return _stack(*oracle.mix3(oracle.XYZ_TO_RGB, *_channels(x)))
 
 
 def _xyz_to_ycxcz(x):
-    return _stack(*_ref._xyz_to_opponent(*_channels(x)))
+    return _stack(*oracle.xyz_to_opponent(*_channels(x)))
 
 
 def _ycxcz_to_xyz(x):
-    return _stack(*_ref._opponent_to_xyz(*_channels(x)))
+    return _stack(*oracle.opponent_to_xyz(*_channels(x)))
 
 
 def _xyz_to_cielab(x):
-    return _stack(*_ref._xyz_to_lab(*_channels(x)))
+    return _stack(*oracle.xyz_to_lab(*_channels(x)))
 
 
 def _cielab_to_xyz(x):
     def f_inv(u):
-        return torch.where(u > _ref._LAB_DELTA, u * u * u, 3.0 * _ref._LAB_DELTA ** 2 * (u - 4.0 / 29.0))
+        return torch.where(u > oracle.LAB_DELTA, u * u * u, 3.0 * oracle.LAB_DELTA ** 2 * (u - 4.0 / 29.0))
 
     L, a, b = _channels(x)
     fy = (L + 16.0) / 116.0
-    w = _ref._WHITE
+    w = oracle.WHITE
     return _stack(f_inv(fy + a / 500.0) * w[0], f_inv(fy) * w[1], f_inv(fy - b / 200.0) * w[2])
 
 
 _TO_XYZ = {
     "xyz": lambda x: x,
     "linrgb": _linrgb_to_xyz,
-    "srgb": lambda x: _linrgb_to_xyz(_ref.srgb_to_linear(x)),
+    "srgb": lambda x: _linrgb_to_xyz(oracle.srgb_to_linear(x)),
     "ycxcz": _ycxcz_to_xyz,
     "cielab": _cielab_to_xyz,
 }
 _FROM_XYZ = {
     "xyz": lambda x: x,
     "linrgb": _xyz_to_linrgb,
-    "srgb": lambda x: _ref.linear_to_srgb(_xyz_to_linrgb(x)),
+    "srgb": lambda x: oracle.linear_to_srgb(_xyz_to_linrgb(x)),
     "ycxcz": _xyz_to_ycxcz,
     "cielab": _xyz_to_cielab,
 }
@@ -274,9 +274,9 @@ def color_space_transform(input_color: torch.Tensor, fromSpace2toSpace: str) -> 
     dt = input_color.dtype
     x = input_color.to(_compute_dtype(input_color)) if input_color.is_floating_point() else input_color.float()
     if src == "srgb" and dst == "linrgb":
-        out = _ref.srgb_to_linear(x)
+        out = oracle.srgb_to_linear(x)
     elif src == "linrgb" and dst == "srgb":
-        out = _ref.linear_to_srgb(x)
+        out = oracle.linear_to_srgb(x)
     else:
         out = _FROM_XYZ[dst](_TO_XYZ[src](x))
     return out.to(dt) if input_color.is_floating_point() else out
@@ -307,7 +307,7 @@ def tone_map(img: torch.Tensor, tone_mapper: str, exposure) -> torch.Tensor:
             c = c.view(-1, 1, 1, 1)
     else:
         c = torch.tensor(options.real_number("exposure", exposure), dtype=x.dtype, device=x.device)
-    out = _ref.hdr_to_ldr(batched, torch.exp2(c), tm)
+    out = oracle.hdr_to_ldr(batched, torch.exp2(c), tm)
     return (out if x.dim() == 4 else out.squeeze(0)).to(img.dtype)
 
 
@@ -324,7 +324,7 @@ def generate_spatial_filter(pixels_per_degree, channel: str, *, dtype: torch.dty
     key = channel.upper() if isinstance(channel, str) else channel
     if key not in ("A", "RG", "BY"):
         raise ValueError(f"flip_loss: channel must be 'A', 'RG' or 'BY', got {channel!r}")
-    r, y, cx, cz1, cz2 = _ref._csf_taps64(float(ppd))
+    r, y, cx, cz1, cz2 = oracle.csf_taps64(float(ppd))
     if key == "A":
         kernel = torch.outer(y, y)
     elif key == "RG":
@@ -344,7 +344,7 @@ def spatial_filter(img: torch.Tensor, s_a: torch.Tensor, s_rg: torch.Tensor, s_b
     padded = torch.nn.functional.pad(x, (radius, radius, radius, radius), mode="replicate")
     weights = torch.cat([k.reshape(1, 1, k.shape[-2], k.shape[-1]) for k in (s_a, s_rg, s_by)])
     filtered = torch.nn.functional.conv2d(padded, weights.to(device=x.device, dtype=x.dtype), groups=3)
-    return _ref._clamp(_xyz_to_linrgb(_ycxcz_to_xyz(filtered)), 0.0, 1.0).to(img.dtype)
+    return oracle.clamp(_xyz_to_linrgb(_ycxcz_to_xyz(filtered)), 0.0, 1.0).to(img.dtype)
 
 
 def hunt_adjustment(img: torch.Tensor) -> torch.Tensor:
@@ -359,7 +359,7 @@ def hyab(reference: torch.Tensor, test: torch.Tensor, eps: float = DEFAULT_EPS) 
     first): sqrt(max(dL^2, eps)) + ||(da, db)||, N x 1 x H x W (docs/algorithm.md §4.8, §7.2)."""
     eps = options.eps(eps)
     d = reference - test
-    return _ref._floored_abs(d[:, 0:1], eps) + _ref._chroma_norm(d[:, 1:2], d[:, 2:3])
+    return oracle.floored_abs(d[:, 0:1], eps) + oracle.chroma_norm(d[:, 1:2], d[:, 2:3])
 
 
 def redistribute_errors(power_deltaE_hyab: torch.Tensor, cmax) -> torch.Tensor:  # noqa: N803
@@ -380,14 +380,14 @@ def feature_detection(img_y: torch.Tensor, pixels_per_degree, feature_type: str)
     if feature_type not in ("edge", "point"):
         raise ValueError(f"flip_loss: feature_type must be 'edge' or 'point', got {feature_type!r}")
     x = img_y.to(_compute_dtype(img_y))
-    taps = _ref.feature_taps(ppd, dtype=x.dtype, device=x.device)
+    taps = oracle.feature_taps(ppd, dtype=x.dtype, device=x.device)
     g = taps["g"]
     if feature_type == "edge":
-        deriv, correlate = taps["dg"], _ref._correlate_odd
+        deriv, correlate_deriv = taps["dg"], oracle.correlate_odd
     else:
-        deriv, correlate = taps["ddg"], _ref._correlate_centred
-    along_x = _ref._correlate(correlate(x, deriv, -1), g, -2)
-    along_y = correlate(_ref._correlate(x, g, -1), deriv, -2)
+        deriv, correlate_deriv = taps["ddg"], oracle.correlate_centred
+    along_x = oracle.correlate(correlate_deriv(x, deriv, -1), g, -2)
+    along_y = correlate_deriv(oracle.correlate(x, g, -1), deriv, -2)
     return torch.cat((along_x, along_y), dim=1).to(img_y.dtype)
 
 
@@ -397,27 +397,27 @@ def compute_ldrflip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degr
     H x W, e.g. ``color_space_transform(x, "srgb2ycxcz")``), as NVIDIA's function takes them: CSF
     filter, Hunt-adjusted HyAB and the feature difference of their normalised Y channels, combined
     (docs/algorithm.md §4.4-§4.13). Runs the compiled ops ``csf_filter``, ``hunt_hyab`` and
-    ``feature_difference`` (the pure-PyTorch reference where they have no kernels);
+    ``feature_difference`` (the pure-PyTorch oracle where they have no kernels);
     differentiable in both inputs. The inputs are not clamped (the filtered colours are), as in
     NVIDIA's function. ``eps`` regularises the gradient (docs/algorithm.md §7.2)."""
-    test, reference = _checked_pair(test, reference)
+    test, reference = checked_pair(test, reference)
     ppd = _pixels_per_degree(pixels_per_degree)
     eps = options.eps(eps)
     unbatched = test.dim() == 3
     # float16 and bfloat16 compute in float32 (the normalised Y of a half-precision opponent image
     # would keep only 3 decimals) and return in their dtype, or float32 under autocast, as the ops do.
     cdt = _compute_dtype(test)
-    t, r = _batched(test).to(cdt), _batched(reference).to(cdt)
+    t, r = as_batch(test).to(cdt), as_batch(reference).to(cdt)
     yhat_t = (t[:, 0:1] + 16.0) / 116.0
     yhat_r = (r[:, 0:1] + 16.0) / 116.0
-    if _kernels_serve("ldr_flip", t, r):
+    if kernels_serve("ldr_flip", t, r):
         ops = torch.ops.flip
         colour = ops.hunt_hyab(ops.csf_filter(t, ppd), ops.csf_filter(r, ppd), eps)
         feature = ops.feature_difference(yhat_t, yhat_r, ppd, eps)
     else:
-        colour = _ref.hunt_hyab(_ref.csf_filter(t, ppd), _ref.csf_filter(r, ppd), eps)
-        feature = _ref.feature_difference(yhat_t, yhat_r, ppd, eps)
-    out = _ref._combine(colour, feature)
+        colour = oracle.hunt_hyab(oracle.csf_filter(t, ppd), oracle.csf_filter(r, ppd), eps)
+        feature = oracle.feature_difference(yhat_t, yhat_r, ppd, eps)
+    out = oracle.combine(colour, feature)
     out = out.squeeze(0) if unbatched else out
     if out.dtype != test.dtype and not torch.is_autocast_enabled(test.device.type):
         out = out.to(test.dtype)
@@ -450,9 +450,9 @@ class LDRFLIPLoss(torch.nn.Module):
                 pixels_per_degree=NVIDIA_DEFAULT_PPD) -> torch.Tensor:
         ppd = _pixels_per_degree(pixels_per_degree)
         look = not self._looked_at_device_inputs
-        if _is_device_call(test):
+        if is_device_call(test):
             self._looked_at_device_inputs = True
-        error = _ldr_flip(test, reference, ppd, "srgb", self.eps, 1.0, look)
+        error = ldr_flip_with_look(test, reference, ppd, "srgb", self.eps, 1.0, look)
         return weighted_reduce(error, None, "mean")
 
     def extra_repr(self) -> str:
@@ -493,29 +493,29 @@ class HDRFLIPLoss(torch.nn.Module):
 
     def forward(self, test: torch.Tensor, reference: torch.Tensor, pixels_per_degree=NVIDIA_DEFAULT_PPD,
                 tone_mapper: str = "aces", start_exposure=None, stop_exposure=None) -> torch.Tensor:
-        test, reference = _checked_pair(test, reference)
+        test, reference = checked_pair(test, reference)
         ppd = _pixels_per_degree(pixels_per_degree)
         tm = _tone_mapper(tone_mapper)
         rule = options.median_rule(self.median)
-        t, r = _batched(test), _batched(reference)
+        t, r = as_batch(test), as_batch(reference)
         if self.max_value is not None:
             t, r = _clamp_above(t, self.max_value), _clamp_above(r, self.max_value)
         n = r.shape[0]
         if start_exposure is None or stop_exposure is None:
             anchor = _ANCHORS[(rule, tm)]
             auto_start, auto_stop = _start_stop(r, anchor, anchor, rule == "lower", _by_reciprocal(tm, rule))
-        s = auto_start.to(torch.float32) if start_exposure is None else _exposure_values(
-            _option_tensor("start_exposure", start_exposure), n, r.device, "start_exposure")
-        e = auto_stop.to(torch.float32) if stop_exposure is None else _exposure_values(
-            _option_tensor("stop_exposure", stop_exposure), n, r.device, "stop_exposure")
+        s = auto_start.to(torch.float32) if start_exposure is None else exposure_values(
+            option_tensor("start_exposure", start_exposure), n, r.device, "start_exposure")
+        e = auto_stop.to(torch.float32) if stop_exposure is None else exposure_values(
+            option_tensor("stop_exposure", stop_exposure), n, r.device, "stop_exposure")
         # The checks of hdr_flip (finite, ordered ranges; given bounds within [-149, 127]; at most
         # 256 exposures) and the per-image counts.
-        counts, count_max = _automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)
-        exposures = _exposure_grid(s, e, counts, count_max)
-        if _kernels_serve("hdr_flip", t, r):
+        counts, count_max = automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)
+        exposures = exposure_grid(s, e, counts, count_max)
+        if kernels_serve("hdr_flip", t, r):
             error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, self.eps)[0]
         else:
-            error = _ref.hdr_flip(t, r, ppd, tm, exposures, counts, self.eps)[0]
+            error = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, self.eps)[0]
         return weighted_reduce(error, None, "mean")
 
     def extra_repr(self) -> str:

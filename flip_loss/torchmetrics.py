@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from . import options
 from .constants import DEFAULT_PPD
-from .functional import _is_device_call, _ldr_flip
+from .functional import is_device_call, ldr_flip_with_look
 from .metric import (LIMBS, FLIPMetricResult, Statistics, check_pixel_capacity, checked_error_batch, exact_means,
                      fold, result_of)
 
@@ -82,9 +82,10 @@ class FLIPTorchMetric(Metric):
         and accumulates the maps."""
         with torch.no_grad():
             look = not self._looked_at_device_inputs
-            if _is_device_call(test):
+            if is_device_call(test):
                 self._looked_at_device_inputs = True
-            error = _ldr_flip(test, reference, self.pixels_per_degree, self.input_space, 0.0, self.data_range, look)
+            error = ldr_flip_with_look(test, reference, self.pixels_per_degree, self.input_space, 0.0,
+                                       self.data_range, look)
             e = checked_error_batch(error, _WHO).to(self.count.device)
             check_pixel_capacity(int(self.count.sum()), e.numel(), _WHO)
             per_image = fold(self._statistics(), e)

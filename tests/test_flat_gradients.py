@@ -15,7 +15,7 @@ import torch
 
 import emulator
 from flip_loss import FLIPLoss
-from flip_loss import reference as R
+from flip_loss import oracle
 
 H, W = 48, 96
 PPD = 67.0206451
@@ -83,7 +83,7 @@ def _emulated(test, ref):
 
 PATHS = {
     "cpu": _autograd(FLIPLoss(pixels_per_degree=PPD, eps=EPS)),
-    "reference": _autograd(lambda t, r: R.ldr_flip(t, r, PPD, "srgb", EPS).mean()),
+    "oracle": _autograd(lambda t, r: oracle.ldr_flip(t, r, PPD, "srgb", EPS).mean()),
     "gpu-emulation": _emulated,
 }
 
@@ -191,7 +191,7 @@ def _constants(shape, dtype, values):
 
 FEATURE_PATHS = {
     "cpu": lambda t, r, ppd, eps: torch.ops.flip.feature_difference(t, r, ppd, eps),
-    "reference": lambda t, r, ppd, eps: R.feature_difference(t, r, ppd, eps),
+    "oracle": lambda t, r, ppd, eps: oracle.feature_difference(t, r, ppd, eps),
     "gpu-emulation": lambda t, r, ppd, eps: emulator.ops().feature_difference(t, r, ppd, eps),
 }
 
@@ -231,7 +231,7 @@ def test_feature_difference_gradient_of_constant_images_is_exactly_zero(ops, ppd
     got = [*ops.feature_difference_backward(g, test, ref, ppd, EPS, [True, True]),
            *emulator.ops().feature_difference_backward(g, test, ref, ppd, EPS, [True, True])]
     t = test.clone().requires_grad_()
-    R.feature_difference(t, ref, ppd, EPS).backward(g)
+    oracle.feature_difference(t, ref, ppd, EPS).backward(g)
     for x in got + [t.grad]:
         assert torch.equal(x, torch.zeros_like(x))
 
@@ -250,15 +250,15 @@ def test_feature_difference_gradcheck_on_images_smaller_than_the_filter(ops, sha
 
 # ---- the colour path needs no such change ----
 
-@pytest.mark.parametrize("path", ["cpu", "reference", "gpu-emulation"])
+@pytest.mark.parametrize("path", ["cpu", "oracle", "gpu-emulation"])
 def test_csf_filter_of_constant_image_is_spatially_constant(ops, path):
     # The CSF filters are not zero-sum: on a flat region every pixel goes through the same float
     # operations on the same values, so the filtered colour is one value there, and HyAB's
     # sqrt(max(dL^2, eps)) sees no pixel-to-pixel noise to amplify.
     lin = _colour(0.45, 0.55, 0.35).float().expand(1, 3, 13, 37).contiguous()
-    opp = R.linear_rgb_to_opponent(lin)
+    opp = oracle.linear_rgb_to_opponent(lin)
     run = {"cpu": lambda o: ops.csf_filter(o, PPD),
-           "reference": lambda o: R.csf_filter(o, PPD),
+           "oracle": lambda o: oracle.csf_filter(o, PPD),
            "gpu-emulation": lambda o: emulator.ops().csf_filter(o, PPD)}[path]
     out = run(opp)
     assert torch.equal(out, out[..., :1, :1].expand_as(out))

@@ -189,7 +189,7 @@ def test_summary_judges_the_targets(tmp_path):
         "MISS LDR forward+backward 3840x2160 / 1920x1080 time: 5.00x (target 4.50x)",
     ]
     assert any("Some GPU" in line for line in out)
-    assert any("reference.py" in line and "100x" in line for line in out)
+    assert any("oracle.py" in line and "100x" in line for line in out)
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["gpu_bench"] == gpu and saved["hdr_bench"] is None
     assert [t["verdict"] for t in saved["targets"]] == ["PASS", "MISS", "PASS", "MISS", "PASS", "MISS"]

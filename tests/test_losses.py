@@ -174,3 +174,22 @@ def test_compile_with_weight(case):
     torch.testing.assert_close(compiled(a, b, w), (w * e).sum(dim=(1, 2, 3)) / w.sum(dim=(1, 2, 3)))
     with pytest.raises(ValueError, match="sum to zero"):
         compiled(a, b, torch.zeros_like(w))
+
+
+def test_eager_weighted_calls_leave_torch_compile_unloaded():
+    # Loading torch._dynamo takes a second or more; an eager weighted loss has no use for it (the
+    # weight checks' custom op, whose first call loads it, is for traced code only).
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, flip_loss\n"
+            "t, r = torch.rand(2, 3, 16, 16), torch.rand(2, 3, 16, 16)\n"
+            "w = torch.rand(2, 1, 16, 16)\n"
+            "for reduction in ('mean', 'sum', 'per_image', 'none'):\n"
+            "    flip_loss.FLIPLoss(reduction=reduction)(t, r, w)\n"
+            "    flip_loss.FLIPLoss(reduction=reduction)(t, r, w > 0.5)\n"
+            "flip_loss.FLIPLoss(hdr=True)(4 * t, 4 * r, w)\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False"]

@@ -3,6 +3,7 @@ against NVIDIA's flip_loss.py running unchanged, gradients, autocast and torch.c
 documented deviation behaving as documented."""
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ import torch
 
 import flip_loss
 from flip_loss import nvidia
-from flip_loss import reference as oracle
+from flip_loss import oracle
+from flip_loss.constants import TONE_MAPPERS
 
 DATA = Path(__file__).resolve().parent / "data" / "nvidia_loss"
 CASES = json.loads((DATA / "cases.json").read_text())["cases"]
@@ -242,7 +244,7 @@ def test_torch_compile_matches_eager():
 
 def test_an_unknown_tone_mapper_raises_instead_of_running_aces():
     t, r = hdr_images(seed=8)
-    with pytest.raises(ValueError, match="'aces', 'hable', 'reinhard'"):
+    with pytest.raises(ValueError, match=re.escape(", ".join(repr(name) for name in TONE_MAPPERS))):
         flip_loss.HDRFLIPLoss()(t, r, 30.0, "filmic")
     with pytest.raises(ValueError, match="tone_mapper"):
         flip_loss.tone_map(r, "filmic", 0.0)

@@ -15,7 +15,7 @@ import torch
 
 import emulator
 import flip_loss
-from flip_loss import reference as ref_impl
+from flip_loss import oracle
 
 MAX_PPD, MAX_EPS, MAX_EXPOSURES = 10000.0, 1e-6, 256  # the decided limits (csrc/include/flip_loss/limits.h)
 DEVICES = ["cpu", "meta", pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -37,7 +37,7 @@ def tensors_for(name, n=1, hw=(6, 7), dtype=torch.float64, seed=0):
     a = 0.1 + 0.8 * torch.rand(n, channels, *hw, generator=g, dtype=dtype)
     b = 0.1 + 0.8 * torch.rand(n, channels, *hw, generator=g, dtype=dtype)
     if name.startswith("csf_filter"):
-        images = [ref_impl.linear_rgb_to_opponent(a)]
+        images = [oracle.linear_rgb_to_opponent(a)]
     elif name.startswith("hdr_flip"):
         images = [torch.exp2(4 * a - 2), torch.exp2(4 * b - 2),
                   torch.tensor([[-2.0, 0.0, 1.5]], dtype=dtype).expand(n, 3).contiguous(),
@@ -127,7 +127,7 @@ def test_largest_eps_keeps_the_map_in_unit_range(ops):
     assert 0 < same.max() < 5e-4
     other = ops.ldr_flip(a, b, 67.0, "srgb", MAX_EPS)
     assert other.min() >= 0 and other.max() <= 1
-    torch.testing.assert_close(other, ref_impl.ldr_flip(a, b, 67.0, "srgb", MAX_EPS), rtol=0, atol=1e-12)
+    torch.testing.assert_close(other, oracle.ldr_flip(a, b, 67.0, "srgb", MAX_EPS), rtol=0, atol=1e-12)
 
 
 # ---- shapes, dtypes, empty batches ----
@@ -222,12 +222,12 @@ def test_unused_exposure_columns_are_not_read(ops):
         assert torch.equal(x, y)
 
 
-def test_largest_exposure_count_runs_and_matches_the_reference(ops):
+def test_largest_exposure_count_runs_and_matches_the_oracle(ops):
     test, ref = tensors_for("hdr_flip", hw=(5, 4))[:2]
     ex = torch.linspace(-12, 12, MAX_EXPOSURES, dtype=torch.float64).unsqueeze(0)
     counts = torch.tensor([MAX_EXPOSURES])
     got, _, index = ops.hdr_flip(test, ref, ex, counts, 30.0, "aces", 1e-15)
-    want, _, _ = ref_impl.hdr_flip(test, ref, 30.0, "aces", ex, counts, 1e-15)
+    want, _, _ = oracle.hdr_flip(test, ref, 30.0, "aces", ex, counts, 1e-15)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
     assert index.max() > 0
 
@@ -269,12 +269,12 @@ def test_stage_ops_do_not_clamp_out_of_range_inputs(ops):
     b[:, 0], b[:, 2] = 10.0, 10.0
     colour = ops.hunt_hyab(a, b, 0.0)
     assert colour.max() > 1
-    torch.testing.assert_close(colour, ref_impl.hunt_hyab(a, b, 0.0), rtol=1e-12, atol=0)
+    torch.testing.assert_close(colour, oracle.hunt_hyab(a, b, 0.0), rtol=1e-12, atol=0)
     y0, step = torch.zeros(1, 1, 8, 8, dtype=torch.float64), torch.zeros(1, 1, 8, 8, dtype=torch.float64)
     step[..., 4:, :] = 3.0
     feature = ops.feature_difference(y0, step, 67.0, 0.0)
     assert feature.max() > 1
-    torch.testing.assert_close(feature, ref_impl.feature_difference(y0, step, 67.0, 0.0), rtol=1e-12, atol=0)
+    torch.testing.assert_close(feature, oracle.feature_difference(y0, step, 67.0, 0.0), rtol=1e-12, atol=0)
 
 
 # ---- double backward: first order only, loudly ----
@@ -369,7 +369,7 @@ def test_the_library_registers_only_the_product_ops_each_with_every_kernel():
 
 EMULATION_SCRIPT = r"""
 import math, torch, flip_loss
-from flip_loss import reference as ref_impl
+from flip_loss import oracle
 from test_op_checks import EMULATED, emulate, tensors_for
 
 import emulator
@@ -412,7 +412,7 @@ for name in EMULATED:
 # The shared tap cache still serves new and old ppd values: ordinary ldr_flip calls are right.
 for ppd in (30.0, 23.5, 67.0):
     got = torch.ops.flip.ldr_flip(a, b, ppd, "srgb", 1e-15)
-    want = ref_impl.ldr_flip(a, b, ppd, "srgb", 1e-15)
+    want = oracle.ldr_flip(a, b, ppd, "srgb", 1e-15)
     assert (got - want).abs().max().item() < 1e-12, ppd
 print("ALL CHECKED")
 """

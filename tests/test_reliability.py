@@ -2,6 +2,7 @@
 weights, one rule per option (limits, types), data_range and the out-of-range warning, checked
 exposure ranges and counts, and the same checks in eager, torch.compile and TorchScript."""
 import math
+import re
 import warnings
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 
 import flip_loss
 from flip_loss import hdr
-from flip_loss.constants import MAX_EPS, MAX_EXPOSURES, MAX_PPD
+from flip_loss.constants import MAX_EPS, MAX_EXPOSURES, MAX_PPD, TONE_MAPPERS
 from flip_loss.modules import weighted_reduce
 
 from range_warnings import range_warnings
@@ -605,6 +606,15 @@ def test_scripted_hdr_loss_follows_a_tone_mapper_changed_after_construction():
     expected = flip_loss.FLIPLoss(hdr=True, tone_mapper="hable")(test, ref)
     torch.testing.assert_close(eager(test, ref), expected)
     torch.testing.assert_close(scripted(test, ref), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_scripted_hdr_loss_refuses_an_unknown_tone_mapper_naming_the_known_ones():
+    scripted = torch.jit.script(flip_loss.FLIPLoss(hdr=True))
+    scripted.tone_mapper = "filmic"
+    ref = torch.rand(1, 3, 8, 8)
+    known = ", ".join(repr(name) for name in TONE_MAPPERS)
+    with pytest.raises(torch.jit.Error, match=re.escape(f"tone_mapper must be one of {known}, got 'filmic'")):
+        scripted(ref, ref)
 
 
 def test_scripted_loss_promotes_mixed_dtypes_like_eager():

@@ -218,12 +218,12 @@ def test_wide_images_backward_in_short_bands_matches_the_oracle(dtype, h, w):
     thread (csrc/flip/cpu/pipeline.h, transposed_band_rows): such wide images get bands of one
     (float64) and five (float32, with a last band of three) rows instead of 16. Their gradient must
     still be the pure-PyTorch oracle's."""
-    from flip_loss import reference as R
+    from flip_loss import oracle
 
     test, ref, weight = images(shape=(1, 3, h, w), dtype=dtype, seed=3)
     x = test.clone().requires_grad_()
     (torch.ops.flip.ldr_flip(x, ref, PPD, "srgb", 1e-15) * weight).sum().backward()
     x64 = test.double().requires_grad_()
-    (R.ldr_flip(x64, ref.double(), PPD, "srgb", 1e-15) * weight.double()).sum().backward()
+    (oracle.ldr_flip(x64, ref.double(), PPD, "srgb", 1e-15) * weight.double()).sum().backward()
     error = (x.grad.double() - x64.grad).norm() / x64.grad.norm()
     assert error < (1e-12 if dtype == torch.float64 else 1e-4), float(error)

@@ -251,7 +251,7 @@ def display_image(image, hdr: bool, tone_mapper: str, exposure: Optional[float])
 
     x = image.detach().to("cpu", torch.float32)
     if hdr:
-        from ..reference import hdr_to_ldr, linear_to_srgb
+        from ..oracle import hdr_to_ldr, linear_to_srgb
 
         x = linear_to_srgb(hdr_to_ldr(x[None], 2.0 ** exposure, tone_mapper)[0])
     values = x.clamp(0.0, 1.0).permute(1, 2, 0).numpy()

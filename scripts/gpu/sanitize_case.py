@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import flip_loss  # noqa: E402,F401
-from flip_loss import reference as ref_impl  # noqa: E402
+from flip_loss import oracle  # noqa: E402
 
 ops = torch.ops.flip
 
@@ -30,7 +30,7 @@ def every_op(device, dtype, shape):
     out = ops.ldr_flip(a, b, 67.0, "srgb", 1e-15)
     out.sum().backward()
     ops.ldr_flip_backward(torch.ones_like(out), a.detach(), b.detach(), 67.0, "linear", 1e-15, [False, True])
-    opp = ref_impl.linear_rgb_to_opponent(a.detach()).requires_grad_()
+    opp = oracle.linear_rgb_to_opponent(a.detach()).requires_grad_()
     ops.csf_filter(opp, 30.0).sum().backward()
     ops.hunt_hyab(a, b, 1e-15).sum().backward()
     ops.feature_difference(a[:, :1], b[:, :1], 30.0, 1e-15).sum().backward()

@@ -100,12 +100,12 @@ def context_lines(sources):
         lines.append(f"LDR 1920x1080 as CUDA graph replays: forward {hd['graph_forward_ms']:.3f} ms, "
                      f"forward+backward {hd['graph_fwd_bwd_ms']:.3f} ms")
     if hd.get("reference_fwd_bwd_ms") and hd.get("fwd_bwd_ms"):
-        lines.append(f"reference.py (pure PyTorch) on the same GPU, 1920x1080: forward "
+        lines.append(f"oracle.py (pure PyTorch) on the same GPU, 1920x1080: forward "
                      f"{hd['reference_forward_ms']:.2f} ms, forward+backward {hd['reference_fwd_bwd_ms']:.2f} ms "
                      f"({hd['reference_fwd_bwd_ms'] / hd['fwd_bwd_ms']:.0f}x the kernels' time)")
     h, _ = sources["hdr_bench"]
     if h and h.get("reference_fwd_bwd_ms") and row(h, "automatic").get("fwd_bwd_ms"):
-        lines.append(f"reference.py HDR forward+backward (automatic exposures): {h['reference_fwd_bwd_ms']:.2f} ms "
+        lines.append(f"oracle.py HDR forward+backward (automatic exposures): {h['reference_fwd_bwd_ms']:.2f} ms "
                      f"({h['reference_fwd_bwd_ms'] / row(h, 'automatic')['fwd_bwd_ms']:.0f}x the kernels' time)")
     return lines
 

@@ -54,11 +54,11 @@ def _inverse3(m):
     return tuple(tuple(x / det for x in row) for row in adj)
 
 
-_RGB_TO_XYZ = tuple(tuple(float(x) for x in row) for row in _RGB_TO_XYZ_EXACT)
-_XYZ_TO_RGB = tuple(tuple(float(x) for x in row) for row in _inverse3(_RGB_TO_XYZ_EXACT))
+RGB_TO_XYZ = tuple(tuple(float(x) for x in row) for row in _RGB_TO_XYZ_EXACT)
+XYZ_TO_RGB = tuple(tuple(float(x) for x in row) for row in _inverse3(_RGB_TO_XYZ_EXACT))
 # D65 white = XYZ of linear RGB (1, 1, 1): (0.950428545, 1, 1.088900371).
-_WHITE = tuple(float(sum(row)) for row in _RGB_TO_XYZ_EXACT)
-_INV_WHITE = tuple(1.0 / w for w in _WHITE)
+WHITE = tuple(float(sum(row)) for row in _RGB_TO_XYZ_EXACT)
+INV_WHITE = tuple(1.0 / w for w in WHITE)
 
 # CSF parameters per opponent channel (achromatic Y, red-green Cx, blue-yellow Cz).
 _CSF_A1 = (1.0, 1.0, 34.1)
@@ -67,10 +67,10 @@ _CSF_A2 = (0.0, 0.0, 13.5)
 _CSF_B2 = (1e-5, 1e-5, 0.025)
 
 # sRGB transfer-function thresholds and the CIE Lab break point.
-_SRGB_DECODE_T = 0.04045
+SRGB_DECODE_T = 0.04045
 _SRGB_ENCODE_T = 0.0031308
-_LAB_DELTA = 6.0 / 29.0
-_LAB_T = _LAB_DELTA ** 3  # 0.008856...
+LAB_DELTA = 6.0 / 29.0
+LAB_T = LAB_DELTA ** 3  # 0.008856...
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def _upcast(x):
     return x.to(_compute_dtype(x.dtype))
 
 
-def _mix3(m, c0, c1, c2):
+def mix3(m, c0, c1, c2):
     """Apply a 3x3 matrix (nested tuples of Python floats) to three channel tensors. Written out
     element-wise rather than as a matmul so that no TF32 / reduced-precision path is taken."""
     return tuple(r[0] * c0 + r[1] * c1 + r[2] * c2 for r in m)
@@ -94,7 +94,7 @@ def _mix3(m, c0, c1, c2):
 
 # --- The gradient at every kink (docs/algorithm.md §7.4), each from explicit conditions ---------
 
-def _clamp(x, low=None, high=None):
+def clamp(x, low=None, high=None):
     """clamp(x, low, high) whose gradient is 1 on the closed interval [low, high] (a value on a
     bound passes it) and 0 outside, as the kernels' clamps."""
     inside = torch.ones_like(x, dtype=torch.bool)
@@ -118,7 +118,7 @@ def _power(x, p, floor=0.0):
     return torch.where(passes, torch.pow(safe, p), torch.pow(torch.clamp(x, min=floor), p).detach())
 
 
-def _combine(colour, feature):
+def combine(colour, feature):
     """colour^(1 - feature), passing no gradient where colour = 0 (where the power's slopes in both
     arguments are not finite)."""
     passes = colour > 0
@@ -134,7 +134,7 @@ def _safe_norm(u, v):
                        torch.zeros_like(s))
 
 
-def _chroma_norm(u, v):
+def chroma_norm(u, v):
     """HyAB's chroma distance sqrt(u^2 + v^2), passing no gradient where it is below the rounding
     noise of grey colours (1e-3 in float32, 1e-12 in float64; docs/algorithm.md §7.11): there the
     direction of (u, v) is noise. The value is unchanged."""
@@ -143,7 +143,7 @@ def _chroma_norm(u, v):
     return torch.where(n > floor, n, n.detach())
 
 
-def _floored_abs(d, eps):
+def floored_abs(d, eps):
     """sqrt(max(d^2, eps)): |d| where d^2 >= eps, else sqrt(eps), with the gradient of the clamped
     square root: sign(d) where d^2 >= eps (the clamp's bound passes) and d != 0, else 0."""
     return torch.where((d * d >= eps) & (d != 0), _abs(d), torch.full_like(d, math.sqrt(eps)))
@@ -157,7 +157,7 @@ def _pad_index(x, r, dim):
     return x.index_select(dim, idx)
 
 
-def _correlate(x, taps, dim):
+def correlate(x, taps, dim):
     """1-D correlation of ``x`` along ``dim`` with the odd-length ``taps`` (centre tap at index r),
     clamp-to-edge borders: out[i] = sum_k taps[k] * x[clamp(i + k - r)]."""
     r = (taps.shape[0] - 1) // 2
@@ -170,8 +170,8 @@ def _correlate(x, taps, dim):
     return out
 
 
-def _correlate_odd(x, taps, dim):
-    """:func:`_correlate` for antisymmetric taps (taps[r - i] = -taps[r + i], centre 0), summed as
+def correlate_odd(x, taps, dim):
+    """:func:`correlate` for antisymmetric taps (taps[r - i] = -taps[r + i], centre 0), summed as
     pair differences: out[i] = sum_j taps[r - j] * (x[i - j] - x[i + j]). Same linear map, but
     exactly 0 on a constant neighbourhood, where the plain sum leaves a rounding residue that the
     feature difference's square root turns into noise gradients."""
@@ -184,10 +184,10 @@ def _correlate_odd(x, taps, dim):
     return out
 
 
-def _correlate_centred(x, taps, dim):
-    """:func:`_correlate` for symmetric taps that sum to zero, summed as centred differences:
+def correlate_centred(x, taps, dim):
+    """:func:`correlate` for symmetric taps that sum to zero, summed as centred differences:
     out[i] = sum_j taps[r + j] * ((x[i + j] - x[i]) + (x[i - j] - x[i])); the centre tap is
-    implied. Exactly 0 on a constant neighbourhood (see :func:`_correlate_odd`)."""
+    implied. Exactly 0 on a constant neighbourhood (see :func:`correlate_odd`)."""
     r = (taps.shape[0] - 1) // 2
     n = x.shape[dim]
     xp = _pad_index(x, r, dim)
@@ -199,7 +199,7 @@ def _correlate_centred(x, taps, dim):
 
 def _separable(x, taps_h, taps_v):
     """Horizontal pass with ``taps_h`` then vertical pass with ``taps_v`` (N x C x H x W)."""
-    return _correlate(_correlate(x, taps_h, -1), taps_v, -2)
+    return correlate(correlate(x, taps_h, -1), taps_v, -2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,8 +211,8 @@ def srgb_to_linear(x):
     The power branch is evaluated on max(c, 0.04045) so it never yields NaN gradients."""
     dt = x.dtype
     x = _upcast(x)
-    power = torch.pow((_clamp(x, low=_SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
-    return torch.where(x <= _SRGB_DECODE_T, x / 12.92, power).to(dt)
+    power = torch.pow((clamp(x, low=SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
+    return torch.where(x <= SRGB_DECODE_T, x / 12.92, power).to(dt)
 
 
 def linear_to_srgb(x):
@@ -220,30 +220,30 @@ def linear_to_srgb(x):
     The power branch is evaluated on max(l, 0.0031308)."""
     dt = x.dtype
     x = _upcast(x)
-    power = 1.055 * torch.pow(_clamp(x, low=_SRGB_ENCODE_T), 1.0 / 2.4) - 0.055
+    power = 1.055 * torch.pow(clamp(x, low=_SRGB_ENCODE_T), 1.0 / 2.4) - 0.055
     return torch.where(x <= _SRGB_ENCODE_T, 12.92 * x, power).to(dt)
 
 
-def _xyz_to_opponent(X, Y, Z):
+def xyz_to_opponent(X, Y, Z):
     """XYZ -> YCxCz (relative to the D65 white)."""
-    x, y, z = X * _INV_WHITE[0], Y * _INV_WHITE[1], Z * _INV_WHITE[2]
+    x, y, z = X * INV_WHITE[0], Y * INV_WHITE[1], Z * INV_WHITE[2]
     return 116.0 * y - 16.0, 500.0 * (x - y), 200.0 * (y - z)
 
 
-def _opponent_to_xyz(Yo, Cx, Cz):
-    """Exact inverse of :func:`_xyz_to_opponent`."""
+def opponent_to_xyz(Yo, Cx, Cz):
+    """Exact inverse of :func:`xyz_to_opponent`."""
     y = (Yo + 16.0) / 116.0
     x = y + Cx / 500.0
     z = y - Cz / 200.0
-    return x * _WHITE[0], y * _WHITE[1], z * _WHITE[2]
+    return x * WHITE[0], y * WHITE[1], z * WHITE[2]
 
 
 def _rgb_to_opponent(r, g, b):
-    return _xyz_to_opponent(*_mix3(_RGB_TO_XYZ, r, g, b))
+    return xyz_to_opponent(*mix3(RGB_TO_XYZ, r, g, b))
 
 
 def _opponent_to_rgb(Yo, Cx, Cz):
-    return _mix3(_XYZ_TO_RGB, *_opponent_to_xyz(Yo, Cx, Cz))
+    return mix3(XYZ_TO_RGB, *opponent_to_xyz(Yo, Cx, Cz))
 
 
 def linear_rgb_to_opponent(lin):
@@ -261,19 +261,19 @@ def opponent_to_linear_rgb(opp):
     return torch.stack(_opponent_to_rgb(opp[:, 0], opp[:, 1], opp[:, 2]), dim=1).to(dt)
 
 
-def _xyz_to_lab(X, Y, Z):
+def xyz_to_lab(X, Y, Z):
     """XYZ -> CIE L*a*b* (D65). The cube-root branch is evaluated on max(t, delta^3)."""
     def f(t):
-        cube_root = torch.pow(_clamp(t, low=_LAB_T), 1.0 / 3.0)
-        return torch.where(t > _LAB_T, cube_root, t / (3.0 * _LAB_DELTA ** 2) + 4.0 / 29.0)
+        cube_root = torch.pow(clamp(t, low=LAB_T), 1.0 / 3.0)
+        return torch.where(t > LAB_T, cube_root, t / (3.0 * LAB_DELTA ** 2) + 4.0 / 29.0)
 
-    fx, fy, fz = f(X * _INV_WHITE[0]), f(Y * _INV_WHITE[1]), f(Z * _INV_WHITE[2])
+    fx, fy, fz = f(X * INV_WHITE[0]), f(Y * INV_WHITE[1]), f(Z * INV_WHITE[2])
     return 116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)
 
 
 def _lab(r, g, b):
     """Linear RGB -> CIE L*a*b* (D65)."""
-    return _xyz_to_lab(*_mix3(_RGB_TO_XYZ, r, g, b))
+    return xyz_to_lab(*mix3(RGB_TO_XYZ, r, g, b))
 
 
 def _hunt_lab(r, g, b):
@@ -283,8 +283,7 @@ def _hunt_lab(r, g, b):
 
 def _hyab(lab_t, lab_r, eps):
     """HyAB distance of two Hunt-adjusted Lab colours: sqrt(max(dL^2, eps)) + ||(da', db')||."""
-    return _floored_abs(lab_r[0] - lab_t[0], eps) + _chroma_norm(lab_r[1] - lab_t[1],
-                                                                  lab_r[2] - lab_t[2])
+    return floored_abs(lab_r[0] - lab_t[0], eps) + chroma_norm(lab_r[1] - lab_t[1], lab_r[2] - lab_t[2])
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,7 +291,7 @@ def _hyab(lab_t, lab_r, eps):
 # --------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=64)
-def _csf_taps64(ppd):
+def csf_taps64(ppd):
     b_max = max(_CSF_B1 + _CSF_B2)
     r = int(math.ceil(3.0 * math.sqrt(b_max / (2.0 * math.pi ** 2)) * ppd))
     x = torch.arange(-r, r + 1, dtype=torch.float64) / ppd
@@ -337,7 +336,7 @@ def _feature_taps64(ppd):
 
 @functools.lru_cache(maxsize=64)
 def _taps_cached(kind, ppd, dtype, device):
-    src = _csf_taps64(ppd) if kind == "csf" else _feature_taps64(ppd)
+    src = csf_taps64(ppd) if kind == "csf" else _feature_taps64(ppd)
     return (src[0],) + tuple(t.to(dtype=dtype, device=device) for t in src[1:])
 
 
@@ -353,7 +352,7 @@ def _device_key(device):
 def csf_taps(pixels_per_degree, dtype=torch.float64, device=None):
     """Normalised 1-D CSF taps for ``pixels_per_degree``: ``{"radius": r, "y", "cx", "cz1",
     "cz2"}``, each tap tensor of length 2r + 1 (built in float64, then cast)."""
-    r, y, cx, cz1, cz2 = _csf_taps64(float(pixels_per_degree))
+    r, y, cx, cz1, cz2 = csf_taps64(float(pixels_per_degree))
     cast = dict(dtype=dtype, device=device)
     return {"radius": r, "y": y.to(**cast), "cx": cx.to(**cast), "cz1": cz1.to(**cast),
             "cz2": cz2.to(**cast)}
@@ -384,7 +383,7 @@ def csf_filter(opponent, pixels_per_degree):
     Cxf = _separable(Cx, tcx, tcx)
     Czf = _separable(Cz, tcz1, tcz1) + _separable(Cz, tcz2, tcz2)
     r, g, b = _opponent_to_rgb(Yf[:, 0], Cxf[:, 0], Czf[:, 0])
-    return _clamp(torch.stack((r, g, b), dim=1), 0.0, 1.0).to(dt)
+    return clamp(torch.stack((r, g, b), dim=1), 0.0, 1.0).to(dt)
 
 
 @functools.lru_cache(maxsize=None)
@@ -417,13 +416,13 @@ def _edge_point(yhat, ppd):
     _, g, dg, ddg = _taps_cached("feature", ppd, yhat.dtype, _device_key(yhat.device))
     # Each response has one zero-sum pass (horizontal for dx, ddx; vertical for dy, ddy), summed
     # in a form that is exactly 0 on a constant neighbourhood.
-    h_dg = _correlate_odd(yhat, dg, -1)
-    h_ddg = _correlate_centred(yhat, ddg, -1)
-    h_g = _correlate(yhat, g, -1)
-    dx = _correlate(h_dg, g, -2)
-    ddx = _correlate(h_ddg, g, -2)
-    dy = _correlate_odd(h_g, dg, -2)
-    ddy = _correlate_centred(h_g, ddg, -2)
+    h_dg = correlate_odd(yhat, dg, -1)
+    h_ddg = correlate_centred(yhat, ddg, -1)
+    h_g = correlate(yhat, g, -1)
+    dx = correlate(h_dg, g, -2)
+    ddx = correlate(h_ddg, g, -2)
+    dy = correlate_odd(h_g, dg, -2)
+    ddy = correlate_centred(h_g, ddg, -2)
     return _safe_norm(dx, dy), _safe_norm(ddx, ddy)
 
 
@@ -456,8 +455,8 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
         test, reference = test.unsqueeze(0), reference.unsqueeze(0)
     ppd = float(pixels_per_degree)
     cdt = _compute_dtype(torch.promote_types(test.dtype, reference.dtype))
-    t = _clamp(test.to(cdt), 0.0, 1.0)
-    r = _clamp(reference.to(cdt), 0.0, 1.0)
+    t = clamp(test.to(cdt), 0.0, 1.0)
+    r = clamp(reference.to(cdt), 0.0, 1.0)
     if space == "srgb":
         t, r = srgb_to_linear(t), srgb_to_linear(r)
     opp_t, opp_r = linear_rgb_to_opponent(t), linear_rgb_to_opponent(r)
@@ -466,7 +465,7 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
     yhat_r = (opp_r[:, 0:1] + 16.0) / 116.0
     dec = hunt_hyab(csf_filter(opp_t, ppd), csf_filter(opp_r, ppd), eps)
     def_ = feature_difference(yhat_t, yhat_r, ppd, eps)
-    out = _combine(dec, def_)
+    out = combine(dec, def_)
     if unbatched:
         out = out.squeeze(0)
     return out.to(dt)
@@ -484,15 +483,15 @@ def hdr_to_ldr(x, scale, tone_mapper):
     scale broadcastable to N x 1 x 1 x 1."""
     import numpy as np
 
-    e = _clamp(x, low=0.0) * scale
+    e = clamp(x, low=0.0) * scale
     e = torch.where(e < _HDR_CAP, e, torch.full_like(e, _HDR_CAP))  # the cap itself passes nothing
     if tone_mapper == "reinhard":
         w = [float(np.float32(v)) for v in (0.2126, 0.7152, 0.0722)]  # the evaluator's float weights
         lum = w[0] * e[:, 0:1] + w[1] * e[:, 1:2] + w[2] * e[:, 2:3]
-        return _clamp(e / (1.0 + lum), 0.0, 1.0)
+        return clamp(e / (1.0 + lum), 0.0, 1.0)
     k = tone_coefficients(tone_mapper)
     ee = e * e
-    return _clamp((k[0] * ee + k[1] * e + k[2]) / (k[3] * ee + k[4] * e + k[5]), 0.0, 1.0)
+    return clamp((k[0] * ee + k[1] * e + k[2]) / (k[3] * ee + k[4] * e + k[5]), 0.0, 1.0)
 
 
 def hdr_flip(test, reference, pixels_per_degree, tone_mapper, exposures, counts, eps=DEFAULT_EPS):
