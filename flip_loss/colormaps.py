@@ -1,4 +1,4 @@
-"""Colour maps for FLIP error maps (see README, "Colour maps").
+"""Colour maps for FLIP error maps (see docs/cli.md, "Colour maps").
 
 ``MAGMA`` (error maps) and ``VIRIDIS`` (HDR exposure maps) are the 256-entry tables of the standard
 magma and viridis colour maps, as shipped by matplotlib 3.11.2

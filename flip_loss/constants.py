@@ -34,8 +34,8 @@ GW = 0.082
 QF = 0.5
 DEFAULT_EPS = 1e-15
 
-# Limits of the options, the same in the Python API, the command line and the C++ ops (README,
-# "Limits of the options").
+# Limits of the options, the same in the Python API, the command line and the C++ ops (docs/api.md,
+# "Limits of the options and errors").
 # A filter radius of thousands of pixels means the value passed is not a pixels-per-degree.
 MAX_PPD = 10000.0
 # Nor is a value that makes one pixel span more than 1000 degrees of visual angle. Every ppd below

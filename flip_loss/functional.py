@@ -246,7 +246,7 @@ def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     evaluator does (a one-time warning says so when they are clearly outside). Returns the
     per-pixel error in [0, 1], N x 1 x H x W (1 x H x W for a CHW input), in the input dtype.
     Differentiable in both inputs. ``eps`` (0 to 1e-6) regularises the two square roots whose slope
-    is infinite at zero (see README); with ``eps=0`` the values are exactly those of the published
+    is infinite at zero (see docs/api.md, "Gradients"); with ``eps=0`` the values are exactly those of the published
     metric.
     """
     global _device_inputs_looked_at

@@ -1,5 +1,5 @@
 """Pooled statistics and the weighted histogram of a FLIP error map, as NVIDIA's evaluator reports
-them (see README, "Pooling").
+them (see docs/cli.md, "Pooling").
 
 ``pool`` returns the six values the ``flip`` tool prints: the mean, the weighted median, the 1st and
 3rd weighted quartiles, the minimum and the maximum. ``weighted_histogram`` returns the per-bucket

@@ -165,3 +165,13 @@ def test_the_anchor_rule_is_githubs():
     assert github_anchor("Quick start: C++") == "quick-start-c"
     assert github_anchor("9.4 Exact sums in `FLIPMetric`") == "94-exact-sums-in-flipmetric"
     assert github_anchor("Error maps: `ldr_flip`, `hdr_flip`") == "error-maps-ldr_flip-hdr_flip"
+
+
+def test_the_exit_code_table_lists_the_codes_of_the_tool():
+    from flip_loss.cli.errors import EXIT_CODES
+
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    section = text[text.index("## Exit codes"):]
+    section = section[:section.index("\n## ", 1)]
+    documented = [int(code) for code in re.findall(r"^\| (\d+) \|", section, flags=re.M)]
+    assert documented == [code for code, _ in EXIT_CODES]

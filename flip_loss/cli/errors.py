@@ -11,7 +11,7 @@ EXIT_INTERNAL = 3
 EXIT_PAIRS_FAILED = 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process ended by Ctrl-C
 
-# The one table of exit codes: --help prints it and the README repeats it.
+# The one table of exit codes: --help prints it, docs/cli.md ("Exit codes") repeats it and a test compares them.
 EXIT_CODES = (
     (EXIT_OK, "success"),
     (EXIT_GATE, "the --fail-above gate failed for at least one test image"),

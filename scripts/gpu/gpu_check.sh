@@ -20,7 +20,7 @@
 #   device           20 / 5    nvidia-smi, torch's view of the GPU
 #   build           300 / 60   python setup.py build_ext --inplace (TORCH_CUDA_ARCH_LIST=9.0, MAX_JOBS=16)
 #   smoke            45 / 10   scripts/gpu/smoke.py: the kernels load, run and agree with the CPU
-#   gpu_bench        90 / 20   benchmarks/gpu_bench.py --quick (LDR; reference.py on the same GPU)
+#   gpu_bench        90 / 20   benchmarks/gpu_bench.py --quick (LDR; oracle.py on the same GPU)
 #   hdr_bench        60 / 15   benchmarks/hdr_bench.py --device cuda --quick (HDR, automatic exposures)
 #   tests           200 / 30   tests/test_cuda.py, tests/test_cuda_graphs.py, launches asynchronous
 #                              as users run them (pytest-xdist / pytest-timeout where installed)
