@@ -64,6 +64,15 @@ def test_one_default_pixels_per_degree(ops):
     assert constants.DEFAULT_PPD == constants.pixels_per_degree(0.7, 0.7, 3840)
 
 
+def test_one_table_of_op_signatures(ops):
+    # csrc/include/flip_loss/op_signatures.h has one entry per op of the schema (csrc/ops/schema.cpp);
+    # each entry's C++ signature is checked against the registered kernels when its handle is made.
+    table = (ROOT / "csrc" / "include" / "flip_loss" / "op_signatures.h").read_text()
+    entries = re.findall(r'name = "flip::(\w+)";', table)
+    registered = [n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("flip::")]
+    assert sorted(entries) == sorted(registered)
+
+
 def test_one_version():
     # flip_loss.__version__ is the version; the CMake package and the C++ header restate it.
     cmake = (ROOT / "CMakeLists.txt").read_text()
