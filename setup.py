@@ -51,7 +51,7 @@ cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
 # Also for GCC, -fschedule-insns -fsched-pressure: GCC's instruction scheduling before register
 # allocation, off by default on x86. A vectorised per-pixel loop is one long block whose chains
 # (two images, transcendentals) are independent; interleaving them hides their latency, which the
-# out-of-order core alone cannot across such a block: the per-pixel tail runs about 15% faster.
+# out-of-order core alone cannot across such a block (benchmarks/RESULTS.md has the timings).
 # Scheduling reorders independent instructions only, so every value keeps its bits.
 cxx_flags = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden", "-fopenmp", "-ffp-contract=off"]
 

@@ -5,7 +5,7 @@
 //
 //   g++ -std=c++17 -O3 -fno-math-errno -fno-trapping-math -ffp-contract=off -fno-tree-pre \
 //       -fschedule-insns -fsched-pressure -fopenmp -Icsrc benchmarks/pipeline_bench.cpp \
-//       csrc/flip/cpu/kernels_*.cpp csrc/flip/cpu/dispatch.cpp csrc/flip/cpu/interrupt.cpp \
+//       csrc/flip/cpu/kernels_*.cpp csrc/flip/cpu/isa_dispatch.cpp csrc/flip/cpu/interrupt.cpp \
 //       -o /tmp/pipeline_bench
 //   /tmp/pipeline_bench [H W [calls]]        (default 512 512 10)
 //
@@ -43,17 +43,28 @@ int main(int argc, char** argv) {
     ref[i] = uniform(rng);
     test[i] = std::min(1.f, std::max(0.f, ref[i] + noise(rng)));
   }
-  const double ppd = 67.02064327658225;
+  LdrFlipArgs<float> a;
+  a.s = s;
+  a.ppd = 67.02064327658225;
+  a.eps = 0.0;
+  a.srgb = true;
+  a.test = test.data();
+  a.ref = ref.data();
+  a.out = map.data();
+  a.sensitivities = sens.data();
+  a.want_test = true;
+  LdrFlipArgs<float> b = a;
+  b.out = nullptr;
+  b.grad = grad.data();
+  b.g_test = g_test.data();
   double fwd = 1e9, keep = 1e9, bwd = 1e9;
   for (int c = 0; c < calls; ++c) {
     const double t0 = now();
-    ldr_flip_forward<float>(test.data(), ref.data(), map.data(), s, ppd, true, 0.0);
+    ldr_flip_forward(a);
     const double t1 = now();
-    ldr_flip_forward_sensitivities<float>(test.data(), ref.data(), map.data(), sens.data(), true, false, s, ppd, true,
-                                          0.0);
+    ldr_flip_forward_sensitivities(a);
     const double t2 = now();
-    ldr_flip_backward_sensitivities<float>(grad.data(), sens.data(), test.data(), ref.data(), g_test.data(), nullptr,
-                                           s, ppd, true);
+    ldr_flip_backward_sensitivities(b);
     const double t3 = now();
     fwd = std::min(fwd, t1 - t0);
     keep = std::min(keep, t2 - t1);

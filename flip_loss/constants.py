@@ -42,8 +42,8 @@ MAX_PPD = 10000.0
 # about 0.5 gives the same map (all filters are 3 taps wide with negligible side taps), and below
 # about 1e-160 the feature filters' Gaussians underflow to 0/0 and the gradients are NaN.
 MIN_PPD = 1e-3
-# eps only regularises the gradients of two square roots: up to 1e-6 the map stays in [0, 1] and
-# identical images give at most ~4.6e-4; larger values change the metric itself.
+# eps only regularises the gradients of two square roots; csrc/include/flip_loss/limits.h says what
+# it does to the map up to this bound and beyond.
 MAX_EPS = 1e-6
 # The automatic exposure range of any float32 reference needs at most ~152 exposures; a larger
 # count is a mistake that would only take a long time and a lot of memory.

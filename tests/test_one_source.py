@@ -1,7 +1,8 @@
 """Facts the code states in more than one place, because each language or build system needs its
 own copy, are equal everywhere: the options' limits and the tone mappers (C++ limits.h and
 tone_mapper.h, which the ops enforce, against flip_loss.constants and the command line), the
-default pixels per degree, the version, the CUDA architectures of a build."""
+default pixels per degree, the version (Python package, CMake package, C++ header), the CUDA
+architectures of a build."""
 import re
 from pathlib import Path
 
@@ -63,9 +64,23 @@ def test_one_default_pixels_per_degree(ops):
     assert constants.DEFAULT_PPD == constants.pixels_per_degree(0.7, 0.7, 3840)
 
 
+def test_one_table_of_op_signatures(ops):
+    # csrc/include/flip_loss/op_signatures.h has one entry per op of the schema (csrc/ops/schema.cpp);
+    # each entry's C++ signature is checked against the registered kernels when its handle is made.
+    table = (ROOT / "csrc" / "include" / "flip_loss" / "op_signatures.h").read_text()
+    entries = re.findall(r'name = "flip::(\w+)";', table)
+    registered = [n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("flip::")]
+    assert sorted(entries) == sorted(registered)
+
+
 def test_one_version():
+    # flip_loss.__version__ is the version; the CMake package and the C++ header restate it.
     cmake = (ROOT / "CMakeLists.txt").read_text()
     assert re.search(r"project\(flip_loss VERSION ([0-9.]+)", cmake).group(1) == flip_loss.__version__
+    header = (ROOT / "csrc" / "include" / "flip_loss" / "flip_loss.h").read_text()
+    parts = [re.search(rf"constexpr int kVersion{part} = ([0-9]+);", header).group(1)
+             for part in ("Major", "Minor", "Patch")]
+    assert ".".join(parts) == flip_loss.__version__
 
 
 def test_one_set_of_cuda_architectures():

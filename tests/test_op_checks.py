@@ -17,7 +17,11 @@ import emulator
 import flip_loss
 from flip_loss import oracle
 
-MAX_PPD, MAX_EPS, MAX_EXPOSURES = 10000.0, 1e-6, 256  # the decided limits (csrc/include/flip_loss/limits.h)
+# The limits the ops enforce (csrc/include/flip_loss/limits.h; test_one_source.py checks that
+# flip_loss.constants states the same).
+_LIMITS = flip_loss._C.limits()
+MAX_PPD, MAX_EPS = _LIMITS["max_ppd"], _LIMITS["max_eps"]
+MIN_EXPOSURES, MAX_EXPOSURES = _LIMITS["min_exposures"], _LIMITS["max_exposures"]
 DEVICES = ["cpu", "meta", pytest.param("cuda", marks=pytest.mark.cuda)]
 from op_names import BACKWARD_OPS, CPU_ONLY_OPS, FORWARD_OPS, PRODUCT_OPS, PUBLIC_OPS
 
@@ -121,7 +125,7 @@ def test_limits_themselves_are_accepted(name):
 
 
 def test_largest_eps_keeps_the_map_in_unit_range(ops):
-    # Why MAX_EPS is where it is: identical images stay below 5e-4, different ones within [0, 1].
+    # Why MAX_EPS is where it is (limits.h): identical images stay near 0, different ones within [0, 1].
     a, b = tensors_for("ldr_flip", n=2, hw=(24, 24))
     same = ops.ldr_flip(a, a, 67.0, "srgb", MAX_EPS)
     assert 0 < same.max() < 5e-4
@@ -179,7 +183,7 @@ def test_wrong_dtypes_and_shapes_raise_type_and_value_errors(device):
 def test_exposure_columns_and_count_dtypes_checked_on_every_device(name, device):
     tensors = tensors_for(name)
     o = 1 if name.endswith("_backward") else 0
-    for columns in (1, MAX_EXPOSURES + 1):
+    for columns in (MIN_EXPOSURES - 1, MAX_EXPOSURES + 1):
         bad = list(tensors)
         bad[o + 2] = torch.zeros(1, columns, dtype=torch.float64)
         with pytest.raises(ValueError, match="columns"):
@@ -438,7 +442,7 @@ def test_gpu_emulation_checks_arguments_and_keeps_the_tap_cache_sound():
 INTERRUPT_SCRIPT = r"""
 import sys, time, torch, flip_loss
 direction = sys.argv[1]
-n, h, w, e = 8, 320, 320, 256
+n, h, w, e = 8, 320, 320, flip_loss._C.limits()["max_exposures"]
 g = torch.Generator().manual_seed(0)
 ref = torch.exp2(8 * torch.rand(n, 3, h, w, generator=g) - 4)
 test = ref * (1 + 0.2 * torch.rand(ref.shape, generator=g))
@@ -449,7 +453,7 @@ before = torch.ops.flip.hdr_flip(*small, 30.0, "aces", 1e-15)
 if direction == "forward":
     run = lambda: torch.ops.flip.hdr_flip(test, ref, exposures, counts, 30.0, "aces", 1e-15)
 else:
-    # Every exposure wins somewhere, so the backward recomputes all 256 of them.
+    # Every exposure wins somewhere, so the backward recomputes all e of them.
     index = (torch.arange(h * w, dtype=torch.int32) % e).reshape(1, 1, h, w).expand(n, 1, h, w).contiguous()
     grad = torch.ones(n, 1, h, w)
     run = lambda: torch.ops.flip.hdr_flip_backward(grad, test, ref, exposures, counts, index, 30.0, "aces",
@@ -469,8 +473,9 @@ print("usable" if all(torch.equal(x, y) for x, y in zip(before, after)) else "br
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT")
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 def test_ctrl_c_stops_a_long_hdr_call(direction):
-    # Uninterrupted, the call runs for minutes on two cores (8 x 256 LDR passes over 320 x 320); a
-    # SIGINT must stop it at the next exposure with KeyboardInterrupt, leaving the process usable.
+    # Uninterrupted, the call runs for minutes on two cores (8 x the most exposures allowed, each an
+    # LDR pass over 320 x 320); a SIGINT must stop it at the next exposure with KeyboardInterrupt,
+    # leaving the process usable.
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPT_SCRIPT, direction], env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "constants.h"
+#include "plane_counts.h"
 
 namespace flip {
 
@@ -41,12 +42,15 @@ template <class T>
 struct CsfTaps {
   Filter1D<T> y, cx, cz1, cz2;  // achromatic, red-green, and the two blue-yellow Gaussians
 };
+static_assert(sizeof(CsfTaps<float>) == kCsfFilters * sizeof(Filter1D<float>), "one member per CSF filter");
 
 // g is evaluated in Form::kPlain, dg in Form::kOdd and ddg in Form::kCentred (see build_feature_taps).
 template <class T>
 struct FeatureTaps {
   Filter1D<T> g, dg, ddg;  // Gaussian, first and second derivative (lobe-normalised)
 };
+static_assert(sizeof(FeatureTaps<float>) == kFeatureFilters * sizeof(Filter1D<float>),
+              "one member per feature filter");
 
 inline int csf_radius(double ppd) {
   return static_cast<int>(std::ceil(3.0 * std::sqrt(kCsfBMax / (2.0 * kPi * kPi)) * ppd));

@@ -1,7 +1,7 @@
 // The GPU formulation of FLIP's filter banks, as per-thread functions that run unchanged on the
 // host. A CUDA kernel calls one of them per thread (csrc/flip/cuda/); the test-only emulator
 // (tests/emulator) runs the very same functions in loops so that the CPU test suite checks the GPU
-// index math. The per-pixel code the CPU kernels share with them is in pixel.h and tonemap.h.
+// index math. The per-pixel code the CPU kernels share with them is in pixel.h and hdr_pixel.h.
 // docs/algorithm.md §8.8 describes the three formulations and their memory.
 //
 // LDR-FLIP and HDR-FLIP (one launch per exposure, or two per exposure and band):
@@ -30,7 +30,7 @@
 
 #include "filters.h"
 #include "pixel.h"
-#include "tonemap.h"
+#include "hdr_pixel.h"
 
 namespace flip {
 
@@ -77,9 +77,11 @@ struct Geometry {
   int64_t n, h, w;  // batch, height, width
   int images;       // images per batch item in the planes (2 for test + reference)
   bool csf, feat;   // which banks
-  FLIP_HD int planes() const { return (csf ? 4 : 0) + (feat ? 3 : 0); }   // H outputs / VT outputs
-  FLIP_HD int gplanes() const { return (csf ? 3 : 0) + (feat ? 4 : 0); }  // V adjoint outputs
-  FLIP_HD int feat0() const { return csf ? 4 : 0; }
+  // H outputs / VT outputs: one per filter of the banks that run (plane_counts.h).
+  FLIP_HD int planes() const { return (csf ? kCsfFilters : 0) + (feat ? kFeatureFilters : 0); }
+  // V adjoint outputs: one per response of the banks that run.
+  FLIP_HD int gplanes() const { return (csf ? kColourResponses : 0) + (feat ? kFeatureResponses : 0); }
+  FLIP_HD int feat0() const { return csf ? kCsfFilters : 0; }
   FLIP_HD int64_t hw() const { return h * w; }
 };
 
@@ -247,7 +249,8 @@ using FormTag = std::integral_constant<Form, F>;
 // form F at the pixel: the row passes read global memory (vt_pixel), the tiled backward a tile in
 // shared memory (tiled_vertical_t).
 template <class T, class VSum>
-FLIP_HD void vt_values(const Geometry& g, const TapsView<T>& t, const VSum& vsum, T v[7]) {
+FLIP_HD void vt_values(const Geometry& g, const TapsView<T>& t, const VSum& vsum,
+                       T v[kHorizontalPlanesPerImage]) {
   int gi = 0;
   if (g.csf) {
     v[0] = vsum(0, t.y, FormTag<Form::kPlain>{});
@@ -269,12 +272,12 @@ FLIP_HD void vt_values(const Geometry& g, const TapsView<T>& t, const VSum& vsum
 template <class T>
 FLIP_HD void vt_pixel(const T* gpl, T* tpl, const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x) {
   const int64_t hw = g.hw(), p = y * g.w + x;
-  T v[7];
+  T v[kHorizontalPlanesPerImage];
   vt_values(g, t, [&](int q, const FilterView<T>& f, auto form) {
     return vsum_t<decltype(form)::value>(gpl + q * hw, g, y, x, f);
   }, v);
   FLIP_UNROLL
-  for (int q = 0; q < 7; ++q)  // a constant bound keeps v in registers
+  for (int q = 0; q < kHorizontalPlanesPerImage; ++q)  // a constant bound keeps v in registers
     if (q < g.planes()) tpl[q * hw + p] = v[q];
 }
 
@@ -440,7 +443,8 @@ constexpr int kTileW = 32, kTileH = 16;
 FLIP_HD int fused_rows(int R) { return kTileH + 2 * R; }
 FLIP_HD int fused_cols(int R) { return kTileW + 2 * R; }
 FLIP_HD int fused_smem_len(int R) {
-  return 4 * fused_rows(R) * fused_cols(R) + 7 * fused_rows(R) * kTileW + 2 * 7 * kTileH * kTileW;
+  return 4 * fused_rows(R) * fused_cols(R) + kHorizontalPlanesPerImage * fused_rows(R) * kTileW +
+         2 * kResponsePlanesPerImage * kTileH * kTileW;
 }
 
 // Phase 1 (image im): rows [y0 - R, y0 + kTileH + R) and columns [x0 - R, x0 + kTileW + R) of the
@@ -490,7 +494,8 @@ FLIP_HD void fused_horizontal(const TapsView<T>& t, int R, int tid, int nthreads
 // Where phase 3 puts image im's vertical outputs (7 planes of kTileH x kTileW), and the values of
 // tile pixel i there: filtered colour F and feature responses f.
 FLIP_HD int fused_vertical_offset(int R, int im) {
-  return 4 * fused_rows(R) * fused_cols(R) + 7 * fused_rows(R) * kTileW + im * 7 * kTileH * kTileW;
+  return 4 * fused_rows(R) * fused_cols(R) + kHorizontalPlanesPerImage * fused_rows(R) * kTileW +
+         im * kResponsePlanesPerImage * kTileH * kTileW;
 }
 template <class T>
 FLIP_HD void fused_values(const T* v, int i, T F[3], Features<T>& f) {
@@ -585,8 +590,6 @@ FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3]
 // 1 computes those rows, so neighbouring bands recompute 2R rows each. plan_backward sizes the
 // bands so that the scratch stays within a budget whatever the image size and batch.
 
-constexpr int kGradPlanes = kResponsePlanes;  // per wanted image (pixel.h)
-
 // The scratch the tiled backward's gradient planes may take (plan_backward): with the map, the
 // incoming gradient and the gradients it returns, a 1080p float32 forward+backward stays under
 // 100 MiB (docs/algorithm.md §8.8).
@@ -605,7 +608,7 @@ struct BackwardBand {
   template <class T>
   FLIP_HD T* planes(T* scratch, int64_t n, int im, int64_t w) const {
     const int slot = im == 0 ? 0 : (wanted & 1);
-    return scratch + ((n - n0) * images() + slot) * kGradPlanes * plane_stride(w);
+    return scratch + ((n - n0) * images() + slot) * kResponsePlanesPerImage * plane_stride(w);
   }
 };
 
@@ -618,7 +621,7 @@ struct BackwardPlan {
 
   int64_t count() const { return item_bands * row_bands; }
   int64_t scratch_elems(const Geometry& g) const {
-    return items * ((wanted & 1) + ((wanted >> 1) & 1)) * kGradPlanes * buffer_rows * g.w;
+    return items * ((wanted & 1) + ((wanted >> 1) & 1)) * kResponsePlanesPerImage * buffer_rows * g.w;
   }
   BackwardBand band(const Geometry& g, int64_t j) const {
     BackwardBand b;
@@ -643,7 +646,7 @@ inline BackwardPlan plan_backward(const Geometry& g, int wanted, int R, int64_t 
   BackwardPlan p;
   p.wanted = wanted;
   p.R = R;
-  const int64_t row_bytes = ((wanted & 1) + ((wanted >> 1) & 1)) * kGradPlanes * g.w * elem;
+  const int64_t row_bytes = ((wanted & 1) + ((wanted >> 1) & 1)) * kResponsePlanesPerImage * g.w * elem;
   if (g.n * g.h * row_bytes <= budget) {
     p.items = g.n;
     p.rows = g.h;
@@ -726,7 +729,7 @@ FLIP_HD void tiled_zero_planes(const Geometry& g, const BackwardBand& b, int64_t
     for (int im = 0; im < 2; ++im) {
       if (((b.wanted >> im) & 1) == 0) continue;
       T* planes = b.planes(scratch, n, im, g.w);
-      for (int c = 0; c < kGradPlanes; ++c) planes[c * stride + q] = T(0);
+      for (int c = 0; c < kResponsePlanesPerImage; ++c) planes[c * stride + q] = T(0);
     }
   }
 }
@@ -734,7 +737,7 @@ FLIP_HD void tiled_zero_planes(const Geometry& g, const BackwardBand& b, int64_t
 // Kernel 2's shared memory: the gradient planes over the tile and its halo, then the transposed
 // vertical outputs over the tile's rows and the halo's columns.
 FLIP_HD int tiled_t_smem_len(int R) {
-  return kGradPlanes * fused_rows(R) * fused_cols(R) + kGradPlanes * kTileH * fused_cols(R);
+  return kResponsePlanesPerImage * fused_rows(R) * fused_cols(R) + kHorizontalPlanesPerImage * kTileH * fused_cols(R);
 }
 
 // Kernel 2, phase 1: rows [y0 - R, y0 + kTileH + R) and columns [x0 - R, x0 + kTileW + R) of one
@@ -750,7 +753,7 @@ FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g,
     const int64_t y = y0 - R + i / cols, x = x0 - R + i % cols;
     const bool in = y >= b.g0 && y < b.g1 && x >= 0 && x < g.w;
     const int64_t off = (y - b.g0) * g.w + x;
-    for (int q = 0; q < kGradPlanes; ++q) smem[q * rc + i] = in ? gp[q * stride + off] : T(0);
+    for (int q = 0; q < kResponsePlanesPerImage; ++q) smem[q * rc + i] = in ? gp[q * stride + off] : T(0);
   }
 }
 
@@ -761,18 +764,18 @@ FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y
                               int nthreads, T* smem) {
   const int cols = fused_cols(R), rc = fused_rows(R) * cols, n = kTileH * cols;
   const T* in = smem;
-  T* out = smem + kGradPlanes * rc;
+  T* out = smem + kResponsePlanesPerImage * rc;
   for (int i = tid; i < n; i += nthreads) {
     const int r = i / cols;
     const int64_t y = y0 + r;
     if (y >= y_end) continue;
     const int c = (r + R) * cols + i % cols;
-    T v[7];
+    T v[kHorizontalPlanesPerImage];
     vt_values(g, t, [&](int q, const FilterView<T>& f, auto form) {
       return tsum<decltype(form)::value>(in + q * rc + c, cols, y, g.h, f);
     }, v);
     FLIP_UNROLL
-    for (int q = 0; q < 7; ++q)  // a constant bound keeps v in registers
+    for (int q = 0; q < kHorizontalPlanesPerImage; ++q)  // a constant bound keeps v in registers
       if (q < g.planes()) out[q * n + i] = v[q];
   }
 }
@@ -784,7 +787,7 @@ FLIP_HD void tiled_horizontal_t(const Geometry& g, const TapsView<T>& t, int64_t
                                 int R, int tid, int nthreads, const T* smem, Input mode, const T* src, T* out,
                                 T scale, ToneMapper tm) {
   const int cols = fused_cols(R), n = kTileH * cols;
-  const T* s = smem + kGradPlanes * fused_rows(R) * cols;
+  const T* s = smem + kResponsePlanesPerImage * fused_rows(R) * cols;
   for (int i = tid; i < kTileH * kTileW; i += nthreads) {
     const int r = i / kTileW, j = i % kTileW;
     const int64_t y = y0 + r, x = x0 + j;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "color.h"
+#include "plane_counts.h"
 
 namespace flip {
 
@@ -14,6 +15,7 @@ template <class T>
 struct Features {
   T dx, dy, ddx, ddy;
 };
+static_assert(sizeof(Features<float>) == kFeatureResponses * sizeof(float), "one member per feature response");
 
 // The feature error of one pixel from both images' feature responses: the feature_difference op
 // and the feature term of FLIP.
@@ -130,9 +132,8 @@ FLIP_HD void feature_pixel_vjp(const Features<T>& ft, const Features<T>& fr, T e
 }
 
 // ---- gradient planes: what the backward passes store per pixel, before the transposed filters ----
-
-// Planes per image: the filtered colour F0..F2, then the features dx, dy, ddx, ddy.
-constexpr int kResponsePlanes = 7;
+// kResponsePlanesPerImage planes per image (plane_counts.h): the filtered colour F0..F2, then the
+// features dx, dy, ddx, ddy.
 
 // The feature gradients of one image's pixel p into 4 planes of hw samples: dx, dy, ddx, ddy.
 template <class T>

@@ -6,10 +6,12 @@
 
 #include <tuple>
 
-#include "dispatch.h"
+#include "../include/flip_loss/op_signatures.h"
 
 namespace flip_ops {
 namespace {
+
+namespace op = flip_loss::op;
 
 template <c10::DispatchKey Key, c10::DeviceType Dev>
 struct Autocast {
@@ -18,33 +20,25 @@ struct Autocast {
   static at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
                              double eps) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(Key);
-    static auto f = op<at::Tensor(const at::Tensor&, const at::Tensor&, double, c10::string_view, double)>(
-        "flip::ldr_flip");
-    return f.call(f32(test), f32(ref), ppd, space, eps);
+    return op::call<op::LdrFlip>(f32(test), f32(ref), ppd, space, eps);
   }
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                                  const at::Tensor& exposures, const at::Tensor& counts,
                                                                  double ppd, c10::string_view tm, double eps) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(Key);
-    static auto f = op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
-        const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double, c10::string_view, double)>(
-        "flip::hdr_flip");
-    return f.call(f32(test), f32(ref), exposures, counts, ppd, tm, eps);
+    return op::call<op::HdrFlip>(f32(test), f32(ref), exposures, counts, ppd, tm, eps);
   }
   static at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(Key);
-    static auto f = op<at::Tensor(const at::Tensor&, double)>("flip::csf_filter");
-    return f.call(f32(opp), ppd);
+    return op::call<op::CsfFilter>(f32(opp), ppd);
   }
   static at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(Key);
-    static auto f = op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("flip::hunt_hyab");
-    return f.call(f32(test), f32(ref), eps);
+    return op::call<op::HuntHyab>(f32(test), f32(ref), eps);
   }
   static at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, double ppd, double eps) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(Key);
-    static auto f = op<at::Tensor(const at::Tensor&, const at::Tensor&, double, double)>("flip::feature_difference");
-    return f.call(f32(test), f32(ref), ppd, eps);
+    return op::call<op::FeatureDifference>(f32(test), f32(ref), ppd, eps);
   }
 };
 

@@ -8,11 +8,13 @@
 #include <string>
 #include <utility>
 
-#include "dispatch.h"
+#include "../include/flip_loss/op_signatures.h"
+#include "signature.h"
 
 namespace flip_ops {
 namespace {
 
+namespace op = flip_loss::op;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -29,9 +31,7 @@ struct LdrFlipBackward {
   static constexpr const char* name = "ldr_flip_backward";
   static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
                             c10::string_view space, double eps, Mask mask) {
-    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, c10::string_view,
-                            double, Mask)>("flip::ldr_flip_backward");
-    auto [gt, gr] = f.call(grad, test, ref, ppd, space, eps, mask);
+    auto [gt, gr] = op::call<op::LdrFlipBackward>(grad, test, ref, ppd, space, eps, mask);
     return {gt, gr};
   }
 };
@@ -40,9 +40,7 @@ struct LdrFlipBackwardFromSensitivities {
   static constexpr const char* name = "_ldr_flip_backward_from_sensitivities";
   static variable_list call(const at::Tensor& grad, const at::Tensor& sensitivities, const at::Tensor& test,
                             const at::Tensor& ref, double ppd, c10::string_view space, Mask mask) {
-    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-                            c10::string_view, Mask)>("flip::_ldr_flip_backward_from_sensitivities");
-    auto [gt, gr] = f.call(grad, sensitivities, test, ref, ppd, space, mask);
+    auto [gt, gr] = op::call<op::LdrFlipBackwardFromSensitivities>(grad, sensitivities, test, ref, ppd, space, mask);
     return {gt, gr};
   }
 };
@@ -52,10 +50,8 @@ struct HdrFlipBackward {
   static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
                             const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index,
                             double ppd, c10::string_view tone_mapper, double eps, Mask mask) {
-    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, const at::Tensor&, double, c10::string_view, double, Mask)>(
-        "flip::hdr_flip_backward");
-    auto [gt, gr] = f.call(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask);
+    auto [gt, gr] = op::call<op::HdrFlipBackward>(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps,
+                                                  mask);
     return {gt, gr};
   }
 };
@@ -63,8 +59,7 @@ struct HdrFlipBackward {
 struct CsfFilterBackward {
   static constexpr const char* name = "csf_filter_backward";
   static variable_list call(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
-    static auto f = op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("flip::csf_filter_backward");
-    return {f.call(grad, opp, ppd)};
+    return {op::call<op::CsfFilterBackward>(grad, opp, ppd)};
   }
 };
 
@@ -72,9 +67,7 @@ struct HuntHyabBackward {
   static constexpr const char* name = "hunt_hyab_backward";
   static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps,
                             Mask mask) {
-    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, Mask)>(
-        "flip::hunt_hyab_backward");
-    auto [gt, gr] = f.call(grad, test, ref, eps, mask);
+    auto [gt, gr] = op::call<op::HuntHyabBackward>(grad, test, ref, eps, mask);
     return {gt, gr};
   }
 };
@@ -83,9 +76,7 @@ struct FeatureDifferenceBackward {
   static constexpr const char* name = "feature_difference_backward";
   static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
                             double eps, Mask mask) {
-    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, Mask)>(
-        "flip::feature_difference_backward");
-    auto [gt, gr] = f.call(grad, test, ref, ppd, eps, mask);
+    auto [gt, gr] = op::call<op::FeatureDifferenceBackward>(grad, test, ref, ppd, eps, mask);
     return {gt, gr};
   }
 };
@@ -121,9 +112,7 @@ class LdrFlip : public torch::autograd::Function<LdrFlip> {
     ctx->saved_data["ppd"] = ppd;
     ctx->saved_data["space"] = std::string(space.data(), space.size());
     ctx->saved_data["eps"] = eps;
-    static auto f = op<at::Tensor(const at::Tensor&, const at::Tensor&, double, c10::string_view, double)>(
-        "flip::ldr_flip");
-    return f.call(test, ref, ppd, space, eps);
+    return op::call<op::LdrFlip>(test, ref, ppd, space, eps);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
@@ -143,9 +132,7 @@ class LdrFlipWithSensitivities : public torch::autograd::Function<LdrFlipWithSen
   static variable_list forward(AutogradContext* ctx, const at::Tensor& test, const at::Tensor& ref, double ppd,
                                c10::string_view space, double eps, Mask keep) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto f = op<Pair(const at::Tensor&, const at::Tensor&, double, c10::string_view, double, Mask)>(
-        "flip::_ldr_flip_with_sensitivities");
-    auto [map, sens] = f.call(test, ref, ppd, space, eps, keep);
+    auto [map, sens] = op::call<op::LdrFlipWithSensitivities>(test, ref, ppd, space, eps, keep);
     ctx->save_for_backward({test, ref, sens});
     ctx->saved_data["ppd"] = ppd;
     ctx->saved_data["space"] = std::string(space.data(), space.size());
@@ -175,7 +162,7 @@ class LdrFlipWithSensitivities : public torch::autograd::Function<LdrFlipWithSen
       g = LdrFlipBackwardFromSensitivities::call(grads[0], s[2], s[0], s[1], ppd, space, m);
     } else {
       // Both kept, one wanted (backward(inputs=...)): its 7 planes.
-      const auto planes = s[2].narrow(-3, m[0] ? 0 : kSensitivityPlanes, kSensitivityPlanes);
+      const auto planes = s[2].narrow(-3, m[0] ? 0 : kSensitivityPlanesPerImage, kSensitivityPlanesPerImage);
       g = LdrFlipBackwardFromSensitivities::call(grads[0], planes, s[0], s[1], ppd, space, m);
     }
     return {keep_if(m[0], g[0]), keep_if(m[1], g[1]), none, none, none, none};
@@ -188,10 +175,7 @@ class HdrFlip : public torch::autograd::Function<HdrFlip> {
                                const at::Tensor& exposures, const at::Tensor& counts, double ppd,
                                c10::string_view tone_mapper, double eps) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto f = op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
-        const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double, c10::string_view, double)>(
-        "flip::hdr_flip");
-    auto [map, emap, index] = f.call(test, ref, exposures, counts, ppd, tone_mapper, eps);
+    auto [map, emap, index] = op::call<op::HdrFlip>(test, ref, exposures, counts, ppd, tone_mapper, eps);
     ctx->save_for_backward({test, ref, exposures, counts, index});
     ctx->saved_data["ppd"] = ppd;
     ctx->saved_data["tone_mapper"] = std::string(tone_mapper.data(), tone_mapper.size());
@@ -218,8 +202,7 @@ class CsfFilter : public torch::autograd::Function<CsfFilter> {
     at::AutoDispatchBelowADInplaceOrView guard;
     ctx->save_for_backward({opp});
     ctx->saved_data["ppd"] = ppd;
-    static auto f = op<at::Tensor(const at::Tensor&, double)>("flip::csf_filter");
-    return f.call(opp, ppd);
+    return op::call<op::CsfFilter>(opp, ppd);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
@@ -233,8 +216,7 @@ class HuntHyab : public torch::autograd::Function<HuntHyab> {
     at::AutoDispatchBelowADInplaceOrView guard;
     ctx->save_for_backward({test, ref});
     ctx->saved_data["eps"] = eps;
-    static auto f = op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("flip::hunt_hyab");
-    return f.call(test, ref, eps);
+    return op::call<op::HuntHyab>(test, ref, eps);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
@@ -252,9 +234,7 @@ class FeatureDifference : public torch::autograd::Function<FeatureDifference> {
     ctx->save_for_backward({test, ref});
     ctx->saved_data["ppd"] = ppd;
     ctx->saved_data["eps"] = eps;
-    static auto f =
-        op<at::Tensor(const at::Tensor&, const at::Tensor&, double, double)>("flip::feature_difference");
-    return f.call(test, ref, ppd, eps);
+    return op::call<op::FeatureDifference>(test, ref, ppd, eps);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
@@ -268,8 +248,9 @@ class FeatureDifference : public torch::autograd::Function<FeatureDifference> {
 // ---- the Autograd kernels ----
 
 // On the CPU, when a gradient will be taken, the forward keeps the sensitivities of the images that
-// require grad (7 planes per image in the compute dtype: 2.3 times the image's own float32 size)
-// and the backward costs 0.4-0.8 forwards instead of about 1.5 (benchmarks/RESULTS.md). Elsewhere
+// require grad (7 planes per image in the compute dtype: 7/3 of the image's own float32 size) and
+// the backward only scales them and runs the transposed filters instead of recomputing the
+// forward's work (benchmarks/RESULTS.md has the timings). Elsewhere
 // (CUDA, whose backward recomputes in tiles with memory flat in the image size) and without a
 // gradient, nothing is kept.
 at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,

@@ -14,8 +14,6 @@
 
 namespace flip_ops {
 
-static_assert(kSensitivityPlanes == flip::kResponsePlanes, "the sensitivities' layout is the kernels'");
-
 // The compute dtype (signature.h), contiguous NCHW: what the kernels want.
 inline at::Tensor compute_copy(const at::Tensor& t) { return t.to(compute_dtype(t)).contiguous(); }
 

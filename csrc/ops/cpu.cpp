@@ -51,8 +51,15 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
   auto out = at::empty_symint(map_shape(t), t.options());
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip", [&] {
-    ok = flip::cpu::ldr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
-                                               out.data_ptr<scalar_t>(), shape_of(t), ppd, srgb, eps);
+    flip::cpu::LdrFlipArgs<scalar_t> a;
+    a.s = shape_of(t);
+    a.ppd = ppd;
+    a.eps = eps;
+    a.srgb = srgb;
+    a.test = t.data_ptr<scalar_t>();
+    a.ref = r.data_ptr<scalar_t>();
+    a.out = out.data_ptr<scalar_t>();
+    ok = flip::cpu::ldr_flip_forward(a);
   });
   check_finite(ok, "ldr_flip");
   return out.to(test.scalar_type());
@@ -67,9 +74,17 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto gb = grad_buffers(t, mask);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip_backward", [&] {
-    ok = flip::cpu::ldr_flip_backward<scalar_t>(g.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(),
-                                                r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
-                                                ptr_or_null<scalar_t>(gb[1]), shape_of(t), ppd, srgb, eps);
+    flip::cpu::LdrFlipArgs<scalar_t> a;
+    a.s = shape_of(t);
+    a.ppd = ppd;
+    a.eps = eps;
+    a.srgb = srgb;
+    a.test = t.data_ptr<scalar_t>();
+    a.ref = r.data_ptr<scalar_t>();
+    a.grad = g.data_ptr<scalar_t>();
+    a.g_test = ptr_or_null<scalar_t>(gb[0]);
+    a.g_ref = ptr_or_null<scalar_t>(gb[1]);
+    ok = flip::cpu::ldr_flip_backward(a);
   });
   check_finite(ok, "ldr_flip_backward");
   return cast_back(gb, test, ref);
@@ -84,9 +99,18 @@ Pair ldr_flip_with_sensitivities(const at::Tensor& test, const at::Tensor& ref, 
   auto sens = pooled_empty(c10::asIntArrayRefUnchecked(sens_shape), t.options());
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::_ldr_flip_with_sensitivities", [&] {
-    ok = flip::cpu::ldr_flip_forward_sensitivities<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
-                                                             out.data_ptr<scalar_t>(), sens.data_ptr<scalar_t>(),
-                                                             mask[0], mask[1], shape_of(t), ppd, srgb, eps);
+    flip::cpu::LdrFlipArgs<scalar_t> a;
+    a.s = shape_of(t);
+    a.ppd = ppd;
+    a.eps = eps;
+    a.srgb = srgb;
+    a.test = t.data_ptr<scalar_t>();
+    a.ref = r.data_ptr<scalar_t>();
+    a.out = out.data_ptr<scalar_t>();
+    a.sensitivities = sens.data_ptr<scalar_t>();
+    a.want_test = mask[0];
+    a.want_ref = mask[1];
+    ok = flip::cpu::ldr_flip_forward_sensitivities(a);
   });
   check_finite(ok, "ldr_flip");  // the op users call; this one is its CPU autograd's
   return {out.to(test.scalar_type()), sens};
@@ -102,10 +126,17 @@ Pair ldr_flip_backward_from_sensitivities(const at::Tensor& grad, const at::Tens
   auto gb = grad_buffers(t, mask);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::_ldr_flip_backward_from_sensitivities", [&] {
-    ok = flip::cpu::ldr_flip_backward_sensitivities<scalar_t>(g.data_ptr<scalar_t>(), sens.data_ptr<scalar_t>(),
-                                                         t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
-                                                         ptr_or_null<scalar_t>(gb[0]), ptr_or_null<scalar_t>(gb[1]),
-                                                         shape_of(t), ppd, srgb);
+    flip::cpu::LdrFlipArgs<scalar_t> a;
+    a.s = shape_of(t);
+    a.ppd = ppd;
+    a.srgb = srgb;
+    a.test = t.data_ptr<scalar_t>();
+    a.ref = r.data_ptr<scalar_t>();
+    a.grad = g.data_ptr<scalar_t>();
+    a.sensitivities = sens.data_ptr<scalar_t>();
+    a.g_test = ptr_or_null<scalar_t>(gb[0]);
+    a.g_ref = ptr_or_null<scalar_t>(gb[1]);
+    ok = flip::cpu::ldr_flip_backward_sensitivities(a);
   });
   check_finite(ok, "_ldr_flip_backward_from_sensitivities");
   return cast_back(gb, test, ref);
@@ -124,10 +155,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
   auto idx = at::empty_symint(map_shape(t), t.options().dtype(at::kInt));
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip", [&] {
-    ok = flip::cpu::hdr_flip_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(),
-                                               cn.data_ptr<int64_t>(), ex.size(1), out.data_ptr<scalar_t>(),
-                                               emap.data_ptr<scalar_t>(), idx.data_ptr<int32_t>(), shape_of(t), ppd, tm,
-                                               eps);
+    flip::cpu::HdrFlipArgs<scalar_t> a;
+    a.s = shape_of(t);
+    a.ppd = ppd;
+    a.eps = eps;
+    a.tone_mapper = tm;
+    a.test = t.data_ptr<scalar_t>();
+    a.ref = r.data_ptr<scalar_t>();
+    a.exposures = ex.data_ptr<scalar_t>();
+    a.counts = cn.data_ptr<int64_t>();
+    a.E = ex.size(1);
+    a.out = out.data_ptr<scalar_t>();
+    a.exposure_map = emap.data_ptr<scalar_t>();
+    a.index = idx.data_ptr<int32_t>();
+    ok = flip::cpu::hdr_flip_forward(a);
   });
   check_finite(ok, "hdr_flip");
   return {out.to(test.scalar_type()), emap.to(test.scalar_type()), idx};
@@ -148,10 +189,21 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto gb = grad_buffers(t, mask);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip_backward", [&] {
-    ok = flip::cpu::hdr_flip_backward<scalar_t>(
-        g.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ex.data_ptr<scalar_t>(),
-        cn.data_ptr<int64_t>(), ex.size(1), ix.data_ptr<int32_t>(), ptr_or_null<scalar_t>(gb[0]),
-        ptr_or_null<scalar_t>(gb[1]), shape_of(t), ppd, tm, eps);
+    flip::cpu::HdrFlipArgs<scalar_t> a;
+    a.s = shape_of(t);
+    a.ppd = ppd;
+    a.eps = eps;
+    a.tone_mapper = tm;
+    a.test = t.data_ptr<scalar_t>();
+    a.ref = r.data_ptr<scalar_t>();
+    a.exposures = ex.data_ptr<scalar_t>();
+    a.counts = cn.data_ptr<int64_t>();
+    a.E = ex.size(1);
+    a.grad = g.data_ptr<scalar_t>();
+    a.index = ix.data_ptr<int32_t>();
+    a.g_test = ptr_or_null<scalar_t>(gb[0]);
+    a.g_ref = ptr_or_null<scalar_t>(gb[1]);
+    ok = flip::cpu::hdr_flip_backward(a);
   });
   check_finite(ok, "hdr_flip_backward");
   return cast_back(gb, test, ref);
@@ -163,8 +215,12 @@ at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
   auto out = at::empty_like(o);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter", [&] {
-    ok = flip::cpu::csf_filter_forward<scalar_t>(o.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                                                 shape_of(o), ppd);
+    flip::cpu::CsfFilterArgs<scalar_t> a;
+    a.s = shape_of(o);
+    a.ppd = ppd;
+    a.opponent = o.data_ptr<scalar_t>();
+    a.out = out.data_ptr<scalar_t>();
+    ok = flip::cpu::csf_filter_forward(a);
   });
   check_finite(ok, "csf_filter");
   return out.to(opp.scalar_type());
@@ -178,8 +234,13 @@ at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, do
   auto out = at::empty_like(o);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter_backward", [&] {
-    ok = flip::cpu::csf_filter_backward<scalar_t>(g.data_ptr<scalar_t>(), o.data_ptr<scalar_t>(),
-                                                  out.data_ptr<scalar_t>(), shape_of(o), ppd);
+    flip::cpu::CsfFilterArgs<scalar_t> a;
+    a.s = shape_of(o);
+    a.ppd = ppd;
+    a.opponent = o.data_ptr<scalar_t>();
+    a.grad = g.data_ptr<scalar_t>();
+    a.g_opponent = out.data_ptr<scalar_t>();
+    ok = flip::cpu::csf_filter_backward(a);
   });
   check_finite(ok, "csf_filter_backward");
   return out.to(opp.scalar_type());
@@ -191,8 +252,13 @@ at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) 
   auto out = at::empty_symint(map_shape(t), t.options());
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab", [&] {
-    ok = flip::cpu::hunt_hyab_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
-                                                out.data_ptr<scalar_t>(), shape_of(t), eps);
+    flip::cpu::HuntHyabArgs<scalar_t> a;
+    a.s = shape_of(t);
+    a.eps = eps;
+    a.test = t.data_ptr<scalar_t>();
+    a.ref = r.data_ptr<scalar_t>();
+    a.out = out.data_ptr<scalar_t>();
+    ok = flip::cpu::hunt_hyab_forward(a);
   });
   check_finite(ok, "hunt_hyab");
   return out.to(test.scalar_type());
@@ -207,9 +273,15 @@ Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at
   auto gb = grad_buffers(t, mask);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab_backward", [&] {
-    ok = flip::cpu::hunt_hyab_backward<scalar_t>(g.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(),
-                                                 r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
-                                                 ptr_or_null<scalar_t>(gb[1]), shape_of(t), eps);
+    flip::cpu::HuntHyabArgs<scalar_t> a;
+    a.s = shape_of(t);
+    a.eps = eps;
+    a.test = t.data_ptr<scalar_t>();
+    a.ref = r.data_ptr<scalar_t>();
+    a.grad = g.data_ptr<scalar_t>();
+    a.g_test = ptr_or_null<scalar_t>(gb[0]);
+    a.g_ref = ptr_or_null<scalar_t>(gb[1]);
+    ok = flip::cpu::hunt_hyab_backward(a);
   });
   check_finite(ok, "hunt_hyab_backward");
   return cast_back(gb, test, ref);
@@ -221,8 +293,14 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
   auto out = at::empty_like(t);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference", [&] {
-    ok = flip::cpu::feature_difference_forward<scalar_t>(t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(),
-                                                         out.data_ptr<scalar_t>(), shape_of(t), ppd, eps);
+    flip::cpu::FeatureDifferenceArgs<scalar_t> a;
+    a.s = shape_of(t);
+    a.ppd = ppd;
+    a.eps = eps;
+    a.test = t.data_ptr<scalar_t>();
+    a.ref = r.data_ptr<scalar_t>();
+    a.out = out.data_ptr<scalar_t>();
+    ok = flip::cpu::feature_difference_forward(a);
   });
   check_finite(ok, "feature_difference");
   return out.to(test.scalar_type());
@@ -237,9 +315,16 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
   auto gb = grad_buffers(t, mask);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference_backward", [&] {
-    ok = flip::cpu::feature_difference_backward<scalar_t>(
-        g.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(gb[0]),
-        ptr_or_null<scalar_t>(gb[1]), shape_of(t), ppd, eps);
+    flip::cpu::FeatureDifferenceArgs<scalar_t> a;
+    a.s = shape_of(t);
+    a.ppd = ppd;
+    a.eps = eps;
+    a.test = t.data_ptr<scalar_t>();
+    a.ref = r.data_ptr<scalar_t>();
+    a.grad = g.data_ptr<scalar_t>();
+    a.g_test = ptr_or_null<scalar_t>(gb[0]);
+    a.g_ref = ptr_or_null<scalar_t>(gb[1]);
+    ok = flip::cpu::feature_difference_backward(a);
   });
   check_finite(ok, "feature_difference_backward");
   return cast_back(gb, test, ref);

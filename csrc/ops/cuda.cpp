@@ -49,11 +49,11 @@ flip::cuda::KernelTaps<T> kernel_taps(double ppd, const at::Tensor& like, cudaSt
   if (slot) return *slot;
   auto csf = flip::csf_taps<T>(ppd);
   auto feat = flip::feature_taps<T>(ppd);
-  const flip::Filter1D<T>* filters[Taps::kFilters] = {&csf->y, &csf->cx, &csf->cz1, &csf->cz2,
-                                                      &feat->g, &feat->dg, &feat->ddg};
+  const flip::Filter1D<T>* filters[flip::kBankFilters] = {&csf->y, &csf->cx, &csf->cz1, &csf->cz2,
+                                                          &feat->g, &feat->dg, &feat->ddg};
   auto entry = std::make_unique<Taps>();
   std::vector<T> host;
-  for (int i = 0; i < Taps::kFilters; ++i) {
+  for (int i = 0; i < flip::kBankFilters; ++i) {
     const auto* f = filters[i];
     entry->offset[i] = static_cast<int>(host.size());
     entry->radius[i] = f->radius;

@@ -1,8 +1,10 @@
 // Every public op of the flip library, in one place. Each differentiable op has a separately
 // registered backward op, so that torch.compile, opcheck and C++ autograd all see the same graph;
 // the backward ops are first-order only (differentiating them raises, see autograd.cpp).
-// Argument limits (checks.h, flip_loss/limits.h): 0 < pixels_per_degree <= 10000,
-// 0 <= eps <= 1e-6, a non-empty batch, exposures N x E with 2 <= E <= 256 and 2 <= counts[n] <= E.
+// Every kernel checks the arguments alike (checks.h): a non-empty batch; pixels_per_degree, eps,
+// the number E of exposures (N x E) and each counts[n] (at most E) within the limits of
+// csrc/include/flip_loss/limits.h. The C++ signatures of these schemas are in
+// csrc/include/flip_loss/op_signatures.h.
 #include <torch/library.h>
 
 TORCH_LIBRARY(flip, m) {

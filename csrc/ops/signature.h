@@ -6,14 +6,15 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <array>
-#include <tuple>
 #include <vector>
+
+#include "../flip/plane_counts.h"
+#include "../include/flip_loss/op_signatures.h"
 
 namespace flip_ops {
 
-using Pair = std::tuple<at::Tensor, at::Tensor>;  // gradients w.r.t. (test, reference)
-using Mask = std::array<bool, 2>;                 // output_mask: which of the two are wanted
+using Pair = flip_loss::op::TensorPair;  // gradients w.r.t. (test, reference)
+using Mask = flip_loss::op::OutputMask;  // output_mask: which of the two are wanted
 
 // N x 1 x H x W (or 1 x H x W) for an image shaped like `like`; symbolic, for the meta kernels.
 inline std::vector<c10::SymInt> map_shape(const at::Tensor& like) {
@@ -27,14 +28,14 @@ inline at::ScalarType compute_dtype(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// Planes per image of the sensitivities: the gradient of a pixel's error w.r.t. its filtered
-// colour (3) and feature responses (4), flip::kResponsePlanes (common.h asserts they agree).
-constexpr int64_t kSensitivityPlanes = 7;
+// Planes per image of the sensitivities: the gradient of a pixel's error w.r.t. each of its
+// filtered responses, in the kernels' layout of per-response planes.
+constexpr int64_t kSensitivityPlanesPerImage = flip::kResponsePlanesPerImage;
 
 // N x 7k x H x W (or 7k x H x W) for images shaped like `like`, k = the number of images in mask.
 inline std::vector<c10::SymInt> sensitivities_shape(const at::Tensor& like, Mask mask) {
   auto s = like.sym_sizes().vec();
-  s[s.size() - 3] = kSensitivityPlanes * (int64_t{mask[0]} + int64_t{mask[1]});
+  s[s.size() - 3] = kSensitivityPlanesPerImage * (int64_t{mask[0]} + int64_t{mask[1]});
   return s;
 }
 

@@ -35,6 +35,12 @@ namespace {
 using flip_test::tensor_attr;
 using flip_test::write_file;
 
+// An op that no library registers, in op_signatures.h's form: its handle must say so.
+struct NoSuchOp {
+  static constexpr const char* name = "flip::no_such_op";
+  using Signature = at::Tensor(const at::Tensor&);
+};
+
 at::Tensor pooled_tensor(const flip_loss::Pooled& p) {
   return at::tensor({p.mean, p.weighted_median, p.weighted_quartile_1, p.weighted_quartile_3, p.min, p.max},
                     at::kDouble);
@@ -103,8 +109,7 @@ int run(const std::string& inputs_path, const std::string& outputs_path) {
 
   // Error paths: each must throw a c10::Error with a message that says what is wrong.
   std::vector<int64_t> checks;
-  checks.push_back(throws_c10_error([] { flip_loss::detail::typed_op<at::Tensor(const at::Tensor&)>("flip::no_such_op"); },
-                                    "is not registered"));
+  checks.push_back(throws_c10_error([] { flip_loss::op::handle<NoSuchOp>(); }, "is not registered"));
   checks.push_back(throws_c10_error([&] { flip_loss::ldr_flip(test.detach(), reference.detach(), ppd, "xyz"); },
                                     "input_space"));
   checks.push_back(throws_c10_error([] { flip_loss::pool(at::empty({0})); }, "empty"));

@@ -3,7 +3,12 @@
 // input needs no gradient.
 //
 // The kernels are compiled once per x86-64 instruction-set level (see isa.h); these functions
-// (dispatch.cpp) run the best one the CPU supports, so one binary runs on any CPU at full speed.
+// (isa_dispatch.cpp) run the best one the CPU supports, so one binary runs on any CPU at full speed.
+//
+// Each kernel takes one struct, that of its family, which the op fills in (csrc/ops/cpu.cpp), and
+// FLIP_CPU_KERNELS lists every kernel once with it: the declarations, the per-level declarations
+// and forwarders (isa_dispatch.cpp) and the instantiations (kernels_<level>.cpp) are all made from
+// that list, so an argument is added by adding a field and using it.
 #pragma once
 
 #include <cstdint>
@@ -17,50 +22,111 @@ struct Shape {
   int64_t n, h, w;
 };
 
-// The declarations, as a macro so that dispatch.cpp can declare them again in the namespace of
-// each instruction-set variant. In order:
-// * LDR-FLIP forward and backward; the forward that also writes the sensitivities (N x 7k x H x W:
-//   the 7 planes of the test image if want_test, then the reference's if want_ref; k of them) and
-//   the backward from those (the wanted gradients, g_test and / or g_ref, are the kept ones);
-// * HDR-FLIP: exposures is N x E (stops), counts[n] <= E of them used for item n. Outputs the error
-//   map, the exposure map (winning index / (count - 1), 0 where none wins) and the winning index
-//   (-1 where none wins), each N x H x W;
-// * the single stages: CSF filter, Hunt/HyAB colour error, feature difference.
-#define FLIP_CPU_KERNEL_DECLARATIONS                                                                              \
-  template <class T>                                                                                              \
-  bool ldr_flip_forward(const T* test, const T* ref, T* out, Shape s, double ppd, bool srgb, double eps);        \
-  template <class T>                                                                                              \
-  bool ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, Shape s, double ppd,   \
-                         bool srgb, double eps);                                                                  \
-  template <class T>                                                                                              \
-  bool ldr_flip_forward_sensitivities(const T* test, const T* ref, T* out, T* sensitivities, bool want_test,      \
-                                      bool want_ref, Shape s, double ppd, bool srgb, double eps);                 \
-  template <class T>                                                                                              \
-  bool ldr_flip_backward_sensitivities(const T* grad, const T* sensitivities, const T* test, const T* ref,       \
-                                       T* g_test, T* g_ref, Shape s, double ppd, bool srgb);                      \
-  template <class T>                                                                                              \
-  bool hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E,       \
-                        T* out, T* exposure_map, int32_t* index, Shape s, double ppd, ToneMapper tone_mapper,    \
-                        double eps);                                                                              \
-  template <class T>                                                                                              \
-  bool hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,  \
-                         int64_t E, const int32_t* index, T* g_test, T* g_ref, Shape s, double ppd,              \
-                         ToneMapper tone_mapper, double eps);                                                     \
-  template <class T>                                                                                              \
-  bool csf_filter_forward(const T* opponent, T* out, Shape s, double ppd);                                       \
-  template <class T>                                                                                              \
-  bool csf_filter_backward(const T* grad, const T* opponent, T* g_opponent, Shape s, double ppd);                \
-  template <class T>                                                                                              \
-  bool hunt_hyab_forward(const T* test, const T* ref, T* out, Shape s, double eps);                              \
-  template <class T>                                                                                              \
-  bool hunt_hyab_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, Shape s, double eps); \
-  template <class T>                                                                                              \
-  bool feature_difference_forward(const T* test, const T* ref, T* out, Shape s, double ppd, double eps);         \
-  template <class T>                                                                                              \
-  bool feature_difference_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, Shape s,    \
-                                   double ppd, double eps);
+// LDR-FLIP: both images (N x 3 x H x W) -> the error map (N x H x W), and its backward. The forward
+// that keeps the sensitivities writes, per item, the kResponsePlanesPerImage planes (7,
+// plane_counts.h) of the test image if want_test, then the reference's if want_ref (N x 7k x H x W,
+// k of them); the backward from them reads that layout for the images whose gradient pointer is
+// not null (which must be the kept ones).
+template <class T>
+struct LdrFlipArgs {
+  Shape s{};
+  double ppd = 0, eps = 0;
+  bool srgb = false;  // sRGB (else linear) input
+  const T* test = nullptr;
+  const T* ref = nullptr;
+  const T* grad = nullptr;     // the backwards: the incoming gradient of the map
+  T* out = nullptr;            // the forwards: the map
+  T* sensitivities = nullptr;  // ldr_flip_forward_sensitivities writes them, ..._backward_sensitivities reads
+  bool want_test = false, want_ref = false;  // ldr_flip_forward_sensitivities: whose to keep
+  T* g_test = nullptr;  // the backwards: the gradients (null: not wanted)
+  T* g_ref = nullptr;
+};
 
-FLIP_CPU_KERNEL_DECLARATIONS
+// HDR-FLIP: exposures is N x E (stops), counts[n] <= E of them used for item n. The forward writes
+// the error map, the exposure map (winning index / (count - 1), 0 where none wins) and the winning
+// index (-1 where none wins), each N x H x W; the backward reads the index.
+template <class T>
+struct HdrFlipArgs {
+  Shape s{};
+  double ppd = 0, eps = 0;
+  ToneMapper tone_mapper = ToneMapper::kAces;
+  const T* test = nullptr;
+  const T* ref = nullptr;
+  const T* exposures = nullptr;
+  const int64_t* counts = nullptr;
+  int64_t E = 0;
+  const T* grad = nullptr;  // backward
+  T* out = nullptr;         // forward: the map, the exposure map and the index
+  T* exposure_map = nullptr;
+  int32_t* index = nullptr;  // written by the forward, read by the backward
+  T* g_test = nullptr;       // backward (null: not wanted)
+  T* g_ref = nullptr;
+};
+
+// csf_filter: an opponent image (N x 3 x H x W) -> filtered, RGB-cube-clamped linear RGB (same
+// shape), and its backward (grad -> g_opponent).
+template <class T>
+struct CsfFilterArgs {
+  Shape s{};
+  double ppd = 0;
+  const T* opponent = nullptr;
+  const T* grad = nullptr;
+  T* out = nullptr;
+  T* g_opponent = nullptr;
+};
+
+// hunt_hyab: two filtered linear-RGB images (N x 3 x H x W) -> the colour error (N x H x W), and
+// its backward.
+template <class T>
+struct HuntHyabArgs {
+  Shape s{};
+  double eps = 0;
+  const T* test = nullptr;
+  const T* ref = nullptr;
+  const T* grad = nullptr;  // backward
+  T* out = nullptr;         // forward
+  T* g_test = nullptr;      // backward (null: not wanted)
+  T* g_ref = nullptr;
+};
+
+// feature_difference: two achromatic images (N x 1 x H x W) -> the feature error (N x H x W), and
+// its backward.
+template <class T>
+struct FeatureDifferenceArgs {
+  Shape s{};
+  double ppd = 0, eps = 0;
+  const T* test = nullptr;
+  const T* ref = nullptr;
+  const T* grad = nullptr;  // backward
+  T* out = nullptr;         // forward
+  T* g_test = nullptr;      // backward (null: not wanted)
+  T* g_ref = nullptr;
+};
+
+// Every kernel, with the arguments struct it takes: X(name, Args).
+#define FLIP_CPU_KERNELS(X)                            \
+  X(ldr_flip_forward, LdrFlipArgs)                     \
+  X(ldr_flip_backward, LdrFlipArgs)                    \
+  X(ldr_flip_forward_sensitivities, LdrFlipArgs)       \
+  X(ldr_flip_backward_sensitivities, LdrFlipArgs)      \
+  X(hdr_flip_forward, HdrFlipArgs)                     \
+  X(hdr_flip_backward, HdrFlipArgs)                    \
+  X(csf_filter_forward, CsfFilterArgs)                 \
+  X(csf_filter_backward, CsfFilterArgs)                \
+  X(hunt_hyab_forward, HuntHyabArgs)                   \
+  X(hunt_hyab_backward, HuntHyabArgs)                  \
+  X(feature_difference_forward, FeatureDifferenceArgs) \
+  X(feature_difference_backward, FeatureDifferenceArgs)
+
+#define FLIP_CPU_DECLARE_KERNEL(name, Args) \
+  template <class T>                        \
+  bool name(const Args<T>& args);
+FLIP_CPU_KERNELS(FLIP_CPU_DECLARE_KERNEL)
+
+// The float and double versions the ops call.
+#define FLIP_CPU_INSTANTIATE_KERNEL(name, Args)  \
+  template bool name<float>(const Args<float>&); \
+  template bool name<double>(const Args<double>&);
 
 // The instruction-set level the kernels run with: "avx512", "avx2" or "baseline". It is the
 // best the CPU (and the OS) supports, or lower when the environment variable

@@ -9,6 +9,7 @@ FLIP_CPU_VARIANT_BEGIN(flip_avx512)
 #include "hdr_flip.inc"
 #include "ldr_flip.inc"
 #include "stages.inc"
+FLIP_CPU_INSTANTIATE_VARIANT
 FLIP_CPU_VARIANT_END
 #pragma GCC pop_options
 #endif

@@ -6,4 +6,5 @@ FLIP_CPU_VARIANT_BEGIN(flip_baseline)
 #include "hdr_flip.inc"
 #include "ldr_flip.inc"
 #include "stages.inc"
+FLIP_CPU_INSTANTIATE_VARIANT
 FLIP_CPU_VARIANT_END

@@ -24,8 +24,6 @@
 namespace flip {
 namespace cpu {
 
-constexpr int kPlanes = 7;  // horizontal planes per image: 4 CSF intermediates, 3 feature intermediates
-
 // The indices of the images whose pointer in p is not null, in order, into out; returns how many.
 // The backward's parallel loops run over the wanted images' rows only, so that every thread works
 // when one image wants a gradient.
@@ -37,10 +35,10 @@ inline int wanted_images(const P p[2], int out[2]) {
   return count;
 }
 
-// Samples per batch item of the response planes (kResponsePlanes planes of hw samples, pixel.h)
-// of the wanted images: the layout of the kept sensitivities and of the backward's gradient planes.
+// Samples per batch item of the response planes (kResponsePlanesPerImage planes of hw samples,
+// plane_counts.h) of the wanted images: the layout of the kept sensitivities and of the backward's gradient planes.
 inline int64_t response_plane_samples(bool want_test, bool want_ref, int64_t hw) {
-  return (int64_t{want_test} + int64_t{want_ref}) * kResponsePlanes * hw;
+  return (int64_t{want_test} + int64_t{want_ref}) * kResponsePlanesPerImage * hw;
 }
 
 // The per-image pointers into such a buffer at base, the test image's planes first; null for an
@@ -48,7 +46,7 @@ inline int64_t response_plane_samples(bool want_test, bool want_ref, int64_t hw)
 template <class T>
 inline void split_response_planes(T* base, bool want_test, bool want_ref, int64_t hw, T* out[2]) {
   out[0] = want_test ? base : nullptr;
-  out[1] = want_ref ? base + (want_test ? kResponsePlanes * hw : 0) : nullptr;
+  out[1] = want_ref ? base + (want_test ? kResponsePlanesPerImage * hw : 0) : nullptr;
 }
 
 inline int64_t row_grain(int64_t W) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(W, 1)); }
@@ -109,9 +107,9 @@ bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, co
       const int im = static_cast<int>(idx / H);
       const int64_t row = idx % H;
       ok &= convert_row(img[im] + row * W, HW, W, conv, o0, o1, o2, yh);
-      T* base = planes + im * kPlanes * HW;
+      T* base = planes + im * kHorizontalPlanesPerImage * HW;
       csf_h_row(o0, o1, o2, W, *cx.csf, sc.pad(), csf_planes(base, HW), row * W);
-      feature_h_row(yh, W, *cx.feat, sc.pad(), feature_planes(base + 4 * HW, HW), row * W);
+      feature_h_row(yh, W, *cx.feat, sc.pad(), feature_planes(base + kCsfFilters * HW, HW), row * W);
     }
     if (!ok) finite = false;
   });
@@ -120,11 +118,9 @@ bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, co
 
 // The vertical passes run tile by tile, each filter over all rows of a tile before the next: a
 // pass reads 2r + 1 rows for every output row, and whole rows of 512 samples give a 21-row window
-// of 42 KB per plane, more than a 32 KB L1 cache, so every row came from L2 again for each output
-// row (about 1.5 cycles per 8 samples and tap). A tile of 128 columns by 32 rows reads the 52 input
-// rows of a plane (26 KB) once and reuses them from L1: the vertical passes take about 30% less
-// time on their own, the forward 5-12% (benchmarks/RESULTS.md). Tiles of 256 columns by 16
-// rows, tried before, gained nothing in the pipeline (their window, 36 rows of 1 KB, exceeds L1).
+// of 42 KB per plane, more than a 32 KB L1 cache, so every row would come from L2 again for each
+// output row. A tile of 128 columns by 32 rows reads the 52 input rows of a plane (26 KB) once
+// and reuses them from L1. benchmarks/RESULTS.md has the timings of this and other tile shapes.
 constexpr int64_t kTileRows = 32, kTileColumns = 128;
 
 // The tiles of an H x W image, numbered row of tiles by row of tiles.
@@ -143,9 +139,10 @@ struct Tiling {
 template <class T>
 struct TileScratch {
   Scratch<T> sc;
-  explicit TileScratch(int64_t W) : sc(std::min(W, kTileColumns), 0, 2 * kResponsePlanes * kTileRows) {}
+  explicit TileScratch(int64_t W)
+      : sc(std::min(W, kTileColumns), 0, 2 * kResponsePlanesPerImage * kTileRows) {}
   T* rows() { return sc.row(0); }
-  static int64_t stride(const Tile& t) { return 2 * kResponsePlanes * t.n; }
+  static int64_t stride(const Tile& t) { return 2 * kResponsePlanesPerImage * t.n; }
 };
 
 // Vertical passes of both images over tile t into out (TileScratch's layout).
@@ -153,16 +150,17 @@ template <class T>
 void vertical_tile(const T* planes, int64_t H, int64_t W, const Tile& t, const Context<T>& cx, T* out) {
   const int64_t HW = H * W, stride = TileScratch<T>::stride(t);
   for (int im = 0; im < 2; ++im) {
-    T* base = const_cast<T*>(planes) + im * kPlanes * HW;
-    T* dst = out + im * kResponsePlanes * t.n;
+    T* base = const_cast<T*>(planes) + im * kHorizontalPlanesPerImage * HW;
+    T* dst = out + im * kResponsePlanesPerImage * t.n;
     csf_v_tile(csf_planes(base, HW), H, W, t, *cx.csf, dst, stride);
-    feature_v_tile(feature_planes(base + 4 * HW, HW), H, W, t, *cx.feat, dst + 3 * t.n, stride);
+    feature_v_tile(feature_planes(base + kCsfFilters * HW, HW), H, W, t, *cx.feat, dst + 3 * t.n, stride);
   }
 }
 
 // The vertical passes of both images tile by tile, threads sharing out the tiles, then
 // row_fn(rt, rr, n, p) for each row of a tile: rt and rr the test's and the reference's 7 rows of
-// n samples (kResponsePlanes rows n apart), p the index of the row's first pixel in an H x W plane.
+// n samples (kResponsePlanesPerImage rows n apart), p the index of the row's first pixel in an
+// H x W plane.
 template <class T, class RowFn>
 void vertical_tiles(const T* planes, int64_t H, int64_t W, const Context<T>& cx, const RowFn& row_fn) {
   const Tiling tiles(H, W);
@@ -174,7 +172,7 @@ void vertical_tiles(const T* planes, int64_t H, int64_t W, const Context<T>& cx,
       vertical_tile(planes, H, W, t, cx, scratch.rows());
       for (int64_t row = t.y0; row < t.y1; ++row) {
         const T* rt = scratch.rows() + (row - t.y0) * stride;
-        row_fn(rt, static_cast<const T*>(rt + kResponsePlanes * t.n), t.n, row * W + t.x0);
+        row_fn(rt, static_cast<const T*>(rt + kResponsePlanesPerImage * t.n), t.n, row * W + t.x0);
       }
     }
   });
@@ -285,17 +283,17 @@ void vertical_sensitivities(const T* planes, T* const splanes[2], int64_t H, int
 }
 
 // The backward's gradient planes from kept sensitivities: dst = gmap * src per pixel, for the
-// images whose dst[im] is not null (kResponsePlanes planes of hw samples each).
+// images whose dst[im] is not null (kResponsePlanesPerImage planes of hw samples each).
 template <class T>
 void scale_sensitivities(const T* const src[2], const T* gmap, T* const dst[2], int64_t hw) {
   constexpr int64_t kChunk = 8192;
   const int64_t chunks = (hw + kChunk - 1) / kChunk;
   int wanted[2];
   const int count = wanted_images(dst, wanted);
-  parallel_for(0, count * kResponsePlanes * chunks, 1, [&](int64_t b, int64_t e) {
+  parallel_for(0, count * kResponsePlanesPerImage * chunks, 1, [&](int64_t b, int64_t e) {
     for (int64_t idx = b; idx < e; ++idx) {
-      const int im = wanted[idx / (kResponsePlanes * chunks)];
-      const int64_t plane = idx / chunks % kResponsePlanes, begin = idx % chunks * kChunk;
+      const int im = wanted[idx / (kResponsePlanesPerImage * chunks)];
+      const int64_t plane = idx / chunks % kResponsePlanesPerImage, begin = idx % chunks * kChunk;
       const int64_t end = std::min(hw, begin + kChunk);
       const T* __restrict s = src[im] + plane * hw;
       T* __restrict d = dst[im] + plane * hw;
@@ -323,14 +321,16 @@ FLIP_LOOP void opponent_row_vjp(const T* __restrict o0, const T* __restrict o1, 
 // The transposed stage runs band by band: the vertical transposes of a band's rows, tile by tile
 // (as the forward's vertical passes, and for the same reason), into whole rows, then the
 // horizontal transposes row by row. A band is kTransposedBand rows, fewer for a short image or
-// when its 7 whole-row results per row would take more than kTransposedBandBytes per thread (a
-// very wide image: down to one row at a time, which needs no more than the row passes did).
+// when its whole-row results (the vertical transposes' outputs, one row per horizontal plane)
+// would take more than kTransposedBandBytes per thread (a very wide image: down to one row at a
+// time).
 constexpr int64_t kTransposedBand = 16;
 constexpr int64_t kTransposedBandBytes = int64_t{4} << 20;
 
 template <class T>
 inline int64_t transposed_band_rows(int64_t H, int64_t W) {
-  const int64_t fit = kTransposedBandBytes / (static_cast<int64_t>(sizeof(T)) * kResponsePlanes * std::max<int64_t>(W, 1));
+  const int64_t fit =
+      kTransposedBandBytes / (static_cast<int64_t>(sizeof(T)) * kHorizontalPlanesPerImage * std::max<int64_t>(W, 1));
   return std::max<int64_t>(1, std::min({kTransposedBand, H, fit}));
 }
 
@@ -344,10 +344,10 @@ void transposed_stage(T* const gplanes[2], int64_t H, int64_t W, const Context<T
   parallel_for(0, count * bands, 1, [&](int64_t b, int64_t e) {
     // Rows: o0, o1, o2, yh, glin (3), zeros, then per band row the 7 vertical results: t0..t3 of
     // the CSF bank, a, b, c of the feature bank.
-    Scratch<T> sc(W, cx.rmax, static_cast<int>(8 + kResponsePlanes * band_rows));
+    Scratch<T> sc(W, cx.rmax, static_cast<int>(8 + kHorizontalPlanesPerImage * band_rows));
     T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3), *glin = sc.row(4), *zeros = sc.row(7);
     T* band = sc.row(8);
-    const int64_t stride = kResponsePlanes * W;
+    const int64_t stride = kHorizontalPlanesPerImage * W;
     std::fill(zeros, zeros + W, T(0));
     for (int64_t idx = b; idx < e; ++idx) {
       const int im = wanted[idx / bands];
@@ -357,8 +357,8 @@ void transposed_stage(T* const gplanes[2], int64_t H, int64_t W, const Context<T
       for (int64_t x0 = 0; x0 < W; x0 += kTileColumns) {
         const Tile t{y0, y1, x0, std::min(kTileColumns, W - x0)};
         csf_t_vertical(g, g + HW, g + 2 * HW, H, W, t, *cx.csf, zeros, band, stride);
-        feature_t_vertical(g + 3 * HW, g + 4 * HW, g + 5 * HW, g + 6 * HW, H, W, t, *cx.feat, zeros, band + 4 * W,
-                           stride);
+        feature_t_vertical(g + 3 * HW, g + 4 * HW, g + 5 * HW, g + 6 * HW, H, W, t, *cx.feat, zeros,
+                           band + kCsfFilters * W, stride);
       }
       for (int64_t row = y0; row < y1; ++row) {
         const T* r = band + (row - y0) * stride;

@@ -4,8 +4,8 @@
 // pool keeps the last few buffers alive (at most kKeep of them) and lends the smallest that fits
 // (if not far larger than asked for). Buffers start on a cache line (kAlignment), as do the rows
 // of Scratch (banks.h), so that the filters' 32-byte loads of a row whose width is a multiple of
-// 16 floats never straddle two lines (a plain new[] of this size is only 16-byte aligned; the
-// vertical filters ran about 25% slower on such rows).
+// 16 floats never straddle two lines (a plain new[] of this size is only 16-byte aligned, and
+// loads that straddle lines slow the filters down; benchmarks/RESULTS.md has the timings).
 #pragma once
 
 #include <cstddef>

@@ -90,10 +90,9 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// The fused and tiled kernels build the taps' view (7 filters of 3 pointers: ~50 registers) for each
+// The fused and tiled kernels build the taps' view (seven filters of three pointers each) for each
 // phase from their parameter-space argument instead of once per kernel, so that it is not held in
-// registers across phases and barriers (ptxas -v, sm_90, float32: the tiled transposed kernel
-// took 234 registers with one view per kernel, 128 this way; the fused forward 64, now 48).
+// registers across phases and barriers, where it would raise the kernels' register use.
 
 // mode is kSrgb/kLinear (LDR-FLIP: out is the map) or kHdr (one exposure of HDR-FLIP: out, emap
 // and index hold the running maximum).

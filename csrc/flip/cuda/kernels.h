@@ -34,9 +34,10 @@ constexpr size_t kInlineTapBytes = 3072;
 template <class T>
 struct KernelTaps {
   static constexpr int kInlineCapacity = static_cast<int>(kInlineTapBytes / sizeof(T));
-  static constexpr int kFilters = 7;  // y, cx, cz1, cz2, g, dg, ddg (TapsView's order)
-  int offset[kFilters] = {};
-  int radius[kFilters] = {};
+  // Per filter of both banks (kBankFilters, plane_counts.h), in TapsView's order: y, cx, cz1,
+  // cz2, g, dg, ddg.
+  int offset[kBankFilters] = {};
+  int radius[kBankFilters] = {};
   int rmax = 0;
   // Null: the taps are in `inline_taps`. Else: device memory owned by csrc/ops/cuda.cpp (outside
   // the caching allocator, alive for the process) holding the same layout.
@@ -47,12 +48,13 @@ struct KernelTaps {
   // on its FLIP_GRID_CONSTANT parameter, so the pointers stay in parameter space.
   FLIP_HD TapsView<T> view() const {
     const T* base = device != nullptr ? device : inline_taps;
-    FilterView<T> f[kFilters];
-    for (int i = 0; i < kFilters; ++i) {
+    FilterView<T> f[kBankFilters];
+    for (int i = 0; i < kBankFilters; ++i) {
       const T* w = base + offset[i];
       const int r = radius[i];
       f[i] = FilterView<T>{w, w + 2 * r + 1, w + 3 * r + 1, r};
     }
+    static_assert(kBankFilters == 7, "TapsView lists the seven filters of the banks");
     return TapsView<T>{f[0], f[1], f[2], f[3], f[4], f[5], f[6], rmax};
   }
 };

@@ -20,7 +20,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <c10/util/string_view.h>
 
@@ -32,10 +31,12 @@
 #include <vector>
 
 #include "limits.h"
+#include "op_signatures.h"
 
 namespace flip_loss {
 
-// Version of the C++ API (matches the CMake package version).
+// Version of the C++ API: flip_loss.__version__ of the Python package, which is also the CMake
+// package's version (tests/test_one_source.py checks all three).
 constexpr int kVersionMajor = 0;
 constexpr int kVersionMinor = 1;
 constexpr int kVersionPatch = 0;
@@ -46,22 +47,6 @@ constexpr double kDefaultPpd = 67.02064327658225;
 // Default regulariser of the square roots with infinite slope at 0 (see the README, "Gradients").
 constexpr double kDefaultEps = 1e-15;
 
-namespace detail {
-
-// The typed handle of op `name` ("flip::ldr_flip"); throws a c10::Error that says what to do when
-// the op is not registered (libflip_ops not loaded).
-template <class Sig>
-c10::TypedOperatorHandle<Sig> typed_op(const char* name) {
-  auto& dispatcher = c10::Dispatcher::singleton();
-  TORCH_CHECK(dispatcher.findSchema({name, ""}).has_value(), "flip_loss: the op ", name,
-              " is not registered: libflip_ops is not loaded in this process. Link the program "
-              "against flip_loss::flip_ops before torch's libraries (the linker drops it with "
-              "--as-needed otherwise), or load it with dlopen()/torch.ops.load_library.");
-  return dispatcher.findSchemaOrThrow(name, "").typed<Sig>();
-}
-
-}  // namespace detail
-
 // ---- the ops ------------------------------------------------------------------------------------
 
 // The LDR-FLIP error map between `test` and `reference`: N x 1 x H x W (1 x H x W for a CHW
@@ -69,35 +54,27 @@ c10::TypedOperatorHandle<Sig> typed_op(const char* name) {
 // in both inputs. (torch.ops.flip.ldr_flip)
 inline at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& reference, double ppd = kDefaultPpd,
                            const std::string& input_space = "srgb", double eps = kDefaultEps) {
-  static const auto op =
-      detail::typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, double, c10::string_view, double)>(
-          "flip::ldr_flip");
-  return op.call(test, reference, ppd, c10::string_view(input_space.data(), input_space.size()), eps);
+  return op::call<op::LdrFlip>(test, reference, ppd, c10::string_view(input_space.data(), input_space.size()), eps);
 }
 
 // YCxCz opponent image (N x 3 x H x W) -> CSF-filtered linear RGB, clamped to [0, 1].
 // (torch.ops.flip.csf_filter)
 inline at::Tensor csf_filter(const at::Tensor& opponent, double ppd = kDefaultPpd) {
-  static const auto op = detail::typed_op<at::Tensor(const at::Tensor&, double)>("flip::csf_filter");
-  return op.call(opponent, ppd);
+  return op::call<op::CsfFilter>(opponent, ppd);
 }
 
 // Two filtered linear-RGB images (N x 3 x H x W) -> colour error dE_c (N x 1 x H x W), in [0, 1]
 // for inputs in [0, 1] (as csf_filter returns them); inputs are not clamped, so values outside
 // [0, 1] give values above 1. (torch.ops.flip.hunt_hyab)
 inline at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& reference, double eps = kDefaultEps) {
-  static const auto op =
-      detail::typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("flip::hunt_hyab");
-  return op.call(test, reference, eps);
+  return op::call<op::HuntHyab>(test, reference, eps);
 }
 
 // Two normalised achromatic images (N x 1 x H x W) -> feature error dE_f (N x 1 x H x W), in [0, 1]
 // for inputs in [0, 1]; inputs are not clamped. (torch.ops.flip.feature_difference)
 inline at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& reference, double ppd = kDefaultPpd,
                                      double eps = kDefaultEps) {
-  static const auto op =
-      detail::typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, double, double)>("flip::feature_difference");
-  return op.call(test, reference, ppd, eps);
+  return op::call<op::FeatureDifference>(test, reference, ppd, eps);
 }
 
 // HDR-FLIP with given exposures: `exposures` is N x E (stops, 2 <= E <= kMaxExposures), item n
@@ -114,11 +91,8 @@ struct HdrResult {
 inline HdrResult hdr_flip(const at::Tensor& test, const at::Tensor& reference, const at::Tensor& exposures,
                           const at::Tensor& counts, double ppd = kDefaultPpd, const std::string& tone_mapper = "aces",
                           double eps = kDefaultEps) {
-  static const auto op = detail::typed_op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
-      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double, c10::string_view, double)>(
-      "flip::hdr_flip");
-  auto [e, m, i] = op.call(test, reference, exposures, counts, ppd,
-                           c10::string_view(tone_mapper.data(), tone_mapper.size()), eps);
+  auto [e, m, i] = op::call<op::HdrFlip>(test, reference, exposures, counts, ppd,
+                                         c10::string_view(tone_mapper.data(), tone_mapper.size()), eps);
   return HdrResult{e, m, i};
 }
 

@@ -1,0 +1,27 @@
+// How many filters FLIP's two banks run and how many planes of values per image their passes
+// produce: the sizes that the CPU and CUDA kernels lay out their planes by and that the ops give
+// the sensitivities they keep. Framework-free and dependency-free, so that the ops' shape code
+// (csrc/ops/signature.h) can use it without the per-pixel maths.
+#pragma once
+
+namespace flip {
+
+// The 1-D filters: the CSF bank's y, cx, cz1, cz2 (CsfTaps, filters.h) and the feature bank's g,
+// dg, ddg (FeatureTaps).
+constexpr int kCsfFilters = 4;
+constexpr int kFeatureFilters = 3;
+constexpr int kBankFilters = kCsfFilters + kFeatureFilters;
+
+// The horizontal pass of each filter over its channel (Y, Cx, Cz twice; the achromatic channel
+// three times) gives one plane per image and filter, which the vertical passes read.
+constexpr int kHorizontalPlanesPerImage = kBankFilters;
+
+// The vertical passes combine those into the responses of a pixel: the filtered opponent colour
+// F0..F2 and the features dx, dy, ddx, ddy (Features, pixel.h). Each response is one plane per
+// image wherever the kernels store per-response values: the gradient planes of the backward (the
+// gradient w.r.t. each response) and the sensitivities that the CPU autograd keeps.
+constexpr int kColourResponses = 3;
+constexpr int kFeatureResponses = 4;
+constexpr int kResponsePlanesPerImage = kColourResponses + kFeatureResponses;
+
+}  // namespace flip
