@@ -11,7 +11,7 @@
 //   at::Tensor map = flip_loss::ldr_flip(test, reference);        // N x 1 x H x W in [0, 1]
 //   flip_loss::Pooled p = flip_loss::pool(map);                    // mean, weighted median, ...
 //
-// Conventions (see the README): images are N x 3 x H x W or 3 x H x W (N >= 1), float16/bfloat16/
+// Conventions (docs/api.md, "Conventions"): images are N x 3 x H x W or 3 x H x W (N >= 1), float16/bfloat16/
 // float32/float64, sRGB-encoded in [0, 1] by default; argument order is (test, reference).
 // Limits (limits.h, the same in Python): kMinPpd <= ppd <= kMaxPpd, 0 <= eps <= kMaxEps, exposure counts
 // in [kMinExposures, kMaxExposures]. A bad argument throws c10::ValueError (c10::TypeError for a
@@ -44,7 +44,7 @@ constexpr int kVersionPatch = 0;
 // Pixels per degree of a 0.7 m wide 4K display seen from 0.7 m (NVIDIA's default):
 // pixels_per_degree(0.7, 0.7, 3840).
 constexpr double kDefaultPpd = 67.02064327658225;
-// Default regulariser of the square roots with infinite slope at 0 (see the README, "Gradients").
+// Default regulariser of the square roots with infinite slope at 0 (docs/api.md, "Gradients").
 constexpr double kDefaultEps = 1e-15;
 
 // ---- the ops ------------------------------------------------------------------------------------
