@@ -13,16 +13,32 @@ import sys
 
 from setuptools import setup
 
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def torch_releases():
+    """flip_loss/torch_releases.py on its own (the package cannot be imported before it is built)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_flip_torch_releases",
+                                                  os.path.join(ROOT, "flip_loss", "torch_releases.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 try:
     import torch
+
+    _too_old = torch_releases().unsupported_reason(torch.__version__)
+    if _too_old:
+        sys.exit(_too_old)
     from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 except ImportError as exc:  # the build compiles against the installed torch, so it needs one
     sys.exit(f"flip-loss: building the extension needs PyTorch, which could not be imported ({exc}).\n"
              "Install torch first (e.g. 'pip install torch'), then build against it without build "
              "isolation: 'pip install --no-build-isolation .' (see README, 'Install into your own "
              "environment').")
-
-ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
 def sources(pattern):

@@ -9,6 +9,14 @@ underscored name is used only in its own module (and by white-box tests).
 """
 import sys as _sys
 
+import torch as _torch
+
+from . import torch_releases as _torch_releases
+
+if _torch_releases.unsupported_reason(_torch.__version__):
+    # Before anything registers ops: an older torch would fail later with an AttributeError.
+    raise ImportError(_torch_releases.unsupported_reason(_torch.__version__))
+
 from . import _ops
 from .constants import DEFAULT_PPD, pixels_per_degree
 from .functional import ldr_flip
