@@ -1,0 +1,50 @@
+// The launch facts of the CUDA kernels that benchmarks/sass_report.py needs, printed as JSON
+// straight from the headers the kernels are built from (filters.h and passes.h, compiled here for
+// the host), so that the report restates none of them: filter radii, tile and block sizes, shared
+// memory per block and the tiled backward's band plan for one image size.
+//
+//   g++ -std=c++17 -O1 -Icsrc benchmarks/sass_launch_facts.cpp -o /tmp/sass_launch_facts
+//   /tmp/sass_launch_facts PPD WIDTH HEIGHT BATCH WANTED ELEMENT_BYTES
+//
+// WANTED: 1 the test image's gradient, 2 the reference's, 3 both (plan_backward's mask).
+#include <cstdio>
+#include <cstdlib>
+
+#include "flip/filters.h"
+#include "flip/passes.h"
+
+int main(int argc, char** argv) {
+  if (argc != 7) {
+    std::fprintf(stderr, "usage: %s PPD WIDTH HEIGHT BATCH WANTED ELEMENT_BYTES\n", argv[0]);
+    return 2;
+  }
+  const double ppd = std::atof(argv[1]);
+  const int64_t w = std::atoll(argv[2]), h = std::atoll(argv[3]), n = std::atoll(argv[4]);
+  const int wanted = std::atoi(argv[5]);
+  const int64_t elem = std::atoll(argv[6]);
+  const int r_csf = flip::csf_radius(ppd), r_feat = flip::feature_radius(ppd);
+  const int R = r_csf > r_feat ? r_csf : r_feat;  // KernelTaps::rmax, as csrc/ops/cuda.cpp sets it
+  const flip::Geometry g{n, h, w, 2, true, true};  // LDR-/HDR-FLIP: both images, both banks
+  const flip::BackwardPlan plan = flip::plan_backward(g, wanted, R, elem);
+  std::printf("{\n");
+  std::printf("  \"ppd\": %.17g, \"r_csf\": %d, \"r_feat\": %d, \"R\": %d,\n", ppd, r_csf, r_feat, R);
+  std::printf("  \"tile_w\": %d, \"tile_h\": %d, \"fused_threads\": %d, \"block\": %d, \"grad_planes\": %d,\n",
+              flip::kTileW, flip::kTileH, flip::kFusedThreads, flip::kBlock, flip::kGradPlanes);
+  std::printf("  \"planes\": %d, \"gplanes\": %d,\n", g.planes(), g.gplanes());
+  std::printf("  \"smem_elems\": {\"fused\": %d, \"tiled_t\": %d, \"h\": %d, \"ht\": %d},\n",
+              flip::fused_smem_len(R), flip::tiled_t_smem_len(R), flip::h_smem_len(flip::kBlock, R),
+              flip::ht_smem_len(flip::kBlock, R, g.planes()));
+  std::printf("  \"scratch_budget_bytes\": %lld, \"scratch_elems\": %lld,\n",
+              static_cast<long long>(flip::kBackwardScratchBytes), static_cast<long long>(plan.scratch_elems(g)));
+  std::printf("  \"bands\": [");
+  for (int64_t j = 0; j < plan.count(); ++j) {
+    const flip::BackwardBand b = plan.band(g, j);
+    std::printf("%s\n    {\"n0\": %lld, \"n1\": %lld, \"y0\": %lld, \"y1\": %lld, \"g0\": %lld, \"g1\": %lld, "
+                "\"images\": %d, \"grad_tiles_y\": %lld}",
+                j ? "," : "", static_cast<long long>(b.n0), static_cast<long long>(b.n1),
+                static_cast<long long>(b.y0), static_cast<long long>(b.y1), static_cast<long long>(b.g0),
+                static_cast<long long>(b.g1), b.images(), static_cast<long long>(flip::tiled_grad_tiles_y(b)));
+  }
+  std::printf("\n  ]\n}\n");
+  return 0;
+}

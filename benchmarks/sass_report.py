@@ -1,0 +1,818 @@
+"""A static estimate of the CUDA kernels' speed on an H100/H200, made without a GPU: the SASS that
+nvcc generates for sm_90, per kernel its registers, spills, shared memory and theoretical
+occupancy, and the warp-instructions its loops issue (instructions per iteration from the SASS,
+times trip counts from a table below) for LDR-FLIP and HDR-FLIP at 1920x1080, ppd 67.02, float32,
+with the issue-bound time that implies.
+
+    pip install -r benchmarks/requirements-sass.txt        # nvdisasm and cuobjdump
+    python benchmarks/sass_report.py [--json out.json] [--size 1920x1080] [--exposures 9]
+
+It compiles csrc/flip/cuda/kernels.cu as setup.py does (its nvcc flags, torch's common ones)
+for sm_90 only, into a cubin, and benchmarks/sass_launch_facts.cpp for the host (radii, tiles,
+shared memory, the backward's bands, straight from the kernels' headers). Tools: nvcc (and ptxas)
+from CUDA_HOME or PATH; nvdisasm and cuobjdump from --tools-dir, PATH, CUDA_HOME/bin or the
+PyPI wheels on sys.path (nvidia-cuda-nvdisasm, nvidia-cuda-cuobjdump).
+
+What the numbers are: issued warp-instructions (benchmarks/sass_analysis.py states the counting
+rules) divided by the GPU's issue rate, 132 SMs x 4 schedulers x 1 warp-instruction per clock x
+1.98 GHz on an H200. That ignores memory bandwidth and latency, dual issue limits and the tail of
+partial waves: it is the time if the kernels were issue-bound with every scheduler busy every
+clock, a lower bound on their time when they are not; the occupancy column says how many warps
+there are to hide latency with. An estimate, never a measurement.
+
+If a kernel's loops no longer match the trip-count table (TRIP_TABLE) the report says so on
+stderr, prints no estimate for that kernel (nor the totals that need it) and exits with status 3:
+the table must then be brought up to date with the kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Callable, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sass_analysis as sa  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNELS_CU = os.path.join(ROOT, "csrc", "flip", "cuda", "kernels.cu")
+FACTS_CPP = os.path.join(ROOT, "benchmarks", "sass_launch_facts.cpp")
+
+# The GPU the time is estimated for: H200 SXM (H100 SXM: the same SM count and limits).
+GPU_NAME = "H200 SXM"
+GPU_SMS = 132
+GPU_SCHEDULERS_PER_SM = 4   # each issues one warp-instruction per clock
+GPU_CLOCK_HZ = 1.98e9       # boost clock
+
+# The speed targets (float32, batch 1, 1920x1080; scripts/gpu/summary.py judges the measured ones).
+TARGETS_MS = {"forward": 0.25, "forward+backward": 0.5, "hdr forward+backward": 10.0}
+TARGET_SIZE = (1920, 1080)
+
+
+# ---- tools ----------------------------------------------------------------------------------
+
+def find_tool(name, tools_dir=None):
+    """A CUDA binary: --tools-dir, PATH, CUDA_HOME/bin, then the bin folders of the PyPI wheels
+    (nvidia/cu*/bin inside any `nvidia` package folder on sys.path)."""
+    if tools_dir:
+        p = os.path.join(tools_dir, name)
+        return p if os.access(p, os.X_OK) else None
+    p = shutil.which(name)
+    if p:
+        return p
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    p = os.path.join(cuda_home, "bin", name)
+    if os.access(p, os.X_OK):
+        return p
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        spec = None
+    for base in (spec.submodule_search_locations if spec and spec.submodule_search_locations else []):
+        for sub in sorted(os.listdir(base)):
+            p = os.path.join(base, sub, "bin", name)
+            if os.access(p, os.X_OK):
+                return p
+    return None
+
+
+def tool_version(path):
+    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"V(\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "?"
+
+
+# ---- compiling ------------------------------------------------------------------------------
+
+def setup_nvcc_flags():
+    """The "nvcc" list of extra_compile_args in setup.py, read without running it."""
+    tree = ast.parse(open(os.path.join(ROOT, "setup.py")).read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                if isinstance(k, ast.Constant) and k.value == "nvcc":
+                    return ast.literal_eval(v)
+    raise RuntimeError("setup.py has no \"nvcc\" compile flags to copy")
+
+
+def torch_nvcc_flags():
+    """The flags torch's CUDAExtension adds (its common defines), if torch is importable: kernels.cu
+    includes no torch header, so without torch only these macros are missing."""
+    try:
+        from torch.utils import cpp_extension
+    except ImportError:
+        return [], "torch not importable: its common nvcc defines left out"
+    return list(cpp_extension.COMMON_NVCC_FLAGS) + ["-DTORCH_API_INCLUDE_EXTENSION_H",
+                                                    "-DTORCH_EXTENSION_NAME=_C"], None
+
+
+def compile_kernels(nvcc, workdir, notes):
+    flags = setup_nvcc_flags()
+    extra, note = torch_nvcc_flags()
+    if note:
+        notes.append(note)
+    if "-lineinfo" not in flags:
+        flags.append("-lineinfo")  # source lines for the loop table; the generated code is the same
+        notes.append("added -lineinfo (setup.py no longer passes it)")
+    cubin = os.path.join(workdir, "kernels.cubin")
+    cmd = [nvcc, "-cubin", "-gencode=arch=compute_90,code=sm_90", "-std=c++17", *extra, *flags,
+           "-Xptxas", "-v", KERNELS_CU, "-o", cubin]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError("nvcc failed:\n" + res.stderr[-4000:])
+    return cubin, res.stderr, " ".join(os.path.basename(c) if c == nvcc else c for c in cmd[1:])
+
+
+def launch_facts(workdir, ppd, width, height, batch, wanted, elem):
+    cxx = os.environ.get("CXX", "c++")
+    exe = os.path.join(workdir, "sass_launch_facts")
+    res = subprocess.run([cxx, "-std=c++17", "-O1", "-I" + os.path.join(ROOT, "csrc"), FACTS_CPP, "-o", exe],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError("compiling sass_launch_facts.cpp failed:\n" + res.stderr[-4000:])
+    out = subprocess.run([exe, repr(ppd), str(width), str(height), str(batch), str(wanted), str(elem)],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+# ---- resources ------------------------------------------------------------------------------
+
+_KERNEL_NAME = re.compile(r"\d+([a-z_]+_kernel)I([fd])E")  # <length><name>, within flip::cuda::(anonymous)
+
+
+def kernel_key(mangled):
+    """(kernel, dtype) of a mangled kernel name, e.g. ("fused_ldr_kernel", "float32")."""
+    m = _KERNEL_NAME.search(mangled)
+    return (m.group(1), "float32" if m.group(2) == "f" else "float64") if m else None
+
+
+def parse_ptxas(log):
+    """Per mangled kernel: registers, stack, spill stores/loads, static shared memory, barriers."""
+    out = {}
+    current = None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            current = out.setdefault(m.group(1), {"registers": 0, "stack": 0, "spill_stores": 0,
+                                                   "spill_loads": 0, "static_smem": 0, "barriers": 0})
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            current["stack"], current["spill_stores"], current["spill_loads"] = map(int, m.groups())
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            current["registers"] = int(m.group(1))
+            b = re.search(r"used (\d+) barriers", line)
+            s = re.search(r"(\d+) bytes smem", line)
+            current["barriers"] = int(b.group(1)) if b else 0
+            current["static_smem"] = int(s.group(1)) if s else 0
+    return out
+
+
+def parse_res_usage(text):
+    """cuobjdump -res-usage: per mangled kernel REG, STACK, SHARED (which on sm_90 includes the
+    driver's reserved 1 KB for kernels with shared memory), LOCAL."""
+    out = {}
+    name = None
+    for line in text.splitlines():
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            name = m.group(1)
+            continue
+        if name and "REG:" in line:
+            out[name] = {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", line)}
+            name = None
+    return out
+
+
+# ---- launch configuration -------------------------------------------------------------------
+
+# Threads per block and dynamic shared memory (a key of the facts' smem_elems, times the element
+# size) of each kernel, as the launchers in csrc/flip/cuda/kernels.cu use them: the tiled kernels
+# run kFusedThreads, the row passes and per-pixel kernels kBlock. ht_kernel's shared memory is the
+# LDR/HDR-FLIP one (all 7 planes).
+LAUNCH = {
+    "fused_ldr_kernel": ("fused_threads", "fused"),
+    "tiled_grad_kernel": ("fused_threads", "fused"),
+    "tiled_transpose_kernel": ("fused_threads", "tiled_t"),
+    "h_kernel": ("block", "h"),
+    "ht_kernel": ("block", "ht"),
+}
+
+
+def launch_config(kernel, facts, elem):
+    threads_key, smem_key = LAUNCH.get(kernel, ("block", None))
+    return facts[threads_key], (facts["smem_elems"][smem_key] * elem if smem_key else 0)
+
+
+# ---- the trip-count table -------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Ctx:
+    """What trip counts depend on, for one launch of one kernel."""
+    facts: dict
+    width: int
+    height: int
+    hdr: bool            # HDR-FLIP (one exposure per launch)
+    computes: bool       # HDR-FLIP: this exposure won pixels in the tile (False: the skip path)
+    band: Optional[dict] = None
+
+    @property
+    def threads(self):
+        return self.facts["fused_threads"]
+
+    @property
+    def rows(self):  # tile rows plus halo
+        return self.facts["tile_h"] + 2 * self.facts["R"]
+
+    @property
+    def cols(self):
+        return self.facts["tile_w"] + 2 * self.facts["R"]
+
+    @property
+    def tile(self):
+        return self.facts["tile_h"] * self.facts["tile_w"]
+
+    def per_warp(self, total):
+        """Average iterations per warp of ``for (i = tid; i < total; i += nthreads)``."""
+        return sa.warp_iterations(total, self.threads, self.threads)
+
+    def radius(self, filt):
+        return self.facts["r_csf"] if filt in CSF_FILTERS else self.facts["r_feat"]
+
+
+@dataclasses.dataclass
+class Expect:
+    """One source loop: the text its closing line contains, its trip count per entry and per warp,
+    the probability that an iteration of the enclosing code enters it, and the loops inside it in
+    the order the compiler laid them out (by address). cascade: a filter loop, which the compiler
+    unrolls into several pieces that share its trip count (sass_analysis.cascade_counts)."""
+    name: str
+    text: str
+    trips: Callable[[Ctx], float]
+    why: str
+    children: tuple = ()
+    entry: Callable[[Ctx], float] = lambda c: 1.0
+    cascade: bool = False
+
+
+# The filters of TapsView (passes.h) with the CSF radius; g, dg and ddg have the feature radius.
+CSF_FILTERS = ("y", "cx", "cz1", "cz2")
+# The loops of correlate (passes.h), by form, and of tsum's border folds.
+PLAIN, ODD, CENTRED = "k <= f.r; ++k", "acc += f.w[f.r - i]", "acc += f.w[f.r + i]"
+FOLD_FIRST, FOLD_LAST = "acc += f.left[i]", "acc += f.right[d]"
+
+
+def taps(filt, form):
+    text = {"plain": PLAIN, "odd": ODD, "centred": CENTRED}[form]
+    if form == "plain":
+        return Expect(f"{filt} ({form})", text, lambda c: 2 * c.radius(filt) + 1,
+                      f"2r+1 taps, r = the {'CSF' if filt in CSF_FILTERS else 'feature'} radius", cascade=True)
+    return Expect(f"{filt} ({form})", text, lambda c: c.radius(filt),
+                  "r taps (pairs of mirrored samples)", cascade=True)
+
+
+def fold_fraction(ctx, axis, which):
+    """The fraction of the transposed filters' warp-iterations in which some lane is on the first
+    (which=0) or last (1) row (axis "y": tiled_vertical_t) or column (axis "x": tiled_horizontal_t)
+    of the image: tsum's border folds run only there, for the whole warp."""
+    f = ctx.facts
+    b = ctx.band
+    th, tw, cols = f["tile_h"], f["tile_w"], ctx.cols
+    tiles_y = -(-(b["y1"] - b["y0"]) // th)
+    tiles_x = -(-ctx.width // tw)
+    hit = total = 0
+    if axis == "y":
+        n = th * cols
+        edge = 0 if which == 0 else ctx.height - 1
+        for ty in range(tiles_y):
+            y0 = b["y0"] + ty * th
+            for start in range(0, n, 32):  # one warp-iteration: 32 consecutive i
+                ys = [y0 + i // cols for i in range(start, min(start + 32, n)) if y0 + i // cols < b["y1"]]
+                if ys:
+                    total += 1
+                    hit += edge in ys
+        return hit / total if total else 0.0
+    n = th * tw
+    edge = 0 if which == 0 else ctx.width - 1
+    for tx in range(tiles_x):
+        x0 = tx * tw
+        for start in range(0, n, 32):
+            xs = [x0 + i % tw for i in range(start, min(start + 32, n)) if x0 + i % tw < ctx.width]
+            if xs:
+                total += 1
+                hit += edge in xs
+    return hit / total if total else 0.0
+
+
+def transposed(filt, form, axis):
+    """A transposed filter (tsum): its correlation, then the folds of the clamped border samples,
+    each r taps (min(r, the line's length)), entered only by warps on the image's border."""
+    size = "height" if axis == "y" else "width"
+    return (taps(filt, form),
+            Expect(f"{filt} first-{axis} fold", FOLD_FIRST,
+                   lambda c: min(c.radius(filt), getattr(c, size)), "min(r, line length) taps",
+                   entry=lambda c: fold_fraction(c, axis, 0), cascade=True),
+            Expect(f"{filt} last-{axis} fold", FOLD_LAST,
+                   lambda c: min(c.radius(filt), getattr(c, size)), "min(r, line length) taps",
+                   entry=lambda c: fold_fraction(c, axis, 1), cascade=True))
+
+
+ONE = lambda c: 1.0  # noqa: E731
+
+
+def _fused_phases():
+    """fused_load, fused_horizontal and fused_vertical of one image (passes.h), inside the loop
+    over the two images: the fused forward's and the tiled backward's kernel 1."""
+    return (
+        Expect("images", "im < 2; ++im", lambda c: 2.0 if c.computes else 0.0, "test, then reference", children=(
+            Expect("fused_load", "i < rc; i += nthreads",
+                   lambda c: c.per_warp(c.rows * c.cols), "the tile and its halo: (16+2R)(32+2R) pixels"),
+            Expect("fused_horizontal", "i < n; i += nthreads",
+                   lambda c: c.per_warp(c.rows * c.facts["tile_w"]), "(16+2R) rows x 32 columns",
+                   children=tuple(taps(f, form) for f, form in (("y", "plain"), ("cx", "plain"), ("cz1", "plain"),
+                                                                ("cz2", "plain"), ("g", "plain"), ("dg", "odd"),
+                                                                ("ddg", "centred")))),
+            Expect("fused_vertical", "i < np; i += nthreads", lambda c: c.per_warp(c.tile), "16 x 32 pixels",
+                   children=tuple(taps(f, form) for f, form in (("y", "plain"), ("cx", "plain"), ("cz1", "plain"),
+                                                                ("cz2", "plain"), ("g", "plain"), ("dg", "odd"),
+                                                                ("g", "plain"), ("ddg", "centred")))),
+        )),
+    )
+
+
+# Per kernel, its loops as a tree (sibling order = the order of the code in the SASS). The grid
+# loops of the kernels run once per block: the launchers give grid.y the tile rows and grid.z the
+# batch items (or the band's item-images), both below the 65535 limit at these sizes.
+TRIP_TABLE = {
+    "fused_ldr_kernel": (
+        Expect("items", "n < g.n; n += gridDim.z", ONE, "grid.z = batch: one item per block", children=(
+            Expect("tile rows", "ty < tiles_y; ty += gridDim.y", ONE, "grid.y = tile rows: one per block",
+                   children=_fused_phases() + (
+                       Expect("fused_tail", "i < kTileH * kTileW; i += nthreads", lambda c: c.per_warp(c.tile),
+                              "16 x 32 pixels"),)),)),
+    ),
+    "tiled_grad_kernel": (
+        Expect("items", "n < b.n1; n += gridDim.z", ONE, "grid.z = the band's items", children=(
+            Expect("tile rows", "ty < tiles_y; ty += gridDim.y", ONE, "grid.y = the band's tile rows", children=(
+                Expect("tile_won", "j < rows * cols; j += nthreads", lambda c: c.per_warp(c.tile),
+                       "HDR only: the tile's 16 x 32 pixels (no halo)", entry=lambda c: 1.0 if c.hdr else 0.0),
+                *_fused_phases(),
+                Expect("tiled_tail_vjp", "i < kTileH * kTileW; i += nthreads",
+                       lambda c: c.per_warp(c.tile) if c.computes else 0.0, "16 x 32 pixels"),
+                Expect("tiled_zero_planes", "i < kTileH * kTileW; i += nthreads", lambda c: c.per_warp(c.tile),
+                       "HDR, a tile the exposure won nowhere: 16 x 32 pixels",
+                       entry=lambda c: 0.0 if c.computes else 1.0),
+            )),)),
+    ),
+    "tiled_transpose_kernel": (
+        Expect("item-images", "(b.n1 - b.n0) * images; z += gridDim.z", ONE,
+               "grid.z = the band's items x wanted images", children=(
+                   Expect("tile rows", "ty < tiles_y; ty += gridDim.y", ONE, "grid.y = the band's tile rows",
+                          children=(
+                              Expect("tile_won", "j < rows * cols; j += nthreads",
+                                     lambda c: c.per_warp(c.rows * c.cols),
+                                     "HDR only: the tile and its R halo", entry=lambda c: 1.0 if c.hdr else 0.0),
+                              Expect("tiled_load_t", "i < rc; i += nthreads",
+                                     lambda c: c.per_warp(c.rows * c.cols) if c.computes else 0.0,
+                                     "the gradient planes' tile and halo: (16+2R)(32+2R) pixels"),
+                              Expect("tiled_vertical_t", "i < n; i += nthreads",
+                                     lambda c: c.per_warp(c.facts["tile_h"] * c.cols) if c.computes else 0.0,
+                                     "16 rows x (32+2R) columns",
+                                     children=sum((transposed(f, form, "y") for f, form in (
+                                         ("y", "plain"), ("cx", "plain"), ("cz1", "plain"), ("cz2", "plain"),
+                                         ("g", "plain"), ("g", "plain"), ("dg", "odd"), ("ddg", "centred"))), ())),
+                              Expect("tiled_horizontal_t", "i < kTileH * kTileW; i += nthreads",
+                                     lambda c: c.per_warp(c.tile) if c.computes else 0.0, "16 x 32 pixels",
+                                     children=sum((transposed(f, form, "x") for f, form in (
+                                         ("y", "plain"), ("cx", "plain"), ("cz1", "plain"), ("cz2", "plain"),
+                                         ("dg", "odd"), ("ddg", "centred"), ("g", "plain"))), ())),
+                          )),)),
+    ),
+}
+
+
+# ---- matching the table to the SASS ---------------------------------------------------------
+
+class Source:
+    """Source lines by file, for the text of a loop's closing line."""
+
+    def __init__(self):
+        self.files = {}
+
+    def line(self, path, number):
+        if path not in self.files:
+            try:
+                self.files[path] = open(path).read().splitlines()
+            except OSError:
+                self.files[path] = []
+        lines = self.files[path]
+        return " ".join(lines[number - 1].split()) if 0 < number <= len(lines) else ""
+
+
+@dataclasses.dataclass
+class Group:
+    """One source loop as the SASS has it: one loop, or the pieces of an unrolled cascade."""
+    loops: list
+    location: tuple
+    text: str
+
+
+def group_loops(cfg, loops, source):
+    """Sibling loops in code order, those of one unrolled filter loop taken together: consecutive
+    loops closed by the same source line with fewer multiply-adds each (16, then 4)."""
+    groups = []
+    for lp in loops:
+        loc = cfg.latch_location(lp)
+        fmas = cfg.fma_count(lp.blocks)
+        last = groups[-1] if groups else None
+        if (last is not None and last.location == loc and not lp.children and not last.loops[-1].children
+                and 0 < fmas < cfg.fma_count(last.loops[-1].blocks)):
+            last.loops.append(lp)
+        else:
+            groups.append(Group([lp], loc, source.line(*loc)))
+    return groups
+
+
+@dataclasses.dataclass
+class Assignment:
+    """The table's counts for one kernel, ready for sa.heaviest_path, and what did not match."""
+    counts: dict = dataclasses.field(default_factory=dict)       # loop header block -> LoopCount
+    block_weight: dict = dataclasses.field(default_factory=dict)  # block -> multiplier (cascade steps)
+    problems: list = dataclasses.field(default_factory=list)
+    rows: list = dataclasses.field(default_factory=list)          # (path, expect, group, trips, entry)
+    steps: dict = dataclasses.field(default_factory=dict)         # path -> a filter loop's straight-line blocks
+    issued: dict = dataclasses.field(default_factory=dict)        # path -> warp-instructions per warp, inclusive
+
+
+def cascade_steps(cfg, groups, cascades, own_blocks):
+    """The straight-line pieces of the unrolled filter loops among `groups` (those whose index is in
+    `cascades`): each block of the enclosing code with multiply-adds of a filter loop's source line
+    goes to the filter loop of that line whose first loop shares the most dominators with it (ties:
+    the earlier loop). A remainder step before its loops is dominated by the code that sets them
+    up, which comes after the previous filter loop; a tail after its loops is not dominated by
+    anything of the next one. Returns group index -> [(address, steps, optional, block)], optional
+    = the predicated multiply-adds."""
+    steps = {k: [] for k in cascades}
+    heads = {k: cfg.dominators[groups[k].loops[0].header] for k in cascades}
+    for b in sorted(own_blocks):
+        by_line = {}
+        for x in cfg.instructions([b]):
+            if x.base in sa.FMA_OPCODES:
+                n = by_line.setdefault((x.file, x.line), [0, 0])
+                n[1 if x.predicate and x.predicate != "@PT" else 0] += 1
+        for loc, (plain, predicated) in by_line.items():
+            near = [k for k in cascades if groups[k].location == loc]
+            if near:
+                k = max(near, key=lambda j: (len(cfg.dominators[b] & heads[j]), -j))
+                steps[k].append((cfg.address(b), plain, predicated, b))
+    return steps
+
+
+def assign(cfg, ctx, expects, loops, own_blocks, source, out, path=""):
+    groups = group_loops(cfg, loops, source)
+    found = [g.text for g in groups]
+    if len(groups) != len(expects) or any(e.text not in g.text for e, g in zip(expects, groups)):
+        out.problems.append(f"{path or 'kernel body'}: expected loops {[e.text for e in expects]}, "
+                            f"found {found}")
+        return
+    cascades = [k for k, e in enumerate(expects) if e.cascade]
+    straight = cascade_steps(cfg, groups, cascades, own_blocks)
+    for k, (e, g) in enumerate(zip(expects, groups)):
+        where = f"{path}/{e.name}" if path else e.name
+        trips, entry = e.trips(ctx), e.entry(ctx)
+        out.rows.append((where, e, g, trips, entry))
+        if not e.cascade:
+            if len(g.loops) != 1:
+                out.problems.append(f"{where}: one loop expected, found {len(g.loops)} pieces")
+                continue
+            out.counts[g.loops[0].header] = sa.LoopCount(trips, entry)
+            lp = g.loops[0]
+            assign(cfg, ctx, e.children, lp.children, lp.own, source, out, where)
+            continue
+        if e.children or any(lp.children for lp in g.loops):
+            out.problems.append(f"{where}: a filter loop with loops inside")
+            continue
+        pieces = sorted([(cfg.address(lp.header), "loop", cfg.fma_count(lp.blocks), 0, lp) for lp in g.loops] +
+                        [(a, "step", n, opt, b) for a, n, opt, b in straight[k]], key=lambda p: p[0])
+        shape = [(kind, n, opt) for _, kind, n, opt, _ in pieces]
+        runs, left = sa.cascade_counts(int(round(trips)), shape)
+        if left:
+            out.problems.append(f"{where}: its pieces {shape} leave {left} of {trips} iterations undone")
+        out.steps[where] = [obj for _, kind, _, _, obj in pieces if kind == "step"]
+        for (_, kind, _, _, obj), n in zip(pieces, runs):
+            if kind == "loop":
+                out.counts[obj.header] = sa.LoopCount(n, entry)
+            else:
+                out.block_weight[obj] = n * entry
+
+
+def kernel_cost(cfg, ctx, table, source):
+    """Issued warp-instructions per warp of one block of the kernel, with the table's assignment."""
+    out = Assignment()
+    if cfg.problems:
+        out.problems.extend(cfg.problems)
+        return None, out
+    root_own = set(cfg.reachable) - set().union(*(lp.blocks for lp in cfg.loops))
+    assign(cfg, ctx, table, cfg.loops, root_own, source, out)
+    if out.problems:
+        return None, out
+    memo = {}
+
+    def weight(b):
+        if cfg.calls_slow_path(b):
+            return 0.0
+        return (cfg.blocks[b].end - cfg.blocks[b].start) * out.block_weight.get(b, 1.0)
+
+    def loop_cost(lp):
+        count = out.counts.get(lp.header)
+        if count is None:  # a loop the table does not know: cannot happen once assign() matched
+            raise KeyError(f"loop at {cfg.address(lp.header):#x} has no trip count")
+        if count.trips == 0 or count.entry == 0:
+            return 0.0
+        if lp.header not in memo:
+            memo[lp.header] = sa.heaviest_path(cfg, lp, weight, loop_cost)
+        return count.entry * count.trips * memo[lp.header]
+
+    try:
+        total = sa.heaviest_path(cfg, None, weight, loop_cost)
+    except ValueError as exc:
+        out.problems.append(str(exc))
+        return None, out
+
+    def enclosing(lp):  # iterations per warp of the code around loop lp
+        m, p = 1.0, lp.parent
+        while p is not None:
+            m *= out.counts[p.header].entry * out.counts[p.header].trips
+            p = p.parent
+        return m
+
+    for where, _, g, _, _ in out.rows:  # what each source loop issues, inner loops included
+        around = enclosing(g.loops[0])
+        out.issued[where] = (sum(enclosing(lp) * loop_cost(lp) for lp in g.loops) +
+                             around * sum(weight(b) for b in out.steps.get(where, [])))
+    return total, out
+
+
+# ---- the report -----------------------------------------------------------------------------
+
+def analyse(args):
+    notes = []
+    nvcc = find_tool("nvcc", None)
+    nvdisasm = find_tool("nvdisasm", args.tools_dir)
+    cuobjdump = find_tool("cuobjdump", args.tools_dir)
+    missing = [n for n, p in (("nvcc", nvcc), ("nvdisasm", nvdisasm), ("cuobjdump", cuobjdump)) if not p]
+    if missing:
+        sys.exit(f"sass_report: {', '.join(missing)} not found (pip install -r benchmarks/requirements-sass.txt "
+                 "for nvdisasm and cuobjdump; nvcc comes with the CUDA toolkit)")
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    with tempfile.TemporaryDirectory(prefix="flip_sass_") as work:
+        cubin, ptxas_log, compile_line = compile_kernels(nvcc, work, notes)
+        disasm = subprocess.run([nvdisasm, "-c", "-g", cubin], capture_output=True, text=True, check=True).stdout
+        res = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True).stdout
+        facts = launch_facts(work, args.ppd, width, height, 1, args.wanted, 4)
+    ptxas = parse_ptxas(ptxas_log)
+    usage = parse_res_usage(res)
+    functions = sa.parse_nvdisasm(disasm)
+    source = Source()
+
+    kernels = {}
+    for mangled, f in functions.items():
+        key = kernel_key(mangled)
+        if key is None or mangled not in ptxas:
+            continue
+        name, dtype = key
+        elem = 4 if dtype == "float32" else 8
+        p = ptxas[mangled]
+        u = usage.get(mangled, {})
+        if u and u.get("REG") != p["registers"]:
+            notes.append(f"{name} ({dtype}): ptxas says {p['registers']} registers, cuobjdump {u.get('REG')}")
+        threads, dyn = launch_config(name, facts, elem)
+        occ = sa.occupancy(threads, p["registers"], p["static_smem"] + dyn, barriers=p["barriers"])
+        kernels[(name, dtype)] = {"kernel": name, "dtype": dtype, "instructions": len(f.instructions),
+                                  "threads": threads, "dynamic_smem": dyn, **p, "occupancy": occ,
+                                  "_function": f}
+    return facts, kernels, notes, compile_line, {"nvcc": tool_version(nvcc), "nvdisasm": tool_version(nvdisasm),
+                                                 "cuobjdump": tool_version(cuobjdump)}, source, (width, height)
+
+
+def estimate(facts, kernels, source, size, exposures):
+    """Warp-instructions of the launches of each scenario (float32, batch 1)."""
+    width, height = size
+    tiles_x = -(-width // facts["tile_w"])
+    tiles_y = -(-height // facts["tile_h"])
+    cfgs = {}
+    problems = {}
+    rows = {}
+
+    def launch(kernel, ctx, blocks):
+        k = kernels.get((kernel, "float32"))
+        if k is None:
+            problems.setdefault(kernel, ["kernel not found in the cubin"])
+            return None
+        cfg = cfgs.setdefault(kernel, sa.Cfg(k["_function"]))
+        per_warp, a = kernel_cost(cfg, ctx, TRIP_TABLE[kernel], source)
+        if a.problems:
+            problems.setdefault(kernel, a.problems)
+            return None
+        rows.setdefault((kernel, ctx.hdr, ctx.computes), [(*r, a.issued[r[0]]) for r in a.rows])
+        warps = -(-k["threads"] // 32)
+        return {"kernel": kernel, "blocks": blocks, "warp_instructions_per_warp": per_warp,
+                "warp_instructions": blocks * warps * per_warp}
+
+    fused = {hdr: launch("fused_ldr_kernel", Ctx(facts, width, height, hdr, True), tiles_x * tiles_y)
+             for hdr in (False, True)}
+    backward = {}
+    for hdr, computes in ((False, True), (True, True), (True, False)):
+        launches = []
+        for b in facts["bands"]:
+            ctx = Ctx(facts, width, height, hdr, computes, b)
+            k1 = launch("tiled_grad_kernel", ctx, tiles_x * b["grad_tiles_y"] * (b["n1"] - b["n0"]))
+            k2 = launch("tiled_transpose_kernel", ctx,
+                        tiles_x * -(-(b["y1"] - b["y0"]) // facts["tile_h"]) * (b["n1"] - b["n0"]) * b["images"])
+            launches += [k1, k2]
+        backward[(hdr, computes)] = launches
+
+    def total(launches):
+        return None if any(x is None for x in launches) else sum(x["warp_instructions"] for x in launches)
+
+    rate = sa.issue_rate(GPU_SMS, GPU_SCHEDULERS_PER_SM, GPU_CLOCK_HZ)
+    pixels = width * height
+    fwd = total([fused[False]])
+    bwd = total(backward[(False, True)])
+    hdr_fwd = total([fused[True]])
+    hdr_bwd_full = total(backward[(True, True)])
+    hdr_bwd_skip = total(backward[(True, False)])
+
+    def scen(name, instructions, target, launches, assumption):
+        if (width, height) != TARGET_SIZE:
+            target = None
+        return {"scenario": name, "launches": launches, "warp_instructions": instructions,
+                "per_pixel": None if instructions is None else instructions / pixels,
+                "issue_bound_ms": None if instructions is None else instructions / rate * 1e3,
+                "target_ms": target, "assumption": assumption}
+
+    e = exposures
+    scenarios = [
+        scen("forward", fwd, TARGETS_MS["forward"], 1, "ldr_flip: the fused forward, one launch"),
+        scen("forward+backward", None if fwd is None or bwd is None else fwd + bwd, TARGETS_MS["forward+backward"],
+             1 + len(backward[(False, True)]),
+             f"the fused forward, then the tiled backward: {len(facts['bands'])} bands x (kernel 1 + kernel 2), "
+             f"gradient of {'the test image' if facts['bands'][0]['images'] == 1 else 'both images'}"),
+        scen(f"hdr forward+backward, {e} exposures, every tile computed",
+             None if None in (hdr_fwd, hdr_bwd_full) else e * (hdr_fwd + hdr_bwd_full),
+             TARGETS_MS["hdr forward+backward"], e * (1 + len(backward[(True, True)])),
+             "upper bound: no tile skips an exposure in the backward"),
+        scen(f"hdr forward+backward, {e} exposures, each tile won by one",
+             None if None in (hdr_fwd, hdr_bwd_full, hdr_bwd_skip)
+             else e * hdr_fwd + hdr_bwd_full + (e - 1) * hdr_bwd_skip,
+             TARGETS_MS["hdr forward+backward"], e * (1 + len(backward[(True, True)])),
+             "lower bound: the backward computes each tile for one exposure and skips it for the others"),
+    ]
+    per_kernel = {}
+    for x in [fused[False], *backward[(False, True)]]:
+        if x is not None:
+            d = per_kernel.setdefault(x["kernel"], {"blocks": 0, "warp_instructions": 0.0,
+                                                    "per_warp": x["warp_instructions_per_warp"]})
+            d["blocks"] += x["blocks"]
+            d["warp_instructions"] += x["warp_instructions"]
+    return {"scenarios": scenarios, "per_kernel": per_kernel, "problems": problems, "rows": rows,
+            "issue_rate": rate, "pixels": pixels}
+
+
+def fmt_bytes(n):
+    return f"{n / 1024:.1f} KB" if n >= 1024 else f"{n} B"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", help="write the report as JSON to this file ('-': stdout, no table)")
+    p.add_argument("--size", default="1920x1080", help="WxH of the image (default 1920x1080)")
+    p.add_argument("--ppd", type=float, default=None, help="pixels per degree (default: flip_loss's, 67.02)")
+    p.add_argument("--exposures", type=int, default=9,
+                   help="HDR-FLIP exposures (default 9: what the automatic exposures give for "
+                        "benchmarks/hdr_bench.py's 1080p image)")
+    p.add_argument("--wanted", type=int, choices=(1, 3), default=1,
+                   help="gradients of the backward: 1 the test image's (a loss; default), 3 both")
+    p.add_argument("--tools-dir", help="folder holding nvdisasm and cuobjdump")
+    p.add_argument("--loops", action="store_true", help="also print the trip-count table as matched")
+    args = p.parse_args(argv)
+    if args.ppd is None:
+        args.ppd = default_ppd()
+    facts, kernels, notes, compile_line, versions, source, size = analyse(args)
+    est = estimate(facts, kernels, source, size, args.exposures)
+    report = {
+        "estimate": True,
+        "what": "static estimate from SASS, no GPU: issued warp-instructions / issue rate; ignores memory and latency",
+        "gpu": {"name": GPU_NAME, "sms": GPU_SMS, "schedulers_per_sm": GPU_SCHEDULERS_PER_SM, "clock_hz": GPU_CLOCK_HZ,
+                "issue_rate_per_s": est["issue_rate"], "limits": dataclasses.asdict(sa.H200)},
+        "tools": versions, "compile": compile_line, "notes": notes,
+        "size": f"{size[0]}x{size[1]}", "ppd": args.ppd, "exposures": args.exposures,
+        "facts": facts,
+        "kernels": [{k: v for k, v in d.items() if not k.startswith("_")} for d in kernels.values()],
+        "per_kernel": est["per_kernel"], "scenarios": est["scenarios"],
+        "table_problems": est["problems"],
+        "loops": {f"{k[0]}{' hdr' if k[1] else ''}{'' if k[2] else ' skip'}":
+                  [{"loop": w, "source": g.text, "sass_loops": len(g.loops), "trips": t, "entry": en, "why": e.why,
+                    "issued_per_warp": i} for w, e, g, t, en, i in r] for k, r in est["rows"].items()},
+    }
+    for kernel, probs in est["problems"].items():
+        print(f"sass_report: WARNING: {kernel}: its loops no longer match TRIP_TABLE; no estimate for it:",
+              file=sys.stderr)
+        for line in probs:
+            print(f"  {line}", file=sys.stderr)
+    if args.json:
+        text = json.dumps(report, indent=1, default=str)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as fh:
+                fh.write(text + "\n")
+    if args.json != "-":
+        print_report(report, est, kernels, args)
+    return 3 if est["problems"] else 0
+
+
+def default_ppd():
+    """flip_loss's default pixels per degree, from flip_loss/constants.py loaded on its own (the
+    package's import would load torch and the extension)."""
+    path = os.path.join(ROOT, "flip_loss", "constants.py")
+    spec = importlib.util.spec_from_file_location("flip_loss_constants", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.DEFAULT_PPD
+
+
+def print_report(report, est, kernels, args):
+    f = report["facts"]
+    print(f"SASS report: a static ESTIMATE (no GPU): sm_90 SASS of csrc/flip/cuda/kernels.cu, nvcc "
+          f"{report['tools']['nvcc']}, nvdisasm {report['tools']['nvdisasm']}")
+    print(f"{report['size']}, ppd {report['ppd']:.2f}: CSF radius {f['r_csf']}, feature radius {f['r_feat']}, "
+          f"R {f['R']}; tiles {f['tile_w']}x{f['tile_h']}, {f['fused_threads']} threads; "
+          f"backward: {len(f['bands'])} bands")
+    for n in report["notes"]:
+        print(f"note: {n}")
+    print()
+    print("Per kernel, float32 (occupancy on an H100/H200 SM: 64K registers, 2048 threads, 32 blocks, "
+          "228 KB shared memory):")
+    head = f"{'kernel':24} {'threads':>7} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem/block':>10} " \
+           f"{'blocks/SM':>9} {'occupancy':>9}   {'limited by'}"
+    print(head)
+    for (name, dtype), k in sorted(kernels.items()):
+        if dtype != "float32":
+            continue
+        o = k["occupancy"]
+        print(f"{name:24} {k['threads']:>7} {k['registers']:>4} {k['spill_stores']:>5}/{k['spill_loads']:<5} "
+              f"{k['stack']:>5} {fmt_bytes(k['static_smem'] + k['dynamic_smem']):>10} {o['blocks_per_sm']:>9} "
+              f"{o['occupancy'] * 100:>8.1f}%   {o['limited_by']}")
+    f64 = [k for (n, d), k in kernels.items() if d == "float64" and (k["spill_stores"] or k["spill_loads"])]
+    if f64:
+        print("float64 kernels with spills: " + ", ".join(f"{k['kernel']} ({k['spill_stores']}/{k['spill_loads']} B)"
+                                                          for k in f64))
+    print()
+    print("Issued warp-instructions (estimate), float32, batch 1, LDR-FLIP forward+backward; waves: blocks / "
+          f"(blocks per SM x {GPU_SMS} SMs):")
+    print(f"{'kernel':24} {'blocks':>7} {'waves':>6} {'per warp':>10} {'total':>12} {'per px':>8}")
+    for name, d in est["per_kernel"].items():
+        waves = d["blocks"] / (kernels[(name, "float32")]["occupancy"]["blocks_per_sm"] * GPU_SMS)
+        print(f"{name:24} {d['blocks']:>7} {waves:>6.1f} {d['per_warp']:>10.0f} {d['warp_instructions']:>12.4g} "
+              f"{d['warp_instructions'] / est['pixels']:>8.1f}")
+    for name in est["problems"]:
+        print(f"{name:24} {'-':>7} {'-':>10} {'no estimate: loops differ from TRIP_TABLE':>12}")
+    print()
+    rate = report["gpu"]["issue_rate_per_s"]
+    print(f"Issue-bound time on an {GPU_NAME} ({GPU_SMS} SMs x {GPU_SCHEDULERS_PER_SM} x {GPU_CLOCK_HZ / 1e9:.2f} GHz "
+          f"= {rate:.3g} warp-instructions/s; memory and latency ignored):")
+    print(f"{'scenario':58} {'launches':>8} {'warp-instr':>11} {'per px':>8} {'time':>9} {'target':>8}")
+    for s in report["scenarios"]:
+        target = f"{s['target_ms']:>5} ms" if s["target_ms"] is not None else f"{'-':>8}"
+        if s["warp_instructions"] is None:
+            print(f"{s['scenario']:58} {s['launches']:>8} {'-':>11} {'-':>8} {'-':>9} {target}")
+            continue
+        print(f"{s['scenario']:58} {s['launches']:>8} {s['warp_instructions']:>11.4g} {s['per_pixel']:>8.1f} "
+              f"{s['issue_bound_ms']:>6.3f} ms {target}")
+    for s in report["scenarios"]:
+        print(f"  {s['scenario']}: {s['assumption']}")
+    if args.loops:
+        print()
+        print("The trip-count table as matched to the SASS: trips per entry and warp, the probability of")
+        print("entering, SASS loops of the source loop, warp-instructions per warp it issues (inner loops included):")
+        for key, rows in report["loops"].items():
+            print(f"  {key}:")
+            for r in rows:
+                print(f"    {r['loop']:52} {r['trips']:7.3f} {r['entry']:7.4f} {r['sass_loops']:2} "
+                      f"{r['issued_per_warp']:9.1f}  ({r['why']})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

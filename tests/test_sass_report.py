@@ -1,0 +1,283 @@
+"""benchmarks/sass_report.py and sass_analysis.py: the disassembly's control flow and loops, the
+counting of issued warp-instructions from trip counts, the unrolled-cascade rule, the occupancy
+rules for H100/H200, and the check that a kernel's loops match the trip-count table. A synthetic
+disassembly needs no tool; a compiled kernel with a known loop nest needs nvcc and nvdisasm
+(pip install -r benchmarks/requirements-sass.txt) and skips without them."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import sass_analysis as sa  # noqa: E402
+import sass_report as sr  # noqa: E402
+
+# Two nested loops: the inner one (line 3) a single block of 4 instructions with one FFMA, the
+# outer one (line 2) with an if/else of 3 and 1 instructions; an exit taken by some lanes only; an
+# unreachable self-loop after the end, as nvdisasm prints after every function.
+SYNTHETIC = """\
+.text.synthetic:
+\t//## File "{src}", line 1
+        /*0000*/                   MOV R0, RZ ;
+        /*0010*/                   MOV R5, RZ ;
+.L_x_1:
+\t//## File "{src}", line 2
+        /*0020*/                   MOV R1, RZ ;
+.L_x_0:
+\t//## File "{src}", line 3
+        /*0030*/                   FFMA R2, R3, R4, R2 ;
+        /*0040*/                   IADD3 R1, R1, 0x1, RZ ;
+        /*0050*/                   ISETP.NE.AND P0, PT, R1, R6, PT ;
+        /*0060*/               @P0 BRA `(.L_x_0) ;
+\t//## File "{src}", line 4
+        /*0070*/                   ISETP.GT.AND P1, PT, R2, RZ, PT ;
+        /*0080*/              @!P1 BRA `(.L_x_2) ;
+        /*0090*/                   FMUL R2, R2, 0.5 ;
+        /*00a0*/                   FMUL R2, R2, 0.5 ;
+        /*00b0*/                   BRA `(.L_x_3) ;
+.L_x_2:
+        /*00c0*/                   FADD R2, R2, 1 ;
+.L_x_3:
+\t//## File "{src}", line 2
+        /*00d0*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*00e0*/                   ISETP.NE.AND P2, PT, R0, R7, PT ;
+        /*00f0*/               @P2 BRA `(.L_x_1) ;
+\t//## File "{src}", line 5
+        /*0100*/               @P3 EXIT ;
+        /*0110*/                   STG.E desc[UR4][R8.64], R2 ;
+        /*0120*/                   EXIT ;
+.L_x_4:
+        /*0130*/                   BRA `(.L_x_4);
+"""
+SYNTHETIC_SOURCE = [
+    "void synthetic() {",
+    "  for (int r = 0; r < rows; ++r) {",
+    "    for (int k = 0; k < n; ++k) acc += a * x[k];",
+    "    acc = acc > 0 ? acc * 0.25f : acc + 1;",
+    "  }",
+]
+
+
+def synthetic_cfg(tmp_path):
+    src = tmp_path / "synthetic.cu"
+    src.write_text("\n".join(SYNTHETIC_SOURCE) + "\n")
+    fn = sa.parse_nvdisasm(SYNTHETIC.format(src=src))["synthetic"]
+    return sa.Cfg(fn)
+
+
+def test_loops_of_the_synthetic_disassembly(tmp_path):
+    cfg = synthetic_cfg(tmp_path)
+    assert cfg.problems == []
+    assert len(cfg.fn.instructions) == 20
+    # The self-loop after the last EXIT is not reachable, so it is not a loop of the kernel.
+    assert len(cfg.loops) == 1
+    outer = cfg.loops[0]
+    assert len(outer.children) == 1 and outer.children[0].children == []
+    inner = outer.children[0]
+    assert inner.parent is outer and inner.blocks < outer.blocks
+    assert cfg.latch_location(inner)[1] == 3 and cfg.latch_location(outer)[1] == 2
+    assert cfg.size(inner.blocks) == 4 and cfg.fma_count(inner.blocks) == 1
+    assert cfg.address(inner.header) == 0x30 and cfg.address(outer.header) == 0x20
+    # The predicated EXIT falls through to the store.
+    store = cfg.block_of[18]
+    assert store in cfg.reachable
+
+
+def test_heaviest_path_multiplies_trip_counts(tmp_path):
+    cfg = synthetic_cfg(tmp_path)
+    outer = cfg.loops[0]
+    inner = outer.children[0]
+
+    def cost(t_outer, t_inner):
+        trips = {outer.header: t_outer, inner.header: t_inner}
+
+        def loop_cost(lp):
+            return trips[lp.header] * sa.heaviest_path(cfg, lp, size, loop_cost)
+
+        return sa.heaviest_path(cfg, None, size, loop_cost)
+
+    def size(b):
+        return cfg.size([b])
+
+    # Entry 2 + outer x (header 1 + inner x 4 + test 2 + the heavier branch 3 + latch 3) + exit 1 + 2.
+    for t_outer, t_inner in ((1, 1), (3, 5), (7, 0), (0, 9)):
+        assert cost(t_outer, t_inner) == 5 + t_outer * (9 + 4 * t_inner)
+
+
+def test_report_matches_the_table_and_counts(tmp_path):
+    cfg = synthetic_cfg(tmp_path)
+    source = sr.Source()
+    table = (sr.Expect("rows", "r < rows; ++r", lambda c: 3, "three rows", children=(
+        sr.Expect("taps", "k < n; ++k", lambda c: 5, "five taps"),)),)
+    total, a = sr.kernel_cost(cfg, None, table, source)
+    assert a.problems == [] and total == 5 + 3 * (9 + 4 * 5)
+    assert a.issued["rows/taps"] == 3 * 5 * 4
+    # As an unrolled filter loop (one multiply-add per iteration) it runs its 5 iterations too.
+    table = (sr.Expect("rows", "r < rows; ++r", lambda c: 3, "three rows", children=(
+        sr.Expect("taps", "k < n; ++k", lambda c: 5, "five taps", cascade=True),)),)
+    total, a = sr.kernel_cost(cfg, None, table, source)
+    assert a.problems == [] and total == 5 + 3 * (9 + 4 * 5)
+
+
+def test_report_refuses_a_table_that_no_longer_matches(tmp_path):
+    cfg = synthetic_cfg(tmp_path)
+    source = sr.Source()
+    wrong_text = (sr.Expect("rows", "r < rows; ++r", lambda c: 3, "", children=(
+        sr.Expect("taps", "k < taps; ++k", lambda c: 5, ""),)),)
+    total, a = sr.kernel_cost(cfg, None, wrong_text, source)
+    assert total is None and len(a.problems) == 1
+    assert "k < taps; ++k" in a.problems[0] and "k < n; ++k" in a.problems[0]
+    one_loop_too_many = (sr.Expect("rows", "r < rows; ++r", lambda c: 3, "", children=(
+        sr.Expect("taps", "k < n; ++k", lambda c: 5, ""), sr.Expect("more", "k < n; ++k", lambda c: 5, ""))),)
+    total, a = sr.kernel_cost(cfg, None, one_loop_too_many, source)
+    assert total is None and a.problems
+    # A table without the inner loop.
+    total, a = sr.kernel_cost(cfg, None, (sr.Expect("rows", "r < rows; ++r", lambda c: 3, ""),), source)
+    assert total is None and a.problems and a.problems[0].startswith("rows:")
+
+
+def test_cascade_counts():
+    plain = [("step", 1, 0), ("step", 1, 1), ("loop", 4, 0)]  # remainder before the loop by 4
+    assert sa.cascade_counts(21, plain) == ([1, 0, 5], 0)
+    assert sa.cascade_counts(19, plain) == ([1, 1, 4], 0)
+    assert sa.cascade_counts(18, plain) == ([1, 1, 4], 0)
+    assert sa.cascade_counts(3, plain) == ([1, 1, 0], 0)
+    mirrored = [("loop", 16, 0), ("step", 8, 0), ("loop", 4, 0), ("step", 1, 0), ("step", 1, 1)]
+    assert sa.cascade_counts(9, mirrored) == ([0, 1, 0, 1, 0], 0)
+    assert sa.cascade_counts(10, mirrored) == ([0, 1, 0, 1, 1], 0)
+    assert sa.cascade_counts(28, mirrored) == ([1, 1, 1, 0, 0], 0)
+    assert sa.cascade_counts(32, mirrored) == ([2, 0, 0, 0, 0], 0)
+    assert sa.cascade_counts(47, mirrored) == ([2, 1, 1, 1, 1], 0)
+    assert sa.cascade_counts(19, [("loop", 4, 0)]) == ([4], 3)  # its remainder steps are missing
+
+
+def test_occupancy_on_h200():
+    # 256 threads, 48 registers, 88.75 KB of shared memory (the fused forward at ppd 67): 89.75 KB
+    # with the reserved 1 KB, two fit in 228 KB; registers would allow 5 (1536 per warp, 10 warps per
+    # quarter of the register file), warps 8.
+    o = sa.occupancy(256, 48, 90880)
+    assert o["smem_per_block_allocated"] == 91904
+    assert o["limits"]["registers"] == 5 and o["limits"]["warps"] == 8 and o["limits"]["shared memory"] == 2
+    assert (o["blocks_per_sm"], o["warps_per_sm"], o["occupancy"], o["limited_by"]) == (2, 16, 0.25, "shared memory")
+    # 255 registers round up to 8192 per warp: 2 warps per quarter, 8 per SM, two blocks of 4 warps.
+    o = sa.occupancy(128, 255, 0)
+    assert (o["blocks_per_sm"], o["occupancy"], o["limited_by"]) == (2, 0.125, "registers")
+    # 101 registers: 3328 per warp, 4 per quarter, 16 warps: two blocks of 8 warps.
+    o = sa.occupancy(256, 101, 0)
+    assert (o["blocks_per_sm"], o["occupancy"]) == (2, 0.25)
+    # 1024 threads of 64 registers: 2048 per warp, 8 warps per quarter, 32 per SM: one block of 32
+    # warps (the warp slots would take two).
+    o = sa.occupancy(1024, 64, 0)
+    assert (o["blocks_per_sm"], o["occupancy"], o["limited_by"]) == (1, 0.5, "registers")
+    assert o["limits"]["warps"] == 2
+    # 30 registers, 128 threads: 16 blocks fill all 64 warp slots, as many as the registers allow
+    # (1024 per warp, 16 warps per quarter).
+    o = sa.occupancy(128, 30, 0)
+    assert (o["blocks_per_sm"], o["occupancy"], o["limited_by"]) == (16, 1.0, "warps, registers")
+    # One-warp blocks stop at 32 blocks per SM.
+    o = sa.occupancy(32, 16, 0)
+    assert (o["blocks_per_sm"], o["occupancy"], o["limited_by"]) == (32, 0.5, "blocks")
+    # More than the 227 KB a block may opt in to does not launch.
+    assert sa.occupancy(256, 32, 227 * 1024 + 1)["blocks_per_sm"] == 0
+    assert sa.occupancy(256, 32, 227 * 1024)["blocks_per_sm"] == 1
+
+
+def test_warp_iterations_and_issue_rate():
+    # 1872 = (16 + 20) x (32 + 20) pixels over 256 threads: warps 0-2 take 8 turns, 3-7 take 7.
+    assert sa.warp_iterations(1872, 256, 256) == (3 * 8 + 5 * 7) / 8
+    assert sa.warp_iterations(512, 256, 256) == 2.0
+    assert sa.warp_iterations(100, 256, 256) == 4 / 8
+    assert sa.issue_rate(132, 4, 1.98e9) == pytest.approx(1.04544e12)
+
+
+# ---- with the tools -----------------------------------------------------------------------------
+
+NVCC = sr.find_tool("nvcc")
+NVDISASM = sr.find_tool("nvdisasm")
+CUOBJDUMP = sr.find_tool("cuobjdump")
+needs_tools = pytest.mark.skipif(not (NVCC and NVDISASM and CUOBJDUMP),
+                                 reason="needs nvcc, nvdisasm and cuobjdump "
+                                        "(pip install -r benchmarks/requirements-sass.txt)")
+
+TINY_CU = """\
+__global__ void __launch_bounds__(128) row_sums_kernel(const float* x, float* y, int rows, int n, float a) {
+  __shared__ float buf[256];
+  buf[threadIdx.x] = x[threadIdx.x];
+  __syncthreads();
+  float acc = 0.f;
+#pragma unroll 1
+  for (int r = 0; r < rows; ++r) {
+    int k = 0;  // at least one iteration: no guard for the compiler to version the outer loop on
+#pragma unroll 1
+    do acc = fmaf(a, buf[(threadIdx.x + k + r) & 255], acc); while (++k < n);
+    y[r] = acc;
+  }
+  y[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+"""
+
+
+@needs_tools
+def test_a_compiled_loop_nest(tmp_path):
+    cu = tmp_path / "tiny.cu"
+    cu.write_text(TINY_CU)
+    cubin = tmp_path / "tiny.cubin"
+    res = subprocess.run([NVCC, "-cubin", "-O3", "-lineinfo", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v",
+                          str(cu), "-o", str(cubin)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    ptxas = sr.parse_ptxas(res.stderr)
+    (name,) = ptxas
+    assert sr.kernel_key(name) is None  # not a template instance of flip::cuda
+    p = ptxas[name]
+    assert p["static_smem"] == 1024 and p["barriers"] == 1 and p["spill_stores"] == 0 and p["registers"] > 0
+    usage = sr.parse_res_usage(subprocess.run([CUOBJDUMP, "-res-usage", str(cubin)], capture_output=True,
+                                              text=True, check=True).stdout)
+    # cuobjdump counts the driver's reserved 1 KB in SHARED; ptxas's registers agree with it.
+    assert usage[name]["SHARED"] == 1024 + 1024 and usage[name]["REG"] == p["registers"]
+    text = subprocess.run([NVDISASM, "-c", "-g", str(cubin)], capture_output=True, text=True, check=True).stdout
+    cfg = sa.Cfg(sa.parse_nvdisasm(text)[name])
+    assert cfg.problems == []
+    assert len(cfg.loops) == 1 and len(cfg.loops[0].children) == 1
+    outer, inner = cfg.loops[0], cfg.loops[0].children[0]
+    source = sr.Source()
+    assert "r < rows; ++r" in source.line(*cfg.latch_location(outer))
+    assert "while (++k < n);" in source.line(*cfg.latch_location(inner))
+    assert cfg.fma_count(inner.blocks) == 1
+
+    def cost(rows, n):
+        table = (sr.Expect("rows", "r < rows; ++r", lambda c: rows, "", children=(
+            sr.Expect("taps", "while (++k < n);", lambda c: n, ""),)),)
+        total, a = sr.kernel_cost(cfg, None, table, source)
+        assert a.problems == []
+        return total
+
+    # Each inner iteration costs its body, each outer one the same amount more than the one before.
+    body = sa.heaviest_path(cfg, inner, lambda b: cfg.size([b]), lambda lp: 0.0)
+    assert body == cfg.size(inner.blocks)
+    assert cost(3, 6) - cost(3, 5) == 3 * body
+    assert cost(2, 5) - cost(1, 5) == cost(3, 5) - cost(2, 5) > 5 * body
+    # A table that expects another inner loop is refused.
+    wrong = (sr.Expect("rows", "r < rows; ++r", lambda c: 1, "", children=(
+        sr.Expect("taps", "k < n; ++k", lambda c: 1, ""),)),)
+    assert sr.kernel_cost(cfg, None, wrong, source)[0] is None
+
+
+@pytest.mark.slow
+@needs_tools
+def test_the_report_matches_todays_kernels(tmp_path):
+    """The whole report on csrc/flip/cuda/kernels.cu (a full sm_90 compile, about a minute): every
+    kernel's loops match TRIP_TABLE (exit status 0), and each scenario has a figure."""
+    out = tmp_path / "sass.json"
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sass_report.py"), "--json", str(out)],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["estimate"] is True and report["table_problems"] == {}
+    assert {k["kernel"] for k in report["kernels"]} >= set(sr.TRIP_TABLE)
+    for s in report["scenarios"]:
+        assert s["warp_instructions"] > 0 and s["issue_bound_ms"] > 0
+    fwd, fwd_bwd = report["scenarios"][0], report["scenarios"][1]
+    assert fwd_bwd["warp_instructions"] > 2 * fwd["warp_instructions"]
