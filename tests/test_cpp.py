@@ -52,6 +52,6 @@ def test_scripted_flip_loss_in_cpp_matches_eager_python(cpp_build, tmp_path):
         assert diff <= 1e-6, f"{name}: max |C++ - eager Python| = {diff:.3g} > 1e-6{note}"
     for name, grad in (("grad_test", t.grad), ("grad_reference", r.grad)):
         assert out[name].shape == grad.shape, name
-        torch.testing.assert_close(out[name], grad, rtol=1e-5, atol=1e-7, msg=lambda m: f"{name}: {m}{note}")
+        torch.testing.assert_close(out[name], grad, rtol=1e-5, atol=1e-7, msg=lambda m, name=name: f"{name}: {m}{note}")
         assert out[name].abs().max().item() > 0, f"{name} is all zeros"
         assert torch.isfinite(out[name]).all(), f"{name} has non-finite values"

@@ -9,7 +9,6 @@ import sys
 import pytest
 import torch
 
-import flip_loss
 from flip_loss import _C
 
 LEVELS = ("baseline", "avx2", "avx512")

@@ -60,10 +60,10 @@ def test_extension_matches_the_oracle_values_and_gradients():
     test, ref = hdr_pair()
     exposures, counts, _, _ = hdr.exposures_for(ref, "hable")
     for tm in TONE_MAPPERS:
-        def ours(x, y):
+        def ours(x, y, tm=tm):
             return torch.ops.flip.hdr_flip(x, y, exposures, counts, 20.0, tm, 1e-15)[0]
 
-        def theirs(x, y):
+        def theirs(x, y, tm=tm):
             return oracle.hdr_flip(x, y, 20.0, tm, exposures, counts, 1e-15)[0]
 
         xs = [v.clone().requires_grad_() for v in (test, ref)]

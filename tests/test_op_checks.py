@@ -16,6 +16,7 @@ import torch
 import emulator
 import flip_loss
 from flip_loss import oracle
+from op_names import BACKWARD_OPS, CPU_ONLY_OPS, FORWARD_OPS, PRODUCT_OPS, PUBLIC_OPS
 
 # The limits the ops enforce (csrc/include/flip_loss/limits.h; test_one_source.py checks that
 # flip_loss.constants states the same).
@@ -23,7 +24,6 @@ _LIMITS = flip_loss._C.limits()
 MAX_PPD, MAX_EPS = _LIMITS["max_ppd"], _LIMITS["max_eps"]
 MIN_EXPOSURES, MAX_EXPOSURES = _LIMITS["min_exposures"], _LIMITS["max_exposures"]
 DEVICES = ["cpu", "meta", pytest.param("cuda", marks=pytest.mark.cuda)]
-from op_names import BACKWARD_OPS, CPU_ONLY_OPS, FORWARD_OPS, PRODUCT_OPS, PUBLIC_OPS
 
 ALL_OPS = PUBLIC_OPS  # the ops with the public argument conventions that the checks below exercise
 HAS_PPD = [n for n in ALL_OPS if not n.startswith("hunt_hyab")]

@@ -110,7 +110,7 @@ def test_loading_images_in_threads_changes_no_process_state(images, capfd):
 
     def loader(k):
         try:
-            for round_ in range(25):
+            for _ in range(25):
                 for name in ("good.exr", "truncated.exr", "header.exr", "good.png", "truncated.png"):
                     results.setdefault(name, set()).add(type(_load(images[name])).__name__)
                 assert image_size(images["large.png"]) == (10000, 10000)

@@ -104,7 +104,7 @@ def test_scale_free_weights_keep_the_weight_gradient():
     e = torch.rand(2, 1, 4, 5, generator=g, dtype=torch.float64)
     w = (torch.rand(2, 1, 4, 5, generator=g, dtype=torch.float64) + 0.1).requires_grad_()
     for reduction in ("mean", "per_image", "sum", "none"):
-        assert torch.autograd.gradcheck(lambda x, y: weighted_reduce(x, y, reduction),
+        assert torch.autograd.gradcheck(lambda x, y, reduction=reduction: weighted_reduce(x, y, reduction),
                                         (e.clone().requires_grad_(), w), eps=1e-7, atol=1e-8)
     (grad,) = torch.autograd.grad(weighted_reduce(e, w, "mean"), w)
     expected = (e - (w * e).sum() / w.sum()) / w.sum()

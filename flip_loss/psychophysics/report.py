@@ -164,7 +164,7 @@ def plot_frequency_matching(res: FrequencyMatchingResult, path: str, plt) -> Non
     cmap = plt.get_cmap("plasma")
     for j, name in enumerate(names):
         ax = axes[0, j]
-        for i, cr in enumerate(res.reference_contrasts):
+        for i in range(len(res.reference_contrasts)):
             col = cmap(i / max(1, len(res.reference_contrasts)))
             ax.plot(res.frequencies, res.human[i], ls="--", marker="o", ms=2.5, color=col, lw=0.8)
             ax.plot(res.frequencies, res.matches[name][i], ls="-", marker="s", ms=2.5, color=col, lw=1.2,

@@ -368,7 +368,7 @@ class FrequencyMatchingTest:
             mat = np.empty((len(refs), len(freqs)))
             missing = 0
             for j, f in enumerate(freqs):
-                r = scoring.solve_matching_contrast(lambda cs: response(m, float(f), cs), target,
+                r = scoring.solve_matching_contrast(lambda cs, m=m, f=f: response(m, float(f), cs), target,
                                                     grid=settings.match_grid,
                                                     iterations=settings.match_iterations)
                 mat[:, j] = r.contrast
@@ -432,7 +432,7 @@ class ColourMatchingTest:
             missing = 0
             for d in ("rg", "yv"):
                 responses[m.name][d] = response(m, d, cs)
-                r = scoring.solve_matching_contrast(lambda c: response(m, "ach", c), responses[m.name][d],
+                r = scoring.solve_matching_contrast(lambda c, m=m: response(m, "ach", c), responses[m.name][d],
                                                     grid=settings.match_grid,
                                                     iterations=settings.match_iterations)
                 equivalents[m.name][d] = r.contrast
