@@ -61,6 +61,16 @@ TONE_MAPPERS = ("aces", "hable", "reinhard")
 # header is that tool's); no rule turns the registry's names into these spellings.
 TONE_MAPPER_DISPLAY_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}
 
+# The checkerboard an RGBA image may be composited over (flip_loss.alpha): square tiles of
+# CHECKERBOARD_TILE pixels, the top-left one dark, in two greys given as sRGB-encoded values, 102
+# and 153 of 255 (0.4 and 0.6), the mid-tone checks image editors show behind transparency. Mid
+# greys keep the tiles' edges far from FLIP's clamps; the same pattern lies behind both images, so
+# it only shows where their alpha (or colour) differs. Linear and HDR images get the same greys'
+# linear values (the sRGB decode, docs/algorithm.md §4.2).
+CHECKERBOARD_TILE = 8
+CHECKERBOARD_SRGB = (0.4, 0.6)
+CHECKERBOARD_LINEAR = tuple(((v + 0.055) / 1.055) ** 2.4 for v in CHECKERBOARD_SRGB)
+
 
 def tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:
     """NVIDIA's evaluator's (k0..k5) of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5), rounded to

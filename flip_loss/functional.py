@@ -1,11 +1,11 @@
 """Functional API: ``ldr_flip``, the image checks shared by every entry point, the LDR data range
 and the out-of-range warning."""
 import warnings
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
-from . import _ops, options
+from . import _ops, alpha as alpha_rule, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 
 __all__ = ["INPUT_SPACES", "OUT_OF_RANGE_TOLERANCE", "ldr_flip"]
@@ -18,23 +18,46 @@ INPUT_SPACES = options.INPUT_SPACES
 OUT_OF_RANGE_TOLERANCE = 0.25
 
 
-def check_image(name: str, t: torch.Tensor) -> None:
+def check_image(name: str, t: torch.Tensor, rgba: bool = False) -> None:
+    """The checks of one image that need no data: a float dtype, N x 3 x H x W or 3 x H x W (with
+    ``rgba``, 4 channels too), not empty. TorchScript-compatible."""
     if not t.is_floating_point():
         raise TypeError("flip_loss: " + name + " must have a floating-point dtype, got " + str(t.dtype)
                         + "; convert 8-bit images with .float() / 255 (or pass data_range=255)")
-    if (t.dim() != 3 and t.dim() != 4) or t.shape[-3] != 3:
-        raise ValueError("flip_loss: " + name + " must be N x 3 x H x W or 3 x H x W (RGB), got shape "
-                         + str(list(t.shape)))
+    if (t.dim() == 3 or t.dim() == 4) and t.shape[-3] == 4 and not rgba:
+        # Whoever passes RGBA must say what alpha means: guessing straight or premultiplied would
+        # silently change the result for half of the images.
+        raise ValueError("flip_loss: " + name + " has 4 channels (RGBA, shape " + str(list(t.shape)) + "), and FLIP "
+                         "compares RGB images: ldr_flip, hdr_flip, FLIPLoss and FLIPMetric composite it over "
+                         "background= (default 'black') given alpha='straight' (colour not multiplied by alpha, "
+                         "as PNG stores it) or alpha='premultiplied' (colour multiplied by alpha, as OpenEXR "
+                         "stores it); or drop alpha with " + name + "[..., :3, :, :]")
+    if (t.dim() != 3 and t.dim() != 4) or (t.shape[-3] != 3 and not (rgba and t.shape[-3] == 4)):
+        layout = "N x 3 x H x W or 3 x H x W (RGB)"
+        if rgba:
+            layout = "N x C x H x W or C x H x W with C = 3 (RGB) or 4 (RGBA)"
+        raise ValueError("flip_loss: " + name + " must be " + layout + ", got shape " + str(list(t.shape)))
     if t.numel() == 0:
         raise ValueError("flip_loss: " + name + " is empty (shape " + str(list(t.shape)) + ")")
 
 
-def check_image_pair(test: torch.Tensor, reference: torch.Tensor) -> None:
+def _without_channels(t: torch.Tensor) -> List[int]:
+    shape: List[int] = t.shape
+    return shape[:-3] + shape[-2:]
+
+
+def check_image_pair(test: torch.Tensor, reference: torch.Tensor, rgba: bool = False) -> None:
     """The checks of an image pair that need no data (dtype, layout, emptiness, matching shapes and
-    devices). TorchScript-compatible: a scripted ``FLIPLoss`` makes them too."""
-    check_image("test", test)
-    check_image("reference", reference)
-    if test.shape != reference.shape:
+    devices); with ``rgba`` each image may have an alpha channel (4 channels), and the shapes must
+    match but for the channels (an RGB image beside an RGBA one is opaque). TorchScript-compatible:
+    a scripted ``FLIPLoss`` makes them too."""
+    check_image("test", test, rgba)
+    check_image("reference", reference, rgba)
+    if rgba:
+        same_shape = _without_channels(test) == _without_channels(reference)
+    else:
+        same_shape = test.shape == reference.shape
+    if not same_shape:
         raise ValueError("flip_loss: test and reference shapes differ: " + str(list(test.shape)) + " vs "
                          + str(list(reference.shape)))
     if test.device != reference.device:
@@ -42,12 +65,12 @@ def check_image_pair(test: torch.Tensor, reference: torch.Tensor) -> None:
                          + " vs " + str(reference.device))
 
 
-def checked_pair(test, reference):
+def checked_pair(test, reference, rgba: bool = False):
     """Checks an image pair (see check_image_pair) and promotes both to a common dtype."""
     for name, t in (("test", test), ("reference", reference)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"flip_loss: {name} must be a torch.Tensor, got {type(t).__name__}")
-    check_image_pair(test, reference)
+    check_image_pair(test, reference, rgba)
     if test.dtype != reference.dtype:
         common = torch.promote_types(test.dtype, reference.dtype)
         test, reference = test.to(common), reference.to(common)
@@ -218,16 +241,25 @@ def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
     return _ops.use_extension(*tensors, op=op)
 
 
-def ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, data_range, look_on_device: bool):
+def ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, data_range, look_on_device: bool,
+                       alpha=None, background="black"):
     """``ldr_flip`` with ``look_on_device``: whether inputs on a device other than the CPU may be
     read back for the out-of-range warning (see above)."""
-    test, reference = checked_pair(test, reference)
+    mode, bg = options.alpha_options(alpha, background)
+    test, reference = checked_pair(test, reference, mode is not None)
     ppd = options.pixels_per_degree(pixels_per_degree)
     space = options.input_space(input_space)
     eps = options.eps(eps)
     unit = options.data_range(data_range)
+    options.check_background_value(bg, unit[0], unit[1])
     test, reference = to_unit_range(test, unit), to_unit_range(reference, unit)
+    # Alpha shares the colour's data range and is looked at with it (it is clamped as they are).
     _warn_if_outside_unit_range(test, reference, look_on_device)
+    if mode is not None:
+        bg = alpha_rule.unit_background(bg, unit[0], unit[1])
+        linear = space == "linear"
+        test, reference = (alpha_rule.composite(test, mode, bg, linear),
+                           alpha_rule.composite(reference, mode, bg, linear))
     if kernels_serve("ldr_flip", test, reference):
         return torch.ops.flip.ldr_flip(test, reference, ppd, space, eps)
     from . import oracle
@@ -236,7 +268,8 @@ def ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, dat
 
 
 def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
-             input_space: str = "srgb", eps: float = DEFAULT_EPS, data_range=1.0) -> torch.Tensor:
+             input_space: str = "srgb", eps: float = DEFAULT_EPS, data_range=1.0, alpha: Optional[str] = None,
+             background="black") -> torch.Tensor:
     """LDR-FLIP error map between ``test`` and ``reference``.
 
     Both are N x 3 x H x W (or 3 x H x W) RGB tensors of the same float dtype and device, sRGB-encoded
@@ -248,9 +281,15 @@ def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     Differentiable in both inputs. ``eps`` (0 to 1e-6) regularises the two square roots whose slope
     is infinite at zero (see docs/api.md, "Gradients"); with ``eps=0`` the values are exactly those of the published
     metric.
+
+    RGBA images (4 channels, alpha in the data range too) need ``alpha="straight"`` or
+    ``alpha="premultiplied"``: each is composited over ``background`` (``"black"``, ``"white"``,
+    ``"checkerboard"`` or an (r, g, b) triple in the data range) in its own encoding before FLIP;
+    an RGB image beside an RGBA one is opaque. The rule: :mod:`flip_loss.alpha`.
     """
     global _device_inputs_looked_at
     look = not _device_inputs_looked_at
     if is_device_call(test):
         _device_inputs_looked_at = True
-    return ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, data_range, look)
+    return ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, data_range, look, alpha,
+                              background)

@@ -5,6 +5,7 @@ from typing import List, Optional, Tuple, Union
 import numpy as np
 import torch
 
+from . import alpha as alpha_rule
 from . import constants, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD, tone_coefficients
 from .functional import check_image, checked_pair, host_table, is_compiling, kernels_serve
@@ -342,7 +343,7 @@ def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_expo
 def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
              tone_mapper: str = "aces", start_exposure: ExposureArg = None, stop_exposure: ExposureArg = None,
              num_exposures: ExposureArg = None, return_exposure_map: bool = False, eps: float = DEFAULT_EPS,
-             median: str = "upper"):
+             median: str = "upper", alpha: Optional[str] = None, background="black"):
     """HDR-FLIP error map between linear HDR images ``test`` and ``reference`` (N x 3 x H x W or
     3 x H x W, non-negative; negative values count as 0). The per-pixel maximum of LDR-FLIP over
     exposures from ``start_exposure`` to ``stop_exposure`` stops (``num_exposures`` of them), each
@@ -355,11 +356,20 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     ``"upper"`` (default, flip-evaluator's) or ``"lower"`` (NVIDIA's PyTorch loss's).
     Returns the map (N x 1 x H x W), and with ``return_exposure_map=True`` also the exposure map
     (winning exposure index / (count - 1), 0 where no exposure wins). Differentiable in both images.
+    RGBA images (4 channels) need ``alpha="straight"`` or ``alpha="premultiplied"``: each is
+    composited over ``background`` (``"black"``, ``"white"`` = linear 1.0, ``"checkerboard"`` or a
+    non-negative linear (r, g, b) triple) in linear values before anything else, the automatic
+    exposures included (:mod:`flip_loss.alpha`).
     """
-    test, reference = checked_pair(test, reference)
+    mode, bg = options.alpha_options(alpha, background)
+    test, reference = checked_pair(test, reference, mode is not None)
     ppd = options.pixels_per_degree(pixels_per_degree)
     eps = options.eps(eps)
     tm = options.tone_mapper(tone_mapper)
+    if mode is not None:
+        options.check_background_value(bg, 0.0, math.inf)
+        test, reference = (alpha_rule.composite(test, mode, bg, True),
+                           alpha_rule.composite(reference, mode, bg, True))
     unbatched = test.dim() == 3
     t, r = as_batch(test), as_batch(reference)
     exposures, counts, _, _ = exposures_for(r, tm, start_exposure, stop_exposure, num_exposures, median)

@@ -4,9 +4,9 @@
 ``load_image`` dispatches on the file extension. For LDR files it returns a 3 x H x W float32 tensor
 of the stored code values scaled to [0, 1] (code / 255 for 8-bit, code / 65535 for 16-bit images),
 i.e. still sRGB-encoded, as NVIDIA's evaluator loads PNGs; colour profiles, gamma chunks and EXIF
-orientation are ignored. Grey images are repeated into three channels and alpha is dropped (not
-composited). PNG, JPEG, BMP and TGA are the supported formats; other 8-bit formats Pillow reads also
-load. ``.exr`` files are read by ``load_exr`` (linear HDR values, see there). Radiance ``.hdr`` and
+orientation are ignored. Grey images are repeated into three channels; alpha is dropped, or kept
+as a fourth channel with ``keep_alpha=True`` (for the caller to composite, see flip_loss.alpha).
+PNG, JPEG, BMP and TGA are the supported formats; other 8-bit formats Pillow reads also load. ``.exr`` files are read by ``load_exr`` (linear HDR values, see there). Radiance ``.hdr`` and
 ``.pfm`` files are rejected with a clear message: they are not supported (convert them to OpenEXR).
 Images of more than ``MAX_IMAGE_PIXELS`` pixels (2^27, e.g. 16384 x 8192) are refused from their
 header, before any pixel is decoded (see there).
@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 __all__ = ["HDR_EXTENSIONS", "EXR_EXTENSIONS", "UNSUPPORTED_HDR_EXTENSIONS", "MAX_IMAGE_PIXELS", "is_hdr_path",
-           "is_exr_path", "image_size", "load_image", "load_exr", "exr_size", "save_png", "save_exr"]
+           "is_exr_path", "image_size", "alpha_convention", "load_image", "load_exr", "exr_size", "save_png",
+           "save_exr"]
 
 HDR_EXTENSIONS = (".exr", ".hdr", ".pfm")
 EXR_EXTENSIONS = (".exr",)
@@ -151,9 +152,10 @@ def image_size(path):
 _PNG16_LOW_BYTE_RAWMODE = {"RGB;16B": "RGB;16L", "RGBA;16B": "RGBA;16L", "LA;16B": "RGBA"}
 
 
-def _png16_rgb(path, rawmode, high):
-    """H x W x 3 uint16 samples of a 16-bit colour PNG whose high bytes ``high`` Pillow decoded,
-    obtained by decoding the file again with Pillow for the low bytes; None if not possible."""
+def _png16_samples(path, rawmode, high, keep_alpha: bool):
+    """H x W x C uint16 samples of a 16-bit colour PNG whose high bytes ``high`` Pillow decoded
+    (C = 3, or 4 with the alpha channel of a file that has one when ``keep_alpha``), obtained by
+    decoding the file again with Pillow for the low bytes; None if not possible."""
     im = _open(path)
     try:
         t = im.tile[0]
@@ -166,19 +168,32 @@ def _png16_rgb(path, rawmode, high):
         if low.shape != high.shape:
             return None
         if rawmode == "LA;16B":
-            if not np.array_equal(low[..., 0], high[..., 0]):
+            # low: (grey high, grey low, alpha high, alpha low) per pixel; high: the high bytes of
+            # grey (once or repeated) and alpha (last)
+            if not (np.array_equal(low[..., 0], high[..., 0]) and np.array_equal(low[..., 2], high[..., -1])):
                 return None
             grey = low[..., 0].astype(np.uint16) * 256 + low[..., 1]
-            return np.repeat(grey[..., None], 3, axis=2)
-        return (high[..., :3].astype(np.uint16) * 256 + low[..., :3]).astype(np.uint16)
+            planes = [grey] * 3
+            if keep_alpha:
+                planes.append(low[..., 2].astype(np.uint16) * 256 + low[..., 3])
+            return np.stack(planes, axis=2)
+        channels = 4 if keep_alpha and rawmode == "RGBA;16B" else 3
+        return (high[..., :channels].astype(np.uint16) * 256 + low[..., :channels]).astype(np.uint16)
     except Exception:  # noqa: BLE001 - any decoder difference means: keep the 8-bit values
         return None
     finally:
         im.close()
 
 
-def _to_float_rgb(path, im) -> np.ndarray:
-    """H x W x 3 float32 in [0, 1] from an opened, loaded Pillow image."""
+def _has_alpha(im) -> bool:
+    """Whether an opened Pillow image has an alpha channel or a transparent colour (a palette or
+    grey PNG with a tRNS chunk)."""
+    return "A" in im.getbands() or "transparency" in im.info
+
+
+def _to_float(path, im, keep_alpha: bool) -> np.ndarray:
+    """H x W x C float32 in [0, 1] from an opened, loaded Pillow image: C = 3 (RGB), or 4 (RGBA)
+    for an image with alpha when ``keep_alpha``."""
     mode = im.mode
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
         a = np.asarray(im)
@@ -189,20 +204,30 @@ def _to_float_rgb(path, im) -> np.ndarray:
     if mode in ("F",) or mode.startswith("F;"):
         raise ValueError(f"cannot read image '{path}': floating-point images in this format are not "
                          "supported (HDR input is read from OpenEXR .exr files)")
-    if mode in ("RGB", "RGBA", "L", "LA"):
+    alpha = _has_alpha(im)
+    if mode in ("RGB", "RGBA", "L", "LA") and not (keep_alpha and "transparency" in im.info):
         a = np.asarray(im)
     else:
-        a = np.asarray(im.convert("RGBA" if "A" in mode or mode == "P" else "RGB"))
+        a = np.asarray(im.convert("RGBA" if alpha else "RGB"))
     a = a[..., None] if a.ndim == 2 else a
-    if a.shape[2] in (1, 2):  # grey (+ alpha)
-        a = np.repeat(a[..., :1], 3, axis=2)
-    return a[..., :3].astype(np.float32) / np.float32(255.0)
+    colour = np.repeat(a[..., :1], 3, axis=2) if a.shape[2] in (1, 2) else a[..., :3]  # grey (+ alpha)
+    if keep_alpha and a.shape[2] in (2, 4):
+        colour = np.concatenate([colour, a[..., -1:]], axis=2)
+    return colour.astype(np.float32) / np.float32(255.0)
 
 
-def load_image(path) -> torch.Tensor:
+def alpha_convention(path) -> str:
+    """How the colour of an image file with alpha relates to its alpha, by its format's
+    specification: ``"premultiplied"`` for OpenEXR, ``"straight"`` for the others (PNG, TGA, ...)."""
+    return "premultiplied" if is_exr_path(path) else "straight"
+
+
+def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
     """Loads an image file as a 3 x H x W float32 CPU tensor. LDR files (PNG, JPEG, BMP, TGA): values
     in [0, 1] (code values / 255 or / 65535: they stay sRGB-encoded); grey images are repeated into
-    3 channels; alpha is dropped. ``.exr`` files: linear HDR values, see :func:`load_exr`.
+    3 channels; alpha is dropped, or with ``keep_alpha=True`` returned as a fourth channel (4 x H x W,
+    alpha in [0, 1], for files with an alpha channel or a transparent colour; see
+    :func:`alpha_convention`). ``.exr`` files: linear HDR values, see :func:`load_exr`.
 
     Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` if it is not a
     readable image (a directory, a damaged or truncated file, an unsupported format such as
@@ -212,7 +237,7 @@ def load_image(path) -> torch.Tensor:
     path = os.fspath(path)
     check_file(path)
     if is_exr_path(path):
-        return load_exr(path)
+        return load_exr(path, keep_alpha)
     if is_hdr_path(path):
         raise ValueError(_unsupported_hdr_message(path))
     if not os.access(path, os.R_OK):
@@ -232,16 +257,16 @@ def load_image(path) -> torch.Tensor:
             if im.width == 0 or im.height == 0:
                 raise ValueError(f"cannot read image '{path}': it has no pixels")
             if rawmode in _PNG16_LOW_BYTE_RAWMODE:
-                rgb16 = _png16_rgb(path, rawmode, np.asarray(im))
-                if rgb16 is None:
+                samples = _png16_samples(path, rawmode, np.asarray(im), keep_alpha)
+                if samples is None:
                     warnings.warn(f"flip_loss: could not decode the 16-bit PNG '{path}' at full "
                                   "precision with this Pillow; using its 8-bit values",
                                   RuntimeWarning, stacklevel=2)
-                    a = _to_float_rgb(path, im)
+                    a = _to_float(path, im, keep_alpha)
                 else:
-                    a = rgb16.astype(np.float32) / np.float32(65535.0)
+                    a = samples.astype(np.float32) / np.float32(65535.0)
             else:
-                a = _to_float_rgb(path, im)
+                a = _to_float(path, im, keep_alpha)
     except ValueError:
         raise
     except (OSError, SyntaxError) as exc:  # decoder errors Pillow raises lazily
@@ -665,7 +690,7 @@ def _select_channels(path: str, names):
     """Which stored channels give R, G and B: a list of three channel names or None (zero), from the
     channel names of an EXR file. R, G and B are matched by name (case-insensitive); without them, a
     single non-alpha channel is grey and two non-alpha channels are R and G (B = 0). Alpha (A) is
-    ignored."""
+    not a colour channel (see _alpha_channel)."""
     by_lower = {}
     for n in names:
         by_lower.setdefault(n.lower(), n)
@@ -700,19 +725,29 @@ def exr_size(path):
     return width, height
 
 
-def load_exr(path) -> torch.Tensor:
+def _alpha_channel(names) -> Optional[str]:
+    """The stored alpha channel of an EXR file (A, or alpha, any case), or None."""
+    for n in names:
+        if n.lower() in _ALPHA_NAMES:
+            return n
+    return None
+
+
+def load_exr(path, keep_alpha: bool = False) -> torch.Tensor:
     """Loads an OpenEXR file as a 3 x H x W float32 CPU tensor of its linear values (the data window
     of the first part; the display window is ignored).
 
     Channels R, G and B are taken by name (case-insensitive); a file with a single (non-alpha)
     channel is read as grey in all three, one with two channels as (first, second, 0) in channel-name
-    order; alpha is ignored; half, float and uint channels are converted to float32. Negative values
-    are kept (HDR-FLIP counts them as 0).
+    order; alpha is ignored, or with ``keep_alpha=True`` returned as a fourth channel (4 x H x W)
+    when the file has one (A or alpha, any case; premultiplied by OpenEXR's convention, see
+    :func:`alpha_convention`); half, float and uint channels are converted to float32. Negative
+    values are kept (HDR-FLIP counts them as 0).
 
     Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` if it cannot be read:
     not an OpenEXR file, damaged or truncated, deep or with subsampled channels, no colour channel,
-    or NaN / infinite values in the colour channels used (the message names the file and counts
-    them: HDR-FLIP needs finite values, and replacing them silently would change the result).
+    or NaN / infinite values in the channels used (the message names the file and counts them:
+    HDR-FLIP needs finite values, and replacing them silently would change the result).
     """
     path = os.fspath(path)
     exr_size(path)  # the header's checks (channels, pixel count) before the pixels are decoded
@@ -720,6 +755,9 @@ def load_exr(path) -> torch.Tensor:
     channels = part.channels
     names = sorted(channels.keys())
     chosen = _select_channels(path, names)
+    alpha = _alpha_channel(names) if keep_alpha else None
+    if alpha is not None:
+        chosen = chosen + [alpha]
     arrays = {}
     for name in {n for n in chosen if n is not None}:
         ch = channels[name]
@@ -737,15 +775,16 @@ def load_exr(path) -> torch.Tensor:
         raise ValueError(f"cannot read image '{path}': its channels differ in size")
     if shape[0] == 0 or shape[1] == 0:
         raise ValueError(f"cannot read image '{path}': it has no pixels")
-    rgb = np.stack([arrays[n] if n is not None else np.zeros(shape, np.float32) for n in chosen])
-    finite = np.isfinite(rgb)
+    image = np.stack([arrays[n] if n is not None else np.zeros(shape, np.float32) for n in chosen])
+    finite = np.isfinite(image)
     if not finite.all():
-        n_nan = int(np.isnan(rgb).sum())
-        n_inf = int(rgb.size - finite.sum()) - n_nan
+        n_nan = int(np.isnan(image).sum())
+        n_inf = int(image.size - finite.sum()) - n_nan
+        where = "colour and alpha channels" if alpha is not None else "colour channels"
         raise ValueError(f"cannot read image '{path}': it holds {n_nan + n_inf} non-finite value(s) "
-                         f"({n_nan} NaN, {n_inf} infinite) in its colour channels; HDR-FLIP needs "
+                         f"({n_nan} NaN, {n_inf} infinite) in its {where}; HDR-FLIP needs "
                          "finite values (fix or clamp them before the evaluation)")
-    return torch.from_numpy(np.ascontiguousarray(rgb))
+    return torch.from_numpy(np.ascontiguousarray(image))
 
 
 def save_exr(path, chw, half: bool = False) -> None:

@@ -277,19 +277,23 @@ class FLIPMetric:
     ``pixels_per_degree``, ``input_space`` and ``data_range`` are those of
     :func:`flip_loss.ldr_flip` (checked here, ``TypeError``/``ValueError``); ``bins`` is the
     resolution of the histogram behind the weighted median and quartiles (their error is at most
-    ``1 / bins``). ``sync_on_compute`` (default True): ``compute()`` returns the result over all
+    ``1 / bins``). ``alpha`` and ``background`` take RGBA inputs as :func:`flip_loss.ldr_flip`
+    does. ``sync_on_compute`` (default True): ``compute()`` returns the result over all
     ranks of ``process_group`` (None: the default group) when one is initialised with more than
     one rank; False keeps it to this process's images.
     """
 
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
-                 bins: int = 2 ** 16, data_range=1.0, *, sync_on_compute: bool = True, process_group=None):
+                 bins: int = 2 ** 16, data_range=1.0, *, alpha: Optional[str] = None, background="black",
+                 sync_on_compute: bool = True, process_group=None):
         bins = options.bins(bins, "flip_loss.FLIPMetric")
         if not isinstance(sync_on_compute, bool):
             raise TypeError(f"flip_loss.FLIPMetric: sync_on_compute must be True or False, got {sync_on_compute!r}")
         self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
         self.input_space = options.input_space(input_space)
         self.data_range = options.data_range(data_range)
+        self.alpha, self.background = options.alpha_options(alpha, background)
+        options.check_background_value(self.background, *self.data_range)
         self.bins = int(bins)
         self.sync_on_compute = sync_on_compute
         self.process_group = process_group
@@ -306,14 +310,14 @@ class FLIPMetric:
 
     @torch.no_grad()
     def update(self, test: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-        """Evaluates LDR-FLIP between ``test`` and ``reference`` (N x 3 x H x W or 3 x H x W, as for
-        :func:`flip_loss.ldr_flip`), accumulates the maps and returns this batch's per-image means
+        """Evaluates LDR-FLIP between ``test`` and ``reference`` (N x 3 x H x W or 3 x H x W, or with
+        ``alpha`` RGBA, as for :func:`flip_loss.ldr_flip`), accumulates the maps and returns this batch's per-image means
         (float64, N entries, on the input device)."""
         look = not self._looked_at_device_inputs
         if is_device_call(test):
             self._looked_at_device_inputs = True
         error = ldr_flip_with_look(test, reference, self.pixels_per_degree, self.input_space, 0.0, self.data_range,
-                                   look)
+                                   look, self.alpha, self.background)
         return self.update_error_map(error)
 
     @torch.no_grad()
@@ -351,6 +355,7 @@ class FLIPMetric:
 
     def __repr__(self) -> str:
         data_range = "" if self.data_range == (0.0, 1.0) else f", data_range={self.data_range}"
+        alpha = "" if self.alpha is None else f", alpha={self.alpha!r}, background={self.background!r}"
         sync = "" if self.sync_on_compute else ", sync_on_compute=False"
         return (f"FLIPMetric(pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
-                f"bins={self.bins}{data_range}{sync}, images={sum(int(m.numel()) for m in self._means)})")
+                f"bins={self.bins}{data_range}{alpha}{sync}, images={sum(int(m.numel()) for m in self._means)})")

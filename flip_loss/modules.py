@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 
 from . import _ops, options
+from .alpha import composite, unit_background
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 from .functional import (check_image_pair, host_table, is_compiling, is_device_call, is_plain_tensor,
                          ldr_flip_with_look, to_unit_range)
@@ -285,6 +286,9 @@ class FLIPLoss(torch.nn.Module):
     * ``"per_image"``: a tensor of N per-image (weighted) means (0-dim for a 3 x H x W input);
     * ``"none"``: the error map (times ``weight`` when given).
 
+    ``alpha`` and ``background`` take RGBA inputs as :func:`flip_loss.ldr_flip` and
+    :func:`flip_loss.hdr_flip` do (composited over the background first; :mod:`flip_loss.alpha`).
+
     Negative or non-finite weights, and a zero total weight for ``"mean"``/``"per_image"``, raise
     ``ValueError``. Works with TorchScript (``torch.jit.script``) and ``torch.compile``, which make
     the same checks.
@@ -302,11 +306,14 @@ class FLIPLoss(torch.nn.Module):
     stop_exposure: Optional[Union[float, torch.Tensor]]
     num_exposures: Optional[Union[int, torch.Tensor]]
     exposure_anchors: Dict[str, float]
+    alpha: Optional[str]
+    background: Union[str, List[float]]
 
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
                  reduction: str = "mean", eps: float = DEFAULT_EPS, hdr: bool = False, tone_mapper: str = "aces",
                  start_exposure: Optional[float] = None, stop_exposure: Optional[float] = None,
-                 num_exposures: Optional[int] = None, data_range=1.0):
+                 num_exposures: Optional[int] = None, data_range=1.0, alpha: Optional[str] = None,
+                 background="black"):
         super().__init__()
         given = [k for k, v in (("start_exposure", start_exposure), ("stop_exposure", stop_exposure),
                                 ("num_exposures", num_exposures)) if v is not None]
@@ -326,6 +333,11 @@ class FLIPLoss(torch.nn.Module):
         self.stop_exposure = _exposure_option("stop_exposure", stop_exposure)
         _check_exposure_options(self.start_exposure, self.stop_exposure)
         self.num_exposures = _count_option(num_exposures)
+        self.alpha, self.background = options.alpha_options(alpha, background)
+        if self.hdr:
+            options.check_background_value(self.background, 0.0, math.inf)
+        else:
+            options.check_background_value(self.background, self.data_range[0], self.data_range[1])
         # every tone mapper's anchor, for the scripted forward (which cannot run exposure_anchor), looked
         # up per call because tone_mapper may be changed after construction
         self.exposure_anchors = {name: exposure_anchor(name) for name in options.TONE_MAPPERS}
@@ -349,13 +361,20 @@ class FLIPLoss(torch.nn.Module):
         if torch.jit.is_scripting():
             # TorchScript (and C++ programs loading the module) call the ops directly, after the
             # checks eager makes in Python (the ops check the scalar options and the values).
-            check_image_pair(test, reference)
+            options.check_alpha_value(self.alpha, self.background)
+            alpha = self.alpha
+            background = self.background
+            check_image_pair(test, reference, alpha is not None)
             # The ops require only ppd > 0; the Python API's lower limit is checked here.
             options.check_pixels_per_degree_value(self.pixels_per_degree)
             if test.dtype != reference.dtype:  # promoted, as eager does
                 common = torch.promote_types(test.dtype, reference.dtype)
                 test, reference = test.to(common), reference.to(common)
             if self.hdr:
+                if alpha is not None:
+                    options.check_background_value(background, 0.0, math.inf)
+                    test = composite(test, alpha, background, True)
+                    reference = composite(reference, alpha, background, True)
                 ref = reference if reference.dim() == 4 else reference.unsqueeze(0)
                 if self.tone_mapper not in self.exposure_anchors:
                     raise ValueError("flip_loss: tone_mapper must be one of '"
@@ -376,26 +395,35 @@ class FLIPLoss(torch.nn.Module):
                 error = torch.ops.flip.hdr_flip(test, reference, exposures, counts, self.pixels_per_degree,
                                                 self.tone_mapper, self.eps)[0]
             else:
-                error = torch.ops.flip.ldr_flip(to_unit_range(test, self.data_range),
-                                                to_unit_range(reference, self.data_range),
-                                                self.pixels_per_degree, self.input_space, self.eps)
+                test = to_unit_range(test, self.data_range)
+                reference = to_unit_range(reference, self.data_range)
+                if alpha is not None:
+                    low, high = self.data_range
+                    options.check_background_value(background, low, high)
+                    unit = unit_background(background, low, high)
+                    linear = self.input_space == "linear"
+                    test = composite(test, alpha, unit, linear)
+                    reference = composite(reference, alpha, unit, linear)
+                error = torch.ops.flip.ldr_flip(test, reference, self.pixels_per_degree, self.input_space, self.eps)
         else:
             if self.hdr:
                 error = hdr_flip(test, reference, self.pixels_per_degree, self.tone_mapper, self.start_exposure,
-                                 self.stop_exposure, self.num_exposures, eps=self.eps)
+                                 self.stop_exposure, self.num_exposures, eps=self.eps, alpha=self.alpha,
+                                 background=self.background)
             else:
                 look = not self._looked_at_device_inputs
                 if is_device_call(test):
                     self._looked_at_device_inputs = True
                 error = ldr_flip_with_look(test, reference, self.pixels_per_degree, self.input_space, self.eps,
-                                           self.data_range, look)
+                                           self.data_range, look, self.alpha, self.background)
         return weighted_reduce(error, weight, self.reduction)
 
     def extra_repr(self) -> str:
+        alpha = "" if self.alpha is None else f", alpha={self.alpha!r}, background={self.background!r}"
         if self.hdr:
             return (f"hdr=True, pixels_per_degree={self.pixels_per_degree:.4f}, tone_mapper={self.tone_mapper!r}, "
                     f"start_exposure={self.start_exposure}, stop_exposure={self.stop_exposure}, "
-                    f"num_exposures={self.num_exposures}, reduction={self.reduction!r}")
+                    f"num_exposures={self.num_exposures}, reduction={self.reduction!r}{alpha}")
         data_range = "" if self.data_range == (0.0, 1.0) else f", data_range={self.data_range}"
         return (f"pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
-                f"reduction={self.reduction!r}{data_range}")
+                f"reduction={self.reduction!r}{data_range}{alpha}")

@@ -9,11 +9,12 @@ a scripted ``FLIPLoss`` applies the same limits when it runs.
 """
 import math
 import numbers
-from typing import Tuple
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
+from . import alpha as alpha_rule
 from . import constants
 from .constants import MAX_EPS, MAX_EXPOSURES
 
@@ -196,6 +197,82 @@ def check_exposure_order(start: float, stop: float) -> None:
     if start > stop:
         raise ValueError("flip_loss: start_exposure (" + str(start) + ") must not exceed stop_exposure ("
                          + str(stop) + ")")
+
+
+def alpha(value) -> Optional[str]:
+    """What a fourth image channel is: None (none is taken: images are RGB), ``"straight"`` or
+    ``"premultiplied"`` alpha (see flip_loss.alpha)."""
+    if value is None:
+        return None
+    return _name("alpha", value, alpha_rule.ALPHA_MODES)
+
+
+def background(value) -> Union[str, List[float]]:
+    """The background an RGBA image is composited over: a name of ``flip_loss.alpha.BACKGROUNDS``
+    (lower case) or an (r, g, b) triple of finite numbers (a list of floats); its range is checked
+    where the data range is known (``check_background_value``)."""
+    if isinstance(value, str):
+        return _name("background", value, alpha_rule.BACKGROUNDS)
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"flip_loss: background must be one of {alpha_rule.BACKGROUNDS} or an (r, g, b) triple of "
+                        f"numbers, got {type(value).__name__}")
+    if len(value) != 3:
+        raise ValueError(f"flip_loss: background must be one of {alpha_rule.BACKGROUNDS} or an (r, g, b) triple of "
+                         f"numbers, got {len(value)} values")
+    rgb = [real_number("background", v) for v in value]
+    if not all(math.isfinite(v) for v in rgb):
+        raise ValueError(f"flip_loss: background must hold finite numbers, got {tuple(value)!r}")
+    return rgb
+
+
+def alpha_options(alpha_value, background_value) -> Tuple[Optional[str], Union[str, List[float]]]:
+    """``alpha`` and ``background`` checked together: a background other than black needs an alpha
+    rule (it would be silently ignored otherwise)."""
+    mode = alpha(alpha_value)
+    bg = background(background_value)
+    check_alpha_value(mode, bg)
+    return mode, bg
+
+
+def check_alpha_value(alpha: Optional[str], background: Union[str, List[float]]) -> None:
+    """TorchScript-compatible: ``alpha`` one of the rules (or None, and then the background black),
+    ``background`` a name or an (r, g, b) triple of finite numbers, as ``alpha_options`` returns
+    them (a scripted ``FLIPLoss`` checks its attributes, which may be changed after construction,
+    on every call)."""
+    if alpha is not None:
+        if alpha != "straight" and alpha != "premultiplied":
+            raise ValueError("flip_loss: alpha must be None, 'straight' or 'premultiplied', got '" + alpha + "'")
+    if isinstance(background, str):
+        if background != "black" and background != "white" and background != "checkerboard":
+            raise ValueError("flip_loss: background must be 'black', 'white', 'checkerboard' or an (r, g, b) "
+                             "triple, got '" + background + "'")
+        named_black = background == "black"
+    else:
+        if len(background) != 3:
+            raise ValueError("flip_loss: background must be an (r, g, b) triple, got " + str(len(background))
+                             + " values")
+        for v in background:
+            if not math.isfinite(v):
+                raise ValueError("flip_loss: background must hold finite numbers, got " + str(background))
+        named_black = False
+    if alpha is None and not named_black:
+        raise ValueError("flip_loss: background only applies to images with an alpha channel: give "
+                         "alpha='straight' or alpha='premultiplied' with it")
+
+
+def check_background_value(background: Union[str, List[float]], low: float, high: float) -> None:
+    """TorchScript-compatible: an (r, g, b) background lies in the images' value range [low, high]
+    (LDR: the data range; HDR: low = 0, high = inf), as the images' colours do; a value outside it is
+    refused rather than clamped."""
+    if isinstance(background, str):
+        return
+    for v in background:
+        if not (low <= v <= high):
+            if math.isinf(high):
+                raise ValueError("flip_loss: an HDR background must be non-negative linear values, got "
+                                 + str(background))
+            raise ValueError("flip_loss: background values must lie in the data range [" + str(low) + ", "
+                             + str(high) + "], got " + str(background))
 
 
 def bins(value, who: str = "flip_loss") -> int:

@@ -44,8 +44,8 @@ _WHO = "flip_loss.torchmetrics.FLIPTorchMetric"
 
 class FLIPTorchMetric(Metric):
     """LDR-FLIP accumulated over ``update(test, reference)`` calls as a torchmetrics metric.
-    ``pixels_per_degree``, ``input_space``, ``data_range`` and ``bins`` are those of
-    :class:`flip_loss.FLIPMetric`; other keyword arguments go to ``torchmetrics.Metric``
+    ``pixels_per_degree``, ``input_space``, ``data_range``, ``bins``, ``alpha`` and ``background``
+    are those of :class:`flip_loss.FLIPMetric`; other keyword arguments go to ``torchmetrics.Metric``
     (``sync_on_compute``, ``process_group``, ...). The states are int64 and float64 by design:
     do not change them with ``set_dtype``."""
 
@@ -54,12 +54,14 @@ class FLIPTorchMetric(Metric):
     full_state_update = False
 
     def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb", bins: int = 2 ** 16,
-                 data_range=1.0, **kwargs):
+                 data_range=1.0, alpha=None, background="black", **kwargs):
         super().__init__(**kwargs)
         bins = options.bins(bins, _WHO)
         self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
         self.input_space = options.input_space(input_space)
         self.data_range = options.data_range(data_range)
+        self.alpha, self.background = options.alpha_options(alpha, background)
+        options.check_background_value(self.background, *self.data_range)
         self.bins = int(bins)
         self._looked_at_device_inputs = False
         # torchmetrics makes the placeholder of a rank without per-image means in this dtype when it
@@ -85,7 +87,7 @@ class FLIPTorchMetric(Metric):
             if is_device_call(test):
                 self._looked_at_device_inputs = True
             error = ldr_flip_with_look(test, reference, self.pixels_per_degree, self.input_space, 0.0,
-                                       self.data_range, look)
+                                       self.data_range, look, self.alpha, self.background)
             e = checked_error_batch(error, _WHO).to(self.count.device)
             check_pixel_capacity(int(self.count.sum()), e.numel(), _WHO)
             per_image = fold(self._statistics(), e)

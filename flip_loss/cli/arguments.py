@@ -7,7 +7,9 @@ import os
 from typing import List, Optional, Tuple
 
 from .. import options
-from ..constants import DEFAULT_PPD, MAX_EXPOSURES, MAX_PPD, MIN_PPD, pixels_per_degree
+from ..alpha import ALPHA_MODES, BACKGROUNDS
+from ..constants import (CHECKERBOARD_SRGB, CHECKERBOARD_TILE, DEFAULT_PPD, MAX_EXPOSURES, MAX_PPD, MIN_PPD,
+                         pixels_per_degree)
 from ..imageio import MAX_IMAGE_PIXELS
 from .errors import PROG, UsageError, UsageErrorParser, exit_code_lines
 from .pairs import FOLDER_EXTENSIONS
@@ -99,6 +101,13 @@ values; NaN or infinite values are an error); mixing LDR and HDR images is an er
 {MAX_IMAGE_PIXELS} pixels (e.g. 16384x8192) are refused. The default pixels per degree, 67
 (67.0206...), is a 0.7 m wide 4K display seen from 0.7 m; {MIN_PPD:g} to {MAX_PPD:g} are accepted.
 
+An image with an alpha channel (RGBA or grey+alpha PNG, a PNG with a transparent colour, an EXR
+with an A channel) is composited over --background (black unless given) before FLIP, in its own
+encoding (sRGB values for LDR files, linear values for EXR), by its format's convention: straight
+alpha for PNG and the other LDR formats, premultiplied for OpenEXR (a note says so); --alpha
+straight or premultiplied overrides the convention, --alpha ignore drops the channel. An image
+without alpha beside one with alpha is opaque.
+
 HDR-FLIP is the per-pixel maximum of LDR-FLIP over exposures from --start-exposure to
 --stop-exposure (--num-exposures of them, evenly spaced in stops), each image exposed, tone
 mapped (--tone-mapper) and clamped. Exposures not given are computed from the reference: start
@@ -172,6 +181,17 @@ def build_parser() -> argparse.ArgumentParser:
                              "file name without extension")
     inputs.add_argument("--example", action="store_true",
                         help="evaluate the bundled example pair (instead of --reference/--test)")
+    inputs.add_argument("--alpha", choices=ALPHA_MODES + ("ignore",), default=None,
+                        help="what an image's alpha channel means: straight (colour not multiplied by "
+                             "alpha) or premultiplied alpha, composited over --background before FLIP, or "
+                             "ignore (the channel is dropped); default: the file format's convention, "
+                             "straight for PNG and the other LDR formats, premultiplied for OpenEXR")
+    inputs.add_argument("--background", choices=BACKGROUNDS, default=None,
+                        help="what an image with alpha is composited over (default: black); white is the "
+                             f"top of the range (linear 1.0 for EXR); checkerboard: {CHECKERBOARD_TILE}-pixel "
+                             "tiles of the sRGB greys "
+                             + " and ".join(f"{round(255 * v)}" for v in CHECKERBOARD_SRGB)
+                             + " (of 255), the top-left one dark")
 
     view = p.add_argument_group("viewing conditions").add_mutually_exclusive_group()
     view.add_argument("--ppd", "--pixels-per-degree", "-ppd", dest="ppd", metavar="P",
@@ -341,6 +361,9 @@ def check_options(args) -> None:
         raise UsageError("--allow-unmatched only applies to folder mode (--reference-dir/--test-dir)")
     if args.example and (args.reference is not None or args.test is not None):
         raise UsageError("--example cannot be combined with --reference/--test")
+    if args.alpha == "ignore" and args.background is not None:
+        raise UsageError(f"--background {args.background} and --alpha ignore contradict each other: a background "
+                         "only shows through an alpha channel that is composited")
     if not args.histogram:
         for flag, value in (("--log", args.log), ("--y-max", args.y_max is not None),
                             ("--exclude-pooled-values", args.exclude_pooled_values)):

@@ -111,8 +111,9 @@ class Progress:
 
 
 class Console:
-    """Where a run reports: results on stdout; warnings (once each, from verbosity 1) and errors as
-    one line each on stderr; in folder mode the progress on stderr, which the lines do not break."""
+    """Where a run reports: results on stdout; notes and warnings (once each, from verbosity 1) and
+    errors as one line each on stderr; in folder mode the progress on stderr, which the lines do not
+    break."""
 
     def __init__(self, verbosity: int):
         self.verbosity = verbosity
@@ -133,6 +134,12 @@ class Console:
     def lines(self, lines: Sequence[str]) -> None:
         if lines:
             self._print(lines, sys.stdout)
+
+    def note(self, message: str) -> None:
+        """What the run did that the user may not expect (not a problem: no warning)."""
+        if self.verbosity >= 1 and message not in self._warned:
+            self._warned.add(message)
+            self._print([f"{PROG}: note: {message}"], sys.stderr)
 
     def warning(self, message: str) -> None:
         if self.verbosity >= 1 and message not in self._warned:

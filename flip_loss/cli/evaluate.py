@@ -37,7 +37,8 @@ class Exposures(NamedTuple):
 
 class Result(NamedTuple):
     """One evaluated pair: the maps as H x W float32 arrays (exposure map None for LDR), the pooled
-    values, the evaluation time and the warnings the evaluation raised."""
+    values, the evaluation time, the warnings the evaluation raised and the notes about how its
+    images were read (since the previous pair)."""
     reference: str
     test: str
     exposures: Optional[Exposures]
@@ -46,6 +47,7 @@ class Result(NamedTuple):
     pooled: "object"
     seconds: float
     warnings: List[str]
+    notes: List[str]
 
 
 def _too_many_exposures(start: float, stop: float) -> UsageError:
@@ -77,24 +79,59 @@ def _fallback_warnings(op: str, device) -> List[str]:
     return [message]
 
 
+def _alpha_note(mode: str, background: str) -> str:
+    """The note of a run that composites an image's alpha by its format's convention."""
+    convention = ("straight alpha (the convention of PNG and the other LDR formats)" if mode == "straight"
+                  else "premultiplied alpha (OpenEXR's convention)")
+    over = "the checkerboard" if background == "checkerboard" else background
+    return (f"an input image has an alpha channel: it is composited over {over} as {convention} before "
+            "FLIP; --alpha straight, premultiplied or ignore and --background black, white or checkerboard "
+            "choose otherwise")
+
+
 class FlipEvaluator:
     """Loads images on the run's device and evaluates FLIP on pairs with the run's settings. Keeps
     the last reference (and its exposures) so that the test images of one reference share it.
     ``given`` holds the exposure options (start, stop, count; None where not given) of an HDR-FLIP
-    run."""
+    run. ``alpha`` (``--alpha``: None for each file format's convention, a rule of
+    ``flip_loss.alpha.ALPHA_MODES``, or "ignore") and ``background`` say how an image with alpha
+    becomes the RGB image evaluated (``flip_loss.alpha.composite``)."""
 
     def __init__(self, hdr: bool, tone_mapper: str, ppd: float, device,
-                 given: Tuple[Optional[float], Optional[float], Optional[int]] = (None, None, None)):
+                 given: Tuple[Optional[float], Optional[float], Optional[int]] = (None, None, None),
+                 alpha: Optional[str] = None, background: str = "black"):
         self.hdr, self.tone_mapper, self.ppd, self.device, self.given = hdr, tone_mapper, ppd, device, given
+        self.alpha, self.background = alpha, background
         self._reference = (None, None, None)
+        # What loading images had to say, handed to the next evaluated pair's result.
+        self._notes: List[str] = []
+        self._warnings: List[str] = []
 
     def load(self, path: str):
-        from ..imageio import load_image
+        """The image ``path`` on the run's device, as FLIP sees it (an alpha channel composited)."""
+        from ..alpha import composite
+        from ..imageio import alpha_convention, is_exr_path, load_image
 
         try:
-            return load_image(path).to(self.device)
+            image = load_image(path, keep_alpha=self.alpha != "ignore").to(self.device)
         except (FileNotFoundError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+        if image.shape[0] != 4:
+            return image
+        mode = self.alpha if self.alpha is not None else alpha_convention(path)
+        note = _alpha_note(mode, self.background)
+        if self.alpha is None and note not in self._notes:
+            self._notes.append(note)
+        linear = is_exr_path(path)
+        image = composite(image, mode, self.background, linear)
+        # An LDR composite stays in [0, 1] unless premultiplied colour exceeds its alpha (the file's
+        # alpha is most likely straight). FLIP clamps it there; it is clamped here, with a warning
+        # that says why, instead of the library's warning about inputs out of range.
+        if not linear and mode == "premultiplied" and bool((image > 1.0).any()):
+            self._warnings.append(f"the premultiplied composite of <{path}> exceeds 1 where its colour is above its "
+                                  "alpha, and is clamped to 1 there (is its alpha straight? --alpha straight)")
+            image = image.clamp(max=1.0)
+        return image
 
     def reference(self, path: str):
         """(image, exposures) of the reference ``path``; exposures None for LDR-FLIP."""
@@ -159,4 +196,7 @@ class FlipEvaluator:
                 error_map = ldr_flip(test_image, ref_image, self.ppd, eps=0.0)
         error_np = error_map[0].to("cpu", torch.float32).numpy()
         seconds = time.perf_counter() - t0
-        return Result(reference, test, exposures, error_np, exposure_np, pooling.pool(error_np), seconds, caught)
+        notes, self._notes = self._notes, []
+        load_warnings, self._warnings = self._warnings, []
+        return Result(reference, test, exposures, error_np, exposure_np, pooling.pool(error_np), seconds,
+                      load_warnings + caught, notes)

@@ -63,7 +63,8 @@ class PairWork:
         if args.histogram:
             import_matplotlib()
         self.evaluator = FlipEvaluator(settings.hdr, settings.tone_mapper, settings.ppd, device,
-                                       (args.start_exposure, args.stop_exposure, args.num_exposures))
+                                       (args.start_exposure, args.stop_exposure, args.num_exposures),
+                                       args.alpha, args.background or "black")
         self._sizes: Dict[str, Tuple[int, int]] = {}
 
     def check_sizes(self, reference: str, test: str) -> None:

@@ -175,11 +175,13 @@ class Run:
                             len(self.pairs) + len(self.unmatched), a.timing, self.unmatched_fail)
 
     def record_result(self, p: PreparedPair, result: Result, record: Optional[PairRecord]) -> None:
-        """What an evaluated pair (its files staged) contributes beyond them: warnings, its CSV
-        row, the gate's verdict, its printed block, its report ``record`` (with --report). Called in
-        pair order."""
+        """What an evaluated pair (its files staged) contributes beyond them: notes, warnings, its
+        CSV row, the gate's verdict, its printed block, its report ``record`` (with --report). Called
+        in pair order."""
         if record is not None:
             self.report_records.append(record)
+        for message in result.notes:
+            self.console.note(message)
         for message in result.warnings:
             self.console.warning(message)
         failed = gate_failures(result.pooled, self.gate)
