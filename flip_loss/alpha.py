@@ -28,7 +28,7 @@ BACKGROUNDS = ("black", "white", "checkerboard")
 
 
 def checkerboard(height: int, width: int, linear: bool = False, dtype: torch.dtype = torch.float32,
-                 device: torch.device = torch.device("cpu")) -> torch.Tensor:
+                 device: torch.device = torch.device("cpu")) -> torch.Tensor:  # noqa: B008 (an immutable value)
     """The checkerboard background, 1 x ``height`` x ``width`` (the same grey in R, G and B): tiles
     of ``constants.CHECKERBOARD_TILE`` pixels, the dark grey where (row // tile + column // tile) is
     even (the top-left tile), the light one elsewhere; the sRGB-encoded greys of
