@@ -7,6 +7,7 @@ Switches (environment variables):
                        portable binary whose CPU kernels pick AVX-512, AVX2 or baseline at run time)
   MAX_JOBS=N           parallel compile jobs (ninja)
 """
+
 import glob
 import os
 import sys
@@ -20,8 +21,9 @@ def torch_releases():
     """flip_loss/torch_releases.py on its own (the package cannot be imported before it is built)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_flip_torch_releases",
-                                                  os.path.join(ROOT, "flip_loss", "torch_releases.py"))
+    spec = importlib.util.spec_from_file_location(
+        "_flip_torch_releases", os.path.join(ROOT, "flip_loss", "torch_releases.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -35,10 +37,12 @@ try:
         sys.exit(_too_old)
     from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 except ImportError as exc:  # the build compiles against the installed torch, so it needs one
-    sys.exit(f"flip-loss: building the extension needs PyTorch, which could not be imported ({exc}).\n"
-             "Install torch first (e.g. 'pip install torch'), then build against it without build "
-             "isolation: 'pip install --no-build-isolation .' (see README, 'Install into your own "
-             "environment').")
+    sys.exit(
+        f"flip-loss: building the extension needs PyTorch, which could not be imported ({exc}).\n"
+        "Install torch first (e.g. 'pip install torch'), then build against it without build "
+        "isolation: 'pip install --no-build-isolation .' (see README, 'Install into your own "
+        "environment')."
+    )
 
 
 def sources(pattern):
@@ -53,8 +57,12 @@ def want_cuda():
 
 
 cpp_sources = sources("csrc/flip/cpu/*.cpp") + [
-    "csrc/ops/schema.cpp", "csrc/ops/cpu.cpp", "csrc/ops/autograd.cpp", "csrc/ops/meta.cpp",
-    "csrc/ops/autocast.cpp", "csrc/ops/python_module.cpp",
+    "csrc/ops/schema.cpp",
+    "csrc/ops/cpu.cpp",
+    "csrc/ops/autograd.cpp",
+    "csrc/ops/meta.cpp",
+    "csrc/ops/autocast.cpp",
+    "csrc/ops/python_module.cpp",
 ]
 cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
 # -fopenmp: at::parallel_for is inline and runs serially unless the extension itself is built with
@@ -75,9 +83,11 @@ cxx_flags = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidde
 def compiler_is_gcc():
     """Whether the C++ compiler torch will build with (CXX, else c++) is GCC."""
     import subprocess
+
     try:
-        out = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True, text=True,
-                             timeout=60).stdout.lower()
+        out = subprocess.run(
+            [os.environ.get("CXX", "c++"), "--version"], capture_output=True, text=True, timeout=60
+        ).stdout.lower()
     except (OSError, subprocess.SubprocessError):
         return False
     return "clang" not in out and ("gcc" in out or "g++" in out or "free software foundation" in out)
@@ -97,13 +107,13 @@ if want_cuda():
     # H100/H200); set TORCH_CUDA_ARCH_LIST=9.0 on an H200 for a quicker build.
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;8.6;9.0")
     ext = CUDAExtension(
-        "flip_loss._C", cpp_sources + cuda_sources,
-        extra_compile_args={"cxx": cxx_flags + ["-DFLIP_WITH_CUDA"],
-                            "nvcc": ["-O3", "-lineinfo", "-DFLIP_WITH_CUDA"]},
-        extra_link_args=link_flags)
+        "flip_loss._C",
+        cpp_sources + cuda_sources,
+        extra_compile_args={"cxx": cxx_flags + ["-DFLIP_WITH_CUDA"], "nvcc": ["-O3", "-lineinfo", "-DFLIP_WITH_CUDA"]},
+        extra_link_args=link_flags,
+    )
 else:
-    ext = CppExtension("flip_loss._C", cpp_sources, extra_compile_args={"cxx": cxx_flags},
-                       extra_link_args=link_flags)
+    ext = CppExtension("flip_loss._C", cpp_sources, extra_compile_args={"cxx": cxx_flags}, extra_link_args=link_flags)
 
 
 def torch_requirement():

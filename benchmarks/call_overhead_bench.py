@@ -6,6 +6,7 @@ calls after a warm-up. To compare two checkouts, put each first on PYTHONPATH in
     PYTHONPATH=OTHER_CHECKOUT .venv/bin/python benchmarks/call_overhead_bench.py
     .venv/bin/python benchmarks/call_overhead_bench.py
 """
+
 import time
 
 import torch
@@ -30,8 +31,10 @@ def main():
     g = torch.Generator().manual_seed(0)
     a, b = torch.rand(1, 3, 16, 16, generator=g), torch.rand(1, 3, 16, 16, generator=g)
     loss, mask = flip_loss.FLIPLoss(), torch.ones(1, 1, 16, 16)
-    print(f"ldr_flip {best_us(lambda: flip_loss.ldr_flip(a, b)):.0f} us | FLIPLoss {best_us(lambda: loss(a, b)):.0f} us"
-          f" | weighted FLIPLoss {best_us(lambda: loss(a, b, mask)):.0f} us  (16x16, 1 thread, {flip_loss.__file__})")
+    print(
+        f"ldr_flip {best_us(lambda: flip_loss.ldr_flip(a, b)):.0f} us | FLIPLoss {best_us(lambda: loss(a, b)):.0f} us"
+        f" | weighted FLIPLoss {best_us(lambda: loss(a, b, mask)):.0f} us  (16x16, 1 thread, {flip_loss.__file__})"
+    )
 
 
 if __name__ == "__main__":

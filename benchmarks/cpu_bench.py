@@ -20,6 +20,7 @@ metric). The header gives the load average before and after: on cores that other
 every multi-threaded implementation slows down, and the ones made of many small parallel ATen ops
 (separable, oracle.py) most, so record figures on an otherwise idle machine.
 """
+
 import argparse
 import importlib.metadata
 import os
@@ -66,8 +67,9 @@ def reference_batch(img, n, h, w):
     per_row = max(1, iw // w)
     rows = -(-n // per_row)
     img = img.repeat(1, -(-rows * h // ih), -(-min(n, per_row) * w // iw))
-    crops = [img[:, (i // per_row) * h:(i // per_row + 1) * h, (i % per_row) * w:(i % per_row + 1) * w]
-             for i in range(n)]
+    crops = [
+        img[:, (i // per_row) * h : (i // per_row + 1) * h, (i % per_row) * w : (i % per_row + 1) * w] for i in range(n)
+    ]
     return torch.stack(crops).contiguous()
 
 
@@ -112,7 +114,7 @@ def machine():
     try:
         with open("/proc/meminfo") as f:
             kib = int(next(line.split()[1] for line in f if line.startswith("MemTotal")))
-        cpu += f", {kib / 2 ** 20:.0f} GiB"
+        cpu += f", {kib / 2**20:.0f} GiB"
     except (OSError, StopIteration, ValueError):
         pass
     return f"{cpu}, {os.cpu_count()} logical cores"
@@ -121,8 +123,14 @@ def machine():
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES), metavar="SIZE",
-                   help=f"a subset of {', '.join(SIZES)} (default: all)")
+    p.add_argument(
+        "--sizes",
+        nargs="+",
+        choices=list(SIZES),
+        default=list(SIZES),
+        metavar="SIZE",
+        help=f"a subset of {', '.join(SIZES)} (default: all)",
+    )
     p.add_argument("--skip-reference", action="store_true", help="skip the slow pure-PyTorch oracle.py")
     p.add_argument("--threads", type=int, help="threads for torch and flip-evaluator (default: torch's default)")
     args = p.parse_args()
@@ -131,6 +139,7 @@ def main():
         # flip-evaluator's wheel carries its own OpenMP runtime, which reads this when it loads.
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import flip_evaluator
+
     load_before = os.getloadavg()[0]
 
     img, source = source_image()
@@ -140,12 +149,14 @@ def main():
         def run(t, r):
             with torch.no_grad():
                 return ldr_flip(t, r, ppd)
+
         return run
 
     def forward_backward(ldr_flip):  # the loss's gradient w.r.t. the test image
         def run(t, r):
             x = t.clone().requires_grad_()
             ldr_flip(x, r, ppd).mean().backward()
+
         return run
 
     ours_fwd, ours_fwd_bwd = forward(flip_loss.ldr_flip), forward_backward(flip_loss.ldr_flip)
@@ -153,8 +164,12 @@ def main():
     oracle_fwd_bwd = forward_backward(oracle.ldr_flip)
 
     def evaluator_fwd(ts, rs):
-        return [flip_evaluator.evaluate(r, t, "LDR", inputsRGB=True, applyMagma=False, computeMeanError=False,
-                                        parameters={"ppd": ppd})[0] for t, r in zip(ts, rs)]
+        return [
+            flip_evaluator.evaluate(
+                r, t, "LDR", inputsRGB=True, applyMagma=False, computeMeanError=False, parameters={"ppd": ppd}
+            )[0]
+            for t, r in zip(ts, rs)
+        ]
 
     rows = []
     for label in args.sizes:
@@ -173,37 +188,55 @@ def main():
         t = timed_round_robin(cases, args.repeats)
         # The same map from each, so that the times compare like with like.
         ours = ours_fwd(*data[0])
-        agree = {"separable": (separable_fwd(*data[0]) - ours).abs().max().item(),
-                 "flip-evaluator": max(float(abs(e[..., 0] - o[0].numpy()).max())
-                                       for e, o in zip(evaluator_fwd(*np_data[0]), ours))}
+        agree = {
+            "separable": (separable_fwd(*data[0]) - ours).abs().max().item(),
+            "flip-evaluator": max(
+                float(abs(e[..., 0] - o[0].numpy()).max()) for e, o in zip(evaluator_fwd(*np_data[0]), ours)
+            ),
+        }
         rows.append((label, n * h * w / 1e6, t, agree))
-        print(f"{label}: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items()) + "; max |map - flip_loss's|: "
-              + ", ".join(f"{k} {v:.2g}" for k, v in agree.items()), file=sys.stderr)
+        print(
+            f"{label}: "
+            + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items())
+            + "; max |map - flip_loss's|: "
+            + ", ".join(f"{k} {v:.2g}" for k, v in agree.items()),
+            file=sys.stderr,
+        )
 
     load_after = os.getloadavg()[0]
     evaluator = importlib.metadata.version("flip-evaluator")
     evaluator_threads = os.environ.get("OMP_NUM_THREADS", "default")
-    print(f"\nMachine: {machine()}, load average {load_before:.1f} before, {load_after:.1f} after; "
-          f"torch {torch.__version__} (intra-op threads: {torch.get_num_threads()}); flip-evaluator {evaluator} "
-          f"(its own OpenMP runtime, threads: {evaluator_threads}) on the same cores; flip_loss CPU kernels: "
-          f"{flip_loss._C.cpu_capability()}. Image: {source}, test = reference + N(0, 0.03) noise; "
-          f"ppd {ppd:.2f}; float32; median of {args.repeats} after a warm-up"
-          + ("" if args.skip_reference else f" (oracle.py: {max(1, args.repeats // 2)})") + ".\n")
-    print("| size | flip_loss fwd | flip_loss fwd+bwd | fwd+bwd / fwd | flip_loss fwd+bwd throughput | "
-          "flip-evaluator fwd | speed-up vs evaluator (fwd) | separable fwd | separable fwd+bwd | "
-          "speed-up vs separable (fwd+bwd) | oracle.py fwd+bwd |")
+    print(
+        f"\nMachine: {machine()}, load average {load_before:.1f} before, {load_after:.1f} after; "
+        f"torch {torch.__version__} (intra-op threads: {torch.get_num_threads()}); flip-evaluator {evaluator} "
+        f"(its own OpenMP runtime, threads: {evaluator_threads}) on the same cores; flip_loss CPU kernels: "
+        f"{flip_loss._C.cpu_capability()}. Image: {source}, test = reference + N(0, 0.03) noise; "
+        f"ppd {ppd:.2f}; float32; median of {args.repeats} after a warm-up"
+        + ("" if args.skip_reference else f" (oracle.py: {max(1, args.repeats // 2)})")
+        + ".\n"
+    )
+    print(
+        "| size | flip_loss fwd | flip_loss fwd+bwd | fwd+bwd / fwd | flip_loss fwd+bwd throughput | "
+        "flip-evaluator fwd | speed-up vs evaluator (fwd) | separable fwd | separable fwd+bwd | "
+        "speed-up vs separable (fwd+bwd) | oracle.py fwd+bwd |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, mpix, t, _ in rows:
         oracle_cell = f"{t['oracle_fb'] * 1e3:.0f} ms" if "oracle_fb" in t else "-"
-        print(f"| {label} | {t['ours_fwd'] * 1e3:.1f} ms | {t['ours_fb'] * 1e3:.1f} ms | "
-              f"{t['ours_fb'] / t['ours_fwd']:.2f} | {mpix / t['ours_fb']:.1f} Mpixel/s | "
-              f"{t['eval_fwd'] * 1e3:.1f} ms | {t['eval_fwd'] / t['ours_fwd']:.1f}x | "
-              f"{t['sep_fwd'] * 1e3:.1f} ms | {t['sep_fb'] * 1e3:.1f} ms | {t['sep_fb'] / t['ours_fb']:.1f}x | "
-              f"{oracle_cell} |")
+        print(
+            f"| {label} | {t['ours_fwd'] * 1e3:.1f} ms | {t['ours_fb'] * 1e3:.1f} ms | "
+            f"{t['ours_fb'] / t['ours_fwd']:.2f} | {mpix / t['ours_fb']:.1f} Mpixel/s | "
+            f"{t['eval_fwd'] * 1e3:.1f} ms | {t['eval_fwd'] / t['ours_fwd']:.1f}x | "
+            f"{t['sep_fwd'] * 1e3:.1f} ms | {t['sep_fb'] * 1e3:.1f} ms | {t['sep_fb'] / t['ours_fb']:.1f}x | "
+            f"{oracle_cell} |"
+        )
 
     worst = {k: max(agree[k] for *_, agree in rows) for k in rows[0][3]}
-    print("\nLargest difference from flip_loss's map over these sizes: "
-          + ", ".join(f"{k} {v:.2g}" for k, v in worst.items()) + ".")
+    print(
+        "\nLargest difference from flip_loss's map over these sizes: "
+        + ", ".join(f"{k} {v:.2g}" for k, v in worst.items())
+        + "."
+    )
 
 
 if __name__ == "__main__":

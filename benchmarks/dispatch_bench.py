@@ -10,6 +10,7 @@ than wall time on a shared machine.
 --other-build DIR: a directory holding another installed flip_loss (e.g. `pip install --target DIR`
 of a FLIP_LOSS_NATIVE=1 build), timed the same way.
 """
+
 import argparse
 import os
 import subprocess
@@ -49,8 +50,13 @@ print(f"{level}\t{best(forward):.1f}\t{best(forward_backward):.1f}")
 
 def run(env_extra, size, repeats):
     env = dict(os.environ, **env_extra)
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(size), str(repeats)], env=env, check=True,
-                         capture_output=True, text=True).stdout.strip().split("\t")
+    out = (
+        subprocess.run(
+            [sys.executable, "-c", _CHILD, str(size), str(repeats)], env=env, check=True, capture_output=True, text=True
+        )
+        .stdout.strip()
+        .split("\t")
+    )
     return out[0], float(out[1]), float(out[2])
 
 
@@ -67,8 +73,7 @@ def main():
             rows.append(got)
     if args.other_build:
         path = os.path.abspath(args.other_build)
-        rows.append(run({"PYTHONPATH": path + os.pathsep + os.environ.get("PYTHONPATH", "")}, args.size,
-                        args.repeats))
+        rows.append(run({"PYTHONPATH": path + os.pathsep + os.environ.get("PYTHONPATH", "")}, args.size, args.repeats))
     print(f"{args.size}x{args.size}, float32, 1 thread, CPU time, best of {args.repeats}")
     print("| build / level | forward | forward+backward |")
     print("| --- | --- | --- |")

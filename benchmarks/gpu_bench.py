@@ -17,6 +17,7 @@ torch.profiler's per-kernel CUDA times for 1080p forward+backward. The JSON is r
 every case ("complete": false until the last). --quick: 3 rounds, fewer
 reference calls and a shorter profile (about a quarter of the time; same cases and columns).
 """
+
 import argparse
 import json
 import os
@@ -117,6 +118,7 @@ def forward(impl):
     def run(t, r):
         with torch.no_grad():
             return impl(t, r, flip_loss.DEFAULT_PPD, "srgb", 1e-15)
+
     return run
 
 
@@ -125,6 +127,7 @@ def forward_backward(impl):
         x = t.detach().requires_grad_()
         impl(x, r, flip_loss.DEFAULT_PPD, "srgb", 1e-15).mean().backward()
         return x.grad
+
     return run
 
 
@@ -132,8 +135,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=20, help="back-to-back calls per timed round")
     p.add_argument("--rounds", type=int, default=None, help="timed rounds per figure (default 5, --quick 3)")
-    p.add_argument("--quick", action="store_true",
-                   help="fewer rounds, reference calls and profiled calls: the same rows in a fraction of the time")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer rounds, reference calls and profiled calls: the same rows in a fraction of the time",
+    )
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -150,25 +156,52 @@ def main():
         # Rewritten after every case: a run stopped at its time limit keeps the rows it finished.
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"gpu": dev, "torch": torch.__version__, "cuda": torch.version.cuda, "dtype": "float32",
-                           "ppd": flip_loss.DEFAULT_PPD, "repeats": args.repeats, "rounds": rounds,
-                           "quick": args.quick, "complete": complete, "seconds": time.perf_counter() - began,
-                           "rows": rows}, f, indent=1)
+                json.dump(
+                    {
+                        "gpu": dev,
+                        "torch": torch.__version__,
+                        "cuda": torch.version.cuda,
+                        "dtype": "float32",
+                        "ppd": flip_loss.DEFAULT_PPD,
+                        "repeats": args.repeats,
+                        "rounds": rounds,
+                        "quick": args.quick,
+                        "complete": complete,
+                        "seconds": time.perf_counter() - began,
+                        "rows": rows,
+                    },
+                    f,
+                    indent=1,
+                )
+
     for name, n, h, w in cases:
         pairs = make_pairs(n, h, w)
         f_ms, f_min, f_mem = measure(forward(ours), pairs, args.repeats, rounds)
         fb_ms, fb_min, fb_mem = measure(forward_backward(ours), pairs, args.repeats, rounds)
-        row = {"case": name, "batch": n, "height": h, "width": w,
-               "forward_ms": f_ms, "forward_ms_fastest_round": f_min, "forward_extra_MiB": f_mem,
-               "fwd_bwd_ms": fb_ms, "fwd_bwd_ms_fastest_round": fb_min, "fwd_bwd_extra_MiB": fb_mem,
-               "graph_forward_ms": measure_graph(forward(ours), pairs, args.repeats, rounds),
-               "graph_fwd_bwd_ms": measure_graph(forward_backward(ours), pairs, args.repeats, rounds)}
+        row = {
+            "case": name,
+            "batch": n,
+            "height": h,
+            "width": w,
+            "forward_ms": f_ms,
+            "forward_ms_fastest_round": f_min,
+            "forward_extra_MiB": f_mem,
+            "fwd_bwd_ms": fb_ms,
+            "fwd_bwd_ms_fastest_round": fb_min,
+            "fwd_bwd_extra_MiB": fb_mem,
+            "graph_forward_ms": measure_graph(forward(ours), pairs, args.repeats, rounds),
+            "graph_fwd_bwd_ms": measure_graph(forward_backward(ours), pairs, args.repeats, rounds),
+        }
         if name == "1920x1080":
             oracle_ms, _, _ = measure(forward(oracle.ldr_flip), pairs, oracle_repeats, oracle_rounds)
-            oracle_fb_ms, _, oracle_fb_mem = measure(forward_backward(oracle.ldr_flip), pairs, oracle_repeats,
-                                                     oracle_rounds)
-            row.update(reference_forward_ms=oracle_ms, reference_fwd_bwd_ms=oracle_fb_ms,
-                       reference_fwd_bwd_extra_MiB=oracle_fb_mem)
+            oracle_fb_ms, _, oracle_fb_mem = measure(
+                forward_backward(oracle.ldr_flip), pairs, oracle_repeats, oracle_rounds
+            )
+            row.update(
+                reference_forward_ms=oracle_ms,
+                reference_fwd_bwd_ms=oracle_fb_ms,
+                reference_fwd_bwd_extra_MiB=oracle_fb_mem,
+            )
         rows.append(row)
         write_json(False)
         print(f"gpu_bench: {name} done ({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
@@ -182,20 +215,28 @@ def main():
     except Exception as e:  # noqa: BLE001  (a profiler that cannot run here is no reason to lose the table)
         profile_table = f"(torch.profiler failed: {e.__class__.__name__}: {e})"
 
-    print(f"GPU: {dev}; torch {torch.__version__} (CUDA {torch.version.cuda}); float32; ppd {flip_loss.DEFAULT_PPD:.2f}; "
-          f"per call: median of {rounds} rounds of {args.repeats} back-to-back calls (CUDA events)\n")
-    print("| case | forward | fwd+bwd | graph replay fwd / fwd+bwd | extra memory fwd / fwd+bwd "
-          "| oracle.py fwd / fwd+bwd (speed-up) |")
+    print(
+        f"GPU: {dev}; torch {torch.__version__} (CUDA {torch.version.cuda}); float32; ppd {flip_loss.DEFAULT_PPD:.2f}; "
+        f"per call: median of {rounds} rounds of {args.repeats} back-to-back calls (CUDA events)\n"
+    )
+    print(
+        "| case | forward | fwd+bwd | graph replay fwd / fwd+bwd | extra memory fwd / fwd+bwd "
+        "| oracle.py fwd / fwd+bwd (speed-up) |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
         oracle_cell = "-"
         if "reference_forward_ms" in r:
-            oracle_cell = (f"{r['reference_forward_ms']:.2f} / {r['reference_fwd_bwd_ms']:.2f} ms "
-                           f"({r['reference_fwd_bwd_ms'] / r['fwd_bwd_ms']:.0f}x), "
-                           f"{r['reference_fwd_bwd_extra_MiB']:.0f} MiB")
-        print(f"| {r['case']} | {r['forward_ms']:.3f} ms | {r['fwd_bwd_ms']:.3f} ms | "
-              f"{r['graph_forward_ms']:.3f} / {r['graph_fwd_bwd_ms']:.3f} ms | "
-              f"{r['forward_extra_MiB']:.0f} / {r['fwd_bwd_extra_MiB']:.0f} MiB | {oracle_cell} |")
+            oracle_cell = (
+                f"{r['reference_forward_ms']:.2f} / {r['reference_fwd_bwd_ms']:.2f} ms "
+                f"({r['reference_fwd_bwd_ms'] / r['fwd_bwd_ms']:.0f}x), "
+                f"{r['reference_fwd_bwd_extra_MiB']:.0f} MiB"
+            )
+        print(
+            f"| {r['case']} | {r['forward_ms']:.3f} ms | {r['fwd_bwd_ms']:.3f} ms | "
+            f"{r['graph_forward_ms']:.3f} / {r['graph_fwd_bwd_ms']:.3f} ms | "
+            f"{r['forward_extra_MiB']:.0f} / {r['fwd_bwd_extra_MiB']:.0f} MiB | {oracle_cell} |"
+        )
     hd, uhd = rows[0], rows[1]
     print(f"\n4K / 1080p time ratio (fwd+bwd): {uhd['fwd_bwd_ms'] / hd['fwd_bwd_ms']:.2f}")
     print(f"\nPer-kernel CUDA times, 1920x1080 forward+backward (torch.profiler, {profiled} calls):")

@@ -14,6 +14,7 @@ scripts/gpu/gpu_check.sh runs `--device cuda --quick --json` and checks the auto
 forward+backward time against its target. --quick: 5 repeats on a GPU (1 on the CPU) and fewer
 reference calls; the same rows.
 """
+
 import argparse
 import json
 import os
@@ -43,6 +44,7 @@ def hdr_pair(device):
 
 def timer(device):
     if device == "cuda":
+
         def run(fn, repeats):
             # At least 0.3 s of warm-up calls: the GPU's clocks rise from idle only under load.
             t0 = time.perf_counter()
@@ -61,6 +63,7 @@ def timer(device):
                 times.append(s.elapsed_time(e))
             return statistics.median(times)
     else:
+
         def run(fn, repeats):
             fn()
             times = []
@@ -69,6 +72,7 @@ def timer(device):
                 fn()
                 times.append((time.perf_counter() - t0) * 1e3)
             return statistics.median(times)
+
     return run
 
 
@@ -100,19 +104,24 @@ def main():
     run = timer(dev)
     start, stop = hdr.exposure_range(ref)
     _, counts, _, _ = hdr.exposures_for(ref)
-    print(f"device {dev}; image: {source} lifted to HDR; automatic exposures {start.item():.4f} .. {stop.item():.4f}, "
-          f"{counts.item()} exposures; float32; median of {repeats}", file=sys.stderr)
+    print(
+        f"device {dev}; image: {source} lifted to HDR; automatic exposures {start.item():.4f} .. {stop.item():.4f}, "
+        f"{counts.item()} exposures; float32; median of {repeats}",
+        file=sys.stderr,
+    )
 
     def fwd(**kw):
         def f():
             with torch.no_grad():
                 flip_loss.hdr_flip(test, ref, **kw)
+
         return f
 
     def fwd_bwd(**kw):
         def f():
             x = test.detach().requires_grad_()
             flip_loss.hdr_flip(x, ref, **kw).mean().backward()
+
         return f
 
     name = torch.cuda.get_device_name() if dev == "cuda" else "CPU"
@@ -122,20 +131,43 @@ def main():
     def write_json():
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"device": dev, "gpu": name, "torch": torch.__version__, "cuda": torch.version.cuda,
-                           "image": source, "height": ref.shape[-2], "width": ref.shape[-1], "dtype": "float32",
-                           "ppd": flip_loss.DEFAULT_PPD, "tone_mapper": "aces", "repeats": repeats,
-                           "quick": args.quick,
-                           "automatic_exposures": {"start": start.item(), "stop": stop.item(), "count": counts.item()},
-                           "rows": [{"exposures": label, "forward_ms": f_ms, "fwd_bwd_ms": fb_ms,
-                                     "fwd_bwd_extra_MiB": None if mem != mem else mem}
-                                    for label, f_ms, fb_ms, mem in rows],
-                           "seconds": time.perf_counter() - began, **extra}, f, indent=1)
+                json.dump(
+                    {
+                        "device": dev,
+                        "gpu": name,
+                        "torch": torch.__version__,
+                        "cuda": torch.version.cuda,
+                        "image": source,
+                        "height": ref.shape[-2],
+                        "width": ref.shape[-1],
+                        "dtype": "float32",
+                        "ppd": flip_loss.DEFAULT_PPD,
+                        "tone_mapper": "aces",
+                        "repeats": repeats,
+                        "quick": args.quick,
+                        "automatic_exposures": {"start": start.item(), "stop": stop.item(), "count": counts.item()},
+                        "rows": [
+                            {
+                                "exposures": label,
+                                "forward_ms": f_ms,
+                                "fwd_bwd_ms": fb_ms,
+                                "fwd_bwd_extra_MiB": None if mem != mem else mem,
+                            }
+                            for label, f_ms, fb_ms, mem in rows
+                        ],
+                        "seconds": time.perf_counter() - began,
+                        **extra,
+                    },
+                    f,
+                    indent=1,
+                )
 
     digits = 2 if dev == "cuda" else 1  # GPU times are a few ms
     rows = []
-    for label, kw in [("automatic", {})] + [(f"{n} given", {"start_exposure": start.item(), "stop_exposure": stop.item(),
-                                                            "num_exposures": n}) for n in (4, 8, 16)]:
+    for label, kw in [("automatic", {})] + [
+        (f"{n} given", {"start_exposure": start.item(), "stop_exposure": stop.item(), "num_exposures": n})
+        for n in (4, 8, 16)
+    ]:
         f_ms = run(fwd(**kw), repeats)
         fb_ms = run(fwd_bwd(**kw), repeats)
         rows.append((label, f_ms, fb_ms, peak_extra(fwd_bwd(**kw), dev)))
@@ -147,20 +179,32 @@ def main():
 
         r = ref[0].permute(1, 2, 0).numpy().copy()
         t = test[0].permute(1, 2, 0).numpy().copy()
-        ev_ms = run(lambda: flip_evaluator.evaluate(r.copy(), t.copy(), "HDR", applyMagma=False,
-                                                    computeMeanError=False, parameters={"ppd": flip_loss.DEFAULT_PPD}),
-                    max(1, repeats // 2))
+        ev_ms = run(
+            lambda: flip_evaluator.evaluate(
+                r.copy(),
+                t.copy(),
+                "HDR",
+                applyMagma=False,
+                computeMeanError=False,
+                parameters={"ppd": flip_loss.DEFAULT_PPD},
+            ),
+            max(1, repeats // 2),
+        )
         other = f"flip-evaluator HDR forward (automatic): {ev_ms:.0f} ms; speed-up {ev_ms / rows[0][1]:.1f}x"
         extra = {"flip_evaluator_forward_ms": ev_ms}
     elif dev == "cuda":
+
         def oracle_fb():
             x = test.detach().requires_grad_()
             ex, cn, _, _ = hdr.exposures_for(ref)
             oracle.hdr_flip(x, ref, flip_loss.DEFAULT_PPD, "aces", ex, cn)[0].mean().backward()
+
         oracle_ms = run(oracle_fb, 2 if args.quick else max(2, repeats // 4))
         oracle_mem = peak_extra(oracle_fb, dev)
-        other = (f"oracle.py HDR fwd+bwd (automatic): {oracle_ms:.{digits}f} ms, {oracle_mem:.0f} MiB extra; "
-                 f"speed-up {oracle_ms / rows[0][2]:.0f}x")
+        other = (
+            f"oracle.py HDR fwd+bwd (automatic): {oracle_ms:.{digits}f} ms, {oracle_mem:.0f} MiB extra; "
+            f"speed-up {oracle_ms / rows[0][2]:.0f}x"
+        )
         extra = {"reference_fwd_bwd_ms": oracle_ms, "reference_fwd_bwd_extra_MiB": oracle_mem}
     write_json()
     print(f"\n{name}, torch {torch.__version__}, {torch.get_num_threads()} threads; 1920x1080 HDR, ACES, ppd 67.02\n")

@@ -22,6 +22,7 @@ intermediates: at 1080p it ran a 23 GB machine out of memory, hence the smaller 
 Random sRGB image, test = reference + N(0, 0.03) noise, float32, the gradient w.r.t. the test
 image, NVIDIA's default ppd, torch's default thread count.
 """
+
 import argparse
 import statistics
 import time
@@ -96,8 +97,10 @@ def main():
 
         print(f"HDR: {args.hdr_size}, {int(counts[0])} exposures")
         rows += [(f"HDRFLIPLoss ({args.hdr_size})", hdr_layer), (f"oracle.hdr_flip ({args.hdr_size})", hdr_pure)]
-    print(f"{args.size}, forward+backward, float32, {torch.get_num_threads()} thread(s), "
-          f"{flip_loss._C.cpu_capability()}, {args.repeats} repeats")
+    print(
+        f"{args.size}, forward+backward, float32, {torch.get_num_threads()} thread(s), "
+        f"{flip_loss._C.cpu_capability()}, {args.repeats} repeats"
+    )
     for name, run in rows:
         med, best = timed(run, args.repeats)
         print(f"  {name:36s} median {med * 1e3:8.1f} ms   best {best * 1e3:8.1f} ms")

@@ -24,9 +24,7 @@
 #include "serial_parallel_for.h"
 
 namespace {
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,9 +71,10 @@ int main(int argc, char** argv) {
   double map_sum = 0, grad_sum = 0;
   for (float v : map) map_sum += v;
   for (float v : g_test) grad_sum += std::fabs(v);
-  std::printf("%lldx%lld (%s): forward %.2f ms | forward keeping sensitivities %.2f ms + backward %.2f ms = %.2f ms"
-              " (map sum %.9g, |gradient| sum %.9g)\n",
-              (long long)W, (long long)H, capability(), fwd * 1e3, keep * 1e3, bwd * 1e3, (keep + bwd) * 1e3, map_sum,
-              grad_sum);
+  std::printf(
+      "%lldx%lld (%s): forward %.2f ms | forward keeping sensitivities %.2f ms + backward %.2f ms = %.2f ms"
+      " (map sum %.9g, |gradient| sum %.9g)\n",
+      (long long)W, (long long)H, capability(), fwd * 1e3, keep * 1e3, bwd * 1e3, (keep + bwd) * 1e3, map_sum,
+      grad_sum);
   return 0;
 }

@@ -9,6 +9,7 @@ Random image, test = reference + N(0, 0.03) noise, float32, default ppd, gradien
 image (as cpu_bench.py); prints the best and the median wall time of --repeats calls after a
 warm-up. To time another build, put its directory first on PYTHONPATH.
 """
+
 import argparse
 import statistics
 import time
@@ -46,8 +47,10 @@ def main():
         t0 = time.perf_counter()
         run()
         times.append(time.perf_counter() - t0)
-    print(f"{args.size} {args.mode}, {args.threads} thread(s), {flip_loss._C.cpu_capability()}: "
-          f"best {min(times) * 1e3:.1f} ms, median {statistics.median(times) * 1e3:.1f} ms of {args.repeats}")
+    print(
+        f"{args.size} {args.mode}, {args.threads} thread(s), {flip_loss._C.cpu_capability()}: "
+        f"best {min(times) * 1e3:.1f} ms, median {statistics.median(times) * 1e3:.1f} ms of {args.repeats}"
+    )
 
 
 if __name__ == "__main__":

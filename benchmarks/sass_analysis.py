@@ -18,6 +18,7 @@ rules (what "issued warp-instructions" means here):
   4, a tail of single steps: see ``cascade_counts``) has each piece executed as often as the
   source loop's trip count makes it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,10 +45,10 @@ FMA_OPCODES = {"FFMA", "DFMA"}
 @dataclasses.dataclass
 class Instruction:
     address: int
-    predicate: str      # "" when unconditional
-    opcode: str         # with modifiers, e.g. "ISETP.GE.AND"
+    predicate: str  # "" when unconditional
+    opcode: str  # with modifiers, e.g. "ISETP.GE.AND"
     operands: str
-    file: str           # innermost source file of the instruction ("" without line information)
+    file: str  # innermost source file of the instruction ("" without line information)
     line: int
     target: Optional[str] = None  # the label a branch or call names
 
@@ -60,7 +61,7 @@ class Instruction:
 class Function:
     name: str
     instructions: list
-    labels: dict        # label -> index of the instruction it names
+    labels: dict  # label -> index of the instruction it names
 
 
 def parse_nvdisasm(text: str) -> dict:
@@ -94,27 +95,37 @@ def parse_nvdisasm(text: str) -> dict:
             fresh_group = True
             operands = m.group(4)
             t = _TARGET.search(operands)
-            current.instructions.append(Instruction(int(m.group(1), 16), (m.group(2) or "").strip(), m.group(3),
-                                                    operands, file, line, t.group(1) if t else None))
+            current.instructions.append(
+                Instruction(
+                    int(m.group(1), 16),
+                    (m.group(2) or "").strip(),
+                    m.group(3),
+                    operands,
+                    file,
+                    line,
+                    t.group(1) if t else None,
+                )
+            )
     return functions
 
 
 # ---- control flow ---------------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class Block:
     index: int
-    start: int          # first instruction (index into Function.instructions)
-    end: int            # one past the last
+    start: int  # first instruction (index into Function.instructions)
+    end: int  # one past the last
     successors: list = dataclasses.field(default_factory=list)
     predecessors: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
 class Loop:
-    header: int                       # block index
-    blocks: set                       # block indices, the header and every nested loop's included
-    latches: list                     # blocks with a back edge to the header
+    header: int  # block index
+    blocks: set  # block indices, the header and every nested loop's included
+    latches: list  # blocks with a back edge to the header
     parent: Optional["Loop"] = None
     children: list = dataclasses.field(default_factory=list)
     own: set = dataclasses.field(default_factory=set)  # blocks not in a nested loop
@@ -219,8 +230,9 @@ class Cfg:
                 if s in self.dominators[b]:  # a back edge: its target dominates its source
                     by_header.setdefault(s, []).append(b)
                 elif rpo[s] <= rpo[b]:
-                    self.problems.append(f"irreducible control flow: retreating edge "
-                                         f"{self.address(b):#x} -> {self.address(s):#x}")
+                    self.problems.append(
+                        f"irreducible control flow: retreating edge {self.address(b):#x} -> {self.address(s):#x}"
+                    )
         loops = []
         for h, latches in by_header.items():
             body, stack = {h}, [x for x in latches if x != h]
@@ -233,7 +245,7 @@ class Cfg:
             loops.append(Loop(h, body, sorted(latches)))
         loops.sort(key=lambda lp: len(lp.blocks))
         for k, inner in enumerate(loops):
-            for outer in loops[k + 1:]:
+            for outer in loops[k + 1 :]:
                 if inner.blocks < outer.blocks:
                     inner.parent = outer
                     outer.children.append(inner)
@@ -248,7 +260,7 @@ class Cfg:
 
     def instructions(self, blocks: Iterable[int]):
         for b in sorted(blocks):
-            yield from self.fn.instructions[self.blocks[b].start:self.blocks[b].end]
+            yield from self.fn.instructions[self.blocks[b].start : self.blocks[b].end]
 
     def size(self, blocks: Iterable[int]) -> int:
         return sum(self.blocks[b].end - self.blocks[b].start for b in blocks)
@@ -263,8 +275,7 @@ class Cfg:
         return x.file, x.line
 
     def calls_slow_path(self, block: int) -> bool:
-        return any(x.base == "CALL" and (x.target or "").startswith("$__internal")
-                   for x in self.instructions([block]))
+        return any(x.base == "CALL" and (x.target or "").startswith("$__internal") for x in self.instructions([block]))
 
     def all_loops(self):
         stack = list(self.loops)
@@ -275,6 +286,7 @@ class Cfg:
 
 
 # ---- unrolled cascades ----------------------------------------------------------------------
+
 
 def cascade_counts(trips: int, pieces: list) -> tuple:
     """How often each piece of a source loop unrolled into a cascade runs, given the source loop's
@@ -315,17 +327,20 @@ def cascade_counts(trips: int, pieces: list) -> tuple:
 
 # ---- cost of a function ---------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class LoopCount:
     """What the report says about one SASS loop: the number of iterations per entry (per warp, may
     be fractional: an average over the warps of a block) and the probability that one iteration of
     the enclosing code enters it."""
+
     trips: float
     entry: float = 1.0
 
 
-def heaviest_path(cfg: Cfg, loop: Optional[Loop], weight: Callable[[int], float],
-                  loop_cost: Callable[[Loop], float]) -> float:
+def heaviest_path(
+    cfg: Cfg, loop: Optional[Loop], weight: Callable[[int], float], loop_cost: Callable[[Loop], float]
+) -> float:
     """The largest total weight of a path through one iteration of `loop` (None: the function
     body from its entry to an exit), nested loops taken as single nodes of weight loop_cost(child).
     The graph of one iteration is acyclic when the control flow is reducible."""
@@ -369,8 +384,9 @@ def heaviest_path(cfg: Cfg, loop: Optional[Loop], weight: Callable[[int], float]
                 order.append(node)
                 stack.pop()
             elif state.get(nxt) == 1:
-                raise ValueError(f"cycle through {cfg.address(nxt[1]):#x} within one iteration "
-                                 "(irreducible control flow)")
+                raise ValueError(
+                    f"cycle through {cfg.address(nxt[1]):#x} within one iteration (irreducible control flow)"
+                )
             elif nxt not in state:
                 state[nxt] = 1
                 stack.append((nxt, iter(sorted(succ[nxt]))))
@@ -385,10 +401,12 @@ def heaviest_path(cfg: Cfg, loop: Optional[Loop], weight: Callable[[int], float]
 
 # ---- occupancy ------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class SmLimits:
     """One SM's limits as NVIDIA's occupancy rules state them (the CUDA toolkit's
     cuda_occupancy.h, compute capability 9.0: H100 and H200 alike)."""
+
     name: str = "sm_90 (H100/H200)"
     max_threads: int = 2048
     max_warps: int = 64
@@ -396,13 +414,13 @@ class SmLimits:
     registers: int = 65536
     registers_per_block: int = 65536
     max_registers_per_thread: int = 255
-    register_unit: int = 256           # registers are allocated per warp in units of 256
-    sub_partitions: int = 4            # each holds a quarter of the register file
-    smem_per_sm: int = 228 * 1024      # the largest carve-out
+    register_unit: int = 256  # registers are allocated per warp in units of 256
+    sub_partitions: int = 4  # each holds a quarter of the register file
+    smem_per_sm: int = 228 * 1024  # the largest carve-out
     smem_per_block_optin: int = 227 * 1024
     smem_unit: int = 128
     smem_reserved_per_block: int = 1024  # the driver's share of each block's shared memory
-    barriers_per_block_slot: int = 2   # named barriers available: 2 per resident-block slot
+    barriers_per_block_slot: int = 2  # named barriers available: 2 per resident-block slot
 
 
 H200 = SmLimits()
@@ -420,19 +438,32 @@ def occupancy(threads: int, registers: int, smem_bytes: int, limits: SmLimits = 
     by_warps = limits.max_warps // warps
     regs_per_warp = _round_up(max(registers, 1) * 32, limits.register_unit)
     warps_by_regs = (limits.registers // limits.sub_partitions // regs_per_warp) * limits.sub_partitions
-    fits_regs = (registers <= limits.max_registers_per_thread and
-                 regs_per_warp * _round_up(warps, limits.sub_partitions) <= limits.registers_per_block)
+    fits_regs = (
+        registers <= limits.max_registers_per_thread
+        and regs_per_warp * _round_up(warps, limits.sub_partitions) <= limits.registers_per_block
+    )
     by_regs = warps_by_regs // warps if fits_regs else 0
     smem = _round_up(smem_bytes + limits.smem_reserved_per_block, limits.smem_unit)
     fits_smem = smem <= limits.smem_per_block_optin + limits.smem_reserved_per_block
     by_smem = limits.smem_per_sm // smem if fits_smem else 0
     by_barriers = (limits.max_blocks * limits.barriers_per_block_slot) // barriers if barriers else limits.max_blocks
-    limits_by = {"warps": by_warps, "blocks": limits.max_blocks, "registers": by_regs, "shared memory": by_smem,
-                 "barriers": by_barriers}
+    limits_by = {
+        "warps": by_warps,
+        "blocks": limits.max_blocks,
+        "registers": by_regs,
+        "shared memory": by_smem,
+        "barriers": by_barriers,
+    }
     blocks = min(limits_by.values())
     binding = ", ".join(k for k, v in limits_by.items() if v == blocks)
-    return {"blocks_per_sm": blocks, "warps_per_sm": blocks * warps, "occupancy": blocks * warps / limits.max_warps,
-            "limited_by": binding, "smem_per_block_allocated": smem, "limits": limits_by}
+    return {
+        "blocks_per_sm": blocks,
+        "warps_per_sm": blocks * warps,
+        "occupancy": blocks * warps / limits.max_warps,
+        "limited_by": binding,
+        "smem_per_block_allocated": smem,
+        "limits": limits_by,
+    }
 
 
 def issue_rate(sms: int, schedulers: int, clock_hz: float) -> float:

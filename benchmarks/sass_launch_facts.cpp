@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   const int wanted = std::atoi(argv[5]);
   const int64_t elem = std::atoll(argv[6]);
   const int r_csf = flip::csf_radius(ppd), r_feat = flip::feature_radius(ppd);
-  const int R = r_csf > r_feat ? r_csf : r_feat;  // KernelTaps::rmax, as csrc/ops/cuda.cpp sets it
+  const int R = r_csf > r_feat ? r_csf : r_feat;   // KernelTaps::rmax, as csrc/ops/cuda.cpp sets it
   const flip::Geometry g{n, h, w, 2, true, true};  // LDR-/HDR-FLIP: both images, both banks
   const flip::BackwardPlan plan = flip::plan_backward(g, wanted, R, elem);
   std::printf("{\n");
@@ -31,19 +31,20 @@ int main(int argc, char** argv) {
   std::printf("  \"tile_w\": %d, \"tile_h\": %d, \"fused_threads\": %d, \"block\": %d, \"grad_planes\": %d,\n",
               flip::kTileW, flip::kTileH, flip::kFusedThreads, flip::kBlock, flip::kResponsePlanesPerImage);
   std::printf("  \"planes\": %d, \"gplanes\": %d,\n", g.planes(), g.gplanes());
-  std::printf("  \"smem_elems\": {\"fused\": %d, \"tiled_t\": %d, \"h\": %d, \"ht\": %d},\n",
-              flip::fused_smem_len(R), flip::tiled_t_smem_len(R), flip::h_smem_len(flip::kBlock, R),
+  std::printf("  \"smem_elems\": {\"fused\": %d, \"tiled_t\": %d, \"h\": %d, \"ht\": %d},\n", flip::fused_smem_len(R),
+              flip::tiled_t_smem_len(R), flip::h_smem_len(flip::kBlock, R),
               flip::ht_smem_len(flip::kBlock, R, g.planes()));
   std::printf("  \"scratch_budget_bytes\": %lld, \"scratch_elems\": %lld,\n",
               static_cast<long long>(flip::kBackwardScratchBytes), static_cast<long long>(plan.scratch_elems(g)));
   std::printf("  \"bands\": [");
   for (int64_t j = 0; j < plan.count(); ++j) {
     const flip::BackwardBand b = plan.band(g, j);
-    std::printf("%s\n    {\"n0\": %lld, \"n1\": %lld, \"y0\": %lld, \"y1\": %lld, \"g0\": %lld, \"g1\": %lld, "
-                "\"images\": %d, \"grad_tiles_y\": %lld}",
-                j ? "," : "", static_cast<long long>(b.n0), static_cast<long long>(b.n1),
-                static_cast<long long>(b.y0), static_cast<long long>(b.y1), static_cast<long long>(b.g0),
-                static_cast<long long>(b.g1), b.images(), static_cast<long long>(flip::tiled_grad_tiles_y(b)));
+    std::printf(
+        "%s\n    {\"n0\": %lld, \"n1\": %lld, \"y0\": %lld, \"y1\": %lld, \"g0\": %lld, \"g1\": %lld, "
+        "\"images\": %d, \"grad_tiles_y\": %lld}",
+        j ? "," : "", static_cast<long long>(b.n0), static_cast<long long>(b.n1), static_cast<long long>(b.y0),
+        static_cast<long long>(b.y1), static_cast<long long>(b.g0), static_cast<long long>(b.g1), b.images(),
+        static_cast<long long>(flip::tiled_grad_tiles_y(b)));
   }
   std::printf("\n  ]\n}\n");
   return 0;

@@ -24,6 +24,7 @@ If a kernel's loops no longer match the trip-count table (TRIP_TABLE) the report
 stderr, prints no estimate for that kernel (nor the totals that need it) and exits with status 3:
 the table must then be brought up to date with the kernel.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,8 @@ FACTS_CPP = os.path.join(ROOT, "benchmarks", "sass_launch_facts.cpp")
 # The GPU the time is estimated for: H200 SXM (H100 SXM: the same SM count and limits).
 GPU_NAME = "H200 SXM"
 GPU_SMS = 132
-GPU_SCHEDULERS_PER_SM = 4   # each issues one warp-instruction per clock
-GPU_CLOCK_HZ = 1.98e9       # boost clock
+GPU_SCHEDULERS_PER_SM = 4  # each issues one warp-instruction per clock
+GPU_CLOCK_HZ = 1.98e9  # boost clock
 
 # The speed targets (float32, batch 1, 1920x1080; scripts/gpu/summary.py judges the measured ones).
 TARGETS_MS = {"forward": 0.25, "forward+backward": 0.5, "hdr forward+backward": 10.0}
@@ -58,6 +59,7 @@ TARGET_SIZE = (1920, 1080)
 
 
 # ---- tools ----------------------------------------------------------------------------------
+
 
 def find_tool(name, tools_dir=None):
     """A CUDA binary: --tools-dir, PATH, CUDA_HOME/bin, then the bin folders of the PyPI wheels
@@ -76,7 +78,7 @@ def find_tool(name, tools_dir=None):
         spec = importlib.util.find_spec("nvidia")
     except (ImportError, ValueError):
         spec = None
-    for base in (spec.submodule_search_locations if spec and spec.submodule_search_locations else []):
+    for base in spec.submodule_search_locations if spec and spec.submodule_search_locations else []:
         for sub in sorted(os.listdir(base)):
             p = os.path.join(base, sub, "bin", name)
             if os.access(p, os.X_OK):
@@ -92,6 +94,7 @@ def tool_version(path):
 
 # ---- compiling ------------------------------------------------------------------------------
 
+
 def setup_nvcc_flags():
     """The "nvcc" list of extra_compile_args in setup.py, read without running it."""
     tree = ast.parse(open(os.path.join(ROOT, "setup.py")).read())
@@ -100,7 +103,7 @@ def setup_nvcc_flags():
             for k, v in zip(node.keys, node.values):
                 if isinstance(k, ast.Constant) and k.value == "nvcc":
                     return ast.literal_eval(v)
-    raise RuntimeError("setup.py has no \"nvcc\" compile flags to copy")
+    raise RuntimeError('setup.py has no "nvcc" compile flags to copy')
 
 
 def torch_nvcc_flags():
@@ -110,8 +113,10 @@ def torch_nvcc_flags():
         from torch.utils import cpp_extension
     except ImportError:
         return [], "torch not importable: its common nvcc defines left out"
-    return list(cpp_extension.COMMON_NVCC_FLAGS) + ["-DTORCH_API_INCLUDE_EXTENSION_H",
-                                                    "-DTORCH_EXTENSION_NAME=_C"], None
+    return list(cpp_extension.COMMON_NVCC_FLAGS) + [
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+        "-DTORCH_EXTENSION_NAME=_C",
+    ], None
 
 
 def compile_kernels(nvcc, workdir, notes):
@@ -123,8 +128,19 @@ def compile_kernels(nvcc, workdir, notes):
         flags.append("-lineinfo")  # source lines for the loop table; the generated code is the same
         notes.append("added -lineinfo (setup.py no longer passes it)")
     cubin = os.path.join(workdir, "kernels.cubin")
-    cmd = [nvcc, "-cubin", "-gencode=arch=compute_90,code=sm_90", "-std=c++17", *extra, *flags,
-           "-Xptxas", "-v", KERNELS_CU, "-o", cubin]
+    cmd = [
+        nvcc,
+        "-cubin",
+        "-gencode=arch=compute_90,code=sm_90",
+        "-std=c++17",
+        *extra,
+        *flags,
+        "-Xptxas",
+        "-v",
+        KERNELS_CU,
+        "-o",
+        cubin,
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError("nvcc failed:\n" + res.stderr[-4000:])
@@ -134,12 +150,19 @@ def compile_kernels(nvcc, workdir, notes):
 def launch_facts(workdir, ppd, width, height, batch, wanted, elem):
     cxx = os.environ.get("CXX", "c++")
     exe = os.path.join(workdir, "sass_launch_facts")
-    res = subprocess.run([cxx, "-std=c++17", "-O1", "-I" + os.path.join(ROOT, "csrc"), FACTS_CPP, "-o", exe],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [cxx, "-std=c++17", "-O1", "-I" + os.path.join(ROOT, "csrc"), FACTS_CPP, "-o", exe],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         raise RuntimeError("compiling sass_launch_facts.cpp failed:\n" + res.stderr[-4000:])
-    out = subprocess.run([exe, repr(ppd), str(width), str(height), str(batch), str(wanted), str(elem)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [exe, repr(ppd), str(width), str(height), str(batch), str(wanted), str(elem)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out)
 
 
@@ -161,8 +184,10 @@ def parse_ptxas(log):
     for line in log.splitlines():
         m = re.search(r"Compiling entry function '([^']+)'", line)
         if m:
-            current = out.setdefault(m.group(1), {"registers": 0, "stack": 0, "spill_stores": 0,
-                                                   "spill_loads": 0, "static_smem": 0, "barriers": 0})
+            current = out.setdefault(
+                m.group(1),
+                {"registers": 0, "stack": 0, "spill_stores": 0, "spill_loads": 0, "static_smem": 0, "barriers": 0},
+            )
             continue
         if current is None:
             continue
@@ -217,14 +242,16 @@ def launch_config(kernel, facts, elem):
 
 # ---- the trip-count table -------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class Ctx:
     """What trip counts depend on, for one launch of one kernel."""
+
     facts: dict
     width: int
     height: int
-    hdr: bool            # HDR-FLIP (one exposure per launch)
-    computes: bool       # HDR-FLIP: this exposure won pixels in the tile (False: the skip path)
+    hdr: bool  # HDR-FLIP (one exposure per launch)
+    computes: bool  # HDR-FLIP: this exposure won pixels in the tile (False: the skip path)
     band: Optional[dict] = None
 
     @property
@@ -257,6 +284,7 @@ class Expect:
     the probability that an iteration of the enclosing code enters it, and the loops inside it in
     the order the compiler laid them out (by address). cascade: a filter loop, which the compiler
     unrolls into several pieces that share its trip count (sass_analysis.cascade_counts)."""
+
     name: str
     text: str
     trips: Callable[[Ctx], float]
@@ -276,10 +304,16 @@ FOLD_FIRST, FOLD_LAST = "acc += f.left[i]", "acc += f.right[d]"
 def taps(filt, form):
     text = {"plain": PLAIN, "odd": ODD, "centred": CENTRED}[form]
     if form == "plain":
-        return Expect(f"{filt} ({form})", text, lambda c: 2 * c.radius(filt) + 1,
-                      f"2r+1 taps, r = the {'CSF' if filt in CSF_FILTERS else 'feature'} radius", cascade=True)
-    return Expect(f"{filt} ({form})", text, lambda c: c.radius(filt),
-                  "r taps (pairs of mirrored samples)", cascade=True)
+        return Expect(
+            f"{filt} ({form})",
+            text,
+            lambda c: 2 * c.radius(filt) + 1,
+            f"2r+1 taps, r = the {'CSF' if filt in CSF_FILTERS else 'feature'} radius",
+            cascade=True,
+        )
+    return Expect(
+        f"{filt} ({form})", text, lambda c: c.radius(filt), "r taps (pairs of mirrored samples)", cascade=True
+    )
 
 
 def fold_fraction(ctx, axis, which):
@@ -319,13 +353,25 @@ def transposed(filt, form, axis):
     """A transposed filter (tsum): its correlation, then the folds of the clamped border samples,
     each r taps (min(r, the line's length)), entered only by warps on the image's border."""
     size = "height" if axis == "y" else "width"
-    return (taps(filt, form),
-            Expect(f"{filt} first-{axis} fold", FOLD_FIRST,
-                   lambda c: min(c.radius(filt), getattr(c, size)), "min(r, line length) taps",
-                   entry=lambda c: fold_fraction(c, axis, 0), cascade=True),
-            Expect(f"{filt} last-{axis} fold", FOLD_LAST,
-                   lambda c: min(c.radius(filt), getattr(c, size)), "min(r, line length) taps",
-                   entry=lambda c: fold_fraction(c, axis, 1), cascade=True))
+    return (
+        taps(filt, form),
+        Expect(
+            f"{filt} first-{axis} fold",
+            FOLD_FIRST,
+            lambda c: min(c.radius(filt), getattr(c, size)),
+            "min(r, line length) taps",
+            entry=lambda c: fold_fraction(c, axis, 0),
+            cascade=True,
+        ),
+        Expect(
+            f"{filt} last-{axis} fold",
+            FOLD_LAST,
+            lambda c: min(c.radius(filt), getattr(c, size)),
+            "min(r, line length) taps",
+            entry=lambda c: fold_fraction(c, axis, 1),
+            cascade=True,
+        ),
+    )
 
 
 ONE = lambda c: 1.0  # noqa: E731
@@ -335,19 +381,57 @@ def _fused_phases():
     """fused_load, fused_horizontal and fused_vertical of one image (passes.h), inside the loop
     over the two images: the fused forward's and the tiled backward's kernel 1."""
     return (
-        Expect("images", "im < 2; ++im", lambda c: 2.0 if c.computes else 0.0, "test, then reference", children=(
-            Expect("fused_load", "i < rc; i += nthreads",
-                   lambda c: c.per_warp(c.rows * c.cols), "the tile and its halo: (16+2R)(32+2R) pixels"),
-            Expect("fused_horizontal", "i < n; i += nthreads",
-                   lambda c: c.per_warp(c.rows * c.facts["tile_w"]), "(16+2R) rows x 32 columns",
-                   children=tuple(taps(f, form) for f, form in (("y", "plain"), ("cx", "plain"), ("cz1", "plain"),
-                                                                ("cz2", "plain"), ("g", "plain"), ("dg", "odd"),
-                                                                ("ddg", "centred")))),
-            Expect("fused_vertical", "i < np; i += nthreads", lambda c: c.per_warp(c.tile), "16 x 32 pixels",
-                   children=tuple(taps(f, form) for f, form in (("y", "plain"), ("cx", "plain"), ("cz1", "plain"),
-                                                                ("cz2", "plain"), ("g", "plain"), ("dg", "odd"),
-                                                                ("g", "plain"), ("ddg", "centred")))),
-        )),
+        Expect(
+            "images",
+            "im < 2; ++im",
+            lambda c: 2.0 if c.computes else 0.0,
+            "test, then reference",
+            children=(
+                Expect(
+                    "fused_load",
+                    "i < rc; i += nthreads",
+                    lambda c: c.per_warp(c.rows * c.cols),
+                    "the tile and its halo: (16+2R)(32+2R) pixels",
+                ),
+                Expect(
+                    "fused_horizontal",
+                    "i < n; i += nthreads",
+                    lambda c: c.per_warp(c.rows * c.facts["tile_w"]),
+                    "(16+2R) rows x 32 columns",
+                    children=tuple(
+                        taps(f, form)
+                        for f, form in (
+                            ("y", "plain"),
+                            ("cx", "plain"),
+                            ("cz1", "plain"),
+                            ("cz2", "plain"),
+                            ("g", "plain"),
+                            ("dg", "odd"),
+                            ("ddg", "centred"),
+                        )
+                    ),
+                ),
+                Expect(
+                    "fused_vertical",
+                    "i < np; i += nthreads",
+                    lambda c: c.per_warp(c.tile),
+                    "16 x 32 pixels",
+                    children=tuple(
+                        taps(f, form)
+                        for f, form in (
+                            ("y", "plain"),
+                            ("cx", "plain"),
+                            ("cz1", "plain"),
+                            ("cz2", "plain"),
+                            ("g", "plain"),
+                            ("dg", "odd"),
+                            ("g", "plain"),
+                            ("ddg", "centred"),
+                        )
+                    ),
+                ),
+            ),
+        ),
     )
 
 
@@ -356,53 +440,148 @@ def _fused_phases():
 # batch items (or the band's item-images), both below the 65535 limit at these sizes.
 TRIP_TABLE = {
     "fused_ldr_kernel": (
-        Expect("items", "n < g.n; n += gridDim.z", ONE, "grid.z = batch: one item per block", children=(
-            Expect("tile rows", "ty < tiles_y; ty += gridDim.y", ONE, "grid.y = tile rows: one per block",
-                   children=_fused_phases() + (
-                       Expect("fused_tail", "i < kTileH * kTileW; i += nthreads", lambda c: c.per_warp(c.tile),
-                              "16 x 32 pixels"),)),)),
+        Expect(
+            "items",
+            "n < g.n; n += gridDim.z",
+            ONE,
+            "grid.z = batch: one item per block",
+            children=(
+                Expect(
+                    "tile rows",
+                    "ty < tiles_y; ty += gridDim.y",
+                    ONE,
+                    "grid.y = tile rows: one per block",
+                    children=_fused_phases()
+                    + (
+                        Expect(
+                            "fused_tail",
+                            "i < kTileH * kTileW; i += nthreads",
+                            lambda c: c.per_warp(c.tile),
+                            "16 x 32 pixels",
+                        ),
+                    ),
+                ),
+            ),
+        ),
     ),
     "tiled_grad_kernel": (
-        Expect("items", "n < b.n1; n += gridDim.z", ONE, "grid.z = the band's items", children=(
-            Expect("tile rows", "ty < tiles_y; ty += gridDim.y", ONE, "grid.y = the band's tile rows", children=(
-                Expect("tile_won", "j < rows * cols; j += nthreads", lambda c: c.per_warp(c.tile),
-                       "HDR only: the tile's 16 x 32 pixels (no halo)", entry=lambda c: 1.0 if c.hdr else 0.0),
-                *_fused_phases(),
-                Expect("tiled_tail_vjp", "i < kTileH * kTileW; i += nthreads",
-                       lambda c: c.per_warp(c.tile) if c.computes else 0.0, "16 x 32 pixels"),
-                Expect("tiled_zero_planes", "i < kTileH * kTileW; i += nthreads", lambda c: c.per_warp(c.tile),
-                       "HDR, a tile the exposure won nowhere: 16 x 32 pixels",
-                       entry=lambda c: 0.0 if c.computes else 1.0),
-            )),)),
+        Expect(
+            "items",
+            "n < b.n1; n += gridDim.z",
+            ONE,
+            "grid.z = the band's items",
+            children=(
+                Expect(
+                    "tile rows",
+                    "ty < tiles_y; ty += gridDim.y",
+                    ONE,
+                    "grid.y = the band's tile rows",
+                    children=(
+                        Expect(
+                            "tile_won",
+                            "j < rows * cols; j += nthreads",
+                            lambda c: c.per_warp(c.tile),
+                            "HDR only: the tile's 16 x 32 pixels (no halo)",
+                            entry=lambda c: 1.0 if c.hdr else 0.0,
+                        ),
+                        *_fused_phases(),
+                        Expect(
+                            "tiled_tail_vjp",
+                            "i < kTileH * kTileW; i += nthreads",
+                            lambda c: c.per_warp(c.tile) if c.computes else 0.0,
+                            "16 x 32 pixels",
+                        ),
+                        Expect(
+                            "tiled_zero_planes",
+                            "i < kTileH * kTileW; i += nthreads",
+                            lambda c: c.per_warp(c.tile),
+                            "HDR, a tile the exposure won nowhere: 16 x 32 pixels",
+                            entry=lambda c: 0.0 if c.computes else 1.0,
+                        ),
+                    ),
+                ),
+            ),
+        ),
     ),
     "tiled_transpose_kernel": (
-        Expect("item-images", "(b.n1 - b.n0) * images; z += gridDim.z", ONE,
-               "grid.z = the band's items x wanted images", children=(
-                   Expect("tile rows", "ty < tiles_y; ty += gridDim.y", ONE, "grid.y = the band's tile rows",
-                          children=(
-                              Expect("tile_won", "j < rows * cols; j += nthreads",
-                                     lambda c: c.per_warp(c.rows * c.cols),
-                                     "HDR only: the tile and its R halo", entry=lambda c: 1.0 if c.hdr else 0.0),
-                              Expect("tiled_load_t", "i < rc; i += nthreads",
-                                     lambda c: c.per_warp(c.rows * c.cols) if c.computes else 0.0,
-                                     "the gradient planes' tile and halo: (16+2R)(32+2R) pixels"),
-                              Expect("tiled_vertical_t", "i < n; i += nthreads",
-                                     lambda c: c.per_warp(c.facts["tile_h"] * c.cols) if c.computes else 0.0,
-                                     "16 rows x (32+2R) columns",
-                                     children=sum((transposed(f, form, "y") for f, form in (
-                                         ("y", "plain"), ("cx", "plain"), ("cz1", "plain"), ("cz2", "plain"),
-                                         ("g", "plain"), ("g", "plain"), ("dg", "odd"), ("ddg", "centred"))), ())),
-                              Expect("tiled_horizontal_t", "i < kTileH * kTileW; i += nthreads",
-                                     lambda c: c.per_warp(c.tile) if c.computes else 0.0, "16 x 32 pixels",
-                                     children=sum((transposed(f, form, "x") for f, form in (
-                                         ("y", "plain"), ("cx", "plain"), ("cz1", "plain"), ("cz2", "plain"),
-                                         ("dg", "odd"), ("ddg", "centred"), ("g", "plain"))), ())),
-                          )),)),
+        Expect(
+            "item-images",
+            "(b.n1 - b.n0) * images; z += gridDim.z",
+            ONE,
+            "grid.z = the band's items x wanted images",
+            children=(
+                Expect(
+                    "tile rows",
+                    "ty < tiles_y; ty += gridDim.y",
+                    ONE,
+                    "grid.y = the band's tile rows",
+                    children=(
+                        Expect(
+                            "tile_won",
+                            "j < rows * cols; j += nthreads",
+                            lambda c: c.per_warp(c.rows * c.cols),
+                            "HDR only: the tile and its R halo",
+                            entry=lambda c: 1.0 if c.hdr else 0.0,
+                        ),
+                        Expect(
+                            "tiled_load_t",
+                            "i < rc; i += nthreads",
+                            lambda c: c.per_warp(c.rows * c.cols) if c.computes else 0.0,
+                            "the gradient planes' tile and halo: (16+2R)(32+2R) pixels",
+                        ),
+                        Expect(
+                            "tiled_vertical_t",
+                            "i < n; i += nthreads",
+                            lambda c: c.per_warp(c.facts["tile_h"] * c.cols) if c.computes else 0.0,
+                            "16 rows x (32+2R) columns",
+                            children=sum(
+                                (
+                                    transposed(f, form, "y")
+                                    for f, form in (
+                                        ("y", "plain"),
+                                        ("cx", "plain"),
+                                        ("cz1", "plain"),
+                                        ("cz2", "plain"),
+                                        ("g", "plain"),
+                                        ("g", "plain"),
+                                        ("dg", "odd"),
+                                        ("ddg", "centred"),
+                                    )
+                                ),
+                                (),
+                            ),
+                        ),
+                        Expect(
+                            "tiled_horizontal_t",
+                            "i < kTileH * kTileW; i += nthreads",
+                            lambda c: c.per_warp(c.tile) if c.computes else 0.0,
+                            "16 x 32 pixels",
+                            children=sum(
+                                (
+                                    transposed(f, form, "x")
+                                    for f, form in (
+                                        ("y", "plain"),
+                                        ("cx", "plain"),
+                                        ("cz1", "plain"),
+                                        ("cz2", "plain"),
+                                        ("dg", "odd"),
+                                        ("ddg", "centred"),
+                                        ("g", "plain"),
+                                    )
+                                ),
+                                (),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
     ),
 }
 
 
 # ---- matching the table to the SASS ---------------------------------------------------------
+
 
 class Source:
     """Source lines by file, for the text of a loop's closing line."""
@@ -423,6 +602,7 @@ class Source:
 @dataclasses.dataclass
 class Group:
     """One source loop as the SASS has it: one loop, or the pieces of an unrolled cascade."""
+
     loops: list
     location: tuple
     text: str
@@ -436,8 +616,13 @@ def group_loops(cfg, loops, source):
         loc = cfg.latch_location(lp)
         fmas = cfg.fma_count(lp.blocks)
         last = groups[-1] if groups else None
-        if (last is not None and last.location == loc and not lp.children and not last.loops[-1].children
-                and 0 < fmas < cfg.fma_count(last.loops[-1].blocks)):
+        if (
+            last is not None
+            and last.location == loc
+            and not lp.children
+            and not last.loops[-1].children
+            and 0 < fmas < cfg.fma_count(last.loops[-1].blocks)
+        ):
             last.loops.append(lp)
         else:
             groups.append(Group([lp], loc, source.line(*loc)))
@@ -447,12 +632,13 @@ def group_loops(cfg, loops, source):
 @dataclasses.dataclass
 class Assignment:
     """The table's counts for one kernel, ready for sa.heaviest_path, and what did not match."""
-    counts: dict = dataclasses.field(default_factory=dict)       # loop header block -> LoopCount
+
+    counts: dict = dataclasses.field(default_factory=dict)  # loop header block -> LoopCount
     block_weight: dict = dataclasses.field(default_factory=dict)  # block -> multiplier (cascade steps)
     problems: list = dataclasses.field(default_factory=list)
-    rows: list = dataclasses.field(default_factory=list)          # (path, expect, group, trips, entry)
-    steps: dict = dataclasses.field(default_factory=dict)         # path -> a filter loop's straight-line blocks
-    issued: dict = dataclasses.field(default_factory=dict)        # path -> warp-instructions per warp, inclusive
+    rows: list = dataclasses.field(default_factory=list)  # (path, expect, group, trips, entry)
+    steps: dict = dataclasses.field(default_factory=dict)  # path -> a filter loop's straight-line blocks
+    issued: dict = dataclasses.field(default_factory=dict)  # path -> warp-instructions per warp, inclusive
 
 
 def cascade_steps(cfg, groups, cascades, own_blocks):
@@ -483,8 +669,7 @@ def assign(cfg, ctx, expects, loops, own_blocks, source, out, path=""):
     groups = group_loops(cfg, loops, source)
     found = [g.text for g in groups]
     if len(groups) != len(expects) or any(e.text not in g.text for e, g in zip(expects, groups)):
-        out.problems.append(f"{path or 'kernel body'}: expected loops {[e.text for e in expects]}, "
-                            f"found {found}")
+        out.problems.append(f"{path or 'kernel body'}: expected loops {[e.text for e in expects]}, found {found}")
         return
     cascades = [k for k, e in enumerate(expects) if e.cascade]
     straight = cascade_steps(cfg, groups, cascades, own_blocks)
@@ -503,8 +688,11 @@ def assign(cfg, ctx, expects, loops, own_blocks, source, out, path=""):
         if e.children or any(lp.children for lp in g.loops):
             out.problems.append(f"{where}: a filter loop with loops inside")
             continue
-        pieces = sorted([(cfg.address(lp.header), "loop", cfg.fma_count(lp.blocks), 0, lp) for lp in g.loops] +
-                        [(a, "step", n, opt, b) for a, n, opt, b in straight[k]], key=lambda p: p[0])
+        pieces = sorted(
+            [(cfg.address(lp.header), "loop", cfg.fma_count(lp.blocks), 0, lp) for lp in g.loops]
+            + [(a, "step", n, opt, b) for a, n, opt, b in straight[k]],
+            key=lambda p: p[0],
+        )
         shape = [(kind, n, opt) for _, kind, n, opt, _ in pieces]
         runs, left = sa.cascade_counts(int(round(trips)), shape)
         if left:
@@ -559,12 +747,14 @@ def kernel_cost(cfg, ctx, table, source):
 
     for where, _, g, _, _ in out.rows:  # what each source loop issues, inner loops included
         around = enclosing(g.loops[0])
-        out.issued[where] = (sum(enclosing(lp) * loop_cost(lp) for lp in g.loops) +
-                             around * sum(weight(b) for b in out.steps.get(where, [])))
+        out.issued[where] = sum(enclosing(lp) * loop_cost(lp) for lp in g.loops) + around * sum(
+            weight(b) for b in out.steps.get(where, [])
+        )
     return total, out
 
 
 # ---- the report -----------------------------------------------------------------------------
+
 
 def analyse(args):
     notes = []
@@ -573,8 +763,10 @@ def analyse(args):
     cuobjdump = find_tool("cuobjdump", args.tools_dir)
     missing = [n for n, p in (("nvcc", nvcc), ("nvdisasm", nvdisasm), ("cuobjdump", cuobjdump)) if not p]
     if missing:
-        sys.exit(f"sass_report: {', '.join(missing)} not found (pip install -r benchmarks/requirements-sass.txt "
-                 "for nvdisasm and cuobjdump; nvcc comes with the CUDA toolkit)")
+        sys.exit(
+            f"sass_report: {', '.join(missing)} not found (pip install -r benchmarks/requirements-sass.txt "
+            "for nvdisasm and cuobjdump; nvcc comes with the CUDA toolkit)"
+        )
     width, height = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory(prefix="flip_sass_") as work:
         cubin, ptxas_log, compile_line = compile_kernels(nvcc, work, notes)
@@ -599,11 +791,25 @@ def analyse(args):
             notes.append(f"{name} ({dtype}): ptxas says {p['registers']} registers, cuobjdump {u.get('REG')}")
         threads, dyn = launch_config(name, facts, elem)
         occ = sa.occupancy(threads, p["registers"], p["static_smem"] + dyn, barriers=p["barriers"])
-        kernels[(name, dtype)] = {"kernel": name, "dtype": dtype, "instructions": len(f.instructions),
-                                  "threads": threads, "dynamic_smem": dyn, **p, "occupancy": occ,
-                                  "_function": f}
-    return facts, kernels, notes, compile_line, {"nvcc": tool_version(nvcc), "nvdisasm": tool_version(nvdisasm),
-                                                 "cuobjdump": tool_version(cuobjdump)}, source, (width, height)
+        kernels[(name, dtype)] = {
+            "kernel": name,
+            "dtype": dtype,
+            "instructions": len(f.instructions),
+            "threads": threads,
+            "dynamic_smem": dyn,
+            **p,
+            "occupancy": occ,
+            "_function": f,
+        }
+    return (
+        facts,
+        kernels,
+        notes,
+        compile_line,
+        {"nvcc": tool_version(nvcc), "nvdisasm": tool_version(nvdisasm), "cuobjdump": tool_version(cuobjdump)},
+        source,
+        (width, height),
+    )
 
 
 def estimate(facts, kernels, source, size, exposures):
@@ -627,19 +833,28 @@ def estimate(facts, kernels, source, size, exposures):
             return None
         rows.setdefault((kernel, ctx.hdr, ctx.computes), [(*r, a.issued[r[0]]) for r in a.rows])
         warps = -(-k["threads"] // 32)
-        return {"kernel": kernel, "blocks": blocks, "warp_instructions_per_warp": per_warp,
-                "warp_instructions": blocks * warps * per_warp}
+        return {
+            "kernel": kernel,
+            "blocks": blocks,
+            "warp_instructions_per_warp": per_warp,
+            "warp_instructions": blocks * warps * per_warp,
+        }
 
-    fused = {hdr: launch("fused_ldr_kernel", Ctx(facts, width, height, hdr, True), tiles_x * tiles_y)
-             for hdr in (False, True)}
+    fused = {
+        hdr: launch("fused_ldr_kernel", Ctx(facts, width, height, hdr, True), tiles_x * tiles_y)
+        for hdr in (False, True)
+    }
     backward = {}
     for hdr, computes in ((False, True), (True, True), (True, False)):
         launches = []
         for b in facts["bands"]:
             ctx = Ctx(facts, width, height, hdr, computes, b)
             k1 = launch("tiled_grad_kernel", ctx, tiles_x * b["grad_tiles_y"] * (b["n1"] - b["n0"]))
-            k2 = launch("tiled_transpose_kernel", ctx,
-                        tiles_x * -(-(b["y1"] - b["y0"]) // facts["tile_h"]) * (b["n1"] - b["n0"]) * b["images"])
+            k2 = launch(
+                "tiled_transpose_kernel",
+                ctx,
+                tiles_x * -(-(b["y1"] - b["y0"]) // facts["tile_h"]) * (b["n1"] - b["n0"]) * b["images"],
+            )
             launches += [k1, k2]
         backward[(hdr, computes)] = launches
 
@@ -657,37 +872,60 @@ def estimate(facts, kernels, source, size, exposures):
     def scen(name, instructions, target, launches, assumption):
         if (width, height) != TARGET_SIZE:
             target = None
-        return {"scenario": name, "launches": launches, "warp_instructions": instructions,
-                "per_pixel": None if instructions is None else instructions / pixels,
-                "issue_bound_ms": None if instructions is None else instructions / rate * 1e3,
-                "target_ms": target, "assumption": assumption}
+        return {
+            "scenario": name,
+            "launches": launches,
+            "warp_instructions": instructions,
+            "per_pixel": None if instructions is None else instructions / pixels,
+            "issue_bound_ms": None if instructions is None else instructions / rate * 1e3,
+            "target_ms": target,
+            "assumption": assumption,
+        }
 
     e = exposures
     scenarios = [
         scen("forward", fwd, TARGETS_MS["forward"], 1, "ldr_flip: the fused forward, one launch"),
-        scen("forward+backward", None if fwd is None or bwd is None else fwd + bwd, TARGETS_MS["forward+backward"],
-             1 + len(backward[(False, True)]),
-             f"the fused forward, then the tiled backward: {len(facts['bands'])} bands x (kernel 1 + kernel 2), "
-             f"gradient of {'the test image' if facts['bands'][0]['images'] == 1 else 'both images'}"),
-        scen(f"hdr forward+backward, {e} exposures, every tile computed",
-             None if None in (hdr_fwd, hdr_bwd_full) else e * (hdr_fwd + hdr_bwd_full),
-             TARGETS_MS["hdr forward+backward"], e * (1 + len(backward[(True, True)])),
-             "upper bound: no tile skips an exposure in the backward"),
-        scen(f"hdr forward+backward, {e} exposures, each tile won by one",
-             None if None in (hdr_fwd, hdr_bwd_full, hdr_bwd_skip)
-             else e * hdr_fwd + hdr_bwd_full + (e - 1) * hdr_bwd_skip,
-             TARGETS_MS["hdr forward+backward"], e * (1 + len(backward[(True, True)])),
-             "lower bound: the backward computes each tile for one exposure and skips it for the others"),
+        scen(
+            "forward+backward",
+            None if fwd is None or bwd is None else fwd + bwd,
+            TARGETS_MS["forward+backward"],
+            1 + len(backward[(False, True)]),
+            f"the fused forward, then the tiled backward: {len(facts['bands'])} bands x (kernel 1 + kernel 2), "
+            f"gradient of {'the test image' if facts['bands'][0]['images'] == 1 else 'both images'}",
+        ),
+        scen(
+            f"hdr forward+backward, {e} exposures, every tile computed",
+            None if None in (hdr_fwd, hdr_bwd_full) else e * (hdr_fwd + hdr_bwd_full),
+            TARGETS_MS["hdr forward+backward"],
+            e * (1 + len(backward[(True, True)])),
+            "upper bound: no tile skips an exposure in the backward",
+        ),
+        scen(
+            f"hdr forward+backward, {e} exposures, each tile won by one",
+            None
+            if None in (hdr_fwd, hdr_bwd_full, hdr_bwd_skip)
+            else e * hdr_fwd + hdr_bwd_full + (e - 1) * hdr_bwd_skip,
+            TARGETS_MS["hdr forward+backward"],
+            e * (1 + len(backward[(True, True)])),
+            "lower bound: the backward computes each tile for one exposure and skips it for the others",
+        ),
     ]
     per_kernel = {}
     for x in [fused[False], *backward[(False, True)]]:
         if x is not None:
-            d = per_kernel.setdefault(x["kernel"], {"blocks": 0, "warp_instructions": 0.0,
-                                                    "per_warp": x["warp_instructions_per_warp"]})
+            d = per_kernel.setdefault(
+                x["kernel"], {"blocks": 0, "warp_instructions": 0.0, "per_warp": x["warp_instructions_per_warp"]}
+            )
             d["blocks"] += x["blocks"]
             d["warp_instructions"] += x["warp_instructions"]
-    return {"scenarios": scenarios, "per_kernel": per_kernel, "problems": problems, "rows": rows,
-            "issue_rate": rate, "pixels": pixels}
+    return {
+        "scenarios": scenarios,
+        "per_kernel": per_kernel,
+        "problems": problems,
+        "rows": rows,
+        "issue_rate": rate,
+        "pixels": pixels,
+    }
 
 
 def fmt_bytes(n):
@@ -699,11 +937,20 @@ def main(argv=None):
     p.add_argument("--json", help="write the report as JSON to this file ('-': stdout, no table)")
     p.add_argument("--size", default="1920x1080", help="WxH of the image (default 1920x1080)")
     p.add_argument("--ppd", type=float, default=None, help="pixels per degree (default: flip_loss's, 67.02)")
-    p.add_argument("--exposures", type=int, default=9,
-                   help="HDR-FLIP exposures (default 9: what the automatic exposures give for "
-                        "benchmarks/hdr_bench.py's 1080p image)")
-    p.add_argument("--wanted", type=int, choices=(1, 3), default=1,
-                   help="gradients of the backward: 1 the test image's (a loss; default), 3 both")
+    p.add_argument(
+        "--exposures",
+        type=int,
+        default=9,
+        help="HDR-FLIP exposures (default 9: what the automatic exposures give for "
+        "benchmarks/hdr_bench.py's 1080p image)",
+    )
+    p.add_argument(
+        "--wanted",
+        type=int,
+        choices=(1, 3),
+        default=1,
+        help="gradients of the backward: 1 the test image's (a loss; default), 3 both",
+    )
     p.add_argument("--tools-dir", help="folder holding nvdisasm and cuobjdump")
     p.add_argument("--loops", action="store_true", help="also print the trip-count table as matched")
     args = p.parse_args(argv)
@@ -714,21 +961,46 @@ def main(argv=None):
     report = {
         "estimate": True,
         "what": "static estimate from SASS, no GPU: issued warp-instructions / issue rate; ignores memory and latency",
-        "gpu": {"name": GPU_NAME, "sms": GPU_SMS, "schedulers_per_sm": GPU_SCHEDULERS_PER_SM, "clock_hz": GPU_CLOCK_HZ,
-                "issue_rate_per_s": est["issue_rate"], "limits": dataclasses.asdict(sa.H200)},
-        "tools": versions, "compile": compile_line, "notes": notes,
-        "size": f"{size[0]}x{size[1]}", "ppd": args.ppd, "exposures": args.exposures,
+        "gpu": {
+            "name": GPU_NAME,
+            "sms": GPU_SMS,
+            "schedulers_per_sm": GPU_SCHEDULERS_PER_SM,
+            "clock_hz": GPU_CLOCK_HZ,
+            "issue_rate_per_s": est["issue_rate"],
+            "limits": dataclasses.asdict(sa.H200),
+        },
+        "tools": versions,
+        "compile": compile_line,
+        "notes": notes,
+        "size": f"{size[0]}x{size[1]}",
+        "ppd": args.ppd,
+        "exposures": args.exposures,
         "facts": facts,
         "kernels": [{k: v for k, v in d.items() if not k.startswith("_")} for d in kernels.values()],
-        "per_kernel": est["per_kernel"], "scenarios": est["scenarios"],
+        "per_kernel": est["per_kernel"],
+        "scenarios": est["scenarios"],
         "table_problems": est["problems"],
-        "loops": {f"{k[0]}{' hdr' if k[1] else ''}{'' if k[2] else ' skip'}":
-                  [{"loop": w, "source": g.text, "sass_loops": len(g.loops), "trips": t, "entry": en, "why": e.why,
-                    "issued_per_warp": i} for w, e, g, t, en, i in r] for k, r in est["rows"].items()},
+        "loops": {
+            f"{k[0]}{' hdr' if k[1] else ''}{'' if k[2] else ' skip'}": [
+                {
+                    "loop": w,
+                    "source": g.text,
+                    "sass_loops": len(g.loops),
+                    "trips": t,
+                    "entry": en,
+                    "why": e.why,
+                    "issued_per_warp": i,
+                }
+                for w, e, g, t, en, i in r
+            ]
+            for k, r in est["rows"].items()
+        },
     }
     for kernel, probs in est["problems"].items():
-        print(f"sass_report: WARNING: {kernel}: its loops no longer match TRIP_TABLE; no estimate for it:",
-              file=sys.stderr)
+        print(
+            f"sass_report: WARNING: {kernel}: its loops no longer match TRIP_TABLE; no estimate for it:",
+            file=sys.stderr,
+        )
         for line in probs:
             print(f"  {line}", file=sys.stderr)
     if args.json:
@@ -755,52 +1027,72 @@ def default_ppd():
 
 def print_report(report, est, kernels, args):
     f = report["facts"]
-    print(f"SASS report: a static ESTIMATE (no GPU): sm_90 SASS of csrc/flip/cuda/kernels.cu, nvcc "
-          f"{report['tools']['nvcc']}, nvdisasm {report['tools']['nvdisasm']}")
-    print(f"{report['size']}, ppd {report['ppd']:.2f}: CSF radius {f['r_csf']}, feature radius {f['r_feat']}, "
-          f"R {f['R']}; tiles {f['tile_w']}x{f['tile_h']}, {f['fused_threads']} threads; "
-          f"backward: {len(f['bands'])} bands")
+    print(
+        f"SASS report: a static ESTIMATE (no GPU): sm_90 SASS of csrc/flip/cuda/kernels.cu, nvcc "
+        f"{report['tools']['nvcc']}, nvdisasm {report['tools']['nvdisasm']}"
+    )
+    print(
+        f"{report['size']}, ppd {report['ppd']:.2f}: CSF radius {f['r_csf']}, feature radius {f['r_feat']}, "
+        f"R {f['R']}; tiles {f['tile_w']}x{f['tile_h']}, {f['fused_threads']} threads; "
+        f"backward: {len(f['bands'])} bands"
+    )
     for n in report["notes"]:
         print(f"note: {n}")
     print()
-    print("Per kernel, float32 (occupancy on an H100/H200 SM: 64K registers, 2048 threads, 32 blocks, "
-          "228 KB shared memory):")
-    head = f"{'kernel':24} {'threads':>7} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem/block':>10} " \
-           f"{'blocks/SM':>9} {'occupancy':>9}   {'limited by'}"
+    print(
+        "Per kernel, float32 (occupancy on an H100/H200 SM: 64K registers, 2048 threads, 32 blocks, "
+        "228 KB shared memory):"
+    )
+    head = (
+        f"{'kernel':24} {'threads':>7} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem/block':>10} "
+        f"{'blocks/SM':>9} {'occupancy':>9}   {'limited by'}"
+    )
     print(head)
     for (name, dtype), k in sorted(kernels.items()):
         if dtype != "float32":
             continue
         o = k["occupancy"]
-        print(f"{name:24} {k['threads']:>7} {k['registers']:>4} {k['spill_stores']:>5}/{k['spill_loads']:<5} "
-              f"{k['stack']:>5} {fmt_bytes(k['static_smem'] + k['dynamic_smem']):>10} {o['blocks_per_sm']:>9} "
-              f"{o['occupancy'] * 100:>8.1f}%   {o['limited_by']}")
+        print(
+            f"{name:24} {k['threads']:>7} {k['registers']:>4} {k['spill_stores']:>5}/{k['spill_loads']:<5} "
+            f"{k['stack']:>5} {fmt_bytes(k['static_smem'] + k['dynamic_smem']):>10} {o['blocks_per_sm']:>9} "
+            f"{o['occupancy'] * 100:>8.1f}%   {o['limited_by']}"
+        )
     f64 = [k for (n, d), k in kernels.items() if d == "float64" and (k["spill_stores"] or k["spill_loads"])]
     if f64:
-        print("float64 kernels with spills: " + ", ".join(f"{k['kernel']} ({k['spill_stores']}/{k['spill_loads']} B)"
-                                                          for k in f64))
+        print(
+            "float64 kernels with spills: "
+            + ", ".join(f"{k['kernel']} ({k['spill_stores']}/{k['spill_loads']} B)" for k in f64)
+        )
     print()
-    print("Issued warp-instructions (estimate), float32, batch 1, LDR-FLIP forward+backward; waves: blocks / "
-          f"(blocks per SM x {GPU_SMS} SMs):")
+    print(
+        "Issued warp-instructions (estimate), float32, batch 1, LDR-FLIP forward+backward; waves: blocks / "
+        f"(blocks per SM x {GPU_SMS} SMs):"
+    )
     print(f"{'kernel':24} {'blocks':>7} {'waves':>6} {'per warp':>10} {'total':>12} {'per px':>8}")
     for name, d in est["per_kernel"].items():
         waves = d["blocks"] / (kernels[(name, "float32")]["occupancy"]["blocks_per_sm"] * GPU_SMS)
-        print(f"{name:24} {d['blocks']:>7} {waves:>6.1f} {d['per_warp']:>10.0f} {d['warp_instructions']:>12.4g} "
-              f"{d['warp_instructions'] / est['pixels']:>8.1f}")
+        print(
+            f"{name:24} {d['blocks']:>7} {waves:>6.1f} {d['per_warp']:>10.0f} {d['warp_instructions']:>12.4g} "
+            f"{d['warp_instructions'] / est['pixels']:>8.1f}"
+        )
     for name in est["problems"]:
         print(f"{name:24} {'-':>7} {'-':>10} {'no estimate: loops differ from TRIP_TABLE':>12}")
     print()
     rate = report["gpu"]["issue_rate_per_s"]
-    print(f"Issue-bound time on an {GPU_NAME} ({GPU_SMS} SMs x {GPU_SCHEDULERS_PER_SM} x {GPU_CLOCK_HZ / 1e9:.2f} GHz "
-          f"= {rate:.3g} warp-instructions/s; memory and latency ignored):")
+    print(
+        f"Issue-bound time on an {GPU_NAME} ({GPU_SMS} SMs x {GPU_SCHEDULERS_PER_SM} x {GPU_CLOCK_HZ / 1e9:.2f} GHz "
+        f"= {rate:.3g} warp-instructions/s; memory and latency ignored):"
+    )
     print(f"{'scenario':58} {'launches':>8} {'warp-instr':>11} {'per px':>8} {'time':>9} {'target':>8}")
     for s in report["scenarios"]:
         target = f"{s['target_ms']:>5} ms" if s["target_ms"] is not None else f"{'-':>8}"
         if s["warp_instructions"] is None:
             print(f"{s['scenario']:58} {s['launches']:>8} {'-':>11} {'-':>8} {'-':>9} {target}")
             continue
-        print(f"{s['scenario']:58} {s['launches']:>8} {s['warp_instructions']:>11.4g} {s['per_pixel']:>8.1f} "
-              f"{s['issue_bound_ms']:>6.3f} ms {target}")
+        print(
+            f"{s['scenario']:58} {s['launches']:>8} {s['warp_instructions']:>11.4g} {s['per_pixel']:>8.1f} "
+            f"{s['issue_bound_ms']:>6.3f} ms {target}"
+        )
     for s in report["scenarios"]:
         print(f"  {s['scenario']}: {s['assumption']}")
     if args.loops:
@@ -810,8 +1102,10 @@ def print_report(report, est, kernels, args):
         for key, rows in report["loops"].items():
             print(f"  {key}:")
             for r in rows:
-                print(f"    {r['loop']:52} {r['trips']:7.3f} {r['entry']:7.4f} {r['sass_loops']:2} "
-                      f"{r['issued_per_warp']:9.1f}  ({r['why']})")
+                print(
+                    f"    {r['loop']:52} {r['trips']:7.3f} {r['entry']:7.4f} {r['sass_loops']:2} "
+                    f"{r['issued_per_warp']:9.1f}  ({r['why']})"
+                )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ Differences from ``flip_loss.oracle.ldr_flip``, all at rounding level or on meas
 
     python benchmarks/torch_separable.py --check     # agreement with oracle.py
 """
+
 import argparse
 import functools
 import math
@@ -50,9 +51,9 @@ __all__ = ["ldr_flip", "check"]
 # Folded linear maps, in float64 (docs/algorithm.md §4.3, §4.6, §4.7)
 # --------------------------------------------------------------------------------------------
 
+
 def _matmul(a, b):
-    return tuple(tuple(sum(a[i][k] * b[k][j] for k in range(len(b))) for j in range(len(b[0])))
-                 for i in range(len(a)))
+    return tuple(tuple(sum(a[i][k] * b[k][j] for k in range(len(b))) for j in range(len(b[0]))) for i in range(len(a)))
 
 
 # Linear RGB -> white-normalised XYZ (x, y, z) = (X / Xn, Y / Yn, Z / Zn).
@@ -71,11 +72,14 @@ _RGB_TO_CSF_IN = (
 
 # Filtered planes (fy, fx-y, fy-z1, fy-z2) -> linear RGB: x = fy + f(x-y), y = fy,
 # z = fy - (f(y-z)1 + f(y-z)2), then XYZ (times the white) -> RGB.
-_CSF_OUT = _matmul(oracle.XYZ_TO_RGB, (
-    (oracle.WHITE[0], oracle.WHITE[0], 0.0, 0.0),
-    (1.0, 0.0, 0.0, 0.0),
-    (oracle.WHITE[2], 0.0, -oracle.WHITE[2], -oracle.WHITE[2]),
-))
+_CSF_OUT = _matmul(
+    oracle.XYZ_TO_RGB,
+    (
+        (oracle.WHITE[0], oracle.WHITE[0], 0.0, 0.0),
+        (1.0, 0.0, 0.0, 0.0),
+        (oracle.WHITE[2], 0.0, -oracle.WHITE[2], -oracle.WHITE[2]),
+    ),
+)
 
 
 def _mix(planes, m):
@@ -95,6 +99,7 @@ def _mix(planes, m):
 # Filter banks as depthwise conv2d weights (docs/algorithm.md §4.4-§4.5, §4.10-§4.11)
 # --------------------------------------------------------------------------------------------
 
+
 @functools.lru_cache(maxsize=16)
 def _weights(ppd, dtype, device):
     """(CSF radius, horizontal, vertical weights; feature radius, horizontal, vertical weights)."""
@@ -106,8 +111,14 @@ def _weights(ppd, dtype, device):
     # are several times faster than one that maps one plane to four).
     feat_h = torch.stack((f["dg"], f["g"], f["ddg"], f["g"]))
     feat_v = torch.stack((f["g"], f["dg"], f["g"], f["ddg"]))
-    return (c["radius"], csf[:, None, None, :].contiguous(), csf[:, None, :, None].contiguous(),
-            f["radius"], feat_h[:, None, None, :].contiguous(), feat_v[:, None, :, None].contiguous())
+    return (
+        c["radius"],
+        csf[:, None, None, :].contiguous(),
+        csf[:, None, :, None].contiguous(),
+        f["radius"],
+        feat_h[:, None, None, :].contiguous(),
+        feat_v[:, None, :, None].contiguous(),
+    )
 
 
 def _separable(planes, r, w_h, w_v):
@@ -128,6 +139,7 @@ def _separable(planes, r, w_h, w_v):
 # The map
 # --------------------------------------------------------------------------------------------
 
+
 def _norm(u, v):
     """sqrt(u^2 + v^2) with a zero gradient at u = v = 0: the clamp to the smallest normal number
     blocks the gradient there and changes no value above it (two ops fewer than a masked
@@ -142,7 +154,7 @@ def _srgb_decode(x):
 
 def _lab_f(t):
     cube_root = torch.pow(torch.clamp(t, min=oracle.LAB_T), 1.0 / 3.0)
-    return torch.where(t > oracle.LAB_T, cube_root, t / (3.0 * oracle.LAB_DELTA ** 2) + 4.0 / 29.0)
+    return torch.where(t > oracle.LAB_T, cube_root, t / (3.0 * oracle.LAB_DELTA**2) + 4.0 / 29.0)
 
 
 def _hunt_lab(rgb):
@@ -196,14 +208,21 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, eps=DEFAULT_EPS, in
 # Agreement with oracle.py
 # --------------------------------------------------------------------------------------------
 
+
 def _test_pair(h, w, dtype, seed=0):
     """A smooth colour image with detail and its noisy copy, both in [0, 1] without flat clamped
     regions."""
     g = torch.Generator().manual_seed(seed)
-    yy, xx = torch.meshgrid(torch.linspace(0, 1, h, dtype=torch.float64),
-                            torch.linspace(0, 1, w, dtype=torch.float64), indexing="ij")
-    base = torch.stack((0.5 + 0.4 * torch.sin(9 * xx + 3 * yy), 0.5 + 0.4 * torch.cos(7 * yy - 2 * xx),
-                        0.5 + 0.4 * torch.sin(13 * xx * yy)))
+    yy, xx = torch.meshgrid(
+        torch.linspace(0, 1, h, dtype=torch.float64), torch.linspace(0, 1, w, dtype=torch.float64), indexing="ij"
+    )
+    base = torch.stack(
+        (
+            0.5 + 0.4 * torch.sin(9 * xx + 3 * yy),
+            0.5 + 0.4 * torch.cos(7 * yy - 2 * xx),
+            0.5 + 0.4 * torch.sin(13 * xx * yy),
+        )
+    )
     detail = 0.1 * torch.rand((3, h, w), generator=g, dtype=torch.float64)
     r = (base + detail - 0.05).clamp(0.02, 0.98)
     t = (r + 0.05 * torch.randn((3, h, w), generator=g, dtype=torch.float64)).clamp(0.0, 1.0)
@@ -221,8 +240,9 @@ def check():
     diff32 = (ldr_flip(t32, r32).double() - want).abs().max().item()
     oracle32 = (oracle.ldr_flip(t32, r32).double() - want).abs().max().item()
     print(f"map, 96x128, float64: max |separable - oracle| = {diff64:.3g}")
-    print(f"map, 96x128, float32: max |separable - oracle(float64)| = {diff32:.3g} "
-          f"(oracle.py in float32: {oracle32:.3g})")
+    print(
+        f"map, 96x128, float32: max |separable - oracle(float64)| = {diff32:.3g} (oracle.py in float32: {oracle32:.3g})"
+    )
     ok &= diff64 <= 1e-10 and diff32 <= 1e-5
 
     tg, rg = _test_pair(64, 64, torch.float64, seed=1)
@@ -235,8 +255,9 @@ def check():
     for name, a, b in (("test", grads[0][0], grads[1][0]), ("reference", grads[0][1], grads[1][1])):
         d = (a - b).abs().max().item()
         scale = b.abs().max().item()
-        print(f"gradient wrt {name}, 64x64, float64: max |separable - oracle| = {d:.3g} "
-              f"(largest component {scale:.3g})")
+        print(
+            f"gradient wrt {name}, 64x64, float64: max |separable - oracle| = {d:.3g} (largest component {scale:.3g})"
+        )
         ok &= d <= 1e-10 * max(1.0, scale)
     print("agreement: " + ("OK" if ok else "OUT OF BOUNDS"))
     return ok

@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; ++r)
       for (int64_t y = 0; y < H; ++y) hconv(plane.data() + y * S, W, f, pad.data(), out.data());
     const double h = seconds_since(t0);
-    std::printf("H=%lld W=%lld stride=%lld: vertical %.3f ns/px, horizontal %.3f ns/px\n", (long long)H,
-                (long long)W, (long long)S, v * 1e9 / (reps * H * W), h * 1e9 / (reps * H * W));
+    std::printf("H=%lld W=%lld stride=%lld: vertical %.3f ns/px, horizontal %.3f ns/px\n", (long long)H, (long long)W,
+                (long long)S, v * 1e9 / (reps * H * W), h * 1e9 / (reps * H * W));
     return 0;
   }
   const int64_t strip = std::atoll(argv[4]), band = std::atoll(argv[5]);

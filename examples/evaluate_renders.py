@@ -11,6 +11,7 @@ FLIP (worst first), followed by the values pooled over all pixels of all images
 The command-line evaluator does the same with error maps, CSV and histograms:
 ``flip-loss --reference-dir references/ --test-dir renders/``.
 """
+
 import argparse
 import os
 import sys
@@ -74,8 +75,9 @@ def main(argv=None):
         args.renders, args.references = make_demo(tmp.name)
     elif not args.renders or not args.references:
         p.error("give --renders and --references (or --demo)")
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-                          else "cpu")
+    device = torch.device(
+        "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    )
 
     renders, references = images_by_stem(args.renders), images_by_stem(args.references)
     names = sorted(set(renders) & set(references))
@@ -88,11 +90,14 @@ def main(argv=None):
     metric = flip_loss.FLIPMetric(pixels_per_degree=args.ppd)
     rows = []
     for name in names:
-        test = load_image(renders[name]).to(device)        # 3 x H x W, sRGB in [0, 1]
+        test = load_image(renders[name]).to(device)  # 3 x H x W, sRGB in [0, 1]
         reference = load_image(references[name]).to(device)
         if test.shape != reference.shape:
-            print(f"warning: {name}: size {tuple(test.shape[1:])} differs from the reference's "
-                  f"{tuple(reference.shape[1:])}, skipped", file=sys.stderr)
+            print(
+                f"warning: {name}: size {tuple(test.shape[1:])} differs from the reference's "
+                f"{tuple(reference.shape[1:])}, skipped",
+                file=sys.stderr,
+            )
             continue
         with torch.no_grad():
             error_map = flip_loss.ldr_flip(test, reference, args.ppd, eps=0.0)  # eps=0: the metric itself
@@ -106,14 +111,18 @@ def main(argv=None):
     print(header)
     print("-" * len(header))
     for name, v in rows:
-        print(f"{name:<{width}}  {v.mean:8.4f}  {v.weighted_median:8.4f}  {v.weighted_quartile_1:8.4f}  "
-              f"{v.weighted_quartile_3:8.4f}  {v.min:8.4f}  {v.max:8.4f}")
+        print(
+            f"{name:<{width}}  {v.mean:8.4f}  {v.weighted_median:8.4f}  {v.weighted_quartile_1:8.4f}  "
+            f"{v.weighted_quartile_3:8.4f}  {v.min:8.4f}  {v.max:8.4f}"
+        )
     if rows:
         total = metric.compute().pooled
         print("-" * len(header))
-        print(f"{'all pixels':<{width}}  {total.mean:8.4f}  {total.weighted_median:8.4f}  "
-              f"{total.weighted_quartile_1:8.4f}  {total.weighted_quartile_3:8.4f}  {total.min:8.4f}  "
-              f"{total.max:8.4f}")
+        print(
+            f"{'all pixels':<{width}}  {total.mean:8.4f}  {total.weighted_median:8.4f}  "
+            f"{total.weighted_quartile_1:8.4f}  {total.weighted_quartile_3:8.4f}  {total.min:8.4f}  "
+            f"{total.max:8.4f}"
+        )
     if tmp is not None:
         tmp.cleanup()
     return 0

@@ -14,6 +14,7 @@ writes
 The model's weights are fixed by a seed, so every export is identical. Loading either file needs
 the flip ops in the process: C++ programs link flip_loss::flip_ops; Python imports flip_loss.
 """
+
 import argparse
 import os
 import sys
@@ -83,8 +84,12 @@ def export(out_dir: str, pixels_per_degree: float = flip_loss.DEFAULT_PPD):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", default=".", help="directory for flip_loss.pt and flip_model.pt")
-    parser.add_argument("--ppd", type=float, default=flip_loss.DEFAULT_PPD,
-                        help="pixels per degree of both modules (default: %(default).4f)")
+    parser.add_argument(
+        "--ppd",
+        type=float,
+        default=flip_loss.DEFAULT_PPD,
+        help="pixels per degree of both modules (default: %(default).4f)",
+    )
     args = parser.parse_args(argv)
     if not flip_loss.HAS_EXTENSION:
         print(f"export_torchscript: flip_loss._C is not built: {flip_loss._ops.IMPORT_ERROR}", file=sys.stderr)

@@ -31,6 +31,7 @@ are shared out too, and ``FLIPMetric`` syncs its statistics across the processes
 the reported FLIP is over all held-out crops, the same number one process reports. Only rank 0
 prints and writes the outputs.
 """
+
 import argparse
 import json
 import math
@@ -55,8 +56,10 @@ def load_images(names):
     try:
         from skimage import data
     except ImportError:
-        sys.exit("train_denoiser.py needs scikit-image for its bundled images: "
-                 "pip install -r requirements-test.txt (or pip install scikit-image)")
+        sys.exit(
+            "train_denoiser.py needs scikit-image for its bundled images: "
+            "pip install -r requirements-test.txt (or pip install scikit-image)"
+        )
     out = []
     for name in names:
         a = np.asarray(getattr(data, name)())
@@ -73,7 +76,7 @@ def random_crops(images, n, size, gen):
         _, h, w = img.shape
         y = int(torch.randint(h - size + 1, (1,), generator=gen))
         x = int(torch.randint(w - size + 1, (1,), generator=gen))
-        crop = img[:, y:y + size, x:x + size]
+        crop = img[:, y : y + size, x : x + size]
         if bool(torch.rand((), generator=gen) < 0.5):
             crop = crop.flip(-1)
         crops.append(crop)
@@ -128,7 +131,7 @@ class Processes:
 
     def share(self, batch):
         """This process's share of a batch that every process holds alike: every size-th item."""
-        return batch[self.rank::self.size]
+        return batch[self.rank :: self.size]
 
     def sum(self, values):
         """The element-wise sums of ``values`` (floats) over the processes."""
@@ -174,8 +177,8 @@ def evaluate(model, noisy, clean, ppd, processes, batch=16):
     noisy, clean = processes.share(noisy), processes.share(clean)
     psnr_sum = 0.0
     for i in range(0, len(noisy), batch):
-        x = noisy[i:i + batch].to(processes.device)
-        c = clean[i:i + batch].to(processes.device)
+        x = noisy[i : i + batch].to(processes.device)
+        c = clean[i : i + batch].to(processes.device)
         y = (x if model is None else model(x)).clamp(0, 1)
         metric.update(y, c)
         psnr_sum += psnr_per_image(y, c).sum().item()
@@ -229,8 +232,11 @@ def train(run_name, flip_weight, args, train_images, eval_noisy, eval_clean, pro
     model.eval()
     mean_flip, mean_psnr = evaluate(model, eval_noisy, eval_clean, args.ppd, processes)
     if processes.main:
-        print(f"  {run_name:<18} trained {args.steps} steps in {seconds:6.1f} s: held-out mean FLIP "
-              f"{mean_flip:.4f}, PSNR {mean_psnr:.2f} dB", flush=True)
+        print(
+            f"  {run_name:<18} trained {args.steps} steps in {seconds:6.1f} s: held-out mean FLIP "
+            f"{mean_flip:.4f}, PSNR {mean_psnr:.2f} dB",
+            flush=True,
+        )
     return model, history, {"flip": mean_flip, "psnr": mean_psnr, "seconds": seconds}
 
 
@@ -275,8 +281,7 @@ def plot_error_maps(path, clean, noisy, outputs, ppd):
     import matplotlib.pyplot as plt
 
     cols = [("noisy input", noisy)] + list(outputs.items())
-    fig, axes = plt.subplots(2, len(cols) + 1, figsize=(2.4 * (len(cols) + 1), 5.4), dpi=72,
-                             layout="constrained")
+    fig, axes = plt.subplots(2, len(cols) + 1, figsize=(2.4 * (len(cols) + 1), 5.4), dpi=72, layout="constrained")
     axes[0, 0].imshow(clean.permute(1, 2, 0).numpy())
     axes[0, 0].set_title("clean (reference)", fontsize=9)
     axes[1, 0].axis("off")
@@ -298,18 +303,32 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=400, help="training steps per run (default 400)")
     p.add_argument("--crop", type=int, default=48, help="training and evaluation crop size (default 48)")
-    p.add_argument("--batch", type=int, default=8,
-                   help="crops per training step, shared out among the processes under torchrun (default 8)")
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=8,
+        help="crops per training step, shared out among the processes under torchrun (default 8)",
+    )
     p.add_argument("--sigma", type=float, default=0.1, help="noise standard deviation in sRGB units (default 0.1)")
-    p.add_argument("--flip-weights", type=float, nargs="+", default=[0.3], metavar="LAMBDA",
-                   help="lambda of each L1 + lambda * FLIP run (default: 0.3, the README's advice)")
+    p.add_argument(
+        "--flip-weights",
+        type=float,
+        nargs="+",
+        default=[0.3],
+        metavar="LAMBDA",
+        help="lambda of each L1 + lambda * FLIP run (default: 0.3, the README's advice)",
+    )
     p.add_argument("--eval-crops", type=int, default=24, help="held-out crops (default 24)")
     p.add_argument("--display-size", type=int, default=128, help="size of the crop in error_maps.png")
     p.add_argument("--channels", type=int, default=32)
     p.add_argument("--depth", type=int, default=5)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--ppd", type=float, default=flip_loss.DEFAULT_PPD,
-                   help="pixels per degree of the FLIP loss and metric (default 67)")
+    p.add_argument(
+        "--ppd",
+        type=float,
+        default=flip_loss.DEFAULT_PPD,
+        help="pixels per degree of the FLIP loss and metric (default 67)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out", default="denoiser_out", help="output directory (default denoiser_out)")
@@ -328,8 +347,10 @@ def main(argv=None):
 
 def run(args, processes):
     if args.batch % processes.size:
-        raise SystemExit(f"train_denoiser.py: --batch {args.batch} must be a multiple of the {processes.size} "
-                         "processes, which share every batch")
+        raise SystemExit(
+            f"train_denoiser.py: --batch {args.batch} must be a multiple of the {processes.size} "
+            "processes, which share every batch"
+        )
     device = processes.device
     if processes.main:
         os.makedirs(args.out, exist_ok=True)
@@ -342,14 +363,20 @@ def run(args, processes):
     eval_noisy = add_noise(eval_clean, args.sigma, eval_gen)
     # The displayed crop: the cat's face region of chelsea, fixed noise.
     d = min(args.display_size, *held_out[0].shape[1:])
-    show_clean = held_out[0][:, 60:60 + d, 150:150 + d] if held_out[0].shape[1] >= 60 + d and \
-        held_out[0].shape[2] >= 150 + d else held_out[0][:, :d, :d]
+    show_clean = (
+        held_out[0][:, 60 : 60 + d, 150 : 150 + d]
+        if held_out[0].shape[1] >= 60 + d and held_out[0].shape[2] >= 150 + d
+        else held_out[0][:, :d, :d]
+    )
     show_noisy = add_noise(show_clean, args.sigma, torch.Generator().manual_seed(7))
 
     where = f"{processes.size} processes (DDP), rank 0 on {device}" if processes.size > 1 else f"device {device}"
     if processes.main:
-        print(f"{where}; {args.steps} steps of {args.batch} crops of {crop}x{crop}, noise sigma "
-              f"{args.sigma}; held out: {args.eval_crops} crops of {', '.join(HELD_OUT_IMAGES)}", flush=True)
+        print(
+            f"{where}; {args.steps} steps of {args.batch} crops of {crop}x{crop}, noise sigma "
+            f"{args.sigma}; held out: {args.eval_crops} crops of {', '.join(HELD_OUT_IMAGES)}",
+            flush=True,
+        )
     base_flip, base_psnr = evaluate(None, eval_noisy, eval_clean, args.ppd, processes)
     runs = {}
     results = {"noisy input": {"flip": base_flip, "psnr": base_psnr}}
@@ -368,15 +395,26 @@ def run(args, processes):
     plot_curves(os.path.join(args.out, "loss_curves.png"), runs)
     plot_error_maps(os.path.join(args.out, "error_maps.png"), show_clean, show_noisy, outputs, args.ppd)
     with open(os.path.join(args.out, "metrics.json"), "w") as f:
-        json.dump({"args": vars(args), "device": str(device), "processes": processes.size, "held_out": results,
-                   "history": {k: v[0] for k, v in runs.items()}}, f, indent=1)
+        json.dump(
+            {
+                "args": vars(args),
+                "device": str(device),
+                "processes": processes.size,
+                "held_out": results,
+                "history": {k: v[0] for k, v in runs.items()},
+            },
+            f,
+            indent=1,
+        )
 
     print(f"\nheld-out results ({args.eval_crops} crops, FLIP at {args.ppd:.1f} ppd):")
     print(f"  {'run':<18} {'mean FLIP':>10} {'PSNR (dB)':>10}")
     for name, r in results.items():
         print(f"  {name:<18} {r['flip']:>10.4f} {r['psnr']:>10.2f}")
-    print(f"wrote {os.path.join(args.out, 'loss_curves.png')}, {os.path.join(args.out, 'error_maps.png')} "
-          f"and {os.path.join(args.out, 'metrics.json')}")
+    print(
+        f"wrote {os.path.join(args.out, 'loss_curves.png')}, {os.path.join(args.out, 'error_maps.png')} "
+        f"and {os.path.join(args.out, 'metrics.json')}"
+    )
     return 0
 
 

@@ -7,6 +7,7 @@ Names inside the package: a name in a module's ``__all__`` is public API; the mo
 without a leading underscore are used by other modules of the package (internal, not API); an
 underscored name is used only in its own module (and by white-box tests).
 """
+
 import sys as _sys
 
 import torch as _torch
@@ -23,20 +24,52 @@ from .functional import ldr_flip
 from .hdr import exposure_range, hdr_flip
 from .metric import FLIPMetric, FLIPMetricResult
 from .modules import FLIPLoss
+
 # NVIDIA's PyTorch loss API (its file was flip_loss.py, so its users import these from here).
 from . import nvidia
-from .nvidia import (HDRFLIPLoss, LDRFLIPLoss, color_space_transform, compute_ldrflip, compute_start_stop_exposures,
-                     feature_detection, generate_spatial_filter, hunt_adjustment, hyab, redistribute_errors,
-                     spatial_filter, tone_map)
+from .nvidia import (
+    HDRFLIPLoss,
+    LDRFLIPLoss,
+    color_space_transform,
+    compute_ldrflip,
+    compute_start_stop_exposures,
+    feature_detection,
+    generate_spatial_filter,
+    hunt_adjustment,
+    hyab,
+    redistribute_errors,
+    spatial_filter,
+    tone_map,
+)
 from .pooling import PooledValues, pool, weighted_histogram
 
 HAS_EXTENSION = _ops.HAS_EXTENSION
 
 __all__ = [
-    "DEFAULT_PPD", "FLIPLoss", "FLIPMetric", "FLIPMetricResult", "HAS_EXTENSION", "HDRFLIPLoss", "LDRFLIPLoss",
-    "PooledValues", "color_space_transform", "compute_ldrflip", "compute_start_stop_exposures", "exposure_range",
-    "feature_detection", "generate_spatial_filter", "hdr_flip", "hunt_adjustment", "hyab", "ldr_flip",
-    "pixels_per_degree", "pool", "redistribute_errors", "spatial_filter", "tone_map", "weighted_histogram",
+    "DEFAULT_PPD",
+    "FLIPLoss",
+    "FLIPMetric",
+    "FLIPMetricResult",
+    "HAS_EXTENSION",
+    "HDRFLIPLoss",
+    "LDRFLIPLoss",
+    "PooledValues",
+    "color_space_transform",
+    "compute_ldrflip",
+    "compute_start_stop_exposures",
+    "exposure_range",
+    "feature_detection",
+    "generate_spatial_filter",
+    "hdr_flip",
+    "hunt_adjustment",
+    "hyab",
+    "ldr_flip",
+    "pixels_per_degree",
+    "pool",
+    "redistribute_errors",
+    "spatial_filter",
+    "tone_map",
+    "weighted_histogram",
 ]
 __version__ = "0.1.0"
 
@@ -52,9 +85,12 @@ def __getattr__(name: str):
     # flip_loss.py) meeting this package, or the reverse: say which one was imported, and from where.
     message = f"module {__name__!r} has no attribute {name!r}"
     if not name.startswith("__"):
-        message += (f" (this is the flip-loss package {__version__}, imported from {__path__[0]}; NVIDIA's "
-                    "flip_loss.py API is here as LDRFLIPLoss, HDRFLIPLoss and the functions of flip_loss.nvidia, "
-                    + ", ".join(sorted(n for n in nvidia.__all__ if n[0].islower())) + ")")
+        message += (
+            f" (this is the flip-loss package {__version__}, imported from {__path__[0]}; NVIDIA's "
+            "flip_loss.py API is here as LDRFLIPLoss, HDRFLIPLoss and the functions of flip_loss.nvidia, "
+            + ", ".join(sorted(n for n in nvidia.__all__ if n[0].islower()))
+            + ")"
+        )
     error = AttributeError(message)
     # What Python's "Did you mean ...?" suggestion reads.
     error.name, error.obj = name, _sys.modules[__name__]

@@ -1,4 +1,5 @@
 """``python -m flip_loss``: the command-line FLIP evaluator (see ``flip_loss.cli``)."""
+
 import sys
 
 from .cli import main

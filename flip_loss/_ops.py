@@ -1,4 +1,5 @@
 """Loads the compiled operator library (``flip_loss._C``), which registers ``torch.ops.flip.*``."""
+
 import os
 import warnings
 
@@ -16,13 +17,17 @@ def _explain_missing_extension(exc: ImportError) -> str:
     here = os.path.dirname(os.path.abspath(__file__))
     built = [f for f in os.listdir(here) if f.startswith("_C.") and f.endswith((".so", ".pyd"))]
     if built:  # a binary is there but does not load: usually built against another torch
-        return (f"flip_loss._C in {here} could not be loaded ({exc}); it was probably built against "
-                f"another torch than the installed {torch.__version__}: rebuild it with "
-                "'pip install --no-build-isolation .' (or '-e .' in a checkout)")
+        return (
+            f"flip_loss._C in {here} could not be loaded ({exc}); it was probably built against "
+            f"another torch than the installed {torch.__version__}: rebuild it with "
+            "'pip install --no-build-isolation .' (or '-e .' in a checkout)"
+        )
     message = f"the compiled extension flip_loss._C is not built in {here}"
     if os.path.exists(os.path.join(os.path.dirname(here), "setup.py")):
-        message += (" (a source checkout: build it there with 'pip install --no-build-isolation -e .', "
-                    "or run from another directory to use an installed copy")
+        message += (
+            " (a source checkout: build it there with 'pip install --no-build-isolation -e .', "
+            "or run from another directory to use an installed copy"
+        )
         try:
             from importlib import metadata
 
@@ -56,14 +61,17 @@ def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
     """True when the compiled kernels of ``op`` can serve these tensors; otherwise warn once and
     let the caller fall back to the pure-PyTorch oracle (flip_loss.oracle)."""
     if not HAS_EXTENSION:
-        warn_once("no-ext", f"flip_loss: {IMPORT_ERROR}; falling back to the slow pure-PyTorch reference "
-                  "implementation")
+        warn_once(
+            "no-ext", f"flip_loss: {IMPORT_ERROR}; falling back to the slow pure-PyTorch reference implementation"
+        )
         return False
     for t in tensors:
         if t.device.type not in KERNEL_DEVICES.get(op, ()):
-            warn_once(f"dev-{op}-{t.device.type}",
-                      f"flip_loss: no compiled {op} kernels for device '{t.device.type}' in this build; "
-                      "using the pure-PyTorch reference implementation")
+            warn_once(
+                f"dev-{op}-{t.device.type}",
+                f"flip_loss: no compiled {op} kernels for device '{t.device.type}' in this build; "
+                "using the pure-PyTorch reference implementation",
+            )
             return False
     return True
 

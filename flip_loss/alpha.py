@@ -15,6 +15,7 @@ for HDR), ``"checkerboard"`` (see :func:`checkerboard`) or an (r, g, b) triple g
 own values. The composite is made of torch operations, differentiable in colour and alpha alike,
 and works under torch.compile, on meta tensors and in TorchScript (a scripted ``FLIPLoss``).
 """
+
 from typing import List, Union
 
 import torch
@@ -27,8 +28,13 @@ ALPHA_MODES = ("straight", "premultiplied")
 BACKGROUNDS = ("black", "white", "checkerboard")
 
 
-def checkerboard(height: int, width: int, linear: bool = False, dtype: torch.dtype = torch.float32,
-                 device: torch.device = torch.device("cpu")) -> torch.Tensor:  # noqa: B008 (an immutable value)
+def checkerboard(
+    height: int,
+    width: int,
+    linear: bool = False,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device = torch.device("cpu"),  # noqa: B008 (an immutable value)
+) -> torch.Tensor:
     """The checkerboard background, 1 x ``height`` x ``width`` (the same grey in R, G and B): tiles
     of ``constants.CHECKERBOARD_TILE`` pixels, the dark grey where (row // tile + column // tile) is
     even (the top-left tile), the light one elsewhere; the sRGB-encoded greys of
@@ -74,6 +80,5 @@ def composite(image: torch.Tensor, alpha: str, background: Union[str, List[float
         board = checkerboard(image.shape[-2], image.shape[-1], linear, image.dtype, image.device)
         return colour + board * (1.0 - a)
     # One full tensor per channel: TorchScript's torch.tensor(list) rounds the values to float32.
-    rgb_background = torch.stack([torch.full([1, 1], v, dtype=image.dtype, device=image.device)
-                                  for v in background])
+    rgb_background = torch.stack([torch.full([1, 1], v, dtype=image.dtype, device=image.device) for v in background])
     return colour + rgb_background * (1.0 - a)

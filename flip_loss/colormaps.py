@@ -14,6 +14,7 @@ deviation: ``v`` is clamped to [0, 1] first (NaN counts as 0), so out-of-range v
 the ends of the map; the evaluator instead wraps values above ~1.002 around to dark colours and
 indexes out of bounds below ~-0.006.
 """
+
 import os
 
 import numpy as np
@@ -48,14 +49,15 @@ def _as_hw_float32(values_hw, what: str) -> np.ndarray:
     else:
         a = np.asarray(values_hw)
         if a.dtype.kind not in "fiub":
-            raise TypeError(f"flip_loss.colormaps.{what}: expected a real numeric array, "
-                            f"got dtype {a.dtype}")
+            raise TypeError(f"flip_loss.colormaps.{what}: expected a real numeric array, got dtype {a.dtype}")
         a = a.astype(np.float32)
     while a.ndim > 2 and a.shape[0] == 1:
         a = a[0]
     if a.ndim != 2:
-        raise ValueError(f"flip_loss.colormaps.{what}: expected an H x W map (leading dimensions "
-                         f"of size 1 allowed), got shape {tuple(np.shape(values_hw))}")
+        raise ValueError(
+            f"flip_loss.colormaps.{what}: expected an H x W map (leading dimensions "
+            f"of size 1 allowed), got shape {tuple(np.shape(values_hw))}"
+        )
     return a
 
 
@@ -76,8 +78,9 @@ def _lut(table) -> np.ndarray:
         return hit[1]
     t = np.asarray(table, dtype=np.float64)
     if t.shape != (256, 3):
-        raise ValueError("flip_loss.colormaps.apply_colormap: the table must have 256 RGB "
-                         f"entries, got shape {t.shape}")
+        raise ValueError(
+            f"flip_loss.colormaps.apply_colormap: the table must have 256 RGB entries, got shape {t.shape}"
+        )
     if not np.isfinite(t).all():
         raise ValueError("flip_loss.colormaps.apply_colormap: the table contains NaN or inf")
     lut = _to_uint8(np.clip(t, 0.0, 1.0).astype(np.float32))

@@ -1,4 +1,5 @@
 """Published FLIP constants (docs/algorithm.md §3, §5.3) and the limits of the options."""
+
 import math
 from typing import Tuple
 
@@ -11,8 +12,11 @@ def pixels_per_degree(distance_m: float, display_width_m: float, display_width_p
     from .options import real_number  # options imports this module
 
     values = []
-    for name, v in (("distance_m", distance_m), ("display_width_m", display_width_m),
-                    ("display_width_px", display_width_px)):
+    for name, v in (
+        ("distance_m", distance_m),
+        ("display_width_m", display_width_m),
+        ("display_width_px", display_width_px),
+    ):
         x = real_number(name, v)  # Python, NumPy and 0-dim tensor numbers alike; TypeError otherwise
         if not (math.isfinite(x) and x > 0):
             raise ValueError(f"flip_loss: {name} must be a positive finite number, got {v!r}")
@@ -79,8 +83,14 @@ def tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:
     f = np.float32
     table = {
         "reinhard": (0.0, 1.0, 0.0, 0.0, 1.0, 1.0),
-        "aces": (f(0.6) * f(0.6) * f(2.51), f(0.6) * f(0.03), 0.0, f(0.6) * f(0.6) * f(2.43), f(0.6) * f(0.59),
-                 f(0.14)),
+        "aces": (
+            f(0.6) * f(0.6) * f(2.51),
+            f(0.6) * f(0.03),
+            0.0,
+            f(0.6) * f(0.6) * f(2.43),
+            f(0.6) * f(0.59),
+            f(0.14),
+        ),
         "hable": (f(0.231683), f(0.013791), 0.0, f(0.18), f(0.3), f(0.018)),
     }
     return tuple(float(v) for v in table[tone_mapper.lower()])

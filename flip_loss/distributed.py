@@ -7,17 +7,27 @@ Used by :class:`flip_loss.FLIPMetric` (sync on ``compute()``), :mod:`flip_loss.t
 sharded folder mode of the command line (``flip_loss.cli.shard``). Nothing here initialises a
 process group on import; the functions that need one say so.
 """
+
 import os
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
-__all__ = ["LaunchedWorld", "LAUNCH_OVERRIDE", "launched_world", "launch_inherited", "is_active",
-           "backend_device_types", "current_device", "gather_uneven"]
+__all__ = [
+    "LaunchedWorld",
+    "LAUNCH_OVERRIDE",
+    "launched_world",
+    "launch_inherited",
+    "is_active",
+    "backend_device_types",
+    "current_device",
+    "gather_uneven",
+]
 
 
 class LaunchedWorld(NamedTuple):
     """Where a launcher (``torchrun``, ``torch.distributed.run``) put this process."""
+
     rank: int
     world_size: int
     local_rank: int
@@ -39,8 +49,9 @@ _LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_
 def _override() -> str:
     value = os.environ.get(LAUNCH_OVERRIDE, "auto").strip().lower() or "auto"
     if value not in _OVERRIDE_VALUES:
-        raise ValueError(f"{LAUNCH_OVERRIDE}={os.environ[LAUNCH_OVERRIDE]!r} must be one of "
-                         f"{', '.join(_OVERRIDE_VALUES)}")
+        raise ValueError(
+            f"{LAUNCH_OVERRIDE}={os.environ[LAUNCH_OVERRIDE]!r} must be one of {', '.join(_OVERRIDE_VALUES)}"
+        )
     return value
 
 
@@ -102,13 +113,15 @@ def _world_from_environment() -> Optional[LaunchedWorld]:
         world_size, rank_value = int(world), int(rank)
         local_rank = int(os.environ.get("LOCAL_RANK", rank_value))
     except ValueError:
-        raise ValueError(f"RANK={rank!r}, WORLD_SIZE={world!r} and LOCAL_RANK="
-                         f"{os.environ.get('LOCAL_RANK')!r} must be integers") from None
+        raise ValueError(
+            f"RANK={rank!r}, WORLD_SIZE={world!r} and LOCAL_RANK={os.environ.get('LOCAL_RANK')!r} must be integers"
+        ) from None
     if world_size <= 1:
         return None
     if not 0 <= rank_value < world_size or local_rank < 0:
-        raise ValueError(f"RANK={rank_value} is not in [0, WORLD_SIZE={world_size}) or LOCAL_RANK={local_rank} "
-                         "is negative")
+        raise ValueError(
+            f"RANK={rank_value} is not in [0, WORLD_SIZE={world_size}) or LOCAL_RANK={local_rank} is negative"
+        )
     return LaunchedWorld(rank_value, world_size, local_rank)
 
 
@@ -168,7 +181,7 @@ def gather_uneven(tensor: torch.Tensor, lengths: List[int], group=None) -> torch
     if longest == 0:
         return tensor.new_empty(0)
     padded = tensor.new_zeros(longest)
-    padded[:tensor.numel()] = tensor
+    padded[: tensor.numel()] = tensor
     parts = [torch.empty_like(padded) for _ in lengths]
     dist.all_gather(parts, padded, group=group)
     return torch.cat([part[:n] for part, n in zip(parts, lengths)])

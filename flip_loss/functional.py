@@ -1,5 +1,6 @@
 """Functional API: ``ldr_flip``, the image checks shared by every entry point, the LDR data range
 and the out-of-range warning."""
+
 import warnings
 from typing import List, Optional, Tuple
 
@@ -22,16 +23,23 @@ def check_image(name: str, t: torch.Tensor, rgba: bool = False) -> None:
     """The checks of one image that need no data: a float dtype, N x 3 x H x W or 3 x H x W (with
     ``rgba``, 4 channels too), not empty. TorchScript-compatible."""
     if not t.is_floating_point():
-        raise TypeError("flip_loss: " + name + " must have a floating-point dtype, got " + str(t.dtype)
-                        + "; convert 8-bit images with .float() / 255 (or pass data_range=255)")
+        raise TypeError(
+            "flip_loss: "
+            + name
+            + " must have a floating-point dtype, got "
+            + str(t.dtype)
+            + "; convert 8-bit images with .float() / 255 (or pass data_range=255)"
+        )
     if (t.dim() == 3 or t.dim() == 4) and t.shape[-3] == 4 and not rgba:
         # Whoever passes RGBA must say what alpha means: guessing straight or premultiplied would
         # silently change the result for half of the images.
-        raise ValueError("flip_loss: " + name + " has 4 channels (RGBA, shape " + str(list(t.shape)) + "), and FLIP "
-                         "compares RGB images: ldr_flip, hdr_flip, FLIPLoss and FLIPMetric composite it over "
-                         "background= (default 'black') given alpha='straight' (colour not multiplied by alpha, "
-                         "as PNG stores it) or alpha='premultiplied' (colour multiplied by alpha, as OpenEXR "
-                         "stores it); or drop alpha with " + name + "[..., :3, :, :]")
+        raise ValueError(
+            "flip_loss: " + name + " has 4 channels (RGBA, shape " + str(list(t.shape)) + "), and FLIP "
+            "compares RGB images: ldr_flip, hdr_flip, FLIPLoss and FLIPMetric composite it over "
+            "background= (default 'black') given alpha='straight' (colour not multiplied by alpha, "
+            "as PNG stores it) or alpha='premultiplied' (colour multiplied by alpha, as OpenEXR "
+            "stores it); or drop alpha with " + name + "[..., :3, :, :]"
+        )
     if (t.dim() != 3 and t.dim() != 4) or (t.shape[-3] != 3 and not (rgba and t.shape[-3] == 4)):
         layout = "N x 3 x H x W or 3 x H x W (RGB)"
         if rgba:
@@ -58,11 +66,19 @@ def check_image_pair(test: torch.Tensor, reference: torch.Tensor, rgba: bool = F
     else:
         same_shape = test.shape == reference.shape
     if not same_shape:
-        raise ValueError("flip_loss: test and reference shapes differ: " + str(list(test.shape)) + " vs "
-                         + str(list(reference.shape)))
+        raise ValueError(
+            "flip_loss: test and reference shapes differ: "
+            + str(list(test.shape))
+            + " vs "
+            + str(list(reference.shape))
+        )
     if test.device != reference.device:
-        raise ValueError("flip_loss: test and reference are on different devices: " + str(test.device)
-                         + " vs " + str(reference.device))
+        raise ValueError(
+            "flip_loss: test and reference are on different devices: "
+            + str(test.device)
+            + " vs "
+            + str(reference.device)
+        )
 
 
 def checked_pair(test, reference, rgba: bool = False):
@@ -129,8 +145,12 @@ _device_inputs_looked_at = False
 def is_device_call(test) -> bool:
     """Whether an eager call with ``test`` counts as its owner's look at inputs on a device (not one
     with inputs without values, meta tensors or FakeTensors, which cannot be looked at)."""
-    return (isinstance(test, torch.Tensor) and test.device.type != "cpu" and not is_compiling()
-            and (is_plain_tensor(test) or _unwrapped_has_values(test)))
+    return (
+        isinstance(test, torch.Tensor)
+        and test.device.type != "cpu"
+        and not is_compiling()
+        and (is_plain_tensor(test) or _unwrapped_has_values(test))
+    )
 
 
 def _unwrapped(t: torch.Tensor) -> torch.Tensor:
@@ -144,8 +164,9 @@ def _unwrapped(t: torch.Tensor) -> torch.Tensor:
 def is_plain_tensor(t: torch.Tensor) -> bool:
     """A tensor that holds its values itself: not a subclass (FakeTensor), not functorch-wrapped,
     not on the meta device."""
-    return (type(t) is torch.Tensor and t.device.type != "meta"
-            and not torch._C._functorch.is_functorch_wrapped_tensor(t))
+    return (
+        type(t) is torch.Tensor and t.device.type != "meta" and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    )
 
 
 def _unwrapped_has_values(t: torch.Tensor) -> bool:
@@ -197,7 +218,10 @@ def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_
         warnings.warn(
             f"flip_loss: LDR-FLIP inputs range from {lo:.4g} to {hi:.4g} (after data_range), far outside "
             f"[0, 1]; FLIP clamps them to [0, 1], with zero gradient beyond. {_range_advice(lo, hi)} "
-            "(Shown once per process.)", UserWarning, stacklevel=_caller_stacklevel())
+            "(Shown once per process.)",
+            UserWarning,
+            stacklevel=_caller_stacklevel(),
+        )
 
 
 def _range_advice(lo: float, hi: float) -> str:
@@ -211,8 +235,10 @@ def _range_advice(lo: float, hi: float) -> str:
             return "If these are 16-bit images, pass data_range=65535."
     elif lo >= -1.0 - OUT_OF_RANGE_TOLERANCE and hi <= 1.0 + OUT_OF_RANGE_TOLERANCE:
         return "If these are [-1, 1] images, pass data_range=(-1, 1)."
-    return ("If a network produces them, bound its output (e.g. a sigmoid) or clamp it to [0, 1]; for linear "
-            "HDR images use hdr_flip.")
+    return (
+        "If a network produces them, bound its output (e.g. a sigmoid) or clamp it to [0, 1]; for linear "
+        "HDR images use hdr_flip."
+    )
 
 
 def _caller_stacklevel() -> int:
@@ -241,8 +267,17 @@ def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
     return _ops.use_extension(*tensors, op=op)
 
 
-def ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, data_range, look_on_device: bool,
-                       alpha=None, background="black"):
+def ldr_flip_with_look(
+    test,
+    reference,
+    pixels_per_degree,
+    input_space,
+    eps,
+    data_range,
+    look_on_device: bool,
+    alpha=None,
+    background="black",
+):
     """``ldr_flip`` with ``look_on_device``: whether inputs on a device other than the CPU may be
     read back for the out-of-range warning (see above)."""
     mode, bg = options.alpha_options(alpha, background)
@@ -258,8 +293,10 @@ def ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, dat
     if mode is not None:
         bg = alpha_rule.unit_background(bg, unit[0], unit[1])
         linear = space == "linear"
-        test, reference = (alpha_rule.composite(test, mode, bg, linear),
-                           alpha_rule.composite(reference, mode, bg, linear))
+        test, reference = (
+            alpha_rule.composite(test, mode, bg, linear),
+            alpha_rule.composite(reference, mode, bg, linear),
+        )
     if kernels_serve("ldr_flip", test, reference):
         return torch.ops.flip.ldr_flip(test, reference, ppd, space, eps)
     from . import oracle
@@ -267,9 +304,16 @@ def ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, dat
     return oracle.ldr_flip(test, reference, ppd, space, eps)
 
 
-def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
-             input_space: str = "srgb", eps: float = DEFAULT_EPS, data_range=1.0, alpha: Optional[str] = None,
-             background="black") -> torch.Tensor:
+def ldr_flip(
+    test: torch.Tensor,
+    reference: torch.Tensor,
+    pixels_per_degree: float = DEFAULT_PPD,
+    input_space: str = "srgb",
+    eps: float = DEFAULT_EPS,
+    data_range=1.0,
+    alpha: Optional[str] = None,
+    background="black",
+) -> torch.Tensor:
     """LDR-FLIP error map between ``test`` and ``reference``.
 
     Both are N x 3 x H x W (or 3 x H x W) RGB tensors of the same float dtype and device, sRGB-encoded
@@ -291,5 +335,4 @@ def ldr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     look = not _device_inputs_looked_at
     if is_device_call(test):
         _device_inputs_looked_at = True
-    return ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, data_range, look, alpha,
-                              background)
+    return ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, data_range, look, alpha, background)

@@ -1,4 +1,5 @@
 """HDR-FLIP: automatic exposures and the functional API (docs/algorithm.md §5)."""
+
 import math
 from typing import List, Optional, Tuple, Union
 
@@ -14,6 +15,8 @@ __all__ = ["TONE_MAPPERS", "exposure_anchor", "exposure_range", "exposures_for",
 
 TONE_MAPPERS = options.TONE_MAPPERS
 ExposureArg = Union[None, float, int, torch.Tensor]
+
+
 def exposure_anchor(tone_mapper: str = "aces", target: float = 0.85) -> float:
     """The scene value that ``tone_mapper`` maps to ``target`` (0.85 for the automatic exposures):
     the larger root of the quadratic, solved in float32 as NVIDIA's evaluator does (Reinhard uses
@@ -41,8 +44,9 @@ def checked_reference(reference) -> torch.Tensor:
     return as_batch(reference)
 
 
-def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces",
-                   median: str = "upper") -> Tuple[torch.Tensor, torch.Tensor]:
+def exposure_range(
+    reference: torch.Tensor, tone_mapper: str = "aces", median: str = "upper"
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Automatic (start, stop) exposures in stops, one per image of ``reference`` (N x 3 x H x W
     linear HDR, or 3 x H x W), as tensors of shape N on the reference's device.
 
@@ -67,8 +71,7 @@ def exposure_range(reference: torch.Tensor, tone_mapper: str = "aces",
     return start, stop
 
 
-def _luminance_range(ref: torch.Tensor, anchor: float,
-                     lower_median: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+def _luminance_range(ref: torch.Tensor, anchor: float, lower_median: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """The rule of ``exposure_range`` for a batched reference, unchecked. TorchScript-compatible: a
     scripted ``FLIPLoss(hdr=True)`` calls it too."""
     y_max, y_med = luminance_max_median(ref, lower_median)
@@ -109,6 +112,7 @@ def exposure_grid(start: torch.Tensor, stop: torch.Tensor, counts: torch.Tensor,
 # caller reads them back once, as one small table (host_rows), and checks that on the host. They
 # are TorchScript-compatible, so that the scripted FLIPLoss(hdr=True) raises where eager does.
 
+
 def host_rows(table: torch.Tensor) -> Optional[List[List[float]]]:
     """A small table (rows of per-image values) as Python floats: one device-to-host copy. None
     for a table without values (meta tensors, FakeTensors outside torch.compile): the checks are
@@ -138,11 +142,19 @@ def check_range_rows(rows: List[List[float]], start_given: bool, stop_given: boo
         start = rows[0][i]
         stop = rows[1][i]
         if (not start_given and not math.isfinite(start)) or (not stop_given and not math.isfinite(stop)):
-            raise ValueError("flip_loss: the automatic exposure range of image " + str(i) + " is undefined: "
-                             "the reference has NaN or infinite values (or luminances beyond the float range)")
+            raise ValueError(
+                "flip_loss: the automatic exposure range of image " + str(i) + " is undefined: "
+                "the reference has NaN or infinite values (or luminances beyond the float range)"
+            )
         if not (math.isfinite(start) and math.isfinite(stop)):
-            raise ValueError("flip_loss: start_exposure and stop_exposure must be finite, got " + str(start)
-                             + " and " + str(stop) + " for image " + str(i))
+            raise ValueError(
+                "flip_loss: start_exposure and stop_exposure must be finite, got "
+                + str(start)
+                + " and "
+                + str(stop)
+                + " for image "
+                + str(i)
+            )
         if start_given:
             options.check_exposure_value("start_exposure", start)
         if stop_given:
@@ -151,13 +163,23 @@ def check_range_rows(rows: List[List[float]], start_given: bool, stop_given: boo
             advice = ""
             if start_given != stop_given:
                 advice = "; give both exposures"
-            raise ValueError("flip_loss: start_exposure " + str(start) + _origin(start_given)
-                             + " must not exceed stop_exposure " + str(stop) + _origin(stop_given)
-                             + " (image " + str(i) + ")" + advice)
+            raise ValueError(
+                "flip_loss: start_exposure "
+                + str(start)
+                + _origin(start_given)
+                + " must not exceed stop_exposure "
+                + str(stop)
+                + _origin(stop_given)
+                + " (image "
+                + str(i)
+                + ")"
+                + advice
+            )
 
 
-def automatic_counts(start: torch.Tensor, stop: torch.Tensor, start_given: bool,
-                     stop_given: bool) -> Tuple[torch.Tensor, int]:
+def automatic_counts(
+    start: torch.Tensor, stop: torch.Tensor, start_given: bool, stop_given: bool
+) -> Tuple[torch.Tensor, int]:
     """Checks the ranges (as check_range_rows) and returns the automatic counts max(2, ceil(stop -
     start)) (int64, on the device) and their maximum, which must not exceed MAX_EXPOSURES. Without
     values to read (meta tensors) the maximum is taken as MAX_EXPOSURES, a bound of every count."""
@@ -174,17 +196,33 @@ def automatic_counts(start: torch.Tensor, stop: torch.Tensor, start_given: bool,
             if start_given or stop_given:
                 what = "the exposure range of image " + str(i)
             limit = str(constants.MAX_EXPOSURES)
-            raise ValueError("flip_loss: " + what + ", from " + str(rows[0][i]) + " to " + str(rows[1][i])
-                             + " stops, needs " + str(count) + " exposures, more than the limit of " + limit
-                             + "; pass num_exposures (at most " + limit
-                             + "), or start_exposure and stop_exposure for a narrower range")
+            raise ValueError(
+                "flip_loss: "
+                + what
+                + ", from "
+                + str(rows[0][i])
+                + " to "
+                + str(rows[1][i])
+                + " stops, needs "
+                + str(count)
+                + " exposures, more than the limit of "
+                + limit
+                + "; pass num_exposures (at most "
+                + limit
+                + "), or start_exposure and stop_exposure for a narrower range"
+            )
         count_max = max(count_max, count)
     return counts.to(torch.int64), count_max
 
 
-def exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[float], stop: Optional[float],
-                           num: Optional[int], lower_median: bool = False
-                            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def exposures_from_numbers(
+    ref: torch.Tensor,
+    anchor: float,
+    start: Optional[float],
+    stop: Optional[float],
+    num: Optional[int],
+    lower_median: bool = False,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``exposures_for`` of a checked, batched reference for options that are numbers or None: eager
     calls with such options and the scripted ``FLIPLoss(hdr=True)`` (whose attributes can be changed
     after construction, so the numbers are checked again). Reads values back to the host only when
@@ -227,6 +265,7 @@ def exposures_from_numbers(ref: torch.Tensor, anchor: float, start: Optional[flo
 # Options given as tensors (one value, or one per image): the rule of hdr_flip, FLIPLoss and the
 # scripted FLIPLoss alike (TorchScript-compatible).
 
+
 def _real_tensor(value: torch.Tensor, name: str) -> None:
     if value.dtype == torch.bool or value.is_complex():
         raise TypeError("flip_loss: " + name + " must hold real numbers, got dtype " + str(value.dtype))
@@ -236,8 +275,14 @@ def _per_image(value: torch.Tensor, n: int, name: str) -> torch.Tensor:
     if value.numel() == 1:
         return value.flatten().expand(n)
     if value.numel() != n:
-        raise ValueError("flip_loss: " + name + " must be a number or have one value per image (" + str(n)
-                         + "), got shape " + str(list(value.shape)))
+        raise ValueError(
+            "flip_loss: "
+            + name
+            + " must be a number or have one value per image ("
+            + str(n)
+            + "), got shape "
+            + str(list(value.shape))
+        )
     return value.flatten()
 
 
@@ -263,10 +308,14 @@ def count_values(value: torch.Tensor, n: int, device: torch.device) -> Tuple[tor
     return given.to(device=device, dtype=torch.int64), count_max
 
 
-def exposures_from_tensors(ref: torch.Tensor, anchor: float, start: Optional[torch.Tensor],
-                           stop: Optional[torch.Tensor], num: Optional[torch.Tensor],
-                           lower_median: bool = False
-                            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def exposures_from_tensors(
+    ref: torch.Tensor,
+    anchor: float,
+    start: Optional[torch.Tensor],
+    stop: Optional[torch.Tensor],
+    num: Optional[torch.Tensor],
+    lower_median: bool = False,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``exposures_for`` of a checked, batched reference for options given as tensors (one value or
     one per image) or None: the values are read back once to be checked."""
     n = ref.shape[0]
@@ -297,7 +346,8 @@ def _is_tensor_option(value) -> bool:
     """Whether an eager option takes the tensor path: a tensor with dimensions, or one whose value
     cannot be read as a number (a 0-dim tensor vmapped over, one value per example)."""
     return isinstance(value, torch.Tensor) and (
-        value.dim() > 0 or torch._C._functorch.is_functorch_wrapped_tensor(value))
+        value.dim() > 0 or torch._C._functorch.is_functorch_wrapped_tensor(value)
+    )
 
 
 def option_tensor(name: str, value: ExposureArg) -> Optional[torch.Tensor]:
@@ -310,8 +360,14 @@ def option_tensor(name: str, value: ExposureArg) -> Optional[torch.Tensor]:
     return torch.tensor(options.exposure(name, value), dtype=torch.float64)
 
 
-def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_exposure: ExposureArg = None,
-                  stop_exposure: ExposureArg = None, num_exposures: ExposureArg = None, median: str = "upper"):
+def exposures_for(
+    reference: torch.Tensor,
+    tone_mapper: str = "aces",
+    start_exposure: ExposureArg = None,
+    stop_exposure: ExposureArg = None,
+    num_exposures: ExposureArg = None,
+    median: str = "upper",
+):
     """(exposures N x E, counts N, start N, stop N) for ``reference``: automatic where not given
     (with the median rule ``median`` of ``exposure_range``).
     Exposures are start + i (stop - start) / (count - 1), in float32 as the evaluator computes them.
@@ -332,18 +388,37 @@ def exposures_for(reference: torch.Tensor, tone_mapper: str = "aces", start_expo
     anchor = exposure_anchor(tone_mapper) if start_exposure is None or stop_exposure is None else 0.0
     if not any(_is_tensor_option(v) for v in (start_exposure, stop_exposure, num_exposures)):
         return exposures_from_numbers(
-            ref, anchor, None if start_exposure is None else options.exposure("start_exposure", start_exposure),
+            ref,
+            anchor,
+            None if start_exposure is None else options.exposure("start_exposure", start_exposure),
             None if stop_exposure is None else options.exposure("stop_exposure", stop_exposure),
-            None if num_exposures is None else options.exposure_count(num_exposures), lower)
-    return exposures_from_tensors(ref, anchor, option_tensor("start_exposure", start_exposure),
-                                  option_tensor("stop_exposure", stop_exposure),
-                                  option_tensor("num_exposures", num_exposures), lower)
+            None if num_exposures is None else options.exposure_count(num_exposures),
+            lower,
+        )
+    return exposures_from_tensors(
+        ref,
+        anchor,
+        option_tensor("start_exposure", start_exposure),
+        option_tensor("stop_exposure", stop_exposure),
+        option_tensor("num_exposures", num_exposures),
+        lower,
+    )
 
 
-def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: float = DEFAULT_PPD,
-             tone_mapper: str = "aces", start_exposure: ExposureArg = None, stop_exposure: ExposureArg = None,
-             num_exposures: ExposureArg = None, return_exposure_map: bool = False, eps: float = DEFAULT_EPS,
-             median: str = "upper", alpha: Optional[str] = None, background="black"):
+def hdr_flip(
+    test: torch.Tensor,
+    reference: torch.Tensor,
+    pixels_per_degree: float = DEFAULT_PPD,
+    tone_mapper: str = "aces",
+    start_exposure: ExposureArg = None,
+    stop_exposure: ExposureArg = None,
+    num_exposures: ExposureArg = None,
+    return_exposure_map: bool = False,
+    eps: float = DEFAULT_EPS,
+    median: str = "upper",
+    alpha: Optional[str] = None,
+    background="black",
+):
     """HDR-FLIP error map between linear HDR images ``test`` and ``reference`` (N x 3 x H x W or
     3 x H x W, non-negative; negative values count as 0). The per-pixel maximum of LDR-FLIP over
     exposures from ``start_exposure`` to ``stop_exposure`` stops (``num_exposures`` of them), each
@@ -368,8 +443,7 @@ def hdr_flip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree: flo
     tm = options.tone_mapper(tone_mapper)
     if mode is not None:
         options.check_background_value(bg, 0.0, math.inf)
-        test, reference = (alpha_rule.composite(test, mode, bg, True),
-                           alpha_rule.composite(reference, mode, bg, True))
+        test, reference = (alpha_rule.composite(test, mode, bg, True), alpha_rule.composite(reference, mode, bg, True))
     unbatched = test.dim() == 3
     t, r = as_batch(test), as_batch(reference)
     exposures, counts, _, _ = exposures_for(r, tm, start_exposure, stop_exposure, num_exposures, median)

@@ -22,6 +22,7 @@ decompression-bomb warning is avoided rather than caught (:func:`_pillow_open`),
 truncated OpenEXR file is recognised from its layout before OpenEXR reads its pixels (see "the
 layout of an OpenEXR file" below), so that OpenEXR's library has nothing to print about it.
 """
+
 import os
 import struct
 import warnings
@@ -30,9 +31,21 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-__all__ = ["HDR_EXTENSIONS", "EXR_EXTENSIONS", "UNSUPPORTED_HDR_EXTENSIONS", "MAX_IMAGE_PIXELS", "is_hdr_path",
-           "is_exr_path", "image_size", "alpha_convention", "load_image", "load_exr", "exr_size", "save_png",
-           "save_exr"]
+__all__ = [
+    "HDR_EXTENSIONS",
+    "EXR_EXTENSIONS",
+    "UNSUPPORTED_HDR_EXTENSIONS",
+    "MAX_IMAGE_PIXELS",
+    "is_hdr_path",
+    "is_exr_path",
+    "image_size",
+    "alpha_convention",
+    "load_image",
+    "load_exr",
+    "exr_size",
+    "save_png",
+    "save_exr",
+]
 
 HDR_EXTENSIONS = (".exr", ".hdr", ".pfm")
 EXR_EXTENSIONS = (".exr",)
@@ -44,7 +57,7 @@ UNSUPPORTED_HDR_EXTENSIONS = (".hdr", ".pfm")
 # than a render, and FLIP on it would need tens of gigabytes. It stays below the size at which
 # Pillow itself raises DecompressionBombError (twice Pillow's default MAX_IMAGE_PIXELS), so one
 # limit and one message apply to every format.
-MAX_IMAGE_PIXELS = 2 ** 27
+MAX_IMAGE_PIXELS = 2**27
 
 
 def check_file(path) -> None:
@@ -67,14 +80,18 @@ def is_exr_path(path) -> bool:
 
 def _unsupported_hdr_message(path) -> str:
     ext = os.path.splitext(os.fspath(path))[1]
-    return (f"cannot read image '{path}': {ext} files (Radiance HDR / PFM) are not supported; "
-            "convert the image to OpenEXR (.exr), which is read as HDR input")
+    return (
+        f"cannot read image '{path}': {ext} files (Radiance HDR / PFM) are not supported; "
+        "convert the image to OpenEXR (.exr), which is read as HDR input"
+    )
 
 
 def _too_large(path, claim: str) -> ValueError:
-    return ValueError(f"cannot read image '{path}': {claim} more than the limit of {MAX_IMAGE_PIXELS} pixels "
-                      "(2^27, e.g. 16384x8192); a header this large is most likely damaged or a "
-                      "decompression bomb")
+    return ValueError(
+        f"cannot read image '{path}': {claim} more than the limit of {MAX_IMAGE_PIXELS} pixels "
+        "(2^27, e.g. 16384x8192); a header this large is most likely damaged or a "
+        "decompression bomb"
+    )
 
 
 def _check_pixel_count(path, width: int, height: int) -> None:
@@ -116,8 +133,9 @@ def _open(path):
     except Image.DecompressionBombError:  # a plugin's own check of a frame
         raise _too_large(path, "its header gives") from None
     except UnidentifiedImageError:
-        raise ValueError(f"cannot read image '{path}': not an image format Pillow recognises "
-                         "(supported: PNG, JPEG, BMP, TGA)") from None
+        raise ValueError(
+            f"cannot read image '{path}': not an image format Pillow recognises (supported: PNG, JPEG, BMP, TGA)"
+        ) from None
     except OSError as exc:
         raise ValueError(f"cannot read image '{path}': {exc.strerror or exc}") from None
     try:
@@ -162,8 +180,7 @@ def _png16_samples(path, rawmode, high, keep_alpha: bool):
         args = t[3]
         low_mode = _PNG16_LOW_BYTE_RAWMODE[rawmode]
         new_args = (low_mode,) + tuple(args[1:]) if isinstance(args, tuple) else low_mode
-        im.tile = [t._replace(args=new_args) if hasattr(t, "_replace")
-                   else (t[0], t[1], t[2], new_args)]
+        im.tile = [t._replace(args=new_args) if hasattr(t, "_replace") else (t[0], t[1], t[2], new_args)]
         low = np.asarray(im)
         if low.shape != high.shape:
             return None
@@ -202,8 +219,10 @@ def _to_float(path, im, keep_alpha: bool) -> np.ndarray:
         a = a.astype(np.float32) / np.float32(65535.0)
         return np.repeat(a[..., None], 3, axis=2)
     if mode in ("F",) or mode.startswith("F;"):
-        raise ValueError(f"cannot read image '{path}': floating-point images in this format are not "
-                         "supported (HDR input is read from OpenEXR .exr files)")
+        raise ValueError(
+            f"cannot read image '{path}': floating-point images in this format are not "
+            "supported (HDR input is read from OpenEXR .exr files)"
+        )
     alpha = _has_alpha(im)
     if mode in ("RGB", "RGBA", "L", "LA") and not (keep_alpha and "transparency" in im.info):
         a = np.asarray(im)
@@ -252,16 +271,18 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
             try:
                 im.load()
             except (OSError, SyntaxError, ValueError) as exc:
-                raise ValueError(f"cannot read image '{path}': the file is damaged or truncated "
-                                 f"({exc})") from None
+                raise ValueError(f"cannot read image '{path}': the file is damaged or truncated ({exc})") from None
             if im.width == 0 or im.height == 0:
                 raise ValueError(f"cannot read image '{path}': it has no pixels")
             if rawmode in _PNG16_LOW_BYTE_RAWMODE:
                 samples = _png16_samples(path, rawmode, np.asarray(im), keep_alpha)
                 if samples is None:
-                    warnings.warn(f"flip_loss: could not decode the 16-bit PNG '{path}' at full "
-                                  "precision with this Pillow; using its 8-bit values",
-                                  RuntimeWarning, stacklevel=2)
+                    warnings.warn(
+                        f"flip_loss: could not decode the 16-bit PNG '{path}' at full "
+                        "precision with this Pillow; using its 8-bit values",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                     a = _to_float(path, im, keep_alpha)
                 else:
                     a = samples.astype(np.float32) / np.float32(65535.0)
@@ -287,8 +308,10 @@ def save_png(path, hwc_uint8) -> None:
     if a.ndim == 3 and a.shape[2] == 1:
         a = a[..., 0]
     if not (a.ndim == 2 or (a.ndim == 3 and a.shape[2] in (3, 4))) or a.size == 0:
-        raise ValueError("flip_loss.imageio.save_png: expected an H x W, H x W x 1, H x W x 3 or "
-                         f"H x W x 4 image, got shape {a.shape}")
+        raise ValueError(
+            "flip_loss.imageio.save_png: expected an H x W, H x W x 1, H x W x 3 or "
+            f"H x W x 4 image, got shape {a.shape}"
+        )
     Image.fromarray(np.ascontiguousarray(a)).save(os.fspath(path), format="PNG")
 
 
@@ -303,8 +326,10 @@ def _openexr(purpose: str):
     try:
         import OpenEXR
     except ImportError as exc:
-        raise ImportError(f"{purpose} needs the 'openexr' package, which could not be imported ({exc}); "
-                          "install it with 'pip install openexr'") from None
+        raise ImportError(
+            f"{purpose} needs the 'openexr' package, which could not be imported ({exc}); "
+            "install it with 'pip install openexr'"
+        ) from None
     return OpenEXR
 
 
@@ -332,8 +357,22 @@ _EXR_MAGIC = b"\x76\x2f\x31\x01"
 _EXR_TILED, _EXR_NON_IMAGE, _EXR_MULTIPART = 0x200, 0x800, 0x1000
 # Scanlines per chunk by compression (NONE, RLE, ZIPS, ZIP, PIZ, PXR24, B44, B44A, DWAA, DWAB,
 # HTJ2K256, HTJ2K32, LJ2K, ZSTD); a part with another compression is not checked.
-_EXR_LINES_PER_CHUNK = {0: 1, 1: 1, 2: 1, 3: 16, 4: 32, 5: 16, 6: 32, 7: 32, 8: 32, 9: 256, 10: 256, 11: 32,
-                        12: 256, 13: 1}
+_EXR_LINES_PER_CHUNK = {
+    0: 1,
+    1: 1,
+    2: 1,
+    3: 16,
+    4: 32,
+    5: 16,
+    6: 32,
+    7: 32,
+    8: 32,
+    9: 256,
+    10: 256,
+    11: 32,
+    12: 256,
+    13: 1,
+}
 _EXR_DECREASING_Y = 1
 # Beyond this many chunks the leaders are not read (it would take longer than it is worth).
 _EXR_MAX_CHECKED_CHUNKS = 1 << 20
@@ -345,12 +384,12 @@ class _ExrLayout(Exception):
 
 class _ExrPart(NamedTuple):
     tiled: bool
-    leaders: List[tuple]          # per chunk, in table order: (y,) or (tile x, tile y, level x, level y)
+    leaders: List[tuple]  # per chunk, in table order: (y,) or (tile x, tile y, level x, level y)
     unpacked: List[Optional[int]]  # per chunk, its size decoded (None: subsampled channels, unchecked)
-    largest: List[Optional[int]]   # per chunk, the largest packed size OpenEXR accepts
-    uncompressed: bool            # then the packed size is the decoded size
+    largest: List[Optional[int]]  # per chunk, the largest packed size OpenEXR accepts
+    uncompressed: bool  # then the packed size is the decoded size
     y_min: int
-    lines: int                    # scanlines per chunk
+    lines: int  # scanlines per chunk
     decreasing: bool
 
 
@@ -407,7 +446,7 @@ def _exr_channel_bytes(header: dict) -> Optional[int]:
         end = data.index(b"\0", at)
         if end + 17 > len(data):
             raise _ExrLayout
-        pixel_type, _, x_sampling, y_sampling = struct.unpack("<iB3xii", data[end + 1:end + 17])
+        pixel_type, _, x_sampling, y_sampling = struct.unpack("<iB3xii", data[end + 1 : end + 17])
         if pixel_type not in (0, 1, 2):
             raise _ExrLayout
         if (x_sampling, y_sampling) != (1, 1):
@@ -476,8 +515,9 @@ def _exr_part(flags: int, header: dict, multipart: bool) -> _ExrPart:
     elif level_mode == 1:
         levels = [(level, level) for level in range(_exr_levels(max(width, height), rounding_up))]
     else:
-        levels = [(lx, ly) for ly in range(_exr_levels(height, rounding_up))
-                  for lx in range(_exr_levels(width, rounding_up))]
+        levels = [
+            (lx, ly) for ly in range(_exr_levels(height, rounding_up)) for lx in range(_exr_levels(width, rounding_up))
+        ]
     leaders, unpacked = [], []
     for lx, ly in levels:
         level_w, level_h = _exr_level_size(width, lx, rounding_up), _exr_level_size(height, ly, rounding_up)
@@ -514,8 +554,9 @@ def _exr_walk(f, part: _ExrPart, index: int, multipart: bool, offset: int, file_
     return tuple(fields[:-1]), offset + size + packed
 
 
-def _exr_rebuilt_table(f, part: _ExrPart, index: int, multipart: bool, table: Sequence[int], walk_from: int,
-                       file_size: int) -> Tuple[List[int], Optional[str]]:
+def _exr_rebuilt_table(
+    f, part: _ExrPart, index: int, multipart: bool, table: Sequence[int], walk_from: int, file_size: int
+) -> Tuple[List[int], Optional[str]]:
     """The chunk table OpenEXR makes of an incomplete one (a writer that did not finish, a damaged
     offset), and the first complaint it prints meanwhile (or None): it walks the chunks from
     ``walk_from``, each at the listed offset if that lies ahead inside the file and right after
@@ -557,8 +598,9 @@ def _exr_read_at(f, offset: int, size: int) -> Optional[bytes]:
     return data if len(data) == size else None
 
 
-def _exr_chunk_problem(f, part: _ExrPart, index: int, multipart: bool, what: str, chunk: int, offset: int,
-                       table_end: int, file_size: int) -> Optional[str]:
+def _exr_chunk_problem(
+    f, part: _ExrPart, index: int, multipart: bool, what: str, chunk: int, offset: int, table_end: int, file_size: int
+) -> Optional[str]:
     """What OpenEXR would complain about in chunk ``chunk`` of part ``index`` at ``offset``."""
     expected = part.leaders[chunk]
     where = f"tile {expected}" if part.tiled else f"scanline {expected[0]}"
@@ -578,8 +620,10 @@ def _exr_chunk_problem(f, part: _ExrPart, index: int, multipart: bool, what: str
         said = f"tile {coordinates}" if part.tiled else f"scanline {coordinates[0]}"
         return f"{what} says {said}, expected {where}"
     largest, unpacked = part.largest[chunk], part.unpacked[chunk]
-    if packed < 0 or (largest is not None and (packed > largest or (packed == 0 and unpacked > 0)
-                                               or (part.uncompressed and packed != unpacked))):
+    if packed < 0 or (
+        largest is not None
+        and (packed > largest or (packed == 0 and unpacked > 0) or (part.uncompressed and packed != unpacked))
+    ):
         return f"{what} ({where}) gives an impossible packed size of {packed} bytes"
     end = offset + leader_size + packed
     if end > file_size:
@@ -614,7 +658,7 @@ def _exr_layout_problem(path: str) -> Optional[str]:
             for index, part in enumerate(parts):
                 count = len(part.leaders)
                 table_end = tables + 8 * (at + count)
-                table = list(offsets[at:at + count])
+                table = list(offsets[at : at + count])
                 at += count
                 if not all(table_end <= offset < file_size for offset in table):
                     table, problem = _exr_rebuilt_table(f, part, index, multipart, table, walk_from, file_size)
@@ -646,13 +690,15 @@ def _library_detail(path: str, exc) -> str:
         detail = "its header cannot be parsed"
     for prefix in (f"{path}: ", f"{os.path.basename(path)}: "):
         if detail.startswith(prefix):
-            detail = detail[len(prefix):]
+            detail = detail[len(prefix) :]
     return detail
 
 
 def _damaged_exr(path: str, detail: str) -> ValueError:
-    return ValueError(f"cannot read image '{path}': the OpenEXR file is damaged, truncated or of a kind this "
-                      f"reader does not support ({detail})")
+    return ValueError(
+        f"cannot read image '{path}': the OpenEXR file is damaged, truncated or of a kind this "
+        f"reader does not support ({detail})"
+    )
 
 
 def _open_exr(path: str, header_only: bool):
@@ -666,8 +712,9 @@ def _open_exr(path: str, header_only: bool):
     except ImportError as exc:
         raise ValueError(f"cannot read image '{path}': {exc}") from None
     if not OpenEXR.isOpenExrFile(path):
-        raise ValueError(f"cannot read image '{path}': not an OpenEXR file (it does not start with the "
-                         "OpenEXR magic number)")
+        raise ValueError(
+            f"cannot read image '{path}': not an OpenEXR file (it does not start with the OpenEXR magic number)"
+        )
     if not header_only:
         problem = _exr_layout_problem(path)
         if problem is not None:
@@ -704,11 +751,15 @@ def _select_channels(path: str, names):
         return [colour[0], colour[1], None]
     listed = ", ".join(names) if names else "none"
     if not colour:
-        raise ValueError(f"cannot read image '{path}': the OpenEXR file has no colour channel (channels: "
-                         f"{listed}); expected R, G, B (or one grey channel)")
-    raise ValueError(f"cannot read image '{path}': the OpenEXR file has no R, G, B channels (channels: "
-                     f"{listed}); expected R, G, B by name (layered files are not supported), one grey "
-                     "channel, or two channels")
+        raise ValueError(
+            f"cannot read image '{path}': the OpenEXR file has no colour channel (channels: "
+            f"{listed}); expected R, G, B (or one grey channel)"
+        )
+    raise ValueError(
+        f"cannot read image '{path}': the OpenEXR file has no R, G, B channels (channels: "
+        f"{listed}); expected R, G, B by name (layered files are not supported), one grey "
+        "channel, or two channels"
+    )
 
 
 def exr_size(path):
@@ -762,13 +813,14 @@ def load_exr(path, keep_alpha: bool = False) -> torch.Tensor:
     for name in {n for n in chosen if n is not None}:
         ch = channels[name]
         if getattr(ch, "xSampling", 1) != 1 or getattr(ch, "ySampling", 1) != 1:
-            raise ValueError(f"cannot read image '{path}': channel '{name}' is subsampled "
-                             f"({ch.xSampling}x{ch.ySampling}); subsampled (e.g. luminance/chroma) "
-                             "OpenEXR files are not supported")
+            raise ValueError(
+                f"cannot read image '{path}': channel '{name}' is subsampled "
+                f"({ch.xSampling}x{ch.ySampling}); subsampled (e.g. luminance/chroma) "
+                "OpenEXR files are not supported"
+            )
         a = np.asarray(ch.pixels)
         if a.ndim != 2:
-            raise ValueError(f"cannot read image '{path}': channel '{name}' has an unexpected shape "
-                             f"{a.shape}")
+            raise ValueError(f"cannot read image '{path}': channel '{name}' has an unexpected shape {a.shape}")
         arrays[name] = a.astype(np.float32)
     shape = next(iter(arrays.values())).shape
     if any(a.shape != shape for a in arrays.values()):
@@ -781,9 +833,11 @@ def load_exr(path, keep_alpha: bool = False) -> torch.Tensor:
         n_nan = int(np.isnan(image).sum())
         n_inf = int(image.size - finite.sum()) - n_nan
         where = "colour and alpha channels" if alpha is not None else "colour channels"
-        raise ValueError(f"cannot read image '{path}': it holds {n_nan + n_inf} non-finite value(s) "
-                         f"({n_nan} NaN, {n_inf} infinite) in its {where}; HDR-FLIP needs "
-                         "finite values (fix or clamp them before the evaluation)")
+        raise ValueError(
+            f"cannot read image '{path}': it holds {n_nan + n_inf} non-finite value(s) "
+            f"({n_nan} NaN, {n_inf} infinite) in its {where}; HDR-FLIP needs "
+            "finite values (fix or clamp them before the evaluation)"
+        )
     return torch.from_numpy(np.ascontiguousarray(image))
 
 
@@ -800,8 +854,9 @@ def save_exr(path, chw, half: bool = False) -> None:
     if a.ndim == 2:
         a = a[None]
     if a.ndim != 3 or a.shape[0] not in (1, 3, 4) or a.shape[1] == 0 or a.shape[2] == 0:
-        raise ValueError("flip_loss.imageio.save_exr: expected a C x H x W image with C = 1, 3 or 4 "
-                         f"(or H x W), got shape {a.shape}")
+        raise ValueError(
+            f"flip_loss.imageio.save_exr: expected a C x H x W image with C = 1, 3 or 4 (or H x W), got shape {a.shape}"
+        )
     if not np.issubdtype(a.dtype, np.number):
         raise TypeError(f"flip_loss.imageio.save_exr: expected numbers, got {a.dtype}")
     dtype = np.float16 if half else np.float32

@@ -40,6 +40,7 @@ the per-image means are gathered **in rank order, each rank's in its update orde
 images first). ``sync_on_compute=False`` keeps ``compute()`` local; ``process_group`` syncs over
 another group. Only ``compute()`` communicates: ``update`` stays local and cheap.
 """
+
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -55,9 +56,9 @@ __all__ = ["FLIPMetric", "FLIPMetricResult"]
 # carrying the integer part too. 4 x 24 = 96 fractional bits.
 LIMB_BITS = 24
 LIMBS = 4
-_LIMB_SCALE = float(2 ** LIMB_BITS)
+_LIMB_SCALE = float(2**LIMB_BITS)
 # The first limb of a bucket grows by at most 2**24 per pixel of value <= 1: int64 holds 2**39 of them.
-MAX_PIXELS = 2 ** 39
+MAX_PIXELS = 2**39
 # Elements folded per pass of an update: bounds its temporaries (a few int64/float64 copies).
 _CHUNK = 1 << 22
 
@@ -65,9 +66,9 @@ _CHUNK = 1 << 22
 class FLIPMetricResult(NamedTuple):
     """What :meth:`FLIPMetric.compute` returns."""
 
-    pooled: PooledValues          # over all pixels of all images seen (on all ranks when synced)
+    pooled: PooledValues  # over all pixels of all images seen (on all ranks when synced)
     per_image_means: torch.Tensor  # float64 on the CPU, one entry per image, in update order
-                                   # (synced: rank 0's images, then rank 1's, ...)
+    # (synced: rank 0's images, then rank 1's, ...)
     num_images: int
     num_pixels: int
 
@@ -76,22 +77,24 @@ class Statistics(NamedTuple):
     """The running statistics of a FLIP metric (one ``bins``-bucket histogram), on one device.
     :class:`FLIPMetric` and :class:`flip_loss.torchmetrics.FLIPTorchMetric` share them."""
 
-    count: torch.Tensor    # int64 [bins]: pixels per bucket
-    limbs: torch.Tensor    # int64 [LIMBS, bins]: the bucket sums in fixed point (see the module docstring)
+    count: torch.Tensor  # int64 [bins]: pixels per bucket
+    limbs: torch.Tensor  # int64 [LIMBS, bins]: the bucket sums in fixed point (see the module docstring)
     bin_min: torch.Tensor  # float64 [bins]: smallest value per bucket (+inf when empty)
     bin_max: torch.Tensor  # float64 [bins]: largest value per bucket (-inf when empty)
-    min: torch.Tensor      # float64 []: smallest value overall
-    max: torch.Tensor      # float64 []: largest value overall
+    min: torch.Tensor  # float64 []: smallest value overall
+    max: torch.Tensor  # float64 []: largest value overall
 
 
 def empty_statistics(bins: int, device) -> Statistics:
     float64 = dict(dtype=torch.float64, device=device)
-    return Statistics(count=torch.zeros(bins, dtype=torch.int64, device=device),
-                      limbs=torch.zeros(LIMBS, bins, dtype=torch.int64, device=device),
-                      bin_min=torch.full((bins,), float("inf"), **float64),
-                      bin_max=torch.full((bins,), float("-inf"), **float64),
-                      min=torch.full((), float("inf"), **float64),
-                      max=torch.full((), float("-inf"), **float64))
+    return Statistics(
+        count=torch.zeros(bins, dtype=torch.int64, device=device),
+        limbs=torch.zeros(LIMBS, bins, dtype=torch.int64, device=device),
+        bin_min=torch.full((bins,), float("inf"), **float64),
+        bin_max=torch.full((bins,), float("-inf"), **float64),
+        min=torch.full((), float("inf"), **float64),
+        max=torch.full((), float("-inf"), **float64),
+    )
 
 
 def checked_error_batch(error_map, who: str) -> torch.Tensor:
@@ -105,15 +108,18 @@ def checked_error_batch(error_map, who: str) -> torch.Tensor:
     if error_map.dim() == 3:
         error_map = error_map.unsqueeze(0)
     if error_map.dim() != 4 or error_map.shape[1] != 1 or error_map.numel() == 0:
-        raise ValueError(f"{who}: expected an N x 1 x H x W (or 1 x H x W) error map, "
-                         f"got shape {tuple(error_map.shape)}")
+        raise ValueError(
+            f"{who}: expected an N x 1 x H x W (or 1 x H x W) error map, got shape {tuple(error_map.shape)}"
+        )
     e = error_map.detach().to(torch.float64).reshape(error_map.shape[0], -1)
     nonfinite, outside = torch.stack([~torch.isfinite(e).all(), ((e < 0) | (e > 1)).any()]).tolist()
     if nonfinite:
         raise ValueError(f"{who}: the error map contains NaN or infinite values")
     if outside:
-        raise ValueError(f"{who}: the error map has values outside [0, 1] (from {float(e.min()):.6g} to "
-                         f"{float(e.max()):.6g}); FLIP error maps lie in [0, 1]")
+        raise ValueError(
+            f"{who}: the error map has values outside [0, 1] (from {float(e.min()):.6g} to "
+            f"{float(e.max()):.6g}); FLIP error maps lie in [0, 1]"
+        )
     return e
 
 
@@ -136,7 +142,7 @@ def fold(stats: Statistics, e: torch.Tensor) -> torch.Tensor:
     per_image = torch.zeros(n, LIMBS, dtype=torch.int64, device=e.device)
     step = max(1, _CHUNK // n)
     for start in range(0, p, step):
-        block = e[:, start:start + step]
+        block = e[:, start : start + step]
         flat = block.reshape(-1)
         index = torch.clamp(torch.floor(flat.clamp(0.0, 1.0) * bins), 0, bins - 1).long()
         stats.count.add_(torch.bincount(index, minlength=bins))
@@ -170,12 +176,10 @@ def exact_means(per_image: torch.Tensor, pixels: int) -> torch.Tensor:
     """Per-image means (float64, CPU) from per-image sums in limbs (N x LIMBS) over ``pixels``
     pixels each: the exact quotient rounded once (Python's int division is correctly rounded)."""
     denominator = pixels << (LIMB_BITS * LIMBS)
-    return torch.tensor([_fixed_point(row) / denominator for row in per_image.cpu().tolist()],
-                        dtype=torch.float64)
+    return torch.tensor([_fixed_point(row) / denominator for row in per_image.cpu().tolist()], dtype=torch.float64)
 
 
-def _percentiles(count: torch.Tensor, sums: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
-                 ps) -> List[float]:
+def _percentiles(count: torch.Tensor, sums: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, ps) -> List[float]:
     total = float(sums.sum())
     if total <= 0.0:
         return [0.0 for _ in ps]
@@ -208,15 +212,21 @@ def result_of(stats: Statistics, per_image_means: torch.Tensor) -> FLIPMetricRes
         sums += limbs[i].double() * 2.0 ** (-LIMB_BITS * (i + 1))
     median, q1, q3 = _percentiles(count, sums, stats.bin_min.cpu(), stats.bin_max.cpu(), (0.5, 0.25, 0.75))
     mean = _fixed_point(limbs.sum(1).tolist()) / (num_pixels << (LIMB_BITS * LIMBS))
-    pooled = PooledValues(mean=mean, weighted_median=median, weighted_quartile_1=q1, weighted_quartile_3=q3,
-                          min=float(stats.min), max=float(stats.max))
+    pooled = PooledValues(
+        mean=mean,
+        weighted_median=median,
+        weighted_quartile_1=q1,
+        weighted_quartile_3=q3,
+        min=float(stats.min),
+        max=float(stats.max),
+    )
     means = per_image_means.to("cpu", torch.float64)
-    return FLIPMetricResult(pooled=pooled, per_image_means=means, num_images=int(means.numel()),
-                            num_pixels=num_pixels)
+    return FLIPMetricResult(pooled=pooled, per_image_means=means, num_images=int(means.numel()), num_pixels=num_pixels)
 
 
-def synced(stats: Optional[Statistics], per_image_means: torch.Tensor, bins: int, group=None,
-           who: str = "flip_loss.FLIPMetric") -> Tuple[Statistics, torch.Tensor]:
+def synced(
+    stats: Optional[Statistics], per_image_means: torch.Tensor, bins: int, group=None, who: str = "flip_loss.FLIPMetric"
+) -> Tuple[Statistics, torch.Tensor]:
     """Every rank's statistics reduced and per-image means gathered (rank order), on every rank of
     ``group``. A collective: every rank calls it, with its statistics (None before its first
     update). Raises the same error on every rank when the ranks' ``bins`` differ or no rank has
@@ -232,15 +242,20 @@ def synced(stats: Optional[Statistics], per_image_means: torch.Tensor, bins: int
     # histogram sizes, the image counts and where each rank's statistics are.
     header_device = distributed.current_device("cpu" if "cpu" in device_types else device_types[0])
     local_type = stats.count.device.type if stats is not None else None
-    code = -1 if local_type is None else (device_types.index(local_type) if local_type in device_types
-                                          else len(device_types))
+    code = (
+        -1
+        if local_type is None
+        else (device_types.index(local_type) if local_type in device_types else len(device_types))
+    )
     header = torch.tensor([bins, int(per_image_means.numel()), code], dtype=torch.int64, device=header_device)
     headers = [torch.empty_like(header) for _ in range(dist.get_world_size(group))]
     dist.all_gather(headers, header, group=group)
     headers = [h.tolist() for h in headers]
     if len({h[0] for h in headers}) > 1:
-        raise ValueError(f"{who}: the ranks' metrics have different bins ({', '.join(str(h[0]) for h in headers)} "
-                         "in rank order); give every rank the same")
+        raise ValueError(
+            f"{who}: the ranks' metrics have different bins ({', '.join(str(h[0]) for h in headers)} "
+            "in rank order); give every rank the same"
+        )
     lengths = [h[1] for h in headers]
     if sum(lengths) == 0:
         raise RuntimeError(f"{who}: compute() called before any update() on any rank")
@@ -260,15 +275,23 @@ def synced(stats: Optional[Statistics], per_image_means: torch.Tensor, bins: int
     extremes = torch.cat([stats.bin_min, -stats.bin_max, stats.min[None], -stats.max[None]]).to(device)
     dist.all_reduce(extremes, op=dist.ReduceOp.MIN, group=group)
     means = distributed.gather_uneven(per_image_means.to(device, torch.float64), lengths, group)
-    total = Statistics(count=integers[0], limbs=integers[1:], bin_min=extremes[:bins],
-                       bin_max=-extremes[bins:2 * bins], min=extremes[2 * bins], max=-extremes[2 * bins + 1])
+    total = Statistics(
+        count=integers[0],
+        limbs=integers[1:],
+        bin_min=extremes[:bins],
+        bin_max=-extremes[bins : 2 * bins],
+        min=extremes[2 * bins],
+        max=-extremes[2 * bins + 1],
+    )
     return total, means.cpu()
 
 
 def check_pixel_capacity(seen: int, more: int, who: str) -> None:
     if seen + more > MAX_PIXELS:
-        raise ValueError(f"{who}: more than 2**39 pixels in one metric would overflow its exact sums; "
-                         "compute() and reset() before that")
+        raise ValueError(
+            f"{who}: more than 2**39 pixels in one metric would overflow its exact sums; "
+            "compute() and reset() before that"
+        )
 
 
 class FLIPMetric:
@@ -283,9 +306,18 @@ class FLIPMetric:
     one rank; False keeps it to this process's images.
     """
 
-    def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
-                 bins: int = 2 ** 16, data_range=1.0, *, alpha: Optional[str] = None, background="black",
-                 sync_on_compute: bool = True, process_group=None):
+    def __init__(
+        self,
+        pixels_per_degree: float = DEFAULT_PPD,
+        input_space: str = "srgb",
+        bins: int = 2**16,
+        data_range=1.0,
+        *,
+        alpha: Optional[str] = None,
+        background="black",
+        sync_on_compute: bool = True,
+        process_group=None,
+    ):
         bins = options.bins(bins, "flip_loss.FLIPMetric")
         if not isinstance(sync_on_compute, bool):
             raise TypeError(f"flip_loss.FLIPMetric: sync_on_compute must be True or False, got {sync_on_compute!r}")
@@ -316,8 +348,17 @@ class FLIPMetric:
         look = not self._looked_at_device_inputs
         if is_device_call(test):
             self._looked_at_device_inputs = True
-        error = ldr_flip_with_look(test, reference, self.pixels_per_degree, self.input_space, 0.0, self.data_range,
-                                   look, self.alpha, self.background)
+        error = ldr_flip_with_look(
+            test,
+            reference,
+            self.pixels_per_degree,
+            self.input_space,
+            0.0,
+            self.data_range,
+            look,
+            self.alpha,
+            self.background,
+        )
         return self.update_error_map(error)
 
     @torch.no_grad()
@@ -357,5 +398,7 @@ class FLIPMetric:
         data_range = "" if self.data_range == (0.0, 1.0) else f", data_range={self.data_range}"
         alpha = "" if self.alpha is None else f", alpha={self.alpha!r}, background={self.background!r}"
         sync = "" if self.sync_on_compute else ", sync_on_compute=False"
-        return (f"FLIPMetric(pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
-                f"bins={self.bins}{data_range}{alpha}{sync}, images={sum(int(m.numel()) for m in self._means)})")
+        return (
+            f"FLIPMetric(pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
+            f"bins={self.bins}{data_range}{alpha}{sync}, images={sum(int(m.numel()) for m in self._means)})"
+        )

@@ -1,5 +1,6 @@
 """``FLIPLoss``: LDR-FLIP or HDR-FLIP as an ``nn.Module`` loss, with optional per-pixel weights
 (masks)."""
+
 import math
 import numbers
 from typing import Dict, List, Optional, Tuple, Union
@@ -9,16 +10,34 @@ import torch
 from . import _ops, options
 from .alpha import composite, unit_background
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .functional import (check_image_pair, host_table, is_compiling, is_device_call, is_plain_tensor,
-                         ldr_flip_with_look, to_unit_range)
-from .hdr import (check_range_rows, count_values, exposure_anchor, exposure_values, exposures_from_numbers,
-                  exposures_from_tensors, hdr_flip, host_rows)
+from .functional import (
+    check_image_pair,
+    host_table,
+    is_compiling,
+    is_device_call,
+    is_plain_tensor,
+    ldr_flip_with_look,
+    to_unit_range,
+)
+from .hdr import (
+    check_range_rows,
+    count_values,
+    exposure_anchor,
+    exposure_values,
+    exposures_from_numbers,
+    exposures_from_tensors,
+    hdr_flip,
+    host_rows,
+)
+
 
 def _ppd_hint() -> str:
     """Where pixels per degree goes, for the errors of a call that looks like one of NVIDIA's loss
     (whose forward takes it third). A function: TorchScript reads no module-level strings."""
-    return ("; pixels per degree is not an argument of the call: give it to the constructor, "
-            "FLIPLoss(pixels_per_degree=...)")
+    return (
+        "; pixels per degree is not an argument of the call: give it to the constructor, "
+        "FLIPLoss(pixels_per_degree=...)"
+    )
 
 
 def _check_weight_shape(error: torch.Tensor, weight: torch.Tensor) -> None:
@@ -27,16 +46,20 @@ def _check_weight_shape(error: torch.Tensor, weight: torch.Tensor) -> None:
     if len(ws) == 0:
         # A 0-dim tensor broadcasts to anything, but one number is no per-pixel weight: most likely
         # it is a pixels per degree passed as NVIDIA's loss takes it, FLIPLoss()(test, ref, ppd).
-        raise ValueError("flip_loss: weight must be a per-pixel weight map (N x 1 x H x W, H x W, ...), got a "
-                         "0-dim tensor" + _ppd_hint())
+        raise ValueError(
+            "flip_loss: weight must be a per-pixel weight map (N x 1 x H x W, H x W, ...), got a "
+            "0-dim tensor" + _ppd_hint()
+        )
     ok = len(ws) <= len(es)
     if ok:
         for i in range(1, len(ws) + 1):
             if ws[-i] != 1 and ws[-i] != es[-i]:
                 ok = False
     if not ok:
-        raise ValueError("flip_loss: weight of shape " + str(ws) + " does not broadcast to the error map "
-                         "of shape " + str(es) + " (use N x 1 x H x W, 1 x 1 x H x W, H x W, ...)")
+        raise ValueError(
+            "flip_loss: weight of shape " + str(ws) + " does not broadcast to the error map "
+            "of shape " + str(es) + " (use N x 1 x H x W, 1 x 1 x H x W, H x W, ...)"
+        )
 
 
 def _weight_scale(weight: torch.Tensor, per_image: bool, positive_total: bool) -> torch.Tensor:
@@ -60,8 +83,10 @@ def _weight_scale(weight: torch.Tensor, per_image: bool, positive_total: bool) -
         raise ValueError("flip_loss: weight must be non-negative (it has negative entries)")
     if positive_total and flags[2]:
         if per_image:
-            raise ValueError("flip_loss: the weights of an image sum to zero, so its weighted mean is undefined "
-                             "(reduction='per_image')")
+            raise ValueError(
+                "flip_loss: the weights of an image sum to zero, so its weighted mean is undefined "
+                "(reduction='per_image')"
+            )
         raise ValueError("flip_loss: the weights sum to zero, so the weighted mean is undefined (reduction='mean')")
     return torch.where(peak > 0, peak, torch.ones_like(peak))
 
@@ -117,8 +142,7 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     if not torch.jit.is_scripting():
         if weight is not None and not isinstance(weight, torch.Tensor):
             hint = _ppd_hint() if isinstance(weight, numbers.Real) and not isinstance(weight, bool) else ""
-            raise TypeError("flip_loss: weight must be a torch.Tensor (or None), got " + type(weight).__name__
-                            + hint)
+            raise TypeError("flip_loss: weight must be a torch.Tensor (or None), got " + type(weight).__name__ + hint)
     if weight is None:
         if reduction == "none":
             return error
@@ -131,8 +155,9 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     if weight.dtype != torch.bool and not weight.is_floating_point():
         raise TypeError("flip_loss: weight must be a floating-point or bool tensor, got " + str(weight.dtype))
     if weight.device != error.device:
-        raise ValueError("flip_loss: weight is on " + str(weight.device) + " but the error map is on "
-                         + str(error.device))
+        raise ValueError(
+            "flip_loss: weight is on " + str(weight.device) + " but the error map is on " + str(error.device)
+        )
     _check_weight_shape(error, weight)
     acc = torch.float32
     if error.dtype == torch.float64 or weight.dtype == torch.float64:
@@ -196,8 +221,11 @@ def _check_exposure_options(start, stop) -> None:
     e = torch.as_tensor(stop, dtype=torch.float32).flatten()
     if s.numel() == e.numel() or s.numel() == 1 or e.numel() == 1:
         n = max(s.numel(), e.numel())
-        rows = host_rows(torch.stack([s.to(e.device).expand(n) if s.numel() == 1 else s.to(e.device),
-                                      e.expand(n) if e.numel() == 1 else e]))
+        rows = host_rows(
+            torch.stack(
+                [s.to(e.device).expand(n) if s.numel() == 1 else s.to(e.device), e.expand(n) if e.numel() == 1 else e]
+            )
+        )
         if rows is not None:
             check_range_rows(rows, True, True)
 
@@ -214,6 +242,7 @@ def _count_option(value):
 
 
 # The scripted forward's views of the exposure attributes (TorchScript refines a Union by isinstance).
+
 
 def _scripted_tensor(value: Optional[Union[float, torch.Tensor]]) -> Optional[torch.Tensor]:
     """The attribute if it is a tensor, else None."""
@@ -309,14 +338,31 @@ class FLIPLoss(torch.nn.Module):
     alpha: Optional[str]
     background: Union[str, List[float]]
 
-    def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb",
-                 reduction: str = "mean", eps: float = DEFAULT_EPS, hdr: bool = False, tone_mapper: str = "aces",
-                 start_exposure: Optional[float] = None, stop_exposure: Optional[float] = None,
-                 num_exposures: Optional[int] = None, data_range=1.0, alpha: Optional[str] = None,
-                 background="black"):
+    def __init__(
+        self,
+        pixels_per_degree: float = DEFAULT_PPD,
+        input_space: str = "srgb",
+        reduction: str = "mean",
+        eps: float = DEFAULT_EPS,
+        hdr: bool = False,
+        tone_mapper: str = "aces",
+        start_exposure: Optional[float] = None,
+        stop_exposure: Optional[float] = None,
+        num_exposures: Optional[int] = None,
+        data_range=1.0,
+        alpha: Optional[str] = None,
+        background="black",
+    ):
         super().__init__()
-        given = [k for k, v in (("start_exposure", start_exposure), ("stop_exposure", stop_exposure),
-                                ("num_exposures", num_exposures)) if v is not None]
+        given = [
+            k
+            for k, v in (
+                ("start_exposure", start_exposure),
+                ("stop_exposure", stop_exposure),
+                ("num_exposures", num_exposures),
+            )
+            if v is not None
+        ]
         if not hdr and (given or tone_mapper != "aces"):
             raise ValueError(f"flip_loss: {', '.join(given) or 'tone_mapper'} only apply with hdr=True")
         self.hdr = bool(hdr)
@@ -326,8 +372,9 @@ class FLIPLoss(torch.nn.Module):
         self.eps = options.eps(eps)
         self.data_range = options.data_range(data_range)
         if self.hdr and self.data_range != (0.0, 1.0):
-            raise ValueError("flip_loss: data_range only applies to LDR-FLIP (hdr=False); HDR inputs are linear "
-                             "scene values")
+            raise ValueError(
+                "flip_loss: data_range only applies to LDR-FLIP (hdr=False); HDR inputs are linear scene values"
+            )
         self.tone_mapper = options.tone_mapper(tone_mapper)
         self.start_exposure = _exposure_option("start_exposure", start_exposure)
         self.stop_exposure = _exposure_option("stop_exposure", stop_exposure)
@@ -352,8 +399,9 @@ class FLIPLoss(torch.nn.Module):
             raise RuntimeError(f"flip_loss: torch.jit.script(FLIPLoss) needs the compiled ops, and {_ops.IMPORT_ERROR}")
         return self
 
-    def forward(self, test: torch.Tensor, reference: torch.Tensor,
-                weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self, test: torch.Tensor, reference: torch.Tensor, weight: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         """The loss of ``test`` against ``reference`` (N x 3 x H x W or 3 x H x W, same shape and
         device), reduced by ``reduction``, optionally weighted per pixel by ``weight`` (non-negative,
         broadcastable to the N x 1 x H x W error map; a bool mask counts as 0/1). Pixels per degree
@@ -377,23 +425,36 @@ class FLIPLoss(torch.nn.Module):
                     reference = composite(reference, alpha, background, True)
                 ref = reference if reference.dim() == 4 else reference.unsqueeze(0)
                 if self.tone_mapper not in self.exposure_anchors:
-                    raise ValueError("flip_loss: tone_mapper must be one of '"
-                                     + "', '".join(list(self.exposure_anchors.keys())) + "', got '"
-                                     + self.tone_mapper + "'")
+                    raise ValueError(
+                        "flip_loss: tone_mapper must be one of '"
+                        + "', '".join(list(self.exposure_anchors.keys()))
+                        + "', got '"
+                        + self.tone_mapper
+                        + "'"
+                    )
                 anchor = self.exposure_anchors[self.tone_mapper]
                 start = self.start_exposure
                 stop = self.stop_exposure
                 num = self.num_exposures
-                if _scripted_tensor(start) is not None or _scripted_tensor(stop) is not None \
-                        or _scripted_count(num) is not None:
-                    exposures, counts, _, _ = exposures_from_tensors(ref, anchor, _scripted_as_tensor(start),
-                                                                     _scripted_as_tensor(stop),
-                                                                     _scripted_count_as_tensor(num))
+                if (
+                    _scripted_tensor(start) is not None
+                    or _scripted_tensor(stop) is not None
+                    or _scripted_count(num) is not None
+                ):
+                    exposures, counts, _, _ = exposures_from_tensors(
+                        ref,
+                        anchor,
+                        _scripted_as_tensor(start),
+                        _scripted_as_tensor(stop),
+                        _scripted_count_as_tensor(num),
+                    )
                 else:
-                    exposures, counts, _, _ = exposures_from_numbers(ref, anchor, _scripted_number(start),
-                                                                     _scripted_number(stop), _scripted_int(num))
-                error = torch.ops.flip.hdr_flip(test, reference, exposures, counts, self.pixels_per_degree,
-                                                self.tone_mapper, self.eps)[0]
+                    exposures, counts, _, _ = exposures_from_numbers(
+                        ref, anchor, _scripted_number(start), _scripted_number(stop), _scripted_int(num)
+                    )
+                error = torch.ops.flip.hdr_flip(
+                    test, reference, exposures, counts, self.pixels_per_degree, self.tone_mapper, self.eps
+                )[0]
             else:
                 test = to_unit_range(test, self.data_range)
                 reference = to_unit_range(reference, self.data_range)
@@ -407,23 +468,45 @@ class FLIPLoss(torch.nn.Module):
                 error = torch.ops.flip.ldr_flip(test, reference, self.pixels_per_degree, self.input_space, self.eps)
         else:
             if self.hdr:
-                error = hdr_flip(test, reference, self.pixels_per_degree, self.tone_mapper, self.start_exposure,
-                                 self.stop_exposure, self.num_exposures, eps=self.eps, alpha=self.alpha,
-                                 background=self.background)
+                error = hdr_flip(
+                    test,
+                    reference,
+                    self.pixels_per_degree,
+                    self.tone_mapper,
+                    self.start_exposure,
+                    self.stop_exposure,
+                    self.num_exposures,
+                    eps=self.eps,
+                    alpha=self.alpha,
+                    background=self.background,
+                )
             else:
                 look = not self._looked_at_device_inputs
                 if is_device_call(test):
                     self._looked_at_device_inputs = True
-                error = ldr_flip_with_look(test, reference, self.pixels_per_degree, self.input_space, self.eps,
-                                           self.data_range, look, self.alpha, self.background)
+                error = ldr_flip_with_look(
+                    test,
+                    reference,
+                    self.pixels_per_degree,
+                    self.input_space,
+                    self.eps,
+                    self.data_range,
+                    look,
+                    self.alpha,
+                    self.background,
+                )
         return weighted_reduce(error, weight, self.reduction)
 
     def extra_repr(self) -> str:
         alpha = "" if self.alpha is None else f", alpha={self.alpha!r}, background={self.background!r}"
         if self.hdr:
-            return (f"hdr=True, pixels_per_degree={self.pixels_per_degree:.4f}, tone_mapper={self.tone_mapper!r}, "
-                    f"start_exposure={self.start_exposure}, stop_exposure={self.stop_exposure}, "
-                    f"num_exposures={self.num_exposures}, reduction={self.reduction!r}{alpha}")
+            return (
+                f"hdr=True, pixels_per_degree={self.pixels_per_degree:.4f}, tone_mapper={self.tone_mapper!r}, "
+                f"start_exposure={self.start_exposure}, stop_exposure={self.stop_exposure}, "
+                f"num_exposures={self.num_exposures}, reduction={self.reduction!r}{alpha}"
+            )
         data_range = "" if self.data_range == (0.0, 1.0) else f", data_range={self.data_range}"
-        return (f"pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
-                f"reduction={self.reduction!r}{data_range}{alpha}")
+        return (
+            f"pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
+            f"reduction={self.reduction!r}{data_range}{alpha}"
+        )

@@ -21,6 +21,7 @@ runs all to the largest), and a zero median or maximum luminance is raised to fl
 (NVIDIA's gives infinite exposures). Gradients through tied exposures go to the earliest
 (NVIDIA's ``amax`` splits them); the automatic exposures are constants for autograd.
 """
+
 import math
 from typing import Optional, Tuple
 
@@ -30,14 +31,33 @@ from . import options
 from . import oracle
 from .constants import DEFAULT_EPS, PC, PT
 from .functional import checked_pair, is_device_call, kernels_serve, ldr_flip_with_look
-from .hdr import (as_batch, automatic_counts, checked_reference, exposure_anchor, exposure_grid, exposure_values,
-                  luminance_max_median, option_tensor)
+from .hdr import (
+    as_batch,
+    automatic_counts,
+    checked_reference,
+    exposure_anchor,
+    exposure_grid,
+    exposure_values,
+    luminance_max_median,
+    option_tensor,
+)
 from .modules import weighted_reduce
 
 __all__ = [
-    "HDRFLIPLoss", "LDRFLIPLoss", "NVIDIA_DEFAULT_PPD", "HDR_INPUT_MAX", "color_space_transform",
-    "compute_ldrflip", "compute_start_stop_exposures", "feature_detection", "generate_spatial_filter",
-    "hunt_adjustment", "hyab", "redistribute_errors", "spatial_filter", "tone_map",
+    "HDRFLIPLoss",
+    "LDRFLIPLoss",
+    "NVIDIA_DEFAULT_PPD",
+    "HDR_INPUT_MAX",
+    "color_space_transform",
+    "compute_ldrflip",
+    "compute_start_stop_exposures",
+    "feature_detection",
+    "generate_spatial_filter",
+    "hunt_adjustment",
+    "hyab",
+    "redistribute_errors",
+    "spatial_filter",
+    "tone_map",
 ]
 
 # NVIDIA's default observer: a 0.7 m wide 4K display seen from 0.7 m, written as NVIDIA's loss
@@ -71,6 +91,7 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 # --------------------------------------------------------------------------------------------
 # Automatic exposures (docs/algorithm.md §5.4, §7.7, §7.8)
 # --------------------------------------------------------------------------------------------
+
 
 def _exact_tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:
     """(k0..k5) of the tone curve T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5) in double
@@ -133,8 +154,9 @@ def _target_anchor(tone_mapper: str, name: str, target, median: str) -> float:
     return x
 
 
-def _start_stop(ref: torch.Tensor, x_start: float, x_stop: float, lower_median: bool,
-                by_reciprocal: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+def _start_stop(
+    ref: torch.Tensor, x_start: float, x_stop: float, lower_median: bool, by_reciprocal: bool = False
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """(start, stop), N values each, for a checked, batched reference and the two anchors:
     log2(x / Y) in the reference's precision, or log2(x * (1 / Y)) with ``by_reciprocal`` (how
     PyTorch divides a Python number by a tensor; it reproduces NVIDIA's Reinhard exposures bit for
@@ -142,16 +164,16 @@ def _start_stop(ref: torch.Tensor, x_start: float, x_stop: float, lower_median: 
     y_max, y_med = luminance_max_median(ref, lower_median)
     if by_reciprocal:
         return torch.log2(y_max.reciprocal() * x_start), torch.log2(y_med.reciprocal() * x_stop)
-    return (torch.log2(torch.full_like(y_max, x_start) / y_max),
-            torch.log2(torch.full_like(y_med, x_stop) / y_med))
+    return (torch.log2(torch.full_like(y_max, x_start) / y_max), torch.log2(torch.full_like(y_med, x_stop) / y_med))
 
 
 def _by_reciprocal(tone_mapper: str, median: str) -> bool:
     return median == "lower" and tone_mapper == "reinhard"
 
 
-def compute_start_stop_exposures(reference: torch.Tensor, tone_mapper: str, t_min: float, t_max: float, *,
-                                 median: str = "lower") -> Tuple[torch.Tensor, torch.Tensor]:
+def compute_start_stop_exposures(
+    reference: torch.Tensor, tone_mapper: str, t_min: float, t_max: float, *, median: str = "lower"
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """NVIDIA's automatic exposure range of each image of ``reference`` (N x 3 x H x W linear HDR):
     ``(start_exposure, stop_exposure)``, each an N x 1 x 1 x 1 tensor of stops, on the reference's
     device, float32 (float64 for a float64 reference), without gradient.
@@ -214,7 +236,7 @@ def _xyz_to_cielab(x):
 
 def _cielab_to_xyz(x):
     def f_inv(u):
-        return torch.where(u > oracle.LAB_DELTA, u * u * u, 3.0 * oracle.LAB_DELTA ** 2 * (u - 4.0 / 29.0))
+        return torch.where(u > oracle.LAB_DELTA, u * u * u, 3.0 * oracle.LAB_DELTA**2 * (u - 4.0 / 29.0))
 
     L, a, b = _channels(x)
     fy = (L + 16.0) / 116.0
@@ -240,13 +262,16 @@ _FROM_XYZ = {
 
 def _space_names(transform) -> Tuple[str, str]:
     if not isinstance(transform, str):
-        raise TypeError(f"flip_loss: fromSpace2toSpace must be a string such as 'srgb2ycxcz', got "
-                        f"{type(transform).__name__}")
+        raise TypeError(
+            f"flip_loss: fromSpace2toSpace must be a string such as 'srgb2ycxcz', got {type(transform).__name__}"
+        )
     parts = transform.lower().split("2")
     names = [_SPACE_ALIASES.get(p, p) for p in parts]
     if len(names) != 2 or any(n not in _SPACES for n in names):
-        raise ValueError(f"flip_loss: unknown colour transform {transform!r}: expected '<from>2<to>' with spaces "
-                         f"from {_SPACES} (or 'lab' for 'cielab'), e.g. 'srgb2ycxcz' or 'linrgb2cielab'")
+        raise ValueError(
+            f"flip_loss: unknown colour transform {transform!r}: expected '<from>2<to>' with spaces "
+            f"from {_SPACES} (or 'lab' for 'cielab'), e.g. 'srgb2ycxcz' or 'linrgb2cielab'"
+        )
     return names[0], names[1]
 
 
@@ -267,8 +292,9 @@ def color_space_transform(input_color: torch.Tensor, fromSpace2toSpace: str) -> 
     if not isinstance(input_color, torch.Tensor):
         raise TypeError(f"flip_loss: input_color must be a torch.Tensor, got {type(input_color).__name__}")
     if input_color.dim() < 3 or input_color.shape[-3] != 3:
-        raise ValueError(f"flip_loss: input_color must be N x 3 x H x W or 3 x H x W, got shape "
-                         f"{list(input_color.shape)}")
+        raise ValueError(
+            f"flip_loss: input_color must be N x 3 x H x W or 3 x H x W, got shape {list(input_color.shape)}"
+        )
     if src == dst:
         return input_color
     dt = input_color.dtype
@@ -285,6 +311,7 @@ def color_space_transform(input_color: torch.Tensor, fromSpace2toSpace: str) -> 
 # --------------------------------------------------------------------------------------------
 # Tone mapping (docs/algorithm.md §5.2, §5.3)
 # --------------------------------------------------------------------------------------------
+
 
 def tone_map(img: torch.Tensor, tone_mapper: str, exposure) -> torch.Tensor:
     """``img`` (N x 3 x H x W linear HDR) exposed by 2^``exposure`` (stops: a number or a tensor
@@ -315,8 +342,10 @@ def tone_map(img: torch.Tensor, tone_mapper: str, exposure) -> torch.Tensor:
 # The stages of LDR-FLIP (docs/algorithm.md §4)
 # --------------------------------------------------------------------------------------------
 
-def generate_spatial_filter(pixels_per_degree, channel: str, *, dtype: torch.dtype = torch.float32,
-                            device=None) -> Tuple[torch.Tensor, int]:
+
+def generate_spatial_filter(
+    pixels_per_degree, channel: str, *, dtype: torch.dtype = torch.float32, device=None
+) -> Tuple[torch.Tensor, int]:
     """The CSF filter of one opponent channel, ``"A"`` (achromatic, Y), ``"RG"`` (Cx) or ``"BY"``
     (Cz), as a 1 x 1 x (2r+1) x (2r+1) kernel normalised to sum to 1, and its radius r
     (docs/algorithm.md §4.4; built in double precision, then cast to ``dtype``)."""
@@ -334,8 +363,9 @@ def generate_spatial_filter(pixels_per_degree, channel: str, *, dtype: torch.dty
     return kernel.to(dtype=dtype, device=device).view(1, 1, 2 * r + 1, 2 * r + 1), r
 
 
-def spatial_filter(img: torch.Tensor, s_a: torch.Tensor, s_rg: torch.Tensor, s_by: torch.Tensor,
-                   radius: int) -> torch.Tensor:
+def spatial_filter(
+    img: torch.Tensor, s_a: torch.Tensor, s_rg: torch.Tensor, s_by: torch.Tensor, radius: int
+) -> torch.Tensor:
     """An opponent (YCxCz) image (N x 3 x H x W) filtered channel by channel with the 2-D kernels
     ``s_a``, ``s_rg``, ``s_by`` (from ``generate_spatial_filter``, radius ``radius``; borders
     clamped to the edge), converted to linear RGB and clamped to [0, 1] (docs/algorithm.md §4.5,
@@ -391,8 +421,9 @@ def feature_detection(img_y: torch.Tensor, pixels_per_degree, feature_type: str)
     return torch.cat((along_x, along_y), dim=1).to(img_y.dtype)
 
 
-def compute_ldrflip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degree, *,
-                    eps: float = DEFAULT_EPS) -> torch.Tensor:
+def compute_ldrflip(
+    test: torch.Tensor, reference: torch.Tensor, pixels_per_degree, *, eps: float = DEFAULT_EPS
+) -> torch.Tensor:
     """The LDR-FLIP error map (N x 1 x H x W) of two images in the **opponent space YCxCz** (N x 3 x
     H x W, e.g. ``color_space_transform(x, "srgb2ycxcz")``), as NVIDIA's function takes them: CSF
     filter, Hunt-adjusted HyAB and the feature difference of their normalised Y channels, combined
@@ -428,6 +459,7 @@ def compute_ldrflip(test: torch.Tensor, reference: torch.Tensor, pixels_per_degr
 # The losses
 # --------------------------------------------------------------------------------------------
 
+
 class LDRFLIPLoss(torch.nn.Module):
     """NVIDIA's ``LDRFLIPLoss``: ``LDRFLIPLoss()(test, reference, pixels_per_degree=67.0206...)``
     → the mean LDR-FLIP error over all pixels of all images, a 0-dim tensor.
@@ -446,8 +478,9 @@ class LDRFLIPLoss(torch.nn.Module):
         self.eps = options.eps(eps)
         self._looked_at_device_inputs = False
 
-    def forward(self, test: torch.Tensor, reference: torch.Tensor,
-                pixels_per_degree=NVIDIA_DEFAULT_PPD) -> torch.Tensor:
+    def forward(
+        self, test: torch.Tensor, reference: torch.Tensor, pixels_per_degree=NVIDIA_DEFAULT_PPD
+    ) -> torch.Tensor:
         ppd = _pixels_per_degree(pixels_per_degree)
         look = not self._looked_at_device_inputs
         if is_device_call(test):
@@ -480,8 +513,7 @@ class HDRFLIPLoss(torch.nn.Module):
     NVIDIA's loss clamps them; None: no clamp, as flip-evaluator), ``eps=1e-15``.
     """
 
-    def __init__(self, *, median: str = "lower", max_value: Optional[float] = HDR_INPUT_MAX,
-                 eps: float = DEFAULT_EPS):
+    def __init__(self, *, median: str = "lower", max_value: Optional[float] = HDR_INPUT_MAX, eps: float = DEFAULT_EPS):
         super().__init__()
         self.median = options.median_rule(median)
         if max_value is not None:
@@ -491,8 +523,15 @@ class HDRFLIPLoss(torch.nn.Module):
         self.max_value = max_value
         self.eps = options.eps(eps)
 
-    def forward(self, test: torch.Tensor, reference: torch.Tensor, pixels_per_degree=NVIDIA_DEFAULT_PPD,
-                tone_mapper: str = "aces", start_exposure=None, stop_exposure=None) -> torch.Tensor:
+    def forward(
+        self,
+        test: torch.Tensor,
+        reference: torch.Tensor,
+        pixels_per_degree=NVIDIA_DEFAULT_PPD,
+        tone_mapper: str = "aces",
+        start_exposure=None,
+        stop_exposure=None,
+    ) -> torch.Tensor:
         test, reference = checked_pair(test, reference)
         ppd = _pixels_per_degree(pixels_per_degree)
         tm = _tone_mapper(tone_mapper)
@@ -504,10 +543,16 @@ class HDRFLIPLoss(torch.nn.Module):
         if start_exposure is None or stop_exposure is None:
             anchor = _ANCHORS[(rule, tm)]
             auto_start, auto_stop = _start_stop(r, anchor, anchor, rule == "lower", _by_reciprocal(tm, rule))
-        s = auto_start.to(torch.float32) if start_exposure is None else exposure_values(
-            option_tensor("start_exposure", start_exposure), n, r.device, "start_exposure")
-        e = auto_stop.to(torch.float32) if stop_exposure is None else exposure_values(
-            option_tensor("stop_exposure", stop_exposure), n, r.device, "stop_exposure")
+        s = (
+            auto_start.to(torch.float32)
+            if start_exposure is None
+            else exposure_values(option_tensor("start_exposure", start_exposure), n, r.device, "start_exposure")
+        )
+        e = (
+            auto_stop.to(torch.float32)
+            if stop_exposure is None
+            else exposure_values(option_tensor("stop_exposure", stop_exposure), n, r.device, "stop_exposure")
+        )
         # The checks of hdr_flip (finite, ordered ranges; given bounds within [-149, 127]; at most
         # 256 exposures) and the per-image counts.
         counts, count_max = automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)

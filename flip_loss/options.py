@@ -7,6 +7,7 @@ value of the right kind outside its limits (``flip_loss.constants``). The checks
 underscore take any Python value; the ``check_*_value`` helpers are TorchScript-compatible, so that
 a scripted ``FLIPLoss`` applies the same limits when it runs.
 """
+
 import math
 import numbers
 from typing import List, Optional, Tuple, Union
@@ -27,8 +28,10 @@ def real_number(name: str, value) -> float:
     a number here (``True`` for a pixels-per-degree is a mistake, not 1)."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 0 or value.dtype == torch.bool or value.is_complex():
-            raise TypeError(f"flip_loss: {name} must be a real number (a 0-dim real tensor is accepted), "
-                            f"got a tensor of shape {tuple(value.shape)} and dtype {value.dtype}")
+            raise TypeError(
+                f"flip_loss: {name} must be a real number (a 0-dim real tensor is accepted), "
+                f"got a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+            )
         return float(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"flip_loss: {name} must be a real number, got {type(value).__name__} {value!r}")
@@ -48,15 +51,23 @@ def check_pixels_per_degree_value(ppd: float) -> None:
     """TorchScript-compatible: a scripted ``FLIPLoss`` checks its pixels per degree on every call
     (the attribute can be changed after construction, and the ops only require it above 0)."""
     if not (math.isfinite(ppd) and constants.MIN_PPD <= ppd <= constants.MAX_PPD):
-        raise ValueError("flip_loss: pixels_per_degree must be a finite number from " + str(constants.MIN_PPD)
-                         + " to " + str(int(constants.MAX_PPD)) + ", got " + str(ppd))
+        raise ValueError(
+            "flip_loss: pixels_per_degree must be a finite number from "
+            + str(constants.MIN_PPD)
+            + " to "
+            + str(int(constants.MAX_PPD))
+            + ", got "
+            + str(ppd)
+        )
 
 
 def eps(value) -> float:
     v = real_number("eps", value)
     if not (math.isfinite(v) and 0 <= v <= MAX_EPS):
-        raise ValueError(f"flip_loss: eps must be a finite number from 0 to {MAX_EPS:g} (it only regularises "
-                         f"the gradient; larger values change the metric itself), got {v!r}")
+        raise ValueError(
+            f"flip_loss: eps must be a finite number from 0 to {MAX_EPS:g} (it only regularises "
+            f"the gradient; larger values change the metric itself), got {v!r}"
+        )
     return v
 
 
@@ -97,8 +108,9 @@ def check_reduction_value(reduction: str) -> None:
     """TorchScript-compatible: ``FLIPLoss`` checks its reduction on every call, because the
     attribute can be changed after construction. The list of reductions lives here only."""
     if reduction not in ["mean", "sum", "none", "per_image"]:
-        raise ValueError("flip_loss: reduction must be one of 'mean', 'sum', 'none', 'per_image', got '"
-                         + reduction + "'")
+        raise ValueError(
+            "flip_loss: reduction must be one of 'mean', 'sum', 'none', 'per_image', got '" + reduction + "'"
+        )
 
 
 def data_range(value) -> Tuple[float, float]:
@@ -110,8 +122,10 @@ def data_range(value) -> Tuple[float, float]:
     else:
         low, high = 0.0, real_number("data_range", value)
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ValueError(f"flip_loss: data_range must be finite with low < high (a single number is "
-                         f"the high end, with low = 0), got {value!r}")
+        raise ValueError(
+            f"flip_loss: data_range must be finite with low < high (a single number is "
+            f"the high end, with low = 0), got {value!r}"
+        )
     check_data_range_value(low, high)
     return low, high
 
@@ -120,10 +134,17 @@ def check_data_range_value(low: float, high: float) -> None:
     """TorchScript-compatible check of a (low, high) data range: finite, low < high, and a width
     that is finite and whose reciprocal is finite (the mapping to [0, 1] divides by it; an infinite
     width, as (-1e308, 1e308) has, would map every value to 0)."""
-    if not (math.isfinite(low) and math.isfinite(high) and low < high and math.isfinite(high - low)
-            and math.isfinite(1.0 / (high - low))):
-        raise ValueError("flip_loss: data_range must be finite with low < high and a width (high - low) that "
-                         "is finite and whose reciprocal is finite, got (" + str(low) + ", " + str(high) + ")")
+    if not (
+        math.isfinite(low)
+        and math.isfinite(high)
+        and low < high
+        and math.isfinite(high - low)
+        and math.isfinite(1.0 / (high - low))
+    ):
+        raise ValueError(
+            "flip_loss: data_range must be finite with low < high and a width (high - low) that "
+            "is finite and whose reciprocal is finite, got (" + str(low) + ", " + str(high) + ")"
+        )
 
 
 def exposure(name: str, value) -> float:
@@ -140,10 +161,16 @@ def check_exposure_value(name: str, value: float) -> None:
     """TorchScript-compatible: a given start or stop exposure must be finite and within
     [MIN_EXPOSURE_STOPS, MAX_EXPOSURE_STOPS] (2^c a nonzero, finite float32; see constants)."""
     if not (math.isfinite(value) and constants.MIN_EXPOSURE_STOPS <= value <= constants.MAX_EXPOSURE_STOPS):
-        raise ValueError("flip_loss: " + name + " must be a finite number from "
-                         + str(int(constants.MIN_EXPOSURE_STOPS)) + " to " + str(int(constants.MAX_EXPOSURE_STOPS))
-                         + " stops (2^c must be a nonzero, finite "
-                         "float32, the precision of the exposures), got " + str(value))
+        raise ValueError(
+            "flip_loss: "
+            + name
+            + " must be a finite number from "
+            + str(int(constants.MIN_EXPOSURE_STOPS))
+            + " to "
+            + str(int(constants.MAX_EXPOSURE_STOPS))
+            + " stops (2^c must be a nonzero, finite "
+            "float32, the precision of the exposures), got " + str(value)
+        )
 
 
 def whole_number(name: str, value, low: int, high: float, who: str = "flip_loss") -> int:
@@ -173,8 +200,9 @@ def check_exposure_count_number(value: float, name: str = "num_exposures") -> in
     if math.isnan(value) or (math.isfinite(value) and value != math.floor(value)):
         raise ValueError("flip_loss: " + name + " must be a whole number, got " + str(value))
     if not (2 <= value <= constants.MAX_EXPOSURES):
-        raise ValueError("flip_loss: " + name + " must be from 2 to " + str(constants.MAX_EXPOSURES) + ", got "
-                         + str(value))
+        raise ValueError(
+            "flip_loss: " + name + " must be from 2 to " + str(constants.MAX_EXPOSURES) + ", got " + str(value)
+        )
     return int(value)
 
 
@@ -182,21 +210,24 @@ def check_exposure_count_value(count: int) -> None:
     """TorchScript-compatible range check of a count that is already an int. (TorchScript reads a
     module-level number only as a module attribute, hence ``constants.MAX_EXPOSURES``.)"""
     if count < 2 or count > constants.MAX_EXPOSURES:
-        raise ValueError("flip_loss: num_exposures must be from 2 to " + str(constants.MAX_EXPOSURES) + ", got "
-                         + str(count))
+        raise ValueError(
+            "flip_loss: num_exposures must be from 2 to " + str(constants.MAX_EXPOSURES) + ", got " + str(count)
+        )
 
 
 def check_exposure_order(start: float, stop: float) -> None:
     """TorchScript-compatible: given start and stop exposures must be finite, within their range
     (``check_exposure_value``) and in order."""
     if not (math.isfinite(start) and math.isfinite(stop)):
-        raise ValueError("flip_loss: start_exposure and stop_exposure must be finite, got " + str(start)
-                         + " and " + str(stop))
+        raise ValueError(
+            "flip_loss: start_exposure and stop_exposure must be finite, got " + str(start) + " and " + str(stop)
+        )
     check_exposure_value("start_exposure", start)
     check_exposure_value("stop_exposure", stop)
     if start > stop:
-        raise ValueError("flip_loss: start_exposure (" + str(start) + ") must not exceed stop_exposure ("
-                         + str(stop) + ")")
+        raise ValueError(
+            "flip_loss: start_exposure (" + str(start) + ") must not exceed stop_exposure (" + str(stop) + ")"
+        )
 
 
 def alpha(value) -> Optional[str]:
@@ -214,11 +245,15 @@ def background(value) -> Union[str, List[float]]:
     if isinstance(value, str):
         return _name("background", value, alpha_rule.BACKGROUNDS)
     if not isinstance(value, (tuple, list)):
-        raise TypeError(f"flip_loss: background must be one of {alpha_rule.BACKGROUNDS} or an (r, g, b) triple of "
-                        f"numbers, got {type(value).__name__}")
+        raise TypeError(
+            f"flip_loss: background must be one of {alpha_rule.BACKGROUNDS} or an (r, g, b) triple of "
+            f"numbers, got {type(value).__name__}"
+        )
     if len(value) != 3:
-        raise ValueError(f"flip_loss: background must be one of {alpha_rule.BACKGROUNDS} or an (r, g, b) triple of "
-                         f"numbers, got {len(value)} values")
+        raise ValueError(
+            f"flip_loss: background must be one of {alpha_rule.BACKGROUNDS} or an (r, g, b) triple of "
+            f"numbers, got {len(value)} values"
+        )
     rgb = [real_number("background", v) for v in value]
     if not all(math.isfinite(v) for v in rgb):
         raise ValueError(f"flip_loss: background must hold finite numbers, got {tuple(value)!r}")
@@ -244,20 +279,25 @@ def check_alpha_value(alpha: Optional[str], background: Union[str, List[float]])
             raise ValueError("flip_loss: alpha must be None, 'straight' or 'premultiplied', got '" + alpha + "'")
     if isinstance(background, str):
         if background != "black" and background != "white" and background != "checkerboard":
-            raise ValueError("flip_loss: background must be 'black', 'white', 'checkerboard' or an (r, g, b) "
-                             "triple, got '" + background + "'")
+            raise ValueError(
+                "flip_loss: background must be 'black', 'white', 'checkerboard' or an (r, g, b) "
+                "triple, got '" + background + "'"
+            )
         named_black = background == "black"
     else:
         if len(background) != 3:
-            raise ValueError("flip_loss: background must be an (r, g, b) triple, got " + str(len(background))
-                             + " values")
+            raise ValueError(
+                "flip_loss: background must be an (r, g, b) triple, got " + str(len(background)) + " values"
+            )
         for v in background:
             if not math.isfinite(v):
                 raise ValueError("flip_loss: background must hold finite numbers, got " + str(background))
         named_black = False
     if alpha is None and not named_black:
-        raise ValueError("flip_loss: background only applies to images with an alpha channel: give "
-                         "alpha='straight' or alpha='premultiplied' with it")
+        raise ValueError(
+            "flip_loss: background only applies to images with an alpha channel: give "
+            "alpha='straight' or alpha='premultiplied' with it"
+        )
 
 
 def check_background_value(background: Union[str, List[float]], low: float, high: float) -> None:
@@ -269,13 +309,20 @@ def check_background_value(background: Union[str, List[float]], low: float, high
     for v in background:
         if not (low <= v <= high):
             if math.isinf(high):
-                raise ValueError("flip_loss: an HDR background must be non-negative linear values, got "
-                                 + str(background))
-            raise ValueError("flip_loss: background values must lie in the data range [" + str(low) + ", "
-                             + str(high) + "], got " + str(background))
+                raise ValueError(
+                    "flip_loss: an HDR background must be non-negative linear values, got " + str(background)
+                )
+            raise ValueError(
+                "flip_loss: background values must lie in the data range ["
+                + str(low)
+                + ", "
+                + str(high)
+                + "], got "
+                + str(background)
+            )
 
 
 def bins(value, who: str = "flip_loss") -> int:
     """A histogram bucket count (FLIPMetric, FLIPTorchMetric): a whole number (the rule of
     ``whole_number``) from 1 to 2**24 (seven arrays of that many entries are kept on the device)."""
-    return whole_number("bins", value, 1, 2 ** 24, who)
+    return whole_number("bins", value, 1, 2**24, who)

@@ -18,6 +18,7 @@ come first; speed second (the filters are separable 1-D passes with clamp-to-edg
   threshold-clamped arguments.
 * Tensors are N x C x H x W. Only :func:`ldr_flip` also accepts an unbatched C x H x W pair.
 """
+
 import functools
 import math
 from fractions import Fraction
@@ -27,9 +28,21 @@ import torch
 from .constants import DEFAULT_EPS, DEFAULT_PPD, GW, PC, PT, QC, QF, TONE_MAPPERS, tone_coefficients
 
 __all__ = [
-    "srgb_to_linear", "linear_to_srgb", "linear_rgb_to_opponent", "opponent_to_linear_rgb",
-    "csf_taps", "feature_taps", "csf_filter", "hunt_hyab", "feature_difference", "ldr_flip",
-    "cmax", "hdr_to_ldr", "hdr_flip", "tone_coefficients", "TONE_MAPPERS",
+    "srgb_to_linear",
+    "linear_to_srgb",
+    "linear_rgb_to_opponent",
+    "opponent_to_linear_rgb",
+    "csf_taps",
+    "feature_taps",
+    "csf_filter",
+    "hunt_hyab",
+    "feature_difference",
+    "ldr_flip",
+    "cmax",
+    "hdr_to_ldr",
+    "hdr_flip",
+    "tone_coefficients",
+    "TONE_MAPPERS",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -48,9 +61,11 @@ def _inverse3(m):
     """Exact inverse of a 3x3 matrix of Fractions (adjugate / determinant)."""
     (a, b, c), (d, e, f), (g, h, i) = m
     det = a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
-    adj = ((e * i - f * h, c * h - b * i, b * f - c * e),
-           (f * g - d * i, a * i - c * g, c * d - a * f),
-           (d * h - e * g, b * g - a * h, a * e - b * d))
+    adj = (
+        (e * i - f * h, c * h - b * i, b * f - c * e),
+        (f * g - d * i, a * i - c * g, c * d - a * f),
+        (d * h - e * g, b * g - a * h, a * e - b * d),
+    )
     return tuple(tuple(x / det for x in row) for row in adj)
 
 
@@ -70,12 +85,13 @@ _CSF_B2 = (1e-5, 1e-5, 0.025)
 SRGB_DECODE_T = 0.04045
 _SRGB_ENCODE_T = 0.0031308
 LAB_DELTA = 6.0 / 29.0
-LAB_T = LAB_DELTA ** 3  # 0.008856...
+LAB_T = LAB_DELTA**3  # 0.008856...
 
 
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
+
 
 def _compute_dtype(dtype):
     """float64 stays float64; everything else (float32, float16, bfloat16) computes in float32."""
@@ -93,6 +109,7 @@ def mix3(m, c0, c1, c2):
 
 
 # --- The gradient at every kink (docs/algorithm.md §7.4), each from explicit conditions ---------
+
 
 def clamp(x, low=None, high=None):
     """clamp(x, low, high) whose gradient is 1 on the closed interval [low, high] (a value on a
@@ -130,8 +147,7 @@ def _safe_norm(u, v):
     """sqrt(u^2 + v^2) with a zero gradient where u = v = 0 (instead of NaN)."""
     s = u * u + v * v
     nonzero = s > 0
-    return torch.where(nonzero, torch.sqrt(torch.where(nonzero, s, torch.ones_like(s))),
-                       torch.zeros_like(s))
+    return torch.where(nonzero, torch.sqrt(torch.where(nonzero, s, torch.ones_like(s))), torch.zeros_like(s))
 
 
 def chroma_norm(u, v):
@@ -206,6 +222,7 @@ def _separable(x, taps_h, taps_v):
 # Colour transforms (docs/algorithm.md §4.2-§4.3)
 # --------------------------------------------------------------------------------------------
 
+
 def srgb_to_linear(x):
     """sRGB decode per channel: c <= 0.04045 -> c / 12.92, else ((c + 0.055) / 1.055)^2.4.
     The power branch is evaluated on max(c, 0.04045) so it never yields NaN gradients."""
@@ -263,9 +280,10 @@ def opponent_to_linear_rgb(opp):
 
 def xyz_to_lab(X, Y, Z):
     """XYZ -> CIE L*a*b* (D65). The cube-root branch is evaluated on max(t, delta^3)."""
+
     def f(t):
         cube_root = torch.pow(clamp(t, low=LAB_T), 1.0 / 3.0)
-        return torch.where(t > LAB_T, cube_root, t / (3.0 * LAB_DELTA ** 2) + 4.0 / 29.0)
+        return torch.where(t > LAB_T, cube_root, t / (3.0 * LAB_DELTA**2) + 4.0 / 29.0)
 
     fx, fy, fz = f(X * INV_WHITE[0]), f(Y * INV_WHITE[1]), f(Z * INV_WHITE[2])
     return 116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)
@@ -290,22 +308,23 @@ def _hyab(lab_t, lab_r, eps):
 # Filter taps (docs/algorithm.md §4.4, §4.10, §7.11)
 # --------------------------------------------------------------------------------------------
 
+
 @functools.lru_cache(maxsize=64)
 def csf_taps64(ppd):
     b_max = max(_CSF_B1 + _CSF_B2)
-    r = int(math.ceil(3.0 * math.sqrt(b_max / (2.0 * math.pi ** 2)) * ppd))
+    r = int(math.ceil(3.0 * math.sqrt(b_max / (2.0 * math.pi**2)) * ppd))
     x = torch.arange(-r, r + 1, dtype=torch.float64) / ppd
     x2 = x * x
 
     def gauss(a, b):
-        return a * math.sqrt(math.pi / b) * torch.exp(-math.pi ** 2 * x2 / b)
+        return a * math.sqrt(math.pi / b) * torch.exp(-(math.pi**2) * x2 / b)
 
     y = gauss(_CSF_A1[0], _CSF_B1[0])
     cx = gauss(_CSF_A1[1], _CSF_B1[1])
     # Blue-yellow: two separable Gaussians with square-root amplitudes, jointly normalised so
     # that the 2-D kernel f1 (x) f1 + f2 (x) f2 sums to one.
-    f1 = math.sqrt(_CSF_A1[2] * math.sqrt(math.pi / _CSF_B1[2])) * torch.exp(-math.pi ** 2 * x2 / _CSF_B1[2])
-    f2 = math.sqrt(_CSF_A2[2] * math.sqrt(math.pi / _CSF_B2[2])) * torch.exp(-math.pi ** 2 * x2 / _CSF_B2[2])
+    f1 = math.sqrt(_CSF_A1[2] * math.sqrt(math.pi / _CSF_B1[2])) * torch.exp(-(math.pi**2) * x2 / _CSF_B1[2])
+    f2 = math.sqrt(_CSF_A2[2] * math.sqrt(math.pi / _CSF_B2[2])) * torch.exp(-(math.pi**2) * x2 / _CSF_B2[2])
     m = math.sqrt(f1.sum().item() ** 2 + f2.sum().item() ** 2)
     return r, y / y.sum(), cx / cx.sum(), f1 / m, f2 / m
 
@@ -330,7 +349,7 @@ def _feature_taps64(ppd):
     # the rounding of the lobe sums), as the pair-difference forms of _edge_point assume.
     dg = 0.5 * (dg - dg.flip(0))
     ddg = 0.5 * (ddg + ddg.flip(0))
-    ddg[r] = -2.0 * ddg[r + 1:].sum()
+    ddg[r] = -2.0 * ddg[r + 1 :].sum()
     return r, g / g.sum(), dg, ddg
 
 
@@ -354,8 +373,7 @@ def csf_taps(pixels_per_degree, dtype=torch.float64, device=None):
     "cz2"}``, each tap tensor of length 2r + 1 (built in float64, then cast)."""
     r, y, cx, cz1, cz2 = csf_taps64(float(pixels_per_degree))
     cast = dict(dtype=dtype, device=device)
-    return {"radius": r, "y": y.to(**cast), "cx": cx.to(**cast), "cz1": cz1.to(**cast),
-            "cz2": cz2.to(**cast)}
+    return {"radius": r, "y": y.to(**cast), "cx": cx.to(**cast), "cz1": cz1.to(**cast), "cz2": cz2.to(**cast)}
 
 
 def feature_taps(pixels_per_degree, dtype=torch.float64, device=None):
@@ -370,14 +388,14 @@ def feature_taps(pixels_per_degree, dtype=torch.float64, device=None):
 # Stages
 # --------------------------------------------------------------------------------------------
 
+
 def csf_filter(opponent, pixels_per_degree):
     """N x 3 x H x W YCxCz -> CSF-filtered linear RGB clamped to [0, 1] (docs/algorithm.md §4.4-§4.6).
     Separable correlation (horizontal, then vertical) with clamp-to-edge borders; the blue-yellow
     channel is the sum of two separable Gaussian filters."""
     dt = opponent.dtype
     opp = _upcast(opponent)
-    _, ty, tcx, tcz1, tcz2 = _taps_cached("csf", float(pixels_per_degree), opp.dtype,
-                                         _device_key(opp.device))
+    _, ty, tcx, tcz1, tcz2 = _taps_cached("csf", float(pixels_per_degree), opp.dtype, _device_key(opp.device))
     Yo, Cx, Cz = opp[:, 0:1], opp[:, 1:2], opp[:, 2:3]
     Yf = _separable(Yo, ty, ty)
     Cxf = _separable(Cx, tcx, tcx)

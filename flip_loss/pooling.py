@@ -21,6 +21,7 @@ Two deliberate deviations from the evaluator:
 * the **max** of a map with no positive value is its true maximum (0 for an all-zero map). The
   evaluator starts its running maximum at FLT_MIN (1.2e-38) and so reports 1.2e-38 there.
 """
+
 import math
 from typing import NamedTuple, Tuple
 
@@ -118,8 +119,14 @@ def pool(error_map) -> PooledValues:
     flat = _as_flat_array(error_map)
     median, q1, q3 = _weighted_percentiles(flat, (0.5, 0.25, 0.75))
     mean = float(np.sum(flat, dtype=np.float64) / flat.size)
-    return PooledValues(mean=mean, weighted_median=median, weighted_quartile_1=q1,
-                        weighted_quartile_3=q3, min=float(flat.min()), max=float(flat.max()))
+    return PooledValues(
+        mean=mean,
+        weighted_median=median,
+        weighted_quartile_1=q1,
+        weighted_quartile_3=q3,
+        min=float(flat.min()),
+        max=float(flat.max()),
+    )
 
 
 def weighted_histogram(error_map, bins: int = 100):

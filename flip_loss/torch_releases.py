@@ -28,7 +28,9 @@ def spelled(release: tuple) -> str:
 def unsupported_reason(version: str):
     """Why this torch cannot run flip-loss, in words a user can act on; None when it can."""
     if release_of(version) < MIN_TORCH:
-        return (f"flip-loss needs torch >= {spelled(MIN_TORCH)} (tested up to {spelled(NEWEST_TORCH)}); "
-                f"this is torch {version}. Upgrade torch (pip install 'torch>={spelled(MIN_TORCH)}'), then "
-                "rebuild flip-loss against it (pip install --no-build-isolation .)")
+        return (
+            f"flip-loss needs torch >= {spelled(MIN_TORCH)} (tested up to {spelled(NEWEST_TORCH)}); "
+            f"this is torch {version}. Upgrade torch (pip install 'torch>={spelled(MIN_TORCH)}'), then "
+            "rebuild flip-loss against it (pip install --no-build-isolation .)"
+        )
     return None

@@ -21,6 +21,7 @@ images.
 In a ``LightningModule``: update it in ``validation_step`` and log
 ``self.metric.compute().pooled.mean`` in ``on_validation_epoch_end``, then ``reset()``.
 """
+
 import functools
 
 import torch
@@ -28,14 +29,24 @@ import torch
 try:
     from torchmetrics import Metric
 except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ImportError("flip_loss.torchmetrics needs the torchmetrics package: pip install "
-                      "\"flip-loss[torchmetrics]\" (or pip install torchmetrics)") from exc
+    raise ImportError(
+        "flip_loss.torchmetrics needs the torchmetrics package: pip install "
+        '"flip-loss[torchmetrics]" (or pip install torchmetrics)'
+    ) from exc
 
 from . import options
 from .constants import DEFAULT_PPD
 from .functional import is_device_call, ldr_flip_with_look
-from .metric import (LIMBS, FLIPMetricResult, Statistics, check_pixel_capacity, checked_error_batch, exact_means,
-                     fold, result_of)
+from .metric import (
+    LIMBS,
+    FLIPMetricResult,
+    Statistics,
+    check_pixel_capacity,
+    checked_error_batch,
+    exact_means,
+    fold,
+    result_of,
+)
 
 __all__ = ["FLIPTorchMetric"]
 
@@ -53,8 +64,16 @@ class FLIPTorchMetric(Metric):
     higher_is_better = False
     full_state_update = False
 
-    def __init__(self, pixels_per_degree: float = DEFAULT_PPD, input_space: str = "srgb", bins: int = 2 ** 16,
-                 data_range=1.0, alpha=None, background="black", **kwargs):
+    def __init__(
+        self,
+        pixels_per_degree: float = DEFAULT_PPD,
+        input_space: str = "srgb",
+        bins: int = 2**16,
+        data_range=1.0,
+        alpha=None,
+        background="black",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         bins = options.bins(bins, _WHO)
         self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
@@ -86,8 +105,17 @@ class FLIPTorchMetric(Metric):
             look = not self._looked_at_device_inputs
             if is_device_call(test):
                 self._looked_at_device_inputs = True
-            error = ldr_flip_with_look(test, reference, self.pixels_per_degree, self.input_space, 0.0,
-                                       self.data_range, look, self.alpha, self.background)
+            error = ldr_flip_with_look(
+                test,
+                reference,
+                self.pixels_per_degree,
+                self.input_space,
+                0.0,
+                self.data_range,
+                look,
+                self.alpha,
+                self.background,
+            )
             e = checked_error_batch(error, _WHO).to(self.count.device)
             check_pixel_capacity(int(self.count.sum()), e.numel(), _WHO)
             per_image = fold(self._statistics(), e)
@@ -104,6 +132,7 @@ class FLIPTorchMetric(Metric):
             if isinstance(result, FLIPMetricResult):
                 result = result._replace(per_image_means=result.per_image_means.reshape(-1))
             return result
+
         return compute_keeping_shapes
 
     def compute(self) -> FLIPMetricResult:

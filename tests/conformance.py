@@ -3,6 +3,7 @@
 Not a test module: ``test_conformance.py`` (and other tests) import it. Images come only from the
 crops committed under ``tests/data`` (see ``tests/data/LICENSE.md``).
 """
+
 import functools
 import io
 from pathlib import Path
@@ -37,6 +38,7 @@ def load_crop(name):
 # ---------------------------------------------------------------------------------------------
 # Distortions (all take and return H x W x 3 float32 sRGB arrays in [0, 1])
 # ---------------------------------------------------------------------------------------------
+
 
 def _to_uint8_image(x):
     return Image.fromarray(np.clip(np.rint(x * 255.0), 0, 255).astype(np.uint8), "RGB")
@@ -91,6 +93,7 @@ def uniform(h, w, seed):
 # Cases
 # ---------------------------------------------------------------------------------------------
 
+
 @functools.lru_cache(maxsize=None)
 def _cases_cached():
     rug, toys, blocks = (load_crop(n) for n in CROPS)
@@ -111,10 +114,8 @@ def _cases_cached():
         ("tiny-5x7-noise-67", add_noise(tiny, 0.1, seed=3), tiny, DEFAULT_PPD),
         ("tiny-2x3-random-30", uniform(2, 3, seed=4), uniform(2, 3, seed=5), 30.0),
         ("tiny-1x1-67", flat(1, 1, (0.2, 0.6, 0.3)), flat(1, 1, (0.25, 0.5, 0.35)), DEFAULT_PPD),
-        ("flat-24x31-67", flat(24, 31, (0.40, 0.50, 0.60)), flat(24, 31, (0.41, 0.50, 0.59)),
-         DEFAULT_PPD),
-        ("black-white-16x16-67", flat(16, 16, (0.0, 0.0, 0.0)), flat(16, 16, (1.0, 1.0, 1.0)),
-         DEFAULT_PPD),
+        ("flat-24x31-67", flat(24, 31, (0.40, 0.50, 0.60)), flat(24, 31, (0.41, 0.50, 0.59)), DEFAULT_PPD),
+        ("black-white-16x16-67", flat(16, 16, (0.0, 0.0, 0.0)), flat(16, 16, (1.0, 1.0, 1.0)), DEFAULT_PPD),
         ("random-33x29-120", uniform(33, 29, seed=6), uniform(33, 29, seed=7), 120.0),
     ]
     for cid, t, r, _ in out:
@@ -146,6 +147,7 @@ def get_case(case_id):
 # Oracle and comparison
 # ---------------------------------------------------------------------------------------------
 
+
 def evaluator_map(test_hwc, reference_hwc, ppd):
     """LDR-FLIP map (H x W float64) from flip-evaluator for sRGB inputs (note its argument
     order: reference first)."""
@@ -155,8 +157,9 @@ def evaluator_map(test_hwc, reference_hwc, ppd):
     # copies anyway).
     ref = np.array(reference_hwc, dtype=np.float32, order="C", copy=True)
     tst = np.array(test_hwc, dtype=np.float32, order="C", copy=True)
-    err, _, _ = flip_evaluator.evaluate(ref, tst, "LDR", inputsRGB=True, applyMagma=False,
-                                        computeMeanError=False, parameters={"ppd": float(ppd)})
+    err, _, _ = flip_evaluator.evaluate(
+        ref, tst, "LDR", inputsRGB=True, applyMagma=False, computeMeanError=False, parameters={"ppd": float(ppd)}
+    )
     err = np.asarray(err)
     if err.ndim == 3:
         err = err[..., 0]
@@ -195,18 +198,21 @@ def assert_agrees(ours_hw, theirs_hw, label=""):
     if s["mean_abs"] > MEAN_ABS_TOL:
         failures.append(f"mean |d| {s['mean_abs']:.3g} > {MEAN_ABS_TOL:g}")
     if s["frac_within"] < 0.999:
-        failures.append(f"only {100 * s['frac_within']:.3f} % of pixels within {P999_TOL:g} "
-                        f"(99.9th percentile |d| {s['p999']:.3g})")
+        failures.append(
+            f"only {100 * s['frac_within']:.3f} % of pixels within {P999_TOL:g} (99.9th percentile |d| {s['p999']:.3g})"
+        )
     if s["max_abs"] > MAX_TOL:
         failures.append(f"max |d| {s['max_abs']:.3g} > {MAX_TOL:g}")
     if s["mean_diff"] > MEAN_TOL:
         failures.append(f"|mean difference| {s['mean_diff']:.3g} > {MEAN_TOL:g}")
     if failures:
         raise AssertionError(
-            f"{label}: FLIP map disagrees with flip-evaluator: " + "; ".join(failures)
+            f"{label}: FLIP map disagrees with flip-evaluator: "
+            + "; ".join(failures)
             + f"\n  worst pixel (row, col) {s['worst_pos']}: ours {s['worst_ours']:.8g}, "
-              f"evaluator {s['worst_theirs']:.8g}"
+            f"evaluator {s['worst_theirs']:.8g}"
             + f"\n  stats: mean |d| {s['mean_abs']:.3g}, p99.9 {s['p999']:.3g}, max {s['max_abs']:.3g},"
-              f" map means ours {s['mean_ours']:.8g} / evaluator {s['mean_theirs']:.8g}"
-              f" (size {ours.shape})")
+            f" map means ours {s['mean_ours']:.8g} / evaluator {s['mean_theirs']:.8g}"
+            f" (size {ours.shape})"
+        )
     return s

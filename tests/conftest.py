@@ -25,8 +25,11 @@ def fresh_warning(monkeypatch):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA device")
-    config.addinivalue_line("markers", "slow: takes more than a few seconds (builds, subprocess launches, "
-                                       "exhaustive sweeps); `pytest -m 'not slow'` is the fast tier")
+    config.addinivalue_line(
+        "markers",
+        "slow: takes more than a few seconds (builds, subprocess launches, "
+        "exhaustive sweeps); `pytest -m 'not slow'` is the fast tier",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -50,8 +53,7 @@ def crops():
     """The committed test crops as 3 x H x W float32 sRGB tensors."""
     from conformance import load_crop
 
-    return {name: torch.from_numpy(load_crop(name)).permute(2, 0, 1).contiguous()
-            for name in ("rug", "toys", "blocks")}
+    return {name: torch.from_numpy(load_crop(name)).permute(2, 0, 1).contiguous() for name in ("rug", "toys", "blocks")}
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Building and running the C++ side from pytest (shared by test_cpp.py and test_deploy.py): the
 root CMake project in one build directory (FLIP_LOSS_CPP_BUILD_DIR, default build/cpp), kept
 between runs so that only what changed is rebuilt."""
+
 import os
 import shutil
 import subprocess
@@ -25,11 +26,19 @@ def tail(text, n=LOG_TAIL_CHARS):
 def run(cmd, what, timeout=TIMEOUT_S, env=None):
     """Runs a build step in the repository root; fails the test with the log tail on error."""
     start = time.monotonic()
-    proc = subprocess.run([str(c) for c in cmd], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout, env=env)
+    proc = subprocess.run(
+        [str(c) for c in cmd],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     if proc.returncode != 0:
-        pytest.fail(f"{what} failed (exit {proc.returncode}): {' '.join(map(str, cmd))}\n{tail(proc.stdout)}",
-                    pytrace=False)
+        pytest.fail(
+            f"{what} failed (exit {proc.returncode}): {' '.join(map(str, cmd))}\n{tail(proc.stdout)}", pytrace=False
+        )
     print(f"[cpp] {what}: {time.monotonic() - start:.1f} s")
     return proc.stdout
 
@@ -43,17 +52,32 @@ def build_library():
     if shutil.which("cmake") is None:
         pytest.skip("cmake is not on PATH: cannot build the C++ op library and tests")
     if not (BUILD_DIR / "CMakeCache.txt").is_file():
-        run(["cmake", "-S", ROOT, "-B", BUILD_DIR, "-DCMAKE_BUILD_TYPE=Release",
-             f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", "-DFLIP_LOSS_BUILD_TESTS=ON",
-             *generator_args()], "configure the library")
+        run(
+            [
+                "cmake",
+                "-S",
+                ROOT,
+                "-B",
+                BUILD_DIR,
+                "-DCMAKE_BUILD_TYPE=Release",
+                f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+                "-DFLIP_LOSS_BUILD_TESTS=ON",
+                *generator_args(),
+            ],
+            "configure the library",
+        )
     # An existing build dir is reused: cmake --build reconfigures by itself when a CMakeLists changed.
     run(["cmake", "--build", BUILD_DIR, "-j2"], "build the library and tests/cpp")
     return BUILD_DIR
 
 
 def executable(build_dir: Path, name: str) -> Path:
-    for candidate in (build_dir / name, build_dir / "Release" / name, build_dir / "tests" / "cpp" / name,
-                      build_dir / "tests" / "cpp" / "Release" / name):
+    for candidate in (
+        build_dir / name,
+        build_dir / "Release" / name,
+        build_dir / "tests" / "cpp" / name,
+        build_dir / "tests" / "cpp" / "Release" / name,
+    ):
         if candidate.is_file():
             return candidate
     pytest.fail(f"the build did not produce {name} under {build_dir}", pytrace=False)
@@ -66,11 +90,16 @@ def stale_extension_note():
     so_path = Path(getattr(so, "__file__", "") or "")
     if not so_path.is_file():
         return ""
-    newest = max((p for p in (ROOT / "csrc").rglob("*") if p.suffix in (".h", ".cpp", ".cu", ".cuh")),
-                 key=lambda p: p.stat().st_mtime, default=None)
+    newest = max(
+        (p for p in (ROOT / "csrc").rglob("*") if p.suffix in (".h", ".cpp", ".cu", ".cuh")),
+        key=lambda p: p.stat().st_mtime,
+        default=None,
+    )
     if newest is not None and newest.stat().st_mtime > so_path.stat().st_mtime:
-        return (f"\nnote: {so_path.name} is older than {newest.relative_to(ROOT)}; rebuild it "
-                "(python setup.py build_ext --inplace) so eager Python and C++ run the same kernels")
+        return (
+            f"\nnote: {so_path.name} is older than {newest.relative_to(ROOT)}; rebuild it "
+            "(python setup.py build_ext --inplace) so eager Python and C++ run the same kernels"
+        )
     return ""
 
 

@@ -6,6 +6,7 @@ Every worker saves what it computed (``torch.save``) for the test to compare wit
 a worker that raises makes the launch fail with its traceback, and a launch that outlives its
 timeout is killed and fails, so a hang cannot stall the suite.
 """
+
 import datetime
 import os
 import socket
@@ -30,8 +31,9 @@ def _entry(rank, world_size, port, out_dir, function, args):
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # two ranks share the machine's cores
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                            timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT
+    )
     try:
         result = function(rank, world_size, *args)
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -50,8 +52,13 @@ def launch(function, out_dir, *args, world_size=WORLD_SIZE, timeout=180.0):
     import torch.multiprocessing as mp
 
     os.makedirs(out_dir, exist_ok=True)
-    context = mp.start_processes(_entry, args=(world_size, free_port(), out_dir, function, args),
-                                 nprocs=world_size, join=False, start_method="spawn")
+    context = mp.start_processes(
+        _entry,
+        args=(world_size, free_port(), out_dir, function, args),
+        nprocs=world_size,
+        join=False,
+        start_method="spawn",
+    )
     deadline = time.monotonic() + timeout
     try:
         while not context.join(timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
@@ -65,6 +72,7 @@ def launch(function, out_dir, *args, world_size=WORLD_SIZE, timeout=180.0):
 
 
 # --- the metric ---------------------------------------------------------------------------------
+
 
 def error_maps(seed=0):
     """Seven error maps (1 x 1 x H x W, float32, values in [0, 1]) of a few sizes: what the metric
@@ -155,6 +163,7 @@ def pair_of(index, seed=5):
 
 # --- the command line ---------------------------------------------------------------------------
 
+
 def make_folders(root, sizes, broken=()):
     """``root/references`` and ``root/tests`` with one pair of PNG images per (height, width) in
     ``sizes``, named p0, p1, ...; the test image of each position in ``broken`` is the wrong size.
@@ -180,8 +189,16 @@ def make_folders(root, sizes, broken=()):
 def rank_environment(rank, world_size, port):
     """The variables torchrun gives rank ``rank`` of a one-machine launch."""
     env = dict(os.environ)
-    env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
-               GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    env.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        GROUP_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+    )
     return env
 
 
@@ -196,8 +213,10 @@ def cli_rank_worker(rank, world_size, argv, cwd, broken_rank):
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     if rank == broken_rank:
+
         def broken(self, prepared):
             raise RuntimeError("a bug on this rank")
+
         PairWork.evaluate = broken
     os.chdir(cwd)
     out, err = io.StringIO(), io.StringIO()
@@ -225,8 +244,7 @@ def tiny_training(module):
     global batch of 4 crops, 3 held-out crops (shared 2 + 1 between two ranks)."""
     import argparse
 
-    args = argparse.Namespace(steps=3, crop=16, batch=4, sigma=0.1, lr=2e-3, channels=8, depth=3, ppd=67.0206,
-                              seed=0)
+    args = argparse.Namespace(steps=3, crop=16, batch=4, sigma=0.1, lr=2e-3, channels=8, depth=3, ppd=67.0206, seed=0)
     g = torch.Generator().manual_seed(3)
     images = [torch.rand(3, 40, 48, generator=g), torch.rand(3, 36, 36, generator=g)]
     eval_gen = torch.Generator().manual_seed(4)
@@ -243,8 +261,13 @@ def train_few_steps():
     args, images, eval_noisy, eval_clean = tiny_training(module)
     base = module.evaluate(None, eval_noisy, eval_clean, args.ppd, processes)
     model, history, results = module.train("L1 + 0.5*FLIP", 0.5, args, images, eval_noisy, eval_clean, processes)
-    return {"parameters": [p.detach().clone() for p in model.parameters()], "history": history,
-            "results": results, "base": base, "size": processes.size}
+    return {
+        "parameters": [p.detach().clone() for p in model.parameters()],
+        "history": history,
+        "results": results,
+        "base": base,
+        "size": processes.size,
+    }
 
 
 def ddp_worker(rank, world_size):
@@ -252,6 +275,7 @@ def ddp_worker(rank, world_size):
 
 
 # --- interrupting a rank, and environments inherited from a rank ----------------------------------
+
 
 def cli_rank_with_hooks(marker_dir, hang_ranks, argv):
     """flip_loss.cli.main(argv) as a rank of a launch (the torchrun variables in the environment),
@@ -270,9 +294,11 @@ def cli_rank_with_hooks(marker_dir, hang_ranks, argv):
             pass
 
     if rank in hang_ranks:
+
         def hang(self, prepared):
             touch("evaluating")
             time.sleep(3600)
+
         PairWork.evaluate = hang
     real_gather = shard._Group.gather
 
@@ -286,10 +312,12 @@ def cli_rank_with_hooks(marker_dir, hang_ranks, argv):
 
 # A parent process that runs its arguments as a child (which inherits its environment), with
 # NAME=VALUE pairs (comma-separated, first argument) added to the child's environment only.
-INHERITING_PARENT = ("import os, subprocess, sys\n"
-                     "env = dict(os.environ)\n"
-                     "env.update(item.split('=', 1) for item in sys.argv[1].split(',') if item)\n"
-                     "sys.exit(subprocess.run(sys.argv[2:], env=env).returncode)\n")
+INHERITING_PARENT = (
+    "import os, subprocess, sys\n"
+    "env = dict(os.environ)\n"
+    "env.update(item.split('=', 1) for item in sys.argv[1].split(',') if item)\n"
+    "sys.exit(subprocess.run(sys.argv[2:], env=env).returncode)\n"
+)
 
 # A training script's rank under torchrun that runs the command line as a subprocess (a gate):
 # rank 0 in folder mode, rank 1 with one reference; each writes the child's exit code and

@@ -1,6 +1,7 @@
 """HDR conformance pairs: linearised crops lifted into HDR, and helpers around flip-evaluator's
 HDR mode (its argument order is (reference, test); it exits the process when start > stop, so
 callers must never hand it an all-black reference)."""
+
 import numpy as np
 import torch
 
@@ -36,17 +37,45 @@ def cases():
     out.append(("rug-fireflies-aces-auto", fire, rug, 30.0, {"tonemapper": "aces"}))
     toys = lifted("toys", 0, 4, crop=(37, 53))
     blur = (toys + np.roll(toys, 1, 0) + np.roll(toys, 1, 1)) / 3
-    out.append(("toys-37x53-blur-aces-given", blur.astype(np.float32), toys, 120.0,
-                {"tonemapper": "aces", "startExposure": -3.0, "stopExposure": 1.5, "numExposures": 5}))
-    out.append(("toys-37x53-blur-hable-start-only", blur.astype(np.float32), toys, 67.02,
-                {"tonemapper": "hable", "startExposure": -1.0}))
+    out.append(
+        (
+            "toys-37x53-blur-aces-given",
+            blur.astype(np.float32),
+            toys,
+            120.0,
+            {"tonemapper": "aces", "startExposure": -3.0, "stopExposure": 1.5, "numExposures": 5},
+        )
+    )
+    out.append(
+        (
+            "toys-37x53-blur-hable-start-only",
+            blur.astype(np.float32),
+            toys,
+            67.02,
+            {"tonemapper": "hable", "startExposure": -1.0},
+        )
+    )
     small = lifted("toys", 1, 2, crop=(5, 7))
-    out.append(("tiny-5x7-tint-reinhard-auto", (small * np.float32([1.1, 1.0, 0.9])).astype(np.float32), small,
-                67.02, {"tonemapper": "reinhard"}))
+    out.append(
+        (
+            "tiny-5x7-tint-reinhard-auto",
+            (small * np.float32([1.1, 1.0, 0.9])).astype(np.float32),
+            small,
+            67.02,
+            {"tonemapper": "reinhard"},
+        )
+    )
     half_black = blocks.copy()
     half_black[:, : int(0.6 * blocks.shape[1])] = 0  # median luminance 0
-    out.append(("zero-median-aces-auto", np.clip(half_black * 1.2, 0, None).astype(np.float32), half_black, 30.0,
-                {"tonemapper": "aces"}))
+    out.append(
+        (
+            "zero-median-aces-auto",
+            np.clip(half_black * 1.2, 0, None).astype(np.float32),
+            half_black,
+            30.0,
+            {"tonemapper": "aces"},
+        )
+    )
     return out
 
 
@@ -55,8 +84,14 @@ def evaluator(test_hwc, ref_hwc, ppd, params):
 
     p = dict(params)
     p["ppd"] = ppd
-    err, _, used = flip_evaluator.evaluate(np.ascontiguousarray(ref_hwc).copy(), np.ascontiguousarray(test_hwc).copy(),
-                                           "HDR", applyMagma=False, computeMeanError=False, parameters=p)
+    err, _, used = flip_evaluator.evaluate(
+        np.ascontiguousarray(ref_hwc).copy(),
+        np.ascontiguousarray(test_hwc).copy(),
+        "HDR",
+        applyMagma=False,
+        computeMeanError=False,
+        parameters=p,
+    )
     return err[..., 0].astype(np.float64), used
 
 
@@ -66,8 +101,12 @@ def nchw(hwc, dtype=torch.float32):
 
 def our_args(params):
     """flip_loss.hdr_flip keyword arguments for flip-evaluator parameters."""
-    return {"tone_mapper": params.get("tonemapper", "aces"), "start_exposure": params.get("startExposure"),
-            "stop_exposure": params.get("stopExposure"), "num_exposures": params.get("numExposures")}
+    return {
+        "tone_mapper": params.get("tonemapper", "aces"),
+        "start_exposure": params.get("startExposure"),
+        "stop_exposure": params.get("stopExposure"),
+        "num_exposures": params.get("numExposures"),
+    }
 
 
 def exposure_strips(dtype):

@@ -1,6 +1,7 @@
 """The names of the ops the shipped library registers (csrc/ops/schema.cpp), for the tests that
 check the registry: the public ops with their backward ops, and the CPU-only internal pair that
 ldr_flip's CPU autograd uses (docs/algorithm.md §8.9)."""
+
 FORWARD_OPS = ["ldr_flip", "hdr_flip", "csf_filter", "hunt_hyab", "feature_difference"]
 BACKWARD_OPS = [name + "_backward" for name in FORWARD_OPS]
 PUBLIC_OPS = FORWARD_OPS + BACKWARD_OPS

@@ -1,5 +1,6 @@
 """The out-of-range warning as the tests see it: the messages of one call, whatever the process
 has shown before (with the fixture ``fresh_warning`` in conftest.py)."""
+
 import warnings
 
 

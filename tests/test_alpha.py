@@ -1,6 +1,7 @@
 """RGBA inputs (flip_loss.alpha): the compositing rule against a hand computation, opaque images,
 gradients through alpha, HDR-FLIP, FLIPLoss (eager, scripted, compiled), FLIPMetric, the refusals,
 image loading with alpha and the command line's --alpha and --background."""
+
 import re
 
 import numpy as np
@@ -53,13 +54,15 @@ def by_hand(image: np.ndarray, mode: str, background, linear: bool = False) -> n
 
 # --- the rule ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("background", BACKGROUNDS, ids=str)
 def test_composite_matches_the_hand_computation(mode, background):
-    image = torch.tensor([[[0.8, 0.3], [0.6, 0.1]], [[0.2, 0.9], [0.4, 0.7]], [[0.5, 0.5], [0.0, 1.0]],
-                          [[0.0, 0.25], [0.5, 1.0]]], dtype=torch.float64)
-    got = alpha_rule.composite(image, mode, list(background) if isinstance(background, tuple) else background,
-                               False)
+    image = torch.tensor(
+        [[[0.8, 0.3], [0.6, 0.1]], [[0.2, 0.9], [0.4, 0.7]], [[0.5, 0.5], [0.0, 1.0]], [[0.0, 0.25], [0.5, 1.0]]],
+        dtype=torch.float64,
+    )
+    got = alpha_rule.composite(image, mode, list(background) if isinstance(background, tuple) else background, False)
     want = by_hand(image.numpy(), mode, background)
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-15)
     # A few entries written out: straight over white at alpha 0.25 is 0.3 * 0.25 + 0.75.
@@ -75,8 +78,11 @@ def test_composite_matches_the_hand_computation(mode, background):
 def test_ldr_flip_of_rgba_is_ldr_flip_of_the_composite(mode, background):
     t, r = rgba_pair(dtype=torch.float64, premultiplied=mode == "premultiplied")
     got = flip_loss.ldr_flip(t, r, 30.0, alpha=mode, background=background)
-    want = flip_loss.ldr_flip(torch.from_numpy(by_hand(t.numpy(), mode, background)),
-                              torch.from_numpy(by_hand(r.numpy(), mode, background)), 30.0)
+    want = flip_loss.ldr_flip(
+        torch.from_numpy(by_hand(t.numpy(), mode, background)),
+        torch.from_numpy(by_hand(r.numpy(), mode, background)),
+        30.0,
+    )
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
@@ -86,16 +92,19 @@ def test_alpha_and_background_share_the_data_range():
     scaled = flip_loss.ldr_flip(t * 255, r * 255, data_range=255, alpha="straight", background=(51, 127.5, 229.5))
     torch.testing.assert_close(scaled, unit, rtol=0, atol=1e-12)
     signed = flip_loss.ldr_flip(t * 2 - 1, r * 2 - 1, data_range=(-1, 1), alpha="premultiplied", background="white")
-    torch.testing.assert_close(signed, flip_loss.ldr_flip(t, r, alpha="premultiplied", background="white"),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        signed, flip_loss.ldr_flip(t, r, alpha="premultiplied", background="white"), rtol=0, atol=1e-12
+    )
 
 
 def test_linear_input_composites_linear_values_and_linear_checkerboard_greys():
     t, r = rgba_pair(dtype=torch.float64)
     got = flip_loss.ldr_flip(t, r, input_space="linear", alpha="straight", background="checkerboard")
-    want = flip_loss.ldr_flip(torch.from_numpy(by_hand(t.numpy(), "straight", "checkerboard", linear=True)),
-                              torch.from_numpy(by_hand(r.numpy(), "straight", "checkerboard", linear=True)),
-                              input_space="linear")
+    want = flip_loss.ldr_flip(
+        torch.from_numpy(by_hand(t.numpy(), "straight", "checkerboard", linear=True)),
+        torch.from_numpy(by_hand(r.numpy(), "straight", "checkerboard", linear=True)),
+        input_space="linear",
+    )
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
@@ -132,8 +141,12 @@ def test_alpha_outside_the_unit_range_is_clamped(fresh_warning):
     t[:, 3, :4], t[:, 3, 4:8] = -0.1, 1.1
     clamped = t.clone()
     clamped[:, 3].clamp_(0, 1)
-    torch.testing.assert_close(flip_loss.ldr_flip(t, r, alpha="straight", background="white"),
-                               flip_loss.ldr_flip(clamped, r, alpha="straight", background="white"), rtol=0, atol=0)
+    torch.testing.assert_close(
+        flip_loss.ldr_flip(t, r, alpha="straight", background="white"),
+        flip_loss.ldr_flip(clamped, r, alpha="straight", background="white"),
+        rtol=0,
+        atol=0,
+    )
     # Far outside, alpha (which shares the colour's data range) triggers the out-of-range warning.
     t[:, 3, 0, 0] = 200.0
     with pytest.warns(UserWarning, match="far outside"):
@@ -142,11 +155,18 @@ def test_alpha_outside_the_unit_range_is_clamped(fresh_warning):
 
 # --- gradients -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mode,background", [("straight", "black"), ("straight", "checkerboard"),
-                                             ("premultiplied", "white"), ("premultiplied", (0.2, 0.5, 0.9))])
+
+@pytest.mark.parametrize(
+    "mode,background",
+    [
+        ("straight", "black"),
+        ("straight", "checkerboard"),
+        ("premultiplied", "white"),
+        ("premultiplied", (0.2, 0.5, 0.9)),
+    ],
+)
 def test_gradcheck_reaches_colour_and_alpha_of_both_images(mode, background):
-    t, r = rgba_pair((1, 4, 5, 6), seed=3, dtype=torch.float64, premultiplied=mode == "premultiplied", lo=0.1,
-                     hi=0.9)
+    t, r = rgba_pair((1, 4, 5, 6), seed=3, dtype=torch.float64, premultiplied=mode == "premultiplied", lo=0.1, hi=0.9)
     t.requires_grad_(), r.requires_grad_()
 
     def f(x, y):
@@ -160,19 +180,31 @@ def test_gradcheck_reaches_colour_and_alpha_of_both_images(mode, background):
 
 def test_hdr_gradients_reach_alpha():
     g = torch.Generator().manual_seed(4)
-    t = torch.cat([4 * torch.rand(1, 3, 5, 6, generator=g, dtype=torch.float64),
-                   0.1 + 0.8 * torch.rand(1, 1, 5, 6, generator=g, dtype=torch.float64)], 1).requires_grad_()
-    r = torch.cat([4 * torch.rand(1, 3, 5, 6, generator=g, dtype=torch.float64),
-                   0.1 + 0.8 * torch.rand(1, 1, 5, 6, generator=g, dtype=torch.float64)], 1).requires_grad_()
+    t = torch.cat(
+        [
+            4 * torch.rand(1, 3, 5, 6, generator=g, dtype=torch.float64),
+            0.1 + 0.8 * torch.rand(1, 1, 5, 6, generator=g, dtype=torch.float64),
+        ],
+        1,
+    ).requires_grad_()
+    r = torch.cat(
+        [
+            4 * torch.rand(1, 3, 5, 6, generator=g, dtype=torch.float64),
+            0.1 + 0.8 * torch.rand(1, 1, 5, 6, generator=g, dtype=torch.float64),
+        ],
+        1,
+    ).requires_grad_()
 
     def f(x, y):
-        return flip_loss.hdr_flip(x, y, 4.0, start_exposure=-1.0, stop_exposure=1.0, num_exposures=3,
-                                  alpha="straight", background="white")
+        return flip_loss.hdr_flip(
+            x, y, 4.0, start_exposure=-1.0, stop_exposure=1.0, num_exposures=3, alpha="straight", background="white"
+        )
 
     assert gradcheck(f, (t, r), eps=1e-7, atol=1e-6)
 
 
 # --- HDR-FLIP, FLIPLoss, FLIPMetric --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("background", BACKGROUNDS, ids=str)
@@ -226,10 +258,12 @@ def test_meta_and_fake_tensors_with_alpha():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     m = torch.empty(2, 4, 16, 16, device="meta")
-    for out in (flip_loss.ldr_flip(m, m, alpha="straight", background="checkerboard"),
-                flip_loss.ldr_flip(m, m[:, :3], alpha="premultiplied", background=(0.1, 0.2, 0.3)),
-                flip_loss.hdr_flip(m, m, alpha="straight", background="white"),
-                flip_loss.FLIPLoss(alpha="straight", reduction="none")(m, m)):
+    for out in (
+        flip_loss.ldr_flip(m, m, alpha="straight", background="checkerboard"),
+        flip_loss.ldr_flip(m, m[:, :3], alpha="premultiplied", background=(0.1, 0.2, 0.3)),
+        flip_loss.hdr_flip(m, m, alpha="straight", background="white"),
+        flip_loss.FLIPLoss(alpha="straight", reduction="none")(m, m),
+    ):
         assert out.device.type == "meta" and tuple(out.shape) == (2, 1, 16, 16)
     t, r = rgba_pair((2, 4, 16, 16))
     with FakeTensorMode() as mode:
@@ -241,8 +275,7 @@ def test_meta_and_fake_tensors_with_alpha():
 def test_vmap_with_alpha_gives_the_per_example_results():
     t, r = rgba_pair((3, 4, 12, 10), seed=8)
     got = torch.func.vmap(lambda x, y: flip_loss.ldr_flip(x, y, alpha="straight", background="checkerboard"))(t, r)
-    want = torch.stack([flip_loss.ldr_flip(t[i], r[i], alpha="straight", background="checkerboard")
-                        for i in range(3)])
+    want = torch.stack([flip_loss.ldr_flip(t[i], r[i], alpha="straight", background="checkerboard") for i in range(3)])
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -272,28 +305,36 @@ def test_torchmetrics_metric_composites_as_flip_metric_does():
 
 # --- refusals --------------------------------------------------------------------------------------
 
+
 def test_four_channels_need_an_alpha_rule_everywhere():
     t, r = rgba_pair()
     rule = r"4 channels \(RGBA.*alpha='straight'.*alpha='premultiplied'"
-    for call in (lambda: flip_loss.ldr_flip(t, r), lambda: flip_loss.hdr_flip(t, r),
-                 lambda: flip_loss.FLIPLoss()(t, r), lambda: flip_loss.FLIPLoss(hdr=True)(t, r),
-                 lambda: flip_loss.ldr_flip(t[:, :3], r)):
+    for call in (
+        lambda: flip_loss.ldr_flip(t, r),
+        lambda: flip_loss.hdr_flip(t, r),
+        lambda: flip_loss.FLIPLoss()(t, r),
+        lambda: flip_loss.FLIPLoss(hdr=True)(t, r),
+        lambda: flip_loss.ldr_flip(t[:, :3], r),
+    ):
         with pytest.raises(ValueError, match=rule):
             call()
     with pytest.raises(torch.jit.Error, match=rule):
         torch.jit.script(flip_loss.FLIPLoss())(t, r)
 
 
-@pytest.mark.parametrize("kwargs,exc,message", [
-    (dict(alpha="pre"), ValueError, r"alpha must be one of \('straight', 'premultiplied'\)"),
-    (dict(alpha=True), TypeError, "alpha must be a string"),
-    (dict(alpha="straight", background="grey"), ValueError, "background must be one of"),
-    (dict(alpha="straight", background=(0.1, 0.2)), ValueError, "got 2 values"),
-    (dict(alpha="straight", background=0.5), TypeError, r"\(r, g, b\) triple"),
-    (dict(alpha="straight", background=(0.1, float("nan"), 0.2)), ValueError, "finite"),
-    (dict(alpha="straight", background=(0.1, 1.5, 0.2)), ValueError, r"data range \[0.0, 1.0\]"),
-    (dict(background="white"), ValueError, "background only applies to images with an alpha channel"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,message",
+    [
+        (dict(alpha="pre"), ValueError, r"alpha must be one of \('straight', 'premultiplied'\)"),
+        (dict(alpha=True), TypeError, "alpha must be a string"),
+        (dict(alpha="straight", background="grey"), ValueError, "background must be one of"),
+        (dict(alpha="straight", background=(0.1, 0.2)), ValueError, "got 2 values"),
+        (dict(alpha="straight", background=0.5), TypeError, r"\(r, g, b\) triple"),
+        (dict(alpha="straight", background=(0.1, float("nan"), 0.2)), ValueError, "finite"),
+        (dict(alpha="straight", background=(0.1, 1.5, 0.2)), ValueError, r"data range \[0.0, 1.0\]"),
+        (dict(background="white"), ValueError, "background only applies to images with an alpha channel"),
+    ],
+)
 def test_bad_alpha_options_are_refused(kwargs, exc, message):
     t, r = rgba_pair()
     with pytest.raises(exc, match=message):
@@ -336,6 +377,7 @@ def test_a_scripted_loss_checks_its_alpha_attributes_when_it_runs():
 
 
 # --- image files -----------------------------------------------------------------------------------
+
 
 def test_load_image_keeps_alpha_on_request(tmp_path):
     rng = np.random.default_rng(0)
@@ -380,7 +422,8 @@ def test_load_exr_keeps_alpha_on_request(tmp_path):
 
     grey = {"Y": a[0], "A": a[3]}
     OpenEXR.File({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}, grey).write(
-        str(tmp_path / "ya.exr"))
+        str(tmp_path / "ya.exr")
+    )
     t = imageio.load_image(tmp_path / "ya.exr", keep_alpha=True)
     assert torch.equal(t, torch.from_numpy(np.stack([a[0], a[0], a[0], a[3]])))
     nan_alpha = a.copy()
@@ -393,8 +436,11 @@ def test_load_exr_keeps_alpha_on_request(tmp_path):
 
 # --- the command line ------------------------------------------------------------------------------
 
-NOTE = re.compile(r"^flip-loss: note: an input image has an alpha channel: it is composited over (.+?) as "
-                  r"(straight|premultiplied) alpha", re.M)
+NOTE = re.compile(
+    r"^flip-loss: note: an input image has an alpha channel: it is composited over (.+?) as "
+    r"(straight|premultiplied) alpha",
+    re.M,
+)
 
 
 def printed_means(stdout):
@@ -419,9 +465,18 @@ def png_files(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("given", [[], ["--alpha", "straight"], ["--alpha", "premultiplied"],
-                                   ["--background", "white"], ["--alpha", "premultiplied", "--background", "checkerboard"],
-                                   ["--alpha", "ignore"]], ids=lambda g: " ".join(g) or "default")
+@pytest.mark.parametrize(
+    "given",
+    [
+        [],
+        ["--alpha", "straight"],
+        ["--alpha", "premultiplied"],
+        ["--background", "white"],
+        ["--alpha", "premultiplied", "--background", "checkerboard"],
+        ["--alpha", "ignore"],
+    ],
+    ids=lambda g: " ".join(g) or "default",
+)
 def test_cli_composites_rgba_png_files(png_files, capsys, given):
     ref, tests = png_files / "ref.png", [png_files / "rgba.png", png_files / "grey_alpha.png"]
     assert main(["-r", str(ref), "-t", *map(str, tests), "-v", "1", "-nerm", *given]) == 0
@@ -434,8 +489,13 @@ def test_cli_composites_rgba_png_files(png_files, capsys, given):
     else:
         # FLIP clamps a composite above 1 (premultiplied colour above alpha); the command line clamps
         # it itself, with a warning of its own.
-        want = [expected_mean(alpha_rule.composite(imageio.load_image(t, keep_alpha=True), mode, background,
-                                                   False).clamp(max=1.0), reference) for t in tests]
+        want = [
+            expected_mean(
+                alpha_rule.composite(imageio.load_image(t, keep_alpha=True), mode, background, False).clamp(max=1.0),
+                reference,
+            )
+            for t in tests
+        ]
     clamped = re.findall(r"^flip-loss: warning: the premultiplied composite of <(.+)> exceeds 1", err, flags=re.M)
     assert clamped == ([str(t) for t in tests] if mode == "premultiplied" and background != "black" else [])
     assert printed_means(out) == want
@@ -454,23 +514,41 @@ def test_cli_composites_exr_files_as_premultiplied(tmp_path, capsys):
     a = rng.random((1, 24, 20)).astype(np.float32)
     imageio.save_exr(tmp_path / "ref.exr", colour)
     imageio.save_exr(tmp_path / "test.exr", np.concatenate([colour * a, a]))
-    base = ["-r", str(tmp_path / "ref.exr"), "-t", str(tmp_path / "test.exr"), "-v", "1", "-nerm", "-nexm",
-            "-cstart", "-2", "-cstop", "2", "-n", "5"]
+    base = [
+        "-r",
+        str(tmp_path / "ref.exr"),
+        "-t",
+        str(tmp_path / "test.exr"),
+        "-v",
+        "1",
+        "-nerm",
+        "-nexm",
+        "-cstart",
+        "-2",
+        "-cstop",
+        "2",
+        "-n",
+        "5",
+    ]
     test4, reference = imageio.load_exr(tmp_path / "test.exr", keep_alpha=True), imageio.load_exr(tmp_path / "ref.exr")
 
     def hdr_mean(test, **kwargs):
         with torch.no_grad():
-            error = flip_loss.hdr_flip(test, reference, start_exposure=-2.0, stop_exposure=2.0, num_exposures=5,
-                                       eps=0.0, **kwargs)
+            error = flip_loss.hdr_flip(
+                test, reference, start_exposure=-2.0, stop_exposure=2.0, num_exposures=5, eps=0.0, **kwargs
+            )
         return f"{flip_loss.pool(error[0]).mean:.6f}"
 
     for given, want, noted in (
-            ([], hdr_mean(test4, alpha="premultiplied"), True),
-            (["--background", "checkerboard"], hdr_mean(test4, alpha="premultiplied", background="checkerboard"),
-             True),
-            (["--alpha", "straight", "--background", "white"], hdr_mean(test4, alpha="straight", background="white"),
-             False),
-            (["--alpha", "ignore"], hdr_mean(test4[:3]), False)):
+        ([], hdr_mean(test4, alpha="premultiplied"), True),
+        (["--background", "checkerboard"], hdr_mean(test4, alpha="premultiplied", background="checkerboard"), True),
+        (
+            ["--alpha", "straight", "--background", "white"],
+            hdr_mean(test4, alpha="straight", background="white"),
+            False,
+        ),
+        (["--alpha", "ignore"], hdr_mean(test4[:3]), False),
+    ):
         assert main(base + given) == 0
         out, err = capsys.readouterr()
         assert printed_means(out) == [want], given

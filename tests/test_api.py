@@ -1,4 +1,5 @@
 """Python API: ldr_flip, FLIPLoss, torch.compile, TorchScript, fallback, validation."""
+
 import math
 
 import pytest
@@ -139,10 +140,19 @@ def test_fallback_to_the_oracle_warns(monkeypatch):
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("case,exc", [
-    ("channels", ValueError), ("shape", ValueError), ("int", TypeError), ("ppd", ValueError),
-    ("space", ValueError), ("not-tensor", TypeError), ("dims", ValueError), ("eps", ValueError),
-])
+@pytest.mark.parametrize(
+    "case,exc",
+    [
+        ("channels", ValueError),
+        ("shape", ValueError),
+        ("int", TypeError),
+        ("ppd", ValueError),
+        ("space", ValueError),
+        ("not-tensor", TypeError),
+        ("dims", ValueError),
+        ("eps", ValueError),
+    ],
+)
 def test_api_bad_input_raises(case, exc):
     a, b = images()
     kwargs = {}
@@ -194,8 +204,10 @@ def test_submodules_are_reachable_from_the_package_alone():
     import subprocess
     import sys
 
-    code = ("import flip_loss; ref, test = flip_loss.cli.example_paths(); print(ref.endswith('example_reference.png'), "
-            "callable(flip_loss.imageio.load_image))")
+    code = (
+        "import flip_loss; ref, test = flip_loss.cli.example_paths(); print(ref.endswith('example_reference.png'), "
+        "callable(flip_loss.imageio.load_image))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True"]

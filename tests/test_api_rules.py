@@ -11,6 +11,7 @@
 * tensors without values (meta, FakeTensor) and functorch transforms (vmap) work, and no result
   depends on what was called before (the once-per-process out-of-range warning included).
 """
+
 import io
 import math
 
@@ -20,8 +21,15 @@ import torch
 
 import flip_loss
 from flip_loss import functional, hdr
-from flip_loss.constants import (MAX_EPS, MAX_EXPOSURE_STOPS, MAX_EXPOSURES, MAX_PPD, MIN_EXPOSURE_STOPS,
-                                 MIN_PPD, TONE_MAPPERS)
+from flip_loss.constants import (
+    MAX_EPS,
+    MAX_EXPOSURE_STOPS,
+    MAX_EXPOSURES,
+    MAX_PPD,
+    MIN_EXPOSURE_STOPS,
+    MIN_PPD,
+    TONE_MAPPERS,
+)
 from flip_loss.modules import weighted_reduce
 from flip_loss.pooling import weighted_histogram, weighted_percentile
 
@@ -44,9 +52,8 @@ def hdr_images(shape=(1, 3, 16, 16), seed=0):
     return a, b
 
 
-
-
 # --- values that cannot be right are refused ---
+
 
 def test_metric_refuses_error_maps_outside_the_unit_range():
     metric = flip_loss.FLIPMetric()
@@ -77,16 +84,27 @@ def test_torchmetrics_metric_refuses_maps_outside_the_unit_range(monkeypatch):
 # float32 map follows the float64 map of the same input values, both in [0, 1], with finite
 # gradients. (Near a black region next to a saturated one the map is steep in its inputs and
 # float32 rounding moves it by up to ~3e-4: those cases get a looser bound.)
-EXTREMES = [("ldr", dict(pixels_per_degree=p), None, 1e-5) for p in (MIN_PPD, 0.5, 8.0, MAX_PPD)] + [
-    ("ldr", dict(eps=0.0), None, 1e-5), ("ldr", dict(eps=MAX_EPS), None, 1e-5),
-    ("ldr", dict(input_space="linear"), None, 1e-5)] + [
-    ("ldr", dict(data_range=d), d, 1e-5) for d in (255, (-1, 1), (1000.1, 1001.1), (0, 1e39), (-1e-30, 1e-30))] + [
-    ("hdr", dict(start_exposure=s, stop_exposure=e, num_exposures=n), None, tol) for s, e, n, tol in (
-        (MIN_EXPOSURE_STOPS, MIN_EXPOSURE_STOPS + 1, 2, 1e-5), (MAX_EXPOSURE_STOPS - 1, MAX_EXPOSURE_STOPS, 2, 1e-3),
-        (MIN_EXPOSURE_STOPS, MAX_EXPOSURE_STOPS, MAX_EXPOSURES, 1e-5), (-1, 1, MAX_EXPOSURES, 1e-5))] + [
-    ("hdr", dict(pixels_per_degree=p), None, 1e-5) for p in (MIN_PPD, MAX_PPD)] + [
-    ("hdr", dict(eps=0.0), None, 1e-5)] + [
-    ("hdr", dict(tone_mapper=tm), None, 1e-5) for tm in TONE_MAPPERS]
+EXTREMES = (
+    [("ldr", dict(pixels_per_degree=p), None, 1e-5) for p in (MIN_PPD, 0.5, 8.0, MAX_PPD)]
+    + [
+        ("ldr", dict(eps=0.0), None, 1e-5),
+        ("ldr", dict(eps=MAX_EPS), None, 1e-5),
+        ("ldr", dict(input_space="linear"), None, 1e-5),
+    ]
+    + [("ldr", dict(data_range=d), d, 1e-5) for d in (255, (-1, 1), (1000.1, 1001.1), (0, 1e39), (-1e-30, 1e-30))]
+    + [
+        ("hdr", dict(start_exposure=s, stop_exposure=e, num_exposures=n), None, tol)
+        for s, e, n, tol in (
+            (MIN_EXPOSURE_STOPS, MIN_EXPOSURE_STOPS + 1, 2, 1e-5),
+            (MAX_EXPOSURE_STOPS - 1, MAX_EXPOSURE_STOPS, 2, 1e-3),
+            (MIN_EXPOSURE_STOPS, MAX_EXPOSURE_STOPS, MAX_EXPOSURES, 1e-5),
+            (-1, 1, MAX_EXPOSURES, 1e-5),
+        )
+    ]
+    + [("hdr", dict(pixels_per_degree=p), None, 1e-5) for p in (MIN_PPD, MAX_PPD)]
+    + [("hdr", dict(eps=0.0), None, 1e-5)]
+    + [("hdr", dict(tone_mapper=tm), None, 1e-5) for tm in TONE_MAPPERS]
+)
 
 
 @pytest.mark.parametrize("kind,options,data_range,tol", EXTREMES, ids=[f"{c[0]}-{c[1]}" for c in EXTREMES])
@@ -114,8 +132,13 @@ def test_black_pixels_stay_black_at_the_largest_exposure():
     # (0 x inf); at the largest accepted exposure they stay black.
     a, b = hdr_images()
     for dtype in (torch.float32, torch.float64):
-        error = flip_loss.hdr_flip(a.to(dtype), b.to(dtype), start_exposure=MAX_EXPOSURE_STOPS - 1,
-                                   stop_exposure=MAX_EXPOSURE_STOPS, num_exposures=2)
+        error = flip_loss.hdr_flip(
+            a.to(dtype),
+            b.to(dtype),
+            start_exposure=MAX_EXPOSURE_STOPS - 1,
+            stop_exposure=MAX_EXPOSURE_STOPS,
+            num_exposures=2,
+        )
         # test black, reference saturated white: the largest possible error
         assert error[0, 0, 3, 3] > 0.9, dtype
 
@@ -123,10 +146,12 @@ def test_black_pixels_stay_black_at_the_largest_exposure():
 @pytest.mark.parametrize("ppd", [MIN_PPD * 0.999, 1e-100, 1e-200, 5e-324])
 def test_pixels_per_degree_below_the_minimum_is_refused_everywhere(ppd):
     a, b = images()
-    for call in (lambda: flip_loss.ldr_flip(a, b, pixels_per_degree=ppd),
-                 lambda: flip_loss.hdr_flip(a, b, pixels_per_degree=ppd),
-                 lambda: flip_loss.FLIPLoss(pixels_per_degree=ppd),
-                 lambda: flip_loss.FLIPMetric(pixels_per_degree=ppd)):
+    for call in (
+        lambda: flip_loss.ldr_flip(a, b, pixels_per_degree=ppd),
+        lambda: flip_loss.hdr_flip(a, b, pixels_per_degree=ppd),
+        lambda: flip_loss.FLIPLoss(pixels_per_degree=ppd),
+        lambda: flip_loss.FLIPMetric(pixels_per_degree=ppd),
+    ):
         with pytest.raises(ValueError, match="pixels_per_degree must be a finite number from 0.001"):
             call()
     scripted = torch.jit.script(flip_loss.FLIPLoss())
@@ -164,9 +189,11 @@ def test_exposures_beyond_the_float32_powers_of_two_are_refused_everywhere(bound
 def test_a_data_range_of_infinite_width_is_refused():
     # (-1e308, 1e308) has finite bounds, but its width overflows: every value mapped to 0.
     a, b = images()
-    for call in (lambda: flip_loss.ldr_flip(a, b, data_range=(-1e308, 1e308)),
-                 lambda: flip_loss.FLIPLoss(data_range=(-1e308, 1e308)),
-                 lambda: flip_loss.FLIPMetric(data_range=(-1e308, 1e308))):
+    for call in (
+        lambda: flip_loss.ldr_flip(a, b, data_range=(-1e308, 1e308)),
+        lambda: flip_loss.FLIPLoss(data_range=(-1e308, 1e308)),
+        lambda: flip_loss.FLIPMetric(data_range=(-1e308, 1e308)),
+    ):
         with pytest.raises(ValueError, match="data_range"):
             call()
     scripted = torch.jit.script(flip_loss.FLIPLoss())
@@ -188,8 +215,13 @@ def test_float16_images_with_a_wide_data_range():
 
 # --- numbers are numbers ---
 
-NUMBER_KINDS = [lambda v: v, np.float64, np.float32, lambda v: torch.tensor(v),
-                lambda v: torch.tensor(v, dtype=torch.float64)]
+NUMBER_KINDS = [
+    lambda v: v,
+    np.float64,
+    np.float32,
+    lambda v: torch.tensor(v),
+    lambda v: torch.tensor(v, dtype=torch.float64),
+]
 COUNT_KINDS = [lambda v: v, float, np.int64, np.int32, lambda v: torch.tensor(v), lambda v: torch.tensor(float(v))]
 
 
@@ -197,20 +229,26 @@ COUNT_KINDS = [lambda v: v, float, np.int64, np.int32, lambda v: torch.tensor(v)
 def test_every_number_argument_takes_python_numpy_and_tensor_numbers(kind):
     number = NUMBER_KINDS[kind]
     # exactly representable values, so that every kind gives the same float
-    assert flip_loss.pixels_per_degree(number(0.5), number(0.25), number(1024.0)) == \
-        flip_loss.pixels_per_degree(0.5, 0.25, 1024)
+    assert flip_loss.pixels_per_degree(number(0.5), number(0.25), number(1024.0)) == flip_loss.pixels_per_degree(
+        0.5, 0.25, 1024
+    )
     v = np.linspace(0, 1, 37, dtype=np.float32)
     assert weighted_percentile(v, number(0.5)) == weighted_percentile(v, 0.5)
     a, b = images()
     expected = flip_loss.ldr_flip(a, b, pixels_per_degree=32.0, eps=0.0, data_range=(-1.0, 2.0))
-    got = flip_loss.ldr_flip(a, b, pixels_per_degree=number(32.0), eps=number(0.0),
-                             data_range=(number(-1.0), number(2.0)))
+    got = flip_loss.ldr_flip(
+        a, b, pixels_per_degree=number(32.0), eps=number(0.0), data_range=(number(-1.0), number(2.0))
+    )
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
     metric = flip_loss.FLIPMetric(pixels_per_degree=number(32.0), data_range=number(2.0))
     assert metric.pixels_per_degree == 32.0 and metric.data_range == (0.0, 2.0)
     t, r = hdr_images()
-    torch.testing.assert_close(flip_loss.hdr_flip(t, r, start_exposure=number(-2.0), stop_exposure=number(3.0)),
-                               flip_loss.hdr_flip(t, r, start_exposure=-2.0, stop_exposure=3.0), rtol=0, atol=0)
+    torch.testing.assert_close(
+        flip_loss.hdr_flip(t, r, start_exposure=number(-2.0), stop_exposure=number(3.0)),
+        flip_loss.hdr_flip(t, r, start_exposure=-2.0, stop_exposure=3.0),
+        rtol=0,
+        atol=0,
+    )
     loss = flip_loss.FLIPLoss(hdr=True, start_exposure=number(-2.0), stop_exposure=number(3.0))
     assert (loss.start_exposure, loss.stop_exposure) == (-2.0, 3.0)
 
@@ -223,13 +261,16 @@ def test_every_count_argument_takes_whole_numbers_of_any_kind(kind):
         np.testing.assert_array_equal(got, want)
     assert flip_loss.FLIPMetric(bins=count(64)).bins == 64
     t, r = hdr_images()
-    torch.testing.assert_close(flip_loss.hdr_flip(t, r, num_exposures=count(3)),
-                               flip_loss.hdr_flip(t, r, num_exposures=3), rtol=0, atol=0)
+    torch.testing.assert_close(
+        flip_loss.hdr_flip(t, r, num_exposures=count(3)), flip_loss.hdr_flip(t, r, num_exposures=3), rtol=0, atol=0
+    )
     assert flip_loss.FLIPLoss(hdr=True, num_exposures=count(3)).num_exposures == 3
 
 
-@pytest.mark.parametrize("bad,exc", [(True, TypeError), ("1", TypeError), (None, TypeError),
-                                     (torch.tensor([1.0]), TypeError), (2.5, ValueError)])
+@pytest.mark.parametrize(
+    "bad,exc",
+    [(True, TypeError), ("1", TypeError), (None, TypeError), (torch.tensor([1.0]), TypeError), (2.5, ValueError)],
+)
 def test_numbers_of_the_wrong_kind_are_refused(bad, exc):
     v = np.linspace(0, 1, 37, dtype=np.float32)
     with pytest.raises(exc, match="bins"):
@@ -243,6 +284,7 @@ def test_numbers_of_the_wrong_kind_are_refused(bad, exc):
 
 
 # --- a forward call cannot be misread ---
+
 
 def test_a_zero_dim_weight_is_refused_with_where_pixels_per_degree_goes():
     # NVIDIA's loss takes pixels per degree as the third argument of its call; here that is the
@@ -276,11 +318,17 @@ def test_a_zero_dim_weight_is_refused_with_where_pixels_per_degree_goes():
 
 # --- FLIPLoss takes what hdr_flip takes ---
 
-PER_IMAGE = [dict(start_exposure=torch.tensor([-6.0, -2.0, -1.0])), dict(stop_exposure=torch.tensor([1.0, 2.0, 3.0])),
-             dict(num_exposures=torch.tensor([2, 5, 7])),
-             dict(start_exposure=torch.tensor([-3.0, -1.0, 0.5]), stop_exposure=torch.tensor([1.0, 2.0, 3.0]),
-                  num_exposures=torch.tensor([3, 4, 6])),
-             dict(start_exposure=-2.0, stop_exposure=torch.tensor([1.0, 2.0, 3.0]))]
+PER_IMAGE = [
+    dict(start_exposure=torch.tensor([-6.0, -2.0, -1.0])),
+    dict(stop_exposure=torch.tensor([1.0, 2.0, 3.0])),
+    dict(num_exposures=torch.tensor([2, 5, 7])),
+    dict(
+        start_exposure=torch.tensor([-3.0, -1.0, 0.5]),
+        stop_exposure=torch.tensor([1.0, 2.0, 3.0]),
+        num_exposures=torch.tensor([3, 4, 6]),
+    ),
+    dict(start_exposure=-2.0, stop_exposure=torch.tensor([1.0, 2.0, 3.0])),
+]
 
 
 @pytest.mark.parametrize("given", PER_IMAGE, ids=["start", "stop", "num", "all", "mixed"])
@@ -326,20 +374,24 @@ def test_flip_loss_checks_exposure_tensors_as_hdr_flip_does():
 
 # --- tensors without values, functorch transforms: no result depends on earlier calls ---
 
+
 def test_meta_tensors_give_meta_results_and_use_up_nothing(fresh_warning):
     m = torch.empty(2, 3, 16, 16, device="meta")
     w = torch.empty(2, 1, 16, 16, device="meta")
-    for out, shape in ((flip_loss.ldr_flip(m, m), (2, 1, 16, 16)), (flip_loss.ldr_flip(m[0], m[0]), (1, 16, 16)),
-                       (flip_loss.ldr_flip(m, m, data_range=255), (2, 1, 16, 16)),
-                       (flip_loss.FLIPLoss()(m, m), ()), (flip_loss.FLIPLoss()(m, m, w), ()),
-                       (flip_loss.FLIPLoss(reduction="per_image")(m, m, w), (2,)),
-                       (flip_loss.FLIPLoss(reduction="none")(m, m, w), (2, 1, 16, 16)),
-                       (flip_loss.hdr_flip(m, m), (2, 1, 16, 16)),
-                       (flip_loss.hdr_flip(m, m, start_exposure=-1.0, stop_exposure=1.0, num_exposures=3),
-                        (2, 1, 16, 16)),
-                       (flip_loss.hdr_flip(m, m, num_exposures=torch.tensor([3, 4], device="meta")), (2, 1, 16, 16)),
-                       (flip_loss.FLIPLoss(hdr=True, reduction="per_image")(m, m), (2,)),
-                       (flip_loss.exposure_range(m)[0], (2,))):
+    for out, shape in (
+        (flip_loss.ldr_flip(m, m), (2, 1, 16, 16)),
+        (flip_loss.ldr_flip(m[0], m[0]), (1, 16, 16)),
+        (flip_loss.ldr_flip(m, m, data_range=255), (2, 1, 16, 16)),
+        (flip_loss.FLIPLoss()(m, m), ()),
+        (flip_loss.FLIPLoss()(m, m, w), ()),
+        (flip_loss.FLIPLoss(reduction="per_image")(m, m, w), (2,)),
+        (flip_loss.FLIPLoss(reduction="none")(m, m, w), (2, 1, 16, 16)),
+        (flip_loss.hdr_flip(m, m), (2, 1, 16, 16)),
+        (flip_loss.hdr_flip(m, m, start_exposure=-1.0, stop_exposure=1.0, num_exposures=3), (2, 1, 16, 16)),
+        (flip_loss.hdr_flip(m, m, num_exposures=torch.tensor([3, 4], device="meta")), (2, 1, 16, 16)),
+        (flip_loss.FLIPLoss(hdr=True, reduction="per_image")(m, m), (2,)),
+        (flip_loss.exposure_range(m)[0], (2,)),
+    ):
         assert out.device.type == "meta" and tuple(out.shape) == shape
     # ... and the out-of-range warning is still to come, on the first call with values.
     a, b = images()
@@ -365,18 +417,27 @@ def test_vmap_gives_the_per_example_results_whatever_came_before(fresh_warning):
     t, r = hdr_images((3, 3, 16, 16), seed=6)
     w = torch.rand(3, 1, 16, 16, generator=torch.Generator().manual_seed(7)) + 0.1
     per_example = {
-        "ldr": (lambda: torch.func.vmap(flip_loss.ldr_flip)(a, b),
-                torch.stack([flip_loss.ldr_flip(a[i], b[i]) for i in range(3)])),
-        "hdr": (lambda: torch.func.vmap(flip_loss.hdr_flip)(t, r),
-                torch.stack([flip_loss.hdr_flip(t[i], r[i]) for i in range(3)])),
-        "start": (lambda: torch.func.vmap(lambda x, y, s: flip_loss.hdr_flip(x, y, start_exposure=s))(
-            t, r, torch.tensor([-6.0, -4.0, -2.0])),
-            torch.stack([flip_loss.hdr_flip(t[i], r[i], start_exposure=s) for i, s in enumerate([-6.0, -4.0, -2.0])])),
+        "ldr": (
+            lambda: torch.func.vmap(flip_loss.ldr_flip)(a, b),
+            torch.stack([flip_loss.ldr_flip(a[i], b[i]) for i in range(3)]),
+        ),
+        "hdr": (
+            lambda: torch.func.vmap(flip_loss.hdr_flip)(t, r),
+            torch.stack([flip_loss.hdr_flip(t[i], r[i]) for i in range(3)]),
+        ),
+        "start": (
+            lambda: torch.func.vmap(lambda x, y, s: flip_loss.hdr_flip(x, y, start_exposure=s))(
+                t, r, torch.tensor([-6.0, -4.0, -2.0])
+            ),
+            torch.stack([flip_loss.hdr_flip(t[i], r[i], start_exposure=s) for i, s in enumerate([-6.0, -4.0, -2.0])]),
+        ),
     }
     for reduction in ("mean", "per_image", "sum", "none"):
         loss = flip_loss.FLIPLoss(reduction=reduction)
-        per_example[reduction] = (lambda loss=loss: torch.func.vmap(loss)(a, b, w),
-                                  torch.stack([loss(a[i], b[i], w[i]) for i in range(3)]))
+        per_example[reduction] = (
+            lambda loss=loss: torch.func.vmap(loss)(a, b, w),
+            torch.stack([loss(a[i], b[i], w[i]) for i in range(3)]),
+        )
     # First with the out-of-range warning still to come, then after it has been shown.
     functional._out_of_range_warned = False
     for state in ("before the warning", "after the warning"):
@@ -403,7 +464,8 @@ def test_vmapped_checks_cover_every_example():
     assert sums[1] == 0 and sums[0] > 0 and sums[2] > 0
     with pytest.raises(ValueError, match=r"start_exposure 5.0 must not exceed stop_exposure 2.0 \(image 1\)"):
         torch.func.vmap(lambda x, y, s: flip_loss.hdr_flip(x, y, start_exposure=s, stop_exposure=2.0))(
-            t, r, torch.tensor([-3.0, 5.0, -1.0]))
+            t, r, torch.tensor([-3.0, 5.0, -1.0])
+        )
     bad = r.clone()
     bad[2, 0, 1, 1] = math.nan
     with pytest.raises(ValueError, match="image 2 is undefined"):

@@ -1,4 +1,5 @@
 """Under torch.autocast the ops run in float32 without user casts (registered Autocast kernels)."""
+
 import pytest
 import torch
 

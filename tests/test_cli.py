@@ -1,4 +1,5 @@
 """The command-line evaluator (flip_loss.cli, python -m flip_loss) and image loading."""
+
 import ast
 import math
 import os
@@ -25,15 +26,20 @@ ROOT = Path(__file__).resolve().parents[1]
 # The header line of the CSV files flip-loss writes (an existing file must have it to be appended to).
 HEADER_LINE = ",".join(f'"{c}"' for c in CSV_HEADER)
 W, H = 40, 28
-VALUE_LINES = ("Mean", "Weighted median", "1st weighted quartile", "3rd weighted quartile",
-               "Min", "Max")
+VALUE_LINES = ("Mean", "Weighted median", "1st weighted quartile", "3rd weighted quartile", "Min", "Max")
 
 
 def run_module(args, cwd):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "flip_loss", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "flip_loss", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +49,7 @@ def pair(tmp_path_factory):
     ref = Image.open(example_paths()[0]).convert("RGB").crop((100, 60, 100 + W, 60 + H))
     a = np.asarray(ref).astype(np.float64)
     a = a + np.random.default_rng(1).normal(0, 12, a.shape)
-    a[:, W // 2:, 2] *= 0.8
+    a[:, W // 2 :, 2] *= 0.8
     ref.save(d / "ref.png")
     Image.fromarray(np.clip(np.round(a), 0, 255).astype(np.uint8)).save(d / "test.png")
     return d / "ref.png", d / "test.png"
@@ -92,6 +98,7 @@ def snapshot(*directories):
 # ----------------------------------------------------------------------------------------------
 # As a subprocess
 # ----------------------------------------------------------------------------------------------
+
 
 def test_module_prints_pooled_values_and_writes_magma_map(pair, tmp_path):
     ref, test = pair
@@ -142,21 +149,29 @@ def test_module_help_documents_exit_codes(tmp_path):
     res = run_module(["--help"], cwd=tmp_path)
     assert res.returncode == 0
     assert "exit codes:" in res.stdout and "--viewing-conditions" in res.stdout
-    for needle in ("0  success", "1  the --fail-above gate failed", "2  an error you can act on",
-                   "3  an unexpected internal error", "--reference-dir", "--fail-above", "--histogram",
-                   "--textfile", "--csv", "--basename", "psychophysics"):
+    for needle in (
+        "0  success",
+        "1  the --fail-above gate failed",
+        "2  an error you can act on",
+        "3  an unexpected internal error",
+        "--reference-dir",
+        "--fail-above",
+        "--histogram",
+        "--textfile",
+        "--csv",
+        "--basename",
+        "psychophysics",
+    ):
         assert needle in res.stdout, needle
 
 
 def test_module_gate_exit_codes(pair, tmp_path):
     ref, test = pair
-    failed = run_module(["-r", ref, "-t", test, "-nerm", "-v", "0", "--fail-above", "mean", "0.01"],
-                        cwd=tmp_path)
+    failed = run_module(["-r", ref, "-t", test, "-nerm", "-v", "0", "--fail-above", "mean", "0.01"], cwd=tmp_path)
     assert failed.returncode == 1, failed.stderr
     assert failed.stdout == ""
     assert failed.stderr.startswith("flip-loss: gate failed: the mean FLIP error of test image <")
-    passed = run_module(["-r", ref, "-t", test, "-nerm", "-v", "0", "--fail-above", "MAX", "1"],
-                        cwd=tmp_path)
+    passed = run_module(["-r", ref, "-t", test, "-nerm", "-v", "0", "--fail-above", "MAX", "1"], cwd=tmp_path)
     assert passed.returncode == 0 and passed.stderr == ""
 
 
@@ -169,8 +184,10 @@ def test_module_folder_mode(pair, tmp_path):
     res = run_module(["--reference-dir", refs, "--test-dir", tests, "-d", "out", "-v", "1"], cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "extra.png" in res.stderr and "warning" in res.stderr
-    assert ("Evaluated 1 pair(s); 1 image(s) without a partner; summary CSV: " + os.path.join("out", "summary.csv")
-            in res.stdout)
+    assert (
+        "Evaluated 1 pair(s); 1 image(s) without a partner; summary CSV: " + os.path.join("out", "summary.csv")
+        in res.stdout
+    )
     assert (tmp_path / "out" / "summary.csv").read_text().count("\n") == 3  # the pair and the unmatched image
     assert (tmp_path / "out" / "flip.a.a.67ppd.ldr.png").exists()
 
@@ -178,6 +195,7 @@ def test_module_folder_mode(pair, tmp_path):
 # ----------------------------------------------------------------------------------------------
 # In process
 # ----------------------------------------------------------------------------------------------
+
 
 def test_grey_map_and_directory(pair, tmp_path, capsys):
     ref, test = pair
@@ -226,8 +244,13 @@ def test_verbosity(pair, tmp_path, capsys, monkeypatch):
     assert (tmp_path / "flip.ref.test.67ppd.ldr.png").exists()
     assert main(["-r", str(ref), "-t", str(test), "--verbosity", "1", "-nerm"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4 and lines[0].startswith("FLIP between") and lines[1].startswith(
-        "     Mean: ") and lines[2] == "" and lines[3].startswith("Total time: ")
+    assert (
+        len(lines) == 4
+        and lines[0].startswith("FLIP between")
+        and lines[1].startswith("     Mean: ")
+        and lines[2] == ""
+        and lines[3].startswith("Total time: ")
+    )
 
 
 def test_viewing_conditions_give_the_same_ppd(pair, tmp_path, capsys, monkeypatch):
@@ -269,11 +292,12 @@ def test_example_in_process(tmp_path, capsys):
 # Errors: one line on stderr, exit code 2
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def bad_files(tmp_path, pair):
     Image.new("RGB", (W + 1, H)).save(tmp_path / "wider.png")
     (tmp_path / "garbage.png").write_bytes(b"this is not a PNG file at all")
-    full = (tmp_path / "trunc.png")
+    full = tmp_path / "trunc.png"
     data = pair[1].read_bytes()
     full.write_bytes(data[: len(data) // 2])
     (tmp_path / "image.exr").write_bytes(b"v/1\x01" + b"\0" * 100)
@@ -283,37 +307,40 @@ def bad_files(tmp_path, pair):
     return tmp_path
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["-r", "{ref}", "-t", "{d}/missing.png"], "does not exist"),
-    (["-r", "{d}/missing.png", "-t", "{test}"], "does not exist"),
-    (["-r", "{ref}", "-t", "{d}/wider.png"], "same size"),
-    (["-r", "{ref}", "-t", "{test}", "{d}/wider.png"], "41x28"),
-    (["-r", "{ref}", "-t", "{d}/garbage.png"], "cannot read image"),
-    (["-r", "{ref}", "-t", "{d}"], "directory"),
-    (["-r", "{d}/image.exr", "-t", "{test}"], "cannot mix HDR and LDR images"),
-    (["-r", "{ref}", "-t", "{d}/image.exr"], "cannot mix HDR and LDR images"),
-    (["-r", "{ref}", "-t", "{test}", "{d}/image.exr"], "cannot mix HDR and LDR images"),
-    (["-r", "{d}/image.exr", "-t", "{d}/image.exr"], "the OpenEXR file is damaged, truncated"),
-    (["-r", "{d}/garbage.png", "-t", "{d}/garbage.exr"], "cannot mix HDR and LDR images"),
-    (["-r", "{d}/garbage.exr", "-t", "{d}/garbage.exr"], "not an OpenEXR file"),
-    (["-r", "{d}/image.hdr", "-t", "{d}/image.hdr"], "are not supported; convert"),
-    (["-r", "{ref}", "-t", "{d}/image.pfm"], "are not supported; convert"),
-    (["-r", "{ref}", "-t", "{test}", "--ppd", "abc"], "a number from 0.001 to 10000"),
-    (["-r", "{ref}", "-t", "{test}", "--ppd", "-3"], "a number from 0.001 to 10000"),
-    (["-r", "{ref}", "-t", "{test}", "--ppd", "0"], "a number from 0.001 to 10000"),
-    (["-r", "{ref}", "-t", "{test}", "--ppd", "nan"], "a number from 0.001 to 10000"),
-    (["-r", "{ref}", "-t", "{test}", "-vc", "0.7", "0", "3840"], "positive number"),
-    (["-r", "{ref}", "-t", "{test}", "-vc", "0.7", "0.7"], "expected 3 arguments"),
-    (["-r", "{ref}", "-t", "{test}", "--ppd", "60", "-vc", "0.7", "0.7", "3840"], "not allowed"),
-    (["-r", "{ref}", "-t", "{test}", "-v", "3"], "invalid choice"),
-    (["-r", "{ref}", "-t", "{test}", "--device", "tpu"], "invalid choice"),
-    (["-r", "{ref}", "-t", "{test}", "{test}", "-o", "{d}/x.png"], "one test image"),
-    (["-r", "{ref}", "-t", "{test}", "-o", "{d}/x.jpg"], ".png"),
-    (["-r", "{ref}"], "required"),
-    ([], "required"),
-    (["--example", "-r", "{ref}"], "cannot be combined"),
-    (["-r", "{ref}", "-t", "{test}", "--bogus"], "unrecognized arguments"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["-r", "{ref}", "-t", "{d}/missing.png"], "does not exist"),
+        (["-r", "{d}/missing.png", "-t", "{test}"], "does not exist"),
+        (["-r", "{ref}", "-t", "{d}/wider.png"], "same size"),
+        (["-r", "{ref}", "-t", "{test}", "{d}/wider.png"], "41x28"),
+        (["-r", "{ref}", "-t", "{d}/garbage.png"], "cannot read image"),
+        (["-r", "{ref}", "-t", "{d}"], "directory"),
+        (["-r", "{d}/image.exr", "-t", "{test}"], "cannot mix HDR and LDR images"),
+        (["-r", "{ref}", "-t", "{d}/image.exr"], "cannot mix HDR and LDR images"),
+        (["-r", "{ref}", "-t", "{test}", "{d}/image.exr"], "cannot mix HDR and LDR images"),
+        (["-r", "{d}/image.exr", "-t", "{d}/image.exr"], "the OpenEXR file is damaged, truncated"),
+        (["-r", "{d}/garbage.png", "-t", "{d}/garbage.exr"], "cannot mix HDR and LDR images"),
+        (["-r", "{d}/garbage.exr", "-t", "{d}/garbage.exr"], "not an OpenEXR file"),
+        (["-r", "{d}/image.hdr", "-t", "{d}/image.hdr"], "are not supported; convert"),
+        (["-r", "{ref}", "-t", "{d}/image.pfm"], "are not supported; convert"),
+        (["-r", "{ref}", "-t", "{test}", "--ppd", "abc"], "a number from 0.001 to 10000"),
+        (["-r", "{ref}", "-t", "{test}", "--ppd", "-3"], "a number from 0.001 to 10000"),
+        (["-r", "{ref}", "-t", "{test}", "--ppd", "0"], "a number from 0.001 to 10000"),
+        (["-r", "{ref}", "-t", "{test}", "--ppd", "nan"], "a number from 0.001 to 10000"),
+        (["-r", "{ref}", "-t", "{test}", "-vc", "0.7", "0", "3840"], "positive number"),
+        (["-r", "{ref}", "-t", "{test}", "-vc", "0.7", "0.7"], "expected 3 arguments"),
+        (["-r", "{ref}", "-t", "{test}", "--ppd", "60", "-vc", "0.7", "0.7", "3840"], "not allowed"),
+        (["-r", "{ref}", "-t", "{test}", "-v", "3"], "invalid choice"),
+        (["-r", "{ref}", "-t", "{test}", "--device", "tpu"], "invalid choice"),
+        (["-r", "{ref}", "-t", "{test}", "{test}", "-o", "{d}/x.png"], "one test image"),
+        (["-r", "{ref}", "-t", "{test}", "-o", "{d}/x.jpg"], ".png"),
+        (["-r", "{ref}"], "required"),
+        ([], "required"),
+        (["--example", "-r", "{ref}"], "cannot be combined"),
+        (["-r", "{ref}", "-t", "{test}", "--bogus"], "unrecognized arguments"),
+    ],
+)
 def test_user_errors(argv, needle, pair, bad_files, capsys):
     ref, test = pair
     args = [a.format(ref=ref, test=test, d=bad_files) for a in argv]
@@ -337,13 +364,13 @@ def test_cuda_requested_without_cuda(pair, capsys):
 
 def test_device_cpu(pair, capsys):
     assert main(["-r", str(pair[0]), "-t", str(pair[1]), "--device", "cpu", "-nerm"]) == 0
-    assert printed_values(capsys.readouterr().out)["Mean"] == [
-        f"{pool(expected_map(*pair)).mean:.6f}"]
+    assert printed_values(capsys.readouterr().out)["Mean"] == [f"{pool(expected_map(*pair)).mean:.6f}"]
 
 
 # ----------------------------------------------------------------------------------------------
 # The bundled example and image I/O
 # ----------------------------------------------------------------------------------------------
+
 
 def test_example_files():
     ref, test = example_paths()
@@ -384,8 +411,12 @@ def _write_png16(path, samples, colour_type, filter_type=0):
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
     ihdr = struct.pack(">IIBBBBB", w, h, 16, colour_type, 0, 0, 0)
-    Path(path).write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
-                           + chunk(b"IDAT", zlib.compress(b"".join(rows))) + chunk(b"IEND", b""))
+    Path(path).write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
+        + chunk(b"IEND", b"")
+    )
 
 
 @pytest.mark.parametrize("colour_type,channels", [(0, 1), (2, 3), (4, 2), (6, 4)])
@@ -402,9 +433,20 @@ def test_load_16_bit_png(tmp_path, colour_type, channels, filter_type):
     np.testing.assert_array_equal(np.round(t.numpy().transpose(1, 2, 0) * 65535).astype(int), want)
 
 
-@pytest.mark.parametrize("fmt,mode", [("PNG", "RGB"), ("PNG", "RGBA"), ("PNG", "L"), ("PNG", "LA"),
-                                      ("PNG", "P"), ("BMP", "RGB"), ("TGA", "RGB"),
-                                      ("JPEG", "RGB"), ("JPEG", "L")])
+@pytest.mark.parametrize(
+    "fmt,mode",
+    [
+        ("PNG", "RGB"),
+        ("PNG", "RGBA"),
+        ("PNG", "L"),
+        ("PNG", "LA"),
+        ("PNG", "P"),
+        ("BMP", "RGB"),
+        ("TGA", "RGB"),
+        ("JPEG", "RGB"),
+        ("JPEG", "L"),
+    ],
+)
 def test_load_8_bit_formats(tmp_path, fmt, mode):
     rng = np.random.default_rng(0)
     rgb = rng.integers(0, 256, (5, 7, 3)).astype(np.uint8)
@@ -474,6 +516,7 @@ def test_fallback_warning_is_one_stderr_line(pair, capsys, monkeypatch):
 # Text files, CSV, base names, histograms
 # ----------------------------------------------------------------------------------------------
 
+
 def test_textfile(pair, tmp_path, capsys):
     ref, test = pair
     assert main(["-r", str(ref), "-t", str(test), "-txt", "-d", str(tmp_path), "-v", "0"]) == 0
@@ -498,8 +541,10 @@ def test_csv_appends_rows_with_one_header(pair, tmp_path, capsys):
     assert main(["-r", str(ref), "-t", str(test), str(ref), "-c", str(path), "-nerm", "-v", "0"]) == 0
     assert main(["-r", str(ref), "-t", str(test), "--csv", str(path), "-nerm", "-v", "0"]) == 0
     text = path.read_text()
-    assert text.splitlines()[0] == ('"Reference","Test","Mean","Weighted median","1st weighted quartile",'
-                                    '"3rd weighted quartile","Min","Max","Status","Gate"')
+    assert text.splitlines()[0] == (
+        '"Reference","Test","Mean","Weighted median","1st weighted quartile",'
+        '"3rd weighted quartile","Min","Max","Status","Gate"'
+    )
     rows = list(csv.reader(text.splitlines()))
     assert len(rows) == 4 and all(len(r) == 10 for r in rows)
     want = formatted(pool(expected_map(ref, test)))
@@ -525,11 +570,28 @@ def test_csv_appends_rows_with_one_header(pair, tmp_path, capsys):
 def test_basename(pair, tmp_path, capsys):
     ref, test = pair
     assert main(["-r", str(ref), "-t", str(test), "-b", "run1", "-txt", "-hist", "-d", str(tmp_path)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run1.png", "run1.txt",
-                                                         "run1.weighted_histogram.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run1.png", "run1.txt", "run1.weighted_histogram.png"]
     assert f"FLIP error map location: {os.path.join(str(tmp_path), 'run1.png')}" in capsys.readouterr().out
-    assert main(["-r", str(ref), "-t", str(test), "--basename", "run2", "-hist", "--log", "-nerm",
-                 "-d", str(tmp_path), "-v", "0"]) == 0
+    assert (
+        main(
+            [
+                "-r",
+                str(ref),
+                "-t",
+                str(test),
+                "--basename",
+                "run2",
+                "-hist",
+                "--log",
+                "-nerm",
+                "-d",
+                str(tmp_path),
+                "-v",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "run2.log_weighted_histogram.png").exists()
 
 
@@ -541,19 +603,42 @@ def test_histogram_single_and_overlapped(pair, tmp_path, capsys):
     assert im.format == "PNG" and im.size[0] > 400 and im.size[1] > 200
     # Two test images: one overlapped histogram, no per-image ones.
     out = tmp_path / "two"
-    assert main(["-r", str(ref), "-t", str(test), str(ref), "--histogram", "-lg", "--y-max", "1e6",
-                 "-epv", "-nerm", "-d", str(out), "-v", "0"]) == 0
+    assert (
+        main(
+            [
+                "-r",
+                str(ref),
+                "-t",
+                str(test),
+                str(ref),
+                "--histogram",
+                "-lg",
+                "--y-max",
+                "1e6",
+                "-epv",
+                "-nerm",
+                "-d",
+                str(out),
+                "-v",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert [p.name for p in out.iterdir()] == ["log_weighted_histogram.flip.ref.test.ref.67ppd.ldr.png"]
     # Three test images: one histogram each.
     out3 = tmp_path / "three"
     other = tmp_path / "other" / "test2.png"
     other.parent.mkdir()
     other.write_bytes(test.read_bytes())
-    assert main(["-r", str(ref), "-t", str(test), str(ref), str(other), "-hist", "-nerm", "-d", str(out3),
-                 "-v", "0"]) == 0
-    assert sorted(p.name for p in out3.iterdir()) == ["weighted_histogram.flip.ref.ref.67ppd.ldr.png",
-                                                      "weighted_histogram.flip.ref.test.67ppd.ldr.png",
-                                                      "weighted_histogram.flip.ref.test2.67ppd.ldr.png"]
+    assert (
+        main(["-r", str(ref), "-t", str(test), str(ref), str(other), "-hist", "-nerm", "-d", str(out3), "-v", "0"]) == 0
+    )
+    assert sorted(p.name for p in out3.iterdir()) == [
+        "weighted_histogram.flip.ref.ref.67ppd.ldr.png",
+        "weighted_histogram.flip.ref.test.67ppd.ldr.png",
+        "weighted_histogram.flip.ref.test2.67ppd.ldr.png",
+    ]
     assert capsys.readouterr().out == ""
 
 
@@ -568,15 +653,34 @@ def test_histogram_without_matplotlib(pair, tmp_path, capsys, monkeypatch):
 # The regression gate and the exit codes
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("quantity,index", [("mean", 0), ("weighted-median", 1), ("max", 5)])
 def test_gate_per_quantity(pair, capsys, quantity, index):
     ref, test = pair
     value = pool(expected_map(ref, test))[index]
-    assert main(["-r", str(ref), "-t", str(test), "-nerm", "-v", "0", "--fail-above", quantity,
-                 f"{value + 1e-4:.6f}"]) == 0
+    assert (
+        main(["-r", str(ref), "-t", str(test), "-nerm", "-v", "0", "--fail-above", quantity, f"{value + 1e-4:.6f}"])
+        == 0
+    )
     assert capsys.readouterr() == ("", "")
-    assert main(["-r", str(ref), "-t", str(test), str(ref), "-nerm", "-v", "1", "--fail-above",
-                 quantity.upper(), f"{value - 1e-4:.6f}"]) == 1
+    assert (
+        main(
+            [
+                "-r",
+                str(ref),
+                "-t",
+                str(test),
+                str(ref),
+                "-nerm",
+                "-v",
+                "1",
+                "--fail-above",
+                quantity.upper(),
+                f"{value - 1e-4:.6f}",
+            ]
+        )
+        == 1
+    )
     captured = capsys.readouterr()
     assert captured.out.count("FLIP between") == 2  # every image is still evaluated and printed
     lines = captured.err.strip().splitlines()
@@ -650,6 +754,7 @@ def test_help_prints_every_exit_code(capsys):
 # Folder mode
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def folders(tmp_path, pair):
     refs, tests = tmp_path / "refs", tmp_path / "tests"
@@ -660,10 +765,10 @@ def folders(tmp_path, pair):
     test_img.save(tests / "a.png")
     ref_img.save(refs / "b.png")
     test_img.save(tests / "b.jpg", quality=80)  # same stem, another extension
-    ref_img.save(refs / "only_ref.png")         # unmatched
-    test_img.save(tests / "only_test.bmp")      # unmatched
+    ref_img.save(refs / "only_ref.png")  # unmatched
+    test_img.save(tests / "only_test.bmp")  # unmatched
     (tests / "notes.txt").write_text("not an image")
-    (tests / "render.exr").write_bytes(b"v/1\x01")   # unmatched (an .exr pair would be HDR-FLIP)
+    (tests / "render.exr").write_bytes(b"v/1\x01")  # unmatched (an .exr pair would be HDR-FLIP)
     (tests / "render.hdr").write_bytes(b"#?RADIANCE\n")  # not supported: skipped
     return refs, tests
 
@@ -684,22 +789,48 @@ def test_folder_mode(folders, tmp_path, capsys):
     assert vals["Mean"][0] == formatted(pool(expected_map(refs / "a.png", tests / "a.png")))["Mean"]
     assert f"summary CSV: {out / 'summary.csv'}" in captured.out
     assert sorted(p.name for p in out.iterdir()) == [
-        "flip.a.a.67ppd.ldr.png", "flip.b.b.67ppd.ldr.png", "pooled_values.flip.a.a.67ppd.ldr.txt",
-        "pooled_values.flip.b.b.67ppd.ldr.txt", "summary.csv"]
+        "flip.a.a.67ppd.ldr.png",
+        "flip.b.b.67ppd.ldr.png",
+        "pooled_values.flip.a.a.67ppd.ldr.txt",
+        "pooled_values.flip.b.b.67ppd.ldr.txt",
+        "summary.csv",
+    ]
     rows = (out / "summary.csv").read_text().splitlines()
     assert len(rows) == 6 and rows[1].startswith(f'"{refs / "a.png"}","{tests / "a.png"}",')
     assert rows[2].startswith(f'"{refs / "b.png"}","{tests / "b.jpg"}",')
     # the images without a partner, by name, with the reason
-    assert rows[3] == f'"{refs / "only_ref.png"}","","","","","","","","not evaluated: no test image of the same ' \
-                      f'name in \'{tests}\'",""'
-    assert rows[4].startswith(f'"","{tests / "only_test.bmp"}",') and rows[5].startswith(f'"","{tests / "render.exr"}",')
+    assert (
+        rows[3] == f'"{refs / "only_ref.png"}","","","","","","","","not evaluated: no test image of the same '
+        f'name in \'{tests}\'",""'
+    )
+    assert rows[4].startswith(f'"","{tests / "only_test.bmp"}",') and rows[5].startswith(
+        f'"","{tests / "render.exr"}",'
+    )
     # --csv elsewhere, no maps, no bar, gate: the unmatched images fail it (exit code 4) unless
     # --allow-unmatched, and every row says its verdict.
     for allow, code, verdict in ((False, 4, "fail"), (True, 1, "skipped")):
         csv_path = tmp_path / f"all-{allow}.csv"
-        assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-c", str(csv_path), "-nerm",
-                     "--no-progress", "-v", "1", "--fail-above", "mean", "0.001"]
-                    + (["--allow-unmatched"] if allow else [])) == code
+        assert (
+            main(
+                [
+                    "--reference-dir",
+                    str(refs),
+                    "--test-dir",
+                    str(tests),
+                    "-c",
+                    str(csv_path),
+                    "-nerm",
+                    "--no-progress",
+                    "-v",
+                    "1",
+                    "--fail-above",
+                    "mean",
+                    "0.001",
+                ]
+                + (["--allow-unmatched"] if allow else [])
+            )
+            == code
+        )
         captured = capsys.readouterr()
         assert captured.err.count("gate failed") == 2
         errors = [ln for ln in captured.err.splitlines() if ln.startswith("flip-loss: error: ")]
@@ -711,30 +842,34 @@ def test_folder_mode(folders, tmp_path, capsys):
 
 def test_folder_mode_reports_failed_pairs_and_finishes_the_others(folders, tmp_path, capsys):
     refs, tests = folders
-    Image.new("RGB", (W + 3, H)).save(tests / "b.jpg")      # another size
+    Image.new("RGB", (W + 3, H)).save(tests / "b.jpg")  # another size
     data = (refs / "a.png").read_bytes()
     Image.open(refs / "a.png").save(refs / "c.png")
-    (tests / "c.png").write_bytes(data[: len(data) // 2])    # a truncated test image
+    (tests / "c.png").write_bytes(data[: len(data) // 2])  # a truncated test image
     Image.open(refs / "a.png").save(refs / "d.png")
     Image.open(tests / "a.png").save(tests / "d.png")
     out = tmp_path / "out"
     out.mkdir()
     (out / "summary.csv").write_text(HEADER_LINE + '\n"old","row"\n')
     inputs = snapshot(refs, tests)
-    assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out), "-txt",
-                 "--no-progress"]) == 4
+    assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out), "-txt", "--no-progress"]) == 4
     captured = capsys.readouterr()
     errors = [ln for ln in captured.err.splitlines() if ln.startswith("flip-loss: error: ")]
     assert len(errors) == 2
     assert str(tests / "b.jpg") in errors[0] and f"{W + 3}x{H}" in errors[0] and "same size" in errors[0]
     assert str(tests / "c.png") in errors[1] and "damaged or truncated" in errors[1]
-    assert f"Evaluated 2 of 4 pair(s), 2 failed (see the errors above); 3 image(s) without a partner; summary " \
-           f"CSV: {out / 'summary.csv'}" \
-        in captured.out
+    assert (
+        f"Evaluated 2 of 4 pair(s), 2 failed (see the errors above); 3 image(s) without a partner; summary "
+        f"CSV: {out / 'summary.csv'}" in captured.out
+    )
     assert snapshot(refs, tests) == inputs
     assert sorted(p.name for p in out.iterdir()) == [
-        "flip.a.a.67ppd.ldr.png", "flip.d.d.67ppd.ldr.png", "pooled_values.flip.a.a.67ppd.ldr.txt",
-        "pooled_values.flip.d.d.67ppd.ldr.txt", "summary.csv"]  # nothing of b and c, no temporary file
+        "flip.a.a.67ppd.ldr.png",
+        "flip.d.d.67ppd.ldr.png",
+        "pooled_values.flip.a.a.67ppd.ldr.txt",
+        "pooled_values.flip.d.d.67ppd.ldr.txt",
+        "summary.csv",
+    ]  # nothing of b and c, no temporary file
     rows = (out / "summary.csv").read_text().splitlines()
     assert rows[:2] == [HEADER_LINE, '"old","row"'] and len(rows) == 2 + 4 + 3  # a, b, c, d, 3 unmatched
     assert rows[2].startswith(f'"{refs / "a.png"}","{tests / "a.png"}",')
@@ -745,23 +880,44 @@ def test_folder_mode_reports_failed_pairs_and_finishes_the_others(folders, tmp_p
     want = formatted(pool(expected_map(refs / "d.png", tests / "d.png")))
     assert rows[5].split(",")[2:8] == [f'"{v}"' for v in want.values()]
     # A failed pair outranks the gate (exit 1), which still reports its failures.
-    assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-nerm", "-c", str(tmp_path / "g.csv"),
-                 "-v", "0", "--fail-above", "mean", "0.001", "--allow-unmatched"]) == 4
+    assert (
+        main(
+            [
+                "--reference-dir",
+                str(refs),
+                "--test-dir",
+                str(tests),
+                "-nerm",
+                "-c",
+                str(tmp_path / "g.csv"),
+                "-v",
+                "0",
+                "--fail-above",
+                "mean",
+                "0.001",
+                "--allow-unmatched",
+            ]
+        )
+        == 4
+    )
     err = capsys.readouterr().err
     assert err.count("flip-loss: error: ") == 2 and err.count("flip-loss: gate failed: ") == 2
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--reference-dir", "{refs}"], "both --reference-dir and --test-dir"),
-    (["--test-dir", "{tests}"], "both --reference-dir and --test-dir"),
-    (["--reference-dir", "{refs}", "--test-dir", "{d}/nope"], "does not exist"),
-    (["--reference-dir", "{refs}", "--test-dir", "{refs}/a.png"], "not a directory"),
-    (["--reference-dir", "{refs}", "--test-dir", "{tests}", "-r", "{refs}/a.png"], "cannot be combined"),
-    (["--reference-dir", "{refs}", "--test-dir", "{tests}", "-b", "x"], "cannot be combined"),
-    (["--reference-dir", "{refs}", "--test-dir", "{tests}", "--example"], "cannot be combined"),
-    (["--reference-dir", "{refs}", "--test-dir", "{d}/empty"], "no image in the test folder"),
-    (["--reference-dir", "{dup}", "--test-dir", "{tests}"], "two images named 'a'"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--reference-dir", "{refs}"], "both --reference-dir and --test-dir"),
+        (["--test-dir", "{tests}"], "both --reference-dir and --test-dir"),
+        (["--reference-dir", "{refs}", "--test-dir", "{d}/nope"], "does not exist"),
+        (["--reference-dir", "{refs}", "--test-dir", "{refs}/a.png"], "not a directory"),
+        (["--reference-dir", "{refs}", "--test-dir", "{tests}", "-r", "{refs}/a.png"], "cannot be combined"),
+        (["--reference-dir", "{refs}", "--test-dir", "{tests}", "-b", "x"], "cannot be combined"),
+        (["--reference-dir", "{refs}", "--test-dir", "{tests}", "--example"], "cannot be combined"),
+        (["--reference-dir", "{refs}", "--test-dir", "{d}/empty"], "no image in the test folder"),
+        (["--reference-dir", "{dup}", "--test-dir", "{tests}"], "two images named 'a'"),
+    ],
+)
 def test_folder_mode_errors(argv, needle, folders, tmp_path, capsys):
     refs, tests = folders
     (tmp_path / "empty").mkdir()
@@ -774,23 +930,26 @@ def test_folder_mode_errors(argv, needle, folders, tmp_path, capsys):
     assert needle in error_line(capsys.readouterr().err)
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["-b", "x", "-t", "{test}", "{test}"], "one test image"),
-    (["-b", "sub/x"], "plain file name"),
-    (["-b", "x", "-o", "{d}/x.png"], "not allowed with"),
-    (["--log"], "only applies to --histogram"),
-    (["--y-max", "10"], "only applies to --histogram"),
-    (["-epv"], "only applies to --histogram"),
-    (["-hist", "--y-max", "0"], "positive number"),
-    (["--fail-above", "mean"], "expected 2 arguments"),
-    (["--fail-above", "median", "0.1"], "mean, weighted-median, max"),
-    (["--fail-above", "mean", "-0.1"], "[0, 1]"),
-    (["--fail-above", "max", "nan"], "[0, 1]"),
-    (["--fail-above", "max", "abc"], "[0, 1]"),
-    (["-c", "{d}"], "is a directory"),
-    (["-c", "{d}/no/such/dir/x.csv"], "does not exist"),
-    (["-r", "{d}/notes.txt"], "cannot read image"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["-b", "x", "-t", "{test}", "{test}"], "one test image"),
+        (["-b", "sub/x"], "plain file name"),
+        (["-b", "x", "-o", "{d}/x.png"], "not allowed with"),
+        (["--log"], "only applies to --histogram"),
+        (["--y-max", "10"], "only applies to --histogram"),
+        (["-epv"], "only applies to --histogram"),
+        (["-hist", "--y-max", "0"], "positive number"),
+        (["--fail-above", "mean"], "expected 2 arguments"),
+        (["--fail-above", "median", "0.1"], "mean, weighted-median, max"),
+        (["--fail-above", "mean", "-0.1"], "[0, 1]"),
+        (["--fail-above", "max", "nan"], "[0, 1]"),
+        (["--fail-above", "max", "abc"], "[0, 1]"),
+        (["-c", "{d}"], "is a directory"),
+        (["-c", "{d}/no/such/dir/x.csv"], "does not exist"),
+        (["-r", "{d}/notes.txt"], "cannot read image"),
+    ],
+)
 def test_new_option_errors(argv, needle, pair, tmp_path, capsys):
     ref, test = pair
     (tmp_path / "notes.txt").write_text("not an image")
@@ -847,8 +1006,13 @@ def flip_evaluator_hdr(params_items=(("tonemapper", "aces"),), ppd=DEFAULT_PPD):
         ref, test = _hdr_images()
         params = dict(params_items)
         params["ppd"] = ppd
-        err, _, used = flip_evaluator.evaluate(np.ascontiguousarray(ref).copy(), np.ascontiguousarray(test).copy(),
-                                               "HDR", applyMagma=False, parameters=params)
+        err, _, used = flip_evaluator.evaluate(
+            np.ascontiguousarray(ref).copy(),
+            np.ascontiguousarray(test).copy(),
+            "HDR",
+            applyMagma=False,
+            parameters=params,
+        )
         _EVALUATED[key] = (err[..., 0].astype(np.float64), used)
     return _EVALUATED[key]
 
@@ -856,6 +1020,7 @@ def flip_evaluator_hdr(params_items=(("tonemapper", "aces"),), ppd=DEFAULT_PPD):
 def hdr_name(tm, start, stop, count, ppd=67):
     def e(v):
         return ("m" if v < 0 else "p") + f"{abs(v):.4f}"
+
     return f"reference.test.{ppd}ppd.hdr.{tm}.{e(start)}_to_{e(stop)}.{count}"
 
 
@@ -867,9 +1032,17 @@ def hdr_expected(ref_path, test_path, tm="aces", start=None, stop=None, num=None
     ref, test = load_exr(ref_path), load_exr(test_path)
     _, counts, s, e = exposures_for(ref, tm, start, stop, num)
     with torch.no_grad():
-        err, emap = flip_loss.hdr_flip(test, ref, ppd, tone_mapper=tm, start_exposure=float(s[0]),
-                                       stop_exposure=float(e[0]), num_exposures=int(counts[0]),
-                                       return_exposure_map=True, eps=0.0)
+        err, emap = flip_loss.hdr_flip(
+            test,
+            ref,
+            ppd,
+            tone_mapper=tm,
+            start_exposure=float(s[0]),
+            stop_exposure=float(e[0]),
+            num_exposures=int(counts[0]),
+            return_exposure_map=True,
+            eps=0.0,
+        )
     return err[0].numpy(), emap[0].numpy(), (float(s[0]), float(e[0]), int(counts[0]))
 
 
@@ -886,16 +1059,23 @@ def test_hdr_matches_flip_evaluator(hdr_pair, tmp_path, capsys, tm_arg):
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     start, stop, count = f"{used['startExposure']:.4f}", f"{used['stopExposure']:.4f}", used["numExposures"]
-    assert lines[:8] == ["Invoking HDR-FLIP", "     Pixels per degree: 67",
-                         f"     Assumed tone mapper: {TONE_MAPPER_DISPLAY_NAMES[tm]}", f"     Start exposure: {start}",
-                         f"     Stop exposure: {stop}", f"     Number of exposures: {count}", "",
-                         f"FLIP between reference image <{ref}> and test image <{test}>"]
+    assert lines[:8] == [
+        "Invoking HDR-FLIP",
+        "     Pixels per degree: 67",
+        f"     Assumed tone mapper: {TONE_MAPPER_DISPLAY_NAMES[tm]}",
+        f"     Start exposure: {start}",
+        f"     Stop exposure: {stop}",
+        f"     Number of exposures: {count}",
+        "",
+        f"FLIP between reference image <{ref}> and test image <{test}>",
+    ]
     mean = float(lines[8].split("Mean: ")[1])
     assert abs(mean - theirs.mean()) <= 5e-5
     name = hdr_name(tm, used["startExposure"], used["stopExposure"], count)
     assert lines[15] == f"     FLIP error map location: {os.path.join(str(tmp_path), 'flip.' + name + '.png')}"
-    assert lines[16] == ("     FLIP exposure map location: "
-                         f"{os.path.join(str(tmp_path), 'exposure_map.' + name + '.png')}")
+    assert lines[16] == (
+        f"     FLIP exposure map location: {os.path.join(str(tmp_path), 'exposure_map.' + name + '.png')}"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"exposure_map.{name}.png", f"flip.{name}.png"]
     ours, emap, _ = hdr_expected(ref, test, tm)
     assert np.abs(ours - theirs).max() < 1e-3
@@ -908,11 +1088,14 @@ def test_hdr_matches_flip_evaluator(hdr_pair, tmp_path, capsys, tm_arg):
     assert len(np.unique(emap)) > 2  # several exposures win somewhere
 
 
-@pytest.mark.parametrize("given", [
-    (("startExposure", -1.5), ("stopExposure", 2.0), ("numExposures", 4)),
-    (("startExposure", -1.0),),
-    (("stopExposure", 1.25), ("numExposures", 3)),
-])
+@pytest.mark.parametrize(
+    "given",
+    [
+        (("startExposure", -1.5), ("stopExposure", 2.0), ("numExposures", 4)),
+        (("startExposure", -1.0),),
+        (("stopExposure", 1.25), ("numExposures", 3)),
+    ],
+)
 def test_hdr_given_exposures(hdr_pair, tmp_path, capsys, given):
     ref, test = hdr_pair
     flags = {"startExposure": "-cstart", "stopExposure": "--stop-exposure", "numExposures": "-n"}
@@ -924,8 +1107,10 @@ def test_hdr_given_exposures(hdr_pair, tmp_path, capsys, given):
     theirs, used = flip_evaluator_hdr((("tonemapper", "aces"),) + given, ppd=40.0)
     for key, value in given:
         assert used[key] == value
-    assert (f"     Start exposure: {used['startExposure']:.4f}\n     Stop exposure: {used['stopExposure']:.4f}\n"
-            f"     Number of exposures: {used['numExposures']}\n") in out
+    assert (
+        f"     Start exposure: {used['startExposure']:.4f}\n     Stop exposure: {used['stopExposure']:.4f}\n"
+        f"     Number of exposures: {used['numExposures']}\n"
+    ) in out
     assert abs(float(printed_values(out)["Mean"][0]) - theirs.mean()) <= 5e-5
     name = hdr_name("aces", used["startExposure"], used["stopExposure"], used["numExposures"], ppd=40)
     assert (tmp_path / f"flip.{name}.png").exists() and (tmp_path / f"exposure_map.{name}.png").exists()
@@ -941,11 +1126,37 @@ def test_hdr_outputs_and_options(hdr_pair, tmp_path, capsys):
     # --textfile, --csv, --histogram, --no-magma; the gate.
     out = tmp_path / "a"
     csv_path = tmp_path / "r.csv"
-    assert main(["-r", str(ref), "-t", str(test), "-d", str(out), "-txt", "-c", str(csv_path), "-hist", "-nm",
-                 "-v", "0", "--fail-above", "mean", f"{pool(ours).mean - 1e-4:.6f}"]) == 1
-    assert sorted(p.name for p in out.iterdir()) == sorted([
-        f"exposure_map.{name}.png", f"flip.{name}.png", f"pooled_values.flip.{name}.txt",
-        f"weighted_histogram.flip.{name}.png"])
+    assert (
+        main(
+            [
+                "-r",
+                str(ref),
+                "-t",
+                str(test),
+                "-d",
+                str(out),
+                "-txt",
+                "-c",
+                str(csv_path),
+                "-hist",
+                "-nm",
+                "-v",
+                "0",
+                "--fail-above",
+                "mean",
+                f"{pool(ours).mean - 1e-4:.6f}",
+            ]
+        )
+        == 1
+    )
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [
+            f"exposure_map.{name}.png",
+            f"flip.{name}.png",
+            f"pooled_values.flip.{name}.txt",
+            f"weighted_histogram.flip.{name}.png",
+        ]
+    )
     assert (out / f"pooled_values.flip.{name}.txt").read_text() == "".join(f"{k}: {v}\n" for k, v in want.items())
     rows = list(csv.reader(csv_path.read_text().splitlines()))
     assert rows[1][:2] == [str(ref), str(test)] and rows[1][2:8] == list(want.values())
@@ -955,8 +1166,10 @@ def test_hdr_outputs_and_options(hdr_pair, tmp_path, capsys):
     # --basename; --no-exposure-map; --no-error-map; --output.
     assert main(["-r", str(ref), "-t", str(test), "-d", str(tmp_path / "b"), "-b", "run", "-txt"]) == 0
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["run.exposure_map.png", "run.png", "run.txt"]
-    assert "FLIP exposure map location: " + os.path.join(str(tmp_path / "b"), "run.exposure_map.png") in \
-        capsys.readouterr().out
+    assert (
+        "FLIP exposure map location: " + os.path.join(str(tmp_path / "b"), "run.exposure_map.png")
+        in capsys.readouterr().out
+    )
     assert main(["-r", str(ref), "-t", str(test), "-d", str(tmp_path / "c"), "-nexm", "--device", "cpu"]) == 0
     assert [p.name for p in (tmp_path / "c").iterdir()] == [f"flip.{name}.png"]
     assert "exposure map" not in capsys.readouterr().out
@@ -982,16 +1195,19 @@ def test_hdr_two_tests_and_identical_images(hdr_pair, tmp_path, capsys):
     assert (emap == apply_colormap(np.zeros((1, 1), np.float32), VIRIDIS)[0, 0]).all()  # no exposure wins
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["-n", "1"], "at least 2"),
-    (["--num-exposures", "2.5"], "at least 2"),
-    (["-cstart", "2", "-cstop", "1"], "must not be above --stop-exposure"),
-    (["-cstart", "nan"], "finite number"),
-    (["-cstop", "abc"], "expected a number"),
-    (["-tm", "filmic"], "invalid choice"),
-    (["-cstart", "5"], "wrong order"),      # above the computed stop exposure
-    (["-cstop", "-9"], "wrong order"),      # below the computed start exposure
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["-n", "1"], "at least 2"),
+        (["--num-exposures", "2.5"], "at least 2"),
+        (["-cstart", "2", "-cstop", "1"], "must not be above --stop-exposure"),
+        (["-cstart", "nan"], "finite number"),
+        (["-cstop", "abc"], "expected a number"),
+        (["-tm", "filmic"], "invalid choice"),
+        (["-cstart", "5"], "wrong order"),  # above the computed stop exposure
+        (["-cstop", "-9"], "wrong order"),  # below the computed start exposure
+    ],
+)
 def test_hdr_option_errors(argv, needle, hdr_pair, tmp_path, capsys):
     ref, test = hdr_pair
     assert main(["-r", str(ref), "-t", str(test), "-d", str(tmp_path / "out")] + argv) == 2
@@ -1000,8 +1216,7 @@ def test_hdr_option_errors(argv, needle, hdr_pair, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("argv", [["-tm", "aces"], ["-cstart", "-2"], ["--stop-exposure", "1"], ["-n", "3"],
-                                  ["-nexm"]])
+@pytest.mark.parametrize("argv", [["-tm", "aces"], ["-cstart", "-2"], ["--stop-exposure", "1"], ["-n", "3"], ["-nexm"]])
 def test_hdr_options_for_ldr_images(argv, pair, capsys):
     assert main(["-r", str(pair[0]), "-t", str(pair[1]), "-nerm"] + argv) == 2
     line = error_line(capsys.readouterr().err)
@@ -1019,24 +1234,30 @@ def test_hdr_folder_mode(hdr_pair, tmp_path, capsys):
     test = load_exr(hdr_pair[1])
     save_exr(refs / "a.exr", ref)
     save_exr(tests / "a.exr", test)
-    save_exr(refs / "b.exr", ref * 8)           # another reference: another exposure range
+    save_exr(refs / "b.exr", ref * 8)  # another reference: another exposure range
     save_exr(tests / "b.exr", test * 8)
     out = tmp_path / "out"
-    assert main(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out), "--no-progress",
-                 "-tm", "hable"]) == 0
+    assert (
+        main(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out), "--no-progress", "-tm", "hable"])
+        == 0
+    )
     stdout = capsys.readouterr().out
     assert stdout.startswith("Invoking HDR-FLIP\n     Pixels per degree: 67\n     Assumed tone mapper: Hable\n\n")
     expected_files = ["summary.csv"]
     for stem in ("a", "b"):
         ours, _, (start, stop, count) = hdr_expected(refs / f"{stem}.exr", tests / f"{stem}.exr", "hable")
         block = stdout.split(f"<{refs / (stem + '.exr')}>")[1]
-        assert f"     Start exposure: {start:.4f}\n     Stop exposure: {stop:.4f}\n" \
-               f"     Number of exposures: {count}\n" in block
+        assert (
+            f"     Start exposure: {start:.4f}\n     Stop exposure: {stop:.4f}\n"
+            f"     Number of exposures: {count}\n" in block
+        )
         assert f"     Mean: {pool(ours).mean:.6f}\n" in block
         name = hdr_name("hable", start, stop, count).replace("reference.test", f"{stem}.{stem}")
         expected_files += [f"flip.{name}.png", f"exposure_map.{name}.png"]
-    assert f"{hdr_expected(refs / 'a.exr', tests / 'a.exr', 'hable')[2][0] - 3:.4f}" == \
-        f"{hdr_expected(refs / 'b.exr', tests / 'b.exr', 'hable')[2][0]:.4f}"  # 8x brighter: 3 stops
+    assert (
+        f"{hdr_expected(refs / 'a.exr', tests / 'a.exr', 'hable')[2][0] - 3:.4f}"
+        == f"{hdr_expected(refs / 'b.exr', tests / 'b.exr', 'hable')[2][0]:.4f}"
+    )  # 8x brighter: 3 stops
     assert sorted(p.name for p in out.iterdir()) == sorted(expected_files)
     assert len((out / "summary.csv").read_text().splitlines()) == 3
     # A pair of an .exr reference and an LDR test image is an error, so is a run mixing HDR and LDR pairs.
@@ -1073,6 +1294,7 @@ def test_hdr_module_output_and_quiet_exr_errors(hdr_pair, tmp_path):
 # The user's files: no input overwritten, nothing written by a run that fails, clear limits
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def work(pair, tmp_path, monkeypatch):
     """A working directory holding ref.png and test.png (copies of the pair), made current."""
@@ -1095,20 +1317,23 @@ def refused(argv, directory, capsys, needle, code=2):
     return captured
 
 
-@pytest.mark.parametrize("argv", [
-    ["-o", "test.png"],
-    ["-o", "ref.png"],
-    ["-o", "./sub/../test.png"],
-    ["-b", "test"],
-    ["-c", "ref.png", "-nerm"],
-    ["-c", "test.png"],
-    ["-t", "test.png", "flip.ref.test.67ppd.ldr.png"],          # the second test image is the first's map
-    ["-txt", "-nerm", "-t", "test.png", "pooled_values.flip.ref.test.67ppd.ldr.txt"],
-    ["-hist", "-nerm", "-b", "x", "-t", "x.weighted_histogram.png"],
-    ["-o", "link.png"],                                          # a symbolic link to test.png
-    ["-o", "hard.png"],                                          # a hard link of ref.png
-    ["-d", "linked", "-b", "ref"],                               # a symbolic link to the directory
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-o", "test.png"],
+        ["-o", "ref.png"],
+        ["-o", "./sub/../test.png"],
+        ["-b", "test"],
+        ["-c", "ref.png", "-nerm"],
+        ["-c", "test.png"],
+        ["-t", "test.png", "flip.ref.test.67ppd.ldr.png"],  # the second test image is the first's map
+        ["-txt", "-nerm", "-t", "test.png", "pooled_values.flip.ref.test.67ppd.ldr.txt"],
+        ["-hist", "-nerm", "-b", "x", "-t", "x.weighted_histogram.png"],
+        ["-o", "link.png"],  # a symbolic link to test.png
+        ["-o", "hard.png"],  # a hard link of ref.png
+        ["-d", "linked", "-b", "ref"],  # a symbolic link to the directory
+    ],
+)
 def test_output_that_is_an_input_is_refused(work, capsys, argv):
     (work / "sub").mkdir()
     (work / "flip.ref.test.67ppd.ldr.png").write_bytes((work / "test.png").read_bytes())
@@ -1128,18 +1353,27 @@ def test_hdr_exposure_map_that_is_an_input_is_refused(hdr_pair, tmp_path, capsys
     for p in hdr_pair:
         (tmp_path / p.name).write_bytes(p.read_bytes())
     os.symlink("test.exr", tmp_path / "exposure_map.m.png")
-    line = error_line(refused(["-r", "reference.exr", "-t", "test.exr", "-o", "m.png"], tmp_path, capsys,
-                              "would overwrite the input image").err)
+    line = error_line(
+        refused(
+            ["-r", "reference.exr", "-t", "test.exr", "-o", "m.png"],
+            tmp_path,
+            capsys,
+            "would overwrite the input image",
+        ).err
+    )
     assert "exposure map 'exposure_map.m.png'" in line and "'test.exr'" in line
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["-t", "a/test.png", "b/test.png"], "error map"),                      # the same default name twice
-    (["-t", "a/test.png", "b/test.png", "-nerm", "-txt"], "pooled values file"),
-    (["-t", "test.png", "-c", "flip.ref.test.67ppd.ldr.png"], "CSV file"),  # the CSV is the map
-    (["-t", "test.png", "-o", "m.png", "-c", "m.png"], "CSV file"),
-    (["-t", "test.png", "-o", "m.txt.png", "-txt", "-c", "pooled_values.m.txt.txt"], "CSV file"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["-t", "a/test.png", "b/test.png"], "error map"),  # the same default name twice
+        (["-t", "a/test.png", "b/test.png", "-nerm", "-txt"], "pooled values file"),
+        (["-t", "test.png", "-c", "flip.ref.test.67ppd.ldr.png"], "CSV file"),  # the CSV is the map
+        (["-t", "test.png", "-o", "m.png", "-c", "m.png"], "CSV file"),
+        (["-t", "test.png", "-o", "m.txt.png", "-txt", "-c", "pooled_values.m.txt.txt"], "CSV file"),
+    ],
+)
 def test_outputs_written_twice_are_refused(work, capsys, argv, needle):
     for d in ("a", "b"):
         (work / d).mkdir()
@@ -1152,8 +1386,12 @@ def test_folder_mode_outputs_that_are_inputs(folders, tmp_path, capsys):
     refs, tests = folders
     # The summary CSV may not be an input; a pair whose map would be an input of another pair is
     # skipped (exit 4) and the others are evaluated.
-    refused(["--reference-dir", str(refs), "--test-dir", str(tests), "-c", str(tests / "a.png"), "-nerm", "-v", "0"],
-            tmp_path, capsys, "would overwrite the input image")
+    refused(
+        ["--reference-dir", str(refs), "--test-dir", str(tests), "-c", str(tests / "a.png"), "-nerm", "-v", "0"],
+        tmp_path,
+        capsys,
+        "would overwrite the input image",
+    )
     Image.open(refs / "a.png").save(refs / "flip.a.a.67ppd.ldr.png")
     Image.open(tests / "a.png").save(tests / "flip.a.a.67ppd.ldr.png")
     inputs = snapshot(refs, tests)
@@ -1163,32 +1401,46 @@ def test_folder_mode_outputs_that_are_inputs(folders, tmp_path, capsys):
     after = snapshot(refs, tests)
     assert {p: after[p] for p in inputs} == inputs
     assert sorted(p.name for p in set(after) - set(inputs)) == [
-        "flip.b.b.67ppd.ldr.png", "flip.flip.a.a.67ppd.ldr.flip.a.a.67ppd.ldr.67ppd.ldr.png", "summary.csv"]
+        "flip.b.b.67ppd.ldr.png",
+        "flip.flip.a.a.67ppd.ldr.flip.a.a.67ppd.ldr.67ppd.ldr.png",
+        "summary.csv",
+    ]
 
 
 def test_bad_second_test_image_writes_nothing(work, bad_files, capsys):
-    (work / "old.csv").write_text(HEADER_LINE + '\n')
-    refused(["-r", "ref.png", "-t", "test.png", str(bad_files / "trunc.png"), "-txt", "-c", "old.csv", "-hist"],
-            work, capsys, "trunc.png': the file is damaged or truncated")
-    refused(["-r", "ref.png", "-t", "test.png", str(bad_files / "garbage.png"), "-c", "new.csv", "-d", "out"],
-            work, capsys, "garbage.png")
+    (work / "old.csv").write_text(HEADER_LINE + "\n")
+    refused(
+        ["-r", "ref.png", "-t", "test.png", str(bad_files / "trunc.png"), "-txt", "-c", "old.csv", "-hist"],
+        work,
+        capsys,
+        "trunc.png': the file is damaged or truncated",
+    )
+    refused(
+        ["-r", "ref.png", "-t", "test.png", str(bad_files / "garbage.png"), "-c", "new.csv", "-d", "out"],
+        work,
+        capsys,
+        "garbage.png",
+    )
     assert not (work / "out").exists()  # the directory is not created either
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["-c", "test.png/x.csv"], "'{work}/test.png' is not a directory"),
-    (["-c", "nodir/x.csv"], "the directory 'nodir' does not exist"),
-    (["-c", "sub"], "is a directory"),
-    (["-o", "sub"  + ".png"], "is a directory"),
-    (["-o", "nodir/m.png", "-d", "out"], "the directory 'out/nodir' does not exist"),
-    (["-d", "test.png"], "it is not a directory"),
-    (["-d", "test.png/out"], "is not a directory"),
-    (["-b", "x" * 300], "'./" + "x" * 300 + ".png': its file name is 304 bytes long, more than the 255"),
-    (["-hist", "-b", "x" * 251], "histogram './" + "x" * 251 + ".weighted_histogram.png': its file name is 274"),
-    (["-d", "y" * 300], "longer than the"),
-    (["-c", "z" * 300 + ".csv"], "304 bytes long"),
-    (["-c", "/dev/null"], "not a regular file"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["-c", "test.png/x.csv"], "'{work}/test.png' is not a directory"),
+        (["-c", "nodir/x.csv"], "the directory 'nodir' does not exist"),
+        (["-c", "sub"], "is a directory"),
+        (["-o", "sub" + ".png"], "is a directory"),
+        (["-o", "nodir/m.png", "-d", "out"], "the directory 'out/nodir' does not exist"),
+        (["-d", "test.png"], "it is not a directory"),
+        (["-d", "test.png/out"], "is not a directory"),
+        (["-b", "x" * 300], "'./" + "x" * 300 + ".png': its file name is 304 bytes long, more than the 255"),
+        (["-hist", "-b", "x" * 251], "histogram './" + "x" * 251 + ".weighted_histogram.png': its file name is 274"),
+        (["-d", "y" * 300], "longer than the"),
+        (["-c", "z" * 300 + ".csv"], "304 bytes long"),
+        (["-c", "/dev/null"], "not a regular file"),
+    ],
+)
 def test_unwritable_output_writes_nothing(work, capsys, argv, needle):
     (work / "sub").mkdir()
     (work / "sub.png").mkdir()
@@ -1198,8 +1450,12 @@ def test_unwritable_output_writes_nothing(work, capsys, argv, needle):
 def test_long_default_name_of_a_later_pair_writes_nothing(work, capsys):
     long_test = work / ("t" * 240 + ".png")
     long_test.write_bytes((work / "test.png").read_bytes())
-    refused(["-r", "ref.png", "-t", "test.png", str(long_test.name), "-c", "out.csv"], work, capsys,
-            "bytes long, more than the")
+    refused(
+        ["-r", "ref.png", "-t", "test.png", str(long_test.name), "-c", "out.csv"],
+        work,
+        capsys,
+        "bytes long, more than the",
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write anywhere")
@@ -1219,7 +1475,7 @@ def test_read_only_locations_write_nothing(work, capsys):
 
 def test_csv_is_appended_by_replacing_it(work, capsys):
     csv_file = work / "r.csv"
-    csv_file.write_bytes(HEADER_LINE.encode() + b'\n"a","b"')   # no newline after the last row
+    csv_file.write_bytes(HEADER_LINE.encode() + b'\n"a","b"')  # no newline after the last row
     os.chmod(csv_file, 0o640)
     assert main(["-r", "ref.png", "-t", "test.png", "-c", "r.csv", "-nerm", "-v", "0"]) == 0
     lines = csv_file.read_text().split("\n")
@@ -1251,8 +1507,14 @@ def test_failed_write_leaves_nothing(work, capsys, monkeypatch):
 
     monkeypatch.setattr(flip_loss.imageio, "save_png", disk_full_on_second_map)
     (work / "other.png").write_bytes((work / "test.png").read_bytes())
-    line = error_line(refused(["-r", "ref.png", "-t", "test.png", "other.png", "-d", "new/dir", "-txt", "-c", "r.csv"],
-                              work, capsys, "cannot write the error map").err)
+    line = error_line(
+        refused(
+            ["-r", "ref.png", "-t", "test.png", "other.png", "-d", "new/dir", "-txt", "-c", "r.csv"],
+            work,
+            capsys,
+            "cannot write the error map",
+        ).err
+    )
     assert "new/dir/flip.ref.other.67ppd.ldr.png': No space left on device" in line
     assert not (work / "new").exists()  # the directories the run created are removed too
 
@@ -1275,13 +1537,33 @@ sys.exit(main(sys.argv[2:]))
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_interrupted_run_leaves_nothing(work, sig):
     (work / "other.png").write_bytes((work / "test.png").read_bytes())
-    (work / "r.csv").write_text(HEADER_LINE + '\n')
+    (work / "r.csv").write_text(HEADER_LINE + "\n")
     before = snapshot(work)
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-c", INTERRUPT_SCRIPT, sig, "-r", "ref.png", "-t", "test.png",
-                          "other.png", "-txt", "-c", "r.csv", "-d", "out"], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            INTERRUPT_SCRIPT,
+            sig,
+            "-r",
+            "ref.png",
+            "-t",
+            "test.png",
+            "other.png",
+            "-txt",
+            "-c",
+            "r.csv",
+            "-d",
+            "out",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 130, res.stderr
     assert res.stderr.strip().splitlines()[-1] == "flip-loss: interrupted; no output file was written"
     assert "Traceback" not in res.stderr
@@ -1305,34 +1587,48 @@ def test_interrupt_while_publishing_finishes_the_renames(work, capsys, monkeypat
     assert capsys.readouterr().err == "flip-loss: interrupted; the outputs had been written\n"
     assert len(calls) == 2  # the map and the text file are renamed into place; the CSV row is appended
     assert len((work / "r.csv").read_text().splitlines()) == 2
-    assert sorted(p.name for p in work.iterdir()) == ["flip.ref.test.67ppd.ldr.png",
-                                                     "pooled_values.flip.ref.test.67ppd.ldr.txt", "r.csv",
-                                                     "ref.png", "test.png"]
+    assert sorted(p.name for p in work.iterdir()) == [
+        "flip.ref.test.67ppd.ldr.png",
+        "pooled_values.flip.ref.test.67ppd.ldr.txt",
+        "r.csv",
+        "ref.png",
+        "test.png",
+    ]
 
 
 def _png_header(path, width, height):
     def chunk(tag, data):
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
-    Path(path).write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-                           + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+    Path(path).write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b""))
+        + chunk(b"IEND", b"")
+    )
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["-t", "bomb.png"], "its header gives more than the limit of 134217728 pixels"),
-    (["-t", "big.png"], "its header gives 12000x12000 pixels, more than the limit of 134217728 pixels"),
-    (["-t", "test.png", "--ppd", "1e9"], "expected a number from 0.001 to 10000, got '1e9'"),
-    (["-t", "test.png", "--ppd", "10000.5"], "from 0.001 to 10000"),
-    (["-t", "test.png", "--ppd", "inf"], "from 0.001 to 10000"),
-    (["-t", "test.png", "--ppd", "0.0005"], "expected a number from 0.001 to 10000, got '0.0005'"),
-    (["-t", "test.png", "-vc", "1e300", "1e-300", "1e300"], "give inf pixels per degree"),
-    (["-t", "test.png", "-vc", "1e-300", "1e300", "1"], "give 0 pixels per degree"),
-    (["-t", "test.png", "-vc", "100", "0.01", "3840"], "number from 0.001 to 10000"),
-    (["-t", "test.png", "-vc", "0.001", "1", "10"], "give 0.000174533 pixels per degree; it must be a number from 0.001"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["-t", "bomb.png"], "its header gives more than the limit of 134217728 pixels"),
+        (["-t", "big.png"], "its header gives 12000x12000 pixels, more than the limit of 134217728 pixels"),
+        (["-t", "test.png", "--ppd", "1e9"], "expected a number from 0.001 to 10000, got '1e9'"),
+        (["-t", "test.png", "--ppd", "10000.5"], "from 0.001 to 10000"),
+        (["-t", "test.png", "--ppd", "inf"], "from 0.001 to 10000"),
+        (["-t", "test.png", "--ppd", "0.0005"], "expected a number from 0.001 to 10000, got '0.0005'"),
+        (["-t", "test.png", "-vc", "1e300", "1e-300", "1e300"], "give inf pixels per degree"),
+        (["-t", "test.png", "-vc", "1e-300", "1e300", "1"], "give 0 pixels per degree"),
+        (["-t", "test.png", "-vc", "100", "0.01", "3840"], "number from 0.001 to 10000"),
+        (
+            ["-t", "test.png", "-vc", "0.001", "1", "10"],
+            "give 0.000174533 pixels per degree; it must be a number from 0.001",
+        ),
+    ],
+)
 def test_limits_are_one_line_errors(work, capsys, argv, needle):
-    _png_header(work / "bomb.png", 30000, 30000)    # Pillow itself refuses this one
-    _png_header(work / "big.png", 12000, 12000)     # Pillow only warns about this one
+    _png_header(work / "bomb.png", 30000, 30000)  # Pillow itself refuses this one
+    _png_header(work / "big.png", 12000, 12000)  # Pillow only warns about this one
     captured = refused(["-r", "ref.png"] + argv, work, capsys, needle)
     assert captured.out == ""
     _png_header(work / "bomb.png", 30000, 30000)
@@ -1358,7 +1654,7 @@ def test_exr_header_above_the_pixel_limit(hdr_pair, tmp_path, capsys):
 
     data = bytearray(hdr_pair[1].read_bytes())
     at = data.index(b"dataWindow\0box2i\0") + len(b"dataWindow\0box2i\0") + 4
-    data[at + 8:at + 16] = struct.pack("<ii", 29999, 29999)   # xMax, yMax
+    data[at + 8 : at + 16] = struct.pack("<ii", 29999, 29999)  # xMax, yMax
     big = tmp_path / "big.exr"
     big.write_bytes(bytes(data))
     for read in (exr_size, load_exr):
@@ -1367,15 +1663,18 @@ def test_exr_header_above_the_pixel_limit(hdr_pair, tmp_path, capsys):
     refused(["-r", str(hdr_pair[0]), "-t", str(big)], tmp_path, capsys, "more than the limit")
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["-n", "1e11"], "at least 2 (the start and the stop exposure) and at most 256, got '1e11'"),
-    (["-n", "100000000000"], "at most 256"),
-    (["-n", "257"], "at most 256"),
-    (["-cstart", "-1000", "-cstop", "1"], "would need more than 256 exposures"),
-    (["-cstop", "300"], "would need more than 256 exposures"),
-    (["--start-exposure=-1e300", "-n", "3"], "within the float32 range"),
-    (["-cstop", "1e39"], "within the float32 range"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["-n", "1e11"], "at least 2 (the start and the stop exposure) and at most 256, got '1e11'"),
+        (["-n", "100000000000"], "at most 256"),
+        (["-n", "257"], "at most 256"),
+        (["-cstart", "-1000", "-cstop", "1"], "would need more than 256 exposures"),
+        (["-cstop", "300"], "would need more than 256 exposures"),
+        (["--start-exposure=-1e300", "-n", "3"], "within the float32 range"),
+        (["-cstop", "1e39"], "within the float32 range"),
+    ],
+)
 def test_hdr_limits_are_one_line_errors(hdr_pair, tmp_path, capsys, argv, needle):
     refused(["-r", str(hdr_pair[0]), "-t", str(hdr_pair[1]), "-d", str(tmp_path)] + argv, tmp_path, capsys, needle)
 
@@ -1383,8 +1682,25 @@ def test_hdr_limits_are_one_line_errors(hdr_pair, tmp_path, capsys, argv, needle
 def test_hdr_exposure_count_limit_is_accepted(hdr_pair, tmp_path, capsys):
     from flip_loss.constants import MAX_EXPOSURES
 
-    assert main(["-r", str(hdr_pair[0]), "-t", str(hdr_pair[1]), "-nerm", "-nexm", "-n", str(MAX_EXPOSURES),
-                 "-cstart", "-8", "-cstop", "8"]) == 0
+    assert (
+        main(
+            [
+                "-r",
+                str(hdr_pair[0]),
+                "-t",
+                str(hdr_pair[1]),
+                "-nerm",
+                "-nexm",
+                "-n",
+                str(MAX_EXPOSURES),
+                "-cstart",
+                "-8",
+                "-cstop",
+                "8",
+            ]
+        )
+        == 0
+    )
     assert f"     Number of exposures: {MAX_EXPOSURES}\n" in capsys.readouterr().out
 
 
@@ -1393,12 +1709,16 @@ def test_concurrent_runs_appending_to_one_csv_keep_every_row(pair, tmp_path):
     (the append is one write under a lock, not a read-modify-replace that could drop rows)."""
     ref, test = pair
     csv_path = tmp_path / "shared.csv"
-    loop = ("import sys; from flip_loss.cli import main\n"
-            "for _ in range(int(sys.argv[3])):\n"
-            "    assert main(['-r', sys.argv[1], '-t', sys.argv[2], '-nerm', '-v', '0', '-c', sys.argv[4]]) == 0\n")
+    loop = (
+        "import sys; from flip_loss.cli import main\n"
+        "for _ in range(int(sys.argv[3])):\n"
+        "    assert main(['-r', sys.argv[1], '-t', sys.argv[2], '-nerm', '-v', '0', '-c', sys.argv[4]]) == 0\n"
+    )
     runs = 15
-    procs = [subprocess.Popen([sys.executable, "-c", loop, ref, test, str(runs), str(csv_path)], cwd=tmp_path)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", loop, ref, test, str(runs), str(csv_path)], cwd=tmp_path)
+        for _ in range(2)
+    ]
     assert all(p.wait(timeout=600) == 0 for p in procs)
     lines = csv_path.read_text().splitlines()
     assert lines[0].startswith('"Reference"') and sum(line.startswith('"Reference"') for line in lines) == 1
@@ -1414,8 +1734,10 @@ def test_rows_appended_by_another_run_between_staging_and_commit_survive(pair, t
     csv_path = tmp_path / "shared.csv"
     assert main(["-r", str(ref), "-t", str(test), "-nerm", "-v", "0", "-c", str(csv_path)]) == 0
     staging = Staging()
-    staging.write(Output(str(csv_path), str(csv_path), "CSV file"),
-                  write_appended_csv(str(csv_path), [["a", "b", "1", "2", "3", "4", "5", "6", "7"]]))
+    staging.write(
+        Output(str(csv_path), str(csv_path), "CSV file"),
+        write_appended_csv(str(csv_path), [["a", "b", "1", "2", "3", "4", "5", "6", "7"]]),
+    )
     assert main(["-r", str(ref), "-t", str(test), "-nerm", "-v", "0", "-c", str(csv_path)]) == 0
     staging.commit()
     lines = csv_path.read_text().splitlines()
@@ -1458,7 +1780,7 @@ def cli_imports(module):
                     if sibling is not None:
                         found.append((sibling, [], in_function))
             elif isinstance(child, ast.ImportFrom):
-                base = list(CLI_PACKAGE[:len(CLI_PACKAGE) - child.level + 1]) if child.level else []
+                base = list(CLI_PACKAGE[: len(CLI_PACKAGE) - child.level + 1]) if child.level else []
                 parts = base + (child.module.split(".") if child.module else [])
                 sibling = sibling_of(parts)
                 if sibling == "__init__":  # from . import x: x a submodule, or a name of the package

@@ -4,6 +4,7 @@ point leaves every file as it was (exit 2); names that are not valid UTF-8 or ho
 a format treats specially are written literally (escaped where the format needs it); every gate
 given applies, and an image without a partner fails a gated folder run; the progress output
 follows the terminal/log rule; two runs on the same inputs write the same files."""
+
 import csv
 import io
 import os
@@ -54,11 +55,18 @@ def run_cli(args, cwd, fsize=None, env=None):
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    return subprocess.run([sys.executable, "-m", "flip_loss", *args], cwd=cwd, env=environment, preexec_fn=limit,
-                          capture_output=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "flip_loss", *args],
+        cwd=cwd,
+        env=environment,
+        preexec_fn=limit,
+        capture_output=True,
+        timeout=300,
+    )
 
 
 # --- 1. complete or absent --------------------------------------------------------------------
+
 
 def test_a_csv_append_cut_short_by_the_file_size_limit_changes_nothing(work):
     # The CSV file just below the limit: its new row does not fit.
@@ -78,8 +86,9 @@ def test_a_csv_append_cut_short_by_the_file_size_limit_changes_nothing(work):
 
 def test_maps_larger_than_the_file_size_limit_write_nothing(work):
     before = snapshot(work)
-    res = run_cli(["-r", "ref.png", "-t", "test.png", "other.png", "-txt", "-c", "r.csv", "-d", "out", "-v", "0"],
-                  work, fsize=512)
+    res = run_cli(
+        ["-r", "ref.png", "-t", "test.png", "other.png", "-txt", "-c", "r.csv", "-d", "out", "-v", "0"], work, fsize=512
+    )
     assert res.returncode == 2, res.stderr
     assert snapshot(work) == before
 
@@ -100,6 +109,7 @@ def failing_at(monkeypatch, k: int, error, links: bool):
             if len(seen) - 1 == k:
                 raise error
             return real(*args, **kwargs)
+
         return step
 
     def no_link(*args, **kwargs):
@@ -115,8 +125,9 @@ def failing_at(monkeypatch, k: int, error, links: bool):
 
 @pytest.mark.parametrize("links", [True, False], ids=["hard-links", "no-hard-links"])
 @pytest.mark.parametrize("csv_name", ["r.csv", "new.csv"])
-@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), KeyboardInterrupt()],
-                         ids=["full-disk", "interrupt"])
+@pytest.mark.parametrize(
+    "error", [OSError(28, "No space left on device"), KeyboardInterrupt()], ids=["full-disk", "interrupt"]
+)
 def test_a_commit_refused_at_any_step_leaves_every_file_as_it_was(work, monkeypatch, capsys, csv_name, error, links):
     args = ["-r", "ref.png", "-t", "test.png", "other.png", "-txt", "-c", csv_name, "-d", "out", "-v", "0"]
     monkeypatch.chdir(work)
@@ -154,6 +165,7 @@ def test_a_commit_refused_at_any_step_leaves_every_file_as_it_was(work, monkeypa
 
 # --- 2. any file name -------------------------------------------------------------------------
 
+
 @pytest.fixture
 def odd_names(tmp_path):
     """Folders with pairs named with a dollar sign, bytes that are not UTF-8, a quote and a comma."""
@@ -171,9 +183,24 @@ def odd_names(tmp_path):
 def test_odd_file_names_are_inputs_in_every_output(odd_names, tmp_path):
     refs, tests, names = odd_names
     out = tmp_path / "out"
-    res = run_cli(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out), "--histogram",
-                   "--report", str(tmp_path / "report"), "-txt", "-v", "2"], tmp_path,
-                  env={"PYTHONIOENCODING": "utf-8:strict"})
+    res = run_cli(
+        [
+            "--reference-dir",
+            str(refs),
+            "--test-dir",
+            str(tests),
+            "-d",
+            str(out),
+            "--histogram",
+            "--report",
+            str(tmp_path / "report"),
+            "-txt",
+            "-v",
+            "2",
+        ],
+        tmp_path,
+        env={"PYTHONIOENCODING": "utf-8:strict"},
+    )
     assert res.returncode == 0, res.stderr
     # Printed: the names' bytes as they are.
     for name in names:
@@ -212,8 +239,9 @@ def test_a_dollar_in_a_name_is_drawn_literally(tmp_path):
     matplotlib.axes.Axes.set_title = set_title
     try:
         draw_histogram(str(tmp_path / "h.png"), [("a $x^2$ b\udcff", error, pool(error))], False, None, True)
-        draw_histogram(str(tmp_path / "h2.png"), [("$a", error, pool(error)), ("b$", error, pool(error))],
-                       False, None, True)
+        draw_histogram(
+            str(tmp_path / "h2.png"), [("$a", error, pool(error)), ("b$", error, pool(error))], False, None, True
+        )
     finally:
         matplotlib.axes.Axes.set_title = real_set_title
     assert title[0] == ("Weighted FLIP histogram: a $x^2$ b\\xff", False)
@@ -249,6 +277,7 @@ def test_write_text_falls_back_without_a_byte_buffer():
 
 # --- 5. gates that cannot pass by accident ------------------------------------------------------
 
+
 def test_every_gate_given_applies(work, capsys):
     os.chdir(work)
     base = ["-r", "ref.png", "-t", "test.png", "-nerm", "-v", "0"]
@@ -267,8 +296,26 @@ def test_every_gate_given_applies(work, capsys):
 
 def test_the_csv_says_each_pairs_gate_verdict(work):
     os.chdir(work)
-    assert main(["-r", "ref.png", "-t", "test.png", "ref.png", "-nerm", "-v", "0", "-c", "g.csv",
-                 "--fail-above", "max", "0.01"]) == 1
+    assert (
+        main(
+            [
+                "-r",
+                "ref.png",
+                "-t",
+                "test.png",
+                "ref.png",
+                "-nerm",
+                "-v",
+                "0",
+                "-c",
+                "g.csv",
+                "--fail-above",
+                "max",
+                "0.01",
+            ]
+        )
+        == 1
+    )
     rows = list(csv.reader(open("g.csv")))
     assert [r[-2:] for r in rows[1:]] == [["evaluated", "fail"], ["evaluated", "pass"]]
 
@@ -280,9 +327,19 @@ def test_a_gated_folder_run_with_a_missing_render_fails(tmp_path, capsys):
     for name in ("a", "b", "c"):
         image.save(refs / f"{name}.png")
     image.save(tests / "a.png")
-    image.save(tests / "c.png")   # b's render is missing
-    args = ["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(tmp_path / "out"), "-nerm",
-            "--no-progress", "-v", "1"]
+    image.save(tests / "c.png")  # b's render is missing
+    args = [
+        "--reference-dir",
+        str(refs),
+        "--test-dir",
+        str(tests),
+        "-d",
+        str(tmp_path / "out"),
+        "-nerm",
+        "--no-progress",
+        "-v",
+        "1",
+    ]
     # no gate: a warning, exit 0; a gate: an error, exit 4; --allow-unmatched: the gate's own verdict
     assert main(args) == 0
     assert "warning: 1 reference image(s) without a test image" in capsys.readouterr().err
@@ -291,7 +348,9 @@ def test_a_gated_folder_run_with_a_missing_render_fails(tmp_path, capsys):
     assert "error: 1 reference image(s) without a test image" in err and "b.png" in err
     rows = list(csv.reader(open(tmp_path / "out" / "summary.csv")))
     assert rows[-1][:2] == [str(refs / "b.png"), ""] and rows[-1][-2:] == [
-        f"not evaluated: no test image of the same name in '{tests}'", "fail"]
+        f"not evaluated: no test image of the same name in '{tests}'",
+        "fail",
+    ]
     assert main(args + ["--fail-above", "mean", "0.5", "--allow-unmatched"]) == 0
     assert main(["-r", str(refs / "a.png"), "-t", str(tests / "a.png"), "--allow-unmatched"]) == 2
 
@@ -301,8 +360,9 @@ def test_the_report_gate_verdict_counts_every_gate_and_the_missing_pairs(tmp_pat
     from flip_loss.cli.report import _summary as render_page
 
     def settings(gate, unmatched_fail=True):
-        return ReportSettings(67.0, False, "aces", gate, (), 3, "0", "2026-01-01T00:00:00+00:00",
-                              unmatched_fail=unmatched_fail)
+        return ReportSettings(
+            67.0, False, "aces", gate, (), 3, "0", "2026-01-01T00:00:00+00:00", unmatched_fail=unmatched_fail
+        )
 
     pooled = (0.1, 0.2, 0.05, 0.3, 0.0, 0.9)
     records = [PairRecord(1, "r/a.png", "t/a.png", pooled=pooled), PairRecord(2, "r/b.png", "", failure="missing")]
@@ -315,6 +375,7 @@ def test_the_report_gate_verdict_counts_every_gate_and_the_missing_pairs(tmp_pat
 
 
 # --- progress: a bar on a terminal, plain lines now and then in a log ---------------------------
+
 
 class Clock:
     def __init__(self):
@@ -333,7 +394,7 @@ def test_progress_in_a_log_is_an_occasional_plain_line():
     progress.close()
     lines = stream.getvalue().splitlines()
     assert "\r" not in stream.getvalue() and "\x1b" not in stream.getvalue()
-    assert len(lines) == 3   # at 30, 60 and 90 seconds
+    assert len(lines) == 3  # at 30, 60 and 90 seconds
     assert lines[0].startswith("flip-loss: 30/100 pairs (30%), 00:30 elapsed, about 01:10 left")
 
 
@@ -350,6 +411,7 @@ def test_progress_on_a_terminal_is_a_bar_redrawn_in_place():
 
 # --- comparable outputs -------------------------------------------------------------------------
 
+
 def test_two_runs_on_the_same_inputs_write_the_same_files(tmp_path):
     refs, tests = tmp_path / "refs", tmp_path / "tests"
     refs.mkdir(), tests.mkdir()
@@ -360,8 +422,24 @@ def test_two_runs_on_the_same_inputs_write_the_same_files(tmp_path):
         Image.fromarray((image * 240).astype("uint8")).save(tests / f"{name}.png")
     trees = []
     for run in ("one", "two"):
-        res = run_cli(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", run, "-txt", "--histogram",
-                       "--report", f"{run}-report", "-v", "0"], tmp_path, env={"SOURCE_DATE_EPOCH": "1700000000"})
+        res = run_cli(
+            [
+                "--reference-dir",
+                str(refs),
+                "--test-dir",
+                str(tests),
+                "-d",
+                run,
+                "-txt",
+                "--histogram",
+                "--report",
+                f"{run}-report",
+                "-v",
+                "0",
+            ],
+            tmp_path,
+            env={"SOURCE_DATE_EPOCH": "1700000000"},
+        )
         assert res.returncode == 0, res.stderr
         trees.append({**snapshot(tmp_path / run), **snapshot(tmp_path / f"{run}-report")})
     assert trees[0] == trees[1] and len(trees[0]) > 8

@@ -1,4 +1,5 @@
 """flip_loss.colormaps: the magma/viridis tables and how values are coloured."""
+
 import shutil
 import subprocess
 import sys
@@ -39,8 +40,7 @@ def _u8(c):
 
 
 def test_index_rule_and_colour_rounding():
-    v = np.array([[0.0, 1.0, 0.5, 1 / 255, 0.5 / 255 - 1e-6, 0.5 / 255 + 1e-6, 254.5 / 255 + 1e-6]],
-                 np.float32)
+    v = np.array([[0.0, 1.0, 0.5, 1 / 255, 0.5 / 255 - 1e-6, 0.5 / 255 + 1e-6, 254.5 / 255 + 1e-6]], np.float32)
     idx = colormap_indices(v)
     assert idx.tolist() == [[0, 255, 128, 1, 0, 1, 255]]
     out = apply_colormap(v, MAGMA)
@@ -90,6 +90,7 @@ def test_shapes():
 # Against NVIDIA's evaluator: same values in, same colours out
 # ----------------------------------------------------------------------------------------------
 
+
 def _pair(tmp_path):
     from PIL import Image
 
@@ -124,14 +125,19 @@ def test_png_matches_the_flip_tool(tmp_path):
         pytest.skip("the flip-evaluator 'flip' command is not installed")
     r, t = _pair(tmp_path)
     grey = fe.evaluate(str(r), str(t), "LDR", applyMagma=False)[0][..., 0]
-    subprocess.run([exe, "-r", "r.png", "-t", "t.png", "-v", "0", "-b", "magma"], cwd=tmp_path,
-                   check=True, capture_output=True)
-    subprocess.run([exe, "-r", "r.png", "-t", "t.png", "-v", "0", "-b", "grey", "-nm"],
-                   cwd=tmp_path, check=True, capture_output=True)
-    np.testing.assert_array_equal(apply_colormap(grey, MAGMA),
-                                  np.asarray(Image.open(tmp_path / "magma.png").convert("RGB")))
-    np.testing.assert_array_equal(to_grey_uint8(grey),
-                                  np.asarray(Image.open(tmp_path / "grey.png").convert("L")))
+    subprocess.run(
+        [exe, "-r", "r.png", "-t", "t.png", "-v", "0", "-b", "magma"], cwd=tmp_path, check=True, capture_output=True
+    )
+    subprocess.run(
+        [exe, "-r", "r.png", "-t", "t.png", "-v", "0", "-b", "grey", "-nm"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    np.testing.assert_array_equal(
+        apply_colormap(grey, MAGMA), np.asarray(Image.open(tmp_path / "magma.png").convert("RGB"))
+    )
+    np.testing.assert_array_equal(to_grey_uint8(grey), np.asarray(Image.open(tmp_path / "grey.png").convert("L")))
 
 
 @pytest.mark.parametrize("name", ["magma", "viridis"])

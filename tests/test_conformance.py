@@ -1,4 +1,5 @@
 """Per-pixel agreement of our LDR-FLIP maps with flip-evaluator 1.7 (the parity target, docs/algorithm.md §7.1)."""
+
 import functools
 
 import numpy as np
@@ -19,8 +20,7 @@ def _evaluator(case_id):
 
 
 def _nchw(hwc, dtype):
-    return torch.from_numpy(np.array(hwc, dtype=np.float32)).permute(2, 0, 1).unsqueeze(0) \
-        .contiguous().to(dtype)
+    return torch.from_numpy(np.array(hwc, dtype=np.float32)).permute(2, 0, 1).unsqueeze(0).contiguous().to(dtype)
 
 
 def _ours(impl, test_hwc, ref_hwc, ppd):
@@ -35,8 +35,9 @@ def _ours(impl, test_hwc, ref_hwc, ppd):
 
         if not _ops.HAS_EXTENSION:
             pytest.skip(f"compiled extension not available ({_ops.IMPORT_ERROR})")
-        out = torch.ops.flip.ldr_flip(_nchw(test_hwc, torch.float32),
-                                      _nchw(ref_hwc, torch.float32), float(ppd), "srgb", 1e-15)
+        out = torch.ops.flip.ldr_flip(
+            _nchw(test_hwc, torch.float32), _nchw(ref_hwc, torch.float32), float(ppd), "srgb", 1e-15
+        )
         assert out.dtype == torch.float32
     h, w = test_hwc.shape[:2]
     assert tuple(out.shape) == (1, 1, h, w)

@@ -5,6 +5,7 @@ same input gradients as eager Python.
 The build goes to build/cpp (kept between runs; only what changed is rebuilt). Set
 FLIP_LOSS_CPP_BUILD_DIR to use another directory.
 """
+
 import subprocess
 
 import pytest
@@ -30,8 +31,13 @@ def test_scripted_flip_loss_in_cpp_matches_eager_python(cpp_build, tmp_path):
     torch.jit.script(Tensors(test=test, reference=reference)).save(str(inputs_path))
 
     exe = executable(cpp_build, "flip_run_scripted")
-    proc = subprocess.run([str(exe), str(module_path), str(inputs_path), str(outputs_path)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(exe), str(module_path), str(inputs_path), str(outputs_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"{exe.name} failed (exit {proc.returncode}):\n{proc.stdout}"
     print(proc.stdout)
 

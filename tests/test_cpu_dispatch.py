@@ -1,6 +1,7 @@
 """Runtime CPU dispatch (csrc/flip/cpu/isa.h): one portable binary whose kernels run at the best
 instruction-set level of the CPU, with bit-identical results at every level, and no wide-vector
 instruction outside the level-specific code (which would crash older CPUs)."""
+
 import os
 import shutil
 import subprocess
@@ -80,14 +81,17 @@ def test_unknown_level_falls_back_to_the_best(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
-@pytest.mark.skipif(os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", ""),
-                    reason="a -march=native build uses wide vectors everywhere on purpose")
+@pytest.mark.skipif(
+    os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", ""),
+    reason="a -march=native build uses wide vectors everywhere on purpose",
+)
 def test_wide_vector_code_only_in_the_level_specific_kernels():
     """A function compiled for AVX2 or AVX-512 outside the flip_avx2/flip_avx512 namespaces (e.g. a
     standard-library template instantiated under the target pragma) could be the copy the linker
     keeps for every caller, and crash a CPU without those instructions."""
-    dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", _C.__file__], capture_output=True,
-                          text=True, check=True).stdout
+    dump = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", "-C", _C.__file__], capture_output=True, text=True, check=True
+    ).stdout
     offenders, function, in_variant, wide_lines = set(), None, False, 0
     for line in dump.splitlines():
         if line.endswith(">:") and " <" in line:
@@ -114,10 +118,12 @@ def _functions(dump):
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
-@pytest.mark.skipif(not (sys.platform.startswith("linux") and os.uname().machine == "x86_64"),
-                    reason="the x86-64 AVX2 kernels")
-@pytest.mark.skipif(os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", ""),
-                    reason="a -march=native build has no flip_avx2 namespace")
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and os.uname().machine == "x86_64"), reason="the x86-64 AVX2 kernels"
+)
+@pytest.mark.skipif(
+    os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", ""), reason="a -march=native build has no flip_avx2 namespace"
+)
 @pytest.mark.parametrize("level,register", [("avx2", "%ymm"), ("avx512", "%zmm"), ("baseline", "%xmm")])
 def test_per_pixel_loops_are_vectorised(level, register):
     """The float per-pixel tails (docs/algorithm.md §7.13) only run fast when GCC vectorises them:
@@ -126,16 +132,19 @@ def test_per_pixel_loops_are_vectorised(level, register):
     the loop keeps it scalar, as a load_pixel that was not inlined once did, and a colour constant
     `white(i)` in the baseline level another time). Checked in the disassembly of every level the
     binary has, whether or not this CPU runs it (the baseline had once regressed unseen)."""
-    dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", _C.__file__], capture_output=True,
-                          text=True, check=True).stdout
+    dump = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", "-C", _C.__file__], capture_output=True, text=True, check=True
+    ).stdout
     functions = _functions(dump)
     ns = f"flip_{level}::flip::cpu::"
-    wanted = [f"{ns}flip_row<float>(",
-              f"{ns}flip_row_sensitivities<true, false, false, float>(",
-              f"{ns}flip_row_sensitivities<true, true, false, float>(",
-              f"{ns}flip_row_sensitivities<true, false, true, float>(",
-              f"{ns}convert_row<float, {ns}(anonymous namespace)::LdrInput<float, true> >(",
-              f"{ns}(anonymous namespace)::input_row_vjp<true, float>("]
+    wanted = [
+        f"{ns}flip_row<float>(",
+        f"{ns}flip_row_sensitivities<true, false, false, float>(",
+        f"{ns}flip_row_sensitivities<true, true, false, float>(",
+        f"{ns}flip_row_sensitivities<true, false, true, float>(",
+        f"{ns}convert_row<float, {ns}(anonymous namespace)::LdrInput<float, true> >(",
+        f"{ns}(anonymous namespace)::input_row_vjp<true, float>(",
+    ]
     for key in wanted:
         bodies = [body for name, body in functions.items() if key in name]
         assert bodies, f"{key}...) is not in the library (inlined or renamed?)"

@@ -1,5 +1,6 @@
 """CUDA kernels against the CPU kernels, gradcheck/opcheck on CUDA, torch.compile with CUDA graphs,
 device checks. Every test here skips cleanly on machines without a GPU."""
+
 import pytest
 import torch
 from torch.autograd import gradcheck
@@ -12,8 +13,8 @@ from hdr_cases import exposure_strips
 pytestmark = pytest.mark.cuda
 
 needs_kernels = pytest.mark.skipif(
-    not torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"),
-    reason="built without CUDA kernels")
+    not torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"), reason="built without CUDA kernels"
+)
 
 
 def inputs(shape, dtype=torch.float32, seed=0):
@@ -72,8 +73,11 @@ def test_identical_images_give_exactly_zero_on_cuda(ops, dtype):
 def test_ldr_flip_cuda_real_image(ops, crops):
     ref = crops["blocks"].unsqueeze(0)
     test = (ref + 0.05 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(0))).clamp(0, 1)
-    assert_close_to_cpu([ops.ldr_flip(test.cuda(), ref.cuda(), 67.02, "srgb", 1e-15)],
-                        [ops.ldr_flip(test, ref, 67.02, "srgb", 1e-15)], torch.float32)
+    assert_close_to_cpu(
+        [ops.ldr_flip(test.cuda(), ref.cuda(), 67.02, "srgb", 1e-15)],
+        [ops.ldr_flip(test, ref, 67.02, "srgb", 1e-15)],
+        torch.float32,
+    )
 
 
 @needs_kernels
@@ -107,8 +111,12 @@ def test_low_precision_on_cuda(ops, dtype):
 def test_non_contiguous_cuda(ops):
     a, b = inputs((2, 3, 20, 30))
     ac = a.cuda().permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
-    torch.testing.assert_close(ops.ldr_flip(ac, b.cuda(), 67.0, "srgb", 1e-15),
-                               ops.ldr_flip(a.cuda(), b.cuda(), 67.0, "srgb", 1e-15), rtol=0, atol=0)
+    torch.testing.assert_close(
+        ops.ldr_flip(ac, b.cuda(), 67.0, "srgb", 1e-15),
+        ops.ldr_flip(a.cuda(), b.cuda(), 67.0, "srgb", 1e-15),
+        rtol=0,
+        atol=0,
+    )
 
 
 @needs_kernels
@@ -132,8 +140,10 @@ def test_opcheck_cuda(ops):
     g = torch.rand(2, 1, 6, 7, device="cuda")
     torch.library.opcheck(ops.ldr_flip_backward.default, (g, a.detach(), b.detach(), 30.0, "srgb", 1e-15, [True, True]))
     torch.library.opcheck(ops.hunt_hyab.default, (a, b, 1e-15))
-    torch.library.opcheck(ops.feature_difference.default, (a[:, :1].detach().requires_grad_(),
-                                                            b[:, :1].detach().requires_grad_(), 30.0, 1e-15))
+    torch.library.opcheck(
+        ops.feature_difference.default,
+        (a[:, :1].detach().requires_grad_(), b[:, :1].detach().requires_grad_(), 30.0, 1e-15),
+    )
 
 
 @needs_kernels
@@ -191,8 +201,9 @@ def test_hdr_flip_cuda_matches_cpu(ops, dtype, tm):
     # Gradients through the same winning exposures: both backwards get the CPU's index, so a
     # near-tie that flipped above cannot make one pixel's gradient come from another exposure.
     w = torch.randn(oh.shape, generator=torch.Generator().manual_seed(5), dtype=dtype)
-    gc = ops.hdr_flip_backward(w.cuda(), test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), ixh.cuda(), 30.0, tm,
-                               1e-15, [True, True])
+    gc = ops.hdr_flip_backward(
+        w.cuda(), test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), ixh.cuda(), 30.0, tm, 1e-15, [True, True]
+    )
     gh = ops.hdr_flip_backward(w, test, ref, ex, counts, ixh, 30.0, tm, 1e-15, [True, True])
     assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
 
@@ -248,8 +259,9 @@ def test_backward_of_one_image_matches_cpu(ops, dtype, mask):
     counts = torch.tensor([3, 2])
     ha, hb = 4 * a, 4 * b
     index = ops.hdr_flip(ha, hb, ex, counts, 30.0, "aces", 1e-15)[2]
-    gc = ops.hdr_flip_backward(w.cuda(), ha.cuda(), hb.cuda(), ex.cuda(), counts.cuda(), index.cuda(), 30.0, "aces",
-                               1e-15, mask)
+    gc = ops.hdr_flip_backward(
+        w.cuda(), ha.cuda(), hb.cuda(), ex.cuda(), counts.cuda(), index.cuda(), 30.0, "aces", 1e-15, mask
+    )
     gh = ops.hdr_flip_backward(w, ha, hb, ex, counts, index, 30.0, "aces", 1e-15, [True, True])
     for want, c, h in zip(mask, gc, gh):
         assert c.numel() == (h.numel() if want else 0)
@@ -297,7 +309,8 @@ def test_hdr_backward_skipping_tiles_matches_cpu(ops, dtype):
     test, ref, ex, counts, g = exposure_strips(dtype)
     index = ops.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)[2]
     w = torch.rand(2, 1, 37, 150, generator=g, dtype=dtype)
-    gc = ops.hdr_flip_backward(w.cuda(), test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), index.cuda(), 20.0,
-                               "aces", 1e-15, [True, True])
+    gc = ops.hdr_flip_backward(
+        w.cuda(), test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), index.cuda(), 20.0, "aces", 1e-15, [True, True]
+    )
     gh = ops.hdr_flip_backward(w, test, ref, ex, counts, index, 20.0, "aces", 1e-15, [True, True])
     assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)

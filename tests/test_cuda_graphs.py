@@ -1,6 +1,7 @@
 """The CUDA kernels under CUDA graphs, torch.compile(mode="reduce-overhead"), several host threads
 and the row-pass fallback. Whatever a first call per process would hide runs in a fresh
 subprocess. Every test here skips cleanly without a GPU (and none has run on one yet)."""
+
 import os
 import subprocess
 import sys
@@ -17,16 +18,22 @@ pytestmark = pytest.mark.cuda
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 needs_kernels = pytest.mark.skipif(
-    not torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"),
-    reason="built without CUDA kernels")
+    not torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"), reason="built without CUDA kernels"
+)
 
 
 def run_fresh(script, env_extra=None, timeout=600):
     """Runs `script` in a new Python process (this checkout first on the path); its stdout."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     env.update(env_extra or {})
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
     return proc.stdout
 

@@ -16,6 +16,7 @@ Build directories (kept between runs; only what changed is rebuilt): FLIP_LOSS_C
 (default build/cpp), FLIP_LOSS_DEPLOY_PREFIX (build/deploy-install), FLIP_LOSS_EXAMPLES_BUILD_DIR
 (build/examples-cpp).
 """
+
 import os
 import re
 import shutil
@@ -39,8 +40,9 @@ from op_names import PRODUCT_OPS
 PREFIX = Path(os.environ.get("FLIP_LOSS_DEPLOY_PREFIX", ROOT / "build" / "deploy-install"))
 EXAMPLES_BUILD_DIR = Path(os.environ.get("FLIP_LOSS_EXAMPLES_BUILD_DIR", ROOT / "build" / "examples-cpp"))
 
-needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None,
-                                 reason="cmake is not on PATH: cannot build the C++ library and examples")
+needs_cmake = pytest.mark.skipif(
+    shutil.which("cmake") is None, reason="cmake is not on PATH: cannot build the C++ library and examples"
+)
 
 pytestmark = pytest.mark.slow  # builds C++ programs (minutes)
 
@@ -55,6 +57,7 @@ def _cache_value(cache: Path, key: str):
 
 
 # ---- session fixtures: install, build the examples (cpp_build is in conftest.py) ------------------
+
 
 @pytest.fixture(scope="session")
 def installed(cpp_build):
@@ -72,11 +75,24 @@ def examples(installed):
     if found is not None and Path(found).resolve() != expected_dir.resolve():
         shutil.rmtree(EXAMPLES_BUILD_DIR)  # configured against another install
     env = {k: v for k, v in os.environ.items() if k not in ("CMAKE_PREFIX_PATH", "Torch_DIR")}
-    run(["cmake", "-S", ROOT / "examples" / "cpp", "-B", EXAMPLES_BUILD_DIR, "-DCMAKE_BUILD_TYPE=Release",
-          f"-DCMAKE_PREFIX_PATH={installed}", *generator_args()], "configure examples/cpp", env=env)
+    run(
+        [
+            "cmake",
+            "-S",
+            ROOT / "examples" / "cpp",
+            "-B",
+            EXAMPLES_BUILD_DIR,
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DCMAKE_PREFIX_PATH={installed}",
+            *generator_args(),
+        ],
+        "configure examples/cpp",
+        env=env,
+    )
     found = _cache_value(cache, "flip_loss_DIR")
-    assert found is not None and Path(found).resolve() == expected_dir.resolve(), \
+    assert found is not None and Path(found).resolve() == expected_dir.resolve(), (
         f"examples/cpp found flip_loss in {found}, not in the test's install {expected_dir}"
+    )
     run(["cmake", "--build", EXAMPLES_BUILD_DIR, "-j2"], "build examples/cpp")
     return EXAMPLES_BUILD_DIR
 
@@ -111,18 +127,24 @@ def png_pair(tmp_path_factory):
 
 
 def _run_program(cmd, timeout=600):
-    proc = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, f"{Path(str(cmd[0])).name} failed (exit {proc.returncode}):\n{proc.stdout}"
     return proc.stdout
 
 
 # ---- (a) the installed package and the examples -------------------------------------------------
 
+
 @needs_cmake
 def test_installed_package_layout_and_rpath(installed):
-    for rel in ("include/flip_loss/flip_loss.h", "lib/cmake/flip_loss/flip_lossConfig.cmake",
-                "lib/cmake/flip_loss/flip_lossConfigVersion.cmake", "lib/cmake/flip_loss/flip_lossTargets.cmake"):
+    for rel in (
+        "include/flip_loss/flip_loss.h",
+        "lib/cmake/flip_loss/flip_lossConfig.cmake",
+        "lib/cmake/flip_loss/flip_lossConfigVersion.cmake",
+        "lib/cmake/flip_loss/flip_lossTargets.cmake",
+    ):
         assert (installed / rel).is_file(), f"{rel} is not installed"
     libs = sorted((installed / "lib").glob("libflip_ops.so*"))
     assert libs, "libflip_ops.so is not installed"
@@ -135,20 +157,33 @@ def test_installed_package_layout_and_rpath(installed):
     # The installed library loads in a fresh process with no torch imported and no
     # LD_LIBRARY_PATH: its RUNPATH finds torch's libraries; loading it registers the ops.
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    snippet = ("import ctypes, sys; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
-               "import torch; print(torch.ops.flip.ldr_flip.default._schema); "
-               "print(sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith('flip')))")
-    proc = subprocess.run([sys.executable, "-c", snippet, str(installed / "lib" / "libflip_ops.so")],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
+    snippet = (
+        "import ctypes, sys; ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); "
+        "import torch; print(torch.ops.flip.ldr_flip.default._schema); "
+        "print(sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith('flip')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", snippet, str(installed / "lib" / "libflip_ops.so")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, f"the installed libflip_ops.so does not load:\n{proc.stdout}"
     assert "flip::ldr_flip(Tensor test, Tensor reference" in proc.stdout
     # The product's ops only: no test-only op (the GPU emulator is built by the tests, tests/emulator).
     assert proc.stdout.splitlines()[-1] == str(sorted(f"flip::{n}" for n in PRODUCT_OPS)), proc.stdout
 
 
-_POOLED_KEYS = (("Mean", "mean"), ("Weighted median", "weighted_median"),
-                ("1st weighted quartile", "weighted_quartile_1"), ("3rd weighted quartile", "weighted_quartile_3"),
-                ("Min", "min"), ("Max", "max"))
+_POOLED_KEYS = (
+    ("Mean", "mean"),
+    ("Weighted median", "weighted_median"),
+    ("1st weighted quartile", "weighted_quartile_1"),
+    ("3rd weighted quartile", "weighted_quartile_3"),
+    ("Min", "min"),
+    ("Max", "max"),
+)
 
 
 def _parse_pooled(stdout):
@@ -172,8 +207,23 @@ def test_flip_infer_matches_python(examples, exported_modules, png_pair, tmp_pat
 
     exe = executable(examples, "flip_infer")
     out_png, out_raw = tmp_path / "map.png", tmp_path / "map.f32"
-    stdout = _run_program([exe, "--module", exported_modules["loss"], "--reference", png_pair["reference"],
-                           "--test", png_pair["test"], "--output", out_png, "--raw", out_raw, "--digits", "10"])
+    stdout = _run_program(
+        [
+            exe,
+            "--module",
+            exported_modules["loss"],
+            "--reference",
+            png_pair["reference"],
+            "--test",
+            png_pair["test"],
+            "--output",
+            out_png,
+            "--raw",
+            out_raw,
+            "--digits",
+            "10",
+        ]
+    )
     print(stdout)
     assert f"Pixels per degree: {round(ppd)}" in stdout
     printed = _parse_pooled(stdout)
@@ -200,8 +250,24 @@ def test_flip_infer_matches_python(examples, exported_modules, png_pair, tmp_pat
 
     # Without a module: the header's flip_loss::ldr_flip (eps 0), grey map.
     out_grey, out_raw2 = tmp_path / "grey.png", tmp_path / "map2.f32"
-    stdout2 = _run_program([exe, "--ppd", ppd, "--reference", png_pair["reference"], "--test", png_pair["test"],
-                            "--no-magma", "--output", out_grey, "--raw", out_raw2, "--digits", "10"])
+    stdout2 = _run_program(
+        [
+            exe,
+            "--ppd",
+            ppd,
+            "--reference",
+            png_pair["reference"],
+            "--test",
+            png_pair["test"],
+            "--no-magma",
+            "--output",
+            out_grey,
+            "--raw",
+            out_raw2,
+            "--digits",
+            "10",
+        ]
+    )
     assert "flip_loss::ldr_flip" in stdout2
     raw2 = torch.from_numpy(np.fromfile(out_raw2, dtype=np.float32)).view(h, w)
     assert torch.equal(raw2, raw), "the C++ API and the TorchScript module give different maps"
@@ -210,8 +276,13 @@ def test_flip_infer_matches_python(examples, exported_modules, png_pair, tmp_pat
     np.testing.assert_array_equal(grey, colormaps.to_grey_uint8(raw.numpy()))
 
     # Errors the user can act on exit with 2 and one message.
-    proc = subprocess.run([str(exe), "--reference", str(png_pair["reference"]), "--test", str(tmp_path / "nope.png")],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(exe), "--reference", str(png_pair["reference"]), "--test", str(tmp_path / "nope.png")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "flip_infer: error: cannot read" in proc.stdout, proc.stdout
 
 
@@ -225,8 +296,21 @@ def _losses(stdout):
 @needs_cmake
 def test_flip_train_image_loss_falls(examples, png_pair, tmp_path):
     ppd = 40.0
-    stdout = _run_program([executable(examples, "flip_train"), "--reference", png_pair["reference"], "--test",
-                           png_pair["test"], "--ppd", ppd, "--steps", 20, "--output", tmp_path / "opt.png"])
+    stdout = _run_program(
+        [
+            executable(examples, "flip_train"),
+            "--reference",
+            png_pair["reference"],
+            "--test",
+            png_pair["test"],
+            "--ppd",
+            ppd,
+            "--steps",
+            20,
+            "--output",
+            tmp_path / "opt.png",
+        ]
+    )
     print(stdout)
     steps, final = _losses(stdout)
     assert len(steps) == 20
@@ -243,8 +327,21 @@ def test_flip_train_image_loss_falls(examples, png_pair, tmp_path):
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 def test_flip_train_scripted_model_in_cpp(examples, exported_modules, png_pair, tmp_path):
     trained = tmp_path / "trained.pt"
-    stdout = _run_program([executable(examples, "flip_train"), "--model", exported_modules["model"], "--reference",
-                           png_pair["reference"], "--test", png_pair["tinted"], "--steps", 20, "--save", trained])
+    stdout = _run_program(
+        [
+            executable(examples, "flip_train"),
+            "--model",
+            exported_modules["model"],
+            "--reference",
+            png_pair["reference"],
+            "--test",
+            png_pair["tinted"],
+            "--steps",
+            20,
+            "--save",
+            trained,
+        ]
+    )
     print(stdout)
     steps, final = _losses(stdout)
     assert len(steps) == 20
@@ -266,13 +363,14 @@ def test_flip_train_scripted_model_in_cpp(examples, exported_modules, png_pair, 
 
 def test_magma_header_matches_python_table():
     text = (ROOT / "examples" / "cpp" / "magma.h").read_text()
-    body = text[text.index("kMagma[256][3] = {"):]
+    body = text[text.index("kMagma[256][3] = {") :]
     entries = [tuple(int(v) for v in m) for m in re.findall(r"\{\s*(\d+),\s*(\d+),\s*(\d+)\}", body)]
     assert len(entries) == 256
     np.testing.assert_array_equal(np.array(entries, dtype=np.uint8), colormaps._lut(colormaps.MAGMA))
 
 
 # ---- (b) the public header, function by function -----------------------------------------------
+
 
 @needs_cmake
 def test_header_api_matches_python(cpp_build, tmp_path):
@@ -282,8 +380,7 @@ def test_header_api_matches_python(cpp_build, tmp_path):
     ppd, eps = 40.0, 1e-10
     test = torch.rand(n, 3, h, w, generator=gen)
     reference = torch.rand(n, 3, h, w, generator=gen)
-    opponent = torch.cat([torch.rand(n, 1, h, w, generator=gen),
-                          torch.rand(n, 2, h, w, generator=gen) - 0.5], dim=1)
+    opponent = torch.cat([torch.rand(n, 1, h, w, generator=gen), torch.rand(n, 2, h, w, generator=gen) - 0.5], dim=1)
     lin_test, lin_reference = torch.rand(n, 3, h, w, generator=gen), torch.rand(n, 3, h, w, generator=gen)
     ach_test, ach_reference = torch.rand(n, 1, h, w, generator=gen), torch.rand(n, 1, h, w, generator=gen)
     pools = {
@@ -295,10 +392,17 @@ def test_header_api_matches_python(cpp_build, tmp_path):
         "single": torch.tensor([[0.25]]),
         "wide": torch.rand(1, 1, 300, 400, generator=gen) ** 3,
     }
-    inputs = Tensors(test=test, reference=reference, opponent=opponent, lin_test=lin_test,
-                      lin_reference=lin_reference, ach_test=ach_test, ach_reference=ach_reference,
-                      params=torch.tensor([ppd, eps], dtype=torch.float64),
-                      **{"pool_" + k: v for k, v in pools.items()})
+    inputs = Tensors(
+        test=test,
+        reference=reference,
+        opponent=opponent,
+        lin_test=lin_test,
+        lin_reference=lin_reference,
+        ach_test=ach_test,
+        ach_reference=ach_reference,
+        params=torch.tensor([ppd, eps], dtype=torch.float64),
+        **{"pool_" + k: v for k, v in pools.items()},
+    )
     inputs_path, outputs_path = tmp_path / "inputs.pt", tmp_path / "outputs.pt"
     script(inputs).save(str(inputs_path))
 
@@ -331,8 +435,7 @@ def test_header_api_matches_python(cpp_build, tmp_path):
 
     # hdr_flip: the header's evenly spaced exposures give flip_loss.hdr_flip's values and gradient.
     ht = (test * 4).requires_grad_(True)
-    hmap, hemap = flip_loss.hdr_flip(ht, reference * 4, ppd, "hable", -2.0, 1.0, 4, return_exposure_map=True,
-                                     eps=eps)
+    hmap, hemap = flip_loss.hdr_flip(ht, reference * 4, ppd, "hable", -2.0, 1.0, 4, return_exposure_map=True, eps=eps)
     hmap.sum().backward()
     torch.testing.assert_close(out["hdr_flip"], hmap.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out["hdr_exposure_map"], hemap, rtol=0, atol=0)
@@ -356,6 +459,7 @@ def test_header_api_matches_python(cpp_build, tmp_path):
 
 
 # ---- (c) torch.export ---------------------------------------------------------------------------
+
 
 class _OpModule(torch.nn.Module):
     def forward(self, test, reference):
@@ -431,6 +535,7 @@ def test_torch_export_flip_loss_module_with_gradients(ops, tmp_path, reduction):
 
 
 # ---- (d) AOTInductor ------------------------------------------------------------------------------
+
 
 def test_aot_inductor_package_with_custom_op(ops, tmp_path):
     """aoti_compile_and_package compiles the graph around flip.ldr_flip to C++; the custom op

@@ -3,6 +3,7 @@ FLIPMetric and FLIPTorchMetric synced across ranks against one process, folder m
 against one process, and a few DDP training steps of examples/train_denoiser.py.
 
 Every launch is bounded (distributed_cases.launch, subprocess timeouts), so a hang fails."""
+
 import csv
 import json
 import os
@@ -24,8 +25,10 @@ from flip_loss.cli import main
 from flip_loss.cli.shard import balanced_shards
 from flip_loss.imageio import load_image
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available"),
+]
 
 
 def rank_maps(rank):
@@ -195,8 +198,20 @@ def assert_same_outputs(one, many):
 
 
 def folder_argv(references, tests):
-    return ["--reference-dir", references, "--test-dir", tests, "-d", "out", "--report", "report", "-txt",
-            "--no-progress", "--device", "cpu"]
+    return [
+        "--reference-dir",
+        references,
+        "--test-dir",
+        tests,
+        "-d",
+        "out",
+        "--report",
+        "report",
+        "-txt",
+        "--no-progress",
+        "--device",
+        "cpu",
+    ]
 
 
 def test_cli_under_torchrun_equals_one_process(tmp_path, monkeypatch, capsys):
@@ -210,9 +225,25 @@ def test_cli_under_torchrun_equals_one_process(tmp_path, monkeypatch, capsys):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-                          "--master_addr=127.0.0.1", f"--master_port={cases.free_port()}", "-m", "flip_loss", *argv],
-                         cwd=tmp_path / "two", env=env, capture_output=True, text=True, timeout=240)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--nnodes=1",
+            "--master_addr=127.0.0.1",
+            f"--master_port={cases.free_port()}",
+            "-m",
+            "flip_loss",
+            *argv,
+        ],
+        cwd=tmp_path / "two",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert res.returncode == 0, res.stderr
     # What rank 0 prints is what one process prints, in the same order.
     assert without_times(res.stdout) == without_times(out)
@@ -230,8 +261,16 @@ def launch_ranks(argv, cwd, world_size=2, timeout=240):
         for rank in range(world_size):
             env = cases.rank_environment(rank, world_size, port)
             env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-            processes.append(subprocess.Popen([sys.executable, "-m", "flip_loss", *argv], cwd=cwd, env=env,
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "flip_loss", *argv],
+                    cwd=cwd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         results = []
         for process in processes:
             out, err = process.communicate(timeout=timeout)
@@ -251,9 +290,14 @@ def test_pair_failing_on_one_rank_and_the_gate_over_all_pairs(tmp_path, monkeypa
     pixels = [(h - (i == 1)) * w for i, (h, w) in enumerate(SIZES)]  # from the test images' headers
     shards = balanced_shards(pixels, 2)
     assert 1 in shards[1]
-    means = {i: flip_loss.ldr_flip(load_image(Path(tests) / f"p{i}.png"),
-                                   load_image(Path(references) / f"p{i}.png")).double().mean().item()
-             for i in range(len(SIZES)) if i != 1}
+    means = {
+        i: flip_loss.ldr_flip(load_image(Path(tests) / f"p{i}.png"), load_image(Path(references) / f"p{i}.png"))
+        .double()
+        .mean()
+        .item()
+        for i in range(len(SIZES))
+        if i != 1
+    }
     # The threshold just below the worst of rank 1's other pairs: that pair fails the gate.
     worst_on_1 = max((i for i in shards[1] if i != 1), key=means.get)
     threshold = f"{means[worst_on_1] - 1e-4:.6f}"
@@ -293,8 +337,10 @@ def test_an_error_on_one_rank_stops_every_rank(tmp_path):
 # --- Ctrl-C and SIGTERM under torchrun --------------------------------------------------------------
 
 TESTS_DIR = Path(__file__).resolve().parent
-HOOKED_RANK = "import sys, distributed_cases as c; " \
-              "sys.exit(c.cli_rank_with_hooks(sys.argv[1], {int(r) for r in sys.argv[2].split(',') if r}, sys.argv[3:]))"
+HOOKED_RANK = (
+    "import sys, distributed_cases as c; "
+    "sys.exit(c.cli_rank_with_hooks(sys.argv[1], {int(r) for r in sys.argv[2].split(',') if r}, sys.argv[3:]))"
+)
 
 
 def start_hooked_ranks(argv, cwd, markers, hang_ranks, world_size=2):
@@ -305,9 +351,16 @@ def start_hooked_ranks(argv, cwd, markers, hang_ranks, world_size=2):
     for rank in range(world_size):
         env = cases.rank_environment(rank, world_size, port)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS_DIR), env.get("PYTHONPATH", "")])
-        processes.append(subprocess.Popen(
-            [sys.executable, "-c", HOOKED_RANK, str(markers), ",".join(map(str, hang_ranks)), *argv],
-            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-c", HOOKED_RANK, str(markers), ",".join(map(str, hang_ranks)), *argv],
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     return processes
 
 
@@ -320,11 +373,15 @@ def wait_for(path, processes, timeout=180.0):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("hung,signalled,marker", [
-    (1, 0, "waiting.0"),     # rank 0 waits in a gather for rank 1, which hangs
-    (0, 1, "waiting.1"),     # rank 1 waits for rank 0, which hangs
-    ((0, 1), 0, "evaluating.0"),  # rank 0 is signalled while it evaluates, and rank 1 hangs
-], ids=["rank-0-waiting", "rank-1-waiting", "rank-0-evaluating"])
+@pytest.mark.parametrize(
+    "hung,signalled,marker",
+    [
+        (1, 0, "waiting.0"),  # rank 0 waits in a gather for rank 1, which hangs
+        (0, 1, "waiting.1"),  # rank 1 waits for rank 0, which hangs
+        ((0, 1), 0, "evaluating.0"),  # rank 0 is signalled while it evaluates, and rank 1 hangs
+    ],
+    ids=["rank-0-waiting", "rank-1-waiting", "rank-0-evaluating"],
+)
 def test_sigterm_ends_a_rank_promptly_whatever_it_waits_for(tmp_path, hung, signalled, marker):
     """SIGTERM to one rank while it waits for a hung peer (inside a collective, where gloo's wait
     cannot be interrupted) or while it evaluates and its peer hangs: the rank exits 130 within a
@@ -365,19 +422,31 @@ def test_sigterm_ends_a_rank_promptly_whatever_it_waits_for(tmp_path, hung, sign
 
 # --- environments inherited from a launched rank ------------------------------------------------------
 
+
 def test_launch_inherited_compares_with_the_parent(monkeypatch):
     """The rule of flip_loss.distributed.launch_inherited: the torchrun variables are inherited
     when the parent process carries the same ones; FLIP_LOSS_TORCHRUN overrides it."""
     from flip_loss import distributed
 
-    mine = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
-            "TORCHELASTIC_RUN_ID": "abc"}
+    mine = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "abc",
+    }
     for name in ("FLIP_LOSS_TORCHRUN", *mine):
         monkeypatch.delenv(name, raising=False)
     for name, value in mine.items():
         monkeypatch.setenv(name, value)
-    parents = {"agent": {"PATH": "/bin"}, "unreadable": None, "rank": dict(mine, OTHER="x"),
-               "outer rank": dict(mine, MASTER_PORT="29400"), "nested rank": dict(mine, RANK="0")}
+    parents = {
+        "agent": {"PATH": "/bin"},
+        "unreadable": None,
+        "rank": dict(mine, OTHER="x"),
+        "outer rank": dict(mine, MASTER_PORT="29400"),
+        "nested rank": dict(mine, RANK="0"),
+    }
     expected = {"agent": False, "unreadable": False, "rank": True, "outer rank": False, "nested rank": False}
     for name, parent in parents.items():
         monkeypatch.setattr(distributed, "_parent_environment", lambda parent=parent: parent)
@@ -400,8 +469,14 @@ def test_launch_inherited_compares_with_the_parent(monkeypatch):
 def run_with_parent(argv, cwd, env, child_env="", timeout=240):
     """``argv`` run by a parent process (distributed_cases.INHERITING_PARENT) whose environment is
     ``env``; ``child_env``: NAME=VALUE pairs only the child gets."""
-    return subprocess.run([sys.executable, "-c", cases.INHERITING_PARENT, child_env, *argv], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", cases.INHERITING_PARENT, child_env, *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_an_inherited_environment_runs_alone(tmp_path, monkeypatch, capsys):
@@ -429,8 +504,10 @@ def test_an_inherited_environment_runs_alone(tmp_path, monkeypatch, capsys):
         assert "were inherited from the parent process" in res.stderr
         assert res.stderr.count("flip-loss: warning: the torchrun variables") == 1
         if mode == "pair":
-            assert sorted(p.name for p in work.iterdir()) == ["flip.p0.p0.67ppd.ldr.png",
-                                                            "pooled_values.flip.p0.p0.67ppd.ldr.txt"]
+            assert sorted(p.name for p in work.iterdir()) == [
+                "flip.p0.p0.67ppd.ldr.png",
+                "pooled_values.flip.p0.p0.67ppd.ldr.txt",
+            ]
             assert res.stdout.count("FLIP between") == 1
         else:
             assert without_times(res.stdout) == without_times(out)
@@ -438,8 +515,9 @@ def test_an_inherited_environment_runs_alone(tmp_path, monkeypatch, capsys):
     # At verbosity 0 the note is left out; a bad option is reported by the child of any rank.
     env = cases.rank_environment(1, 2, port)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    res = run_with_parent([sys.executable, "-m", "flip_loss", "-r", "missing.png", "-t", "missing.png", "-v", "0"],
-                          tmp_path, env)
+    res = run_with_parent(
+        [sys.executable, "-m", "flip_loss", "-r", "missing.png", "-t", "missing.png", "-v", "0"], tmp_path, env
+    )
     assert res.returncode == 2 and res.stderr.startswith("flip-loss: error: ") and "missing.png" in res.stderr
 
 
@@ -460,10 +538,25 @@ def test_the_override_makes_a_wrapped_command_a_rank(tmp_path, monkeypatch, caps
         for rank in range(2):
             env = cases.rank_environment(rank, 2, port)
             env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-            processes.append(subprocess.Popen(
-                [sys.executable, "-c", cases.INHERITING_PARENT, "FLIP_LOSS_TORCHRUN=worker", sys.executable, "-m",
-                 "flip_loss", *argv], cwd=tmp_path / "two", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True))
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        cases.INHERITING_PARENT,
+                        "FLIP_LOSS_TORCHRUN=worker",
+                        sys.executable,
+                        "-m",
+                        "flip_loss",
+                        *argv,
+                    ],
+                    cwd=tmp_path / "two",
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         results = [p.communicate(timeout=240) + (p.returncode,) for p in processes]
     finally:
         for p in processes:
@@ -487,10 +580,27 @@ def test_a_gate_run_by_a_torchrun_rank_runs_alone(tmp_path):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-                          "--master_addr=127.0.0.1", f"--master_port={cases.free_port()}", str(script), references,
-                          tests, str(Path(references) / "p0.png"), str(Path(tests) / "p0.png")],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--nnodes=1",
+            "--master_addr=127.0.0.1",
+            f"--master_port={cases.free_port()}",
+            str(script),
+            references,
+            tests,
+            str(Path(references) / "p0.png"),
+            str(Path(tests) / "p0.png"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     gates = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert [g["code"] for g in gates] == [0, 0], gates
@@ -500,6 +610,7 @@ def test_a_gate_run_by_a_torchrun_rank_runs_alone(tmp_path):
 
 
 # --- DDP training: examples/train_denoiser.py ---------------------------------------------------------
+
 
 def test_ddp_training_steps_keep_the_ranks_identical(tmp_path):
     """Three steps under DDP on 2 ranks: every rank ends with the same parameters, which are those
@@ -529,11 +640,44 @@ def test_train_denoiser_runs_unchanged_under_torchrun(tmp_path):
     noisy input is what one process computes."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    argv = ["--steps", "2", "--crop", "16", "--batch", "4", "--eval-crops", "3", "--display-size", "32",
-            "--channels", "8", "--depth", "3", "--device", "cpu", "--out", "out"]
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-                          "--master_addr=127.0.0.1", f"--master_port={cases.free_port()}", cases.EXAMPLE, *argv],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    argv = [
+        "--steps",
+        "2",
+        "--crop",
+        "16",
+        "--batch",
+        "4",
+        "--eval-crops",
+        "3",
+        "--display-size",
+        "32",
+        "--channels",
+        "8",
+        "--depth",
+        "3",
+        "--device",
+        "cpu",
+        "--out",
+        "out",
+    ]
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--nnodes=1",
+            "--master_addr=127.0.0.1",
+            f"--master_port={cases.free_port()}",
+            cases.EXAMPLE,
+            *argv,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("2 processes (DDP)") == 1 and res.stdout.count("held-out results") == 1
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())

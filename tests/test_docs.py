@@ -3,6 +3,7 @@ docs/cli.md, every FLIP_LOSS_* variable the product reads is in docs/environment
 every name there is used), every public name of flip_loss is in docs/api.md, every document of
 docs/ is in its index, and every relative link of README.md and docs/*.md reaches a file (and, with
 an #anchor into Markdown, a heading of it)."""
+
 import re
 import unicodedata
 from pathlib import Path
@@ -128,8 +129,9 @@ def test_every_flip_loss_variable_is_in_the_environment_table_and_every_one_ther
     assert "FLIP_LOSS_CUDA" in used_by_product  # the scan reaches setup.py
     missing = {name: where for name, where in sorted(used_by_product.items()) if name not in table}
     assert not missing, f"docs/environment.md's table lacks these variables (name: a file using it): {missing}"
-    used = set(used_by_product) | set(env_names_in(
-        p for p in files_under("tests", "examples") if p.name != Path(__file__).name))
+    used = set(used_by_product) | set(
+        env_names_in(p for p in files_under("tests", "examples") if p.name != Path(__file__).name)
+    )
     unused = sorted(table - used)
     assert not unused, f"docs/environment.md's table names variables nothing uses: {unused}"
 
@@ -171,7 +173,7 @@ def test_the_exit_code_table_lists_the_codes_of_the_tool():
     from flip_loss.cli.errors import EXIT_CODES
 
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
-    section = text[text.index("## Exit codes"):]
-    section = section[:section.index("\n## ", 1)]
+    section = text[text.index("## Exit codes") :]
+    section = section[: section.index("\n## ", 1)]
     documented = [int(code) for code in re.findall(r"^\| (\d+) \|", section, flags=re.M)]
     assert documented == [code for code, _ in EXIT_CODES]

@@ -1,4 +1,5 @@
 """The examples: a smoke run of the denoiser training and the render evaluation."""
+
 import importlib.util
 import json
 import os
@@ -23,9 +24,29 @@ def test_train_denoiser_smoke(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     out = tmp_path / "out"
-    res = subprocess.run([sys.executable, str(EXAMPLES / "train_denoiser.py"), "--steps", "3", "--crop", "32",
-                          "--eval-crops", "2", "--display-size", "48", "--flip-weights", "0.5", "--out", str(out)],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "train_denoiser.py"),
+            "--steps",
+            "3",
+            "--crop",
+            "32",
+            "--eval-crops",
+            "2",
+            "--display-size",
+            "48",
+            "--flip-weights",
+            "0.5",
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     for line in ("noisy input", "L1 ", "L1 + 0.5*FLIP", "mean FLIP", "PSNR"):
         assert line in res.stdout, line

@@ -5,6 +5,7 @@ every instruction-set level the machine has (compiled here for the x86-64 baseli
 CPU has it, for AVX2 + FMA and AVX-512, with the flags setup.py uses for the kernels).
 
 The checks run in tests/cpp/fastmath_accuracy.cpp, compiled with g++ into build/fastmath."""
+
 import os
 import platform
 import shutil
@@ -17,10 +18,21 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = Path(os.environ.get("FLIP_LOSS_FASTMATH_BUILD_DIR", ROOT / "build" / "fastmath"))
 SOURCE = ROOT / "tests" / "cpp" / "fastmath_accuracy.cpp"
 # As setup.py compiles the CPU kernels (the rounding rules and the vectoriser's switches).
-CXX_FLAGS = ["-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fno-tree-pre", "-fschedule-insns",
-             "-fsched-pressure", "-ffp-contract=off"]
-LEVELS = {"baseline": [], "avx2": ["-mavx2", "-mfma"], "avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl",
-                                                                  "-mavx512dq", "-mfma"]}
+CXX_FLAGS = [
+    "-std=c++17",
+    "-O3",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fno-tree-pre",
+    "-fschedule-insns",
+    "-fsched-pressure",
+    "-ffp-contract=off",
+]
+LEVELS = {
+    "baseline": [],
+    "avx2": ["-mavx2", "-mfma"],
+    "avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
+}
 # The bound documented in fastmath.h and docs/algorithm.md.
 MAX_ULP = 1.0
 
@@ -55,8 +67,13 @@ def _compile(name, flags):
         pytest.skip("no g++")
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     exe = BUILD_DIR / f"fastmath_accuracy_{name}"
-    proc = subprocess.run([cxx, *flags, "-I", str(ROOT / "csrc"), str(SOURCE), "-o", str(exe)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    proc = subprocess.run(
+        [cxx, *flags, "-I", str(ROOT / "csrc"), str(SOURCE), "-o", str(exe)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )
     return exe, proc.stdout, proc.returncode
 
 
@@ -68,8 +85,7 @@ def _build(level):
 
 
 def _run(exe, *args):
-    proc = subprocess.run([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=600)
+    proc = subprocess.run([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     return proc.returncode, proc.stdout
 
 

@@ -10,6 +10,7 @@ code (run here through its host emulator) and the pure-PyTorch oracle.
 float64 is the yardstick on the same inputs: every image below holds float32-representable values,
 so that the two precisions differ only in how they compute, not in what they are given.
 """
+
 import pytest
 import torch
 
@@ -22,7 +23,8 @@ PPD = 67.0206451
 EPS = 1e-15
 
 cuda_kernels = pytest.mark.skipif(
-    not torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"), reason="built without CUDA kernels")
+    not torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"), reason="built without CUDA kernels"
+)
 
 
 def _f32_exact(x):
@@ -39,11 +41,12 @@ def half_flat():
     g = torch.Generator().manual_seed(1)
     ref = torch.empty(1, 3, H, W, dtype=torch.float64)
     ref[..., : W // 2] = _colour(0.45, 0.55, 0.35)
-    ref[..., W // 2:] = torch.rand(1, 3, H, W // 2, generator=g, dtype=torch.float64)
+    ref[..., W // 2 :] = torch.rand(1, 3, H, W // 2, generator=g, dtype=torch.float64)
     test = ref.clone()
     test[..., : W // 2] += _colour(0.03, -0.02, 0.04)
-    test[..., W // 2:] = (test[..., W // 2:] + 0.05 * torch.randn(1, 3, H, W // 2, generator=g,
-                                                                  dtype=torch.float64)).clamp(0, 1)
+    test[..., W // 2 :] = (
+        test[..., W // 2 :] + 0.05 * torch.randn(1, 3, H, W // 2, generator=g, dtype=torch.float64)
+    ).clamp(0, 1)
     return _f32_exact(test), _f32_exact(ref)
 
 
@@ -60,10 +63,10 @@ def half_flat_hdr():
     g = torch.Generator().manual_seed(2)
     ref = torch.empty(1, 3, H, W, dtype=torch.float64)
     ref[..., : W // 2] = _colour(0.8, 1.1, 0.5)
-    ref[..., W // 2:] = torch.exp2(4 * torch.rand(1, 3, H, W // 2, generator=g, dtype=torch.float64) - 2)
+    ref[..., W // 2 :] = torch.exp2(4 * torch.rand(1, 3, H, W // 2, generator=g, dtype=torch.float64) - 2)
     test = ref.clone()
     test[..., : W // 2] *= 1.15
-    test[..., W // 2:] *= 1 + 0.1 * torch.randn(1, 3, H, W // 2, generator=g, dtype=torch.float64)
+    test[..., W // 2 :] *= 1 + 0.1 * torch.randn(1, 3, H, W // 2, generator=g, dtype=torch.float64)
     return _f32_exact(test), _f32_exact(ref.clamp(min=0))
 
 
@@ -72,6 +75,7 @@ def _autograd(loss):
         t = test.detach().clone().requires_grad_()
         loss(t, ref).backward()
         return t.grad
+
     return grad
 
 
@@ -107,7 +111,7 @@ def test_float32_gradient_follows_float64_in_flat_half(ops, path):
     g32, g64 = _agreement(path, *half_flat())
     _assert_follows(g32[..., : W // 2], g64[..., : W // 2])
     # The textured half agreed before and still does.
-    _assert_follows(g32[..., W // 2:], g64[..., W // 2:], min_cos=0.999, ratio=(0.99, 1.01))
+    _assert_follows(g32[..., W // 2 :], g64[..., W // 2 :], min_cos=0.999, ratio=(0.99, 1.01))
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -123,19 +127,19 @@ def test_float32_gradient_follows_float64_in_flat_half_on_cuda(ops):
     grad = _autograd(FLIPLoss(pixels_per_degree=PPD, eps=EPS))
     g32, g64 = _agreement(lambda t, r: grad(t.cuda(), r.cuda()).cpu(), *half_flat())
     _assert_follows(g32[..., : W // 2], g64[..., : W // 2])
-    _assert_follows(g32[..., W // 2:], g64[..., W // 2:], min_cos=0.999, ratio=(0.99, 1.01))
+    _assert_follows(g32[..., W // 2 :], g64[..., W // 2 :], min_cos=0.999, ratio=(0.99, 1.01))
 
 
 def test_float32_hdr_gradient_follows_float64_in_flat_half(ops):
     # HDR-FLIP runs the same filter banks once per exposure.
-    loss = FLIPLoss(pixels_per_degree=PPD, eps=EPS, hdr=True, start_exposure=-2.0, stop_exposure=1.0,
-                    num_exposures=4)
+    loss = FLIPLoss(pixels_per_degree=PPD, eps=EPS, hdr=True, start_exposure=-2.0, stop_exposure=1.0, num_exposures=4)
     g32, g64 = _agreement(_autograd(loss), *half_flat_hdr())
     _assert_follows(g32[..., : W // 2], g64[..., : W // 2])
-    _assert_follows(g32[..., W // 2:], g64[..., W // 2:], min_cos=0.999, ratio=(0.99, 1.01))
+    _assert_follows(g32[..., W // 2 :], g64[..., W // 2 :], min_cos=0.999, ratio=(0.99, 1.01))
 
 
 # ---- grey colours: the chroma difference is rounding noise, and passes no gradient ----
+
 
 def half_flat_grey():
     """half_flat with grey (R = G = B) colours: flat halves 0.40 and 0.45, textured greyscale halves.
@@ -144,11 +148,12 @@ def half_flat_grey():
     g = torch.Generator().manual_seed(4)
     ref = torch.empty(1, 1, H, W, dtype=torch.float64)
     ref[..., : W // 2] = 0.40
-    ref[..., W // 2:] = torch.rand(1, 1, H, W // 2, generator=g, dtype=torch.float64)
+    ref[..., W // 2 :] = torch.rand(1, 1, H, W // 2, generator=g, dtype=torch.float64)
     test = ref.clone()
     test[..., : W // 2] = 0.45
-    test[..., W // 2:] = (test[..., W // 2:] + 0.05 * torch.randn(1, 1, H, W // 2, generator=g,
-                                                                  dtype=torch.float64)).clamp(0, 1)
+    test[..., W // 2 :] = (
+        test[..., W // 2 :] + 0.05 * torch.randn(1, 1, H, W // 2, generator=g, dtype=torch.float64)
+    ).clamp(0, 1)
     return _f32_exact(test.expand(1, 3, H, W).contiguous()), _f32_exact(ref.expand(1, 3, H, W).contiguous())
 
 
@@ -156,7 +161,7 @@ def half_flat_grey():
 def test_float32_gradient_follows_float64_on_grey_images(ops, path):
     g32, g64 = _agreement(path, *half_flat_grey())
     _assert_follows(g32[..., : W // 2], g64[..., : W // 2])
-    _assert_follows(g32[..., W // 2:], g64[..., W // 2:], min_cos=0.99)
+    _assert_follows(g32[..., W // 2 :], g64[..., W // 2 :], min_cos=0.99)
 
 
 def test_float64_gradient_of_grey_images_is_stable():
@@ -228,8 +233,10 @@ def test_feature_difference_gradient_of_constant_images_is_exactly_zero(ops, ppd
     test = _constants(shape, torch.float32, [0.137, 0.862])
     ref = _constants(shape, torch.float32, [0.9, 0.26])
     g = torch.rand(test.shape, generator=torch.Generator().manual_seed(0))
-    got = [*ops.feature_difference_backward(g, test, ref, ppd, EPS, [True, True]),
-           *emulator.ops().feature_difference_backward(g, test, ref, ppd, EPS, [True, True])]
+    got = [
+        *ops.feature_difference_backward(g, test, ref, ppd, EPS, [True, True]),
+        *emulator.ops().feature_difference_backward(g, test, ref, ppd, EPS, [True, True]),
+    ]
     t = test.clone().requires_grad_()
     oracle.feature_difference(t, ref, ppd, EPS).backward(g)
     for x in got + [t.grad]:
@@ -244,11 +251,11 @@ def test_feature_difference_gradcheck_on_images_smaller_than_the_filter(ops, sha
     g = torch.Generator().manual_seed(3)
     a = (0.1 + 0.8 * torch.rand(2, 1, *shape, generator=g, dtype=torch.float64)).requires_grad_()
     b = (0.1 + 0.8 * torch.rand(2, 1, *shape, generator=g, dtype=torch.float64)).requires_grad_()
-    assert torch.autograd.gradcheck(lambda x, y: ops.feature_difference(x, y, 40.0, EPS), (a, b), eps=1e-7,
-                                    atol=1e-6)
+    assert torch.autograd.gradcheck(lambda x, y: ops.feature_difference(x, y, 40.0, EPS), (a, b), eps=1e-7, atol=1e-6)
 
 
 # ---- the colour path needs no such change ----
+
 
 @pytest.mark.parametrize("path", ["cpu", "oracle", "gpu-emulation"])
 def test_csf_filter_of_constant_image_is_spatially_constant(ops, path):
@@ -257,9 +264,11 @@ def test_csf_filter_of_constant_image_is_spatially_constant(ops, path):
     # sqrt(max(dL^2, eps)) sees no pixel-to-pixel noise to amplify.
     lin = _colour(0.45, 0.55, 0.35).float().expand(1, 3, 13, 37).contiguous()
     opp = oracle.linear_rgb_to_opponent(lin)
-    run = {"cpu": lambda o: ops.csf_filter(o, PPD),
-           "oracle": lambda o: oracle.csf_filter(o, PPD),
-           "gpu-emulation": lambda o: emulator.ops().csf_filter(o, PPD)}[path]
+    run = {
+        "cpu": lambda o: ops.csf_filter(o, PPD),
+        "oracle": lambda o: oracle.csf_filter(o, PPD),
+        "gpu-emulation": lambda o: emulator.ops().csf_filter(o, PPD),
+    }[path]
     out = run(opp)
     assert torch.equal(out, out[..., :1, :1].expand_as(out))
     torch.testing.assert_close(out, lin, rtol=0, atol=1e-6)

@@ -4,6 +4,7 @@ times never pass the deadline, the order puts the build, the smoke test and the 
 the tests and the sanitizers, at most 8 files land in $OUT (what the device tool returns), and the
 SUMMARY has one PASS/MISS line per speed target. Also scripts/gpu/summary.py's verdicts on
 made-up benchmark JSON. A few seconds in all."""
+
 import ast
 import io
 import json
@@ -19,8 +20,22 @@ SCRIPT = os.path.join(ROOT, "scripts", "gpu", "gpu_check.sh")
 SUMMARY_PY = os.path.join(ROOT, "scripts", "gpu", "summary.py")
 GRACE_S = 5  # the script's kill grace after a step's timeout
 
-ORDER = ["device", "build", "smoke", "gpu_bench", "hdr_bench", "tests", "tests_blocking", "nan_scratch",
-         "sanitizer_probe", "memcheck", "racecheck", "synccheck", "initcheck", "memcheck_rows"]
+ORDER = [
+    "device",
+    "build",
+    "smoke",
+    "gpu_bench",
+    "hdr_bench",
+    "tests",
+    "tests_blocking",
+    "nan_scratch",
+    "sanitizer_probe",
+    "memcheck",
+    "racecheck",
+    "synccheck",
+    "initcheck",
+    "memcheck_rows",
+]
 PLAN = re.compile(r"^PLAN (\d+) (\w+) limit=(\d+) given=(\d+) start=(\d+) end=(\d+)(?: (SKIPPED: .*))?$")
 # What the device tool returns: at most 8 files, at most 2 folders down, plain names.
 MAX_FILES = 8
@@ -46,8 +61,17 @@ def dry_run(tmp_path, **env):
             m = PLAN.match(line)
             assert m, line
             n, name, limit, given, start, end, skipped = m.groups()
-            plan.append(dict(n=int(n), name=name, limit=int(limit), given=int(given), start=int(start),
-                             end=int(end), skipped=skipped))
+            plan.append(
+                dict(
+                    n=int(n),
+                    name=name,
+                    limit=int(limit),
+                    given=int(given),
+                    start=int(start),
+                    end=int(end),
+                    skipped=skipped,
+                )
+            )
     return proc, out, plan
 
 
@@ -167,17 +191,41 @@ def test_no_time_for_the_build_skips_what_needs_it(tmp_path):
 
 
 def test_summary_judges_the_targets(tmp_path):
-    gpu = {"gpu": "Some GPU", "rows": [
-        {"case": "1920x1080", "forward_ms": 0.2, "fwd_bwd_ms": 0.6, "fwd_bwd_extra_MiB": 80.0,
-         "graph_forward_ms": 0.15, "graph_fwd_bwd_ms": 0.4, "reference_forward_ms": 20.0,
-         "reference_fwd_bwd_ms": 60.0},
-        {"case": "3840x2160", "forward_ms": 0.8, "fwd_bwd_ms": 3.0, "fwd_bwd_extra_MiB": 90.0},
-        {"case": "8x512x512", "forward_ms": 0.3, "fwd_bwd_ms": 0.9, "fwd_bwd_extra_MiB": 60.0}]}
+    gpu = {
+        "gpu": "Some GPU",
+        "rows": [
+            {
+                "case": "1920x1080",
+                "forward_ms": 0.2,
+                "fwd_bwd_ms": 0.6,
+                "fwd_bwd_extra_MiB": 80.0,
+                "graph_forward_ms": 0.15,
+                "graph_fwd_bwd_ms": 0.4,
+                "reference_forward_ms": 20.0,
+                "reference_fwd_bwd_ms": 60.0,
+            },
+            {"case": "3840x2160", "forward_ms": 0.8, "fwd_bwd_ms": 3.0, "fwd_bwd_extra_MiB": 90.0},
+            {"case": "8x512x512", "forward_ms": 0.3, "fwd_bwd_ms": 0.9, "fwd_bwd_extra_MiB": 60.0},
+        ],
+    }
     (tmp_path / "gpu.json").write_text(json.dumps(gpu))
-    out = subprocess.run([sys.executable, SUMMARY_PY, "--gpu-bench", str(tmp_path / "gpu.json"),
-                          "--hdr-bench", str(tmp_path / "missing.json"), "--note", "hdr_bench=TIMED OUT",
-                          "--json", str(tmp_path / "bench.json")],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    out = subprocess.run(
+        [
+            sys.executable,
+            SUMMARY_PY,
+            "--gpu-bench",
+            str(tmp_path / "gpu.json"),
+            "--hdr-bench",
+            str(tmp_path / "missing.json"),
+            "--note",
+            "hdr_bench=TIMED OUT",
+            "--json",
+            str(tmp_path / "bench.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     verdicts = [line for line in out if line.startswith(("PASS", "MISS"))]
     assert verdicts == [
         "PASS LDR forward 1920x1080: 0.200 ms (target 0.250 ms)",
@@ -198,9 +246,13 @@ def test_summary_judges_the_targets(tmp_path):
 def options_of(path):
     """The --options a script's argparse parser declares."""
     tree = ast.parse(open(path).read())
-    return {a.value for node in ast.walk(tree) if isinstance(node, ast.Call)
-            and getattr(node.func, "attr", None) == "add_argument"
-            for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
+    return {
+        a.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument"
+        for a in node.args
+        if isinstance(a, ast.Constant) and str(a.value).startswith("--")
+    }
 
 
 def test_the_script_calls_what_exists():
@@ -218,8 +270,11 @@ def test_no_reference_to_the_old_place():
     checked = ["README.md", "MANIFEST.in", "setup.py"]
     for top in ("docs", "benchmarks", "scripts", "csrc"):
         for d, _, fs in os.walk(os.path.join(ROOT, top)):
-            checked += [os.path.relpath(os.path.join(d, f), ROOT) for f in fs
-                        if f.endswith((".md", ".py", ".sh", ".cpp", ".h", ".cu", ".in"))]
+            checked += [
+                os.path.relpath(os.path.join(d, f), ROOT)
+                for f in fs
+                if f.endswith((".md", ".py", ".sh", ".cpp", ".h", ".cu", ".in"))
+            ]
     for path in checked:
         full = os.path.join(ROOT, path)
         if os.path.exists(full):

@@ -1,6 +1,7 @@
 """The CUDA kernels' per-thread code (csrc/flip/passes.h), run on the CPU by the test-only emulator
 (torch.ops.flip_emulator, tests/emulator), against the CPU kernels: this is how CPU-only CI checks
 the GPU formulation (tiling, halos, transposed borders, plane layouts)."""
+
 import pytest
 import torch
 
@@ -68,8 +69,11 @@ def test_wide_image_crosses_tile_borders(ops, emulator, crops):
     img = crops["blocks"][:, :40, :].unsqueeze(0).double()
     wide = torch.cat([img, img.flip(-1)], dim=-1)[..., :300]
     other = wide.roll(3, dims=-1)
-    close(emulator.ldr_flip(wide, other, 67.0, "srgb", 1e-15), ops.ldr_flip(wide, other, 67.0, "srgb", 1e-15),
-          torch.float64)
+    close(
+        emulator.ldr_flip(wide, other, 67.0, "srgb", 1e-15),
+        ops.ldr_flip(wide, other, 67.0, "srgb", 1e-15),
+        torch.float64,
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -219,7 +223,7 @@ def test_tiled_hdr_backward_skips_tiles_an_exposure_does_not_win(ops, emulator, 
     def skipped(i, halo):  # item 0's tile columns where exposure i won no pixel of the tiles + halo
         won = (index[0, 0] == i).any(0)
         assert won.any()
-        return [x0 for x0 in range(0, 150, 32) if not won[max(0, x0 - halo):x0 + 32 + halo].any()]
+        return [x0 for x0 in range(0, 150, 32) if not won[max(0, x0 - halo) : x0 + 32 + halo].any()]
 
     assert all(skipped(i, 3) for i in range(3))  # both kernels skip tiles of every exposure
     grad = torch.rand(2, 1, 37, 150, generator=g, dtype=dtype)
@@ -251,9 +255,19 @@ def radius(ppd):
     return max(oracle.csf_taps(ppd)["radius"], oracle.feature_taps(ppd)["radius"])
 
 
-@pytest.mark.parametrize("n, h, w, wanted, elem", [
-    (1, 1080, 1920, 1, 4), (1, 1080, 1920, 3, 4), (1, 1080, 1920, 2, 8), (8, 512, 512, 3, 4),
-    (1, 2160, 3840, 3, 4), (64, 256, 256, 1, 4), (1, 70000, 2, 1, 4), (3, 5, 7, 3, 8)])
+@pytest.mark.parametrize(
+    "n, h, w, wanted, elem",
+    [
+        (1, 1080, 1920, 1, 4),
+        (1, 1080, 1920, 3, 4),
+        (1, 1080, 1920, 2, 8),
+        (8, 512, 512, 3, 4),
+        (1, 2160, 3840, 3, 4),
+        (64, 256, 256, 1, 4),
+        (1, 70000, 2, 1, 4),
+        (3, 5, 7, 3, 8),
+    ],
+)
 def test_backward_plan_bounds_the_scratch_and_covers_the_batch(emulator, n, h, w, wanted, elem):
     # The memory promise (docs/algorithm.md §8.8): the gradient planes of a band stay within the
     # 32 MiB budget, whatever the image size and batch; bands cover every item and row, each with

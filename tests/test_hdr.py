@@ -1,5 +1,6 @@
 """HDR-FLIP: conformance with flip-evaluator 1.7, automatic exposures, gradients, batching,
 degenerate references, validation."""
+
 import functools
 
 import numpy as np
@@ -31,8 +32,9 @@ def test_conformance_with_flip_evaluator(case, impl):
     theirs, used = evaluated(case_id)
     t, r = nchw(test_hwc), nchw(ref_hwc)
     kwargs = our_args(params)
-    exposures, counts, start, stop = hdr.exposures_for(r, kwargs["tone_mapper"], kwargs["start_exposure"],
-                                                       kwargs["stop_exposure"], kwargs["num_exposures"])
+    exposures, counts, start, stop = hdr.exposures_for(
+        r, kwargs["tone_mapper"], kwargs["start_exposure"], kwargs["stop_exposure"], kwargs["num_exposures"]
+    )
     assert abs(start.item() - used["startExposure"]) <= 1e-5
     assert abs(stop.item() - used["stopExposure"]) <= 1e-5
     assert counts.item() == used["numExposures"]
@@ -60,6 +62,7 @@ def test_extension_matches_the_oracle_values_and_gradients():
     test, ref = hdr_pair()
     exposures, counts, _, _ = hdr.exposures_for(ref, "hable")
     for tm in TONE_MAPPERS:
+
         def ours(x, y, tm=tm):
             return torch.ops.flip.hdr_flip(x, y, exposures, counts, 20.0, tm, 1e-15)[0]
 
@@ -83,8 +86,12 @@ def test_gradcheck_fixed_exposures(tm):
     exposures = torch.tensor([[-2.0, 0.0, 1.5]], dtype=torch.float64)
     counts = torch.tensor([3])
     test.requires_grad_(), ref.requires_grad_()
-    assert gradcheck(lambda x, y: torch.ops.flip.hdr_flip(x, y, exposures, counts, 4.0, tm, 1e-15)[0], (test, ref),
-                     eps=1e-7, atol=1e-6)
+    assert gradcheck(
+        lambda x, y: torch.ops.flip.hdr_flip(x, y, exposures, counts, 4.0, tm, 1e-15)[0],
+        (test, ref),
+        eps=1e-7,
+        atol=1e-6,
+    )
 
 
 def test_batch_with_different_ranges_equals_per_image_calls():
@@ -95,9 +102,9 @@ def test_batch_with_different_ranges_equals_per_image_calls():
     _, counts, _, _ = hdr.exposures_for(ref)
     assert len(set(counts.tolist())) > 1
     for i in range(3):
-        single, semap = flip_loss.hdr_flip(test[i:i + 1], ref[i:i + 1], 30.0, return_exposure_map=True)
-        torch.testing.assert_close(batch[i:i + 1], single, rtol=0, atol=0)
-        torch.testing.assert_close(emap[i:i + 1], semap, rtol=0, atol=0)
+        single, semap = flip_loss.hdr_flip(test[i : i + 1], ref[i : i + 1], 30.0, return_exposure_map=True)
+        torch.testing.assert_close(batch[i : i + 1], single, rtol=0, atol=0)
+        torch.testing.assert_close(emap[i : i + 1], semap, rtol=0, atol=0)
 
 
 def test_exposure_map_and_ties():
@@ -157,20 +164,24 @@ def test_unbatched_and_float16():
     assert out.shape == (1, 8, 9)
     half = flip_loss.hdr_flip(test.half(), ref.half(), 30.0)
     assert half.dtype == torch.float16
-    torch.testing.assert_close(half.float(), flip_loss.hdr_flip(test.half().float(), ref.half().float(), 30.0),
-                               rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(
+        half.float(), flip_loss.hdr_flip(test.half().float(), ref.half().float(), 30.0), rtol=1e-3, atol=1e-3
+    )
 
 
 def test_opcheck():
     test, ref = hdr_pair((2, 3, 6, 7), dtype=torch.float32)
     ex = torch.tensor([[-1.0, 0.0, 1.0], [0.0, 2.0, 2.0]])
     counts = torch.tensor([3, 2])
-    torch.library.opcheck(torch.ops.flip.hdr_flip.default,
-                          (test.requires_grad_(), ref.requires_grad_(), ex, counts, 30.0, "aces", 1e-15))
+    torch.library.opcheck(
+        torch.ops.flip.hdr_flip.default, (test.requires_grad_(), ref.requires_grad_(), ex, counts, 30.0, "aces", 1e-15)
+    )
     _, _, index = torch.ops.flip.hdr_flip(test.detach(), ref.detach(), ex, counts, 30.0, "aces", 1e-15)
     g = torch.rand(2, 1, 6, 7)
-    torch.library.opcheck(torch.ops.flip.hdr_flip_backward.default,
-                          (g, test.detach(), ref.detach(), ex, counts, index, 30.0, "aces", 1e-15, [True, True]))
+    torch.library.opcheck(
+        torch.ops.flip.hdr_flip_backward.default,
+        (g, test.detach(), ref.detach(), ex, counts, index, 30.0, "aces", 1e-15, [True, True]),
+    )
 
 
 def test_torch_compile_with_given_exposures():
@@ -190,10 +201,17 @@ def test_torch_compile_with_given_exposures():
     torch.testing.assert_close(x2.grad, x1.grad, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("case,exc", [
-    ("num", ValueError), ("order", ValueError), ("shape", ValueError), ("tm", ValueError), ("nan", RuntimeError),
-    ("per-image", ValueError),
-])
+@pytest.mark.parametrize(
+    "case,exc",
+    [
+        ("num", ValueError),
+        ("order", ValueError),
+        ("shape", ValueError),
+        ("tm", ValueError),
+        ("nan", RuntimeError),
+        ("per-image", ValueError),
+    ],
+)
 def test_bad_input_raises(case, exc):
     test, ref = hdr_pair((2, 3, 8, 8), dtype=torch.float32)
     kwargs = {}
@@ -222,8 +240,14 @@ def test_op_rejects_bad_counts():
         torch.ops.flip.hdr_flip(test, ref, torch.zeros(1, 2), torch.tensor([2]), 30.0, "agx", 1e-15)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"start_exposure": -2.0, "stop_exposure": 1.0, "num_exposures": 3},
-                                    {"stop_exposure": 2.0, "tone_mapper": "reinhard"}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"start_exposure": -2.0, "stop_exposure": 1.0, "num_exposures": 3},
+        {"stop_exposure": 2.0, "tone_mapper": "reinhard"},
+    ],
+)
 def test_flip_loss_hdr_eager_and_torchscript(kwargs, tmp_path):
     test, ref = hdr_pair((2, 3, 10, 12), seed=11, dtype=torch.float32)
     loss_fn = flip_loss.FLIPLoss(hdr=True, pixels_per_degree=30.0, **kwargs)

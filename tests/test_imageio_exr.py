@@ -1,4 +1,5 @@
 """OpenEXR input and output (flip_loss.imageio.load_exr / save_exr / exr_size, load_image's dispatch)."""
+
 import numpy as np
 import pytest
 import torch
@@ -45,8 +46,8 @@ def test_half_and_float64_inputs(tmp_path):
 
 def test_grey_files(tmp_path):
     g = hdr_values((6, 5), seed=2)
-    save_exr(tmp_path / "g.exr", g)                   # H x W -> channel Y
-    save_exr(tmp_path / "g1.exr", g[None])            # 1 x H x W
+    save_exr(tmp_path / "g.exr", g)  # H x W -> channel Y
+    save_exr(tmp_path / "g1.exr", g[None])  # 1 x H x W
     for name in ("g.exr", "g1.exr"):
         assert sorted(OpenEXR.File(str(tmp_path / name), separate_channels=True).channels()) == ["Y"]
         t = load_exr(tmp_path / name)
@@ -71,8 +72,10 @@ def test_two_channel_files(tmp_path):
 
 def test_channels_by_name_alpha_ignored_and_other_types(tmp_path):
     r, g, b = (hdr_values((5, 3), seed=s) for s in (5, 6, 7))
-    write_channels(tmp_path / "x.exr", {"b": b.astype(np.float16), "G": g, "r": r,
-                                        "A": np.full_like(r, 0.25), "Z": np.full_like(r, 9.0)})
+    write_channels(
+        tmp_path / "x.exr",
+        {"b": b.astype(np.float16), "G": g, "r": r, "A": np.full_like(r, 0.25), "Z": np.full_like(r, 9.0)},
+    )
     t = load_exr(tmp_path / "x.exr").numpy()
     np.testing.assert_array_equal(t[0], r)
     np.testing.assert_array_equal(t[1], g)
@@ -85,8 +88,10 @@ def test_channels_by_name_alpha_ignored_and_other_types(tmp_path):
 
 
 def test_data_window_gives_the_size(tmp_path):
-    header = {"dataWindow": (np.array([2, 3], np.int32), np.array([8, 6], np.int32)),
-              "displayWindow": (np.array([0, 0], np.int32), np.array([9, 9], np.int32))}
+    header = {
+        "dataWindow": (np.array([2, 3], np.int32), np.array([8, 6], np.int32)),
+        "displayWindow": (np.array([0, 0], np.int32), np.array([9, 9], np.int32)),
+    }
     OpenEXR.File(header, {"R": np.ones((4, 7), np.float32)}).write(str(tmp_path / "dw.exr"))
     assert exr_size(tmp_path / "dw.exr") == (7, 4)
     assert load_exr(tmp_path / "dw.exr").shape == (3, 4, 7)

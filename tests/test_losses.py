@@ -1,4 +1,5 @@
 """FLIPLoss reductions with per-pixel weights / masks: values, errors, gradients, TorchScript."""
+
 import pytest
 import torch
 from torch.autograd import gradcheck
@@ -161,8 +162,7 @@ def test_gradcheck_module_with_mask(ops):
     a, b = 0.1 + 0.8 * a, 0.1 + 0.8 * b
     mask = torch.rand(1, 1, 6, 5, generator=torch.Generator().manual_seed(6)) > 0.4
     loss = flip_loss.FLIPLoss(pixels_per_degree=PPD_SMALL)
-    assert gradcheck(lambda x, y: loss(x, y, mask), (a.requires_grad_(), b.requires_grad_()),
-                     eps=1e-7, atol=1e-6)
+    assert gradcheck(lambda x, y: loss(x, y, mask), (a.requires_grad_(), b.requires_grad_()), eps=1e-7, atol=1e-6)
 
 
 def test_compile_with_weight(case):
@@ -182,14 +182,16 @@ def test_eager_weighted_calls_leave_torch_compile_unloaded():
     import subprocess
     import sys
 
-    code = ("import sys, torch, flip_loss\n"
-            "t, r = torch.rand(2, 3, 16, 16), torch.rand(2, 3, 16, 16)\n"
-            "w = torch.rand(2, 1, 16, 16)\n"
-            "for reduction in ('mean', 'sum', 'per_image', 'none'):\n"
-            "    flip_loss.FLIPLoss(reduction=reduction)(t, r, w)\n"
-            "    flip_loss.FLIPLoss(reduction=reduction)(t, r, w > 0.5)\n"
-            "flip_loss.FLIPLoss(hdr=True)(4 * t, 4 * r, w)\n"
-            "print('torch._dynamo' in sys.modules)\n")
+    code = (
+        "import sys, torch, flip_loss\n"
+        "t, r = torch.rand(2, 3, 16, 16), torch.rand(2, 3, 16, 16)\n"
+        "w = torch.rand(2, 1, 16, 16)\n"
+        "for reduction in ('mean', 'sum', 'per_image', 'none'):\n"
+        "    flip_loss.FLIPLoss(reduction=reduction)(t, r, w)\n"
+        "    flip_loss.FLIPLoss(reduction=reduction)(t, r, w > 0.5)\n"
+        "flip_loss.FLIPLoss(hdr=True)(4 * t, 4 * r, w)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False"]

@@ -1,4 +1,5 @@
 """FLIPMetric: accumulated pooled values vs a direct computation on the concatenated maps."""
+
 import numpy as np
 import pytest
 import torch
@@ -34,14 +35,14 @@ def test_matches_direct_computation():
     assert res.pooled.mean == pytest.approx(direct.mean, rel=1e-12)
     assert res.pooled.min == direct.min and res.pooled.max == direct.max
     for name in ("weighted_median", "weighted_quartile_1", "weighted_quartile_3"):
-        assert abs(getattr(res.pooled, name) - getattr(direct, name)) <= 1 / 2 ** 16, name
+        assert abs(getattr(res.pooled, name) - getattr(direct, name)) <= 1 / 2**16, name
     expected_means = torch.cat([e.double().flatten(1).mean(1) for e in maps])
     torch.testing.assert_close(res.per_image_means, expected_means, rtol=1e-12, atol=0)
     torch.testing.assert_close(torch.cat(returned), expected_means, rtol=1e-12, atol=0)
     assert res.num_images == 6 and res.num_pixels == sum(e.numel() for e in maps)
     # The float32 map as the tool pools it (float32 running sums) agrees as closely.
     direct32 = flip_loss.pool(concatenated(maps, torch.float32))
-    assert abs(res.pooled.weighted_median - direct32.weighted_median) <= 1 / 2 ** 16 + 1e-6
+    assert abs(res.pooled.weighted_median - direct32.weighted_median) <= 1 / 2**16 + 1e-6
 
 
 @pytest.mark.parametrize("bins", [16, 256, 4096])
@@ -68,13 +69,13 @@ def test_update_error_map_many_pixels_bounded_memory():
         maps.append(m)
         metric.update_error_map(m)
     state = metric._stats
-    assert all(s.shape[-1] == 2 ** 16 for s in (state.count, state.limbs, state.bin_min, state.bin_max))
-    assert state.limbs.numel() == 4 * 2 ** 16
+    assert all(s.shape[-1] == 2**16 for s in (state.count, state.limbs, state.bin_min, state.bin_max))
+    assert state.limbs.numel() == 4 * 2**16
     res = metric.compute()
     direct = flip_loss.pool(concatenated(maps))
     assert res.pooled.mean == pytest.approx(direct.mean, rel=1e-12)
     for name in ("weighted_median", "weighted_quartile_1", "weighted_quartile_3"):
-        assert abs(getattr(res.pooled, name) - getattr(direct, name)) <= 1 / 2 ** 16
+        assert abs(getattr(res.pooled, name) - getattr(direct, name)) <= 1 / 2**16
     assert res.num_images == 10 and res.per_image_means.shape == (10,)
 
 

@@ -1,6 +1,7 @@
 """What a user sees when the compiled extension is missing (e.g. an unbuilt source checkout that
 shadows an installed copy): a message that says so and how to fix it, from the import, from the
 fallback warning and from torch.jit.script, instead of a 'circular import' or a missing attribute."""
+
 import os
 import shutil
 import subprocess
@@ -15,17 +16,19 @@ from flip_loss import _ops
 
 def test_message_for_an_unbuilt_checkout(tmp_path):
     package = tmp_path / "flip_loss"
-    shutil.copytree(os.path.dirname(flip_loss.__file__), package,
-                    ignore=shutil.ignore_patterns("_C.*", "__pycache__"))
+    shutil.copytree(os.path.dirname(flip_loss.__file__), package, ignore=shutil.ignore_patterns("_C.*", "__pycache__"))
     (tmp_path / "setup.py").write_text("# a source checkout\n")
     # the real import, in a child whose only flip_loss is the unbuilt copy (an editable install's
     # finder would otherwise supply the built extension)
-    code = ("import sys; sys.meta_path = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
-            "import flip_loss; print(flip_loss.__file__); print(flip_loss.HAS_EXTENSION); "
-            "print(flip_loss._ops.IMPORT_ERROR)")
+    code = (
+        "import sys; sys.meta_path = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
+        "import flip_loss; print(flip_loss.__file__); print(flip_loss.HAS_EXTENSION); "
+        "print(flip_loss._ops.IMPORT_ERROR)"
+    )
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     if not lines[0].startswith(str(tmp_path)):

@@ -1,6 +1,7 @@
 """NVIDIA's PyTorch loss API (flip_loss/nvidia.py): NVIDIA's own numbers reproduced, code written
 against NVIDIA's flip_loss.py running unchanged, gradients, autocast and torch.compile, and each
 documented deviation behaving as documented."""
+
 import json
 import math
 import re
@@ -46,6 +47,7 @@ def hdr_images(seed=0, n=2, h=20, w=24, low=-3.0, high=5.0):
 
 # --- NVIDIA's numbers ---------------------------------------------------------------------------
 
+
 def test_the_data_covers_nineteen_cases():
     assert len(LDR_CASES) == 13 and len(HDR_CASES) == 6
 
@@ -62,8 +64,9 @@ def test_ldr_loss_gives_nvidias_value(case, inputs):
 def test_compute_ldrflip_on_ycxcz_gives_nvidias_value(case, inputs):
     t, r = inputs[case["test"]], inputs[case["reference"]]
     ppd = case["pixels_per_degree"]
-    error = flip_loss.compute_ldrflip(flip_loss.color_space_transform(t, "srgb2ycxcz"),
-                                      flip_loss.color_space_transform(r, "srgb2ycxcz"), ppd)
+    error = flip_loss.compute_ldrflip(
+        flip_loss.color_space_transform(t, "srgb2ycxcz"), flip_loss.color_space_transform(r, "srgb2ycxcz"), ppd
+    )
     assert error.shape == (t.shape[0], 1) + t.shape[2:]
     assert abs(error.mean().item() - case["nvidia_mean"]) <= 1e-6
 
@@ -74,8 +77,10 @@ def test_hdr_loss_gives_nvidias_value(case, inputs):
     n = t.shape[0]
     kwargs = {}
     if "start_exposure" in case:  # per-image exposures, N x 1 x 1 x 1, as NVIDIA's loss takes them
-        kwargs = dict(start_exposure=torch.full((n, 1, 1, 1), case["start_exposure"]),
-                      stop_exposure=torch.full((n, 1, 1, 1), case["stop_exposure"]))
+        kwargs = dict(
+            start_exposure=torch.full((n, 1, 1, 1), case["start_exposure"]),
+            stop_exposure=torch.full((n, 1, 1, 1), case["stop_exposure"]),
+        )
     loss = flip_loss.HDRFLIPLoss()(t, r, nvidia.NVIDIA_DEFAULT_PPD, case["tone_mapper"], **kwargs)
     assert loss.shape == () and loss.dtype == torch.float32
     assert abs(loss.item() - case["nvidia_mean"]) <= 1e-6
@@ -105,7 +110,7 @@ def test_the_data_has_an_even_pixel_count_so_the_median_rule_matters(inputs):
 
 # --- a script written against NVIDIA's API runs unchanged ---------------------------------------
 
-NVIDIA_STYLE_SCRIPT = '''
+NVIDIA_STYLE_SCRIPT = """
 import numpy as np
 import torch
 import flip_loss
@@ -133,15 +138,19 @@ for i in range(int(counts.max())):
     errors.append(compute_ldrflip(t, r, ppd))
 by_hand = torch.amax(torch.stack(errors), dim=0).mean()
 module_level = flip_loss.LDRFLIPLoss()(test_ldr.detach(), reference_ldr)
-'''
+"""
 
 
 def test_a_script_written_for_nvidias_loss_runs_unchanged():
     g = torch.Generator().manual_seed(1)
     ref_ldr = torch.rand(2, 3, 24, 32, generator=g)
     test_hdr, ref_hdr = hdr_images(seed=1, n=1)  # one image: NVIDIA's exposure count is then its own
-    names = dict(test_ldr=(ref_ldr + 0.05 * torch.randn(ref_ldr.shape, generator=g)).clamp(0, 1).requires_grad_(),
-                 reference_ldr=ref_ldr, test_hdr=test_hdr.requires_grad_(), reference_hdr=ref_hdr)
+    names = dict(
+        test_ldr=(ref_ldr + 0.05 * torch.randn(ref_ldr.shape, generator=g)).clamp(0, 1).requires_grad_(),
+        reference_ldr=ref_ldr,
+        test_hdr=test_hdr.requires_grad_(),
+        reference_hdr=ref_hdr,
+    )
     exec(compile(NVIDIA_STYLE_SCRIPT, "nvidia_style_script", "exec"), names)
     for key in ("ldr_value", "hdr_value", "by_hand", "module_level"):
         assert names[key].shape == () and 0 < names[key].item() < 1
@@ -157,12 +166,14 @@ def test_ldr_loss_is_ldr_flips_mean_at_nvidias_default_ppd():
     assert nvidia.NVIDIA_DEFAULT_PPD == (0.7 * 3840 / 0.7) * np.pi / 180
     assert torch.equal(flip_loss.LDRFLIPLoss()(a, b), flip_loss.ldr_flip(a, b, nvidia.NVIDIA_DEFAULT_PPD).mean())
     # a 0-dim or one-element tensor ppd is the same number
-    assert torch.equal(flip_loss.LDRFLIPLoss()(a, b, torch.tensor(30.0)),
-                       flip_loss.LDRFLIPLoss()(a, b, torch.tensor([30.0])))
+    assert torch.equal(
+        flip_loss.LDRFLIPLoss()(a, b, torch.tensor(30.0)), flip_loss.LDRFLIPLoss()(a, b, torch.tensor([30.0]))
+    )
     assert torch.equal(flip_loss.LDRFLIPLoss()(a, b, torch.tensor(30.0)), flip_loss.ldr_flip(a, b, 30.0).mean())
 
 
 # --- gradients, autocast, torch.compile ---------------------------------------------------------
+
 
 def test_ldr_gradients_reach_both_inputs_and_pass_gradcheck():
     g = torch.Generator().manual_seed(3)
@@ -194,7 +205,8 @@ def test_compute_ldrflip_gradients_pass_gradcheck():
     b = torch.rand(1, 3, 6, 7, dtype=torch.float64, generator=g).requires_grad_()
     cst = flip_loss.color_space_transform
     assert torch.autograd.gradcheck(
-        lambda x, y: flip_loss.compute_ldrflip(cst(x, "srgb2ycxcz"), cst(y, "srgb2ycxcz"), 20.0), (a, b))
+        lambda x, y: flip_loss.compute_ldrflip(cst(x, "srgb2ycxcz"), cst(y, "srgb2ycxcz"), 20.0), (a, b)
+    )
 
 
 def test_autocast_computes_in_float32():
@@ -204,8 +216,11 @@ def test_autocast_computes_in_float32():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ldr = flip_loss.LDRFLIPLoss()(a.bfloat16(), b.bfloat16(), 30.0)
         hdr = flip_loss.HDRFLIPLoss()(t.bfloat16(), r.bfloat16(), 30.0)
-        stages = flip_loss.compute_ldrflip(flip_loss.color_space_transform(a, "srgb2ycxcz").bfloat16(),
-                                           flip_loss.color_space_transform(b, "srgb2ycxcz").bfloat16(), 30.0)
+        stages = flip_loss.compute_ldrflip(
+            flip_loss.color_space_transform(a, "srgb2ycxcz").bfloat16(),
+            flip_loss.color_space_transform(b, "srgb2ycxcz").bfloat16(),
+            30.0,
+        )
     assert ldr.dtype == hdr.dtype == stages.dtype == torch.float32
     # the float32 values of the bfloat16 inputs
     assert ldr.item() == flip_loss.LDRFLIPLoss()(a.bfloat16().float(), b.bfloat16().float(), 30.0).item()
@@ -241,6 +256,7 @@ def test_torch_compile_matches_eager():
 
 
 # --- the documented deviations ------------------------------------------------------------------
+
 
 def test_an_unknown_tone_mapper_raises_instead_of_running_aces():
     t, r = hdr_images(seed=8)
@@ -391,28 +407,59 @@ def test_a_given_start_with_an_automatic_stop():
     loss = flip_loss.HDRFLIPLoss()(t, r, 30.0, "reinhard", start_exposure=start)
     want = flip_loss.HDRFLIPLoss()(t, r, 30.0, "reinhard", start, auto_stop)
     assert torch.equal(loss, want)
-    assert torch.equal(flip_loss.HDRFLIPLoss()(t, r, 30.0, "reinhard", -1.0, 2.0),
-                       flip_loss.hdr_flip(t, r, 30.0, "reinhard", -1.0, 2.0).mean())
+    assert torch.equal(
+        flip_loss.HDRFLIPLoss()(t, r, 30.0, "reinhard", -1.0, 2.0),
+        flip_loss.hdr_flip(t, r, 30.0, "reinhard", -1.0, 2.0).mean(),
+    )
 
 
 # --- the module functions -----------------------------------------------------------------------
 
+
 def test_colour_transforms_give_the_known_values_and_invert():
     cst = flip_loss.color_space_transform
     white = torch.ones(1, 3, 1, 1, dtype=torch.float64)
-    torch.testing.assert_close(cst(white, "srgb2ycxcz").flatten(), torch.tensor([100.0, 0.0, 0.0], dtype=torch.float64),
-                               atol=1e-12, rtol=0)
-    torch.testing.assert_close(cst(white, "linrgb2xyz").flatten(),
-                               torch.tensor([0.950428545, 1.0, 1.088900371], dtype=torch.float64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(
+        cst(white, "srgb2ycxcz").flatten(), torch.tensor([100.0, 0.0, 0.0], dtype=torch.float64), atol=1e-12, rtol=0
+    )
+    torch.testing.assert_close(
+        cst(white, "linrgb2xyz").flatten(),
+        torch.tensor([0.950428545, 1.0, 1.088900371], dtype=torch.float64),
+        atol=1e-9,
+        rtol=0,
+    )
     green = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64).view(1, 3, 1, 1)
-    torch.testing.assert_close(cst(green, "linrgb2cielab").flatten(),
-                               torch.tensor([87.736, -86.179, 83.183], dtype=torch.float64), atol=1e-3, rtol=0)
-    torch.testing.assert_close(flip_loss.hunt_adjustment(cst(green, "linrgb2lab")).flatten(),
-                               torch.tensor([87.736, -75.610, 72.981], dtype=torch.float64), atol=1e-3, rtol=0)
+    torch.testing.assert_close(
+        cst(green, "linrgb2cielab").flatten(),
+        torch.tensor([87.736, -86.179, 83.183], dtype=torch.float64),
+        atol=1e-3,
+        rtol=0,
+    )
+    torch.testing.assert_close(
+        flip_loss.hunt_adjustment(cst(green, "linrgb2lab")).flatten(),
+        torch.tensor([87.736, -75.610, 72.981], dtype=torch.float64),
+        atol=1e-3,
+        rtol=0,
+    )
     x = torch.rand(2, 3, 5, 4, dtype=torch.float64)
-    names = ["srgb2linrgb", "linrgb2srgb", "linrgb2xyz", "xyz2linrgb", "xyz2ycxcz", "ycxcz2xyz", "xyz2cielab",
-             "cielab2xyz", "ycxcz2linrgb", "linrgb2ycxcz", "srgb2ycxcz", "srgb2xyz", "linrgb2cielab", "srgb2lab",
-             "lab2srgb", "ycxcz2lab"]
+    names = [
+        "srgb2linrgb",
+        "linrgb2srgb",
+        "linrgb2xyz",
+        "xyz2linrgb",
+        "xyz2ycxcz",
+        "ycxcz2xyz",
+        "xyz2cielab",
+        "cielab2xyz",
+        "ycxcz2linrgb",
+        "linrgb2ycxcz",
+        "srgb2ycxcz",
+        "srgb2xyz",
+        "linrgb2cielab",
+        "srgb2lab",
+        "lab2srgb",
+        "ycxcz2lab",
+    ]
     for name in names:
         src, dst = name.split("2")
         back = cst(cst(x, name), f"{dst}2{src}")
@@ -439,21 +486,26 @@ def test_the_stage_functions_compose_to_the_ldr_map():
     fr = flip_loss.spatial_filter(r, filters[0][0], filters[1][0], filters[2][0], radius)
     torch.testing.assert_close(ft, torch.ops.flip.csf_filter(t, ppd), atol=1e-12, rtol=0)
     lab_t, lab_r = (flip_loss.hunt_adjustment(cst(f, "linrgb2cielab")) for f in (ft, fr))
-    green, blue = (flip_loss.hunt_adjustment(cst(torch.tensor(c, dtype=torch.float64).view(1, 3, 1, 1), "linrgb2lab"))
-                   for c in ([0.0, 1.0, 0.0], [0.0, 0.0, 1.0]))
+    green, blue = (
+        flip_loss.hunt_adjustment(cst(torch.tensor(c, dtype=torch.float64).view(1, 3, 1, 1), "linrgb2lab"))
+        for c in ([0.0, 1.0, 0.0], [0.0, 0.0, 1.0])
+    )
     cmax = flip_loss.hyab(green, blue, 0.0).item() ** 0.7
     assert cmax == pytest.approx(oracle.cmax(), abs=1e-9)
     colour = flip_loss.redistribute_errors(torch.pow(flip_loss.hyab(lab_r, lab_t, 1e-15), 0.7), cmax)
     yt, yr = (t[:, 0:1] + 16) / 116, (r[:, 0:1] + 16) / 116
-    norm = {kind: [flip_loss.feature_detection(y, ppd, kind).norm(dim=1, keepdim=True) for y in (yt, yr)]
-            for kind in ("edge", "point")}
+    norm = {
+        kind: [flip_loss.feature_detection(y, ppd, kind).norm(dim=1, keepdim=True) for y in (yt, yr)]
+        for kind in ("edge", "point")
+    }
     assert flip_loss.feature_detection(yt, ppd, "edge").shape == (1, 2, 24, 20)
     diff = torch.maximum((norm["edge"][0] - norm["edge"][1]).abs(), (norm["point"][0] - norm["point"][1]).abs())
     feature = torch.clamp(diff / math.sqrt(2), min=1e-15) ** 0.5
     by_hand = colour ** (1 - feature)
     torch.testing.assert_close(by_hand, flip_loss.ldr_flip(test, ref, ppd), atol=1e-10, rtol=0)
-    torch.testing.assert_close(flip_loss.compute_ldrflip(t, r, ppd), flip_loss.ldr_flip(test, ref, ppd),
-                               atol=1e-10, rtol=0)
+    torch.testing.assert_close(
+        flip_loss.compute_ldrflip(t, r, ppd), flip_loss.ldr_flip(test, ref, ppd), atol=1e-10, rtol=0
+    )
 
 
 def test_tone_map_is_the_kernels_tone_mapping():
@@ -467,8 +519,9 @@ def test_tone_map_is_the_kernels_tone_mapping():
     torch.testing.assert_close(flip_loss.tone_map(r, "aces", 1.0), flip_loss.tone_map(r, "aces", torch.tensor(1.0)))
     # ACES maps the anchor to 0.85
     anchor = flip_loss.hdr.exposure_anchor("aces")
-    assert flip_loss.tone_map(torch.full((1, 3, 1, 1), anchor), "aces", 0.0).flatten()[0].item() == \
-        pytest.approx(0.85, abs=1e-6)
+    assert flip_loss.tone_map(torch.full((1, 3, 1, 1), anchor), "aces", 0.0).flatten()[0].item() == pytest.approx(
+        0.85, abs=1e-6
+    )
 
 
 def test_the_functions_are_importable_from_flip_loss_as_from_nvidias_file():
@@ -479,6 +532,7 @@ def test_the_functions_are_importable_from_flip_loss_as_from_nvidias_file():
 
 
 # --- the name clash -----------------------------------------------------------------------------
+
 
 def test_a_missing_name_says_which_flip_loss_was_imported():
     with pytest.raises(AttributeError) as info:
@@ -492,8 +546,7 @@ def test_a_missing_name_says_which_flip_loss_was_imported():
 def test_the_readme_check_spots_a_shadowing_flip_loss_py(tmp_path):
     (tmp_path / "flip_loss.py").write_text("class LDRFLIPLoss: pass\n")
     check = "import flip_loss; print(flip_loss.__file__)"
-    shadowed = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True, text=True,
-                              check=True)
+    shadowed = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert shadowed.stdout.strip() == str(tmp_path / "flip_loss.py")
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert f'python -c "{check}"' in readme

@@ -3,6 +3,7 @@ own copy, are equal everywhere: the options' limits and the tone mappers (C++ li
 tone_mapper.h, which the ops enforce, against flip_loss.constants and the command line), the
 default pixels per degree, the version (Python package, CMake package, C++ header), the CUDA
 architectures of a build."""
+
 import re
 from pathlib import Path
 
@@ -78,8 +79,9 @@ def test_one_version():
     cmake = (ROOT / "CMakeLists.txt").read_text()
     assert re.search(r"project\(flip_loss VERSION ([0-9.]+)", cmake).group(1) == flip_loss.__version__
     header = (ROOT / "csrc" / "include" / "flip_loss" / "flip_loss.h").read_text()
-    parts = [re.search(rf"constexpr int kVersion{part} = ([0-9]+);", header).group(1)
-             for part in ("Major", "Minor", "Patch")]
+    parts = [
+        re.search(rf"constexpr int kVersion{part} = ([0-9]+);", header).group(1) for part in ("Major", "Minor", "Patch")
+    ]
     assert ".".join(parts) == flip_loss.__version__
 
 

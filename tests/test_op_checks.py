@@ -2,6 +2,7 @@
 and in the test-only GPU emulator (tests/emulator); the shipped library registers the product's
 ops only, each with every kernel; first-order-only backward ops; stopping a long HDR call with
 Ctrl-C."""
+
 import math
 import os
 import select
@@ -30,8 +31,18 @@ HAS_PPD = [n for n in ALL_OPS if not n.startswith("hunt_hyab")]
 HAS_EPS = [n for n in ALL_OPS if not n.startswith("csf_filter")]
 # Every op of the emulator (torch.ops.flip_emulator): the flip ops with a GPU launch sequence, and
 # the fused forward kernel's.
-EMULATED = ["ldr_flip", "ldr_flip_fused", "ldr_flip_backward", "hdr_flip", "hdr_flip_fused", "hdr_flip_backward",
-            "csf_filter", "csf_filter_backward", "feature_difference", "feature_difference_backward"]
+EMULATED = [
+    "ldr_flip",
+    "ldr_flip_fused",
+    "ldr_flip_backward",
+    "hdr_flip",
+    "hdr_flip_fused",
+    "hdr_flip_backward",
+    "csf_filter",
+    "csf_filter_backward",
+    "feature_difference",
+    "feature_difference_backward",
+]
 
 
 def tensors_for(name, n=1, hw=(6, 7), dtype=torch.float64, seed=0):
@@ -43,9 +54,12 @@ def tensors_for(name, n=1, hw=(6, 7), dtype=torch.float64, seed=0):
     if name.startswith("csf_filter"):
         images = [oracle.linear_rgb_to_opponent(a)]
     elif name.startswith("hdr_flip"):
-        images = [torch.exp2(4 * a - 2), torch.exp2(4 * b - 2),
-                  torch.tensor([[-2.0, 0.0, 1.5]], dtype=dtype).expand(n, 3).contiguous(),
-                  torch.full((n,), 3, dtype=torch.int64)]
+        images = [
+            torch.exp2(4 * a - 2),
+            torch.exp2(4 * b - 2),
+            torch.tensor([[-2.0, 0.0, 1.5]], dtype=dtype).expand(n, 3).contiguous(),
+            torch.full((n,), 3, dtype=torch.int64),
+        ]
     else:
         images = [a, b]
     if not name.endswith("_backward"):
@@ -136,6 +150,7 @@ def test_largest_eps_keeps_the_map_in_unit_range(ops):
 
 # ---- shapes, dtypes, empty batches ----
 
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ALL_OPS)
 def test_every_op_rejects_an_empty_batch(name, device):
@@ -177,6 +192,7 @@ def test_wrong_dtypes_and_shapes_raise_type_and_value_errors(device):
 
 
 # ---- HDR exposures and counts ----
+
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["hdr_flip", "hdr_flip_backward"])
@@ -248,6 +264,7 @@ def test_cuda_clamps_counts_instead_of_reading_them(ops):
 
 # ---- the single-stage ops' documented range ----
 
+
 def test_stage_ops_stay_in_unit_range_for_unit_range_inputs(ops):
     # Every pair of a 9-level RGB grid: the maximum, 1, is reached by pure blue against pure green.
     levels = torch.linspace(0, 1, 9, dtype=torch.float64)
@@ -286,7 +303,8 @@ def test_stage_ops_do_not_clamp_out_of_range_inputs(ops):
 FIRST_ORDER = {
     "ldr_flip": lambda x, y: torch.ops.flip.ldr_flip(x, y, 30.0, "srgb", 1e-15),
     "hdr_flip": lambda x, y: torch.ops.flip.hdr_flip(
-        x, y, torch.tensor([[-2.0, 0.0, 1.5]], dtype=x.dtype), torch.tensor([3]), 30.0, "aces", 1e-15)[0],
+        x, y, torch.tensor([[-2.0, 0.0, 1.5]], dtype=x.dtype), torch.tensor([3]), 30.0, "aces", 1e-15
+    )[0],
     "csf_filter": lambda x, y: torch.ops.flip.csf_filter(x, 30.0),
     "hunt_hyab": lambda x, y: torch.ops.flip.hunt_hyab(x, y, 1e-15),
     "feature_difference": lambda x, y: torch.ops.flip.feature_difference(x, y, 30.0, 1e-15),
@@ -305,7 +323,7 @@ def test_double_backward_raises(name):
     assert first.requires_grad
     # ...but differentiating it raises instead of returning None (a silently empty penalty).
     with pytest.raises(RuntimeError, match=r"double backward \(second-order gradients\) of FLIP is not supported"):
-        torch.autograd.grad((first ** 2).sum(), x)
+        torch.autograd.grad((first**2).sum(), x)
 
 
 def test_gradient_penalty_through_flip_raises():
@@ -315,7 +333,7 @@ def test_gradient_penalty_through_flip_raises():
     loss = torch.ops.flip.ldr_flip(x * w, y, 30.0, "srgb", 1e-15).mean()
     (g,) = torch.autograd.grad(loss, w, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
-        (g ** 2).backward()
+        (g**2).backward()
 
 
 @pytest.mark.parametrize("name", BACKWARD_OPS)
@@ -337,19 +355,24 @@ def test_backward_ops_called_directly_are_first_order_only(name):
 @pytest.mark.parametrize("name", BACKWARD_OPS)
 def test_opcheck_backward_ops_with_inputs_that_require_grad(name):
     tensors = [t.requires_grad_() if t.is_floating_point() else t for t in tensors_for(name, dtype=torch.float32)]
-    args = {"ldr_flip_backward": (30.0, "srgb", 1e-15, [True, True]),
-            "hdr_flip_backward": (30.0, "aces", 1e-15, [True, True]),
-            "csf_filter_backward": (30.0,), "hunt_hyab_backward": (1e-15, [True, True]),
-            "feature_difference_backward": (30.0, 1e-15, [True, True])}[name]
+    args = {
+        "ldr_flip_backward": (30.0, "srgb", 1e-15, [True, True]),
+        "hdr_flip_backward": (30.0, "aces", 1e-15, [True, True]),
+        "csf_filter_backward": (30.0,),
+        "hunt_hyab_backward": (1e-15, [True, True]),
+        "feature_difference_backward": (30.0, 1e-15, [True, True]),
+    }[name]
     op = getattr(torch.ops.flip, name).default
-    torch.library.opcheck(op, (*tensors, *args),
-                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    torch.library.opcheck(
+        op, (*tensors, *args), test_utils=("test_schema", "test_autograd_registration", "test_faketensor")
+    )
     # opcheck's AOTAutograd test differentiates the outputs: the documented error, not a silent None.
     with pytest.raises(Exception, match="double backward"):
         torch.library.opcheck(op, (*tensors, *args), test_utils="test_aot_dispatch_dynamic")
 
 
 # ---- the shipped library: the product's ops only, each with every kernel ----
+
 
 def test_the_library_registers_only_the_product_ops_each_with_every_kernel():
     # Test-only code (the GPU emulator) lives outside it; every op, backward ops included, has the
@@ -432,8 +455,14 @@ def child_env():
 def test_gpu_emulation_checks_arguments_and_keeps_the_tap_cache_sound():
     # In a child process: before the checks, some of these calls crashed the process or left the
     # process-wide tap cache returning NaN for every later ldr_flip.
-    proc = subprocess.run([sys.executable, "-c", EMULATION_SCRIPT], env=child_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", EMULATION_SCRIPT],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0 and "ALL CHECKED" in proc.stdout, proc.stdout[-3000:]
 
 
@@ -476,8 +505,13 @@ def test_ctrl_c_stops_a_long_hdr_call(direction):
     # Uninterrupted, the call runs for minutes on two cores (8 x the most exposures allowed, each an
     # LDR pass over 320 x 320); a SIGINT must stop it at the next exposure with KeyboardInterrupt,
     # leaving the process usable.
-    proc = subprocess.Popen([sys.executable, "-c", INTERRUPT_SCRIPT, direction], env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPT_SCRIPT, direction],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 120)
         assert ready and proc.stdout.readline().strip() == "started"

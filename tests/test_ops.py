@@ -1,4 +1,5 @@
 """The registered ops: gradients (gradcheck, against the reference), opcheck, dtypes, layouts."""
+
 import pytest
 import torch
 from torch.autograd import gradcheck
@@ -25,6 +26,7 @@ def grads(fn, *inputs, weight_seed=1):
 
 
 # ---- gradcheck (float64, both inputs) ----
+
 
 @pytest.mark.parametrize("space", ["srgb", "linear"])
 def test_gradcheck_ldr_flip(ops, space):
@@ -61,8 +63,11 @@ def test_gradcheck_feature_difference(ops):
 def test_output_mask_skips_unneeded_gradient(ops, op):
     a, b = pair((1, 3 if op != "feature_difference_backward" else 1, 6, 7))
     g = torch.ones(1, 1, 6, 7, dtype=torch.float64)
-    args = {"ldr_flip_backward": (67.0, "srgb", 1e-15), "hunt_hyab_backward": (1e-15,),
-            "feature_difference_backward": (67.0, 1e-15)}[op]
+    args = {
+        "ldr_flip_backward": (67.0, "srgb", 1e-15),
+        "hunt_hyab_backward": (1e-15,),
+        "feature_difference_backward": (67.0, 1e-15),
+    }[op]
     full = getattr(ops, op)(g, a, b, *args, [True, True])
     only_test = getattr(ops, op)(g, a, b, *args, [True, False])
     assert only_test[1].numel() == 0
@@ -71,11 +76,13 @@ def test_output_mask_skips_unneeded_gradient(ops, op):
 
 # ---- agreement with autograd through the pure-PyTorch oracle, on real images ----
 
+
 @pytest.mark.parametrize("ppd", [30.0, 67.0206451])
 def test_ldr_flip_matches_the_oracle_on_real_images(ops, crops, ppd):
     ref = crops["blocks"].unsqueeze(0).double()
-    test = (ref + 0.05 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(0),
-                                     dtype=torch.float64)).clamp(0, 1)
+    test = (ref + 0.05 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)).clamp(
+        0, 1
+    )
     o1, g1 = grads(lambda x, y: ops.ldr_flip(x, y, ppd, "srgb", 1e-15), test, ref)
     o2, g2 = grads(lambda x, y: oracle.ldr_flip(x, y, ppd, "srgb", 1e-15), test, ref)
     torch.testing.assert_close(o1, o2, rtol=0, atol=1e-12)
@@ -122,9 +129,9 @@ def test_identical_images_with_eps_zero_have_the_kernels_zero_gradient(ops):
 def test_hdr_gradients_at_black_and_saturated_pixels_follow_one_rule(ops, tone_mapper):
     g = torch.Generator().manual_seed(3)
     ref = torch.exp2(8 * torch.rand(1, 3, 16, 16, generator=g, dtype=torch.float64) - 4)
-    ref[..., :4, :] = 0.0             # on the negative-value clamp's bound
+    ref[..., :4, :] = 0.0  # on the negative-value clamp's bound
     test = ref * 1.3
-    test[..., 4:6, :] = -0.5          # below it
+    test[..., 4:6, :] = -0.5  # below it
     exposures = torch.tensor([[-3.0, 0.0, 3.0, 9.0]], dtype=torch.float64)  # 9 stops saturates the curves
     counts = torch.tensor([4])
     o1, g1 = grads(lambda x, y: ops.hdr_flip(x, y, exposures, counts, 67.0, tone_mapper, 1e-15)[0], test, ref)
@@ -142,8 +149,11 @@ def test_stage_ops_match_the_oracle(ops, crops):
     cases = [
         (lambda o: ops.csf_filter(o, 67.0), lambda o: oracle.csf_filter(o, 67.0), (opp,)),
         (lambda x, y: ops.hunt_hyab(x, y, 1e-15), lambda x, y: oracle.hunt_hyab(x, y, 1e-15), (lin_a, lin_b)),
-        (lambda x, y: ops.feature_difference(x, y, 67.0, 1e-15),
-         lambda x, y: oracle.feature_difference(x, y, 67.0, 1e-15), (lin_a[:, 1:2], lin_b[:, 1:2])),
+        (
+            lambda x, y: ops.feature_difference(x, y, 67.0, 1e-15),
+            lambda x, y: oracle.feature_difference(x, y, 67.0, 1e-15),
+            (lin_a[:, 1:2], lin_b[:, 1:2]),
+        ),
     ]
     for f_op, f_ref, inputs in cases:
         o1, g1 = grads(f_op, *inputs)
@@ -180,11 +190,13 @@ def test_identical_images_give_near_zero_error(ops, crops):
 def test_symmetric_in_its_arguments(ops, crops):
     a = crops["toys"].unsqueeze(0)
     b = torch.flip(a, dims=[-1])
-    torch.testing.assert_close(ops.ldr_flip(a, b, 67.0, "srgb", 1e-15), ops.ldr_flip(b, a, 67.0, "srgb", 1e-15),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        ops.ldr_flip(a, b, 67.0, "srgb", 1e-15), ops.ldr_flip(b, a, 67.0, "srgb", 1e-15), rtol=0, atol=1e-6
+    )
 
 
 # ---- dtypes, layouts, batches ----
+
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_low_precision_inputs_computed_in_float32(ops, crops, dtype):
@@ -208,8 +220,10 @@ def test_non_contiguous_and_unbatched_inputs(ops, crops):
     assert chw.shape == (1,) + a.shape[-2:]
     torch.testing.assert_close(chw, expected[0], rtol=0, atol=0)
     wide = torch.cat([a, b], dim=-1)[..., ::2]  # strided view
-    torch.testing.assert_close(ops.ldr_flip(wide, wide.flip(-1), 67.0, "srgb", 1e-15),
-                               ops.ldr_flip(wide.contiguous(), wide.flip(-1).contiguous(), 67.0, "srgb", 1e-15))
+    torch.testing.assert_close(
+        ops.ldr_flip(wide, wide.flip(-1), 67.0, "srgb", 1e-15),
+        ops.ldr_flip(wide.contiguous(), wide.flip(-1).contiguous(), 67.0, "srgb", 1e-15),
+    )
 
 
 def test_batch_equals_per_image(ops, crops):
@@ -217,8 +231,9 @@ def test_batch_equals_per_image(ops, crops):
     b = a.roll(1, dims=0)
     batch = ops.ldr_flip(a, b, 40.0, "linear", 1e-15)
     for i in range(3):
-        torch.testing.assert_close(batch[i:i + 1], ops.ldr_flip(a[i:i + 1], b[i:i + 1], 40.0, "linear", 1e-15),
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(
+            batch[i : i + 1], ops.ldr_flip(a[i : i + 1], b[i : i + 1], 40.0, "linear", 1e-15), rtol=0, atol=0
+        )
 
 
 @pytest.mark.parametrize("hw", [(1, 1), (2, 3), (5, 7), (40, 1), (1, 33)])
@@ -239,6 +254,7 @@ def test_empty_batch_rejected(ops):
 
 
 # ---- opcheck ----
+
 
 def _opcheck_cases():
     a, b = pair((2, 3, 6, 7), dtype=torch.float32)
@@ -273,10 +289,22 @@ def test_opcheck(ops, name, args):
 
 # Bad arguments raise what the Python API raises (TypeError for a dtype, ValueError otherwise);
 # NaN/Inf image data, found by the kernels, raises RuntimeError.
-BAD_INPUT_ERRORS = {"channels": ValueError, "shape": ValueError, "dtype": TypeError, "int": TypeError,
-                    "ppd": ValueError, "ppd-nan": ValueError, "ppd-large": ValueError, "space": ValueError,
-                    "eps": ValueError, "eps-large": ValueError, "nan": RuntimeError, "inf": RuntimeError,
-                    "dims": ValueError, "empty-hw": ValueError}
+BAD_INPUT_ERRORS = {
+    "channels": ValueError,
+    "shape": ValueError,
+    "dtype": TypeError,
+    "int": TypeError,
+    "ppd": ValueError,
+    "ppd-nan": ValueError,
+    "ppd-large": ValueError,
+    "space": ValueError,
+    "eps": ValueError,
+    "eps-large": ValueError,
+    "nan": RuntimeError,
+    "inf": RuntimeError,
+    "dims": ValueError,
+    "empty-hw": ValueError,
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUT_ERRORS))

@@ -1,5 +1,6 @@
 """Tests of the pure-PyTorch oracle (flip_loss/oracle.py): taps, constants, properties and
 gradients."""
+
 import itertools
 import math
 
@@ -9,7 +10,7 @@ import torch
 from flip_loss import oracle
 
 PPD_C = 67.0206451  # the evaluator's float32 default, at which docs/algorithm.md §10 prints its tables
-SMALL_PPD = 10.0    # CSF radius 2, feature radius 2: keeps gradcheck cheap
+SMALL_PPD = 10.0  # CSF radius 2, feature radius 2: keeps gradcheck cheap
 
 
 def _rand(shape, lo=0.1, hi=0.9, seed=0, dtype=torch.float64):
@@ -69,8 +70,7 @@ def test_feature_taps_match_spec_table():
             assert math.isclose(t["g"][i].item(), g, rel_tol=1e-6), ("g", k)
             assert math.isclose(t["ddg"][i].item(), ddg, rel_tol=1e-6), ("ddg", k)
             expected_dg = dg if sign < 0 else -dg  # positive for negative offsets
-            assert math.isclose(t["dg"][i].item(), expected_dg, rel_tol=1e-6, abs_tol=1e-300), \
-                ("dg", sign * k)
+            assert math.isclose(t["dg"][i].item(), expected_dg, rel_tol=1e-6, abs_tol=1e-300), ("dg", sign * k)
     assert math.isclose(t["g"].sum().item(), 1.0, rel_tol=1e-14)
     for name in ("dg", "ddg"):
         taps = t[name]
@@ -80,7 +80,7 @@ def test_feature_taps_match_spec_table():
 
 @pytest.mark.parametrize("ppd,csf_r,feat_r", [(30.0, 5, 4), (120.0, 17, 15), (10.0, 2, 2)])
 def test_radii(ppd, csf_r, feat_r):
-    assert oracle.csf_taps(ppd)["radius"] == csf_r == math.ceil(3 * math.sqrt(0.04 / (2 * math.pi ** 2)) * ppd)
+    assert oracle.csf_taps(ppd)["radius"] == csf_r == math.ceil(3 * math.sqrt(0.04 / (2 * math.pi**2)) * ppd)
     assert oracle.feature_taps(ppd)["radius"] == feat_r == math.ceil(3 * 0.5 * 0.082 * ppd)
 
 
@@ -103,14 +103,19 @@ def test_cmax():
 # Colour transforms
 # ---------------------------------------------------------------------------------------------
 
+
 def test_srgb_round_trip_and_branches():
     x = torch.linspace(0, 1, 1001, dtype=torch.float64)
     lin = oracle.srgb_to_linear(x)
     torch.testing.assert_close(oracle.linear_to_srgb(lin), x, rtol=0, atol=1e-12)
-    assert math.isclose(oracle.srgb_to_linear(torch.tensor(0.5, dtype=torch.float64)).item(),
-                        ((0.5 + 0.055) / 1.055) ** 2.4, rel_tol=1e-15)
-    assert math.isclose(oracle.srgb_to_linear(torch.tensor(0.02, dtype=torch.float64)).item(),
-                        0.02 / 12.92, rel_tol=1e-15)
+    assert math.isclose(
+        oracle.srgb_to_linear(torch.tensor(0.5, dtype=torch.float64)).item(),
+        ((0.5 + 0.055) / 1.055) ** 2.4,
+        rel_tol=1e-15,
+    )
+    assert math.isclose(
+        oracle.srgb_to_linear(torch.tensor(0.02, dtype=torch.float64)).item(), 0.02 / 12.92, rel_tol=1e-15
+    )
     # Out-of-range values: the unselected branch must not poison the gradient.
     z = torch.tensor([-0.5, 0.0, 0.02, 0.5, 1.0], dtype=torch.float64, requires_grad=True)
     oracle.srgb_to_linear(z).sum().backward()
@@ -125,8 +130,9 @@ def test_opponent_round_trip_and_white():
     opp = oracle.linear_rgb_to_opponent(rgb)
     torch.testing.assert_close(oracle.opponent_to_linear_rgb(opp), rgb, rtol=0, atol=1e-13)
     white = oracle.linear_rgb_to_opponent(torch.ones(1, 3, 1, 1, dtype=torch.float64))
-    torch.testing.assert_close(white.flatten(), torch.tensor([100.0, 0.0, 0.0], dtype=torch.float64),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        white.flatten(), torch.tensor([100.0, 0.0, 0.0], dtype=torch.float64), rtol=0, atol=1e-12
+    )
     # No clamp in the inverse: out-of-gamut colours survive.
     out = oracle.opponent_to_linear_rgb(torch.tensor([50.0, 200.0, -150.0], dtype=torch.float64).view(1, 3, 1, 1))
     assert out.min() < 0 or out.max() > 1
@@ -136,12 +142,16 @@ def test_opponent_round_trip_and_white():
 # Filtering: separable + clamp-to-edge equals the 2-D definition, for any image size
 # ---------------------------------------------------------------------------------------------
 
+
 def _csf_filter_2d(opp, ppd):
     """Direct 2-D correlation with the outer-product kernels, clamped sample indices."""
     t = oracle.csf_taps(ppd)
     r = t["radius"]
-    kernels = [torch.outer(t["y"], t["y"]), torch.outer(t["cx"], t["cx"]),
-               torch.outer(t["cz1"], t["cz1"]) + torch.outer(t["cz2"], t["cz2"])]
+    kernels = [
+        torch.outer(t["y"], t["y"]),
+        torch.outer(t["cx"], t["cx"]),
+        torch.outer(t["cz1"], t["cz1"]) + torch.outer(t["cz2"], t["cz2"]),
+    ]
     n, _, h, w = opp.shape
     out = torch.zeros_like(opp)
     for c, ker in enumerate(kernels):
@@ -153,8 +163,7 @@ def _csf_filter_2d(opp, ppd):
     return oracle.opponent_to_linear_rgb(out).clamp(0, 1)
 
 
-@pytest.mark.parametrize("h,w,ppd", [(5, 7, PPD_C), (1, 1, PPD_C), (2, 3, 30.0), (9, 6, SMALL_PPD),
-                                     (23, 4, 30.0)])
+@pytest.mark.parametrize("h,w,ppd", [(5, 7, PPD_C), (1, 1, PPD_C), (2, 3, 30.0), (9, 6, SMALL_PPD), (23, 4, 30.0)])
 def test_csf_filter_matches_2d_definition(h, w, ppd):
     rgb = _rand((2, 3, h, w), 0.0, 1.0, seed=h * 100 + w)
     opp = oracle.linear_rgb_to_opponent(rgb)
@@ -173,14 +182,15 @@ def test_feature_difference_detects_edges_only_where_they_differ():
     edge[..., 6:] = 0.9
     d = oracle.feature_difference(edge, y, SMALL_PPD)
     assert d.shape == (1, 1, 12, 12)
-    assert d[..., 5:7].min() > 0.1                   # at the step
-    assert d[..., :2].max() < 1e-6                    # far from it
+    assert d[..., 5:7].min() > 0.1  # at the step
+    assert d[..., :2].max() < 1e-6  # far from it
     assert oracle.feature_difference(y, y, SMALL_PPD).max() <= 1e-7
 
 
 # ---------------------------------------------------------------------------------------------
 # ldr_flip properties
 # ---------------------------------------------------------------------------------------------
+
 
 def test_ldr_flip_symmetry():
     a = _rand((2, 3, 11, 13), 0.0, 1.0, seed=1)
@@ -226,10 +236,15 @@ def test_identical_images_map_and_gradients():
     assert torch.isfinite(a.grad).all() and torch.isfinite(b.grad).all()
 
 
-@pytest.mark.parametrize("t_rgb,r_rgb", [((0.4, 0.5, 0.6), (0.41, 0.5, 0.59)),
-                                         ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),
-                                         ((0.3, 0.3, 0.3), (0.3, 0.3, 0.3)),
-                                         ((0.0, 1.0, 0.0), (0.0, 0.0, 1.0))])
+@pytest.mark.parametrize(
+    "t_rgb,r_rgb",
+    [
+        ((0.4, 0.5, 0.6), (0.41, 0.5, 0.59)),
+        ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),
+        ((0.3, 0.3, 0.3), (0.3, 0.3, 0.3)),
+        ((0.0, 1.0, 0.0), (0.0, 0.0, 1.0)),
+    ],
+)
 @pytest.mark.parametrize("h,w", [(6, 7), (1, 1)])
 def test_flat_images_have_finite_gradients(t_rgb, r_rgb, h, w):
     t = torch.tensor(t_rgb, dtype=torch.float64).view(1, 3, 1, 1).repeat(1, 1, h, w).requires_grad_(True)
@@ -264,6 +279,7 @@ def test_eps_zero_values():
 # ---------------------------------------------------------------------------------------------
 # gradcheck (float64, small images, inputs away from the clamps)
 # ---------------------------------------------------------------------------------------------
+
 
 def test_gradcheck_srgb_transfer():
     x = torch.tensor([0.001, 0.03, 0.05, 0.3, 0.8], dtype=torch.float64, requires_grad=True)
@@ -301,6 +317,7 @@ def test_gradcheck_ldr_flip(space):
 
 # ---- the gradient at every kink: the oracle's own rule, not torch's (docs/algorithm.md §7.4) ----
 
+
 def _grad(fn, values):
     x = torch.tensor(values, dtype=torch.float64, requires_grad=True)
     fn(x).sum().backward()
@@ -326,6 +343,6 @@ def test_the_combination_passes_nothing_where_the_colour_term_is_zero():
     f = torch.tensor([0.3, 0.3], dtype=torch.float64, requires_grad=True)
     out = oracle.combine(c, f)
     out.sum().backward()
-    assert out.tolist() == [0.0, 0.5 ** 0.7]
+    assert out.tolist() == [0.0, 0.5**0.7]
     assert c.grad[0] == 0 and f.grad[0] == 0
-    assert math.isclose(c.grad[1], 0.7 * 0.5 ** -0.3) and math.isclose(f.grad[1], -(0.5 ** 0.7) * math.log(0.5))
+    assert math.isclose(c.grad[1], 0.7 * 0.5**-0.3) and math.isclose(f.grad[1], -(0.5**0.7) * math.log(0.5))

@@ -6,6 +6,7 @@ The fresh environment gets torch by a path entry to the test environment's site-
 of a 2.5 GB download on every CI run; pip sees that torch as installed, so the README's commands
 run unchanged. The build is CPU-only (FLIP_LOSS_CUDA=0): CUDA compilation is covered by the
 main build."""
+
 import os
 import subprocess
 import sys
@@ -19,9 +20,13 @@ import flip_loss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-pytestmark = [pytest.mark.slow,  # builds an sdist and installs it in a fresh venv (minutes)
-              pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".git")),
-                                 reason="needs the source checkout (git) to compare the sdist with")]
+pytestmark = [
+    pytest.mark.slow,  # builds an sdist and installs it in a fresh venv (minutes)
+    pytest.mark.skipif(
+        not os.path.exists(os.path.join(ROOT, ".git")),
+        reason="needs the source checkout (git) to compare the sdist with",
+    ),
+]
 
 
 def _run(cmd, cwd, env=None, timeout=1800):
@@ -46,10 +51,21 @@ def sdist(tmp_path_factory):
 def test_sdist_has_every_source_and_the_licence(sdist):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    needed = {p for p in _tracked_files()
-              if p.startswith(("csrc/", "cmake/", "flip_loss/")) or p in (
-                  "CMakeLists.txt", "LICENSE", "README.md", "pyproject.toml", "setup.py", "requirements.txt",
-                  "requirements-test.txt")}
+    needed = {
+        p
+        for p in _tracked_files()
+        if p.startswith(("csrc/", "cmake/", "flip_loss/"))
+        or p
+        in (
+            "CMakeLists.txt",
+            "LICENSE",
+            "README.md",
+            "pyproject.toml",
+            "setup.py",
+            "requirements.txt",
+            "requirements-test.txt",
+        )
+    }
     assert any(p.endswith(".cu") for p in needed)  # the CUDA sources are tracked, so must ship
     missing = sorted(needed - names)
     assert not missing, f"the sdist lacks {missing}"
@@ -64,8 +80,9 @@ def test_readme_install_in_a_fresh_venv_from_the_sdist(sdist, tmp_path):
     site = _run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path).stdout.strip()
     with open(os.path.join(site, "test_env_packages.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
-    env = dict(os.environ, FLIP_LOSS_CUDA="0", MAX_JOBS=os.environ.get("MAX_JOBS", "2"),
-               PIP_NO_INDEX="1")  # nothing may need downloading: every build tool is named in the README
+    env = dict(
+        os.environ, FLIP_LOSS_CUDA="0", MAX_JOBS=os.environ.get("MAX_JOBS", "2"), PIP_NO_INDEX="1"
+    )  # nothing may need downloading: every build tool is named in the README
     env.pop("PYTHONPATH", None)
     pip = [str(py), "-m", "pip", "install", "-q"]
     _run(pip + ["torch==" + torch.__version__.split("+")[0]], tmp_path, env)
@@ -73,12 +90,14 @@ def test_readme_install_in_a_fresh_venv_from_the_sdist(sdist, tmp_path):
     _run(pip + ["--no-build-isolation", str(sdist)], tmp_path, env)
 
     # From another directory: the installed copy, with its compiled extension and its torch pin.
-    check = ("import importlib.metadata as m, flip_loss, torch;"
-             "assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR;"
-             "print(flip_loss.__file__);"
-             "import re; print([r for r in m.requires('flip-loss') if re.split('[<>=!~ ;\\[]', r)[0] == 'torch']);"
-             "print(m.version('flip-loss'));"
-             "print(torch.jit.script(flip_loss.FLIPLoss())(torch.rand(1, 3, 8, 8), torch.rand(1, 3, 8, 8)).item())")
+    check = (
+        "import importlib.metadata as m, flip_loss, torch;"
+        "assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR;"
+        "print(flip_loss.__file__);"
+        "import re; print([r for r in m.requires('flip-loss') if re.split('[<>=!~ ;\\[]', r)[0] == 'torch']);"
+        "print(m.version('flip-loss'));"
+        "print(torch.jit.script(flip_loss.FLIPLoss())(torch.rand(1, 3, 8, 8), torch.rand(1, 3, 8, 8)).item())"
+    )
     out = _run([str(py), "-c", check], tmp_path, env).stdout.splitlines()
     assert out[0].startswith(str(venv)), out
     assert out[1] == f"['torch=={torch.__version__.split('+')[0]}']", out

@@ -1,4 +1,5 @@
 """flip_loss.pooling: the evaluator's pooled values and weighted histogram."""
+
 import math
 import re
 import shutil
@@ -13,10 +14,10 @@ import torch
 from flip_loss.pooling import PooledValues, pool, weighted_histogram, weighted_percentile
 
 
-
 # ----------------------------------------------------------------------------------------------
 # Brute-force versions of the rules, element by element in plain Python
 # ----------------------------------------------------------------------------------------------
+
 
 def brute_percentile(values, p, acc):
     """Sort ascending, running sum of the values (accumulated with type ``acc``), first value whose
@@ -50,6 +51,7 @@ def brute_histogram(values, bins=100):
 # ----------------------------------------------------------------------------------------------
 # Hand cases
 # ----------------------------------------------------------------------------------------------
+
 
 def test_all_zero_map():
     p = pool(np.zeros(3, np.float32))
@@ -101,8 +103,8 @@ def test_shape_and_container_do_not_matter():
 
 def test_mean_is_float64():
     # a float32 running sum would lose every 2**-25 added to 1.0 (half an ulp is 2**-24)
-    v = np.concatenate([np.ones(1, np.float32), np.full(4096, 2.0 ** -25, np.float32)])
-    assert pool(v).mean == (1.0 + 4096 * 2.0 ** -25) / 4097
+    v = np.concatenate([np.ones(1, np.float32), np.full(4096, 2.0**-25, np.float32)])
+    assert pool(v).mean == (1.0 + 4096 * 2.0**-25) / 4097
 
 
 def test_invalid_inputs():
@@ -123,6 +125,7 @@ def test_invalid_inputs():
 # ----------------------------------------------------------------------------------------------
 # Against the brute-force rule
 # ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", range(6))
 def test_percentiles_match_brute_force_float32(seed):
@@ -146,7 +149,8 @@ def test_percentiles_match_brute_force_float64():
     v = rng.random(2500)
     p = pool(torch.from_numpy(v))
     assert (p.weighted_median, p.weighted_quartile_1, p.weighted_quartile_3) == tuple(
-        brute_percentile(v, q, np.float64) for q in (0.5, 0.25, 0.75))
+        brute_percentile(v, q, np.float64) for q in (0.5, 0.25, 0.75)
+    )
 
 
 def test_float32_running_sum_is_reproduced():
@@ -175,18 +179,19 @@ def test_histogram_matches_brute_force(bins):
 def test_histogram_hand_case():
     v = np.array([0.0, 0.005, 0.01, 0.999, 1.0, 1.5, -0.1], np.float32)
     _, w = weighted_histogram(v)
-    counts = np.round(w / ((np.arange(100) + 0.5) * 0.01) * (7 / 1024 ** 2)).astype(int)
+    counts = np.round(w / ((np.arange(100) + 0.5) * 0.01) * (7 / 1024**2)).astype(int)
     expected = np.zeros(100, int)
     expected[0] = 2  # 0 and 0.005
     expected[1] = 1  # 0.01
     expected[99] = 2  # 0.999 and 1.0 (the last bucket includes 1); 1.5 and -0.1 are left out
     np.testing.assert_array_equal(counts, expected)
-    assert w[99] == 2 * 0.995 / (7 / 1024 ** 2)
+    assert w[99] == 2 * 0.995 / (7 / 1024**2)
 
 
 # ----------------------------------------------------------------------------------------------
 # Against NVIDIA's tool (flip-evaluator): same map in, same printed values out
 # ----------------------------------------------------------------------------------------------
+
 
 def _flip_tool():
     exe = shutil.which("flip", path=str(Path(sys.executable).parent))
@@ -209,12 +214,16 @@ def _evaluator_case(tmp_path, w, h, seed):
     test = Image.fromarray(np.clip(test + rng.normal(0, 12, test.shape), 0, 255).astype(np.uint8))
     ref.save(tmp_path / "r.png")
     test.save(tmp_path / "t.png")
-    out = subprocess.run([exe, "-r", "r.png", "-t", "t.png", "-nerm", "-hist", "-d", "h"],
-                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [exe, "-r", "r.png", "-t", "t.png", "-nerm", "-hist", "-d", "h"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     printed = [float(x) for x in re.findall(r": (\d\.\d{6})\n", out)]
     assert len(printed) == 6, out
-    emap = fe.evaluate(str(tmp_path / "r.png"), str(tmp_path / "t.png"), "LDR",
-                       applyMagma=False)[0][..., 0]
+    emap = fe.evaluate(str(tmp_path / "r.png"), str(tmp_path / "t.png"), "LDR", applyMagma=False)[0][..., 0]
     script = (tmp_path / "h" / "weighted_histogram.flip.r.t.67ppd.ldr.py").read_text()
     return emap, printed, script
 
@@ -231,8 +240,7 @@ def test_pooled_values_match_the_flip_tool(tmp_path, w, h, seed):
 
 def test_histogram_matches_the_flip_tool(tmp_path):
     emap, _, script = _evaluator_case(tmp_path, 300, 200, 2)
-    counts = np.array([int(c) for c in re.search(r"dataFLIP = \[([^\]]*)\]", script).group(1)
-                       .split(",")])
+    counts = np.array([int(c) for c in re.search(r"dataFLIP = \[([^\]]*)\]", script).group(1).split(",")])
     num_pixels = int(re.search(r"numPixels = (\d+)", script).group(1))
     assert num_pixels == emap.size and counts.sum() == emap.size
     # the tool's plotting script: count * centre, then divided by megapixels

@@ -2,6 +2,7 @@
 evaluating pairs and the command line called as a library function change no file descriptor,
 standard stream, warning filter or signal handler, not even while they run, and what other
 threads print meanwhile arrives."""
+
 import os
 import signal
 import sys
@@ -38,16 +39,24 @@ class StateWatch:
 
     @staticmethod
     def _state():
-        return {"fd 1": _fd_identity(1), "fd 2": _fd_identity(2), "sys.stdout": id(sys.stdout),
-                "sys.stderr": id(sys.stderr), "warnings.filters": id(warnings.filters),
-                "filter contents": tuple(warnings.filters), "warnings.showwarning": id(warnings.showwarning),
-                "SIGINT": signal.getsignal(signal.SIGINT), "SIGTERM": signal.getsignal(signal.SIGTERM)}
+        return {
+            "fd 1": _fd_identity(1),
+            "fd 2": _fd_identity(2),
+            "sys.stdout": id(sys.stdout),
+            "sys.stderr": id(sys.stderr),
+            "warnings.filters": id(warnings.filters),
+            "filter contents": tuple(warnings.filters),
+            "warnings.showwarning": id(warnings.showwarning),
+            "SIGINT": signal.getsignal(signal.SIGINT),
+            "SIGTERM": signal.getsignal(signal.SIGTERM),
+        }
 
     def _watch(self):
         while not self._stop.is_set():
             now = self._state()
-            self.changes.extend(name for name, value in now.items() if value != self.start[name]
-                                and name not in self.changes)
+            self.changes.extend(
+                name for name, value in now.items() if value != self.start[name] and name not in self.changes
+            )
             time.sleep(0.0005)
 
     def __enter__(self):
@@ -70,12 +79,12 @@ def images(tmp_path_factory):
     save_png(d / "good.png", rng.integers(0, 256, (40, 48, 3), dtype=np.uint8))
     paths["good.png"] = d / "good.png"
     data = (d / "good.png").read_bytes()
-    (d / "truncated.png").write_bytes(data[:len(data) // 2])
+    (d / "truncated.png").write_bytes(data[: len(data) // 2])
     paths["truncated.png"] = d / "truncated.png"
     save_exr(d / "good.exr", rng.random((3, 40, 48), dtype=np.float32))
     paths["good.exr"] = d / "good.exr"
     data = (d / "good.exr").read_bytes()
-    (d / "truncated.exr").write_bytes(data[:len(data) - 300])  # OpenEXR complains about its last chunk
+    (d / "truncated.exr").write_bytes(data[: len(data) - 300])  # OpenEXR complains about its last chunk
     paths["truncated.exr"] = d / "truncated.exr"
     (d / "header.exr").write_bytes(b"v/1\x01" + b"\0" * 100)
     paths["header.exr"] = d / "header.exr"
@@ -86,8 +95,12 @@ def images(tmp_path_factory):
     def chunk(tag, payload):
         return struct.pack(">I", len(payload)) + tag + payload + struct.pack(">I", zlib.crc32(tag + payload))
 
-    (d / "large.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 10000, 10000, 8, 2, 0, 0, 0))
-                                  + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+    (d / "large.png").write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 10000, 10000, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b""))
+        + chunk(b"IEND", b"")
+    )
     paths["large.png"] = d / "large.png"
     return paths
 
@@ -148,8 +161,13 @@ def test_loading_images_in_threads_changes_no_process_state(images, capfd):
         assert f"fd2 line {i}\n" in err, i
     assert "EXR_ERR" not in out + err and "Warning: Exception raised" not in out + err
     assert "DecompressionBomb" not in out + err
-    assert results == {"good.exr": {"Tensor"}, "truncated.exr": {"ValueError"}, "header.exr": {"ValueError"},
-                       "good.png": {"Tensor"}, "truncated.png": {"ValueError"}}
+    assert results == {
+        "good.exr": {"Tensor"},
+        "truncated.exr": {"ValueError"},
+        "header.exr": {"ValueError"},
+        "good.png": {"Tensor"},
+        "truncated.png": {"ValueError"},
+    }
     message = str(_load(images["truncated.exr"]))
     assert "truncated.exr': the OpenEXR file is damaged, truncated" in message and "past the end of the file" in message
 
@@ -179,8 +197,7 @@ def test_main_in_several_threads_at_once(pairs, tmp_path, capsys):
     def run(k):
         reference, test = pairs[k]
         out = tmp_path / f"out{k}"
-        codes[k] = main(["-r", str(reference), "-t", str(test), "-d", str(out), "-txt", "-v", "0",
-                         "--device", "cpu"])
+        codes[k] = main(["-r", str(reference), "-t", str(test), "-d", str(out), "-txt", "-v", "0", "--device", "cpu"])
 
     with StateWatch() as watch:
         for _ in range(3):
@@ -199,6 +216,7 @@ def test_main_in_several_threads_at_once(pairs, tmp_path, capsys):
 def _recording_handler(received):
     def handler(signum, frame):
         received.append(signum)
+
     return handler
 
 
@@ -252,7 +270,9 @@ def test_main_handles_sigterm_only_while_it_runs(pairs, tmp_path, monkeypatch, c
     assert code == 130
     assert capsys.readouterr().err == "flip-loss: interrupted; the outputs had been written\n"
     assert len(seen) == 2 and seen[0] not in (signal.SIG_DFL, signal.SIG_IGN)
-    assert sorted(p.name for p in out.iterdir()) == ["flip.ref0.test0.67ppd.ldr.png",
-                                                     "pooled_values.flip.ref0.test0.67ppd.ldr.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "flip.ref0.test0.67ppd.ldr.png",
+        "pooled_values.flip.ref0.test0.67ppd.ldr.txt",
+    ]
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -2,6 +2,7 @@
 and luminances they claim (measured back from the frames a metric sees), the scores behave as
 defined, the matching solver finds known matches, and a very small run of the whole suite and
 its command works."""
+
 import math
 import os
 
@@ -67,8 +68,10 @@ def test_dkl_axes_and_background():
 
 def test_compose_is_the_literal_dkl_pipeline():
     g = stimuli.Geometry(64, 48, 30.0)
-    comps = [stimuli.Component(0.3, stimuli.grating(g, 2.0, "cosine"), colour.SCALED_DIRECTIONS["rg"]),
-             stimuli.Component(torch.tensor([0.01, 0.05]), stimuli.gabor(g, 3.0, 0.5), colour.DIRECTIONS["yv"])]
+    comps = [
+        stimuli.Component(0.3, stimuli.grating(g, 2.0, "cosine"), colour.SCALED_DIRECTIONS["rg"]),
+        stimuli.Component(torch.tensor([0.01, 0.05]), stimuli.gabor(g, 3.0, 0.5), colour.DIRECTIONS["yv"]),
+    ]
     fast = stimuli.compose(37.0, comps)
     literal = stimuli.compose_via_dkl(37.0, comps, 2)
     assert fast.shape == (2, 3, 48, 64)
@@ -81,7 +84,7 @@ def test_geometry_coordinates_and_crop():
     c = stimuli.Geometry(1920, 1080, 66.0, crop=(1024, 1024))
     assert c.shape == (1024, 1024)
     start = (1920 - 1024) // 2
-    assert torch.equal(c.x, g.x[start:start + 1024])
+    assert torch.equal(c.x, g.x[start : start + 1024])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,7 +108,7 @@ def test_gabor_detection_contrast_measured_back(d):
     assert torch.allclose(ref_dkl, colour.background_dkl(l_b)[:, None, None].expand_as(ref_dkl), atol=1e-4)
     axis = int(np.argmax(direction))
     for i, c in enumerate(cs.tolist()):
-        delta = (_dkl_from_frames(test_f[i:i + 1], display)[0] - ref_dkl) / l_b
+        delta = (_dkl_from_frames(test_f[i : i + 1], display)[0] - ref_dkl) / l_b
         assert _amplitude(delta[axis], pattern) == pytest.approx(c, rel=2e-3)
         # Only the intended DKL axis is modulated.
         others = [delta[j] for j in range(3) if j != axis]
@@ -166,7 +169,7 @@ def test_size_test_envelope_sigma():
     for sigma in (0.25, 1.0):
         pattern = t.build(sigma, geom, settings)[2]
         # Envelope along y through the centre column pair: measured σ from the second moment.
-        env = torch.exp(-(geom.y ** 2) / (2 * sigma ** 2))
+        env = torch.exp(-(geom.y**2) / (2 * sigma**2))
         col = pattern.abs().max(dim=1).values
         assert torch.allclose(col / col.max(), env / env.max(), atol=0.05)
 
@@ -219,16 +222,24 @@ def test_matching_stimuli_contrasts():
     ref_f = _frames(stimuli.compose(t.l_b, [], n=1, shape=geom.shape), display)
     for d, axis in (("ach", 0), ("rg", 1), ("yv", 2)):
         scale = colour.SCALED_DIRECTIONS[d][axis]
-        test_f = _frames(stimuli.compose(t.l_b, [stimuli.Component(0.1, sq, colour.SCALED_DIRECTIONS[d])], n=1),
-                         display)
+        test_f = _frames(
+            stimuli.compose(t.l_b, [stimuli.Component(0.1, sq, colour.SCALED_DIRECTIONS[d])], n=1), display
+        )
         delta = (_dkl_from_frames(test_f, display) - _dkl_from_frames(ref_f, display))[0] / t.l_b
         assert _amplitude(delta[axis], sq) == pytest.approx(0.1 * scale, rel=2e-3)
 
 
 def test_reference_tables():
-    for name in ("spatial_freq_ach", "spatial_freq_rg", "spatial_freq_yv", "spatial_freq_ach_band_limited_noise",
-                 "spatial_freq_rg_band_limited_noise", "spatial_freq_yv_band_limited_noise", "luminance_ach",
-                 "size_ach"):
+    for name in (
+        "spatial_freq_ach",
+        "spatial_freq_rg",
+        "spatial_freq_yv",
+        "spatial_freq_ach_band_limited_noise",
+        "spatial_freq_rg_band_limited_noise",
+        "spatial_freq_yv_band_limited_noise",
+        "luminance_ach",
+        "size_ach",
+    ):
         tab = data.castle_table(name)
         assert len(tab.x) == len(tab.c) == 100 and np.all(tab.c > 0)
         # Interpolation hits the tabulated points.
@@ -298,8 +309,12 @@ def test_alignment_end_to_end_oracle_scores_one_and_random_near_zero():
 
     settings = Settings("t", n_x=8, n_k=6, gabor_crop=64)
     oracle = _luminance_oracle(scoring.sensitivity_multipliers(6))
-    res = suite.run_suite({"oracle": oracle, "random": random_metric}, settings,
-                          suite.select_tests(["detection_luminance"]), progress=False)
+    res = suite.run_suite(
+        {"oracle": oracle, "random": random_metric},
+        settings,
+        suite.select_tests(["detection_luminance"]),
+        progress=False,
+    )
     (r,) = res.results
     assert r.scores["oracle"] == pytest.approx(1.0, abs=1e-12)
     assert abs(r.scores["random"]) < 0.3
@@ -317,6 +332,7 @@ def test_alignment_end_to_end_oracle_scores_one_and_random_near_zero():
 def test_solver_finds_known_roots_and_flags_missing_ones():
     def resp(c):
         return 3.0 * np.asarray(c) ** 0.7
+
     truth = np.array([0.0015, 0.01, 0.3, 0.9])
     r = scoring.solve_matching_contrast(resp, resp(truth), grid=7, iterations=4)
     assert np.allclose(np.log10(r.contrast), np.log10(truth), atol=1e-5)
@@ -343,8 +359,7 @@ def _blurred_linear_rms(test, reference, ppd):
 
 
 def test_frequency_matching_recovers_a_known_match():
-    settings = Settings("t", matching_crop=128, matching_references=(0, 2, 4, 6, 7), match_grid=7,
-                        match_iterations=4)
+    settings = Settings("t", matching_crop=128, matching_references=(0, 2, 4, 6, 7), match_grid=7, match_iterations=4)
     metrics = [Metric("rms", _linear_rms), Metric("blur", _blurred_linear_rms)]
     res = suite.run_suite(metrics, settings, [suite.FrequencyMatchingTest()], progress=False)
     (r,) = res.results
@@ -377,8 +392,9 @@ def test_colour_matching_of_a_dkl_contrast_metric_is_exact():
         d = (_dkl_from_frames(test, display) - _dkl_from_frames(reference, display)) / t.l_b / scale
         return d.square().sum(dim=1).mean(dim=(1, 2)).sqrt()
 
-    res = suite.run_suite([Metric("dkl", dkl_contrast)], Settings("t", matching_crop=64, colour_n=4),
-                          [t], progress=False)
+    res = suite.run_suite(
+        [Metric("dkl", dkl_contrast)], Settings("t", matching_crop=64, colour_n=4), [t], progress=False
+    )
     (r,) = res.results
     assert r.scores["dkl"] < 5e-3
     assert r.no_root["dkl"] == 0
@@ -417,8 +433,20 @@ def test_smoke_run_of_the_command(tmp_path, capsys):
     out = tmp_path / "report"
     threads = torch.get_num_threads()
     backend = __import__("matplotlib").get_backend()
-    rc = main(["--out", str(out), "--preset", "smoke", "--metrics", "ldr-flip,psnr", "hyab", "--no-progress",
-               "--threads", "1"])
+    rc = main(
+        [
+            "--out",
+            str(out),
+            "--preset",
+            "smoke",
+            "--metrics",
+            "ldr-flip,psnr",
+            "hyab",
+            "--no-progress",
+            "--threads",
+            "1",
+        ]
+    )
     assert rc == 0
     # The run changed nothing process-wide: torch's thread count, matplotlib's backend.
     assert torch.get_num_threads() == threads and __import__("matplotlib").get_backend() == backend

@@ -1,6 +1,7 @@
 """No silent wrong number from the Python API (issue 10): reductions in float16 and with extreme
 weights, one rule per option (limits, types), data_range and the out-of-range warning, checked
 exposure ranges and counts, and the same checks in eager, torch.compile and TorchScript."""
+
 import math
 import re
 import warnings
@@ -30,9 +31,8 @@ def hdr_pair(shape=(1, 3, 8, 8), seed=0, dtype=torch.float32):
     return ref * (1 + 0.2 * torch.randn(shape, generator=g, dtype=dtype)).clamp(min=0.1), ref
 
 
-
-
 # --- 1. reductions accumulate in float32/float64, whatever the map's dtype and the weights' scale ---
+
 
 @pytest.mark.parametrize("shape", [(1, 3, 256, 256), (2, 3, 512, 512)])
 def test_float16_masked_mean_matches_float32(shape):
@@ -47,8 +47,9 @@ def test_float16_masked_mean_matches_float32(shape):
     assert expected.item() > 0.1
     torch.testing.assert_close(out.float(), expected, rtol=2e-3, atol=0)
     per = flip_loss.FLIPLoss(reduction="per_image")(a, b, mask)
-    torch.testing.assert_close(per.float(), flip_loss.FLIPLoss(reduction="per_image")(a.float(), b.float(), mask),
-                               rtol=2e-3, atol=0)
+    torch.testing.assert_close(
+        per.float(), flip_loss.FLIPLoss(reduction="per_image")(a.float(), b.float(), mask), rtol=2e-3, atol=0
+    )
 
 
 def test_float16_gradient_follows_float32():
@@ -69,8 +70,9 @@ def test_float16_gradient_follows_float32():
         assert abs(g16.norm() / g32.norm() - 1) < 0.01, reduction
 
 
-@pytest.mark.parametrize("dtype,scale", [(torch.float32, 1e38), (torch.float32, 1e-45), (torch.float64, 1e300),
-                                         (torch.float64, 1e-300)])
+@pytest.mark.parametrize(
+    "dtype,scale", [(torch.float32, 1e38), (torch.float32, 1e-45), (torch.float64, 1e300), (torch.float64, 1e-300)]
+)
 def test_extreme_weights_give_the_weighted_mean(dtype, scale):
     # float32 weights of 1e38 gave NaN (their sum overflows), 1e-45 a wrong mean (the products
     # underflow); float64 weights at the ends of their range are handled alike.
@@ -104,8 +106,12 @@ def test_scale_free_weights_keep_the_weight_gradient():
     e = torch.rand(2, 1, 4, 5, generator=g, dtype=torch.float64)
     w = (torch.rand(2, 1, 4, 5, generator=g, dtype=torch.float64) + 0.1).requires_grad_()
     for reduction in ("mean", "per_image", "sum", "none"):
-        assert torch.autograd.gradcheck(lambda x, y, reduction=reduction: weighted_reduce(x, y, reduction),
-                                        (e.clone().requires_grad_(), w), eps=1e-7, atol=1e-8)
+        assert torch.autograd.gradcheck(
+            lambda x, y, reduction=reduction: weighted_reduce(x, y, reduction),
+            (e.clone().requires_grad_(), w),
+            eps=1e-7,
+            atol=1e-8,
+        )
     (grad,) = torch.autograd.grad(weighted_reduce(e, w, "mean"), w)
     expected = (e - (w * e).sum() / w.sum()) / w.sum()
     torch.testing.assert_close(grad, expected.detach(), rtol=1e-12, atol=0)
@@ -126,8 +132,10 @@ def test_float16_reductions_in_torchscript_and_compile():
 
 # --- 2. one check per option, the same limits everywhere ---
 
-@pytest.mark.parametrize("ppd", [np.float32(40.0), np.float64(40.0), np.int64(40), torch.tensor(40.0),
-                                 torch.tensor(40), 40])
+
+@pytest.mark.parametrize(
+    "ppd", [np.float32(40.0), np.float64(40.0), np.int64(40), torch.tensor(40.0), torch.tensor(40), 40]
+)
 def test_numpy_and_tensor_ppd_accepted(ppd):
     a, b = images(seed=10)
     expected = flip_loss.ldr_flip(a, b, 40.0)
@@ -136,10 +144,21 @@ def test_numpy_and_tensor_ppd_accepted(ppd):
     assert flip_loss.FLIPMetric(pixels_per_degree=ppd).pixels_per_degree == 40.0
 
 
-@pytest.mark.parametrize("ppd,exc", [(True, TypeError), (np.bool_(True), TypeError), ("67", TypeError),
-                                     (torch.tensor([67.0]), TypeError), (0, ValueError), (-1.0, ValueError),
-                                     (math.nan, ValueError), (math.inf, ValueError), (2e4, ValueError),
-                                     (MAX_PPD * (1 + 1e-9), ValueError)])
+@pytest.mark.parametrize(
+    "ppd,exc",
+    [
+        (True, TypeError),
+        (np.bool_(True), TypeError),
+        ("67", TypeError),
+        (torch.tensor([67.0]), TypeError),
+        (0, ValueError),
+        (-1.0, ValueError),
+        (math.nan, ValueError),
+        (math.inf, ValueError),
+        (2e4, ValueError),
+        (MAX_PPD * (1 + 1e-9), ValueError),
+    ],
+)
 def test_bad_ppd_rejected_everywhere(ppd, exc):
     a, b = images(seed=11)
     hdr_t, hdr_r = hdr_pair()
@@ -161,9 +180,20 @@ def test_largest_ppd_accepted():
     assert 0 < out.item() <= 1
 
 
-@pytest.mark.parametrize("eps,exc", [(True, TypeError), (False, TypeError), ("0", TypeError), (-1e-12, ValueError),
-                                     (2e-6, ValueError), (10.0, ValueError), (1e20, ValueError),
-                                     (math.nan, ValueError), (math.inf, ValueError)])
+@pytest.mark.parametrize(
+    "eps,exc",
+    [
+        (True, TypeError),
+        (False, TypeError),
+        ("0", TypeError),
+        (-1e-12, ValueError),
+        (2e-6, ValueError),
+        (10.0, ValueError),
+        (1e20, ValueError),
+        (math.nan, ValueError),
+        (math.inf, ValueError),
+    ],
+)
 def test_bad_eps_rejected(eps, exc):
     a, b = images(seed=13)
     hdr_t, hdr_r = hdr_pair()
@@ -187,7 +217,7 @@ def test_largest_eps_keeps_the_map_in_range():
     assert flip_loss.ldr_flip(a, a, eps=0.0).max().item() == 0.0
 
 
-@pytest.mark.parametrize("num", [2.5, torch.tensor(3.7), 1, 0, -3, 257, 10 ** 9, math.nan, math.inf])
+@pytest.mark.parametrize("num", [2.5, torch.tensor(3.7), 1, 0, -3, 257, 10**9, math.nan, math.inf])
 def test_bad_exposure_count_rejected_not_truncated(num):
     t, r = hdr_pair()
     with pytest.raises(ValueError, match="num_exposures"):
@@ -231,9 +261,9 @@ def test_huge_exposure_counts_fail_at_once():
     # Before: 10**9 hung while allocating and FLIPLoss accepted 10**12.
     t, r = hdr_pair()
     with pytest.raises(ValueError, match="from 2 to 256"):
-        flip_loss.hdr_flip(t, r, num_exposures=10 ** 9)
+        flip_loss.hdr_flip(t, r, num_exposures=10**9)
     with pytest.raises(ValueError, match="from 2 to 256"):
-        flip_loss.FLIPLoss(hdr=True, num_exposures=10 ** 12)
+        flip_loss.FLIPLoss(hdr=True, num_exposures=10**12)
 
 
 def test_automatic_count_above_the_limit_explains_itself():
@@ -302,8 +332,10 @@ def test_reduction_changed_after_construction_is_checked():
 
 # --- 3. data_range and the out-of-range warning ---
 
-@pytest.mark.parametrize("data_range,low,high", [(255, 0.0, 255.0), (255.0, 0.0, 255.0), ((-1, 1), -1.0, 1.0),
-                                                 ([0.5, 2.5], 0.5, 2.5)])
+
+@pytest.mark.parametrize(
+    "data_range,low,high", [(255, 0.0, 255.0), (255.0, 0.0, 255.0), ((-1, 1), -1.0, 1.0), ([0.5, 2.5], 0.5, 2.5)]
+)
 def test_data_range_maps_inputs_to_unit_range(data_range, low, high, fresh_warning):
     a, b = images((2, 3, 16, 16), seed=19, dtype=torch.float64)
     x, y = a * (high - low) + low, b * (high - low) + low
@@ -318,8 +350,9 @@ def test_data_range_maps_inputs_to_unit_range(data_range, low, high, fresh_warni
     torch.testing.assert_close(xx.grad, xa.grad / (high - low), rtol=1e-9, atol=1e-15)
     torch.testing.assert_close(torch.jit.script(loss)(x, y), loss(x, y), rtol=0, atol=0)
     metric = flip_loss.FLIPMetric(data_range=data_range)
-    torch.testing.assert_close(metric.update(x, y), flip_loss.ldr_flip(a, b, eps=0.0).flatten(1).mean(1),
-                               rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        metric.update(x, y), flip_loss.ldr_flip(a, b, eps=0.0).flatten(1).mean(1), rtol=1e-12, atol=0
+    )
 
 
 def test_data_range_in_torch_compile():
@@ -329,9 +362,19 @@ def test_data_range_in_torch_compile():
     torch.testing.assert_close(compiled(a * 255, b * 255), flip_loss.FLIPLoss()(a, b), rtol=1e-5, atol=0)
 
 
-@pytest.mark.parametrize("data_range,exc", [(0, ValueError), (-255, ValueError), ((1, 0), ValueError),
-                                            ((0, math.inf), ValueError), ((0, 1, 2), ValueError),
-                                            ("255", TypeError), (True, TypeError), (None, TypeError)])
+@pytest.mark.parametrize(
+    "data_range,exc",
+    [
+        (0, ValueError),
+        (-255, ValueError),
+        ((1, 0), ValueError),
+        ((0, math.inf), ValueError),
+        ((0, 1, 2), ValueError),
+        ("255", TypeError),
+        (True, TypeError),
+        (None, TypeError),
+    ],
+)
 def test_bad_data_range(data_range, exc):
     a, b = images(seed=21)
     with pytest.raises(exc, match="data_range"):
@@ -363,8 +406,10 @@ def test_warns_once_for_inputs_clearly_outside_unit_range(scale, offset, fresh_w
 
 
 @pytest.mark.parametrize("entry", ["ldr_flip", "FLIPLoss"])
-@pytest.mark.parametrize("scale,offset,advice", [(255.0, 0.0, "data_range=255"), (2.0, -1.0, "data_range=(-1, 1)"),
-                                                 (1.6, 0.0, "bound its output")])
+@pytest.mark.parametrize(
+    "scale,offset,advice",
+    [(255.0, 0.0, "data_range=255"), (2.0, -1.0, "data_range=(-1, 1)"), (1.6, 0.0, "bound its output")],
+)
 def test_the_range_warning_names_the_callers_line_and_fits_the_values(entry, scale, offset, advice, fresh_warning):
     a, b = images(seed=26)
     x, y = a * scale + offset, b * scale + offset
@@ -381,9 +426,11 @@ def test_the_range_warning_names_the_callers_line_and_fits_the_values(entry, sca
 @pytest.mark.parametrize("entry", ["ldr_flip", "FLIPLoss", "FLIPMetric"])
 def test_every_ldr_entry_point_warns(entry, fresh_warning):
     a, b = images(seed=23)
-    call = {"ldr_flip": lambda: flip_loss.ldr_flip(a * 255, b * 255),
-            "FLIPLoss": lambda: flip_loss.FLIPLoss()(a * 255, b * 255),
-            "FLIPMetric": lambda: flip_loss.FLIPMetric().update(a * 255, b * 255)}[entry]
+    call = {
+        "ldr_flip": lambda: flip_loss.ldr_flip(a * 255, b * 255),
+        "FLIPLoss": lambda: flip_loss.FLIPLoss()(a * 255, b * 255),
+        "FLIPMetric": lambda: flip_loss.FLIPMetric().update(a * 255, b * 255),
+    }[entry]
     assert len(range_warnings(call)) == 1
 
 
@@ -401,6 +448,7 @@ def test_no_warning_near_unit_range_or_for_hdr(fresh_warning):
 
 
 # --- 4. exposure ranges: NaN/Inf references, wrong dtypes, empty images ---
+
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_nonfinite_reference_has_no_automatic_range(bad):
@@ -462,6 +510,7 @@ def test_exposure_tensors_of_the_wrong_dtype():
 
 # --- 5. torch.compile and TorchScript make the checks eager makes ---
 
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("reduction", ["mean", "per_image", "sum", "none"])
 def test_compiled_weight_checks(backend, reduction):
@@ -493,7 +542,7 @@ def test_compiled_weight_checks(backend, reduction):
 
 def test_compiled_weighted_gradient_matches_eager():
     a, b = images((2, 3, 10, 12), seed=30)
-    w = (torch.rand(2, 1, 10, 12, generator=torch.Generator().manual_seed(31)) + 0.1)
+    w = torch.rand(2, 1, 10, 12, generator=torch.Generator().manual_seed(31)) + 0.1
     torch._dynamo.reset()
     module = flip_loss.FLIPLoss(reduction="per_image")
     compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
@@ -541,7 +590,7 @@ def test_start_above_automatic_stop_rejected_everywhere():
 def test_scripted_attributes_are_checked_when_used():
     t, r = hdr_pair(seed=34)
     scripted = torch.jit.script(flip_loss.FLIPLoss(hdr=True, num_exposures=3))
-    scripted.num_exposures = 10 ** 9
+    scripted.num_exposures = 10**9
     with pytest.raises(torch.jit.Error, match="from 2 to 256"):
         scripted(t, r)
     scripted = torch.jit.script(flip_loss.FLIPLoss(hdr=True, start_exposure=-1.0, stop_exposure=1.0))
@@ -551,6 +600,7 @@ def test_scripted_attributes_are_checked_when_used():
 
 
 # --- CUDA: no added synchronisation, and checks that raise instead of killing the context ---
+
 
 @pytest.mark.cuda
 def test_cuda_range_look_only_on_a_modules_first_call(fresh_warning):
@@ -582,6 +632,7 @@ def test_cuda_compiled_weight_check_raises_and_the_context_survives():
 
 
 # ---- found by an adversarial review after the fixes above ----
+
 
 def test_scripted_loss_checks_a_data_range_changed_after_construction():
     a, b = torch.rand(1, 3, 16, 16), torch.rand(1, 3, 16, 16)
@@ -629,9 +680,11 @@ def test_negative_infinity_in_an_hdr_reference_is_rejected_like_nan(where):
     ref = torch.rand(1, 3, 8, 8) * 4
     ref[0, 1, 2, 2] = -float("inf")
     test = ref.clamp(min=0)
-    call = {"exposure_range": lambda: flip_loss.exposure_range(ref),
-            "hdr_flip": lambda: flip_loss.hdr_flip(test, ref),
-            "scripted": lambda: torch.jit.script(flip_loss.FLIPLoss(hdr=True))(test, ref)}[where]
+    call = {
+        "exposure_range": lambda: flip_loss.exposure_range(ref),
+        "hdr_flip": lambda: flip_loss.hdr_flip(test, ref),
+        "scripted": lambda: torch.jit.script(flip_loss.FLIPLoss(hdr=True))(test, ref),
+    }[where]
     with pytest.raises((ValueError, torch.jit.Error), match="NaN or infinite"):
         call()
 
@@ -649,6 +702,6 @@ def test_metric_bins_accept_numpy_integers_and_reject_other_types(cls):
     for bad in (True, "10", torch.tensor([10])):
         with pytest.raises(TypeError, match="bins"):
             make(bins=bad)
-    for bad in (0, 2.5, 2 ** 24 + 1):
+    for bad in (0, 2.5, 2**24 + 1):
         with pytest.raises(ValueError, match="bins"):
             make(bins=bad)

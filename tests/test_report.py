@@ -1,6 +1,7 @@
 """The HTML report of ``flip-loss --report DIR``: the files it writes, that they are safe and
 self-contained, what the page says, and the page in a real browser (headless Chromium driven
 through the DevTools protocol over a pipe; those tests skip where Chromium is not installed)."""
+
 import html.parser
 import json
 import os
@@ -25,7 +26,7 @@ from flip_loss.functional import ldr_flip
 from flip_loss.imageio import load_image
 from flip_loss.pooling import pool, weighted_histogram
 
-W, H = 400, 300          # the test images: shrunk by 2 into 200 x 150 thumbnails
+W, H = 400, 300  # the test images: shrunk by 2 into 200 x 150 thumbnails
 THUMB_W, THUMB_H = 200, 150
 SORT_COLUMNS = ("mean", "weighted-median", "weighted-quartile-1", "weighted-quartile-3", "max")
 FIELDS = dict(zip(SORT_COLUMNS, ("mean", "weighted_median", "weighted_quartile_1", "weighted_quartile_3", "max")))
@@ -38,8 +39,7 @@ def expected_map(ref_path, test_path):
 
 def snapshot(*directories):
     """{path: bytes or 'directory'} of everything under ``directories``."""
-    return {p: ("directory" if p.is_dir() else p.read_bytes())
-            for d in directories for p in sorted(Path(d).rglob("*"))}
+    return {p: ("directory" if p.is_dir() else p.read_bytes()) for d in directories for p in sorted(Path(d).rglob("*"))}
 
 
 class Tags(html.parser.HTMLParser):
@@ -67,6 +67,7 @@ class Tags(html.parser.HTMLParser):
 # A folder-mode run with a report: four pairs that differ in different ways, and one that fails
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("report")
@@ -76,11 +77,15 @@ def run(tmp_path_factory):
     a = np.asarray(base).astype(np.float64)
     rng = np.random.default_rng(5)
     speck = a.copy()
-    speck[100:103, 250:253] = 255.0                      # tiny, strong: low mean, high max
+    speck[100:103, 250:253] = 255.0  # tiny, strong: low mean, high max
     shifted = a.copy()
-    shifted[..., 0] *= 0.6                               # large everywhere
-    distorted = {"blur": np.asarray(base.filter(ImageFilter.GaussianBlur(1.0))).astype(np.float64),
-                 "noise": a + rng.normal(0, 10, a.shape), "shift": shifted, "speck": speck}
+    shifted[..., 0] *= 0.6  # large everywhere
+    distorted = {
+        "blur": np.asarray(base.filter(ImageFilter.GaussianBlur(1.0))).astype(np.float64),
+        "noise": a + rng.normal(0, 10, a.shape),
+        "shift": shifted,
+        "speck": speck,
+    }
     for name, image in distorted.items():
         base.save(refs / f"{name}.png")
         Image.fromarray(np.clip(np.round(image), 0, 255).astype(np.uint8)).save(tests / f"{name}.png")
@@ -89,18 +94,45 @@ def run(tmp_path_factory):
     maps = {name: expected_map(refs / f"{name}.png", tests / f"{name}.png") for name in distorted}
     pooled = {name: pool(m) for name, m in maps.items()}
     means = sorted(p.mean for p in pooled.values())
-    threshold = round(0.5 * (means[1] + means[2]), 6)   # two pairs above, two below
+    threshold = round(0.5 * (means[1] + means[2]), 6)  # two pairs above, two below
     inputs = snapshot(refs, tests)
     out, report = d / "out", d / "report"
-    code = main(["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out), "--report", str(report),
-                 "--no-progress", "--fail-above", "mean", str(threshold)])
+    code = main(
+        [
+            "--reference-dir",
+            str(refs),
+            "--test-dir",
+            str(tests),
+            "-d",
+            str(out),
+            "--report",
+            str(report),
+            "--no-progress",
+            "--fail-above",
+            "mean",
+            str(threshold),
+        ]
+    )
     page = report / "index.html"
     text = page.read_text(encoding="utf-8")
     # the pairs are numbered in the folder's (sorted) order
     numbers = {n: i for i, n in enumerate(sorted([*distorted, "resized"]), 1)}
-    return SimpleNamespace(refs=refs, tests=tests, out=out, report=report, page=page, code=code, maps=maps,
-                           pooled=pooled, threshold=threshold, inputs=inputs, names=sorted(distorted),
-                           index=numbers, html=text, parsed=Tags(text))
+    return SimpleNamespace(
+        refs=refs,
+        tests=tests,
+        out=out,
+        report=report,
+        page=page,
+        code=code,
+        maps=maps,
+        pooled=pooled,
+        threshold=threshold,
+        inputs=inputs,
+        names=sorted(distorted),
+        index=numbers,
+        html=text,
+        parsed=Tags(text),
+    )
 
 
 def expected_order(run, column="mean"):
@@ -113,8 +145,12 @@ def test_report_files_and_exit_code(run, capsys):
     assert run.code == 4  # a failed pair outranks the gate, as without --report
     assert run.page.is_file()
     names = sorted(p.name for p in (run.report / "pairs").iterdir())
-    want = sorted(f"{run.index[n]:04d}-{n}.{kind}{thumb}.png" for n in run.names
-                  for kind in ("reference", "test", "error") for thumb in ("", ".thumbnail"))
+    want = sorted(
+        f"{run.index[n]:04d}-{n}.{kind}{thumb}.png"
+        for n in run.names
+        for kind in ("reference", "test", "error")
+        for thumb in ("", ".thumbnail")
+    )
     assert names == want  # nothing for the failed pair, no temporary file
     assert sorted(p.name for p in run.report.iterdir()) == ["index.html", "pairs"]
     for n in run.names:
@@ -134,8 +170,13 @@ def test_page_needs_no_network_and_every_link_is_a_file_of_the_report(run):
         assert needle not in lowered, needle
     for tag, attrs in run.parsed.tags:
         assert "src" not in attrs or tag == "img"  # no external script, frame or media
-    references = [v for tag, attrs in run.parsed.tags if tag in ("img", "a") for k, v in attrs.items()
-                  if k in ("src", "href") or k.startswith("data-") and k.endswith(("thumbnail", "full"))]
+    references = [
+        v
+        for tag, attrs in run.parsed.tags
+        if tag in ("img", "a")
+        for k, v in attrs.items()
+        if k in ("src", "href") or k.startswith("data-") and k.endswith(("thumbnail", "full"))
+    ]
     files = [v for v in references if not v.startswith("#")]
     assert len(files) >= 4 * 3 * 2
     for v in files:
@@ -155,8 +196,9 @@ def test_table_worst_first_with_the_gate_marked_and_the_failed_pair(run):
             assert r["data-state"] == "failed" and "mean" not in r
             continue
         for column in SORT_COLUMNS:  # the sort keys hold the pooled values themselves
-            assert float(r[f"data-{column}"]) == pytest.approx(getattr(run.pooled[name], FIELDS[column]),
-                                                               rel=1e-5, abs=1e-7)
+            assert float(r[f"data-{column}"]) == pytest.approx(
+                getattr(run.pooled[name], FIELDS[column]), rel=1e-5, abs=1e-7
+            )
         assert r["data-state"] == ("over" if run.pooled[name].mean > run.threshold else "ok")
     assert sum(r["data-state"] == "over" for r in rows) == 2
     text = " ".join("".join(run.parsed.text).split())
@@ -180,11 +222,9 @@ def test_pictures_show_the_images_and_the_map_at_one_scale(run):
         # thumbnails: 2 x 2 blocks; the images averaged, the map showing each block's largest error
         blocks = reference.astype(np.float64).reshape(THUMB_H, 2, THUMB_W, 2, 3)
         mean = np.round(blocks.mean(axis=(1, 3)))
-        assert np.abs(np.asarray(Image.open(f"{stem}.reference.thumbnail.png")).astype(np.float64)
-                      - mean).max() <= 1
+        assert np.abs(np.asarray(Image.open(f"{stem}.reference.thumbnail.png")).astype(np.float64) - mean).max() <= 1
         largest = run.maps[n].reshape(THUMB_H, 2, THUMB_W, 2).max(axis=(1, 3))
-        assert np.array_equal(np.asarray(Image.open(f"{stem}.error.thumbnail.png")),
-                              apply_colormap(largest, MAGMA))
+        assert np.array_equal(np.asarray(Image.open(f"{stem}.error.thumbnail.png")), apply_colormap(largest, MAGMA))
     # the 3x3 speck still shows in the thumbnail of its map: its brightest colour is there
     speck = np.asarray(Image.open(run.report / "pairs" / f"{run.index['speck']:04d}-speck.error.thumbnail.png"))
     assert speck[50:52, 125:127].astype(int).sum(axis=2).max() == speck.astype(int).sum(axis=2).max()
@@ -196,7 +236,7 @@ def test_histogram_is_drawn_from_the_weighted_histogram(run):
         start = next(i for i, (t, a) in enumerate(run.parsed.tags) if a.get("id") == f"pair-{run.index[n]}")
         svg = next(i for i in range(start, len(run.parsed.tags)) if run.parsed.tags[i][0] == "svg")
         bars = []
-        for tag, attrs in run.parsed.tags[svg + 1:]:
+        for tag, attrs in run.parsed.tags[svg + 1 :]:
             if tag == "svg" or tag == "article":
                 break
             if tag == "rect":
@@ -209,8 +249,26 @@ def test_histogram_is_drawn_from_the_weighted_histogram(run):
 def test_multi_test_mode_and_an_earlier_report_is_replaced(run, tmp_path, capsys):
     report = tmp_path / "report"
     tests = [run.tests / f"{n}.png" for n in ("speck", "shift", "blur")]
-    assert main(["-r", str(run.refs / "blur.png"), "-t", *map(str, tests), "-d", str(tmp_path / "maps"),
-                 "--report", str(report), "-v", "1", "--fail-above", "weighted-median", "1"]) == 0
+    assert (
+        main(
+            [
+                "-r",
+                str(run.refs / "blur.png"),
+                "-t",
+                *map(str, tests),
+                "-d",
+                str(tmp_path / "maps"),
+                "--report",
+                str(report),
+                "-v",
+                "1",
+                "--fail-above",
+                "weighted-median",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert f"HTML report: {report / 'index.html'}" in capsys.readouterr().out
     medians = [pool(expected_map(run.refs / "blur.png", t)).weighted_median for t in tests]
     page = Tags((report / "index.html").read_text())
@@ -223,8 +281,9 @@ def test_multi_test_mode_and_an_earlier_report_is_replaced(run, tmp_path, capsys
     # an earlier report is replaced; the user's other files there stay
     (report / "notes.txt").write_text("mine")
     first = (report / "index.html").read_text()
-    assert main(["-r", str(run.refs / "blur.png"), "-t", str(tests[0]), "--report", str(report), "-nerm",
-                 "-v", "0"]) == 0
+    assert (
+        main(["-r", str(run.refs / "blur.png"), "-t", str(tests[0]), "--report", str(report), "-nerm", "-v", "0"]) == 0
+    )
     second = (report / "index.html").read_text()
     assert second != first and len(Tags(second).rows()) == 1
     assert (report / "notes.txt").read_text() == "mine"
@@ -242,15 +301,26 @@ def test_file_names_are_escaped_in_the_page_and_plain_in_the_pictures(run, tmp_p
     assert len(names) == 6 and all(re.fullmatch(r"0001-shot_b_1\.[a-z.]+\.png", n) for n in names), names
 
 
-@pytest.mark.parametrize("case", ["foreign page", "foreign pairs folder", "a file", "missing test image",
-                                  "unwritable"])
+@pytest.mark.parametrize("case", ["foreign page", "foreign pairs folder", "a file", "missing test image", "unwritable"])
 def test_nothing_is_written_on_error(run, tmp_path, capsys, case):
     report = tmp_path / "report"
-    argv = ["-r", str(run.refs / "blur.png"), "-t", str(run.tests / "noise.png"), "-d", str(tmp_path / "maps"),
-            "--report", str(report)]
-    needle = {"foreign page": "not from an earlier flip-loss report", "foreign pairs folder": "'pairs'",
-              "a file": "not a directory", "missing test image": "does not exist",
-              "unwritable": "permission denied"}[case]
+    argv = [
+        "-r",
+        str(run.refs / "blur.png"),
+        "-t",
+        str(run.tests / "noise.png"),
+        "-d",
+        str(tmp_path / "maps"),
+        "--report",
+        str(report),
+    ]
+    needle = {
+        "foreign page": "not from an earlier flip-loss report",
+        "foreign pairs folder": "'pairs'",
+        "a file": "not a directory",
+        "missing test image": "does not exist",
+        "unwritable": "permission denied",
+    }[case]
     if case == "foreign page":
         report.mkdir()
         (report / "index.html").write_text("<html>my own page</html>")
@@ -288,8 +358,21 @@ def test_hdr_report_shows_the_exposure_map_and_exposures(tmp_path, capsys):
     save_exr(tmp_path / "reference.exr", ref.transpose(2, 0, 1))
     save_exr(tmp_path / "test.exr", test.astype(np.float32).transpose(2, 0, 1))
     report = tmp_path / "report"
-    assert main(["-r", str(tmp_path / "reference.exr"), "-t", str(tmp_path / "test.exr"), "-d", str(tmp_path),
-                 "--report", str(report)]) == 0
+    assert (
+        main(
+            [
+                "-r",
+                str(tmp_path / "reference.exr"),
+                "-t",
+                str(tmp_path / "test.exr"),
+                "-d",
+                str(tmp_path),
+                "--report",
+                str(report),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     start = float(out.split("Start exposure: ")[1].split()[0])
     stop = float(out.split("Stop exposure: ")[1].split()[0])
@@ -300,8 +383,9 @@ def test_hdr_report_shows_the_exposure_map_and_exposures(tmp_path, capsys):
     assert shown_at == pytest.approx(0.5 * (start + stop), abs=1.5e-4)  # the middle of the range
     assert "HDR-FLIP, tone mapper aces" in page
     exposure_map = next(tmp_path.glob("exposure_map.*.png"))
-    assert np.array_equal(np.asarray(Image.open(report / "pairs" / "0001-test.exposure.png")),
-                          np.asarray(Image.open(exposure_map)))
+    assert np.array_equal(
+        np.asarray(Image.open(report / "pairs" / "0001-test.exposure.png")), np.asarray(Image.open(exposure_map))
+    )
     shown = np.asarray(Image.open(report / "pairs" / "0001-test.reference.png"))
     assert shown.shape == (120, 160, 3) and 20 < shown.mean() < 235  # exposed: neither black nor white
     assert 'alt="exposure map of test.exr"' in page
@@ -310,6 +394,7 @@ def test_hdr_report_shows_the_exposure_map_and_exposures(tmp_path, capsys):
 # ----------------------------------------------------------------------------------------------
 # In a real browser: headless Chromium through the DevTools protocol (over a pipe: no network port)
 # ----------------------------------------------------------------------------------------------
+
 
 def chromium_executable():
     for name in (os.environ.get("FLIP_LOSS_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
@@ -332,19 +417,40 @@ class DevTools:
             os.dup2(from_browser_w, 4)
 
         self.process = subprocess.Popen(
-            [executable, "--headless", "--no-sandbox", "--remote-debugging-pipe", f"--user-data-dir={profile}",
-             "--disable-gpu", "--no-first-run", "--no-default-browser-check", "--disable-extensions",
-             "--disable-background-networking", "--force-color-profile=srgb", "--hide-scrollbars",
-             "about:blank"],
-            pass_fds=(3, 4), preexec_fn=descriptors, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                executable,
+                "--headless",
+                "--no-sandbox",
+                "--remote-debugging-pipe",
+                f"--user-data-dir={profile}",
+                "--disable-gpu",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-extensions",
+                "--disable-background-networking",
+                "--force-color-profile=srgb",
+                "--hide-scrollbars",
+                "about:blank",
+            ],
+            pass_fds=(3, 4),
+            preexec_fn=descriptors,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_browser_r)
         os.close(from_browser_w)
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Page", "Network", "Runtime"):
             self.call(f"{domain}.enable", session=True)
-        self.call("Emulation.setDeviceMetricsOverride", session=True, width=1280, height=900,
-                  deviceScaleFactor=1, mobile=False)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            session=True,
+            width=1280,
+            height=900,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
 
     def _message(self, deadline):
         while b"\0" not in self._buffer:
@@ -387,14 +493,12 @@ class DevTools:
         self.wait_event("Page.loadEventFired")
 
     def js(self, expression, wait=False):
-        r = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True,
-                      awaitPromise=wait)
+        r = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True, awaitPromise=wait)
         if "exceptionDetails" in r:
             raise RuntimeError(f"{expression}: {r['exceptionDetails']}")
         return r["result"].get("value")
 
-    _KEYS = {"Tab": ("Tab", 9, None), "Enter": ("Enter", 13, "\r"), " ": ("Space", 32, " "),
-             "f": ("KeyF", 70, "f")}
+    _KEYS = {"Tab": ("Tab", 9, None), "Enter": ("Enter", 13, "\r"), " ": ("Space", 32, " "), "f": ("KeyF", 70, "f")}
 
     def press(self, key):
         code, vk, text = self._KEYS[key]
@@ -402,8 +506,7 @@ class DevTools:
         if text is not None:
             down["text"] = text
         self.call("Input.dispatchKeyEvent", session=True, **down)
-        self.call("Input.dispatchKeyEvent", session=True, type="keyUp", key=key, code=code,
-                  windowsVirtualKeyCode=vk)
+        self.call("Input.dispatchKeyEvent", session=True, type="keyUp", key=key, code=code, windowsVirtualKeyCode=vk)
 
     def screenshot(self, clip=None, full_page=False):
         import base64
@@ -431,8 +534,10 @@ class DevTools:
 def browser(tmp_path_factory):
     executable = chromium_executable()
     if executable is None:
-        pytest.skip("Chromium is not installed (Debian: apt-get install chromium; scripts/test.sh installs it), "
-                    "so the HTML report is not checked in a browser")
+        pytest.skip(
+            "Chromium is not installed (Debian: apt-get install chromium; scripts/test.sh installs it), "
+            "so the HTML report is not checked in a browser"
+        )
     b = DevTools(executable, tmp_path_factory.mktemp("chromium-profile"))
     yield b
     b.close()
@@ -464,8 +569,9 @@ def test_browser_renders_rows_worst_first_with_every_image_loaded(run, browser, 
     assert len(images) == 4 * 3
     for src, width, height in images:
         assert (width, height) == Image.open(run.report / src).size, src
-    requested = [m["params"]["request"]["url"] for m in browser.events
-                 if m.get("method") == "Network.requestWillBeSent"]
+    requested = [
+        m["params"]["request"]["url"] for m in browser.events if m.get("method") == "Network.requestWillBeSent"
+    ]
     assert requested and all(url.startswith("file://") for url in requested), requested
     shot, data = browser.screenshot(full_page=True)
     path = tmp_path_factory.getbasetemp() / "report_screenshot.png"
@@ -476,15 +582,22 @@ def test_browser_renders_rows_worst_first_with_every_image_loaded(run, browser, 
 
 def test_browser_keyboard_tab_order_and_sorting(run, browser):
     browser.open(run.page)
-    focus = ("(() => { const e = document.activeElement; "
-             "return e.tagName + ':' + e.textContent.trim().split('\\n')[0]; })()")
+    focus = (
+        "(() => { const e = document.activeElement; return e.tagName + ':' + e.textContent.trim().split('\\n')[0]; })()"
+    )
     visited = []
     for _ in range(7 + 5):
         browser.press("Tab")
         visited.append(browser.js(focus))
     assert visited[0] == "A:Skip to the pairs table"
-    assert visited[1:7] == ["BUTTON:Test", "BUTTON:Mean", "BUTTON:Weighted median", "BUTTON:1st weighted quartile",
-                            "BUTTON:3rd weighted quartile", "BUTTON:Max"]
+    assert visited[1:7] == [
+        "BUTTON:Test",
+        "BUTTON:Mean",
+        "BUTTON:Weighted median",
+        "BUTTON:1st weighted quartile",
+        "BUTTON:3rd weighted quartile",
+        "BUTTON:Max",
+    ]
     by_number = {i: n for n, i in run.index.items()}
     assert visited[7:] == [f"A:{by_number[i]}.png" for i in expected_order(run)]
     # back to the Max heading (shift-free: focus it as Tab did) and sort with the keyboard
@@ -503,8 +616,10 @@ def test_browser_keyboard_tab_order_and_sorting(run, browser):
 
 
 def _region(browser, selector):
-    rect = browser.js(f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect(); "
-                      "return {x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height}; })()")
+    rect = browser.js(
+        f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect(); "
+        "return {x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height}; })()"
+    )
     return np.asarray(browser.screenshot(clip=rect, full_page=True)[0]).astype(np.int16)
 
 
@@ -538,11 +653,14 @@ def test_browser_flip_control_switches_the_image_in_place(run, browser):
     assert browser.js(f"document.querySelector('{view}').alt") == f"reference {n}.png"
     # full size in place: the full-size pictures replace the thumbnails, and the flip still works
     browser.js(f"document.querySelector('{card} button.full-size').click()")
-    sizes = browser.js(f"""(async () => {{
+    sizes = browser.js(
+        f"""(async () => {{
       const imgs = Array.from(document.querySelectorAll('{card} img'));
       await Promise.all(imgs.map(i => i.complete ? null
                                  : new Promise(r => i.addEventListener('load', r, {{once: true}}))));
-      return imgs.map(i => [i.naturalWidth, Math.round(i.getBoundingClientRect().width)]); }})()""", wait=True)
+      return imgs.map(i => [i.naturalWidth, Math.round(i.getBoundingClientRect().width)]); }})()""",
+        wait=True,
+    )
     assert sizes == [[W, W]] * 3
     browser.press("f")
     assert browser.js(f"document.querySelector('{view}').getAttribute('src')").endswith(f"{n}.test.png")

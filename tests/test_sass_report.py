@@ -3,6 +3,7 @@ counting of issued warp-instructions from trip counts, the unrolled-cascade rule
 rules for H100/H200, and the check that a kernel's loops match the trip-count table. A synthetic
 disassembly needs no tool; a compiled kernel with a known loop nest needs nvcc and nvdisasm
 (pip install -r benchmarks/requirements-sass.txt) and skips without them."""
+
 import json
 import os
 import subprocess
@@ -110,14 +111,28 @@ def test_heaviest_path_multiplies_trip_counts(tmp_path):
 def test_report_matches_the_table_and_counts(tmp_path):
     cfg = synthetic_cfg(tmp_path)
     source = sr.Source()
-    table = (sr.Expect("rows", "r < rows; ++r", lambda c: 3, "three rows", children=(
-        sr.Expect("taps", "k < n; ++k", lambda c: 5, "five taps"),)),)
+    table = (
+        sr.Expect(
+            "rows",
+            "r < rows; ++r",
+            lambda c: 3,
+            "three rows",
+            children=(sr.Expect("taps", "k < n; ++k", lambda c: 5, "five taps"),),
+        ),
+    )
     total, a = sr.kernel_cost(cfg, None, table, source)
     assert a.problems == [] and total == 5 + 3 * (9 + 4 * 5)
     assert a.issued["rows/taps"] == 3 * 5 * 4
     # As an unrolled filter loop (one multiply-add per iteration) it runs its 5 iterations too.
-    table = (sr.Expect("rows", "r < rows; ++r", lambda c: 3, "three rows", children=(
-        sr.Expect("taps", "k < n; ++k", lambda c: 5, "five taps", cascade=True),)),)
+    table = (
+        sr.Expect(
+            "rows",
+            "r < rows; ++r",
+            lambda c: 3,
+            "three rows",
+            children=(sr.Expect("taps", "k < n; ++k", lambda c: 5, "five taps", cascade=True),),
+        ),
+    )
     total, a = sr.kernel_cost(cfg, None, table, source)
     assert a.problems == [] and total == 5 + 3 * (9 + 4 * 5)
 
@@ -125,13 +140,26 @@ def test_report_matches_the_table_and_counts(tmp_path):
 def test_report_refuses_a_table_that_no_longer_matches(tmp_path):
     cfg = synthetic_cfg(tmp_path)
     source = sr.Source()
-    wrong_text = (sr.Expect("rows", "r < rows; ++r", lambda c: 3, "", children=(
-        sr.Expect("taps", "k < taps; ++k", lambda c: 5, ""),)),)
+    wrong_text = (
+        sr.Expect(
+            "rows", "r < rows; ++r", lambda c: 3, "", children=(sr.Expect("taps", "k < taps; ++k", lambda c: 5, ""),)
+        ),
+    )
     total, a = sr.kernel_cost(cfg, None, wrong_text, source)
     assert total is None and len(a.problems) == 1
     assert "k < taps; ++k" in a.problems[0] and "k < n; ++k" in a.problems[0]
-    one_loop_too_many = (sr.Expect("rows", "r < rows; ++r", lambda c: 3, "", children=(
-        sr.Expect("taps", "k < n; ++k", lambda c: 5, ""), sr.Expect("more", "k < n; ++k", lambda c: 5, ""))),)
+    one_loop_too_many = (
+        sr.Expect(
+            "rows",
+            "r < rows; ++r",
+            lambda c: 3,
+            "",
+            children=(
+                sr.Expect("taps", "k < n; ++k", lambda c: 5, ""),
+                sr.Expect("more", "k < n; ++k", lambda c: 5, ""),
+            ),
+        ),
+    )
     total, a = sr.kernel_cost(cfg, None, one_loop_too_many, source)
     assert total is None and a.problems
     # A table without the inner loop.
@@ -198,9 +226,10 @@ def test_warp_iterations_and_issue_rate():
 NVCC = sr.find_tool("nvcc")
 NVDISASM = sr.find_tool("nvdisasm")
 CUOBJDUMP = sr.find_tool("cuobjdump")
-needs_tools = pytest.mark.skipif(not (NVCC and NVDISASM and CUOBJDUMP),
-                                 reason="needs nvcc, nvdisasm and cuobjdump "
-                                        "(pip install -r benchmarks/requirements-sass.txt)")
+needs_tools = pytest.mark.skipif(
+    not (NVCC and NVDISASM and CUOBJDUMP),
+    reason="needs nvcc, nvdisasm and cuobjdump (pip install -r benchmarks/requirements-sass.txt)",
+)
 
 TINY_CU = """\
 __global__ void __launch_bounds__(128) row_sums_kernel(const float* x, float* y, int rows, int n, float a) {
@@ -225,16 +254,32 @@ def test_a_compiled_loop_nest(tmp_path):
     cu = tmp_path / "tiny.cu"
     cu.write_text(TINY_CU)
     cubin = tmp_path / "tiny.cubin"
-    res = subprocess.run([NVCC, "-cubin", "-O3", "-lineinfo", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v",
-                          str(cu), "-o", str(cubin)], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            NVCC,
+            "-cubin",
+            "-O3",
+            "-lineinfo",
+            "-gencode=arch=compute_90,code=sm_90",
+            "-Xptxas",
+            "-v",
+            str(cu),
+            "-o",
+            str(cubin),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     ptxas = sr.parse_ptxas(res.stderr)
     (name,) = ptxas
     assert sr.kernel_key(name) is None  # not a template instance of flip::cuda
     p = ptxas[name]
     assert p["static_smem"] == 1024 and p["barriers"] == 1 and p["spill_stores"] == 0 and p["registers"] > 0
-    usage = sr.parse_res_usage(subprocess.run([CUOBJDUMP, "-res-usage", str(cubin)], capture_output=True,
-                                              text=True, check=True).stdout)
+    usage = sr.parse_res_usage(
+        subprocess.run([CUOBJDUMP, "-res-usage", str(cubin)], capture_output=True, text=True, check=True).stdout
+    )
     # cuobjdump counts the driver's reserved 1 KB in SHARED; ptxas's registers agree with it.
     assert usage[name]["SHARED"] == 1024 + 1024 and usage[name]["REG"] == p["registers"]
     text = subprocess.run([NVDISASM, "-c", "-g", str(cubin)], capture_output=True, text=True, check=True).stdout
@@ -248,8 +293,15 @@ def test_a_compiled_loop_nest(tmp_path):
     assert cfg.fma_count(inner.blocks) == 1
 
     def cost(rows, n):
-        table = (sr.Expect("rows", "r < rows; ++r", lambda c: rows, "", children=(
-            sr.Expect("taps", "while (++k < n);", lambda c: n, ""),)),)
+        table = (
+            sr.Expect(
+                "rows",
+                "r < rows; ++r",
+                lambda c: rows,
+                "",
+                children=(sr.Expect("taps", "while (++k < n);", lambda c: n, ""),),
+            ),
+        )
         total, a = sr.kernel_cost(cfg, None, table, source)
         assert a.problems == []
         return total
@@ -260,8 +312,11 @@ def test_a_compiled_loop_nest(tmp_path):
     assert cost(3, 6) - cost(3, 5) == 3 * body
     assert cost(2, 5) - cost(1, 5) == cost(3, 5) - cost(2, 5) > 5 * body
     # A table that expects another inner loop is refused.
-    wrong = (sr.Expect("rows", "r < rows; ++r", lambda c: 1, "", children=(
-        sr.Expect("taps", "k < n; ++k", lambda c: 1, ""),)),)
+    wrong = (
+        sr.Expect(
+            "rows", "r < rows; ++r", lambda c: 1, "", children=(sr.Expect("taps", "k < n; ++k", lambda c: 1, ""),)
+        ),
+    )
     assert sr.kernel_cost(cfg, None, wrong, source)[0] is None
 
 
@@ -271,8 +326,13 @@ def test_the_report_matches_todays_kernels(tmp_path):
     """The whole report on csrc/flip/cuda/kernels.cu (a full sm_90 compile, about a minute): every
     kernel's loops match TRIP_TABLE (exit status 0), and each scenario has a figure."""
     out = tmp_path / "sass.json"
-    res = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sass_report.py"), "--json", str(out)],
-                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "sass_report.py"), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["estimate"] is True and report["table_problems"] == {}

@@ -3,6 +3,7 @@
 the whole pipeline in the backward (csrc/ops/autograd.cpp, the internal ops
 _ldr_flip_with_sensitivities and _ldr_flip_backward_from_sensitivities). Both backwards round
 alike, so everything here compares against the recomputing op ldr_flip_backward bit for bit."""
+
 import pytest
 import torch
 
@@ -83,8 +84,7 @@ def test_batch_layout_and_unbatched_images():
         _, alone = torch.ops.flip._ldr_flip_with_sensitivities(test[n], ref[n], PPD, "srgb", 1e-15, [True, True])
         assert alone.shape == (2 * PLANES, 9, 10)
         torch.testing.assert_close(alone, sens[n], rtol=0, atol=0)
-        _, only_ref = torch.ops.flip._ldr_flip_with_sensitivities(test[n], ref[n], PPD, "srgb", 1e-15,
-                                                                  [False, True])
+        _, only_ref = torch.ops.flip._ldr_flip_with_sensitivities(test[n], ref[n], PPD, "srgb", 1e-15, [False, True])
         torch.testing.assert_close(only_ref, sens[n, PLANES:], rtol=0, atol=0)
     gt, gr = torch.ops.flip._ldr_flip_backward_from_sensitivities(weight, sens, test, ref, PPD, "srgb", [True, True])
     expected = recomputed(weight, test, ref, "srgb", [True, True])
@@ -96,8 +96,7 @@ def test_low_precision_images_keep_float32_sensitivities():
     test, ref, weight = images()
     for dtype in (torch.float16, torch.bfloat16):
         x = test.to(dtype).requires_grad_()
-        out, sens = torch.ops.flip._ldr_flip_with_sensitivities(x, ref.to(dtype), PPD, "srgb", 1e-15,
-                                                                [True, False])
+        out, sens = torch.ops.flip._ldr_flip_with_sensitivities(x, ref.to(dtype), PPD, "srgb", 1e-15, [True, False])
         assert out.dtype == dtype and sens.dtype == torch.float32
         (out.float() * weight).sum().backward()
         expected = recomputed(weight.to(dtype), test.to(dtype), ref.to(dtype), "srgb", [True, False])[0]
@@ -131,8 +130,12 @@ def test_internal_forward_without_an_input_that_requires_grad_still_differentiat
 def test_gradcheck_through_the_kept_sensitivities():
     test, ref, _ = images(shape=(1, 3, 6, 7), dtype=torch.float64)
     a, b = test.clamp(0.05, 0.95).requires_grad_(), ref.clamp(0.05, 0.95).requires_grad_()
-    assert torch.autograd.gradcheck(lambda p, q: torch.ops.flip._ldr_flip_with_sensitivities(
-        p, q, 4.0, "srgb", 1e-15, [True, True])[0], (a, b), eps=1e-7, atol=1e-6)
+    assert torch.autograd.gradcheck(
+        lambda p, q: torch.ops.flip._ldr_flip_with_sensitivities(p, q, 4.0, "srgb", 1e-15, [True, True])[0],
+        (a, b),
+        eps=1e-7,
+        atol=1e-6,
+    )
 
 
 def test_double_backward_raises():
@@ -145,15 +148,19 @@ def test_double_backward_raises():
 
 def test_opcheck_both_ops():
     test, ref, weight = images(shape=(2, 3, 6, 7))
-    torch.library.opcheck(torch.ops.flip._ldr_flip_with_sensitivities.default,
-                          (test.clone().requires_grad_(), ref.clone().requires_grad_(), PPD, "srgb", 1e-15,
-                           [True, True]))
-    torch.library.opcheck(torch.ops.flip._ldr_flip_with_sensitivities.default,
-                          (test, ref, PPD, "linear", 1e-15, [False, True]))
+    torch.library.opcheck(
+        torch.ops.flip._ldr_flip_with_sensitivities.default,
+        (test.clone().requires_grad_(), ref.clone().requires_grad_(), PPD, "srgb", 1e-15, [True, True]),
+    )
+    torch.library.opcheck(
+        torch.ops.flip._ldr_flip_with_sensitivities.default, (test, ref, PPD, "linear", 1e-15, [False, True])
+    )
     _, sens = torch.ops.flip._ldr_flip_with_sensitivities(test, ref, PPD, "srgb", 1e-15, [True, False])
-    torch.library.opcheck(torch.ops.flip._ldr_flip_backward_from_sensitivities.default,
-                          (weight, sens, test, ref, PPD, "srgb", [True, False]),
-                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    torch.library.opcheck(
+        torch.ops.flip._ldr_flip_backward_from_sensitivities.default,
+        (weight, sens, test, ref, PPD, "srgb", [True, False]),
+        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
+    )
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])

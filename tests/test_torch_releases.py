@@ -1,6 +1,7 @@
 """An older torch than flip-loss supports gets one clear error naming the minimum, at build time
 (setup.py) and at import, never a failure half-way through registering ops; the supported range
 is stated once (flip_loss/torch_releases.py) and the documents repeat it."""
+
 import os
 import subprocess
 import sys
@@ -15,9 +16,18 @@ from flip_loss.torch_releases import MIN_TORCH, NEWEST_TORCH, release_of, spelle
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("version, release", [
-    ("2.11.0", (2, 11)), ("2.11.0+cu130", (2, 11)), ("2.15.0+cpu", (2, 15)), ("2.12.0a0+git12ab", (2, 12)),
-    ("2.9.1", (2, 9)), ("3.0.0", (3, 0)), ("2.10", (2, 10))])
+@pytest.mark.parametrize(
+    "version, release",
+    [
+        ("2.11.0", (2, 11)),
+        ("2.11.0+cu130", (2, 11)),
+        ("2.15.0+cpu", (2, 15)),
+        ("2.12.0a0+git12ab", (2, 12)),
+        ("2.9.1", (2, 9)),
+        ("3.0.0", (3, 0)),
+        ("2.10", (2, 10)),
+    ],
+)
 def test_release_of_reads_every_spelling_of_a_torch_version(version, release):
     assert release_of(version) == release
 
@@ -48,8 +58,9 @@ def fake_torch(tmp_path, version):
 
 def test_importing_with_an_older_torch_names_the_minimum(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([fake_torch(tmp_path, "2.7.1"), str(ROOT)]))
-    result = subprocess.run([sys.executable, "-c", "import flip_loss"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", "import flip_loss"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: flip-loss needs torch >= " + spelled(MIN_TORCH)), result.stderr
@@ -58,8 +69,9 @@ def test_importing_with_an_older_torch_names_the_minimum(tmp_path):
 
 def test_building_with_an_older_torch_names_the_minimum(tmp_path):
     env = dict(os.environ, PYTHONPATH=fake_torch(tmp_path, "2.7.1"))
-    result = subprocess.run([sys.executable, str(ROOT / "setup.py"), "--version"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "setup.py"), "--version"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert result.returncode == 1
     assert f"flip-loss needs torch >= {spelled(MIN_TORCH)}" in result.stderr and "torch 2.7.1" in result.stderr
 

@@ -67,7 +67,7 @@ FLIP_HD T input_to_linear(T v, bool srgb, T* deriv = nullptr) {
 
 template <class T>
 FLIP_HD void rgb_to_xyz(const T rgb[3], T xyz[3]) {
-FLIP_UNROLL
+  FLIP_UNROLL
   for (int i = 0; i < 3; ++i)
     xyz[i] = T(rgb_to_xyz_m(i, 0)) * rgb[0] + T(rgb_to_xyz_m(i, 1)) * rgb[1] + T(rgb_to_xyz_m(i, 2)) * rgb[2];
 }
@@ -90,7 +90,7 @@ FLIP_HD void linear_to_opponent_vjp(const T g_opp[3], T g_rgb[3]) {
   T gy = T(116) * g_opp[0] - T(500) * g_opp[1] + T(200) * g_opp[2];
   T gz = T(-200) * g_opp[2];
   T gX = gx * T(inv_white(0)), gY = gy * T(inv_white(1)), gZ = gz * T(inv_white(2));
-FLIP_UNROLL
+  FLIP_UNROLL
   for (int j = 0; j < 3; ++j)
     g_rgb[j] = T(rgb_to_xyz_m(0, j)) * gX + T(rgb_to_xyz_m(1, j)) * gY + T(rgb_to_xyz_m(2, j)) * gZ;
 }
@@ -116,7 +116,7 @@ FLIP_HD void opponent_to_linear(const T opp[3], T rgb[3]) {
   T x = y + opp[1] * T(1.0 / 500.0);
   T z = y - opp[2] * T(1.0 / 200.0);
   T X = x * T(white(0)), Y = y * T(white(1)), Z = z * T(white(2));
-FLIP_UNROLL
+  FLIP_UNROLL
   for (int i = 0; i < 3; ++i)
     rgb[i] = T(xyz_to_rgb_m(i, 0)) * X + T(xyz_to_rgb_m(i, 1)) * Y + T(xyz_to_rgb_m(i, 2)) * Z;
 }
@@ -124,7 +124,7 @@ FLIP_UNROLL
 template <class T>
 FLIP_HD void opponent_to_linear_vjp(const T g_rgb[3], T g_opp[3]) {
   T gXYZ[3];
-FLIP_UNROLL
+  FLIP_UNROLL
   for (int j = 0; j < 3; ++j)
     gXYZ[j] = T(xyz_to_rgb_m(0, j)) * g_rgb[0] + T(xyz_to_rgb_m(1, j)) * g_rgb[1] + T(xyz_to_rgb_m(2, j)) * g_rgb[2];
   T gx = gXYZ[0] * T(white(0)), gy = gXYZ[1] * T(white(1)), gz = gXYZ[2] * T(white(2));
@@ -209,8 +209,7 @@ FLIP_HD T hyab(const T ht[3], const T hr[3], T eps) {
 
 template <class T>
 FLIP_HD T redistribute(T e, const ColorConsts<T>& k) {
-  return e < k.pccmax ? e * (T(kPt) / k.pccmax)
-                      : T(kPt) + (e - k.pccmax) / (k.cmax - k.pccmax) * T(1 - kPt);
+  return e < k.pccmax ? e * (T(kPt) / k.pccmax) : T(kPt) + (e - k.pccmax) / (k.cmax - k.pccmax) * T(1 - kPt);
 }
 
 template <class T>
@@ -264,8 +263,7 @@ FLIP_HD T color_error(const T ht[3], const T hr[3], T eps, const ColorConsts<T>&
 }
 
 template <class T>
-FLIP_HD void color_error_vjp(const T ht[3], const T hr[3], T eps, const ColorConsts<T>& k, T g,
-                             T g_ht[3], T g_hr[3]) {
+FLIP_HD void color_error_vjp(const T ht[3], const T hr[3], T eps, const ColorConsts<T>& k, T g, T g_ht[3], T g_hr[3]) {
   color_term_vjp(color_term(ht, hr, eps, k), eps, k, g, g_ht, g_hr);
 }
 
@@ -288,8 +286,7 @@ FLIP_HD void feature_error_vjp(T edge_t, T edge_r, T point_t, T point_r, T eps, 
   T raw = (use_edge ? ade : adp) * T(0.70710678118654752440);
   T graw = (raw >= eps && raw > T(0)) ? g * T(0.5) / std::sqrt(raw) : T(0);
   T gm = graw * T(0.70710678118654752440);
-  T s = use_edge ? (de > T(0) ? gm : (de < T(0) ? -gm : T(0)))
-                 : (dp > T(0) ? gm : (dp < T(0) ? -gm : T(0)));
+  T s = use_edge ? (de > T(0) ? gm : (de < T(0) ? -gm : T(0))) : (dp > T(0) ? gm : (dp < T(0) ? -gm : T(0)));
   out[0] = use_edge ? -s : T(0);
   out[1] = use_edge ? s : T(0);
   out[2] = use_edge ? T(0) : -s;

@@ -21,14 +21,14 @@ namespace flip {
 // (0.950428545, 1, 1.088900371).
 FLIP_CONSTFN double pick3(int j, double a, double b, double c) { return j == 0 ? a : (j == 1 ? b : c); }
 FLIP_CONSTFN double rgb_to_xyz_m(int i, int j) {
-  return i == 0 ? pick3(j, 10135552.0 / 24577794.0, 8788810.0 / 24577794.0, 4435075.0 / 24577794.0)
-       : i == 1 ? pick3(j, 2613072.0 / 12288897.0, 8788810.0 / 12288897.0, 887015.0 / 12288897.0)
-                : pick3(j, 1425312.0 / 73733382.0, 8788810.0 / 73733382.0, 70074185.0 / 73733382.0);
+  return i == 0   ? pick3(j, 10135552.0 / 24577794.0, 8788810.0 / 24577794.0, 4435075.0 / 24577794.0)
+         : i == 1 ? pick3(j, 2613072.0 / 12288897.0, 8788810.0 / 12288897.0, 887015.0 / 12288897.0)
+                  : pick3(j, 1425312.0 / 73733382.0, 8788810.0 / 73733382.0, 70074185.0 / 73733382.0);
 }
 FLIP_CONSTFN double xyz_to_rgb_m(int i, int j) {
-  return i == 0 ? pick3(j, 3.2410032329763587, -1.5373989694887855, -0.4986158819963629)
-       : i == 1 ? pick3(j, -0.9692242522025166, 1.875929983695176, 0.041554226340084724)
-                : pick3(j, 0.055639419851975444, -0.20401120612390997, 1.0571489771875335);
+  return i == 0   ? pick3(j, 3.2410032329763587, -1.5373989694887855, -0.4986158819963629)
+         : i == 1 ? pick3(j, -0.9692242522025166, 1.875929983695176, 0.041554226340084724)
+                  : pick3(j, 0.055639419851975444, -0.20401120612390997, 1.0571489771875335);
 }
 FLIP_CONSTFN double white(int i) { return rgb_to_xyz_m(i, 0) + rgb_to_xyz_m(i, 1) + rgb_to_xyz_m(i, 2); }
 FLIP_CONSTFN double inv_white(int i) { return 1.0 / white(i); }
@@ -49,8 +49,8 @@ constexpr double kCsfBMax = 0.04;
 constexpr double kPi = 3.14159265358979323846;
 
 // Lab: delta = 6/29.
-constexpr double kLabDelta3 = 216.0 / 24389.0;      // delta^3
-constexpr double kLabLinSlope = 841.0 / 108.0;      // 1 / (3 delta^2)
+constexpr double kLabDelta3 = 216.0 / 24389.0;  // delta^3
+constexpr double kLabLinSlope = 841.0 / 108.0;  // 1 / (3 delta^2)
 constexpr double kLabLinOffset = 4.0 / 29.0;
 
 constexpr double kSrgbKnee = 0.04045;

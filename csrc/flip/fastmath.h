@@ -62,7 +62,7 @@ FLIP_MATH_INLINE float bits_float(uint32_t b) {
 // 2^-33. x = 2^e m with m in [sqrt(1/2), sqrt(2)); log2(m) = 2/ln(2) atanh(s), s = (m - 1) / (m + 1),
 // |s| <= 0.1716, and the series s + s^3/3 + ... + s^11/11 leaves s^13/13 < 5e-11 s.
 FLIP_MATH_INLINE double log2_positive(float x) {
-  const bool subnormal = x < 1.17549435e-38f;  // FLT_MIN
+  const bool subnormal = x < 1.17549435e-38f;        // FLT_MIN
   const float xs = subnormal ? x * 16777216.0f : x;  // times 2^24: normal
   const uint32_t b = float_bits(xs);
   // The exponent that brings the mantissa into [sqrt(1/2), sqrt(2)): 0x3f3504f3 is sqrt(1/2).

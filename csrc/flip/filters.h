@@ -49,8 +49,7 @@ template <class T>
 struct FeatureTaps {
   Filter1D<T> g, dg, ddg;  // Gaussian, first and second derivative (lobe-normalised)
 };
-static_assert(sizeof(FeatureTaps<float>) == kFeatureFilters * sizeof(Filter1D<float>),
-              "one member per feature filter");
+static_assert(sizeof(FeatureTaps<float>) == kFeatureFilters * sizeof(Filter1D<float>), "one member per feature filter");
 
 inline int csf_radius(double ppd) {
   return static_cast<int>(std::ceil(3.0 * std::sqrt(kCsfBMax / (2.0 * kPi * kPi)) * ppd));

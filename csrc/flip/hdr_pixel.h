@@ -17,10 +17,18 @@ namespace flip {
 // float as it computes them (parity); Reinhard's row is x / (1 + x), used only by the exposure solve.
 FLIP_CONSTFN float tone_coef(ToneMapper tm, int j) {
   return tm == ToneMapper::kReinhard ? (j == 1 || j == 4 || j == 5 ? 1.0f : 0.0f)
-       : tm == ToneMapper::kAces ? (j == 0 ? 0.6f * 0.6f * 2.51f : j == 1 ? 0.6f * 0.03f : j == 2 ? 0.0f
-                  : j == 3 ? 0.6f * 0.6f * 2.43f : j == 4 ? 0.6f * 0.59f : 0.14f)
-                 : (j == 0 ? 0.231683f : j == 1 ? 0.013791f : j == 2 ? 0.0f
-                  : j == 3 ? 0.18f : j == 4 ? 0.3f : 0.018f);
+         : tm == ToneMapper::kAces   ? (j == 0   ? 0.6f * 0.6f * 2.51f
+                                        : j == 1 ? 0.6f * 0.03f
+                                        : j == 2 ? 0.0f
+                                        : j == 3 ? 0.6f * 0.6f * 2.43f
+                                        : j == 4 ? 0.6f * 0.59f
+                                                 : 0.14f)
+                                     : (j == 0   ? 0.231683f
+                                        : j == 1 ? 0.013791f
+                                        : j == 2 ? 0.0f
+                                        : j == 3 ? 0.18f
+                                        : j == 4 ? 0.3f
+                                                 : 0.018f);
 }
 
 // Exposed values beyond this saturate every tone curve (T(x) is within 1e-15 of its limit), and

@@ -97,8 +97,8 @@ FLIP_HD int h_smem_len(int B, int R) { return 4 * (B + 2 * R); }
 // and tm are the exposure of Input::kHdr (unused otherwise). Returns false if it met a non-finite
 // value.
 template <class T>
-FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int64_t x0, int B, int R, int tid,
-                    T* smem, T scale, ToneMapper tm) {
+FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int64_t x0, int B, int R, int tid, T* smem,
+                    T scale, ToneMapper tm) {
   const int L = B + 2 * R;
   const int64_t hw = g.hw();
   bool ok = true;
@@ -192,8 +192,8 @@ FLIP_HD Features<T> v_feat(const T* pl, const Geometry& g, const TapsView<T>& t,
 
 // LDR-FLIP forward tail of pixel (n, y, x): planes hold both images.
 template <class T>
-FLIP_HD T v_ldr_flip(const T* planes, const Geometry& g, const TapsView<T>& t, int64_t n, int64_t y, int64_t x,
-                     T eps, const ColorConsts<T>& k) {
+FLIP_HD T v_ldr_flip(const T* planes, const Geometry& g, const TapsView<T>& t, int64_t n, int64_t y, int64_t x, T eps,
+                     const ColorConsts<T>& k) {
   const T* pt = planes + (n * 2 + 0) * g.planes() * g.hw();
   const T* pr = planes + (n * 2 + 1) * g.planes() * g.hw();
   T Ft[3], Fr[3];
@@ -206,8 +206,8 @@ FLIP_HD T v_ldr_flip(const T* planes, const Geometry& g, const TapsView<T>& t, i
 // LDR-FLIP backward tail: gradient planes (same layout as the planes: per image gF0..2 in planes
 // 0-2, gdx, gdy, gddx, gddy in planes 3-6).
 template <class T>
-FLIP_HD void v_ldr_flip_vjp(const T* planes, T* gplanes, const Geometry& g, const TapsView<T>& t, int64_t n,
-                            int64_t y, int64_t x, T eps, const ColorConsts<T>& k, T grad) {
+FLIP_HD void v_ldr_flip_vjp(const T* planes, T* gplanes, const Geometry& g, const TapsView<T>& t, int64_t n, int64_t y,
+                            int64_t x, T eps, const ColorConsts<T>& k, T grad) {
   const int64_t hw = g.hw(), p = y * g.w + x;
   const T* pt = planes + (n * 2 + 0) * g.planes() * hw;
   const T* pr = planes + (n * 2 + 1) * g.planes() * hw;
@@ -249,8 +249,7 @@ using FormTag = std::integral_constant<Form, F>;
 // form F at the pixel: the row passes read global memory (vt_pixel), the tiled backward a tile in
 // shared memory (tiled_vertical_t).
 template <class T, class VSum>
-FLIP_HD void vt_values(const Geometry& g, const TapsView<T>& t, const VSum& vsum,
-                       T v[kHorizontalPlanesPerImage]) {
+FLIP_HD void vt_values(const Geometry& g, const TapsView<T>& t, const VSum& vsum, T v[kHorizontalPlanesPerImage]) {
   int gi = 0;
   if (g.csf) {
     v[0] = vsum(0, t.y, FormTag<Form::kPlain>{});
@@ -273,9 +272,10 @@ template <class T>
 FLIP_HD void vt_pixel(const T* gpl, T* tpl, const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x) {
   const int64_t hw = g.hw(), p = y * g.w + x;
   T v[kHorizontalPlanesPerImage];
-  vt_values(g, t, [&](int q, const FilterView<T>& f, auto form) {
-    return vsum_t<decltype(form)::value>(gpl + q * hw, g, y, x, f);
-  }, v);
+  vt_values(
+      g, t,
+      [&](int q, const FilterView<T>& f, auto form) { return vsum_t<decltype(form)::value>(gpl + q * hw, g, y, x, f); },
+      v);
   FLIP_UNROLL
   for (int q = 0; q < kHorizontalPlanesPerImage; ++q)  // a constant bound keeps v in registers
     if (q < g.planes()) tpl[q * hw + p] = v[q];
@@ -532,8 +532,8 @@ FLIP_HD void fused_vertical(const TapsView<T>& t, int R, int im, int tid, int nt
 // Phase 4: the per-pixel tail into the error map (out points at this batch item's map). With
 // hs (HDR-FLIP, one exposure of item n), the error is folded into the running maximum instead.
 template <class T>
-FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int tid, int nthreads, const T* smem,
-                        T eps, const ColorConsts<T>& k, T* out, const HdrStep<T>* hs = nullptr, int64_t n = 0,
+FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int tid, int nthreads, const T* smem, T eps,
+                        const ColorConsts<T>& k, T* out, const HdrStep<T>* hs = nullptr, int64_t n = 0,
                         T* emap = nullptr, int32_t* index = nullptr) {
   const T *vt = smem + fused_vertical_offset(R, 0), *vr = smem + fused_vertical_offset(R, 1);
   for (int i = tid; i < kTileH * kTileW; i += nthreads) {
@@ -556,8 +556,8 @@ FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int ti
 // Last step of the HT pass: store the gradient w.r.t. the op's input at pixel p. out and src
 // point at the image (C x H x W); scale and tm as in h_load.
 template <class T>
-FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3], T g_yh, const T* src, T* out,
-                      T scale, ToneMapper tm) {
+FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3], T g_yh, const T* src, T* out, T scale,
+                      ToneMapper tm) {
   const int64_t hw = g.hw();
   if (mode == Input::kHdr) {  // accumulates: one call per exposure
     T glin[3], gv[3];
@@ -675,9 +675,9 @@ FLIP_HD int64_t tiled_grad_tiles_y(const BackwardBand& b) { return (b.g1 - b.g0 
 // grad and index point at item n's map; with hs (HDR-FLIP, one exposure) only the pixels this
 // exposure won pass their incoming gradient.
 template <class T>
-FLIP_HD void tiled_tail_vjp(const Geometry& g, const BackwardBand& b, int64_t n, int64_t y0, int64_t x0, int R,
-                            int tid, int nthreads, const T* smem, T eps, const ColorConsts<T>& k, const T* grad,
-                            T* scratch, const HdrStep<T>* hs = nullptr, const int32_t* index = nullptr) {
+FLIP_HD void tiled_tail_vjp(const Geometry& g, const BackwardBand& b, int64_t n, int64_t y0, int64_t x0, int R, int tid,
+                            int nthreads, const T* smem, T eps, const ColorConsts<T>& k, const T* grad, T* scratch,
+                            const HdrStep<T>* hs = nullptr, const int32_t* index = nullptr) {
   const T *vt = smem + fused_vertical_offset(R, 0), *vr = smem + fused_vertical_offset(R, 1);
   const int64_t stride = b.plane_stride(g.w);
   T* out_t = (b.wanted & 1) ? b.planes(scratch, n, 0, g.w) : nullptr;
@@ -745,8 +745,8 @@ FLIP_HD int tiled_t_smem_len(int R) {
 // outside the rows the band holds. Where the band reaches the image's border those are the zeros
 // of the transposed filter; elsewhere the rows the band lacks feed only rows it does not output.
 template <class T>
-FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g, int64_t y0, int64_t x0, int R,
-                          int tid, int nthreads, T* smem) {
+FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g, int64_t y0, int64_t x0, int R, int tid,
+                          int nthreads, T* smem) {
   const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
   const int64_t stride = b.plane_stride(g.w);
   for (int i = tid; i < rc; i += nthreads) {
@@ -771,9 +771,12 @@ FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y
     if (y >= y_end) continue;
     const int c = (r + R) * cols + i % cols;
     T v[kHorizontalPlanesPerImage];
-    vt_values(g, t, [&](int q, const FilterView<T>& f, auto form) {
-      return tsum<decltype(form)::value>(in + q * rc + c, cols, y, g.h, f);
-    }, v);
+    vt_values(
+        g, t,
+        [&](int q, const FilterView<T>& f, auto form) {
+          return tsum<decltype(form)::value>(in + q * rc + c, cols, y, g.h, f);
+        },
+        v);
     FLIP_UNROLL
     for (int q = 0; q < kHorizontalPlanesPerImage; ++q)  // a constant bound keeps v in registers
       if (q < g.planes()) out[q * n + i] = v[q];
@@ -783,9 +786,9 @@ FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y
 // Kernel 2, phase 3: the transposed horizontal filters of the tile's pixels (rows below y_end)
 // and the chain to the input, stored by ht_store (src, out, scale, tm as there).
 template <class T>
-FLIP_HD void tiled_horizontal_t(const Geometry& g, const TapsView<T>& t, int64_t y0, int64_t y_end, int64_t x0,
-                                int R, int tid, int nthreads, const T* smem, Input mode, const T* src, T* out,
-                                T scale, ToneMapper tm) {
+FLIP_HD void tiled_horizontal_t(const Geometry& g, const TapsView<T>& t, int64_t y0, int64_t y_end, int64_t x0, int R,
+                                int tid, int nthreads, const T* smem, Input mode, const T* src, T* out, T scale,
+                                ToneMapper tm) {
   const int cols = fused_cols(R), n = kTileH * cols;
   const T* s = smem + kResponsePlanesPerImage * fused_rows(R) * cols;
   for (int i = tid; i < kTileH * kTileW; i += nthreads) {

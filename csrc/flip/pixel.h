@@ -29,7 +29,7 @@ template <class T>
 FLIP_HD void filtered_to_hunt_lab(const T F[3], T hl[3]) {
   T lin[3];
   opponent_to_linear(F, lin);
-FLIP_UNROLL
+  FLIP_UNROLL
   for (int c = 0; c < 3; ++c) lin[c] = clamp01(lin[c]);
   hunt_lab(lin, hl);
 }
@@ -79,9 +79,8 @@ FLIP_HD void features_vjp(const Features<T>& f, T g_edge, T g_point, Features<T>
 // colours and feature responses (only the test image's with kWantRef false, only the reference's
 // with kWantTest false: the other outputs are then left unwritten and their work is skipped).
 template <bool kWantTest = true, bool kWantRef = true, class T>
-FLIP_HD T pixel_flip_vjp(const T Ft[3], const T Fr[3], const Features<T>& ft, const Features<T>& fr,
-                         T eps, const ColorConsts<T>& k, T g, T gFt[3], T gFr[3], Features<T>& gft,
-                         Features<T>& gfr) {
+FLIP_HD T pixel_flip_vjp(const T Ft[3], const T Fr[3], const Features<T>& ft, const Features<T>& fr, T eps,
+                         const ColorConsts<T>& k, T g, T gFt[3], T gFr[3], Features<T>& gft, Features<T>& gfr) {
   LabState<T> st, sr;
   lab_state(Ft, st);
   lab_state(Fr, sr);
@@ -186,8 +185,8 @@ FLIP_HD bool hunt_hyab_pixel(const T* test, const T* ref, T* out, int64_t hw, in
 
 // Its adjoint; g_test / g_ref may be null (not wanted).
 template <class T>
-FLIP_HD bool hunt_hyab_vjp_pixel(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, int64_t hw,
-                                 int64_t i, T eps, const ColorConsts<T>& k) {
+FLIP_HD bool hunt_hyab_vjp_pixel(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, int64_t hw, int64_t i,
+                                 T eps, const ColorConsts<T>& k) {
   const int64_t n = i / hw, p = i % hw;
   T lt[3], lr[3], ht[3], hr[3], ght[3], ghr[3], gt[3], gr[3];
   const bool ok = load_pixel_pair(test, ref, hw, n, p, lt, lr);

@@ -48,10 +48,10 @@ struct LdrFlipBackwardFromSensitivities {
 struct HdrFlipBackward {
   static constexpr const char* name = "hdr_flip_backward";
   static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
-                            const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index,
-                            double ppd, c10::string_view tone_mapper, double eps, Mask mask) {
-    auto [gt, gr] = op::call<op::HdrFlipBackward>(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps,
-                                                  mask);
+                            const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
+                            c10::string_view tone_mapper, double eps, Mask mask) {
+    auto [gt, gr] =
+        op::call<op::HdrFlipBackward>(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask);
     return {gt, gr};
   }
 };
@@ -191,8 +191,8 @@ class HdrFlip : public torch::autograd::Function<HdrFlip> {
     if (!grads[0].defined()) return variable_list(7);
     auto g = HdrFlipBackward::call(grads[0], s[0], s[1], s[2], s[3], s[4], ctx->saved_data["ppd"].toDouble(), tm,
                                    ctx->saved_data["eps"].toDouble(), m);
-    return {keep_if(m[0], g[0]), keep_if(m[1], g[1]), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    return {keep_if(m[0], g[0]), keep_if(m[1], g[1]), at::Tensor(), at::Tensor(),
+            at::Tensor(),        at::Tensor(),        at::Tensor()};
   }
 };
 
@@ -253,8 +253,7 @@ class FeatureDifference : public torch::autograd::Function<FeatureDifference> {
 // forward's work (benchmarks/RESULTS.md has the timings). Elsewhere
 // (CUDA, whose backward recomputes in tiles with memory flat in the image size) and without a
 // gradient, nothing is kept.
-at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
-                    double eps) {
+at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps) {
   const Mask keep = {test.requires_grad(), ref.requires_grad()};
   if (at::GradMode::is_enabled() && (keep[0] || keep[1]) && test.device().is_cpu() && ref.device().is_cpu())
     return LdrFlipWithSensitivities::apply(test, ref, ppd, space, eps, keep)[0];
@@ -293,15 +292,14 @@ Pair ldr_flip_backward_from_sensitivities(const at::Tensor& grad, const at::Tens
 Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
                        const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
                        c10::string_view tone_mapper, double eps, Mask mask) {
-  auto g = FirstOrderOnly<HdrFlipBackward>::apply(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps,
-                                                  mask);
+  auto g =
+      FirstOrderOnly<HdrFlipBackward>::apply(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask);
   return {g[0], g[1]};
 }
 at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
   return FirstOrderOnly<CsfFilterBackward>::apply(grad, opp, ppd)[0];
 }
-Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps,
-                        Mask mask) {
+Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps, Mask mask) {
   auto g = FirstOrderOnly<HuntHyabBackward>::apply(grad, test, ref, eps, mask);
   return {g[0], g[1]};
 }

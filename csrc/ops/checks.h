@@ -24,34 +24,33 @@ namespace flip_ops {
 using flip_loss::kMaxEps;
 using flip_loss::kMaxExposures;
 using flip_loss::kMaxPpd;
-using flip_loss::kMinPpd;
 using flip_loss::kMinExposures;
+using flip_loss::kMinPpd;
 
 inline void check_image(const at::Tensor& t, const char* name, int64_t channels) {
   TORCH_CHECK(t.defined(), "flip: ", name, " is undefined");
   TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()), "flip: ", name,
-                   " must have a floating-point dtype (float16, bfloat16, float32 or float64), got ",
-                   t.scalar_type());
-  TORCH_CHECK_VALUE(t.dim() == 3 || t.dim() == 4, "flip: ", name, " must be N x ", channels,
-                    " x H x W or ", channels, " x H x W, got ", t.dim(), " dimensions ", t.sym_sizes());
+                   " must have a floating-point dtype (float16, bfloat16, float32 or float64), got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.dim() == 3 || t.dim() == 4, "flip: ", name, " must be N x ", channels, " x H x W or ", channels,
+                    " x H x W, got ", t.dim(), " dimensions ", t.sym_sizes());
   TORCH_CHECK_VALUE(t.sym_size(-3) == channels, "flip: ", name, " must have ", channels,
                     " channel(s) in dimension -3, got shape ", t.sym_sizes());
   TORCH_CHECK_VALUE(t.sym_size(-1) > 0 && t.sym_size(-2) > 0, "flip: ", name,
                     " must have a non-empty H x W, got shape ", t.sym_sizes());
   // An empty batch has no error map to reduce: a loss over it would be NaN or 0 by convention.
-  TORCH_CHECK_VALUE(t.dim() == 3 || t.sym_size(0) > 0, "flip: ", name,
-                    " is an empty batch (N = 0), got shape ", t.sym_sizes());
+  TORCH_CHECK_VALUE(t.dim() == 3 || t.sym_size(0) > 0, "flip: ", name, " is an empty batch (N = 0), got shape ",
+                    t.sym_sizes());
 }
 
 inline void check_pair(const at::Tensor& test, const at::Tensor& ref, int64_t channels) {
   check_image(test, "test", channels);
   check_image(ref, "reference", channels);
-  TORCH_CHECK_VALUE(test.sym_sizes() == ref.sym_sizes(), "flip: test and reference shapes differ: ",
-                    test.sym_sizes(), " vs ", ref.sym_sizes());
-  TORCH_CHECK_VALUE(test.device() == ref.device(), "flip: test and reference are on different devices: ",
-                    test.device(), " vs ", ref.device());
-  TORCH_CHECK_TYPE(test.scalar_type() == ref.scalar_type(), "flip: test and reference dtypes differ: ",
-                   test.scalar_type(), " vs ", ref.scalar_type());
+  TORCH_CHECK_VALUE(test.sym_sizes() == ref.sym_sizes(), "flip: test and reference shapes differ: ", test.sym_sizes(),
+                    " vs ", ref.sym_sizes());
+  TORCH_CHECK_VALUE(test.device() == ref.device(), "flip: test and reference are on different devices: ", test.device(),
+                    " vs ", ref.device());
+  TORCH_CHECK_TYPE(test.scalar_type() == ref.scalar_type(),
+                   "flip: test and reference dtypes differ: ", test.scalar_type(), " vs ", ref.scalar_type());
 }
 
 // The incoming gradient of a backward op: floating point (any precision), on the inputs' device,
@@ -60,8 +59,7 @@ inline void check_grad(const at::Tensor& grad, const at::Tensor& like, int64_t c
   TORCH_CHECK(grad.defined(), "flip: grad is undefined");
   TORCH_CHECK_TYPE(at::isFloatingType(grad.scalar_type()), "flip: grad must have a floating-point dtype, got ",
                    grad.scalar_type());
-  TORCH_CHECK_VALUE(grad.device() == like.device(), "flip: grad is on ", grad.device(), ", inputs on ",
-                    like.device());
+  TORCH_CHECK_VALUE(grad.device() == like.device(), "flip: grad is on ", grad.device(), ", inputs on ", like.device());
   auto expected = like.sym_sizes().vec();
   expected[expected.size() - 3] = channels;
   TORCH_CHECK_VALUE(grad.sym_sizes() == c10::SymIntArrayRef(expected), "flip: grad must have shape ",
@@ -70,14 +68,12 @@ inline void check_grad(const at::Tensor& grad, const at::Tensor& like, int64_t c
 
 inline void check_ppd(double ppd) {
   TORCH_CHECK_VALUE(std::isfinite(ppd) && ppd >= kMinPpd && ppd <= kMaxPpd,
-                    "flip: pixels_per_degree must be a finite number from ", kMinPpd, " to ", kMaxPpd, ", got ",
-                    ppd);
+                    "flip: pixels_per_degree must be a finite number from ", kMinPpd, " to ", kMaxPpd, ", got ", ppd);
 }
 
 inline void check_eps(double eps) {
-  TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0 && eps <= kMaxEps,
-                    "flip: eps must be a finite number in [0, ", kMaxEps,
-                    "] (larger values change the metric, not only its gradient), got ", eps);
+  TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0 && eps <= kMaxEps, "flip: eps must be a finite number in [0, ",
+                    kMaxEps, "] (larger values change the metric, not only its gradient), got ", eps);
 }
 
 // Returns true for sRGB input.
@@ -121,8 +117,8 @@ inline void check_exposures(const at::Tensor& exposures, const at::Tensor& count
   TORCH_CHECK_TYPE(at::isIntegralType(counts.scalar_type(), /*includeBool=*/false),
                    "flip: counts must be integers, got ", counts.scalar_type());
   TORCH_CHECK_VALUE(exposures.dim() == 2 && exposures.sym_size(0) == n,
-                    "flip: exposures must be N x E (one row of exposures per image), got shape ",
-                    exposures.sym_sizes(), " for ", n, " image(s)");
+                    "flip: exposures must be N x E (one row of exposures per image), got shape ", exposures.sym_sizes(),
+                    " for ", n, " image(s)");
   TORCH_CHECK_VALUE(exposures.sym_size(1) >= kMinExposures && exposures.sym_size(1) <= kMaxExposures,
                     "flip: exposures must have between ", kMinExposures, " and ", kMaxExposures,
                     " columns (one per exposure), got shape ", exposures.sym_sizes());
@@ -143,9 +139,9 @@ inline void check_exposure_values(const at::Tensor& exposures, const at::Tensor&
   const double* e = ex.data_ptr<double>();
   const int64_t* c = cn.data_ptr<int64_t>();
   for (int64_t n = 0; n < cn.numel(); ++n) {
-    TORCH_CHECK_VALUE(c[n] >= kMinExposures && c[n] <= E, "flip: counts[", n, "] = ", c[n],
-                      " must be at least ", kMinExposures, " and at most the number of exposure columns (", E,
-                      "; at most ", kMaxExposures, ")");
+    TORCH_CHECK_VALUE(c[n] >= kMinExposures && c[n] <= E, "flip: counts[", n, "] = ", c[n], " must be at least ",
+                      kMinExposures, " and at most the number of exposure columns (", E, "; at most ", kMaxExposures,
+                      ")");
     for (int64_t i = 0; i < c[n]; ++i)
       TORCH_CHECK_VALUE(std::isfinite(e[n * E + i]), "flip: exposures[", n, ", ", i, "] = ", e[n * E + i],
                         " is not finite");
@@ -157,8 +153,8 @@ inline void check_exposure_index(const at::Tensor& index, const at::Tensor& grad
   TORCH_CHECK_TYPE(index.scalar_type() == at::kInt,
                    "flip: exposure_index must be the int32 index returned by hdr_flip, got ", index.scalar_type());
   TORCH_CHECK_VALUE(index.sym_sizes() == grad.sym_sizes() && index.device() == grad.device(),
-                    "flip: exposure_index must be the index returned by hdr_flip (shape ", grad.sym_sizes(),
-                    " on ", grad.device(), "), got shape ", index.sym_sizes(), " on ", index.device());
+                    "flip: exposure_index must be the index returned by hdr_flip (shape ", grad.sym_sizes(), " on ",
+                    grad.device(), "), got shape ", index.sym_sizes(), " on ", index.device());
 }
 
 // ---- one check per op (its backward adds check_grad) ----
@@ -197,8 +193,8 @@ inline bool check_ldr_backward_from_sensitivities_args(const at::Tensor& grad, c
   TORCH_CHECK_VALUE(sensitivities.device() == test.device(), "flip: sensitivities are on ", sensitivities.device(),
                     ", images on ", test.device());
   const auto expected = sensitivities_shape(test, mask);
-  TORCH_CHECK_VALUE(sensitivities.sym_sizes() == c10::SymIntArrayRef(expected),
-                    "flip: sensitivities must have shape ", c10::SymIntArrayRef(expected),
+  TORCH_CHECK_VALUE(sensitivities.sym_sizes() == c10::SymIntArrayRef(expected), "flip: sensitivities must have shape ",
+                    c10::SymIntArrayRef(expected),
                     " (those _ldr_flip_with_sensitivities returned for this output_mask), got ",
                     sensitivities.sym_sizes());
   return srgb;
@@ -206,7 +202,7 @@ inline bool check_ldr_backward_from_sensitivities_args(const at::Tensor& grad, c
 
 // hdr_flip: returns the tone mapper. Exposure and count values: check_exposure_values.
 inline flip::ToneMapper check_hdr_args(const at::Tensor& test, const at::Tensor& ref, const at::Tensor& exposures,
-                          const at::Tensor& counts, double ppd, c10::string_view tone_mapper, double eps) {
+                                       const at::Tensor& counts, double ppd, c10::string_view tone_mapper, double eps) {
   check_pair(test, ref, 3);
   check_ppd(ppd);
   check_eps(eps);

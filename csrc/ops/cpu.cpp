@@ -19,8 +19,7 @@
 
 namespace flip {
 namespace cpu {
-void parallel_for(int64_t begin, int64_t end, int64_t grain,
-                  const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   at::parallel_for(begin, end, grain, fn);
 }
 }  // namespace cpu
@@ -44,8 +43,7 @@ at::Tensor pooled_empty(at::IntArrayRef sizes, const at::TensorOptions& options)
   return at::from_blob(ws->as<char>(), sizes, [ws](void*) { delete ws; }, options);
 }
 
-at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
-                    double eps) {
+at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps) {
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto out = at::empty_symint(map_shape(t), t.options());
@@ -264,8 +262,7 @@ at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) 
   return out.to(test.scalar_type());
 }
 
-Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps,
-                        Mask mask) {
+Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps, Mask mask) {
   check_hunt_hyab_args(test, ref, eps);
   check_grad(grad, test, 1);
   auto t = compute_copy(test), r = compute_copy(ref);
@@ -306,8 +303,8 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
   return out.to(test.scalar_type());
 }
 
-Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
-                                 double ppd, double eps, Mask mask) {
+Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
+                                 double eps, Mask mask) {
   check_feature_args(test, ref, ppd, eps);
   check_grad(grad, test, 1);
   auto t = compute_copy(test), r = compute_copy(ref);

@@ -49,7 +49,7 @@ flip::cuda::KernelTaps<T> kernel_taps(double ppd, const at::Tensor& like, cudaSt
   if (slot) return *slot;
   auto csf = flip::csf_taps<T>(ppd);
   auto feat = flip::feature_taps<T>(ppd);
-  const flip::Filter1D<T>* filters[flip::kBankFilters] = {&csf->y, &csf->cx, &csf->cz1, &csf->cz2,
+  const flip::Filter1D<T>* filters[flip::kBankFilters] = {&csf->y,  &csf->cx,  &csf->cz1, &csf->cz2,
                                                           &feat->g, &feat->dg, &feat->ddg};
   auto entry = std::make_unique<Taps>();
   std::vector<T> host;
@@ -68,7 +68,8 @@ flip::cuda::KernelTaps<T> kernel_taps(double ppd, const at::Tensor& like, cudaSt
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     TORCH_CHECK(capture == cudaStreamCaptureStatusNone, "flip: pixels_per_degree=", ppd, " needs its ",
-                host.size() * sizeof(T), " bytes of filter taps in device memory, uploaded once per device and "
+                host.size() * sizeof(T),
+                " bytes of filter taps in device memory, uploaded once per device and "
                 "dtype, and this first call for it came during a CUDA graph capture, where the upload cannot "
                 "happen. Call the op once with this pixels_per_degree before capturing (a warm-up).");
     void* memory = nullptr;
@@ -143,8 +144,8 @@ template <class T>
 void check_shared_memory(const flip::cuda::KernelTaps<T>& t, int planes) {
   const size_t need = std::max(flip::cuda::h_smem_bytes<T>(t.rmax), flip::cuda::ht_smem_bytes<T>(t.rmax, planes));
   const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
-  TORCH_CHECK(need <= have, "flip: pixels_per_degree is too large for this GPU's shared memory (filter radius ",
-              t.rmax, " needs ", need, " bytes per block, the device has ", have, ")");
+  TORCH_CHECK(need <= have, "flip: pixels_per_degree is too large for this GPU's shared memory (filter radius ", t.rmax,
+              " needs ", need, " bytes per block, the device has ", have, ")");
 }
 
 at::Tensor planes_for(const Geometry& g, const at::Tensor& like, int per_image) {

@@ -18,8 +18,7 @@ at::Tensor grad_like(const at::Tensor& t, bool needed) {
   return needed ? at::empty_symint(t.sym_sizes(), t.options()) : at::empty({0}, t.options());
 }
 
-at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
-                    double eps) {
+at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps) {
   check_ldr_args(test, ref, ppd, space, eps);
   return map_like(test);
 }

@@ -58,12 +58,18 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--reference" || a == "-r") o.reference = value();
-    else if (a == "--test" || a == "-t") o.test = value();
-    else if (a == "--module" || a == "-m") o.module = value();
-    else if (a == "--output" || a == "-o") o.output = value();
-    else if (a == "--raw") o.raw = value();
-    else if (a == "--no-magma") o.magma = false;
+    if (a == "--reference" || a == "-r")
+      o.reference = value();
+    else if (a == "--test" || a == "-t")
+      o.test = value();
+    else if (a == "--module" || a == "-m")
+      o.module = value();
+    else if (a == "--output" || a == "-o")
+      o.output = value();
+    else if (a == "--raw")
+      o.raw = value();
+    else if (a == "--no-magma")
+      o.magma = false;
     else if (a == "--ppd") {
       const std::string v = value();
       char* end = nullptr;
@@ -145,8 +151,9 @@ int run(const Options& o) {
     if (module.hasattr("pixels_per_degree")) ppd = module.attr("pixels_per_degree").toDouble();
     c10::IValue out = module.forward({test, reference});
     if (!out.isTensor() || out.toTensor().dim() < 2) {
-      throw UsageError("the module's forward(test, reference) must return the error map; save FLIPLoss with "
-                       "reduction=\"none\"");
+      throw UsageError(
+          "the module's forward(test, reference) must return the error map; save FLIPLoss with "
+          "reduction=\"none\"");
     }
     map = out.toTensor();
     source = "TorchScript module " + o.module;

@@ -62,14 +62,22 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--reference" || a == "-r") o.reference = value();
-    else if (a == "--test" || a == "-t") o.test = value();
-    else if (a == "--model" || a == "-m") o.model = value();
-    else if (a == "--output" || a == "-o") o.output = value();
-    else if (a == "--save") o.save = value();
-    else if (a == "--steps") o.steps = static_cast<int>(to_number(a, value()));
-    else if (a == "--lr") o.lr = to_number(a, value());
-    else if (a == "--ppd") o.ppd = to_number(a, value());
+    if (a == "--reference" || a == "-r")
+      o.reference = value();
+    else if (a == "--test" || a == "-t")
+      o.test = value();
+    else if (a == "--model" || a == "-m")
+      o.model = value();
+    else if (a == "--output" || a == "-o")
+      o.output = value();
+    else if (a == "--save")
+      o.save = value();
+    else if (a == "--steps")
+      o.steps = static_cast<int>(to_number(a, value()));
+    else if (a == "--lr")
+      o.lr = to_number(a, value());
+    else if (a == "--ppd")
+      o.ppd = to_number(a, value());
     else if (a == "--help" || a == "-h") {
       std::cout << kUsage;
       std::exit(0);

@@ -30,6 +30,7 @@ its own, and as one process when they were inherited from a launched worker that
 (``flip_loss.distributed.launch_inherited``; ``FLIP_LOSS_TORCHRUN=worker`` or ``ignore`` decides
 instead).
 """
+
 import os
 import sys
 import time
@@ -38,16 +39,37 @@ from typing import Optional, Sequence
 
 from ..distributed import LAUNCH_OVERRIDE, launch_inherited, launched_world
 from .arguments import build_parser, command_of
-from .errors import (EXIT_CODES, EXIT_GATE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PAIRS_FAILED,
-                     EXIT_USAGE, PROG, UsageError)
+from .errors import (
+    EXIT_CODES,
+    EXIT_GATE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PAIRS_FAILED,
+    EXIT_USAGE,
+    PROG,
+    UsageError,
+)
 from .outputs import CSV_HEADER
 from .pairs import FOLDER_EXTENSIONS, example_paths
 from .run import run_single
 from .shard import run_sharded
 from .signals import interrupts_handled
 
-__all__ = ["main", "example_paths", "build_parser", "EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "EXIT_INTERNAL",
-           "EXIT_PAIRS_FAILED", "EXIT_INTERRUPTED", "EXIT_CODES", "FOLDER_EXTENSIONS", "CSV_HEADER"]
+__all__ = [
+    "main",
+    "example_paths",
+    "build_parser",
+    "EXIT_OK",
+    "EXIT_GATE",
+    "EXIT_USAGE",
+    "EXIT_INTERNAL",
+    "EXIT_PAIRS_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_CODES",
+    "FOLDER_EXTENSIONS",
+    "CSV_HEADER",
+]
 
 
 def _run_psychophysics(argv: Sequence[str]) -> int:
@@ -58,9 +80,11 @@ def _run_psychophysics(argv: Sequence[str]) -> int:
         module = importlib.import_module("flip_loss.psychophysics.cli")
     except ModuleNotFoundError as exc:
         if exc.name in ("flip_loss.psychophysics", "flip_loss.psychophysics.cli"):
-            raise UsageError("the psychophysics suite is not available in this installation (module "
-                             "flip_loss.psychophysics.cli not found); install a flip-loss version that "
-                             "includes it") from None
+            raise UsageError(
+                "the psychophysics suite is not available in this installation (module "
+                "flip_loss.psychophysics.cli not found); install a flip-loss version that "
+                "includes it"
+            ) from None
         raise
     code = module.main(list(argv))
     return 0 if code is None else int(code)
@@ -81,9 +105,11 @@ def _inherited_launch_note() -> Optional[str]:
     (it runs as one process), or None."""
     if not launch_inherited():
         return None
-    return (f"the torchrun variables (RANK={os.environ.get('RANK')}, WORLD_SIZE={os.environ.get('WORLD_SIZE')}) "
-            "were inherited from the parent process, which torchrun launched: this run is one process of its own "
-            f"(set {LAUNCH_OVERRIDE}=worker on the command line if a wrapper stands between torchrun and it)")
+    return (
+        f"the torchrun variables (RANK={os.environ.get('RANK')}, WORLD_SIZE={os.environ.get('WORLD_SIZE')}) "
+        "were inherited from the parent process, which torchrun launched: this run is one process of its own "
+        f"(set {LAUNCH_OVERRIDE}=worker on the command line if a wrapper stands between torchrun and it)"
+    )
 
 
 def _evaluate(args, t_start: float) -> int:
@@ -100,9 +126,13 @@ def _evaluate(args, t_start: float) -> int:
     if args.reference_dir is None and args.test_dir is None:
         if world.rank != 0:
             return EXIT_OK
-        return run_single(args, t_start, note=f"one reference: rank 0 evaluates every pair and the other "
-                                              f"{world.world_size - 1} rank(s) have nothing to do (torchrun shares "
-                                              "out folder mode only)")
+        return run_single(
+            args,
+            t_start,
+            note=f"one reference: rank 0 evaluates every pair and the other "
+            f"{world.world_size - 1} rank(s) have nothing to do (torchrun shares "
+            "out folder mode only)",
+        )
     return run_sharded(args, t_start, world)
 
 
@@ -136,6 +166,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except Exception:  # noqa: BLE001 - anything else is a bug: say so, with the traceback
             sys.stdout.flush()
             traceback.print_exc(file=sys.stderr)
-            print(f"{PROG}: internal error (exit code 3); please report it with the traceback above",
-                  file=sys.stderr)
+            print(f"{PROG}: internal error (exit code 3); please report it with the traceback above", file=sys.stderr)
             return EXIT_INTERNAL

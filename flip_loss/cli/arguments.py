@@ -1,6 +1,7 @@
 """Argument parsing of ``flip-loss``: NVIDIA's flags at the top level (the plain ``flip-loss -r
 ref -t test`` form), the ``psychophysics`` command, the checks of option values (the API's own,
 ``flip_loss.options``) and of their combinations."""
+
 import argparse
 import math
 import os
@@ -8,8 +9,15 @@ from typing import List, Optional, Tuple
 
 from .. import options
 from ..alpha import ALPHA_MODES, BACKGROUNDS
-from ..constants import (CHECKERBOARD_SRGB, CHECKERBOARD_TILE, DEFAULT_PPD, MAX_EXPOSURES, MAX_PPD, MIN_PPD,
-                         pixels_per_degree)
+from ..constants import (
+    CHECKERBOARD_SRGB,
+    CHECKERBOARD_TILE,
+    DEFAULT_PPD,
+    MAX_EXPOSURES,
+    MAX_PPD,
+    MIN_PPD,
+    pixels_per_degree,
+)
 from ..imageio import MAX_IMAGE_PIXELS
 from .errors import PROG, UsageError, UsageErrorParser, exit_code_lines
 from .pairs import FOLDER_EXTENSIONS
@@ -42,12 +50,12 @@ class _PassThroughParser(UsageErrorParser):
 # The option values are checked by the API's own checks (flip_loss.options), so that the command
 # line and the API accept the same values; the messages speak of the command line's text.
 
+
 def _ppd_value(text: str) -> float:
     try:
         return options.pixels_per_degree(float(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number from {MIN_PPD:g} to {MAX_PPD:g}, "
-                                         f"got '{text}'") from None
+        raise argparse.ArgumentTypeError(f"expected a number from {MIN_PPD:g} to {MAX_PPD:g}, got '{text}'") from None
 
 
 def _positive_float(text: str) -> float:
@@ -79,8 +87,7 @@ def _exposure_value(text: str) -> float:
     # Exposures are computed in float32, as the evaluator does: a value float32 cannot hold would
     # become infinite there.
     if abs(v) > _FLOAT32_MAX:
-        raise argparse.ArgumentTypeError(f"expected a finite number (of stops) within the float32 range, "
-                                         f"got '{text}'")
+        raise argparse.ArgumentTypeError(f"expected a finite number (of stops) within the float32 range, got '{text}'")
     return v
 
 
@@ -88,8 +95,10 @@ def _exposure_count(text: str) -> int:
     try:
         return options.exposure_count(int(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer of at least 2 (the start and the stop "
-                                         f"exposure) and at most {MAX_EXPOSURES}, got '{text}'") from None
+        raise argparse.ArgumentTypeError(
+            f"expected an integer of at least 2 (the start and the stop "
+            f"exposure) and at most {MAX_EXPOSURES}, got '{text}'"
+        ) from None
 
 
 _EPILOG = f"""\
@@ -136,7 +145,7 @@ input (also through a link) or that the run would write twice is an error. Outpu
 to temporary files and renamed into place at the end: an interrupted or failed run writes nothing.
 
 folder mode: --reference-dir R --test-dir T evaluates every image in T against the image of
-the same name (stem; any of {' '.join(FOLDER_EXTENSIONS)}) in R, warns about unmatched files,
+the same name (stem; any of {" ".join(FOLDER_EXTENSIONS)}) in R, warns about unmatched files,
 writes the maps to --directory and a summary CSV (--csv, default <directory>/summary.csv) with
 a row for every pair and every unmatched image. For .exr pairs the exposures are computed per
 reference. A pair that cannot be evaluated (an unreadable image, different sizes) is reported
@@ -165,136 +174,267 @@ def build_parser() -> argparse.ArgumentParser:
     p = _EvaluatorParser(
         prog=PROG,
         description="Compute FLIP between a reference image and one or more test images (or two\n"
-                    "folders of images paired by name): LDR-FLIP for LDR images, HDR-FLIP for\n"
-                    "OpenEXR (.exr) images. Print the pooled FLIP values (mean, weighted median and\n"
-                    "quartiles, min, max) and save the FLIP error maps (and HDR exposure maps).",
-        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "folders of images paired by name): LDR-FLIP for LDR images, HDR-FLIP for\n"
+        "OpenEXR (.exr) images. Print the pooled FLIP values (mean, weighted median and\n"
+        "quartiles, min, max) and save the FLIP error maps (and HDR exposure maps).",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     inputs = p.add_argument_group("inputs")
-    inputs.add_argument("-r", "--reference", metavar="REFERENCE",
-                        help="reference image file")
-    inputs.add_argument("-t", "--test", metavar="TEST", nargs="+",
-                        help="one or more test image files, each the size of the reference")
-    inputs.add_argument("--reference-dir", metavar="DIR", default=None,
-                        help="folder mode: folder of reference images (with --test-dir)")
-    inputs.add_argument("--test-dir", metavar="DIR", default=None,
-                        help="folder mode: folder of test images, paired with the references by "
-                             "file name without extension")
-    inputs.add_argument("--example", action="store_true",
-                        help="evaluate the bundled example pair (instead of --reference/--test)")
-    inputs.add_argument("--alpha", choices=ALPHA_MODES + ("ignore",), default=None,
-                        help="what an image's alpha channel means: straight (colour not multiplied by "
-                             "alpha) or premultiplied alpha, composited over --background before FLIP, or "
-                             "ignore (the channel is dropped); default: the file format's convention, "
-                             "straight for PNG and the other LDR formats, premultiplied for OpenEXR")
-    inputs.add_argument("--background", choices=BACKGROUNDS, default=None,
-                        help="what an image with alpha is composited over (default: black); white is the "
-                             f"top of the range (linear 1.0 for EXR); checkerboard: {CHECKERBOARD_TILE}-pixel "
-                             "tiles of the sRGB greys "
-                             + " and ".join(f"{round(255 * v)}" for v in CHECKERBOARD_SRGB)
-                             + " (of 255), the top-left one dark")
+    inputs.add_argument("-r", "--reference", metavar="REFERENCE", help="reference image file")
+    inputs.add_argument(
+        "-t", "--test", metavar="TEST", nargs="+", help="one or more test image files, each the size of the reference"
+    )
+    inputs.add_argument(
+        "--reference-dir", metavar="DIR", default=None, help="folder mode: folder of reference images (with --test-dir)"
+    )
+    inputs.add_argument(
+        "--test-dir",
+        metavar="DIR",
+        default=None,
+        help="folder mode: folder of test images, paired with the references by file name without extension",
+    )
+    inputs.add_argument(
+        "--example", action="store_true", help="evaluate the bundled example pair (instead of --reference/--test)"
+    )
+    inputs.add_argument(
+        "--alpha",
+        choices=ALPHA_MODES + ("ignore",),
+        default=None,
+        help="what an image's alpha channel means: straight (colour not multiplied by "
+        "alpha) or premultiplied alpha, composited over --background before FLIP, or "
+        "ignore (the channel is dropped); default: the file format's convention, "
+        "straight for PNG and the other LDR formats, premultiplied for OpenEXR",
+    )
+    inputs.add_argument(
+        "--background",
+        choices=BACKGROUNDS,
+        default=None,
+        help="what an image with alpha is composited over (default: black); white is the "
+        f"top of the range (linear 1.0 for EXR); checkerboard: {CHECKERBOARD_TILE}-pixel "
+        "tiles of the sRGB greys "
+        + " and ".join(f"{round(255 * v)}" for v in CHECKERBOARD_SRGB)
+        + " (of 255), the top-left one dark",
+    )
 
     view = p.add_argument_group("viewing conditions").add_mutually_exclusive_group()
-    view.add_argument("--ppd", "--pixels-per-degree", "-ppd", dest="ppd", metavar="P",
-                      type=_ppd_value, default=None,
-                      help="observer's pixels per degree of visual angle, at most "
-                           f"{MAX_PPD:g} (default: 67.0206..., a 0.7 m wide 4K display seen from 0.7 m)")
-    view.add_argument("-vc", "--viewing-conditions", dest="viewing_conditions", nargs=3,
-                      metavar=("DIST_M", "WIDTH_M", "WIDTH_PX"), type=_positive_float, default=None,
-                      help="viewing distance (m), display width (m) and display width (pixels), "
-                           "from which the pixels per degree are computed")
+    view.add_argument(
+        "--ppd",
+        "--pixels-per-degree",
+        "-ppd",
+        dest="ppd",
+        metavar="P",
+        type=_ppd_value,
+        default=None,
+        help="observer's pixels per degree of visual angle, at most "
+        f"{MAX_PPD:g} (default: 67.0206..., a 0.7 m wide 4K display seen from 0.7 m)",
+    )
+    view.add_argument(
+        "-vc",
+        "--viewing-conditions",
+        dest="viewing_conditions",
+        nargs=3,
+        metavar=("DIST_M", "WIDTH_M", "WIDTH_PX"),
+        type=_positive_float,
+        default=None,
+        help="viewing distance (m), display width (m) and display width (pixels), "
+        "from which the pixels per degree are computed",
+    )
 
     out = p.add_argument_group("outputs")
-    out.add_argument("-d", "--directory", metavar="DIR", default=None,
-                     help="directory for the error maps, text files and histograms (created if "
-                          "needed; default: the current directory)")
+    out.add_argument(
+        "-d",
+        "--directory",
+        metavar="DIR",
+        default=None,
+        help="directory for the error maps, text files and histograms (created if "
+        "needed; default: the current directory)",
+    )
     names = out.add_mutually_exclusive_group()
-    names.add_argument("-o", "--output", metavar="MAP.png", default=None,
-                       help="file name of the error map (one test image only; relative names are "
-                            "placed in --directory when it is given)")
-    names.add_argument("-b", "--basename", metavar="NAME", default=None,
-                       help="base name of every output file: NAME.png, NAME.txt, "
-                            "NAME.weighted_histogram.png (one test image only)")
-    out.add_argument("-nm", "--no-magma", action="store_true",
-                     help="save grey error maps instead of magma-coloured ones")
-    out.add_argument("-nerm", "--no-error-map", action="store_true",
-                     help="do not save the error maps")
-    out.add_argument("-txt", "--textfile", action="store_true",
-                     help="write the pooled values of each test image to a .txt file next to "
-                          "its error map")
-    out.add_argument("-c", "--csv", metavar="FILE", default=None,
-                     help="append one row per test image (Reference, Test, Mean, Weighted median, "
-                          "1st and 3rd weighted quartile, Min, Max, Status, Gate; with --timing also "
-                          "Evaluation time) to FILE; the header is written when FILE is new, and a FILE "
-                          "with another header is refused")
-    out.add_argument("--report", metavar="DIR", default=None,
-                     help="write an HTML report into DIR (created if needed): index.html, a page that opens "
-                          "from disk with no network, and its pictures in DIR/pairs/; a summary, the pairs "
-                          "sortable by each pooled value (worst first), per pair reference, test and error "
-                          "map with a flip control, the weighted histogram and, for HDR-FLIP, the exposure map")
-    out.add_argument("-v", "--verbosity", type=int, choices=(0, 1, 2), default=2,
-                     help="0: print nothing; 1: the mean FLIP error; 2 (default): all pooled values, "
-                          "the pixels per degree, the evaluation time and, for HDR-FLIP, the tone "
-                          "mapper and exposures")
-    out.add_argument("--no-progress", action="store_true",
-                     help="folder mode: no progress output on stderr (a bar on a terminal, a plain line "
-                          "every 30 seconds otherwise)")
-    out.add_argument("--timing", action="store_true",
-                     help="add each pair's evaluation time to the CSV file (an 'Evaluation time' column) "
-                          "and the report; without it, two runs on the same inputs write the same files")
+    names.add_argument(
+        "-o",
+        "--output",
+        metavar="MAP.png",
+        default=None,
+        help="file name of the error map (one test image only; relative names are "
+        "placed in --directory when it is given)",
+    )
+    names.add_argument(
+        "-b",
+        "--basename",
+        metavar="NAME",
+        default=None,
+        help="base name of every output file: NAME.png, NAME.txt, NAME.weighted_histogram.png (one test image only)",
+    )
+    out.add_argument(
+        "-nm", "--no-magma", action="store_true", help="save grey error maps instead of magma-coloured ones"
+    )
+    out.add_argument("-nerm", "--no-error-map", action="store_true", help="do not save the error maps")
+    out.add_argument(
+        "-txt",
+        "--textfile",
+        action="store_true",
+        help="write the pooled values of each test image to a .txt file next to its error map",
+    )
+    out.add_argument(
+        "-c",
+        "--csv",
+        metavar="FILE",
+        default=None,
+        help="append one row per test image (Reference, Test, Mean, Weighted median, "
+        "1st and 3rd weighted quartile, Min, Max, Status, Gate; with --timing also "
+        "Evaluation time) to FILE; the header is written when FILE is new, and a FILE "
+        "with another header is refused",
+    )
+    out.add_argument(
+        "--report",
+        metavar="DIR",
+        default=None,
+        help="write an HTML report into DIR (created if needed): index.html, a page that opens "
+        "from disk with no network, and its pictures in DIR/pairs/; a summary, the pairs "
+        "sortable by each pooled value (worst first), per pair reference, test and error "
+        "map with a flip control, the weighted histogram and, for HDR-FLIP, the exposure map",
+    )
+    out.add_argument(
+        "-v",
+        "--verbosity",
+        type=int,
+        choices=(0, 1, 2),
+        default=2,
+        help="0: print nothing; 1: the mean FLIP error; 2 (default): all pooled values, "
+        "the pixels per degree, the evaluation time and, for HDR-FLIP, the tone "
+        "mapper and exposures",
+    )
+    out.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="folder mode: no progress output on stderr (a bar on a terminal, a plain line every 30 seconds otherwise)",
+    )
+    out.add_argument(
+        "--timing",
+        action="store_true",
+        help="add each pair's evaluation time to the CSV file (an 'Evaluation time' column) "
+        "and the report; without it, two runs on the same inputs write the same files",
+    )
 
     hdr = p.add_argument_group("HDR-FLIP (OpenEXR inputs only)")
-    hdr.add_argument("-tm", "--tone-mapper", dest="tone_mapper", type=str.lower, choices=options.TONE_MAPPERS,
-                     default=None, metavar="{" + ",".join(options.TONE_MAPPERS) + "}",
-                     help="tone mapper applied at every exposure (any case; default: aces)")
-    hdr.add_argument("-cstart", "--start-exposure", dest="start_exposure", metavar="C",
-                     type=_exposure_value, default=None,
-                     help="first exposure, in stops (default: computed from the reference)")
-    hdr.add_argument("-cstop", "--stop-exposure", dest="stop_exposure", metavar="C",
-                     type=_exposure_value, default=None,
-                     help="last exposure, in stops (default: computed from the reference)")
-    hdr.add_argument("-n", "--num-exposures", dest="num_exposures", metavar="N",
-                     type=_exposure_count, default=None,
-                     help=f"number of exposures, 2 to {MAX_EXPOSURES} (default: max(2, ceil(stop - start)))")
-    hdr.add_argument("-nexm", "--no-exposure-map", action="store_true",
-                     help="do not save the exposure maps")
+    hdr.add_argument(
+        "-tm",
+        "--tone-mapper",
+        dest="tone_mapper",
+        type=str.lower,
+        choices=options.TONE_MAPPERS,
+        default=None,
+        metavar="{" + ",".join(options.TONE_MAPPERS) + "}",
+        help="tone mapper applied at every exposure (any case; default: aces)",
+    )
+    hdr.add_argument(
+        "-cstart",
+        "--start-exposure",
+        dest="start_exposure",
+        metavar="C",
+        type=_exposure_value,
+        default=None,
+        help="first exposure, in stops (default: computed from the reference)",
+    )
+    hdr.add_argument(
+        "-cstop",
+        "--stop-exposure",
+        dest="stop_exposure",
+        metavar="C",
+        type=_exposure_value,
+        default=None,
+        help="last exposure, in stops (default: computed from the reference)",
+    )
+    hdr.add_argument(
+        "-n",
+        "--num-exposures",
+        dest="num_exposures",
+        metavar="N",
+        type=_exposure_count,
+        default=None,
+        help=f"number of exposures, 2 to {MAX_EXPOSURES} (default: max(2, ceil(stop - start)))",
+    )
+    hdr.add_argument("-nexm", "--no-exposure-map", action="store_true", help="do not save the exposure maps")
 
     hist = p.add_argument_group("histogram")
-    hist.add_argument("-hist", "--histogram", action="store_true",
-                      help="draw the weighted FLIP histogram (100 buckets) as a PNG; with two test "
-                           "images, one overlapped histogram of both")
-    hist.add_argument("-lg", "--log", action="store_true",
-                      help="logarithmic y axis for the histogram")
-    hist.add_argument("--y-max", dest="y_max", metavar="Y", type=_positive_float, default=None,
-                      help="upper limit of the histogram's y axis")
-    hist.add_argument("-epv", "--exclude-pooled-values", action="store_true",
-                      help="do not draw the pooled values into the histogram")
+    hist.add_argument(
+        "-hist",
+        "--histogram",
+        action="store_true",
+        help="draw the weighted FLIP histogram (100 buckets) as a PNG; with two test "
+        "images, one overlapped histogram of both",
+    )
+    hist.add_argument("-lg", "--log", action="store_true", help="logarithmic y axis for the histogram")
+    hist.add_argument(
+        "--y-max",
+        dest="y_max",
+        metavar="Y",
+        type=_positive_float,
+        default=None,
+        help="upper limit of the histogram's y axis",
+    )
+    hist.add_argument(
+        "-epv", "--exclude-pooled-values", action="store_true", help="do not draw the pooled values into the histogram"
+    )
 
     gate = p.add_argument_group("regression gate")
-    gate.add_argument("--fail-above", "--exit-test-parameters", "-etp", dest="fail_above", nargs=2,
-                      action="append", metavar=("QUANTITY", "THRESHOLD"), default=None,
-                      help="exit with code 1 if, for any test image, QUANTITY (mean, weighted-median "
-                           "or max) is above THRESHOLD (a number in [0, 1]); give it once per quantity "
-                           "to gate on several (every one applies)")
-    gate.add_argument("-et", "--exit-on-test", action="store_true",
-                      help="NVIDIA's spelling: the gate with 'mean 0.05' unless --fail-above is given")
-    gate.add_argument("--allow-unmatched", action="store_true",
-                      help="folder mode with a gate: a reference without a test image of the same name, "
-                           "or a test image without a reference, is listed in the CSV file but does not "
-                           "fail the run (without this option it does: exit code 4)")
+    gate.add_argument(
+        "--fail-above",
+        "--exit-test-parameters",
+        "-etp",
+        dest="fail_above",
+        nargs=2,
+        action="append",
+        metavar=("QUANTITY", "THRESHOLD"),
+        default=None,
+        help="exit with code 1 if, for any test image, QUANTITY (mean, weighted-median "
+        "or max) is above THRESHOLD (a number in [0, 1]); give it once per quantity "
+        "to gate on several (every one applies)",
+    )
+    gate.add_argument(
+        "-et",
+        "--exit-on-test",
+        action="store_true",
+        help="NVIDIA's spelling: the gate with 'mean 0.05' unless --fail-above is given",
+    )
+    gate.add_argument(
+        "--allow-unmatched",
+        action="store_true",
+        help="folder mode with a gate: a reference without a test image of the same name, "
+        "or a test image without a reference, is listed in the CSV file but does not "
+        "fail the run (without this option it does: exit code 4)",
+    )
 
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="where to compute: auto (default: CUDA when available), cpu or cuda")
-    p.add_argument("--dist-timeout", dest="dist_timeout", metavar="SECONDS", type=_timeout_seconds,
-                   default=DEFAULT_DIST_TIMEOUT,
-                   help="folder mode under torchrun: how long a rank waits for the others at each exchange "
-                        f"(default {DEFAULT_DIST_TIMEOUT:g}); it must exceed the slowest pair's evaluation")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where to compute: auto (default: CUDA when available), cpu or cuda",
+    )
+    p.add_argument(
+        "--dist-timeout",
+        dest="dist_timeout",
+        metavar="SECONDS",
+        type=_timeout_seconds,
+        default=DEFAULT_DIST_TIMEOUT,
+        help="folder mode under torchrun: how long a rank waits for the others at each exchange "
+        f"(default {DEFAULT_DIST_TIMEOUT:g}); it must exceed the slowest pair's evaluation",
+    )
 
     # The commands are programs of their own: they get their arguments unparsed.
-    commands = p.add_subparsers(dest="command", metavar="COMMAND", title="commands",
-                                parser_class=_PassThroughParser,
-                                description="without a command, flip-loss evaluates images (the options above)")
-    commands.add_parser("psychophysics", add_help=False,
-                        help="run the psychophysics suite: 'flip-loss psychophysics --help' for its options")
+    commands = p.add_subparsers(
+        dest="command",
+        metavar="COMMAND",
+        title="commands",
+        parser_class=_PassThroughParser,
+        description="without a command, flip-loss evaluates images (the options above)",
+    )
+    commands.add_parser(
+        "psychophysics",
+        add_help=False,
+        help="run the psychophysics suite: 'flip-loss psychophysics --help' for its options",
+    )
     return p
 
 
@@ -303,11 +443,16 @@ def command_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Opt
     (``flip-loss -v 1 psychophysics`` would silently drop ``-v 1`` otherwise)."""
     if args.command is None:
         return None
-    given = [f"--{dest.replace('_', '-')}" for dest, value in vars(args).items()
-             if dest not in ("command", "argv") and value != parser.get_default(dest)]
+    given = [
+        f"--{dest.replace('_', '-')}"
+        for dest, value in vars(args).items()
+        if dest not in ("command", "argv") and value != parser.get_default(dest)
+    ]
     if given:
-        raise UsageError(f"{', '.join(given)}: evaluator option(s) given before the command "
-                         f"'{args.command}'; its options go after it (see 'flip-loss {args.command} --help')")
+        raise UsageError(
+            f"{', '.join(given)}: evaluator option(s) given before the command "
+            f"'{args.command}'; its options go after it (see 'flip-loss {args.command} --help')"
+        )
     return args.command
 
 
@@ -323,8 +468,7 @@ def parse_gate(args) -> Optional[Gate]:
     for quantity, text in args.fail_above:
         q = quantity.lower()
         if q not in GATE_QUANTITIES:
-            raise UsageError(f"--fail-above: QUANTITY must be one of {', '.join(GATE_QUANTITIES)}, "
-                             f"got '{quantity}'")
+            raise UsageError(f"--fail-above: QUANTITY must be one of {', '.join(GATE_QUANTITIES)}, got '{quantity}'")
         try:
             threshold = float(text)
         except ValueError:
@@ -332,8 +476,10 @@ def parse_gate(args) -> Optional[Gate]:
         if not (0.0 <= threshold <= 1.0):
             raise UsageError(f"--fail-above: THRESHOLD must be a number in [0, 1], got '{text}'")
         if any(q == other for other, _ in gate):
-            raise UsageError(f"--fail-above {q} is given twice (thresholds {dict(gate)[q]:g} and {threshold:g}); "
-                             "give each quantity once")
+            raise UsageError(
+                f"--fail-above {q} is given twice (thresholds {dict(gate)[q]:g} and {threshold:g}); "
+                "give each quantity once"
+            )
         gate.append((q, threshold))
     return tuple(gate)
 
@@ -352,9 +498,13 @@ def check_options(args) -> None:
     if folder:
         if args.reference_dir is None or args.test_dir is None:
             raise UsageError("folder mode needs both --reference-dir and --test-dir")
-        for flag, value in (("--reference/-r", args.reference), ("--test/-t", args.test),
-                            ("--example", args.example or None), ("--output/-o", args.output),
-                            ("--basename/-b", args.basename)):
+        for flag, value in (
+            ("--reference/-r", args.reference),
+            ("--test/-t", args.test),
+            ("--example", args.example or None),
+            ("--output/-o", args.output),
+            ("--basename/-b", args.basename),
+        ):
             if value is not None:
                 raise UsageError(f"{flag} cannot be combined with --reference-dir/--test-dir")
     elif args.allow_unmatched:
@@ -362,11 +512,16 @@ def check_options(args) -> None:
     if args.example and (args.reference is not None or args.test is not None):
         raise UsageError("--example cannot be combined with --reference/--test")
     if args.alpha == "ignore" and args.background is not None:
-        raise UsageError(f"--background {args.background} and --alpha ignore contradict each other: a background "
-                         "only shows through an alpha channel that is composited")
+        raise UsageError(
+            f"--background {args.background} and --alpha ignore contradict each other: a background "
+            "only shows through an alpha channel that is composited"
+        )
     if not args.histogram:
-        for flag, value in (("--log", args.log), ("--y-max", args.y_max is not None),
-                            ("--exclude-pooled-values", args.exclude_pooled_values)):
+        for flag, value in (
+            ("--log", args.log),
+            ("--y-max", args.y_max is not None),
+            ("--exclude-pooled-values", args.exclude_pooled_values),
+        ):
             if value:
                 raise UsageError(f"{flag} only applies to --histogram")
     if args.output is not None:
@@ -377,12 +532,13 @@ def check_options(args) -> None:
     if args.basename is not None:
         b = args.basename
         if not b or b in (".", "..") or "/" in b or os.sep in b or (os.altsep and os.altsep in b):
-            raise UsageError(f"--basename must be a plain file name without a directory (use "
-                             f"--directory for that), got '{b}'")
-    if (args.start_exposure is not None and args.stop_exposure is not None
-            and args.start_exposure > args.stop_exposure):
-        raise UsageError(f"--start-exposure ({args.start_exposure:g}) must not be above --stop-exposure "
-                         f"({args.stop_exposure:g})")
+            raise UsageError(
+                f"--basename must be a plain file name without a directory (use --directory for that), got '{b}'"
+            )
+    if args.start_exposure is not None and args.stop_exposure is not None and args.start_exposure > args.stop_exposure:
+        raise UsageError(
+            f"--start-exposure ({args.start_exposure:g}) must not be above --stop-exposure ({args.stop_exposure:g})"
+        )
 
 
 def ppd_of(args) -> float:
@@ -394,14 +550,22 @@ def ppd_of(args) -> float:
             return options.pixels_per_degree(ppd)
         except ValueError:
             given = " ".join(f"{v:g}" for v in args.viewing_conditions)
-            raise UsageError(f"--viewing-conditions {given} give {ppd:g} pixels per degree; it must be a "
-                             f"number from {MIN_PPD:g} to {MAX_PPD:g}") from None
+            raise UsageError(
+                f"--viewing-conditions {given} give {ppd:g} pixels per degree; it must be a "
+                f"number from {MIN_PPD:g} to {MAX_PPD:g}"
+            ) from None
     return args.ppd if args.ppd is not None else DEFAULT_PPD
 
 
 def hdr_option_flags(args) -> List[str]:
-    return [flag for flag, given in (("--tone-mapper/-tm", args.tone_mapper is not None),
-                                     ("--start-exposure/-cstart", args.start_exposure is not None),
-                                     ("--stop-exposure/-cstop", args.stop_exposure is not None),
-                                     ("--num-exposures/-n", args.num_exposures is not None),
-                                     ("--no-exposure-map/-nexm", args.no_exposure_map)) if given]
+    return [
+        flag
+        for flag, given in (
+            ("--tone-mapper/-tm", args.tone_mapper is not None),
+            ("--start-exposure/-cstart", args.start_exposure is not None),
+            ("--stop-exposure/-cstop", args.stop_exposure is not None),
+            ("--num-exposures/-n", args.num_exposures is not None),
+            ("--no-exposure-map/-nexm", args.no_exposure_map),
+        )
+        if given
+    ]

@@ -1,6 +1,7 @@
 """Where a ``flip-loss`` run reports: its lines on stdout and stderr, written so that any file name
 comes through (one that is not valid UTF-8, or a stream that cannot encode it), and folder mode's
 progress on stderr: a bar redrawn in place on a terminal, a plain line now and then in a log."""
+
 import shutil
 import sys
 import time
@@ -52,8 +53,11 @@ def _is_terminal(stream) -> bool:
 
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
-        f"{seconds // 60:02d}:{seconds % 60:02d}"
+    return (
+        f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        if seconds >= 3600
+        else f"{seconds // 60:02d}:{seconds % 60:02d}"
+    )
 
 
 class Progress:
@@ -61,14 +65,21 @@ class Progress:
     :meth:`clear` removes before other lines are printed; elsewhere (a CI log, a file) no carriage
     returns, only a plain line at most every ``LOG_PROGRESS_INTERVAL_S`` seconds."""
 
-    def __init__(self, total: int, stream, clock: Callable[[], float] = time.monotonic,
-                 terminal: Optional[bool] = None, label: str = PROG, unit: str = "pairs"):
+    def __init__(
+        self,
+        total: int,
+        stream,
+        clock: Callable[[], float] = time.monotonic,
+        terminal: Optional[bool] = None,
+        label: str = PROG,
+        unit: str = "pairs",
+    ):
         self.total, self.stream, self.clock, self.label, self.unit = total, stream, clock, label, unit
         self.terminal = _is_terminal(stream) if terminal is None else terminal
         self.done = 0
         self.start = self.clock()
-        self._last = self.start     # when a line or the bar was last written
-        self._shown = False         # a bar is on the terminal's last line
+        self._last = self.start  # when a line or the bar was last written
+        self._shown = False  # a bar is on the terminal's last line
 
     def advance(self, n: int = 1) -> None:
         self.done += n

@@ -1,6 +1,7 @@
 """Evaluating one pair of a ``flip-loss`` run into a record: the images loaded on the chosen
 device, the exposures of an HDR reference (given, or computed from it), the FLIP maps and their
 pooled values."""
+
 import time
 from typing import List, NamedTuple, Optional, Tuple
 
@@ -17,8 +18,7 @@ def resolve_device(choice: str, local_rank: Optional[int] = None):
     if choice == "cpu":
         return torch.device("cpu")
     if choice == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was requested, but no CUDA device is available "
-                         "(use --device cpu or auto)")
+        raise UsageError("--device cuda was requested, but no CUDA device is available (use --device cpu or auto)")
     if not torch.cuda.is_available():
         return torch.device("cpu")
     if local_rank is None:
@@ -30,6 +30,7 @@ def resolve_device(choice: str, local_rank: Optional[int] = None):
 
 class Exposures(NamedTuple):
     """The exposures of an HDR-FLIP evaluation, in stops, and their count."""
+
     start: float
     stop: float
     count: int
@@ -39,6 +40,7 @@ class Result(NamedTuple):
     """One evaluated pair: the maps as H x W float32 arrays (exposure map None for LDR), the pooled
     values, the evaluation time, the warnings the evaluation raised and the notes about how its
     images were read (since the previous pair)."""
+
     reference: str
     test: str
     exposures: Optional[Exposures]
@@ -51,8 +53,10 @@ class Result(NamedTuple):
 
 
 def _too_many_exposures(start: float, stop: float) -> UsageError:
-    return UsageError(f"the exposures from {start:g} to {stop:g} stops would need more than {MAX_EXPOSURES} "
-                      f"exposures (one per stop); give at most {MAX_EXPOSURES} with --num-exposures/-n")
+    return UsageError(
+        f"the exposures from {start:g} to {stop:g} stops would need more than {MAX_EXPOSURES} "
+        f"exposures (one per stop); give at most {MAX_EXPOSURES} with --num-exposures/-n"
+    )
 
 
 def _fallback_warnings(op: str, device) -> List[str]:
@@ -65,12 +69,13 @@ def _fallback_warnings(op: str, device) -> List[str]:
 
     if not _ops.HAS_EXTENSION:
         key = "no-ext"
-        message = (f"flip_loss: {_ops.IMPORT_ERROR}; falling back to the slow pure-PyTorch reference "
-                   "implementation")
+        message = f"flip_loss: {_ops.IMPORT_ERROR}; falling back to the slow pure-PyTorch reference implementation"
     elif device.type not in _ops.KERNEL_DEVICES.get(op, ()):
         key = f"dev-{op}-{device.type}"
-        message = (f"flip_loss: no compiled {op} kernels for device '{device.type}' in this build; using the "
-                   "pure-PyTorch reference implementation")
+        message = (
+            f"flip_loss: no compiled {op} kernels for device '{device.type}' in this build; using the "
+            "pure-PyTorch reference implementation"
+        )
     else:
         return []
     if key in _ops._warned:
@@ -81,12 +86,17 @@ def _fallback_warnings(op: str, device) -> List[str]:
 
 def _alpha_note(mode: str, background: str) -> str:
     """The note of a run that composites an image's alpha by its format's convention."""
-    convention = ("straight alpha (the convention of PNG and the other LDR formats)" if mode == "straight"
-                  else "premultiplied alpha (OpenEXR's convention)")
+    convention = (
+        "straight alpha (the convention of PNG and the other LDR formats)"
+        if mode == "straight"
+        else "premultiplied alpha (OpenEXR's convention)"
+    )
     over = "the checkerboard" if background == "checkerboard" else background
-    return (f"an input image has an alpha channel: it is composited over {over} as {convention} before "
-            "FLIP; --alpha straight, premultiplied or ignore and --background black, white or checkerboard "
-            "choose otherwise")
+    return (
+        f"an input image has an alpha channel: it is composited over {over} as {convention} before "
+        "FLIP; --alpha straight, premultiplied or ignore and --background black, white or checkerboard "
+        "choose otherwise"
+    )
 
 
 class FlipEvaluator:
@@ -97,9 +107,16 @@ class FlipEvaluator:
     ``flip_loss.alpha.ALPHA_MODES``, or "ignore") and ``background`` say how an image with alpha
     becomes the RGB image evaluated (``flip_loss.alpha.composite``)."""
 
-    def __init__(self, hdr: bool, tone_mapper: str, ppd: float, device,
-                 given: Tuple[Optional[float], Optional[float], Optional[int]] = (None, None, None),
-                 alpha: Optional[str] = None, background: str = "black"):
+    def __init__(
+        self,
+        hdr: bool,
+        tone_mapper: str,
+        ppd: float,
+        device,
+        given: Tuple[Optional[float], Optional[float], Optional[int]] = (None, None, None),
+        alpha: Optional[str] = None,
+        background: str = "black",
+    ):
         self.hdr, self.tone_mapper, self.ppd, self.device, self.given = hdr, tone_mapper, ppd, device, given
         self.alpha, self.background = alpha, background
         self._reference = (None, None, None)
@@ -128,8 +145,10 @@ class FlipEvaluator:
         # alpha is most likely straight). FLIP clamps it there; it is clamped here, with a warning
         # that says why, instead of the library's warning about inputs out of range.
         if not linear and mode == "premultiplied" and bool((image > 1.0).any()):
-            self._warnings.append(f"the premultiplied composite of <{path}> exceeds 1 where its colour is above its "
-                                  "alpha, and is clamped to 1 there (is its alpha straight? --alpha straight)")
+            self._warnings.append(
+                f"the premultiplied composite of <{path}> exceeds 1 where its colour is above its "
+                "alpha, and is clamped to 1 there (is its alpha straight? --alpha straight)"
+            )
             image = image.clamp(max=1.0)
         return image
 
@@ -149,21 +168,26 @@ class FlipEvaluator:
         start, stop, count = self.given
         if (start is None) != (stop is None):
             computed_start, computed_stop = (float(v[0]) for v in exposure_range(image, self.tone_mapper))
-            given, computed = ((f"--start-exposure ({start:g})", f"the stop exposure ({computed_stop:.4f})")
-                               if start is not None else
-                               (f"--stop-exposure ({stop:g})", f"the start exposure ({computed_start:.4f})"))
+            given, computed = (
+                (f"--start-exposure ({start:g})", f"the stop exposure ({computed_stop:.4f})")
+                if start is not None
+                else (f"--stop-exposure ({stop:g})", f"the start exposure ({computed_start:.4f})")
+            )
             start = computed_start if start is None else start
             stop = computed_stop if stop is None else stop
             if start > stop:
-                raise UsageError(f"{given} and {computed} computed from the reference '{reference}' are in the "
-                                 "wrong order (start must not be above stop); give both exposures")
+                raise UsageError(
+                    f"{given} and {computed} computed from the reference '{reference}' are in the "
+                    "wrong order (start must not be above stop); give both exposures"
+                )
         if count is None and start is not None and stop - start > MAX_EXPOSURES:
             raise _too_many_exposures(start, stop)
         try:
             _, counts, s, e = exposures_for(image, self.tone_mapper, *self.given)
         except ValueError as exc:
-            raise UsageError(f"HDR-FLIP exposures for the reference '{reference}': "
-                             f"{str(exc).replace('flip_loss: ', '')}") from None
+            raise UsageError(
+                f"HDR-FLIP exposures for the reference '{reference}': {str(exc).replace('flip_loss: ', '')}"
+            ) from None
         exposures = Exposures(float(s[0]), float(e[0]), int(counts[0]))
         if exposures.count > MAX_EXPOSURES:
             raise _too_many_exposures(exposures.start, exposures.stop)
@@ -188,9 +212,16 @@ class FlipEvaluator:
         with torch.no_grad():  # eps=0: the metric itself, no gradient regulariser
             if self.hdr:
                 error_map, exposure_map = hdr_flip(
-                    test_image, ref_image, self.ppd, tone_mapper=self.tone_mapper,
-                    start_exposure=exposures.start, stop_exposure=exposures.stop,
-                    num_exposures=exposures.count, return_exposure_map=True, eps=0.0)
+                    test_image,
+                    ref_image,
+                    self.ppd,
+                    tone_mapper=self.tone_mapper,
+                    start_exposure=exposures.start,
+                    stop_exposure=exposures.stop,
+                    num_exposures=exposures.count,
+                    return_exposure_map=True,
+                    eps=0.0,
+                )
                 exposure_np = exposure_map[0].to("cpu", torch.float32).numpy()
             else:
                 error_map = ldr_flip(test_image, ref_image, self.ppd, eps=0.0)
@@ -198,5 +229,14 @@ class FlipEvaluator:
         seconds = time.perf_counter() - t0
         notes, self._notes = self._notes, []
         load_warnings, self._warnings = self._warnings, []
-        return Result(reference, test, exposures, error_np, exposure_np, pooling.pool(error_np), seconds,
-                      load_warnings + caught, notes)
+        return Result(
+            reference,
+            test,
+            exposures,
+            error_np,
+            exposure_np,
+            pooling.pool(error_np),
+            seconds,
+            load_warnings + caught,
+            notes,
+        )

@@ -1,5 +1,6 @@
 """The weighted FLIP histograms of ``flip-loss --histogram``, drawn with matplotlib (an optional
 dependency, imported only when a histogram is asked for)."""
+
 import math
 from typing import Callable, Optional, Sequence
 
@@ -20,8 +21,10 @@ def import_matplotlib():
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as exc:
-        raise UsageError(f"--histogram needs matplotlib, which could not be imported ({exc}); "
-                         "install it with 'pip install matplotlib'") from None
+        raise UsageError(
+            f"--histogram needs matplotlib, which could not be imported ({exc}); "
+            "install it with 'pip install matplotlib'"
+        ) from None
     return Figure, FigureCanvasAgg
 
 
@@ -40,8 +43,10 @@ def draw_histogram(path: str, series, log: bool, y_max: Optional[float], include
     if len(series) == 1:
         styles = [dict(fill="lightblue", edge="blue", mean="red")]
     else:
-        styles = [dict(fill=(118 / 255, 185 / 255, 0.0), edge="green", mean=(107 / 255, 168 / 255, 0.0)),
-                  dict(fill="lightblue", edge="blue", mean=(113 / 255, 171 / 255, 189 / 255))]
+        styles = [
+            dict(fill=(118 / 255, 185 / 255, 0.0), edge="green", mean=(107 / 255, 168 / 255, 0.0)),
+            dict(fill="lightblue", edge="blue", mean=(113 / 255, 171 / 255, 189 / 255)),
+        ]
     top = 0.0
     positive_min = math.inf
     # A label is a file name: shown as it is (no mathtext: a '$' in a name is a dollar sign), its
@@ -51,9 +56,15 @@ def draw_histogram(path: str, series, log: bool, y_max: Optional[float], include
         edges, counts = weighted_histogram(error, HISTOGRAM_BINS)
         centres = 0.5 * (edges[:-1] + edges[1:])
         keep = counts > 0 if log else np.ones_like(counts, dtype=bool)
-        ax.bar(centres[keep], counts[keep], width=width, color=style["fill"], edgecolor=style["edge"],
-               alpha=0.6 if len(series) > 1 else 1.0,
-               label=f"{label} (mean {pooled.mean:.4f})" if len(series) > 1 else None)
+        ax.bar(
+            centres[keep],
+            counts[keep],
+            width=width,
+            color=style["fill"],
+            edgecolor=style["edge"],
+            alpha=0.6 if len(series) > 1 else 1.0,
+            label=f"{label} (mean {pooled.mean:.4f})" if len(series) > 1 else None,
+        )
         if counts.size and counts.max() > 0:
             top = max(top, float(counts.max()))
             positive_min = min(positive_min, float(counts[counts > 0].min()))
@@ -67,14 +78,16 @@ def draw_histogram(path: str, series, log: bool, y_max: Optional[float], include
                     ax.axvline(v, color="black", linestyle=":", linewidth=1.5)
     if include_values and len(series) == 1:
         pooled = series[0][2]
-        lines = [(f"Mean: {pooled.mean:.4f}", "red"),
-                 (f"Weighted median: {pooled.weighted_median:.4f}", "gray"),
-                 (f"1st weighted quartile: {pooled.weighted_quartile_1:.4f}", "purple"),
-                 (f"3rd weighted quartile: {pooled.weighted_quartile_3:.4f}", "purple"),
-                 (f"Min: {pooled.min:.4f}", "black"), (f"Max: {pooled.max:.4f}", "black")]
+        lines = [
+            (f"Mean: {pooled.mean:.4f}", "red"),
+            (f"Weighted median: {pooled.weighted_median:.4f}", "gray"),
+            (f"1st weighted quartile: {pooled.weighted_quartile_1:.4f}", "purple"),
+            (f"3rd weighted quartile: {pooled.weighted_quartile_3:.4f}", "purple"),
+            (f"Min: {pooled.min:.4f}", "black"),
+            (f"Max: {pooled.max:.4f}", "black"),
+        ]
         for i, (text, colour) in enumerate(lines):
-            ax.text(0.99, 0.97 - 0.06 * i, text, ha="right", va="top", transform=ax.transAxes,
-                    color=colour)
+            ax.text(0.99, 0.97 - 0.06 * i, text, ha="right", va="top", transform=ax.transAxes, color=colour)
     if len(series) > 1:
         for text in ax.legend(loc="upper right").get_texts():
             text.set_parse_math(False)

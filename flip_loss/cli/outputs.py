@@ -2,6 +2,7 @@
 keep the user's files safe (no output is an input or written twice; every location writable)
 and the writing itself, atomic: each output goes to a temporary file beside its destination and
 all are renamed into place together when the run has succeeded."""
+
 import contextlib
 import csv
 import errno
@@ -21,8 +22,18 @@ from .signals import interrupts_deferred
 # The CSV layout: NVIDIA's columns (less its evaluation time, which would make two runs on the same
 # inputs differ), then whether the pair was evaluated and the gate's verdict on it. --timing adds
 # the evaluation time as the last column.
-CSV_HEADER = ("Reference", "Test", "Mean", "Weighted median", "1st weighted quartile",
-              "3rd weighted quartile", "Min", "Max", "Status", "Gate")
+CSV_HEADER = (
+    "Reference",
+    "Test",
+    "Mean",
+    "Weighted median",
+    "1st weighted quartile",
+    "3rd weighted quartile",
+    "Min",
+    "Max",
+    "Status",
+    "Gate",
+)
 TIMING_COLUMN = "Evaluation time"
 EVALUATED = "evaluated"
 
@@ -48,8 +59,7 @@ def dynamic_range(tone_mapper: Optional[str] = None, exposures: Optional[Exposur
     'hdr.<tm>.<S>_to_<E>.<N>' as NVIDIA's tool names its outputs."""
     if exposures is None:
         return "ldr"
-    return (f"hdr.{tone_mapper}.{_exposure_text(exposures.start)}_to_{_exposure_text(exposures.stop)}."
-            f"{exposures.count}")
+    return f"hdr.{tone_mapper}.{_exposure_text(exposures.start)}_to_{_exposure_text(exposures.stop)}.{exposures.count}"
 
 
 class Names(NamedTuple):
@@ -68,33 +78,44 @@ def output_names(args, reference: str, test: str, ppd: float, directory: str, ra
     if args.output is not None:
         map_path = os.path.join(args.directory, args.output) if args.directory is not None else args.output
         parent, map_stem = os.path.dirname(map_path), stem(map_path)
-        return Names(map_path, os.path.join(parent, f"pooled_values.{map_stem}.txt"),
-                     os.path.join(parent, f"{log}weighted_histogram.{map_stem}.png"),
-                     os.path.join(parent, f"exposure_map.{map_stem}.png"))
+        return Names(
+            map_path,
+            os.path.join(parent, f"pooled_values.{map_stem}.txt"),
+            os.path.join(parent, f"{log}weighted_histogram.{map_stem}.png"),
+            os.path.join(parent, f"exposure_map.{map_stem}.png"),
+        )
     name = f"{stem(reference)}.{stem(test)}.{round_half_up(ppd)}ppd.{range_part}"
     base = "flip." + name
-    return Names(os.path.join(directory, base + ".png"),
-                 os.path.join(directory, f"pooled_values.{base}.txt"),
-                 os.path.join(directory, f"{log}weighted_histogram.{base}.png"),
-                 # as NVIDIA's tool: exposure_map.<reference>.<test>..., without "flip."
-                 os.path.join(directory, f"exposure_map.{name}.png"))
+    return Names(
+        os.path.join(directory, base + ".png"),
+        os.path.join(directory, f"pooled_values.{base}.txt"),
+        os.path.join(directory, f"{log}weighted_histogram.{base}.png"),
+        # as NVIDIA's tool: exposure_map.<reference>.<test>..., without "flip."
+        os.path.join(directory, f"exposure_map.{name}.png"),
+    )
 
 
-def overlapped_histogram_name(args, reference: str, tests: Sequence[str], ppd: float, directory: str,
-                              range_part: str) -> str:
+def overlapped_histogram_name(
+    args, reference: str, tests: Sequence[str], ppd: float, directory: str, range_part: str
+) -> str:
     """The name of the one histogram of two test images."""
     log = "log_" if args.log else ""
-    return os.path.join(directory, f"{log}weighted_histogram.flip.{stem(reference)}.{stem(tests[0])}."
-                                   f"{stem(tests[1])}.{round_half_up(ppd)}ppd.{range_part}.png")
+    return os.path.join(
+        directory,
+        f"{log}weighted_histogram.flip.{stem(reference)}.{stem(tests[0])}."
+        f"{stem(tests[1])}.{round_half_up(ppd)}ppd.{range_part}.png",
+    )
 
 
 def pooled_lines(pooled) -> List[str]:
-    return [f"Mean: {pooled.mean:.6f}",
-            f"Weighted median: {pooled.weighted_median:.6f}",
-            f"1st weighted quartile: {pooled.weighted_quartile_1:.6f}",
-            f"3rd weighted quartile: {pooled.weighted_quartile_3:.6f}",
-            f"Min: {pooled.min:.6f}",
-            f"Max: {pooled.max:.6f}"]
+    return [
+        f"Mean: {pooled.mean:.6f}",
+        f"Weighted median: {pooled.weighted_median:.6f}",
+        f"1st weighted quartile: {pooled.weighted_quartile_1:.6f}",
+        f"3rd weighted quartile: {pooled.weighted_quartile_3:.6f}",
+        f"Min: {pooled.min:.6f}",
+        f"Max: {pooled.max:.6f}",
+    ]
 
 
 def csv_row(result: Result, verdict: str, timing: bool) -> List[str]:
@@ -145,23 +166,27 @@ def check_directory(directory: str) -> None:
         if not os.path.isdir(real):
             raise UsageError(f"cannot use the output directory '{directory}': it is not a directory")
     elif not os.path.isdir(existing):
-        raise UsageError(f"cannot create the output directory '{directory}': '{existing}' is not a "
-                         "directory")
+        raise UsageError(f"cannot create the output directory '{directory}': '{existing}' is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot {'write into' if existing == real else 'create'} the output directory "
-                         f"'{directory}': permission denied")
+        raise UsageError(
+            f"cannot {'write into' if existing == real else 'create'} the output directory "
+            f"'{directory}': permission denied"
+        )
     limit = _name_max(existing)
     for part in os.path.relpath(real, existing).split(os.sep) if existing != real else ():
         if len(os.fsencode(part)) > limit:
-            raise UsageError(f"cannot create the output directory '{directory}': the name '{part}' is "
-                             f"longer than the {limit} bytes the file system allows")
+            raise UsageError(
+                f"cannot create the output directory '{directory}': the name '{part}' is "
+                f"longer than the {limit} bytes the file system allows"
+            )
 
 
 class Output(NamedTuple):
     """An output file of the run, checked and claimed."""
-    path: str   # as the user will see it
-    real: str   # where it is written: links resolved
-    what: str   # "error map", "CSV file", ...
+
+    path: str  # as the user will see it
+    real: str  # where it is written: links resolved
+    what: str  # "error map", "CSV file", ...
 
 
 class OutputGuard:
@@ -199,13 +224,17 @@ class OutputGuard:
         key = os.path.normcase(real)
         other = self._claimed.get(key) or batch.get(key)
         if other is not None:
-            raise UsageError(f"the {what} '{path}' and the {other.what} '{other.path}' would be the same "
-                             "file; choose other names (--output, --basename, --directory, --csv)")
+            raise UsageError(
+                f"the {what} '{path}' and the {other.what} '{other.path}' would be the same "
+                "file; choose other names (--output, --basename, --directory, --csv)"
+            )
         limit = _name_max(_nearest_existing(os.path.dirname(real)))
         size = len(os.fsencode(os.path.basename(real)))
         if size > limit:
-            raise UsageError(f"cannot write the {what} '{path}': its file name is {size} bytes long, more "
-                             f"than the {limit} the file system allows")
+            raise UsageError(
+                f"cannot write the {what} '{path}': its file name is {size} bytes long, more "
+                f"than the {limit} the file system allows"
+            )
         try:
             st = os.stat(real)
         except (FileNotFoundError, NotADirectoryError):  # the parent check below says why
@@ -215,8 +244,10 @@ class OutputGuard:
         if st is not None:
             source = self._inputs.get((st.st_dev, st.st_ino))
             if source is not None:
-                raise UsageError(f"the {what} '{path}' would overwrite the input image '{source}'; choose "
-                                 "another output name or directory")
+                raise UsageError(
+                    f"the {what} '{path}' would overwrite the input image '{source}'; choose "
+                    "another output name or directory"
+                )
             if stat.S_ISDIR(st.st_mode):
                 raise UsageError(f"cannot write the {what} '{path}': it is a directory; give a file name")
             if not stat.S_ISREG(st.st_mode):
@@ -228,8 +259,11 @@ class OutputGuard:
             shown = os.path.dirname(path) or "."
             if not os.path.isdir(parent):
                 existing = _nearest_existing(parent)
-                problem = (f"the directory '{shown}' does not exist" if os.path.isdir(existing) else
-                           f"'{existing}' is not a directory")
+                problem = (
+                    f"the directory '{shown}' does not exist"
+                    if os.path.isdir(existing)
+                    else f"'{existing}' is not a directory"
+                )
                 raise UsageError(f"cannot write the {what} '{path}': {problem}")
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise UsageError(f"cannot write the {what} '{path}': permission denied in '{shown}'")
@@ -244,7 +278,7 @@ class Staging:
     failed and interrupted runs, not against a power cut.)"""
 
     def __init__(self):
-        self._files: List[Tuple[str, Output]] = []   # (temporary path, destination)
+        self._files: List[Tuple[str, Output]] = []  # (temporary path, destination)
         self._appends: Dict[str, "AppendedCsv"] = {}  # temporary path -> rows to append at commit
         self._made_directories: List[str] = []
         self.committed = False
@@ -287,11 +321,12 @@ class Staging:
         # A signal meanwhile is noted by the command line's handler and raised after the block, so
         # the renames are never cut in half; a signal the command line does not own is its owner's.
         with interrupts_deferred():
-            appends = [(a, out) for temporary, out in self._files
-                       for a in [self._appends.get(temporary)] if a is not None]
+            appends = [
+                (a, out) for temporary, out in self._files for a in [self._appends.get(temporary)] if a is not None
+            ]
             renames = [(temporary, out) for temporary, out in self._files if temporary not in self._appends]
             opened: List[Tuple["_OpenCsv", Output]] = []
-            backups: Dict[str, str] = {}       # destination -> hidden link to the file it replaces
+            backups: Dict[str, str] = {}  # destination -> hidden link to the file it replaces
             published: List[Output] = []
             step: Optional[Output] = None
             try:
@@ -321,8 +356,9 @@ class Staging:
                 for handle, _ in opened:
                     handle.undo()
                 if isinstance(exc, OSError):
-                    raise UsageError(f"cannot write the {step.what} '{step.path}': {exc.strerror or exc}; "
-                                     "no output was changed") from None
+                    raise UsageError(
+                        f"cannot write the {step.what} '{step.path}': {exc.strerror or exc}; no output was changed"
+                    ) from None
                 raise
             finally:
                 for handle, _ in opened:
@@ -370,8 +406,9 @@ def _claim_hidden_name(directory: str, suffix: str, create: Callable[[str], None
 
 def _new_hidden_file(directory: str, suffix: str) -> str:
     """A new empty hidden file in ``directory``, created exclusively."""
-    return _claim_hidden_name(directory, suffix,
-                              lambda path: os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)))
+    return _claim_hidden_name(
+        directory, suffix, lambda path: os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    )
 
 
 def _keep_a_way_back(path: str) -> str:
@@ -394,9 +431,11 @@ def _keep_a_way_back(path: str) -> str:
 def write_text_file(text: str) -> Callable[[str], None]:
     """A writer (for :meth:`Staging.write`) of the text ``text``, in UTF-8; file names in it that
     are not valid UTF-8 keep their bytes."""
+
     def write(path: str) -> None:
         with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
             f.write(text)
+
     return write
 
 
@@ -432,9 +471,11 @@ def check_csv_header(path: str, shown: str, header: Sequence[str]) -> None:
         raise UsageError(f"cannot read the CSV file '{shown}': {exc.strerror or exc}") from None
     want = _csv_text(header, [], True).rstrip(b"\n")
     if found is not None and found != want:
-        raise UsageError(f"the CSV file '{shown}' has another header ({found.decode('utf-8', 'replace')[:200]}); "
-                         f"flip-loss appends only to a file of its own layout ({want.decode()}"
-                         "; --timing adds the evaluation time): give a new file name")
+        raise UsageError(
+            f"the CSV file '{shown}' has another header ({found.decode('utf-8', 'replace')[:200]}); "
+            f"flip-loss appends only to a file of its own layout ({want.decode()}"
+            "; --timing adds the evaluation time): give a new file name"
+        )
 
 
 class _OpenCsv:
@@ -509,8 +550,9 @@ class AppendedCsv:
         return _OpenCsv(self)
 
 
-def write_appended_csv(destination: str, rows: Sequence[Sequence[str]],
-                       header: Sequence[str] = CSV_HEADER) -> AppendedCsv:
+def write_appended_csv(
+    destination: str, rows: Sequence[Sequence[str]], header: Sequence[str] = CSV_HEADER
+) -> AppendedCsv:
     return AppendedCsv(destination, rows, header)
 
 

@@ -3,6 +3,7 @@ torchrun launch: :meth:`PairWork.prepare` reads the pair's images and names and 
 :meth:`PairWork.evaluate` evaluates FLIP and renders the outputs (maps, text file, histogram, report
 pictures) into the run's sink. What a pair contributes to the run as a whole (its CSV row, its
 printed block, the gate's verdict) is recorded by :class:`~.run.Run`."""
+
 import argparse
 import os
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
@@ -16,38 +17,47 @@ from .report import PairRecord, picture_files, stage_pair_images
 
 __all__ = ["PairSettings", "pair_settings", "PreparedPair", "Wanted", "PairWork"]
 
-Wanted = Tuple[str, str, str]   # an output a pair asks for: (kind, path, what)
+Wanted = Tuple[str, str, str]  # an output a pair asks for: (kind, path, what)
 
 
 class PairSettings(NamedTuple):
     """What the pairs of a run share. Under torchrun rank 0 sends its own to every rank."""
-    args: argparse.Namespace    # the parsed options (output names, map colours, histogram, report)
+
+    args: argparse.Namespace  # the parsed options (output names, map colours, histogram, report)
     hdr: bool
     tone_mapper: str
     ppd: float
-    directory: str              # where the maps, text files and histograms go
+    directory: str  # where the maps, text files and histograms go
     write_maps: bool
     write_exposure_maps: bool
-    pair_histograms: bool       # a histogram of each pair (not the one overlapped histogram of two)
+    pair_histograms: bool  # a histogram of each pair (not the one overlapped histogram of two)
 
 
 def pair_settings(args, hdr: bool, overlapped: bool) -> PairSettings:
     """The settings of a run of checked ``args``; ``overlapped``: the run draws one histogram of its
     two pairs instead of one per pair."""
-    return PairSettings(args, hdr, args.tone_mapper or "aces", ppd_of(args),
-                        args.directory if args.directory is not None else ".", not args.no_error_map,
-                        hdr and not args.no_exposure_map, args.histogram and not overlapped)
+    return PairSettings(
+        args,
+        hdr,
+        args.tone_mapper or "aces",
+        ppd_of(args),
+        args.directory if args.directory is not None else ".",
+        not args.no_error_map,
+        hdr and not args.no_exposure_map,
+        args.histogram and not overlapped,
+    )
 
 
 class PreparedPair(NamedTuple):
     """A pair whose images were read and whose outputs were checked and claimed."""
-    index: int                  # 1-based position among the run's pairs
+
+    index: int  # 1-based position among the run's pairs
     reference: str
     test: str
-    test_image: "object"        # the decoded test image, or None: read again when evaluated
+    test_image: "object"  # the decoded test image, or None: read again when evaluated
     names: Names
     outputs: Dict[str, Output]  # the ones written, by kind: "map", "exposure_map", "text", "histogram",
-                                # "report.<picture>" (see report.picture_files)
+    # "report.<picture>" (see report.picture_files)
 
 
 class PairWork:
@@ -56,15 +66,20 @@ class PairWork:
     none, UsageError); ``sink`` takes the rendered outputs (``sink.write(output, writer)``, as
     :class:`~.outputs.Staging` does)."""
 
-    def __init__(self, settings: PairSettings, device, claim: Callable[[Sequence[Wanted]], Dict[str, Output]],
-                 sink):
+    def __init__(self, settings: PairSettings, device, claim: Callable[[Sequence[Wanted]], Dict[str, Output]], sink):
         self.settings, self.claim, self.sink = settings, claim, sink
         args = settings.args
         if args.histogram:
             import_matplotlib()
-        self.evaluator = FlipEvaluator(settings.hdr, settings.tone_mapper, settings.ppd, device,
-                                       (args.start_exposure, args.stop_exposure, args.num_exposures),
-                                       args.alpha, args.background or "black")
+        self.evaluator = FlipEvaluator(
+            settings.hdr,
+            settings.tone_mapper,
+            settings.ppd,
+            device,
+            (args.start_exposure, args.stop_exposure, args.num_exposures),
+            args.alpha,
+            args.background or "black",
+        )
         self._sizes: Dict[str, Tuple[int, int]] = {}
 
     def check_sizes(self, reference: str, test: str) -> None:
@@ -84,14 +99,21 @@ class PairWork:
         exposures = self.reference_exposures(reference)
         test_image = self.evaluator.load(test)
         names = output_names(args, reference, test, s.ppd, s.directory, dynamic_range(s.tone_mapper, exposures))
-        wanted = [(kind, path, what) for kind, path, what, wanted in (
-            ("map", names.map, "error map", s.write_maps),
-            ("exposure_map", names.exposure_map, "exposure map", s.write_exposure_maps),
-            ("text", names.text, "pooled values file", args.textfile),
-            ("histogram", names.histogram, "histogram", s.pair_histograms)) if wanted]
+        wanted = [
+            (kind, path, what)
+            for kind, path, what, wanted in (
+                ("map", names.map, "error map", s.write_maps),
+                ("exposure_map", names.exposure_map, "exposure map", s.write_exposure_maps),
+                ("text", names.text, "pooled values file", args.textfile),
+                ("histogram", names.histogram, "histogram", s.pair_histograms),
+            )
+            if wanted
+        ]
         if args.report is not None:
-            wanted += [(f"report.{kind}", os.path.join(args.report, relative), what)
-                       for kind, relative, what in picture_files(index, test, s.hdr, self._sizes[test])]
+            wanted += [
+                (f"report.{kind}", os.path.join(args.report, relative), what)
+                for kind, relative, what in picture_files(index, test, s.hdr, self._sizes[test])
+            ]
         outputs = self.claim(wanted)
         return PreparedPair(index, reference, test, test_image if keep_test else None, names, outputs)
 
@@ -127,6 +149,14 @@ class PairWork:
             self.sink.write(p.outputs["histogram"], histogram_writer(args, [result]))
         if args.report is None:
             return None
-        pictures = {kind[len("report."):]: out for kind, out in p.outputs.items() if kind.startswith("report.")}
-        return stage_pair_images(self.sink, pictures, p.index, result, self.evaluator.reference(p.reference)[0],
-                                 test_image, s.hdr, s.tone_mapper)
+        pictures = {kind[len("report.") :]: out for kind, out in p.outputs.items() if kind.startswith("report.")}
+        return stage_pair_images(
+            self.sink,
+            pictures,
+            p.index,
+            result,
+            self.evaluator.reference(p.reference)[0],
+            test_image,
+            s.hdr,
+            s.tone_mapper,
+        )

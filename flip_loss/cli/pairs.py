@@ -1,6 +1,7 @@
 """Which images a ``flip-loss`` run compares: the pairs (one reference and its test images, the
 bundled example, or two folders paired by file name), whether they are LDR or HDR images, and
 their sizes from the headers."""
+
 import os
 from typing import Dict, List, NamedTuple, Sequence, Tuple
 
@@ -18,8 +19,7 @@ Pair = Tuple[str, str]  # (reference, test)
 def example_paths() -> Tuple[str, str]:
     """Absolute paths of the bundled example pair ``(reference, test)`` (PNG, 256 x 192, sRGB;
     see ``flip_loss/data/LICENSE.md`` for their origin and licence)."""
-    return (os.path.join(_DATA_DIR, "example_reference.png"),
-            os.path.join(_DATA_DIR, "example_test.png"))
+    return (os.path.join(_DATA_DIR, "example_reference.png"), os.path.join(_DATA_DIR, "example_test.png"))
 
 
 def stem(path: str) -> str:
@@ -40,21 +40,27 @@ def uses_hdr(pairs: Sequence[Pair]) -> bool:
     for path in (p for pair in pairs for p in pair):
         ext = os.path.splitext(path)[1]
         if ext.lower() in UNSUPPORTED_HDR_EXTENSIONS:
-            raise UsageError(f"'{path}': {ext} files (Radiance HDR / PFM) are not supported; convert "
-                             "the image to OpenEXR (.exr), which selects HDR-FLIP")
+            raise UsageError(
+                f"'{path}': {ext} files (Radiance HDR / PFM) are not supported; convert "
+                "the image to OpenEXR (.exr), which selects HDR-FLIP"
+            )
     for ref, test in pairs:
         if is_exr_path(ref) != is_exr_path(test):
             hdr_file, ldr_file = (ref, test) if is_exr_path(ref) else (test, ref)
-            raise UsageError(f"cannot mix HDR and LDR images: '{hdr_file}' is an OpenEXR (HDR) image "
-                             f"but '{ldr_file}' is not; an .exr reference (HDR-FLIP) needs .exr test "
-                             "images, an LDR reference LDR test images")
+            raise UsageError(
+                f"cannot mix HDR and LDR images: '{hdr_file}' is an OpenEXR (HDR) image "
+                f"but '{ldr_file}' is not; an .exr reference (HDR-FLIP) needs .exr test "
+                "images, an LDR reference LDR test images"
+            )
     kinds = {is_exr_path(ref) for ref, _ in pairs}
     if len(kinds) > 1:
         hdr_ref = next(ref for ref, _ in pairs if is_exr_path(ref))
         ldr_ref = next(ref for ref, _ in pairs if not is_exr_path(ref))
-        raise UsageError(f"cannot mix HDR and LDR images in one run: '{hdr_ref}' is an OpenEXR (HDR) "
-                         f"image but '{ldr_ref}' is not; evaluate them in separate runs (e.g. separate "
-                         "folders)")
+        raise UsageError(
+            f"cannot mix HDR and LDR images in one run: '{hdr_ref}' is an OpenEXR (HDR) "
+            f"image but '{ldr_ref}' is not; evaluate them in separate runs (e.g. separate "
+            "folders)"
+        )
     return kinds == {True}
 
 
@@ -83,9 +89,11 @@ def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, str], List[str], 
         if ext in FOLDER_EXTENSIONS:
             stem = os.path.splitext(name)[0]
             if stem in found:
-                raise UsageError(f"{what} '{directory}' has two images named '{stem}' "
-                                 f"({os.path.basename(found[stem])} and {name}); the pairing by "
-                                 "name would be ambiguous: rename or remove one")
+                raise UsageError(
+                    f"{what} '{directory}' has two images named '{stem}' "
+                    f"({os.path.basename(found[stem])} and {name}); the pairing by "
+                    "name would be ambiguous: rename or remove one"
+                )
             found[stem] = path
         elif is_hdr_path(name):
             hdr.append(name)
@@ -97,16 +105,17 @@ def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, str], List[str], 
 class Unmatched(NamedTuple):
     """A folder-mode image without a partner of the same name: its path in one folder, "" in the
     other, and why it was not evaluated."""
+
     reference: str
     test: str
     reason: str
 
 
 class Pairing(NamedTuple):
-    pairs: List[Pair]            # (reference, test), in file-name order
-    warnings: List[str]          # files left out that are not images of a pair
-    unmatched: List[Unmatched]   # folder mode: images without a partner, in file-name order
-    unmatched_lines: List[str]   # the same, summed up for the console (one line per folder)
+    pairs: List[Pair]  # (reference, test), in file-name order
+    warnings: List[str]  # files left out that are not images of a pair
+    unmatched: List[Unmatched]  # folder mode: images without a partner, in file-name order
+    unmatched_lines: List[str]  # the same, summed up for the console (one line per folder)
 
 
 def _pair_folders(reference_dir: str, test_dir: str) -> Pairing:
@@ -120,27 +129,38 @@ def _pair_folders(reference_dir: str, test_dir: str) -> Pairing:
     only_ref = sorted(set(refs) - set(tests))
     only_test = sorted(set(tests) - set(refs))
     if only_ref:
-        lines.append(f"{len(only_ref)} reference image(s) without a test image of the same name in "
-                     f"'{test_dir}': {_list_names([os.path.basename(refs[s]) for s in only_ref])}")
+        lines.append(
+            f"{len(only_ref)} reference image(s) without a test image of the same name in "
+            f"'{test_dir}': {_list_names([os.path.basename(refs[s]) for s in only_ref])}"
+        )
     if only_test:
-        lines.append(f"{len(only_test)} test image(s) without a reference image of the same name in "
-                     f"'{reference_dir}': {_list_names([os.path.basename(tests[s]) for s in only_test])}")
-    unmatched = sorted([Unmatched(refs[s], "", f"no test image of the same name in '{test_dir}'") for s in only_ref]
-                       + [Unmatched("", tests[s], f"no reference image of the same name in '{reference_dir}'")
-                          for s in only_test],
-                       key=lambda u: os.path.basename(u.reference or u.test))
+        lines.append(
+            f"{len(only_test)} test image(s) without a reference image of the same name in "
+            f"'{reference_dir}': {_list_names([os.path.basename(tests[s]) for s in only_test])}"
+        )
+    unmatched = sorted(
+        [Unmatched(refs[s], "", f"no test image of the same name in '{test_dir}'") for s in only_ref]
+        + [Unmatched("", tests[s], f"no reference image of the same name in '{reference_dir}'") for s in only_test],
+        key=lambda u: os.path.basename(u.reference or u.test),
+    )
     hdr = ref_hdr + test_hdr
     if hdr:
-        warnings.append(f"{len(hdr)} Radiance HDR / PFM file(s) skipped (not supported; convert them to "
-                        f"OpenEXR .exr): {_list_names(hdr)}")
+        warnings.append(
+            f"{len(hdr)} Radiance HDR / PFM file(s) skipped (not supported; convert them to "
+            f"OpenEXR .exr): {_list_names(hdr)}"
+        )
     other = ref_other + test_other
     if other:
-        warnings.append(f"{len(other)} file(s) without a supported image extension "
-                        f"({' '.join(FOLDER_EXTENSIONS)}) ignored: {_list_names(other)}")
+        warnings.append(
+            f"{len(other)} file(s) without a supported image extension "
+            f"({' '.join(FOLDER_EXTENSIONS)}) ignored: {_list_names(other)}"
+        )
     if not stems:
-        raise UsageError(f"no image in the test folder '{test_dir}' has a reference of the same name "
-                         f"in '{reference_dir}' (pairs are matched by file name without extension; "
-                         f"supported extensions: {' '.join(FOLDER_EXTENSIONS)})")
+        raise UsageError(
+            f"no image in the test folder '{test_dir}' has a reference of the same name "
+            f"in '{reference_dir}' (pairs are matched by file name without extension; "
+            f"supported extensions: {' '.join(FOLDER_EXTENSIONS)})"
+        )
     return Pairing([(refs[s], tests[s]) for s in stems], warnings, unmatched, lines)
 
 
@@ -155,8 +175,10 @@ def pairs_of(args) -> Pairing:
     else:
         missing = [n for n, v in (("--reference/-r", args.reference), ("--test/-t", args.test)) if v is None]
         if missing:
-            raise UsageError(f"the following arguments are required: {', '.join(missing)} "
-                             "(or use --example, or --reference-dir/--test-dir)")
+            raise UsageError(
+                f"the following arguments are required: {', '.join(missing)} "
+                "(or use --example, or --reference-dir/--test-dir)"
+            )
         reference, tests = args.reference, list(args.test)
     if args.output is not None and len(tests) != 1:
         raise UsageError(f"--output can only be used with one test image, got {len(tests)}")
@@ -178,5 +200,7 @@ def check_sizes(reference: str, test: str, sizes: Dict[str, Tuple[int, int]]) ->
         raise UsageError(str(exc)) from None
     if sizes[test] != sizes[reference]:
         (tw, th), (rw, rh) = sizes[test], sizes[reference]
-        raise UsageError(f"test image '{test}' is {tw}x{th} pixels but the reference '{reference}' is "
-                         f"{rw}x{rh}; they must have the same size")
+        raise UsageError(
+            f"test image '{test}' is {tw}x{th} pixels but the reference '{reference}' is "
+            f"{rw}x{rh}; they must have the same size"
+        )

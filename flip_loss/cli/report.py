@@ -23,6 +23,7 @@ Every file goes through the run's :class:`~.outputs.Staging` and :class:`~.outpu
 checked before anything is written, never an input, and renamed into place only when the whole
 run has succeeded.
 """
+
 import datetime
 import html
 import math
@@ -53,58 +54,63 @@ _GENERATOR_MARK = f'<meta name="generator" content="{GENERATOR}'
 class Column(NamedTuple):
     """A pooled value of the pairs table: its key (as --fail-above names it where it can be a gate
     quantity), its heading and the PooledValues field it shows."""
+
     key: str
     label: str
     field: str
 
 
-COLUMNS = (Column("mean", "Mean", "mean"),
-           Column("weighted-median", "Weighted median", "weighted_median"),
-           Column("weighted-quartile-1", "1st weighted quartile", "weighted_quartile_1"),
-           Column("weighted-quartile-3", "3rd weighted quartile", "weighted_quartile_3"),
-           Column("max", "Max", "max"))
+COLUMNS = (
+    Column("mean", "Mean", "mean"),
+    Column("weighted-median", "Weighted median", "weighted_median"),
+    Column("weighted-quartile-1", "1st weighted quartile", "weighted_quartile_1"),
+    Column("weighted-quartile-3", "3rd weighted quartile", "weighted_quartile_3"),
+    Column("max", "Max", "max"),
+)
 _COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
 
 # The pictures of a pair, in the order they are shown: (kind, caption).
-_PICTURES = (("reference", "Reference"), ("test", "Test"), ("error", "FLIP error map"),
-             ("exposure", "Exposure map"))
+_PICTURES = (("reference", "Reference"), ("test", "Test"), ("error", "FLIP error map"), ("exposure", "Exposure map"))
 
 
 class Picture(NamedTuple):
     """One picture of a pair, as paths relative to the report directory ('/'-separated)."""
-    kind: str        # "reference", "test", "error" or "exposure"
-    thumbnail: str   # the file shown on the page (the full-size one when the image is small)
+
+    kind: str  # "reference", "test", "error" or "exposure"
+    thumbnail: str  # the file shown on the page (the full-size one when the image is small)
     full: str
 
 
 class PairRecord(NamedTuple):
     """One pair as the report shows it. Plain values only (see the module docstring)."""
-    index: int                              # 1-based position among the run's pairs
+
+    index: int  # 1-based position among the run's pairs
     reference: str
     test: str
-    failure: Optional[str] = None           # why the pair could not be evaluated; None if it was
-    pooled: Optional[Tuple[float, ...]] = None   # flip_loss.pooling.PooledValues
-    exposures: Optional[Tuple[float, float, int]] = None   # HDR-FLIP: start, stop (stops), count
+    failure: Optional[str] = None  # why the pair could not be evaluated; None if it was
+    pooled: Optional[Tuple[float, ...]] = None  # flip_loss.pooling.PooledValues
+    exposures: Optional[Tuple[float, float, int]] = None  # HDR-FLIP: start, stop (stops), count
     shown_exposure: Optional[float] = None  # HDR-FLIP: the exposure of the pictures shown
     seconds: float = 0.0
-    histogram: Tuple[float, ...] = ()       # the weighted histogram (HISTOGRAM_BINS buckets)
-    size: Tuple[int, int] = (0, 0)          # width, height
+    histogram: Tuple[float, ...] = ()  # the weighted histogram (HISTOGRAM_BINS buckets)
+    size: Tuple[int, int] = (0, 0)  # width, height
     thumbnail_size: Tuple[int, int] = (0, 0)
     pictures: Tuple[Picture, ...] = ()
 
 
 class ReportSettings(NamedTuple):
     """What the run's pairs share, for the page's summary."""
+
     ppd: float
     hdr: bool
     tone_mapper: str
     gate: Optional[Tuple[Tuple[str, float], ...]]  # (quantity, threshold) of each --fail-above
-    inputs: Tuple[Tuple[str, str], ...]     # (what, path), e.g. ("Reference folder", "refs/")
-    pairs: int                              # the number of pairs (and unmatched images) of the run
+    inputs: Tuple[Tuple[str, str], ...]  # (what, path), e.g. ("Reference folder", "refs/")
+    pairs: int  # the number of pairs (and unmatched images) of the run
     version: str
-    created: str                            # date and time, ISO 8601
-    timing: bool = False                    # --timing: each pair's evaluation time is shown
-    unmatched_fail: bool = True             # an image without a partner fails the gate
+    created: str  # date and time, ISO 8601
+    timing: bool = False  # --timing: each pair's evaluation time is shown
+    unmatched_fail: bool = True  # an image without a partner fails the gate
 
 
 def creation_time() -> str:
@@ -119,16 +125,19 @@ def creation_time() -> str:
     return datetime.datetime.now().astimezone().replace(microsecond=0).isoformat()
 
 
-def settings_now(ppd: float, hdr: bool, tone_mapper: str, gate, inputs, pairs: int, timing: bool = False,
-                 unmatched_fail: bool = True) -> ReportSettings:
+def settings_now(
+    ppd: float, hdr: bool, tone_mapper: str, gate, inputs, pairs: int, timing: bool = False, unmatched_fail: bool = True
+) -> ReportSettings:
     """The settings of a report written now, by this version of flip-loss."""
     from .. import __version__
 
-    return ReportSettings(ppd, hdr, tone_mapper, gate, tuple(inputs), pairs, __version__, creation_time(),
-                          timing, unmatched_fail)
+    return ReportSettings(
+        ppd, hdr, tone_mapper, gate, tuple(inputs), pairs, __version__, creation_time(), timing, unmatched_fail
+    )
 
 
 # --- the report directory -------------------------------------------------------------------------
+
 
 def _is_report_page(path: str) -> bool:
     try:
@@ -149,9 +158,11 @@ def check_report_directory(directory: str) -> List[str]:
     earlier_report = _is_report_page(page)
     for path, what in ((page, REPORT_PAGE), (images, f"'{IMAGE_FOLDER}'")):
         if os.path.lexists(path) and not earlier_report:
-            raise UsageError(f"--report: the directory '{directory}' already holds {what}, and it is not "
-                             f"from an earlier flip-loss report; choose a new or empty directory (the "
-                             f"report writes {REPORT_PAGE} and {IMAGE_FOLDER}/ there)")
+            raise UsageError(
+                f"--report: the directory '{directory}' already holds {what}, and it is not "
+                f"from an earlier flip-loss report; choose a new or empty directory (the "
+                f"report writes {REPORT_PAGE} and {IMAGE_FOLDER}/ there)"
+            )
     if os.path.lexists(images) and not os.path.isdir(images):
         raise UsageError(f"--report: '{images}' is not a directory")
     return [d for d in (directory, images) if not os.path.isdir(d)]
@@ -162,6 +173,7 @@ def page_path(directory: str) -> str:
 
 
 # --- the pictures of a pair -----------------------------------------------------------------------
+
 
 def thumbnail_factor(width: int, height: int) -> int:
     """The whole number by which a width x height image is shrunk into a thumbnail (1: shown as
@@ -187,8 +199,7 @@ def picture_files(index: int, test: str, hdr: bool, size: Tuple[int, int]) -> Li
             continue
         files.append((kind, f"{base}.{kind}.png", f"report image ({caption.lower()})"))
         if shrunk:
-            files.append((f"{kind}.thumbnail", f"{base}.{kind}.thumbnail.png",
-                          f"report thumbnail ({caption.lower()})"))
+            files.append((f"{kind}.thumbnail", f"{base}.{kind}.thumbnail.png", f"report thumbnail ({caption.lower()})"))
     return files
 
 
@@ -253,7 +264,7 @@ def display_image(image, hdr: bool, tone_mapper: str, exposure: Optional[float])
     if hdr:
         from ..oracle import hdr_to_ldr, linear_to_srgb
 
-        x = linear_to_srgb(hdr_to_ldr(x[None], 2.0 ** exposure, tone_mapper)[0])
+        x = linear_to_srgb(hdr_to_ldr(x[None], 2.0**exposure, tone_mapper)[0])
     values = x.clamp(0.0, 1.0).permute(1, 2, 0).numpy()
     return np.round(values * 255.0).astype(np.uint8)
 
@@ -267,8 +278,16 @@ def _write_picture(image) -> Callable[[str], None]:
     return lambda path: Image.fromarray(image).save(path, format="PNG", compress_level=1)
 
 
-def stage_pair_images(staging: Staging, outputs: Dict[str, Output], index: int, result: Result,
-                      reference_image, test_image, hdr: bool, tone_mapper: str) -> PairRecord:
+def stage_pair_images(
+    staging: Staging,
+    outputs: Dict[str, Output],
+    index: int,
+    result: Result,
+    reference_image,
+    test_image,
+    hdr: bool,
+    tone_mapper: str,
+) -> PairRecord:
     """Stages the pictures of evaluated pair ``index`` into its report files ``outputs`` (claimed
     with :func:`picture_files`' kinds, relative paths as given there) and returns its record."""
     from ..colormaps import MAGMA, VIRIDIS, apply_colormap
@@ -277,17 +296,21 @@ def stage_pair_images(staging: Staging, outputs: Dict[str, Output], index: int, 
     height, width = result.error.shape
     factor = thumbnail_factor(width, height)
     shown = displayed_exposure(result.exposures) if hdr else None
-    full = {"reference": display_image(reference_image, hdr, tone_mapper, shown),
-            "test": display_image(test_image, hdr, tone_mapper, shown),
-            "error": apply_colormap(result.error, MAGMA)}
+    full = {
+        "reference": display_image(reference_image, hdr, tone_mapper, shown),
+        "test": display_image(test_image, hdr, tone_mapper, shown),
+        "error": apply_colormap(result.error, MAGMA),
+    }
     if hdr:
         full["exposure"] = apply_colormap(result.exposure, VIRIDIS)
     small = {}
     if factor > 1:
         error_small, exposure_small = _shrunk_maps(result.error, result.exposure, factor)
-        small = {"reference": _shrunk_image(full["reference"], factor),
-                 "test": _shrunk_image(full["test"], factor),
-                 "error": apply_colormap(error_small, MAGMA)}
+        small = {
+            "reference": _shrunk_image(full["reference"], factor),
+            "test": _shrunk_image(full["test"], factor),
+            "error": apply_colormap(error_small, MAGMA),
+        }
         if hdr:
             small["exposure"] = apply_colormap(exposure_small, VIRIDIS)
     pictures = []
@@ -295,14 +318,26 @@ def stage_pair_images(staging: Staging, outputs: Dict[str, Output], index: int, 
         staging.write(outputs[kind], _write_picture(image))
         if factor > 1:
             staging.write(outputs[f"{kind}.thumbnail"], _write_picture(small[kind]))
-        pictures.append(Picture(kind, _relative(outputs[f"{kind}.thumbnail" if factor > 1 else kind]),
-                                _relative(outputs[kind])))
+        pictures.append(
+            Picture(kind, _relative(outputs[f"{kind}.thumbnail" if factor > 1 else kind]), _relative(outputs[kind]))
+        )
     thumbnail_height, thumbnail_width = (small or full)["error"].shape[:2]
     _, histogram = weighted_histogram(result.error, HISTOGRAM_BINS)
     exposures = tuple(result.exposures) if result.exposures is not None else None
-    return PairRecord(index, result.reference, result.test, None, tuple(result.pooled), exposures, shown,
-                      result.seconds, tuple(float(v) for v in histogram), (width, height),
-                      (thumbnail_width, thumbnail_height), tuple(pictures))
+    return PairRecord(
+        index,
+        result.reference,
+        result.test,
+        None,
+        tuple(result.pooled),
+        exposures,
+        shown,
+        result.seconds,
+        tuple(float(v) for v in histogram),
+        (width, height),
+        (thumbnail_width, thumbnail_height),
+        tuple(pictures),
+    )
 
 
 def _relative(out: Output) -> str:
@@ -316,6 +351,7 @@ def failed_record(index: int, reference: str, test: str, message: str) -> PairRe
 
 
 # --- the page -------------------------------------------------------------------------------------
+
 
 def _esc(text) -> str:
     return html.escape(readable(str(text)), quote=True)
@@ -370,8 +406,9 @@ def default_order(records: Sequence[PairRecord], gate) -> List[PairRecord]:
     """The table's first order, worst first: the pairs that failed, then by the first gate's
     quantity (the mean without a gate), largest first; ties by position in the run."""
     key = _sort_key(gate)
-    return sorted(records, key=lambda r: (r.failure is None,
-                                          -_gate_value(r, key) if r.failure is None else 0.0, r.index))
+    return sorted(
+        records, key=lambda r: (r.failure is None, -_gate_value(r, key) if r.failure is None else 0.0, r.index)
+    )
 
 
 def _quantity_text(quantity: str) -> str:
@@ -382,8 +419,11 @@ def _summary(records: Sequence[PairRecord], settings: ReportSettings) -> str:
     evaluated = [r for r in records if r.failure is None]
     failed = len(records) - len(evaluated)
     rows = []
-    pairs_text = (f"{len(evaluated)} of {settings.pairs} evaluated, "
-                  f"<strong class=\"bad\">{failed} failed</strong>" if failed else f"{len(evaluated)} evaluated")
+    pairs_text = (
+        f'{len(evaluated)} of {settings.pairs} evaluated, <strong class="bad">{failed} failed</strong>'
+        if failed
+        else f"{len(evaluated)} evaluated"
+    )
     rows.append(("Pairs", pairs_text))
     if settings.gate is None:
         rows.append(("Gate", "none (no --fail-above)"))
@@ -392,14 +432,20 @@ def _summary(records: Sequence[PairRecord], settings: ReportSettings) -> str:
         missing = sum(_fails_gate(r, settings) for r in records if r.failure is not None)
         what = " or ".join(f"the {_quantity_text(q)} above {t:.6f}" for q, t in settings.gate)
         if over or missing:
-            reasons = ([f"{over} of {len(evaluated)} pair(s) with {what}"] if over else []) + \
-                      ([f"{missing} not evaluated"] if missing else [])
+            reasons = ([f"{over} of {len(evaluated)} pair(s) with {what}"] if over else []) + (
+                [f"{missing} not evaluated"] if missing else []
+            )
             verdict = f'<strong class="bad">failed</strong>: {"; ".join(reasons)}'
         else:
             verdict = f'<strong class="good">passed</strong>: no pair with {what}'
         flags = " ".join(f"--fail-above {_esc(q)} {t:g}" for q, t in settings.gate)
-        rows.append(("Gate", f'<span id="gate-verdict" data-verdict="{"failed" if over or missing else "passed"}">'
-                             f"{verdict}</span> ({flags})"))
+        rows.append(
+            (
+                "Gate",
+                f'<span id="gate-verdict" data-verdict="{"failed" if over or missing else "passed"}">'
+                f"{verdict}</span> ({flags})",
+            )
+        )
     rows.append(("Metric", "HDR-FLIP, tone mapper " + _esc(settings.tone_mapper) if settings.hdr else "LDR-FLIP"))
     rows.append(("Viewing conditions", f"{settings.ppd:.4f} pixels per degree"))
     for what, path in settings.inputs:
@@ -407,28 +453,36 @@ def _summary(records: Sequence[PairRecord], settings: ReportSettings) -> str:
     rows.append(("Written by", f"flip-loss {_esc(settings.version)}"))
     rows.append(("Date", f'<time datetime="{_esc(settings.created)}">{_esc(settings.created)}</time>'))
     items = "\n".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
-    return (f'<section aria-labelledby="summary-title">\n<h2 id="summary-title">Summary</h2>\n'
-            f'<dl class="summary">\n{items}\n</dl>\n</section>')
+    return (
+        f'<section aria-labelledby="summary-title">\n<h2 id="summary-title">Summary</h2>\n'
+        f'<dl class="summary">\n{items}\n</dl>\n</section>'
+    )
 
 
 def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
     key = _sort_key(settings.gate)
-    heads = ['<th scope="col" class="num">#</th>',
-             '<th scope="col" data-sort-key="test"><button type="button" class="sort" '
-             'aria-describedby="sort-help">Test</button></th>',
-             '<th scope="col">Reference</th>']
+    heads = [
+        '<th scope="col" class="num">#</th>',
+        '<th scope="col" data-sort-key="test"><button type="button" class="sort" '
+        'aria-describedby="sort-help">Test</button></th>',
+        '<th scope="col">Reference</th>',
+    ]
     for c in COLUMNS:
         sort = ' aria-sort="descending"' if c.key == key else ""
-        heads.append(f'<th scope="col" class="num" data-sort-key="{c.key}"{sort}><button type="button" '
-                     f'class="sort" aria-describedby="sort-help">{_esc(c.label)}</button></th>')
+        heads.append(
+            f'<th scope="col" class="num" data-sort-key="{c.key}"{sort}><button type="button" '
+            f'class="sort" aria-describedby="sort-help">{_esc(c.label)}</button></th>'
+        )
     heads.append('<th scope="col">Status</th>')
     body = []
     for r in ordered:
         attrs = [f'data-index="{r.index}"', f'data-test="{_esc(os.path.basename(r.test))}"']
-        cells = [f'<td class="num">{r.index}</td>',
-                 f'<th scope="row"><a href="#pair-{r.index}" title="{_esc(r.test)}">'
-                 f'{_esc(os.path.basename(r.test))}</a></th>',
-                 f'<td title="{_esc(r.reference)}">{_esc(os.path.basename(r.reference))}</td>']
+        cells = [
+            f'<td class="num">{r.index}</td>',
+            f'<th scope="row"><a href="#pair-{r.index}" title="{_esc(r.test)}">'
+            f"{_esc(os.path.basename(r.test))}</a></th>",
+            f'<td title="{_esc(r.reference)}">{_esc(os.path.basename(r.reference))}</td>',
+        ]
         if r.failure is None:
             pooled = _pooled(r)
             for c in COLUMNS:
@@ -436,26 +490,35 @@ def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
                 attrs.append(f'data-{c.key}="{v!r}"')
                 cells.append(f'<td class="num">{v:.4f}</td>')
             over = _is_over(r, settings.gate)
-            status = ('<span class="badge bad">over threshold</span>' if over else
-                      '<span class="badge good">within</span>' if settings.gate is not None else "evaluated")
+            status = (
+                '<span class="badge bad">over threshold</span>'
+                if over
+                else '<span class="badge good">within</span>'
+                if settings.gate is not None
+                else "evaluated"
+            )
             state = "over" if over else "ok"
         else:
             # the reason in place of the values, where there is room for it
             cells.append(f'<td colspan="{len(COLUMNS)}" class="why">not evaluated: {_esc(r.failure)}</td>')
-            status = ('<span class="badge bad">failed</span>' if settings.gate is None or _fails_gate(r, settings)
-                      else '<span class="badge">skipped</span>')
+            status = (
+                '<span class="badge bad">failed</span>'
+                if settings.gate is None or _fails_gate(r, settings)
+                else '<span class="badge">skipped</span>'
+            )
             state = "failed"
         attrs.append(f'data-state="{state}"')
         cells.append(f"<td>{status}</td>")
         body.append(f'<tr {" ".join(attrs)} class="{state}">' + "".join(cells) + "</tr>")
     sorted_by = f"{_COLUMN_BY_KEY[key].label}, largest first"
-    return (f'<section aria-labelledby="pairs-title">\n<h2 id="pairs-title">Pairs</h2>\n'
-            f'<p id="sort-help" class="hint">Sort by a column with its heading button; again to reverse. '
-            f'Failed pairs count as worst.</p>\n'
-            f'<table id="pairs-table" data-sort-key="{key}" data-sort-descending="true">\n'
-            f'<caption>Pairs sorted by <span id="sort-status" aria-live="polite">{sorted_by}</span></caption>\n'
-            f'<thead><tr>{"".join(heads)}</tr></thead>\n<tbody>\n' + "\n".join(body)
-            + "\n</tbody>\n</table>\n</section>")
+    return (
+        f'<section aria-labelledby="pairs-title">\n<h2 id="pairs-title">Pairs</h2>\n'
+        f'<p id="sort-help" class="hint">Sort by a column with its heading button; again to reverse. '
+        f"Failed pairs count as worst.</p>\n"
+        f'<table id="pairs-table" data-sort-key="{key}" data-sort-descending="true">\n'
+        f'<caption>Pairs sorted by <span id="sort-status" aria-live="polite">{sorted_by}</span></caption>\n'
+        f"<thead><tr>{''.join(heads)}</tr></thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody>\n</table>\n</section>"
+    )
 
 
 def _compact(value: float) -> str:
@@ -475,108 +538,155 @@ def histogram_svg(record: PairRecord, label_id: str) -> str:
     scale = plot_h / tallest if tallest > 0 else 0.0
     bar_w = plot_w / max(1, len(record.histogram))
     # Inline SVG in HTML needs no xmlns (and the page holds no URL at all).
-    parts = [f'<svg class="histogram" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-             f'role="img" aria-labelledby="{label_id}">']
+    parts = [
+        f'<svg class="histogram" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-labelledby="{label_id}">'
+    ]
     pooled = _pooled(record)
-    parts.append(f'<title id="{label_id}">Weighted FLIP histogram of {_esc(os.path.basename(record.test))}: '
-                 f'mean {pooled.mean:.4f}, weighted median {pooled.weighted_median:.4f}, quartiles '
-                 f'{pooled.weighted_quartile_1:.4f} and {pooled.weighted_quartile_3:.4f}, '
-                 f'max {pooled.max:.4f}</title>')
+    parts.append(
+        f'<title id="{label_id}">Weighted FLIP histogram of {_esc(os.path.basename(record.test))}: '
+        f"mean {pooled.mean:.4f}, weighted median {pooled.weighted_median:.4f}, quartiles "
+        f"{pooled.weighted_quartile_1:.4f} and {pooled.weighted_quartile_3:.4f}, "
+        f"max {pooled.max:.4f}</title>"
+    )
     parts.append('<g class="bars">')
     for i, value in enumerate(record.histogram):
         if value > 0:
             h = value * scale
-            parts.append(f'<rect data-bin="{i}" x="{left + i * bar_w:.2f}" y="{top + plot_h - h:.2f}" '
-                         f'width="{bar_w:.2f}" height="{h:.2f}"/>')
+            parts.append(
+                f'<rect data-bin="{i}" x="{left + i * bar_w:.2f}" y="{top + plot_h - h:.2f}" '
+                f'width="{bar_w:.2f}" height="{h:.2f}"/>'
+            )
     parts.append("</g>")
-    for value, cls in ((pooled.weighted_quartile_1, "quartile"), (pooled.weighted_quartile_3, "quartile"),
-                       (pooled.weighted_median, "median"), (pooled.mean, "mean")):
+    for value, cls in (
+        (pooled.weighted_quartile_1, "quartile"),
+        (pooled.weighted_quartile_3, "quartile"),
+        (pooled.weighted_median, "median"),
+        (pooled.mean, "mean"),
+    ):
         x = left + min(max(value, 0.0), 1.0) * plot_w
         parts.append(f'<line class="{cls}" x1="{x:.2f}" x2="{x:.2f}" y1="{top}" y2="{top + plot_h}"/>')
     base = top + plot_h
     parts.append(f'<path class="axis" d="M{left} {top}V{base}H{left + plot_w}"/>')
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
         x = left + tick * plot_w
-        parts.append(f'<path class="axis" d="M{x:.2f} {base}v4"/>'
-                     f'<text x="{x:.2f}" y="{base + 15}" text-anchor="middle">{tick:g}</text>')
-    parts.append(f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{_compact(tallest)}</text>'
-                 f'<text x="{left - 4}" y="{base}" text-anchor="end">0</text>'
-                 f'<text x="{left + plot_w / 2:.0f}" y="{height - 2}" text-anchor="middle">FLIP error</text>')
+        parts.append(
+            f'<path class="axis" d="M{x:.2f} {base}v4"/>'
+            f'<text x="{x:.2f}" y="{base + 15}" text-anchor="middle">{tick:g}</text>'
+        )
+    parts.append(
+        f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{_compact(tallest)}</text>'
+        f'<text x="{left - 4}" y="{base}" text-anchor="end">0</text>'
+        f'<text x="{left + plot_w / 2:.0f}" y="{height - 2}" text-anchor="middle">FLIP error</text>'
+    )
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _figure(record: PairRecord, picture: Picture, caption: str, flip: Optional[Picture] = None,
-            figure_id: Optional[str] = None) -> str:
+def _figure(
+    record: PairRecord, picture: Picture, caption: str, flip: Optional[Picture] = None, figure_id: Optional[str] = None
+) -> str:
     """A picture of a pair. ``flip``: the test picture, which the figure can show in place."""
     w, h = record.thumbnail_size
     name = os.path.basename(record.test if picture.kind == "test" else record.reference)
-    alt = {"reference": f"reference {name}", "test": f"test {name}",
-           "error": f"FLIP error map of {os.path.basename(record.test)}",
-           "exposure": f"exposure map of {os.path.basename(record.test)}"}[picture.kind]
+    alt = {
+        "reference": f"reference {name}",
+        "test": f"test {name}",
+        "error": f"FLIP error map of {os.path.basename(record.test)}",
+        "exposure": f"exposure map of {os.path.basename(record.test)}",
+    }[picture.kind]
     data = f'data-thumbnail="{_url(picture.thumbnail)}" data-full="{_url(picture.full)}"'
     if flip is not None:
-        data += (f' data-flip-thumbnail="{_url(flip.thumbnail)}" data-flip-full="{_url(flip.full)}"'
-                 f' data-alt="{_esc(alt)}" data-flip-alt="{_esc("test " + os.path.basename(record.test))}"')
+        data += (
+            f' data-flip-thumbnail="{_url(flip.thumbnail)}" data-flip-full="{_url(flip.full)}"'
+            f' data-alt="{_esc(alt)}" data-flip-alt="{_esc("test " + os.path.basename(record.test))}"'
+        )
     role = ' class="flip-view"' if flip is not None else ""
     if figure_id is not None:
         role += f' id="{figure_id}"'
-    caption_html = (f'<span class="flip-caption" data-caption="{_esc(caption)}" data-flip-caption="Test">'
-                    f'{_esc(caption)}</span>' if flip is not None else _esc(caption))
-    return (f'<figure{role}><div class="frame"><img src="{_url(picture.thumbnail)}" {data} alt="{_esc(alt)}" '
-            f'width="{w}" height="{h}" loading="lazy" decoding="async"></div>'
-            f'<figcaption>{caption_html} <a class="full-link" href="{_url(picture.full)}">full size'
-            f'<span class="hidden-label">: {_esc(alt)}</span></a></figcaption></figure>')
+    caption_html = (
+        f'<span class="flip-caption" data-caption="{_esc(caption)}" data-flip-caption="Test">{_esc(caption)}</span>'
+        if flip is not None
+        else _esc(caption)
+    )
+    return (
+        f'<figure{role}><div class="frame"><img src="{_url(picture.thumbnail)}" {data} alt="{_esc(alt)}" '
+        f'width="{w}" height="{h}" loading="lazy" decoding="async"></div>'
+        f'<figcaption>{caption_html} <a class="full-link" href="{_url(picture.full)}">full size'
+        f'<span class="hidden-label">: {_esc(alt)}</span></a></figcaption></figure>'
+    )
 
 
 def _card(record: PairRecord, settings: ReportSettings) -> str:
     test_name = os.path.basename(record.test)
     title_id = f"pair-{record.index}-title"
-    head = (f'<article class="pair" id="pair-{record.index}" tabindex="-1" aria-labelledby="{title_id}" '
-            f'data-flipped="false" data-full="false">'
-            f'<h3 id="{title_id}"><span class="num">{record.index}.</span> {_esc(test_name)}</h3>'
-            f'<p class="paths">test <code>{_esc(record.test)}</code>, '
-            f'reference <code>{_esc(record.reference)}</code></p>')
+    head = (
+        f'<article class="pair" id="pair-{record.index}" tabindex="-1" aria-labelledby="{title_id}" '
+        f'data-flipped="false" data-full="false">'
+        f'<h3 id="{title_id}"><span class="num">{record.index}.</span> {_esc(test_name)}</h3>'
+        f'<p class="paths">test <code>{_esc(record.test)}</code>, '
+        f"reference <code>{_esc(record.reference)}</code></p>"
+    )
     if record.failure is not None:
-        return (head + f'<p class="failure"><span class="badge bad">failed</span> not evaluated: '
-                       f'{_esc(record.failure)}</p></article>')
+        return (
+            head + f'<p class="failure"><span class="badge bad">failed</span> not evaluated: '
+            f"{_esc(record.failure)}</p></article>"
+        )
     pooled = _pooled(record)
     over = _over(record, settings.gate)
-    values = [f'<span class="{"bad" if c.key in over else ""}">{_esc(c.label)} '
-              f'<strong>{getattr(pooled, c.field):.6f}</strong></span>' for c in COLUMNS]
+    values = [
+        f'<span class="{"bad" if c.key in over else ""}">{_esc(c.label)} '
+        f"<strong>{getattr(pooled, c.field):.6f}</strong></span>"
+        for c in COLUMNS
+    ]
     values.insert(4, f"<span>Min <strong>{pooled.min:.6f}</strong></span>")
-    status = ('<span class="badge bad">over threshold</span> ' if over else "")
+    status = '<span class="badge bad">over threshold</span> ' if over else ""
     details = [f"{record.size[0]} &times; {record.size[1]} pixels"]
     if settings.timing:
         details.append(f"evaluated in {record.seconds:.3f} s")
     if record.exposures is not None:
         start, stop, count = record.exposures
-        details.insert(0, f"exposures {start:.4f} to {stop:.4f} stops, {count} of them; pictures shown "
-                          f"tone mapped ({_esc(settings.tone_mapper)}) at {record.shown_exposure:.4f} stops")
+        details.insert(
+            0,
+            f"exposures {start:.4f} to {stop:.4f} stops, {count} of them; pictures shown "
+            f"tone mapped ({_esc(settings.tone_mapper)}) at {record.shown_exposure:.4f} stops",
+        )
     pictures = {p.kind: p for p in record.pictures}
     shrunk = any(p.thumbnail != p.full for p in record.pictures)
     # The visible label starts each button's name; the hidden part says which pair it acts on.
     of_pair = f'<span class="hidden-label"> of {_esc(test_name)}</span>'
-    controls = [f'<button type="button" class="flip" aria-pressed="false" aria-controls="pair-{record.index}-view" '
-                f'aria-keyshortcuts="F">Flip reference / test{of_pair} <kbd>F</kbd></button>']
+    controls = [
+        f'<button type="button" class="flip" aria-pressed="false" aria-controls="pair-{record.index}-view" '
+        f'aria-keyshortcuts="F">Flip reference / test{of_pair} <kbd>F</kbd></button>'
+    ]
     if shrunk:
         controls.append(f'<button type="button" class="full-size" aria-pressed="false">Full size{of_pair}</button>')
-    figures = [_figure(record, pictures["reference"], "Reference", flip=pictures["test"],
-                       figure_id=f"pair-{record.index}-view"),
-               _figure(record, pictures["test"], "Test"),
-               _figure(record, pictures["error"], "FLIP error map")]
+    figures = [
+        _figure(
+            record, pictures["reference"], "Reference", flip=pictures["test"], figure_id=f"pair-{record.index}-view"
+        ),
+        _figure(record, pictures["test"], "Test"),
+        _figure(record, pictures["error"], "FLIP error map"),
+    ]
     if "exposure" in pictures:
         figures.append(_figure(record, pictures["exposure"], "Exposure map"))
-    figures.append(f'<figure class="histogram-figure">{histogram_svg(record, f"pair-{record.index}-histogram")}'
-                   f'<figcaption>Weighted histogram (FLIP sum per megapixel): <span class="key mean">mean</span>, '
-                   f'<span class="key median">weighted median</span>, <span class="key quartile">quartiles</span>'
-                   f'</figcaption></figure>')
-    scale = ("thumbnails: each pixel the mean of a block of the image, the largest error of the block in "
-             "the error map" if shrunk else "at full size")
-    return (head + f'<p class="values">{status}{" ".join(values)}</p>'
-                   f'<p class="details">{"; ".join(details)}; {scale}</p>'
-                   f'<div class="controls">{"".join(controls)}</div>'
-                   f'<div class="pictures">{"".join(figures)}</div></article>')
+    figures.append(
+        f'<figure class="histogram-figure">{histogram_svg(record, f"pair-{record.index}-histogram")}'
+        f'<figcaption>Weighted histogram (FLIP sum per megapixel): <span class="key mean">mean</span>, '
+        f'<span class="key median">weighted median</span>, <span class="key quartile">quartiles</span>'
+        f"</figcaption></figure>"
+    )
+    scale = (
+        "thumbnails: each pixel the mean of a block of the image, the largest error of the block in the error map"
+        if shrunk
+        else "at full size"
+    )
+    return (
+        head + f'<p class="values">{status}{" ".join(values)}</p>'
+        f'<p class="details">{"; ".join(details)}; {scale}</p>'
+        f'<div class="controls">{"".join(controls)}</div>'
+        f'<div class="pictures">{"".join(figures)}</div></article>'
+    )
 
 
 def render_page(records: Sequence[PairRecord], settings: ReportSettings) -> str:
@@ -597,7 +707,7 @@ def render_page(records: Sequence[PairRecord], settings: ReportSettings) -> str:
 </head>
 <body>
 <a class="skip" href="#pairs-table">Skip to the pairs table</a>
-<header><h1>{'HDR' if settings.hdr else 'LDR'}-FLIP report</h1></header>
+<header><h1>{"HDR" if settings.hdr else "LDR"}-FLIP report</h1></header>
 <main>
 {_summary(records, settings)}
 {_table(ordered, settings)}

@@ -3,6 +3,7 @@ or rank 0 of a torchrun launch): the options and every output checked before any
 what each pair contributes (its CSV row, printed block, gate verdict, report record), the writing
 and the exit code; and :func:`run_single`, the run in one process. The work on each pair is
 :class:`~.pair_work.PairWork`'s."""
+
 import os
 import time
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -13,20 +14,34 @@ from .console import Console
 from .errors import EXIT_GATE, EXIT_OK, EXIT_PAIRS_FAILED, UsageError
 from .evaluate import Exposures, Result, resolve_device
 from .histogram import histogram_writer, import_matplotlib
-from .outputs import (Output, OutputGuard, Staging, check_csv_header, check_directory, csv_header, csv_row,
-                      csv_skipped_row, dynamic_range, overlapped_histogram_name, pooled_lines, round_half_up,
-                      write_appended_csv)
+from .outputs import (
+    Output,
+    OutputGuard,
+    Staging,
+    check_csv_header,
+    check_directory,
+    csv_header,
+    csv_row,
+    csv_skipped_row,
+    dynamic_range,
+    overlapped_histogram_name,
+    pooled_lines,
+    round_half_up,
+    write_appended_csv,
+)
 from .pair_work import PairWork, PreparedPair, Wanted, pair_settings
 from .pairs import pairs_of, uses_hdr
-from .report import (IMAGE_FOLDER, PairRecord, check_report_directory, failed_record, page_path, settings_now,
-                     stage_page)
+from .report import IMAGE_FOLDER, PairRecord, check_report_directory, failed_record, page_path, settings_now, stage_page
 
 __all__ = ["Run", "run_single"]
 
 
 def _exposure_lines(e: Exposures) -> List[str]:
-    return [f"     Start exposure: {e.start:.4f}", f"     Stop exposure: {e.stop:.4f}",
-            f"     Number of exposures: {e.count}"]
+    return [
+        f"     Start exposure: {e.start:.4f}",
+        f"     Stop exposure: {e.stop:.4f}",
+        f"     Number of exposures: {e.count}",
+    ]
 
 
 class Run:
@@ -61,8 +76,10 @@ class Run:
         if not hdr:
             flags = hdr_option_flags(args)
             if flags:
-                raise UsageError(f"{', '.join(flags)}: HDR-FLIP option(s) given for LDR images; they apply "
-                                 "only to OpenEXR (.exr) inputs")
+                raise UsageError(
+                    f"{', '.join(flags)}: HDR-FLIP option(s) given for LDR images; they apply "
+                    "only to OpenEXR (.exr) inputs"
+                )
         self.device = resolve_device(args.device) if device is None else device
         self.overlapped = args.histogram and not self.folder_mode and len(self.pairs) == 2
         self.settings = s = pair_settings(args, hdr, self.overlapped)
@@ -83,8 +100,12 @@ class Run:
             csv_path = os.path.join(s.directory, "summary.csv")
         # What --directory is for: it is created only when something is written into it.
         self.directory_needed = args.directory is not None and (
-            s.write_maps or s.write_exposure_maps or args.textfile or args.histogram
-            or (self.folder_mode and args.csv is None))
+            s.write_maps
+            or s.write_exposure_maps
+            or args.textfile
+            or args.histogram
+            or (self.folder_mode and args.csv is None)
+        )
         # The outputs that do not depend on a pair: the directory and the CSV file.
         if self.directory_needed:
             check_directory(s.directory)
@@ -96,8 +117,9 @@ class Run:
         self.csv_output = self.guard.claim((csv_path, "CSV file"))[0] if csv_path is not None else None
         if self.csv_output is not None:
             check_csv_header(self.csv_output.real, self.csv_output.path, self.csv_header)
-        self.report_page = (self.guard.claim((page_path(args.report), "HTML report"))[0]
-                            if args.report is not None else None)
+        self.report_page = (
+            self.guard.claim((page_path(args.report), "HTML report"))[0] if args.report is not None else None
+        )
         self.overlapped_output: Optional[Output] = None
 
     # --- before anything is written ------------------------------------------------------------
@@ -113,15 +135,17 @@ class Run:
         ``exposures``: None for LDR-FLIP)."""
         s = self.settings
         reference, tests = self.pairs[0][0], [test for _, test in self.pairs]
-        name = overlapped_histogram_name(self.args, reference, tests, s.ppd, s.directory,
-                                         dynamic_range(s.tone_mapper, exposures))
+        name = overlapped_histogram_name(
+            self.args, reference, tests, s.ppd, s.directory, dynamic_range(s.tone_mapper, exposures)
+        )
         self.overlapped_output = self.guard.claim((name, "histogram"))[0]
 
     def record_failure(self, index: int, reference: str, test: str, message: str) -> None:
         """Folder mode: pair ``index`` could not be evaluated; it is reported and skipped."""
         self.failures.append((reference, test))
-        self.rows.append(csv_skipped_row(reference, test, message, "fail" if self.gate is not None else "",
-                                         self.args.timing))
+        self.rows.append(
+            csv_skipped_row(reference, test, message, "fail" if self.gate is not None else "", self.args.timing)
+        )
         if self.report_page is not None:
             self.report_records.append(failed_record(index, reference, test, message))
         self.console.error(f"skipped test image <{test}>: {message}")
@@ -135,8 +159,7 @@ class Run:
         if self.report_page is not None:
             self.staging.make_directory(os.path.join(self.args.report, IMAGE_FOLDER))
         if self.console.verbosity >= 2:
-            lines = [f"Invoking {'HDR' if s.hdr else 'LDR'}-FLIP",
-                     f"     Pixels per degree: {round_half_up(s.ppd)}"]
+            lines = [f"Invoking {'HDR' if s.hdr else 'LDR'}-FLIP", f"     Pixels per degree: {round_half_up(s.ppd)}"]
             if s.hdr:
                 lines.append(f"     Assumed tone mapper: {TONE_MAPPER_DISPLAY_NAMES[s.tone_mapper]}")
                 if not self.folder_mode:  # one reference: its exposures, as the tool prints them
@@ -168,11 +191,22 @@ class Run:
     def report_settings(self):
         """What the report's summary says about the run (besides its pairs)."""
         a = self.args
-        inputs = ((("Reference folder", a.reference_dir), ("Test folder", a.test_dir)) if self.folder_mode
-                  else (("Reference", self.pairs[0][0]),))
+        inputs = (
+            (("Reference folder", a.reference_dir), ("Test folder", a.test_dir))
+            if self.folder_mode
+            else (("Reference", self.pairs[0][0]),)
+        )
         s = self.settings
-        return settings_now(s.ppd, s.hdr, s.tone_mapper, self.gate, inputs,
-                            len(self.pairs) + len(self.unmatched), a.timing, self.unmatched_fail)
+        return settings_now(
+            s.ppd,
+            s.hdr,
+            s.tone_mapper,
+            self.gate,
+            inputs,
+            len(self.pairs) + len(self.unmatched),
+            a.timing,
+            self.unmatched_fail,
+        )
 
     def record_result(self, p: PreparedPair, result: Result, record: Optional[PairRecord]) -> None:
         """What an evaluated pair (its files staged) contributes beyond them: notes, warnings, its
@@ -198,8 +232,9 @@ class Run:
         """Every pair has run: writes the CSV file, the overlapped histogram and the report page,
         publishes every output, prints the summary and returns the exit code."""
         unmatched_verdict = "" if self.gate is None else "fail" if self.unmatched_fail else "skipped"
-        rows = self.rows + [csv_skipped_row(u.reference, u.test, u.reason, unmatched_verdict, self.args.timing)
-                            for u in self.unmatched]
+        rows = self.rows + [
+            csv_skipped_row(u.reference, u.test, u.reason, unmatched_verdict, self.args.timing) for u in self.unmatched
+        ]
         gate_failures = self.gate_failures
         self.console.close()
 
@@ -209,16 +244,20 @@ class Run:
             self.staging.write(self.csv_output, write_appended_csv(self.csv_output.real, rows, self.csv_header))
         if self.report_page is not None:
             first = len(self.pairs) + 1
-            self.report_records.extend(failed_record(first + k, u.reference, u.test, u.reason)
-                                       for k, u in enumerate(self.unmatched))
+            self.report_records.extend(
+                failed_record(first + k, u.reference, u.test, u.reason) for k, u in enumerate(self.unmatched)
+            )
             stage_page(self.staging, self.report_page, self.report_records, self.report_settings())
         self.staging.commit()
 
         if self.console.verbosity >= 1:
             lines = [""]
             if self.folder_mode:
-                done = (f"{self.evaluated} of {len(self.pairs)} pair(s), {len(self.failures)} failed (see the errors "
-                        "above)" if self.failures else f"{self.evaluated} pair(s)")
+                done = (
+                    f"{self.evaluated} of {len(self.pairs)} pair(s), {len(self.failures)} failed (see the errors above)"
+                    if self.failures
+                    else f"{self.evaluated} pair(s)"
+                )
                 if self.unmatched:
                     done += f"; {len(self.unmatched)} image(s) without a partner"
                 lines.append(f"Evaluated {done}; summary CSV: {self.csv_output.path}")
@@ -228,8 +267,10 @@ class Run:
             self.console.lines(lines)
         for test, failed in gate_failures:
             for quantity, value, threshold in failed:
-                self.console.gate_failure(f"the {quantity} FLIP error of test image <{test}> is {value:.6f}, "
-                                          f"above the threshold {threshold:.6f}")
+                self.console.gate_failure(
+                    f"the {quantity} FLIP error of test image <{test}> is {value:.6f}, "
+                    f"above the threshold {threshold:.6f}"
+                )
         if self.failures or (self.unmatched and self.unmatched_fail):
             return EXIT_PAIRS_FAILED
         return EXIT_GATE if gate_failures else EXIT_OK
@@ -243,8 +284,10 @@ def _prepared_pairs(run: Run, work: PairWork) -> Iterator[PreparedPair]:
     if not run.folder_mode:
         for reference, test in pairs:  # the headers first: a wrong size is found fast
             work.check_sizes(reference, test)
-        prepared = [work.prepare(index, reference, test, keep_test=len(pairs) == 1)
-                    for index, (reference, test) in enumerate(pairs, 1)]
+        prepared = [
+            work.prepare(index, reference, test, keep_test=len(pairs) == 1)
+            for index, (reference, test) in enumerate(pairs, 1)
+        ]
         exposures = work.reference_exposures(pairs[0][0])
         if run.overlapped:
             run.claim_overlapped_histogram(exposures)
@@ -280,8 +323,9 @@ def run_single(args, t_start: float, note: Optional[str] = None) -> int:
             console.advance()
         return run.finish(t_start)
     except KeyboardInterrupt:
-        raise KeyboardInterrupt("the outputs had been written" if staging.committed
-                                else "no output file was written") from None
+        raise KeyboardInterrupt(
+            "the outputs had been written" if staging.committed else "no output file was written"
+        ) from None
     finally:
         console.close()
         staging.discard()

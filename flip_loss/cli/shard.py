@@ -27,6 +27,7 @@ gloo process group over TCP: the outputs travel as bytes, so no GPU collective i
 Input paths must name the same files on every machine (a shared file system); outputs are written
 only on rank 0's machine.
 """
+
 import datetime
 import os
 import shutil
@@ -53,30 +54,34 @@ Pair = Tuple[str, str]
 
 class Plan(NamedTuple):
     """What rank 0 tells every rank before the first round."""
-    pairs: List[Pair]            # in file-name order; pair i has index i + 1
-    shards: List[List[int]]      # per rank, the 0-based positions of its pairs, in evaluation order
-    settings: PairSettings       # rank 0's, which every rank evaluates with
+
+    pairs: List[Pair]  # in file-name order; pair i has index i + 1
+    shards: List[List[int]]  # per rank, the 0-based positions of its pairs, in evaluation order
+    settings: PairSettings  # rank 0's, which every rank evaluates with
 
 
 class Stop(NamedTuple):
     """Rank 0's word that every rank stops now (a failure somewhere); the run's exit code."""
+
     code: int
 
 
 class Evaluated(NamedTuple):
     """A pair a rank evaluated: its outputs rendered, the result without its maps."""
+
     index: int
     reference: str
     test: str
     names: Names
-    wanted: List[Wanted]                 # (kind, path, what) of each output
-    files: Dict[str, bytes]              # by kind
-    result: Result                       # error and exposure maps left out
-    record: Optional[PairRecord]         # --report
+    wanted: List[Wanted]  # (kind, path, what) of each output
+    files: Dict[str, bytes]  # by kind
+    result: Result  # error and exposure maps left out
+    record: Optional[PairRecord]  # --report
 
 
 class Failed(NamedTuple):
     """A pair that could not be evaluated (an unreadable image, different sizes, ...)."""
+
     index: int
     reference: str
     test: str
@@ -86,6 +91,7 @@ class Failed(NamedTuple):
 class Broken(NamedTuple):
     """A rank that cannot go on: its exit code and what to print (the one-line message of an
     error the user can act on, or a traceback)."""
+
     rank: int
     code: int
     message: str
@@ -178,10 +184,16 @@ class RankWorker:
             return Failed(index, reference, test, str(exc))
         result, record = self.work.evaluate(p)
         rendered = self.captured.take()
-        return Evaluated(index, reference, test, p.names,
-                         [(kind, out.path, out.what) for kind, out in p.outputs.items()],
-                         {kind: rendered[out.path] for kind, out in p.outputs.items()},
-                         result._replace(error=None, exposure=None), record)
+        return Evaluated(
+            index,
+            reference,
+            test,
+            p.names,
+            [(kind, out.path, out.what) for kind, out in p.outputs.items()],
+            {kind: rendered[out.path] for kind, out in p.outputs.items()},
+            result._replace(error=None, exposure=None),
+            record,
+        )
 
     def close(self) -> None:
         self.captured.close()
@@ -214,6 +226,7 @@ def _write_bytes(data: bytes):
     def write(path: str) -> None:
         with open(path, "wb") as f:
             f.write(data)
+
     return write
 
 
@@ -306,14 +319,19 @@ class _Group:
         self._owns_default = not dist.is_initialized()
         try:
             if self._owns_default:
-                self._wait(lambda: dist.init_process_group("gloo", timeout=timeout, rank=world.rank,
-                                                           world_size=world.world_size))
+                self._wait(
+                    lambda: dist.init_process_group(
+                        "gloo", timeout=timeout, rank=world.rank, world_size=world.world_size
+                    )
+                )
                 self.group = None
             else:  # inside a program that has its own group: a gloo group of the same ranks
                 self.group = self._wait(lambda: dist.new_group(backend="gloo", timeout=timeout))
         except (RuntimeError, ValueError) as exc:
-            raise LostRanks(f"rank {world.rank} of {world.world_size} could not join the other ranks "
-                            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+            raise LostRanks(
+                f"rank {world.rank} of {world.world_size} could not join the other ranks "
+                f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+            ) from None
 
     def interrupted(self) -> None:
         """This rank was interrupted: the next collectives wait for the others only briefly."""
@@ -367,8 +385,9 @@ class _Group:
             if self._grace_until is not None:  # the others left first, interrupted as this rank was
                 raise KeyboardInterrupt from None
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise LostRanks(f"rank {self.world.rank} of {self.world.world_size} lost the other ranks while "
-                            f"{what} ({first})") from None
+            raise LostRanks(
+                f"rank {self.world.rank} of {self.world.world_size} lost the other ranks while {what} ({first})"
+            ) from None
 
     def close(self) -> None:
         if self.abandoned:  # its collective still waits: destroying the group would wait for it
@@ -411,9 +430,9 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
     console = Console(args.verbosity if rank == 0 else 0)
     staging = Staging()
     run: Optional[Run] = None
-    worker: Optional[RankWorker] = None        # None once this rank has stopped evaluating
-    workers: List[RankWorker] = []             # to close at the end
-    failure: Optional[BaseException] = None    # rank 0's own, re-raised once every rank knows
+    worker: Optional[RankWorker] = None  # None once this rank has stopped evaluating
+    workers: List[RankWorker] = []  # to close at the end
+    failure: Optional[BaseException] = None  # rank 0's own, re-raised once every rank knows
     try:
         # 1. The plan.
         plan = None
@@ -479,8 +498,9 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
         # 3. Rank 0 writes everything.
         return run.finish(t_start)
     except KeyboardInterrupt:
-        raise KeyboardInterrupt("the outputs had been written" if staging.committed
-                                else "no output file was written") from None
+        raise KeyboardInterrupt(
+            "the outputs had been written" if staging.committed else "no output file was written"
+        ) from None
     finally:
         for w in workers:
             w.close()

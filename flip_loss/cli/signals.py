@@ -14,6 +14,7 @@ only notes the signal, and KeyboardInterrupt is raised once the block has ended;
 swapped for it. Both work in the main thread only: signals are delivered there, and nowhere else
 can a signal interrupt the work.
 """
+
 import contextlib
 import signal
 import threading
@@ -22,7 +23,7 @@ from typing import Dict, List
 __all__ = ["interrupts_handled", "interrupts_deferred"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_deferring = 0            # nesting depth of interrupts_deferred (main thread only)
+_deferring = 0  # nesting depth of interrupts_deferred (main thread only)
 _received: List[int] = []  # signals held back meanwhile
 
 

@@ -14,6 +14,7 @@ evaluated::
 Command line: ``flip-loss psychophysics --out DIR [--metrics ...] [--quick] [--device ...]``
 (``python -m flip_loss.psychophysics``).
 """
+
 from . import colour, data, scoring, stimuli
 from .metrics import DEFAULT_METRICS, METRIC_NAMES, Metric, as_metric, build_metrics
 from .report import score_table, write_report
@@ -21,7 +22,23 @@ from .scoring import alignment_score, log_rmse, solve_matching_contrast
 from .suite import PRESETS, Settings, all_tests, run_suite, select_tests
 
 __all__ = [
-    "colour", "data", "scoring", "stimuli", "Metric", "as_metric", "build_metrics", "METRIC_NAMES",
-    "DEFAULT_METRICS", "PRESETS", "Settings", "all_tests", "run_suite", "select_tests", "write_report",
-    "score_table", "alignment_score", "log_rmse", "solve_matching_contrast",
+    "colour",
+    "data",
+    "scoring",
+    "stimuli",
+    "Metric",
+    "as_metric",
+    "build_metrics",
+    "METRIC_NAMES",
+    "DEFAULT_METRICS",
+    "PRESETS",
+    "Settings",
+    "all_tests",
+    "run_suite",
+    "select_tests",
+    "write_report",
+    "score_table",
+    "alignment_score",
+    "log_rmse",
+    "solve_matching_contrast",
 ]

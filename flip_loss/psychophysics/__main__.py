@@ -1,4 +1,5 @@
 """``python -m flip_loss.psychophysics``: the low-level-vision suite (see ``cli.main``)."""
+
 import sys
 
 from .cli import main

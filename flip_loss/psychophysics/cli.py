@@ -4,6 +4,7 @@ suite and write a report.
 ``main(argv)`` returns the exit code: 0 success, 2 an error the user can act on (one line on
 stderr starting with ``flip-loss psychophysics: error:``), 1 an internal error (traceback).
 """
+
 import argparse
 import os
 import shlex
@@ -26,33 +27,52 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=_PROG,
         description="Run the low-level-vision tests of Hammou et al. (arXiv:2503.16264) on FLIP and\n"
-                    "baseline metrics: contrast detection (CSF), contrast masking and contrast\n"
-                    "matching on calibrated synthetic stimuli. Writes DIR/report.md, one PNG per\n"
-                    "test and DIR/results.json.",
+        "baseline metrics: contrast detection (CSF), contrast masking and contrast\n"
+        "matching on calibrated synthetic stimuli. Writes DIR/report.md, one PNG per\n"
+        "test and DIR/results.json.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="presets:\n"
-               "  full    the protocol: ~2 000 evaluations per metric, most at 1920x1080 or a 1024x1024\n"
-               "          crop (seconds on a GPU; about an hour for all five metrics on two CPU cores)\n"
-               "  medium  the protocol's x and k grids and Gabor crop; noise on 512x512 frames, size\n"
-               "          test on the 1024x1024 crop (~35 min on two CPU cores)\n"
-               "  quick   crops, 7 x values x 5 k values (1-2 min on two CPU cores)\n"
-               "  smoke   tiny, for tests\n"
-               "On a loaded machine --threads 1 can be much faster than the default.\n"
-               "exit codes: 0 success, 2 an error you can act on, 1 an internal error")
+        "  full    the protocol: ~2 000 evaluations per metric, most at 1920x1080 or a 1024x1024\n"
+        "          crop (seconds on a GPU; about an hour for all five metrics on two CPU cores)\n"
+        "  medium  the protocol's x and k grids and Gabor crop; noise on 512x512 frames, size\n"
+        "          test on the 1024x1024 crop (~35 min on two CPU cores)\n"
+        "  quick   crops, 7 x values x 5 k values (1-2 min on two CPU cores)\n"
+        "  smoke   tiny, for tests\n"
+        "On a loaded machine --threads 1 can be much faster than the default.\n"
+        "exit codes: 0 success, 2 an error you can act on, 1 an internal error",
+    )
     p.add_argument("--out", "-o", required=True, metavar="DIR", help="output folder (created if missing)")
-    p.add_argument("--metrics", "-m", nargs="+", metavar="NAME", default=None,
-                   help=f"metrics to run (space- or comma-separated) from: {', '.join(METRIC_NAMES)} "
-                        "(default: all available; HDR-FLIP and SSIM are skipped with a note when "
-                        "their implementation is missing)")
+    p.add_argument(
+        "--metrics",
+        "-m",
+        nargs="+",
+        metavar="NAME",
+        default=None,
+        help=f"metrics to run (space- or comma-separated) from: {', '.join(METRIC_NAMES)} "
+        "(default: all available; HDR-FLIP and SSIM are skipped with a note when "
+        "their implementation is missing)",
+    )
     p.add_argument("--quick", action="store_true", help="the quick preset (same as --preset quick)")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="settings preset (default: full)")
-    p.add_argument("--tests", nargs="+", metavar="PATTERN", default=None,
-                   help="run only the tests whose key matches one of these shell patterns "
-                        "(e.g. 'detection_*' matching_sf)")
-    p.add_argument("--device", default="cpu", help="device the metrics run on (cpu, cuda, cuda:1, ...); "
-                                                   "stimuli are always generated on the CPU")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads for torch (default: torch's default, one per core)")
+    p.add_argument(
+        "--tests",
+        nargs="+",
+        metavar="PATTERN",
+        default=None,
+        help="run only the tests whose key matches one of these shell patterns (e.g. 'detection_*' matching_sf)",
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="device the metrics run on (cpu, cuda, cuda:1, ...); stimuli are always generated on the CPU",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPU threads for torch (default: torch's default, one per core)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="write the report without plots")
     return p
@@ -110,8 +130,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for note in notes:
             print(f"{_PROG}: {note}", file=sys.stderr)
         start = time.perf_counter()
-        result = suite.run_suite(metrics, settings, tests, device=device, progress=not args.no_progress,
-                                 notes=notes)
+        result = suite.run_suite(metrics, settings, tests, device=device, progress=not args.no_progress, notes=notes)
         command = "flip-loss psychophysics " + " ".join(shlex.quote(a) for a in argv)
         path = report.write_report(result, args.out, command=command, plots=not args.no_plots)
         print(report.score_table(result))

@@ -6,14 +6,29 @@ BT.709 RGB, divided by the display peak luminance, clipped to [0, 1] and encoded
 OETF. All conversions work on tensors whose colour axis is ``dim=-3`` (``3×H×W`` or ``N×3×H×W``)
 and are computed in the tensor's dtype (the suite uses float64 until the last step).
 """
+
 from dataclasses import dataclass
 
 import torch
 
 __all__ = [
-    "D65_XYZ", "LMS_GRAY", "DIRECTIONS", "SCALED_DIRECTIONS", "Display",
-    "xyz_to_lms", "lms_to_xyz", "lms_to_dkl", "dkl_to_lms", "xyz_to_rgb", "rgb_to_xyz",
-    "dkl_to_rgb", "rgb_to_dkl", "background_dkl", "background_rgb", "srgb_encode", "srgb_decode",
+    "D65_XYZ",
+    "LMS_GRAY",
+    "DIRECTIONS",
+    "SCALED_DIRECTIONS",
+    "Display",
+    "xyz_to_lms",
+    "lms_to_xyz",
+    "lms_to_dkl",
+    "dkl_to_lms",
+    "xyz_to_rgb",
+    "rgb_to_xyz",
+    "dkl_to_rgb",
+    "rgb_to_dkl",
+    "background_dkl",
+    "background_rgb",
+    "srgb_encode",
+    "srgb_decode",
     "luminance",
 ]
 
@@ -69,12 +84,28 @@ def _apply(matrix: torch.Tensor, img: torch.Tensor) -> torch.Tensor:
     return torch.einsum("ij,...jhw->...ihw", matrix.to(img), img)
 
 
-def xyz_to_lms(xyz): return _apply(M_XYZ_LMS, xyz)
-def lms_to_xyz(lms): return _apply(M_LMS_XYZ, lms)
-def lms_to_dkl(lms): return _apply(M_LMS_DKL, lms)
-def dkl_to_lms(dkl): return _apply(M_DKL_LMS, dkl)
-def xyz_to_rgb(xyz): return _apply(M_XYZ_RGB, xyz)
-def rgb_to_xyz(rgb): return _apply(M_RGB_XYZ, rgb)
+def xyz_to_lms(xyz):
+    return _apply(M_XYZ_LMS, xyz)
+
+
+def lms_to_xyz(lms):
+    return _apply(M_LMS_XYZ, lms)
+
+
+def lms_to_dkl(lms):
+    return _apply(M_LMS_DKL, lms)
+
+
+def dkl_to_lms(dkl):
+    return _apply(M_DKL_LMS, dkl)
+
+
+def xyz_to_rgb(xyz):
+    return _apply(M_XYZ_RGB, xyz)
+
+
+def rgb_to_xyz(rgb):
+    return _apply(M_RGB_XYZ, rgb)
 
 
 def dkl_to_rgb(dkl: torch.Tensor) -> torch.Tensor:
@@ -112,8 +143,7 @@ def background_rgb_from_dkl(l_b: float) -> torch.Tensor:
 def srgb_encode(linear: torch.Tensor) -> torch.Tensor:
     """The sRGB OETF (IEC 61966-2-1) of values in [0, 1]."""
     lin = linear.clamp(0.0, 1.0)
-    return torch.where(lin <= 0.0031308, 12.92 * lin,
-                       1.055 * lin.clamp_min(0.0031308) ** (1.0 / 2.4) - 0.055)
+    return torch.where(lin <= 0.0031308, 12.92 * lin, 1.055 * lin.clamp_min(0.0031308) ** (1.0 / 2.4) - 0.055)
 
 
 def srgb_decode(encoded: torch.Tensor) -> torch.Tensor:

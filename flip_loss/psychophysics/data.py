@@ -5,6 +5,7 @@ Each detection or masking table is a :class:`ThresholdTable` (x values and thres
 data, whose values are in dB, this is linear interpolation of the table as stored; for the dense
 castleCSF tables, 100 points per curve, it differs from linear-in-value interpolation by < 0.1 %).
 """
+
 import csv
 import json
 import os
@@ -13,8 +14,15 @@ from typing import Dict, List
 
 import numpy as np
 
-__all__ = ["DATA_DIR", "ThresholdTable", "castle_table", "foley_table", "noise_masking_table",
-           "MatchingTable", "contrast_matching_table"]
+__all__ = [
+    "DATA_DIR",
+    "ThresholdTable",
+    "castle_table",
+    "foley_table",
+    "noise_masking_table",
+    "MatchingTable",
+    "contrast_matching_table",
+]
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
@@ -73,8 +81,7 @@ def foley_table(orientation: int = 0) -> ThresholdTable:
             xs.append(_db_to_contrast(float(row["c_mask"])))
             cs.append(_db_to_contrast(float(row["c_target"])))
     order = np.argsort(xs)
-    return ThresholdTable(np.array(xs)[order], np.array(cs)[order], "foley_data.csv",
-                          "human (Foley 1994, KMF)")
+    return ThresholdTable(np.array(xs)[order], np.array(cs)[order], "foley_data.csv", "human (Foley 1994, KMF)")
 
 
 def foley_unmasked(orientation: int = 0) -> float:
@@ -90,9 +97,12 @@ def noise_masking_table() -> ThresholdTable:
     """Thresholds of a Gabor on low-pass noise vs the noise's RMS contrast."""
     with open(_path("contrast_masking_data_gabor_on_noise.json")) as f:
         d = json.load(f)
-    return ThresholdTable(np.array(d["mask_contrast_list"], dtype=np.float64),
-                          np.array(d["test_contrast_list"], dtype=np.float64),
-                          "contrast_masking_data_gabor_on_noise.json", "human (Gabor on noise)")
+    return ThresholdTable(
+        np.array(d["mask_contrast_list"], dtype=np.float64),
+        np.array(d["test_contrast_list"], dtype=np.float64),
+        "contrast_masking_data_gabor_on_noise.json",
+        "human (Gabor on noise)",
+    )
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ need a difference; the metric must not modify its inputs, which are shared betwe
 * ``input="linear"``: linear BT.709 RGB relative to the display peak (absolute cd/m² divided by
   ``Y_peak``; negative values clipped to 0, values above 1 kept). HDR-FLIP reads these.
 """
+
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -19,9 +20,19 @@ import torch
 
 from . import colour
 
-__all__ = ["Metric", "as_metric", "ldr_flip_metric", "hdr_flip_metric", "psnr_metric",
-           "ssim_metric", "hyab_metric", "METRIC_NAMES", "DEFAULT_METRICS", "build_metrics",
-           "MetricUnavailable"]
+__all__ = [
+    "Metric",
+    "as_metric",
+    "ldr_flip_metric",
+    "hdr_flip_metric",
+    "psnr_metric",
+    "ssim_metric",
+    "hyab_metric",
+    "METRIC_NAMES",
+    "DEFAULT_METRICS",
+    "build_metrics",
+    "MetricUnavailable",
+]
 
 
 class MetricUnavailable(RuntimeError):
@@ -49,8 +60,7 @@ def as_metric(metric, name: Optional[str] = None) -> Metric:
         return metric
     if not callable(metric):
         raise TypeError(f"a metric must be callable, got {type(metric).__name__}")
-    return Metric(name or getattr(metric, "__name__", "metric"), metric,
-                  getattr(metric, "input", "display"))
+    return Metric(name or getattr(metric, "__name__", "metric"), metric, getattr(metric, "input", "display"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -64,8 +74,12 @@ def ldr_flip_metric() -> Metric:
         # eps=0: the published metric's values (the evaluator's setting).
         return flip_loss.ldr_flip(test, reference, float(ppd), input_space="srgb", eps=0.0).mean(dim=(1, 2, 3))
 
-    return Metric("LDR-FLIP", ldr_flip_mean, "display",
-                  "mean of the LDR-FLIP map of the display-encoded frames (sRGB, input_space='srgb', eps=0)")
+    return Metric(
+        "LDR-FLIP",
+        ldr_flip_mean,
+        "display",
+        "mean of the LDR-FLIP map of the display-encoded frames (sRGB, input_space='srgb', eps=0)",
+    )
 
 
 def hdr_flip_metric() -> Metric:
@@ -76,10 +90,14 @@ def hdr_flip_metric() -> Metric:
         out = flip_loss.hdr_flip(test, reference, float(ppd), eps=0.0)
         return out.reshape(out.shape[0], -1).mean(dim=1)
 
-    return Metric("HDR-FLIP", hdr_flip_mean, "linear",
-                  "mean of the HDR-FLIP map of linear BT.709 relative to Y_peak (default tone mapper; "
-                  "exposure range computed from the reference, which makes the metric blind to the "
-                  "absolute level), eps=0")
+    return Metric(
+        "HDR-FLIP",
+        hdr_flip_mean,
+        "linear",
+        "mean of the HDR-FLIP map of linear BT.709 relative to Y_peak (default tone mapper; "
+        "exposure range computed from the reference, which makes the metric blind to the "
+        "absolute level), eps=0",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,28 +120,48 @@ def ssim_metric() -> Metric:
     except ImportError:
         ssim = None
     if ssim is not None:
+
         def one_minus_ssim(test, reference, ppd):
             return 1.0 - ssim(test, reference, data_range=1.0, size_average=False)
 
-        return Metric("SSIM", one_minus_ssim, "display",
-                      "1 − SSIM (pytorch-msssim: 11-px Gaussian window σ 1.5, per RGB channel, averaged) "
-                      "of the display-encoded frames")
+        return Metric(
+            "SSIM",
+            one_minus_ssim,
+            "display",
+            "1 − SSIM (pytorch-msssim: 11-px Gaussian window σ 1.5, per RGB channel, averaged) "
+            "of the display-encoded frames",
+        )
     try:
         from skimage.metrics import structural_similarity
     except ImportError:
-        raise MetricUnavailable("SSIM needs 'pytorch-msssim' (pip install pytorch-msssim) or "
-                                "'scikit-image' (pip install scikit-image)") from None
+        raise MetricUnavailable(
+            "SSIM needs 'pytorch-msssim' (pip install pytorch-msssim) or 'scikit-image' (pip install scikit-image)"
+        ) from None
 
     def one_minus_ssim_skimage(test, reference, ppd):
         t = test.detach().to("cpu", torch.float64).numpy()
         r = reference.detach().to("cpu", torch.float64).numpy()
-        vals = [structural_similarity(t[i], r[i], data_range=1.0, channel_axis=0, gaussian_weights=True,
-                                      sigma=1.5, use_sample_covariance=False) for i in range(t.shape[0])]
+        vals = [
+            structural_similarity(
+                t[i],
+                r[i],
+                data_range=1.0,
+                channel_axis=0,
+                gaussian_weights=True,
+                sigma=1.5,
+                use_sample_covariance=False,
+            )
+            for i in range(t.shape[0])
+        ]
         return 1.0 - torch.tensor(vals, dtype=torch.float64)
 
-    return Metric("SSIM", one_minus_ssim_skimage, "display",
-                  "1 − SSIM (scikit-image structural_similarity, Gaussian window σ 1.5, per RGB channel, "
-                  "averaged) of the display-encoded frames")
+    return Metric(
+        "SSIM",
+        one_minus_ssim_skimage,
+        "display",
+        "1 − SSIM (scikit-image structural_similarity, Gaussian window σ 1.5, per RGB channel, "
+        "averaged) of the display-encoded frames",
+    )
 
 
 _LAB_WHITE = colour.D65_XYZ
@@ -136,7 +174,7 @@ def _lab(srgb: torch.Tensor) -> torch.Tensor:
     m = colour.M_RGB_XYZ / torch.tensor(_LAB_WHITE, dtype=torch.float64)[:, None]
     t = torch.einsum("ij,njhw->nihw", m.to(lin), lin)
     delta = 6.0 / 29.0
-    f = torch.where(t > delta ** 3, t.clamp_min(delta ** 3).pow(1.0 / 3.0), t / (3 * delta ** 2) + 4.0 / 29.0)
+    f = torch.where(t > delta**3, t.clamp_min(delta**3).pow(1.0 / 3.0), t / (3 * delta**2) + 4.0 / 29.0)
     fx, fy, fz = f.unbind(1)
     return torch.stack((116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)), dim=1)
 
@@ -147,9 +185,12 @@ def hyab_metric() -> Metric:
         per_pixel = d[:, 0].abs() + torch.hypot(d[:, 1], d[:, 2])
         return per_pixel.mean(dim=(1, 2), dtype=torch.float64)
 
-    return Metric("HyAB", hyab, "display",
-                  "mean HyAB distance |ΔL*| + ‖(Δa*, Δb*)‖ in CIELAB (D65) of the display-encoded frames, "
-                  "no spatial filtering")
+    return Metric(
+        "HyAB",
+        hyab,
+        "display",
+        "mean HyAB distance |ΔL*| + ‖(Δa*, Δb*)‖ in CIELAB (D65) of the display-encoded frames, no spatial filtering",
+    )
 
 
 _FACTORIES = {

@@ -3,6 +3,7 @@
 matplotlib is imported lazily (only when plots are written); without it the report is written
 with the tables alone and says so.
 """
+
 import datetime
 import json
 import math
@@ -12,7 +13,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .suite import (AlignmentResult, ColourMatchingResult, FrequencyMatchingResult, SuiteResult)
+from .suite import AlignmentResult, ColourMatchingResult, FrequencyMatchingResult, SuiteResult
 
 __all__ = ["write_report", "score_table", "to_json"]
 
@@ -22,6 +23,7 @@ _DPI = 80
 def _save(fig, path: str, plt) -> None:
     """Save a figure as a PNG with a 256-colour palette (about a third of the size)."""
     import io
+
     buf = io.BytesIO()
     fig.savefig(buf, dpi=_DPI, format="png")
     plt.close(fig)
@@ -80,8 +82,9 @@ def _log_ticks(ax, axis: str, lo: float, hi: float):
     import matplotlib.ticker as mt
 
     def fmt(v, _pos):
-        x = 10.0 ** v
+        x = 10.0**v
         return f"{x:.3g}"
+
     span = hi - lo
     step = 1.0 if span > 2.5 else (0.5 if span > 1.2 else 0.25)
     ticks = np.arange(math.floor(lo / step) * step, hi + 1e-9, step)
@@ -94,6 +97,7 @@ def _percentile_field(d: np.ndarray) -> np.ndarray:
     """The responses as their rank percentile in [0, 1] (contours of it are iso-response lines of
     the metric, whatever its scale)."""
     from .scoring import rankdata
+
     flat = d.ravel()
     ok = np.isfinite(flat)
     out = np.full(flat.shape, np.nan)
@@ -124,7 +128,7 @@ def plot_alignment(res: AlignmentResult, path: str, plt) -> None:
             ax.contour(X, Y, field, levels=np.linspace(0.1, 0.9, 9), colors="white", linewidths=0.6)
         ax.plot(cx, cy, color="#00c000", lw=2.0, label=res.reference_label)
         for kk, ls in ((res.k.min(), ":"), (res.k.max(), ":")):
-            ax.plot(lx, yval(10.0 ** t_at / kk), color="#00c000", lw=1.0, ls=ls)
+            ax.plot(lx, yval(10.0**t_at / kk), color="#00c000", lw=1.0, ls=ls)
         ax.set_title(f"{name}  AS = {_fmt(res.scores[name])}", fontsize=9)
         ax.set_xlim(lx.min(), lx.max())
         y_lo, y_hi = min(Y.min(), cy.min()), max(Y.max(), cy.max())
@@ -151,8 +155,15 @@ def plot_alignment(res: AlignmentResult, path: str, plt) -> None:
         if j == 0:
             ax2.set_ylabel("metric response D", fontsize=8)
             ax2.legend(fontsize=6)
-    fig.suptitle(res.title + ("  (contours: iso-response of the metric; green: " + res.reference_label +
-                              " threshold, dotted: k = 0.5 and 2)"), fontsize=8)
+    fig.suptitle(
+        res.title
+        + (
+            "  (contours: iso-response of the metric; green: "
+            + res.reference_label
+            + " threshold, dotted: k = 0.5 and 2)"
+        ),
+        fontsize=8,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     _save(fig, path, plt)
 
@@ -167,8 +178,7 @@ def plot_frequency_matching(res: FrequencyMatchingResult, path: str, plt) -> Non
         for i in range(len(res.reference_contrasts)):
             col = cmap(i / max(1, len(res.reference_contrasts)))
             ax.plot(res.frequencies, res.human[i], ls="--", marker="o", ms=2.5, color=col, lw=0.8)
-            ax.plot(res.frequencies, res.matches[name][i], ls="-", marker="s", ms=2.5, color=col, lw=1.2,
-                    mfc="none")
+            ax.plot(res.frequencies, res.matches[name][i], ls="-", marker="s", ms=2.5, color=col, lw=1.2, mfc="none")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_ylim(8e-4, 1.2)
@@ -209,8 +219,11 @@ def plot_colour_matching(res: ColourMatchingResult, path: str, plt) -> None:
     _save(fig, path, plt)
 
 
-_PLOTTERS = {"alignment": plot_alignment, "frequency_matching": plot_frequency_matching,
-             "colour_matching": plot_colour_matching}
+_PLOTTERS = {
+    "alignment": plot_alignment,
+    "frequency_matching": plot_frequency_matching,
+    "colour_matching": plot_colour_matching,
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,8 +237,7 @@ def _metric_names(suite: SuiteResult) -> List[str]:
 def score_table(suite: SuiteResult) -> str:
     """The markdown table of scores: one row per test, one column per metric."""
     names = _metric_names(suite)
-    lines = ["| test | score | reference | " + " | ".join(names) + " |",
-             "|---|---|---|" + "---|" * len(names)]
+    lines = ["| test | score | reference | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
     for res in suite.results:
         if res.kind == "alignment":
             what, ref = "AS ↑", res.reference_label
@@ -244,8 +256,10 @@ def score_table(suite: SuiteResult) -> str:
                 s += f" ({res.no_root[n]} nr)"
             cells.append(s)
         lines.append(f"| {res.title} | {what} | {ref} | " + " | ".join(cells) + " |")
-    for label, pred in (("mean AS, detection", lambda r: r.kind == "alignment" and r.key.startswith("detection")),
-                        ("mean AS, masking", lambda r: r.kind == "alignment" and r.key.startswith("masking"))):
+    for label, pred in (
+        ("mean AS, detection", lambda r: r.kind == "alignment" and r.key.startswith("detection")),
+        ("mean AS, masking", lambda r: r.kind == "alignment" and r.key.startswith("masking")),
+    ):
         rows = [r for r in suite.results if pred(r)]
         if rows:
             means = [np.nanmean([r.scores[n] for r in rows]) if rows else float("nan") for n in names]
@@ -278,9 +292,17 @@ def _json_ready(v):
 def to_json(suite: SuiteResult) -> Dict:
     """Every number of the run (responses, matches, scores) as JSON-ready data."""
     from dataclasses import asdict
-    out = {"settings": asdict(suite.settings), "metrics": suite.metrics, "notes": suite.notes,
-           "device": suite.device, "seconds": suite.seconds, "metric_seconds": suite.metric_seconds,
-           "metric_calls": suite.metric_calls, "tests": []}
+
+    out = {
+        "settings": asdict(suite.settings),
+        "metrics": suite.metrics,
+        "notes": suite.notes,
+        "device": suite.device,
+        "seconds": suite.seconds,
+        "metric_seconds": suite.metric_seconds,
+        "metric_calls": suite.metric_calls,
+        "tests": [],
+    }
     for r in suite.results:
         out["tests"].append({k: getattr(r, k) for k in r.__dataclass_fields__})
     return _json_ready(out)
@@ -318,8 +340,13 @@ values at random and scores sqrt(n_x²(n_k² − 1) / (n_x²n_k² − 1)): 0.995
 0.980 on the quick 7 × 5 grid; differences in the third decimal near 1 mean nothing."""
 
 
-def write_report(suite: SuiteResult, out_dir: str, title: str = "FLIP through the lenses of low-level vision",
-                 command: Optional[str] = None, plots: bool = True) -> str:
+def write_report(
+    suite: SuiteResult,
+    out_dir: str,
+    title: str = "FLIP through the lenses of low-level vision",
+    command: Optional[str] = None,
+    plots: bool = True,
+) -> str:
     """Write ``report.md``, one PNG per test and ``results.json`` into ``out_dir``; returns the
     report's path."""
     os.makedirs(out_dir, exist_ok=True)
@@ -334,26 +361,36 @@ def write_report(suite: SuiteResult, out_dir: str, title: str = "FLIP through th
         json.dump(to_json(suite), f, separators=(",", ":"))
 
     import torch
+
     s = suite.settings
     lines = [f"# {title}", ""]
-    lines.append("Low-level-vision tests of Hammou et al., *Evaluating quality metrics through the lenses "
-                 "of psychophysical measurements of low-level vision* (arXiv:2503.16264), run by "
-                 "`flip_loss.psychophysics` (`flip-loss psychophysics`).")
+    lines.append(
+        "Low-level-vision tests of Hammou et al., *Evaluating quality metrics through the lenses "
+        "of psychophysical measurements of low-level vision* (arXiv:2503.16264), run by "
+        "`flip_loss.psychophysics` (`flip-loss psychophysics`)."
+    )
     lines.append("")
     lines.append("## Run")
     lines.append("")
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines.append(f"* {when}; device **{suite.device}** ({suite.threads} threads, {platform.processor() or platform.machine()}), "
-                 f"torch {torch.__version__}; wall time {suite.seconds:.0f} s.")
+    lines.append(
+        f"* {when}; device **{suite.device}** ({suite.threads} threads, {platform.processor() or platform.machine()}), "
+        f"torch {torch.__version__}; wall time {suite.seconds:.0f} s."
+    )
     if command:
         lines.append(f"* Command: `{command}`")
     lines.append(f"* Settings: {s.describe()}.")
     if s.differences():
-        lines.append(f"* **Reduced settings (`{s.name}`)**, differing from the protocol's in: "
-                     + "; ".join(s.differences()) + ". Scores on crops or coarser grids show the trend "
-                     "but are not the protocol's numbers.")
-    per = ", ".join(f"{n} {suite.metric_seconds.get(n, 0):.0f} s / {suite.metric_calls.get(n, 0)} images"
-                    for n in _metric_names(suite))
+        lines.append(
+            f"* **Reduced settings (`{s.name}`)**, differing from the protocol's in: "
+            + "; ".join(s.differences())
+            + ". Scores on crops or coarser grids show the trend "
+            "but are not the protocol's numbers."
+        )
+    per = ", ".join(
+        f"{n} {suite.metric_seconds.get(n, 0):.0f} s / {suite.metric_calls.get(n, 0)} images"
+        for n in _metric_names(suite)
+    )
     lines.append(f"* Metric time: {per}.")
     for note in suite.notes:
         lines.append(f"* Note: {note}")
@@ -362,26 +399,44 @@ def write_report(suite: SuiteResult, out_dir: str, title: str = "FLIP through th
     lines.append("")
     for name, desc in suite.metrics:
         lines.append(f"* **{name}**: {desc}")
-    lines += ["", "## Scores", "", score_table(suite), "", "Bold: the best metric of the row. "
-              "AS: alignment score (1 ideal, 0 none). RMSE: of log10 contrast (0 ideal).", "",
-              _INPUT_TEXT, "", _SCORE_TEXT, "", "## Tests", ""]
+    lines += [
+        "",
+        "## Scores",
+        "",
+        score_table(suite),
+        "",
+        "Bold: the best metric of the row. AS: alignment score (1 ideal, 0 none). RMSE: of log10 contrast (0 ideal).",
+        "",
+        _INPUT_TEXT,
+        "",
+        _SCORE_TEXT,
+        "",
+        "## Tests",
+        "",
+    ]
     for res in suite.results:
         lines.append(f"### {res.title}")
         lines.append("")
         lines.append(f"Stimulus: {res.stimulus}. Key `{res.key}`; {res.seconds:.0f} s.")
         lines.append("")
         if res.kind == "alignment":
-            lines.append(f"x = {res.x_label}: {len(res.x)} values {res.x.min():.3g} … {res.x.max():.3g}; "
-                         f"reference: {res.reference_label}. Top row: the metric's iso-response contours "
-                         "(its responses ranked, deciles) over the band c_T/2 … 2·c_T, with the threshold "
-                         "curve in green; an aligned metric's contours run parallel to it. Bottom row: "
-                         "response vs x, one line per k (aligned: flat lines).")
+            lines.append(
+                f"x = {res.x_label}: {len(res.x)} values {res.x.min():.3g} … {res.x.max():.3g}; "
+                f"reference: {res.reference_label}. Top row: the metric's iso-response contours "
+                "(its responses ranked, deciles) over the band c_T/2 … 2·c_T, with the threshold "
+                "curve in green; an aligned metric's contours run parallel to it. Bottom row: "
+                "response vs x, one line per k (aligned: flat lines)."
+            )
         elif res.kind == "frequency_matching":
-            lines.append(f"{len(res.reference_contrasts)} reference contrasts × {len(res.frequencies)} test "
-                         "frequencies; dashed: human matches, solid: the metric's.")
+            lines.append(
+                f"{len(res.reference_contrasts)} reference contrasts × {len(res.frequencies)} test "
+                "frequencies; dashed: human matches, solid: the metric's."
+            )
         else:
-            lines.append(f"{len(res.contrasts)} contrasts per direction; a metric that judges colour and "
-                         "luminance contrast as equally strong would lie on the dashed line.")
+            lines.append(
+                f"{len(res.contrasts)} contrasts per direction; a metric that judges colour and "
+                "luminance contrast as equally strong would lie on the dashed line."
+            )
         lines.append("")
         scores = ", ".join(f"{n} {_fmt(res.scores[n])}" for n in _metric_names(suite) if n in res.scores)
         lines.append(f"Scores: {scores}.")

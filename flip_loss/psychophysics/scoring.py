@@ -7,13 +7,22 @@
   ``log10 c`` in [−3, 0]) whose metric response equals it; no root → the bracket end, flagged.
 * :func:`log_rmse` — ``sqrt(mean((log10 a − log10 b)²))``, the matching scores.
 """
+
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["SENSITIVITY_MULTIPLIERS", "sensitivity_multipliers", "rankdata", "spearman",
-           "alignment_score", "MatchResult", "solve_matching_contrast", "log_rmse"]
+__all__ = [
+    "SENSITIVITY_MULTIPLIERS",
+    "sensitivity_multipliers",
+    "rankdata",
+    "spearman",
+    "alignment_score",
+    "MatchResult",
+    "solve_matching_contrast",
+    "log_rmse",
+]
 
 
 def sensitivity_multipliers(n: int = 10) -> np.ndarray:
@@ -35,7 +44,7 @@ def rankdata(a: np.ndarray) -> np.ndarray:
         j = i
         while j + 1 < len(a) and sorted_a[j + 1] == sorted_a[i]:
             j += 1
-        ranks[order[i:j + 1]] = 0.5 * (i + j) + 1.0
+        ranks[order[i : j + 1]] = 0.5 * (i + j) + 1.0
         i = j + 1
     return ranks
 
@@ -72,9 +81,14 @@ class MatchResult:
     evaluations: int
 
 
-def solve_matching_contrast(response: Callable[[np.ndarray], np.ndarray], targets: Sequence[float],
-                            lo: float = -3.0, hi: float = 0.0, grid: int = 16,
-                            iterations: int = 10) -> MatchResult:
+def solve_matching_contrast(
+    response: Callable[[np.ndarray], np.ndarray],
+    targets: Sequence[float],
+    lo: float = -3.0,
+    hi: float = 0.0,
+    grid: int = 16,
+    iterations: int = 10,
+) -> MatchResult:
     """Find, for each target response ``t``, the contrast ``c`` with ``response(c) = t``,
     searching ``log10 c`` in ``[lo, hi]``.
 
@@ -90,7 +104,7 @@ def solve_matching_contrast(response: Callable[[np.ndarray], np.ndarray], target
     if grid < 2:
         raise ValueError("grid must be >= 2")
     lg = np.linspace(lo, hi, grid)
-    d = np.asarray(response(10.0 ** lg), dtype=np.float64).ravel()
+    d = np.asarray(response(10.0**lg), dtype=np.float64).ravel()
     evals = grid
     n = len(targets)
     a = np.full(n, np.nan)
@@ -128,7 +142,7 @@ def solve_matching_contrast(response: Callable[[np.ndarray], np.ndarray], target
         w = np.where(den != 0, da[todo] / np.where(den != 0, den, 1.0), 0.5)
         w = np.clip(w, 0.02, 0.98)
         x = a[todo] + w * (b[todo] - a[todo])
-        dx = np.asarray(response(10.0 ** x), dtype=np.float64).ravel() - targets[todo]
+        dx = np.asarray(response(10.0**x), dtype=np.float64).ravel() - targets[todo]
         evals += len(todo)
         same_as_a = np.sign(dx) == np.sign(da[todo])  # the root is in [x, b]
         # Illinois: when the same end moves twice in a row, halve the other (stale) end's value.
@@ -148,7 +162,7 @@ def solve_matching_contrast(response: Callable[[np.ndarray], np.ndarray], target
         den = da[i] - db[i]
         w = da[i] / den if den != 0 else 0.5
         result[i] = a[i] + min(max(w, 0.0), 1.0) * (b[i] - a[i])
-    return MatchResult(10.0 ** result, no_root, evals)
+    return MatchResult(10.0**result, no_root, evals)
 
 
 def log_rmse(a, b) -> float:

@@ -10,6 +10,7 @@ keep only a central crop of that frame (the coordinates stay those of the full f
 Noise fields are drawn on the CPU from a fixed seed (``torch.Generator``), so the stimuli do not
 depend on the device the metric runs on.
 """
+
 import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
@@ -18,8 +19,17 @@ import torch
 
 from . import colour
 
-__all__ = ["Geometry", "gabor", "grating", "square_wave", "band_limited_noise", "lowpass_noise",
-           "compose", "compose_via_dkl", "Component"]
+__all__ = [
+    "Geometry",
+    "gabor",
+    "grating",
+    "square_wave",
+    "band_limited_noise",
+    "lowpass_noise",
+    "compose",
+    "compose_via_dkl",
+    "Component",
+]
 
 _F64 = torch.float64
 
@@ -54,7 +64,7 @@ class Geometry:
         if keep is None or keep >= n:
             return full
         start = (n - keep) // 2
-        return full[start:start + keep]
+        return full[start : start + keep]
 
     @property
     def x(self) -> torch.Tensor:
@@ -72,17 +82,17 @@ class Geometry:
         return (self.width / self.ppd / (self.width - 1), self.height / self.ppd / (self.height - 1))
 
 
-def gabor(geom: Geometry, frequency: float, sigma: float, phase: str = "sine",
-          orientation: str = "vertical") -> torch.Tensor:
+def gabor(
+    geom: Geometry, frequency: float, sigma: float, phase: str = "sine", orientation: str = "vertical"
+) -> torch.Tensor:
     """A Gabor patch centred in the frame: Gaussian envelope (σ in degrees) times a sine
     (``phase="sine"``) or cosine carrier of ``frequency`` cpd; vertical bars vary along x."""
     x, y = geom.x, geom.y
-    envelope = torch.exp(-(y[:, None] ** 2 + x[None, :] ** 2) / (2.0 * sigma ** 2))
+    envelope = torch.exp(-(y[:, None] ** 2 + x[None, :] ** 2) / (2.0 * sigma**2))
     return envelope * grating(geom, frequency, phase, orientation)
 
 
-def grating(geom: Geometry, frequency: float, phase: str = "sine",
-            orientation: str = "vertical") -> torch.Tensor:
+def grating(geom: Geometry, frequency: float, phase: str = "sine", orientation: str = "vertical") -> torch.Tensor:
     """A full-field sinusoidal grating with unit amplitude, phase 0 at the frame's centre."""
     if phase not in ("sine", "cosine"):
         raise ValueError(f"phase must be 'sine' or 'cosine', got {phase!r}")
@@ -128,7 +138,7 @@ def band_limited_noise(geom: Geometry, frequency: float, seed: int = 0) -> torch
     """Gaussian white noise (fixed ``seed``) through an ideal FFT band-pass of one octave centred
     on ``frequency`` (``f·2^−0.5 ≤ |ρ| ≤ f·2^0.5`` cpd), normalised to unit RMS (= unit standard
     deviation: the mean is exactly 0)."""
-    lo, hi = frequency * 2.0 ** -0.5, frequency * 2.0 ** 0.5
+    lo, hi = frequency * 2.0**-0.5, frequency * 2.0**0.5
     return _filtered_noise(geom, lambda rho: (rho >= lo) & (rho <= hi), seed)
 
 
@@ -148,8 +158,9 @@ class Component:
     direction: Sequence[float] = colour.DIRECTIONS["ach"]
 
 
-def compose(l_b: float, components: Sequence[Component], n: Optional[int] = None,
-            shape: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+def compose(
+    l_b: float, components: Sequence[Component], n: Optional[int] = None, shape: Optional[Tuple[int, int]] = None
+) -> torch.Tensor:
     """Absolute linear BT.709 RGB (cd/m², float64, N×3×H×W) of a D65 background of luminance
     ``l_b`` plus the ``components``, built in DKL and converted DKL → LMS → XYZ → RGB.
 
@@ -187,8 +198,11 @@ def compose_via_dkl(l_b: float, components: Sequence[Component], n: int) -> torc
     h, w = components[0].pattern.shape
     dkl = background_dkl_image(l_b, n, h, w)
     for comp in components:
-        c = torch.as_tensor(comp.contrast, dtype=_F64).reshape(-1).expand(n) \
-            if torch.as_tensor(comp.contrast).numel() == 1 else torch.as_tensor(comp.contrast, dtype=_F64)
+        c = (
+            torch.as_tensor(comp.contrast, dtype=_F64).reshape(-1).expand(n)
+            if torch.as_tensor(comp.contrast).numel() == 1
+            else torch.as_tensor(comp.contrast, dtype=_F64)
+        )
         d = torch.tensor(comp.direction, dtype=_F64)
         dkl = dkl + (float(l_b) * c)[:, None, None, None] * d[None, :, None, None] * comp.pattern[None, None]
     return colour.dkl_to_rgb(dkl)

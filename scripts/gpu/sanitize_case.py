@@ -7,6 +7,7 @@ and each alone); with FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 both take the row-pass f
 and with FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> small, the tiled backward splits even these images
 into bands (both read once per process). Each section prints one labelled line when it is done, so
 a run stopped at its time limit still tells how far it got."""
+
 import os
 import sys
 
@@ -43,8 +44,9 @@ def hdr(device, dtype, shape):
     counts = torch.tensor([3] + [2] * (n - 1), device=device)
     out, _, index = ops.hdr_flip(a, b, ex, counts, 67.0, "aces", 1e-15)
     out.sum().backward()
-    ops.hdr_flip_backward(torch.ones_like(out), a.detach(), b.detach(), ex, counts, index, 67.0, "hable", 1e-15,
-                          [True, False])
+    ops.hdr_flip_backward(
+        torch.ones_like(out), a.detach(), b.detach(), ex, counts, index, 67.0, "hable", 1e-15, [True, False]
+    )
 
 
 def section(name):
@@ -55,8 +57,10 @@ def section(name):
 row_passes = os.environ.get("FLIP_LOSS_CUDA_FORCE_ROW_PASSES") == "1"
 scratch = os.environ.get("FLIP_LOSS_CUDA_BACKWARD_SCRATCH")
 print(f"sanitize_case: forward path = {'row passes (forced)' if row_passes else 'fused where it fits'}")
-print(f"sanitize_case: backward path = {'row passes (forced)' if row_passes else 'tiled where it fits'}, "
-      f"scratch budget = {scratch + ' bytes' if scratch else 'default'}")
+print(
+    f"sanitize_case: backward path = {'row passes (forced)' if row_passes else 'tiled where it fits'}, "
+    f"scratch budget = {scratch + ' bytes' if scratch else 'default'}"
+)
 for dtype in (torch.float32, torch.float64):
     for shape in [(2, 3, 37, 133), (1, 3, 3, 5)]:
         every_op("cuda", dtype, shape)

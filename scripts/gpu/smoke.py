@@ -3,6 +3,7 @@ and backward on the GPU against the CPU kernels, within tests/test_cuda.py's tol
 scripts/gpu/gpu_check.sh right after the build, so that a broken build or a kernel that cannot
 launch on this GPU is named in seconds, before the benchmarks and the tests spend their time.
 Prints one "smoke: ..." line per check and exits non-zero on the first failure."""
+
 import os
 import sys
 
@@ -17,8 +18,11 @@ if not torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"):
     sys.exit("smoke: flip_loss._C has no CUDA kernels (built without FLIP_LOSS_CUDA=1?)")
 if not torch.cuda.is_available():
     sys.exit("smoke: torch sees no CUDA device")
-print(f"smoke: {torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
-      f"flip_loss {flip_loss.__version__}", flush=True)
+print(
+    f"smoke: {torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
+    f"flip_loss {flip_loss.__version__}",
+    flush=True,
+)
 
 ops = torch.ops.flip
 g = torch.Generator().manual_seed(0)
@@ -31,8 +35,10 @@ def check(label, got, want, tol):
         scale = max(h.abs().max().item(), 1.0)
         err = (c.cpu() - h).abs().max().item() / scale
         ok = err <= tol and torch.isfinite(c).all().item()
-        print(f"smoke: {label}[{i}]: {'ok' if ok else 'FAILED'} (largest difference {err:.2e}, tolerance {tol:.0e})",
-              flush=True)
+        print(
+            f"smoke: {label}[{i}]: {'ok' if ok else 'FAILED'} (largest difference {err:.2e}, tolerance {tol:.0e})",
+            flush=True,
+        )
         if not ok:
             failed.append(label)
 
@@ -42,11 +48,18 @@ for dtype, tol, gtol in ((torch.float32, 1e-5, 1e-4), (torch.float64, 1e-10, 1e-
     y = (x + 0.1 * torch.randn(x.shape, generator=g, dtype=dtype)).clamp(0, 1)
     w = torch.rand(2, 1, 45, 131, generator=g, dtype=dtype)
     name = str(dtype).replace("torch.", "")
-    check(f"ldr_flip {name}", [ops.ldr_flip(x.cuda(), y.cuda(), 67.0, "srgb", 1e-15)],
-          [ops.ldr_flip(x, y, 67.0, "srgb", 1e-15)], tol)
-    check(f"ldr_flip_backward {name}",
-          ops.ldr_flip_backward(w.cuda(), x.cuda(), y.cuda(), 67.0, "srgb", 1e-15, [True, True]),
-          ops.ldr_flip_backward(w, x, y, 67.0, "srgb", 1e-15, [True, True]), gtol)
+    check(
+        f"ldr_flip {name}",
+        [ops.ldr_flip(x.cuda(), y.cuda(), 67.0, "srgb", 1e-15)],
+        [ops.ldr_flip(x, y, 67.0, "srgb", 1e-15)],
+        tol,
+    )
+    check(
+        f"ldr_flip_backward {name}",
+        ops.ldr_flip_backward(w.cuda(), x.cuda(), y.cuda(), 67.0, "srgb", 1e-15, [True, True]),
+        ops.ldr_flip_backward(w, x, y, 67.0, "srgb", 1e-15, [True, True]),
+        gtol,
+    )
     ex = torch.tensor([[-1.0, 0.5, 2.0], [0.0, 1.0, 0.0]], dtype=dtype)
     counts = torch.tensor([3, 2])
     hx, hy = 4 * x, 4 * y
@@ -54,10 +67,14 @@ for dtype, tol, gtol in ((torch.float32, 1e-5, 1e-4), (torch.float64, 1e-10, 1e-
     mc = ops.hdr_flip(hx.cuda(), hy.cuda(), ex.cuda(), counts.cuda(), 67.0, "aces", 1e-15)[0]
     # The map only: the winning exposure may differ at near-ties, so the backward takes the CPU's index.
     check(f"hdr_flip {name}", [mc], [mh], tol)
-    check(f"hdr_flip_backward {name}",
-          ops.hdr_flip_backward(w.cuda(), hx.cuda(), hy.cuda(), ex.cuda(), counts.cuda(), index.cuda(), 67.0, "aces",
-                                1e-15, [True, True]),
-          ops.hdr_flip_backward(w, hx, hy, ex, counts, index, 67.0, "aces", 1e-15, [True, True]), gtol)
+    check(
+        f"hdr_flip_backward {name}",
+        ops.hdr_flip_backward(
+            w.cuda(), hx.cuda(), hy.cuda(), ex.cuda(), counts.cuda(), index.cuda(), 67.0, "aces", 1e-15, [True, True]
+        ),
+        ops.hdr_flip_backward(w, hx, hy, ex, counts, index, 67.0, "aces", 1e-15, [True, True]),
+        gtol,
+    )
 torch.cuda.synchronize()
 if failed:
     sys.exit(f"smoke: FAILED: {', '.join(failed)}")

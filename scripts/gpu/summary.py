@@ -13,6 +13,7 @@ median of the rounds; hdr_bench.py: median of single calls): what a training loo
 graphs pays. The targets are for one H200; a run on another GPU is still judged against them, with
 its GPU named in the header line.
 """
+
 import argparse
 import json
 import math
@@ -23,12 +24,27 @@ TARGETS = [
     ("LDR forward 1920x1080", "gpu_bench", ("row", "1920x1080", "forward_ms"), "ms", 0.25),
     ("LDR forward+backward 1920x1080", "gpu_bench", ("row", "1920x1080", "fwd_bwd_ms"), "ms", 0.5),
     ("LDR forward+backward 8x512x512", "gpu_bench", ("row", "8x512x512", "fwd_bwd_ms"), "ms", 1.0),
-    ("HDR forward+backward 1920x1080, automatic exposures", "hdr_bench", ("row", "automatic", "fwd_bwd_ms"),
-     "ms", 10.0),
-    ("LDR forward+backward 1920x1080 extra peak memory", "gpu_bench", ("row", "1920x1080", "fwd_bwd_extra_MiB"),
-     "MiB", 100.0),
-    ("LDR forward+backward 3840x2160 / 1920x1080 time", "gpu_bench", ("ratio", "3840x2160", "1920x1080", "fwd_bwd_ms"),
-     "x", 4.5),
+    (
+        "HDR forward+backward 1920x1080, automatic exposures",
+        "hdr_bench",
+        ("row", "automatic", "fwd_bwd_ms"),
+        "ms",
+        10.0,
+    ),
+    (
+        "LDR forward+backward 1920x1080 extra peak memory",
+        "gpu_bench",
+        ("row", "1920x1080", "fwd_bwd_extra_MiB"),
+        "MiB",
+        100.0,
+    ),
+    (
+        "LDR forward+backward 3840x2160 / 1920x1080 time",
+        "gpu_bench",
+        ("ratio", "3840x2160", "1920x1080", "fwd_bwd_ms"),
+        "x",
+        4.5,
+    ),
 ]
 
 
@@ -84,8 +100,16 @@ def judge(sources, notes):
             verdict, measured = "MISS", f"not measured ({reason})"
         else:
             verdict, measured = ("PASS" if value <= target else "MISS"), fmt(value, unit)
-        verdicts.append({"name": name, "verdict": verdict, "value": value, "unit": unit, "target": target,
-                         "line": f"{verdict} {name}: {measured} (target {fmt(target, unit)})"})
+        verdicts.append(
+            {
+                "name": name,
+                "verdict": verdict,
+                "value": value,
+                "unit": unit,
+                "target": target,
+                "line": f"{verdict} {name}: {measured} (target {fmt(target, unit)})",
+            }
+        )
     return verdicts
 
 
@@ -97,16 +121,22 @@ def context_lines(sources):
     g, _ = sources["gpu_bench"]
     hd = row(g, "1920x1080") if g else {}
     if hd.get("graph_fwd_bwd_ms") is not None:
-        lines.append(f"LDR 1920x1080 as CUDA graph replays: forward {hd['graph_forward_ms']:.3f} ms, "
-                     f"forward+backward {hd['graph_fwd_bwd_ms']:.3f} ms")
+        lines.append(
+            f"LDR 1920x1080 as CUDA graph replays: forward {hd['graph_forward_ms']:.3f} ms, "
+            f"forward+backward {hd['graph_fwd_bwd_ms']:.3f} ms"
+        )
     if hd.get("reference_fwd_bwd_ms") and hd.get("fwd_bwd_ms"):
-        lines.append(f"oracle.py (pure PyTorch) on the same GPU, 1920x1080: forward "
-                     f"{hd['reference_forward_ms']:.2f} ms, forward+backward {hd['reference_fwd_bwd_ms']:.2f} ms "
-                     f"({hd['reference_fwd_bwd_ms'] / hd['fwd_bwd_ms']:.0f}x the kernels' time)")
+        lines.append(
+            f"oracle.py (pure PyTorch) on the same GPU, 1920x1080: forward "
+            f"{hd['reference_forward_ms']:.2f} ms, forward+backward {hd['reference_fwd_bwd_ms']:.2f} ms "
+            f"({hd['reference_fwd_bwd_ms'] / hd['fwd_bwd_ms']:.0f}x the kernels' time)"
+        )
     h, _ = sources["hdr_bench"]
     if h and h.get("reference_fwd_bwd_ms") and row(h, "automatic").get("fwd_bwd_ms"):
-        lines.append(f"oracle.py HDR forward+backward (automatic exposures): {h['reference_fwd_bwd_ms']:.2f} ms "
-                     f"({h['reference_fwd_bwd_ms'] / row(h, 'automatic')['fwd_bwd_ms']:.0f}x the kernels' time)")
+        lines.append(
+            f"oracle.py HDR forward+backward (automatic exposures): {h['reference_fwd_bwd_ms']:.2f} ms "
+            f"({h['reference_fwd_bwd_ms'] / row(h, 'automatic')['fwd_bwd_ms']:.0f}x the kernels' time)"
+        )
     return lines
 
 
@@ -114,8 +144,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpu-bench", help="benchmarks/gpu_bench.py --json output")
     p.add_argument("--hdr-bench", help="benchmarks/hdr_bench.py --json output")
-    p.add_argument("--note", action="append", default=[], metavar="SOURCE=TEXT",
-                   help="what became of a benchmark step (gpu_bench=..., hdr_bench=...), said beside a MISS")
+    p.add_argument(
+        "--note",
+        action="append",
+        default=[],
+        metavar="SOURCE=TEXT",
+        help="what became of a benchmark step (gpu_bench=..., hdr_bench=...), said beside a MISS",
+    )
     p.add_argument("--json", help="write the verdicts and both benchmarks' JSON here")
     p.add_argument("--list", action="store_true", help="print the targets' names and exit")
     args = p.parse_args()
@@ -132,8 +167,16 @@ def main():
         print(v["line"])
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"targets": verdicts, "gpu_bench": sources["gpu_bench"][0], "hdr_bench": sources["hdr_bench"][0],
-                       "notes": notes}, f, indent=1)
+            json.dump(
+                {
+                    "targets": verdicts,
+                    "gpu_bench": sources["gpu_bench"][0],
+                    "hdr_bench": sources["hdr_bench"][0],
+                    "notes": notes,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -77,7 +77,7 @@ __attribute__((noinline)) void pow_loop(const float* x, const float* y, float* o
   for (int i = 0; i < n; ++i) out[i] = flip::fastmath::pow(x[i], y[i]);
 }
 __attribute__((noinline, optimize("no-tree-vectorize"))) void pow_scalar(const float* x, const float* y, float* out,
-                                                                        int n) {
+                                                                         int n) {
   for (int i = 0; i < n; ++i) out[i] = flip::fastmath::pow(x[i], y[i]);
 }
 __attribute__((noinline)) void seven_fifths_loop(const float* x, float* out, int n) {

@@ -63,9 +63,7 @@ int run(const std::string& inputs_path, const std::string& outputs_path) {
   const double eps = params[1].item<double>();
 
   std::vector<std::pair<std::string, at::Tensor>> out;
-  auto put = [&out](const std::string& name, const at::Tensor& t) {
-    out.emplace_back(name, t.detach().contiguous());
-  };
+  auto put = [&out](const std::string& name, const at::Tensor& t) { out.emplace_back(name, t.detach().contiguous()); };
 
   // ldr_flip with autograd through the dispatcher call.
   at::Tensor test = tensor_attr(inputs, "test").detach().clone().requires_grad_(true);
@@ -82,8 +80,8 @@ int run(const std::string& inputs_path, const std::string& outputs_path) {
     put("ldr_flip_defaults", flip_loss::ldr_flip(test.detach(), reference.detach()));
     put("csf_filter", flip_loss::csf_filter(tensor_attr(inputs, "opponent"), ppd));
     put("hunt_hyab", flip_loss::hunt_hyab(tensor_attr(inputs, "lin_test"), tensor_attr(inputs, "lin_reference"), eps));
-    put("feature_difference", flip_loss::feature_difference(tensor_attr(inputs, "ach_test"),
-                                                            tensor_attr(inputs, "ach_reference"), ppd, eps));
+    put("feature_difference",
+        flip_loss::feature_difference(tensor_attr(inputs, "ach_test"), tensor_attr(inputs, "ach_reference"), ppd, eps));
   }
   {
     // hdr_flip with autograd, on the inputs lifted into HDR (x 4).
@@ -110,8 +108,8 @@ int run(const std::string& inputs_path, const std::string& outputs_path) {
   // Error paths: each must throw a c10::Error with a message that says what is wrong.
   std::vector<int64_t> checks;
   checks.push_back(throws_c10_error([] { flip_loss::op::handle<NoSuchOp>(); }, "is not registered"));
-  checks.push_back(throws_c10_error([&] { flip_loss::ldr_flip(test.detach(), reference.detach(), ppd, "xyz"); },
-                                    "input_space"));
+  checks.push_back(
+      throws_c10_error([&] { flip_loss::ldr_flip(test.detach(), reference.detach(), ppd, "xyz"); }, "input_space"));
   checks.push_back(throws_c10_error([] { flip_loss::pool(at::empty({0})); }, "empty"));
   checks.push_back(throws_c10_error([] { flip_loss::pool(at::full({2, 2}, NAN)); }, "NaN"));
   checks.push_back(throws_c10_error([] { flip_loss::pixels_per_degree(0.7, 0.0, 3840); }, "width_m"));
@@ -120,8 +118,8 @@ int run(const std::string& inputs_path, const std::string& outputs_path) {
   checks.push_back(throws_c10_error([&] { flip_loss::ldr_flip(t0, r0, 2 * flip_loss::kMaxPpd); }, "pixels_per_degree"));
   checks.push_back(throws_c10_error([&] { flip_loss::ldr_flip(t0, r0, ppd, "srgb", 1e-3); }, "eps"));
   checks.push_back(throws_c10_error([&] { flip_loss::ldr_flip(t0.slice(0, 0, 0), r0.slice(0, 0, 0)); }, "empty batch"));
-  checks.push_back(throws_c10_error([&] { flip_loss::hdr_flip(t0, r0, -2.0, 1.0, flip_loss::kMaxExposures + 1); },
-                                    "num"));
+  checks.push_back(
+      throws_c10_error([&] { flip_loss::hdr_flip(t0, r0, -2.0, 1.0, flip_loss::kMaxExposures + 1); }, "num"));
   checks.push_back(throws_c10_error([&] { flip_loss::hdr_flip(t0, r0, NAN, 1.0, 4); }, "finite"));
   // First-order gradients only: differentiating one throws (instead of giving no gradient).
   checks.push_back(throws_c10_error(

@@ -74,8 +74,8 @@ int run(const std::string& module_path, const std::string& inputs_path, const st
     direct = ldr_flip.call(test.detach(), reference.detach(), ppd, space, eps);
   }
   if (map.dim() != 0) {
-    TORCH_CHECK(direct.sizes() == map.sizes(), "dispatcher call returned shape ", direct.sizes(),
-                ", the module ", map.sizes());
+    TORCH_CHECK(direct.sizes() == map.sizes(), "dispatcher call returned shape ", direct.sizes(), ", the module ",
+                map.sizes());
     const double diff = (direct - map.detach()).abs().max().item<double>();
     TORCH_CHECK(diff <= 1e-6, "dispatcher call and scripted module disagree: max |diff| = ", diff);
   }
@@ -86,12 +86,10 @@ int run(const std::string& module_path, const std::string& inputs_path, const st
     return c10::ivalue::Tuple::create({torch::IValue(std::string(name)), torch::IValue(t.detach().contiguous())});
   };
   auto result = c10::ivalue::Tuple::create({entry("map", map), entry("grad_test", grad_test),
-                                            entry("grad_reference", grad_reference),
-                                            entry("dispatcher_map", direct)});
+                                            entry("grad_reference", grad_reference), entry("dispatcher_map", direct)});
   write_file(outputs_path, torch::jit::pickle_save(torch::IValue(result)));
 
-  std::printf("flip_run_scripted: input %s, ppd %.4f, %s\n", c10::str(test.sizes()).c_str(), ppd,
-              space.c_str());
+  std::printf("flip_run_scripted: input %s, ppd %.4f, %s\n", c10::str(test.sizes()).c_str(), ppd, space.c_str());
   std::printf("  mean FLIP          %.8f\n", direct.mean().item<double>());
   std::printf("  |grad test|        %.8e\n", norm_of(grad_test));
   std::printf("  |grad reference|   %.8e\n", norm_of(grad_reference));

@@ -3,6 +3,7 @@
 suite compiles it on first use into one build directory (FLIP_LOSS_EMULATOR_BUILD_DIR, default
 build/emulator), which ninja keeps up to date, so a test run compiles it at most once and later
 runs (and child processes) only load it."""
+
 import functools
 import os
 from pathlib import Path
@@ -23,7 +24,13 @@ def ops():
     from torch.utils import cpp_extension
 
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    cpp_extension.load(name="flip_emulator", sources=[str(HERE / "ops.cpp"), str(HERE / "emulate.cpp")],
-                       extra_include_paths=[str(ROOT / "csrc")], extra_cflags=CXX_FLAGS,
-                       build_directory=str(BUILD_DIR), is_python_module=False, verbose=False)
+    cpp_extension.load(
+        name="flip_emulator",
+        sources=[str(HERE / "ops.cpp"), str(HERE / "emulate.cpp")],
+        extra_include_paths=[str(ROOT / "csrc")],
+        extra_cflags=CXX_FLAGS,
+        build_directory=str(BUILD_DIR),
+        is_python_module=False,
+        verbose=False,
+    )
     return torch.ops.flip_emulator

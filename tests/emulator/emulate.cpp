@@ -15,8 +15,8 @@ FilterView<T> view_of(const Filter1D<T>& f) {
 }
 
 template <class T>
-void run_h(const T* src0, const T* src1, int channels, const Geometry& g, Input mode, const TapsView<T>& t,
-           T* planes, HdrStep<T> hs = HdrStep<T>::none()) {
+void run_h(const T* src0, const T* src1, int channels, const Geometry& g, Input mode, const TapsView<T>& t, T* planes,
+           HdrStep<T> hs = HdrStep<T>::none()) {
   std::vector<T> smem(h_smem_len(kBlock, t.rmax));
   for (int64_t z = 0; z < g.n * g.images; ++z) {
     const int64_t n = z / g.images;
@@ -75,9 +75,8 @@ void run_vt_ht(const T* gplanes, T* tplanes, const T* src0, const T* src1, T* ou
 // One band of the tiled backward, one exposure (hs) for HDR-FLIP: kernel 1 then kernel 2, each
 // block's phases one after the other as its barriers order them.
 template <class T>
-void run_tiled_band(const BackwardBand& b, const T* grad, const int32_t* index, const T* test, const T* ref,
-                    T* g_test, T* g_ref, const Geometry& g, const TapsView<T>& t, Input mode, T eps, HdrStep<T> hs,
-                    T* scratch) {
+void run_tiled_band(const BackwardBand& b, const T* grad, const int32_t* index, const T* test, const T* ref, T* g_test,
+                    T* g_ref, const Geometry& g, const TapsView<T>& t, Input mode, T eps, HdrStep<T> hs, T* scratch) {
   const auto k = color_consts<T>();
   const int R = t.rmax, threads = kFusedThreads;
   const bool hdr = mode == Input::kHdr;
@@ -130,8 +129,8 @@ void run_tiled_band(const BackwardBand& b, const T* grad, const int32_t* index, 
           for (int tid = 0; tid < threads; ++tid) tiled_load_t(gp, b, g, y0, x0, R, tid, threads, tsmem.data());
           for (int tid = 0; tid < threads; ++tid) tiled_vertical_t(g, t, y0, b.y1, R, tid, threads, tsmem.data());
           for (int tid = 0; tid < threads; ++tid)
-            tiled_horizontal_t(g, t, y0, b.y1, x0, R, tid, threads, tsmem.data(), mode, src, out + n * 3 * hw,
-                               scale, hs.tm);
+            tiled_horizontal_t(g, t, y0, b.y1, x0, R, tid, threads, tsmem.data(), mode, src, out + n * 3 * hw, scale,
+                               hs.tm);
         }
     }
   }
@@ -150,13 +149,12 @@ int wanted_mask(const void* g_test, const void* g_ref) { return (g_test ? 1 : 0)
 
 template <class T>
 HostTaps<T>::HostTaps(double ppd) : csf(csf_taps<T>(ppd)), feat(feature_taps<T>(ppd)) {
-  view = TapsView<T>{view_of(csf->y),  view_of(csf->cx), view_of(csf->cz1), view_of(csf->cz2),
+  view = TapsView<T>{view_of(csf->y),  view_of(csf->cx),  view_of(csf->cz1),  view_of(csf->cz2),
                      view_of(feat->g), view_of(feat->dg), view_of(feat->ddg), std::max(csf->y.radius, feat->g.radius)};
 }
 
 template <class T>
-void ldr_flip_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
-                      T eps) {
+void ldr_flip_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb, T eps) {
   const auto k = color_consts<T>();
   std::vector<T> planes(g.n * g.images * g.planes() * g.hw());
   run_h(test, ref, 3, g, srgb ? Input::kSrgb : Input::kLinear, t, planes.data());
@@ -275,8 +273,8 @@ void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int
 }
 
 template <class T>
-void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
-                       int64_t E, const int32_t* index, T* g_test, T* g_ref, const Geometry& g, const TapsView<T>& t,
+void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E,
+                       const int32_t* index, T* g_test, T* g_ref, const Geometry& g, const TapsView<T>& t,
                        ToneMapper tm, T eps) {
   const auto k = color_consts<T>();
   std::vector<T> planes(g.n * g.images * g.planes() * g.hw()), gplanes(g.n * g.images * g.gplanes() * g.hw());
@@ -307,8 +305,7 @@ void csf_filter_backward(const T* grad, const T* opp, T* g_opp, const Geometry& 
 }
 
 template <class T>
-void feature_difference_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t,
-                                T eps) {
+void feature_difference_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, T eps) {
   std::vector<T> planes(g.n * 2 * g.planes() * g.hw());
   run_h(test, ref, 1, g, Input::kAchromatic, t, planes.data());
   for (int64_t i = 0; i < g.n * g.hw(); ++i) feat_pixel(planes.data(), out, g, t, i, eps);
@@ -323,27 +320,27 @@ void feature_difference_backward(const T* grad, const T* test, const T* ref, T* 
   run_vt_ht(gplanes.data(), planes.data(), test, ref, g_test, g_ref, 1, g, Input::kAchromatic, t);
 }
 
-#define FLIP_INSTANTIATE(T)                                                                                  \
-  template struct HostTaps<T>;                                                                               \
-  template void ldr_flip_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T);   \
-  template void ldr_flip_forward_fused<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T); \
-  template void hdr_flip_forward_fused<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*,      \
-                                          int32_t*, const Geometry&, const TapsView<T>&, ToneMapper, T);           \
-  template void ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, \
-                                     bool, T);                                                               \
-  template void ldr_flip_backward_tiled<T>(const T*, const T*, const T*, T*, T*, const Geometry&,            \
-                                           const TapsView<T>&, bool, T, int64_t);                          \
-  template void hdr_flip_backward_tiled<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,   \
-                                           const int32_t*, T*, T*, const Geometry&, const TapsView<T>&,      \
-                                           ToneMapper, T, int64_t);                                         \
-  template void hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*,   \
-                                    const Geometry&, const TapsView<T>&, ToneMapper, T);                            \
-  template void hdr_flip_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,         \
-                                     const int32_t*, T*, T*, const Geometry&, const TapsView<T>&, ToneMapper, T);   \
-  template void csf_filter_forward<T>(const T*, T*, const Geometry&, const TapsView<T>&);                    \
-  template void csf_filter_backward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&);         \
-  template void feature_difference_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, T); \
-  template void feature_difference_backward<T>(const T*, const T*, const T*, T*, T*, const Geometry&,        \
+#define FLIP_INSTANTIATE(T)                                                                                            \
+  template struct HostTaps<T>;                                                                                         \
+  template void ldr_flip_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T);             \
+  template void ldr_flip_forward_fused<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, bool, T);       \
+  template void hdr_flip_forward_fused<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*,     \
+                                          const Geometry&, const TapsView<T>&, ToneMapper, T);                         \
+  template void ldr_flip_backward<T>(const T*, const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&, bool,  \
+                                     T);                                                                               \
+  template void ldr_flip_backward_tiled<T>(const T*, const T*, const T*, T*, T*, const Geometry&, const TapsView<T>&,  \
+                                           bool, T, int64_t);                                                          \
+  template void hdr_flip_backward_tiled<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t,            \
+                                           const int32_t*, T*, T*, const Geometry&, const TapsView<T>&, ToneMapper, T, \
+                                           int64_t);                                                                   \
+  template void hdr_flip_forward<T>(const T*, const T*, const T*, const int64_t*, int64_t, T*, T*, int32_t*,           \
+                                    const Geometry&, const TapsView<T>&, ToneMapper, T);                               \
+  template void hdr_flip_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, int64_t, const int32_t*,  \
+                                     T*, T*, const Geometry&, const TapsView<T>&, ToneMapper, T);                      \
+  template void csf_filter_forward<T>(const T*, T*, const Geometry&, const TapsView<T>&);                              \
+  template void csf_filter_backward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&);                   \
+  template void feature_difference_forward<T>(const T*, const T*, T*, const Geometry&, const TapsView<T>&, T);         \
+  template void feature_difference_backward<T>(const T*, const T*, const T*, T*, T*, const Geometry&,                  \
                                                const TapsView<T>&, T);
 FLIP_INSTANTIATE(float)
 FLIP_INSTANTIATE(double)

@@ -25,14 +25,14 @@ struct HostTaps {
 };
 
 template <class T>
-void ldr_flip_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
-                      T eps);
+void ldr_flip_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb, T eps);
 template <class T>
 void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
                             T eps);
 template <class T>
 void hdr_flip_forward_fused(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
-                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, flip::ToneMapper tm, T eps);
+                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, flip::ToneMapper tm,
+                            T eps);
 template <class T>
 void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
                        const TapsView<T>& t, bool srgb, T eps);
@@ -49,8 +49,8 @@ template <class T>
 void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
                       T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, flip::ToneMapper tm, T eps);
 template <class T>
-void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
-                       int64_t E, const int32_t* index, T* g_test, T* g_ref, const Geometry& g, const TapsView<T>& t,
+void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E,
+                       const int32_t* index, T* g_test, T* g_ref, const Geometry& g, const TapsView<T>& t,
                        flip::ToneMapper tm, T eps);
 template <class T>
 void csf_filter_forward(const T* opp, T* out, const Geometry& g, const TapsView<T>& t);

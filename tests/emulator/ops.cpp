@@ -28,8 +28,8 @@ T* data(at::Tensor& t) {
   return t.data_ptr<T>();
 }
 
-at::Tensor ldr_flip_impl(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space,
-                         double eps, bool fused) {
+at::Tensor ldr_flip_impl(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps,
+                         bool fused) {
   const bool srgb = flip_ops::check_ldr_args(test, ref, ppd, space, eps);
   auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
   auto out = at::empty_symint(flip_ops::map_shape(t), t.options());
@@ -37,8 +37,8 @@ at::Tensor ldr_flip_impl(const at::Tensor& test, const at::Tensor& ref, double p
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::ldr_flip", [&] {
     using T = scalar_t;
     const em::HostTaps<T> taps(ppd);
-    (fused ? em::ldr_flip_forward_fused<T> : em::ldr_flip_forward<T>)(data<T>(t), data<T>(r), data<T>(out), g, taps.view,
-                                                              srgb, static_cast<T>(eps));
+    (fused ? em::ldr_flip_forward_fused<T> : em::ldr_flip_forward<T>)(data<T>(t), data<T>(r), data<T>(out), g,
+                                                                      taps.view, srgb, static_cast<T>(eps));
   });
   return out.to(test.scalar_type());
 }
@@ -54,8 +54,7 @@ at::Tensor ldr_flip_fused(const at::Tensor& test, const at::Tensor& ref, double 
 
 // The row-pass backward, or (tiled) the tiled one with that scratch budget.
 Pair ldr_flip_backward_impl(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
-                            c10::string_view space, double eps, Mask mask, bool tiled,
-                            int64_t scratch_bytes) {
+                            c10::string_view space, double eps, Mask mask, bool tiled, int64_t scratch_bytes) {
   const bool srgb = flip_ops::check_ldr_args(test, ref, ppd, space, eps);
   flip_ops::check_grad(grad, test, 1);
   auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
@@ -117,9 +116,10 @@ Triple hdr_flip_impl(const at::Tensor& test, const at::Tensor& ref, const at::Te
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::hdr_flip", [&] {
     using T = scalar_t;
     const em::HostTaps<T> taps(ppd);
-    (fused ? em::hdr_flip_forward_fused<T> : em::hdr_flip_forward<T>)(
-        data<T>(t), data<T>(r), data<T>(ex), cn.data_ptr<int64_t>(), ex.size(1), data<T>(out), data<T>(emap),
-        idx.data_ptr<int32_t>(), g, taps.view, tm, static_cast<T>(eps));
+    (fused ? em::hdr_flip_forward_fused<T> : em::hdr_flip_forward<T>)(data<T>(t), data<T>(r), data<T>(ex),
+                                                                      cn.data_ptr<int64_t>(), ex.size(1), data<T>(out),
+                                                                      data<T>(emap), idx.data_ptr<int32_t>(), g,
+                                                                      taps.view, tm, static_cast<T>(eps));
   });
   return {out.to(test.scalar_type()), emap.to(test.scalar_type()), idx};
 }
@@ -136,9 +136,8 @@ Triple hdr_flip_fused(const at::Tensor& test, const at::Tensor& ref, const at::T
 
 // The row-pass backward, or (tiled) the tiled one with that scratch budget.
 Pair hdr_flip_backward_impl(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
-                            const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index,
-                            double ppd, c10::string_view tone_mapper, double eps, Mask mask, bool tiled,
-                            int64_t scratch_bytes) {
+                            const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
+                            c10::string_view tone_mapper, double eps, Mask mask, bool tiled, int64_t scratch_bytes) {
   const auto tm = flip_ops::check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   flip_ops::check_grad(grad, test, 1);
   flip_ops::check_exposure_index(index, grad);
@@ -172,9 +171,8 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
 }
 
 Pair hdr_flip_backward_tiled(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
-                             const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index,
-                             double ppd, c10::string_view tone_mapper, double eps, Mask mask,
-                             int64_t scratch_bytes) {
+                             const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
+                             c10::string_view tone_mapper, double eps, Mask mask, int64_t scratch_bytes) {
   return hdr_flip_backward_impl(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask, true,
                                 scratch_bytes);
 }
@@ -200,8 +198,7 @@ at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, do
   AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip_emulator::csf_filter_backward", [&] {
     using T = scalar_t;
     const em::HostTaps<T> taps(ppd);
-    em::csf_filter_backward<T>(data<T>(gr), data<T>(o), data<T>(out),
-                                            flip_ops::geometry(o, 1, true, false), taps.view);
+    em::csf_filter_backward<T>(data<T>(gr), data<T>(o), data<T>(out), flip_ops::geometry(o, 1, true, false), taps.view);
   });
   return out.to(opp.scalar_type());
 }
@@ -214,7 +211,7 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
     using T = scalar_t;
     const em::HostTaps<T> taps(ppd);
     em::feature_difference_forward<T>(data<T>(t), data<T>(r), data<T>(out), flip_ops::geometry(t, 2, false, true),
-                                  taps.view, static_cast<T>(eps));
+                                      taps.view, static_cast<T>(eps));
   });
   return out.to(test.scalar_type());
 }
@@ -229,10 +226,9 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip_emulator::feature_difference_backward", [&] {
     using T = scalar_t;
     const em::HostTaps<T> taps(ppd);
-    em::feature_difference_backward<T>(data<T>(gr), data<T>(t), data<T>(r),
-                                                    flip_ops::ptr_or_null<T>(gb[0]), flip_ops::ptr_or_null<T>(gb[1]),
-                                                    flip_ops::geometry(t, 2, false, true), taps.view,
-                                                    static_cast<T>(eps));
+    em::feature_difference_backward<T>(data<T>(gr), data<T>(t), data<T>(r), flip_ops::ptr_or_null<T>(gb[0]),
+                                       flip_ops::ptr_or_null<T>(gb[1]), flip_ops::geometry(t, 2, false, true),
+                                       taps.view, static_cast<T>(eps));
   });
   return flip_ops::cast_back(gb, test, ref);
 }
@@ -243,33 +239,43 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
 // The schemas of csrc/ops/schema.cpp (defaults included), so that a test calls an emulated op
 // exactly as it calls the flip op.
 TORCH_LIBRARY(flip_emulator, m) {
-  m.def("ldr_flip(Tensor test, Tensor reference, float pixels_per_degree=67.02064327658225,"
-        " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
-  m.def("ldr_flip_fused(Tensor test, Tensor reference, float pixels_per_degree=67.02064327658225,"
-        " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
-  m.def("ldr_flip_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
-        " str input_space, float eps, bool[2] output_mask) -> (Tensor, Tensor)");
-  m.def("hdr_flip(Tensor test, Tensor reference, Tensor exposures, Tensor counts, float pixels_per_degree,"
-        " str tone_mapper=\"aces\", float eps=1e-15) -> (Tensor, Tensor, Tensor)");
-  m.def("hdr_flip_fused(Tensor test, Tensor reference, Tensor exposures, Tensor counts, float pixels_per_degree,"
-        " str tone_mapper=\"aces\", float eps=1e-15) -> (Tensor, Tensor, Tensor)");
-  m.def("hdr_flip_backward(Tensor grad, Tensor test, Tensor reference, Tensor exposures, Tensor counts,"
-        " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask)"
-        " -> (Tensor, Tensor)");
+  m.def(
+      "ldr_flip(Tensor test, Tensor reference, float pixels_per_degree=67.02064327658225,"
+      " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
+  m.def(
+      "ldr_flip_fused(Tensor test, Tensor reference, float pixels_per_degree=67.02064327658225,"
+      " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
+  m.def(
+      "ldr_flip_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
+      " str input_space, float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+  m.def(
+      "hdr_flip(Tensor test, Tensor reference, Tensor exposures, Tensor counts, float pixels_per_degree,"
+      " str tone_mapper=\"aces\", float eps=1e-15) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "hdr_flip_fused(Tensor test, Tensor reference, Tensor exposures, Tensor counts, float pixels_per_degree,"
+      " str tone_mapper=\"aces\", float eps=1e-15) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "hdr_flip_backward(Tensor grad, Tensor test, Tensor reference, Tensor exposures, Tensor counts,"
+      " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask)"
+      " -> (Tensor, Tensor)");
   // The tiled backward of the CUDA kernels (the ops above without _tiled are the row passes), with
   // the scratch budget the bands are planned for (default: the kernels' kBackwardScratchBytes).
-  m.def("ldr_flip_backward_tiled(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
-        " str input_space, float eps, bool[2] output_mask, int scratch_bytes=33554432) -> (Tensor, Tensor)");
-  m.def("hdr_flip_backward_tiled(Tensor grad, Tensor test, Tensor reference, Tensor exposures, Tensor counts,"
-        " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask,"
-        " int scratch_bytes=33554432) -> (Tensor, Tensor)");
-  m.def("backward_plan(int n, int h, int w, int wanted, float pixels_per_degree, int elem_bytes,"
-        " int scratch_bytes=33554432) -> Tensor");
+  m.def(
+      "ldr_flip_backward_tiled(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
+      " str input_space, float eps, bool[2] output_mask, int scratch_bytes=33554432) -> (Tensor, Tensor)");
+  m.def(
+      "hdr_flip_backward_tiled(Tensor grad, Tensor test, Tensor reference, Tensor exposures, Tensor counts,"
+      " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask,"
+      " int scratch_bytes=33554432) -> (Tensor, Tensor)");
+  m.def(
+      "backward_plan(int n, int h, int w, int wanted, float pixels_per_degree, int elem_bytes,"
+      " int scratch_bytes=33554432) -> Tensor");
   m.def("csf_filter(Tensor opponent, float pixels_per_degree) -> Tensor");
   m.def("csf_filter_backward(Tensor grad, Tensor opponent, float pixels_per_degree) -> Tensor");
   m.def("feature_difference(Tensor test, Tensor reference, float pixels_per_degree, float eps=1e-15) -> Tensor");
-  m.def("feature_difference_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
-        " float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+  m.def(
+      "feature_difference_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
+      " float eps, bool[2] output_mask) -> (Tensor, Tensor)");
 }
 
 static_assert(flip::kBackwardScratchBytes == 33554432, "update the scratch_bytes defaults of the schemas below");

@@ -53,8 +53,8 @@ struct Scratch {
 
 // Horizontal CSF pass of one row: opponent rows o0, o1, o2 -> the four intermediates at `off`.
 template <class T>
-inline void csf_h_row(const T* o0, const T* o1, const T* o2, int64_t W, const CsfTaps<T>& t, T* pad,
-                      CsfPlanes<T> p, int64_t off) {
+inline void csf_h_row(const T* o0, const T* o1, const T* o2, int64_t W, const CsfTaps<T>& t, T* pad, CsfPlanes<T> p,
+                      int64_t off) {
   hconv(o0, W, t.y, pad, p.y + off);
   hconv(o1, W, t.cx, pad, p.cx + off);
   pad_edge(o2, W, t.cz1.radius, pad);
@@ -77,8 +77,8 @@ inline void csf_v_tile(CsfPlanes<T> p, int64_t H, int64_t W, const Tile& t, cons
 // Each response has one zero-sum pass, evaluated in its exact form (filters.h): the horizontal one
 // for dx, ddx, the vertical one for dy, ddy (a constant neighbourhood gives a constant g_x plane).
 template <class T>
-inline void feature_v_tile(FeaturePlanes<T> p, int64_t H, int64_t W, const Tile& t, const FeatureTaps<T>& taps,
-                           T* dst, int64_t stride) {
+inline void feature_v_tile(FeaturePlanes<T> p, int64_t H, int64_t W, const Tile& t, const FeatureTaps<T>& taps, T* dst,
+                           int64_t stride) {
   vconv_tile(p.dg, H, W, t, taps.g, dst, stride);
   vconv_tile(p.ddg, H, W, t, taps.g, dst + 2 * t.n, stride);
   vconv_tile<Form::kOdd>(p.g, H, W, t, taps.dg, dst + t.n, stride);
@@ -87,8 +87,7 @@ inline void feature_v_tile(FeaturePlanes<T> p, int64_t H, int64_t W, const Tile&
 
 // Horizontal feature pass of one achromatic row.
 template <class T>
-inline void feature_h_row(const T* yhat, int64_t W, const FeatureTaps<T>& t, T* pad,
-                          FeaturePlanes<T> p, int64_t off) {
+inline void feature_h_row(const T* yhat, int64_t W, const FeatureTaps<T>& t, T* pad, FeaturePlanes<T> p, int64_t off) {
   pad_edge(yhat, W, t.g.radius, pad);
   hconv_padded(pad, W, t.g, p.g + off);
   hconv_padded<Form::kOdd>(pad, W, t.dg, p.dg + off);
@@ -151,8 +150,8 @@ inline void feature_t_horizontal(const T* a, const T* b, const T* c, int64_t W, 
 // Both halves for one row (the single-stage ops): gradient planes w.r.t. the filtered channels ->
 // gradient rows w.r.t. the opponent channels (overwritten). tmp holds 4 rows.
 template <class T>
-inline void csf_t_row(const T* g0, const T* g1, const T* g2, int64_t H, int64_t W, int64_t row,
-                      const CsfTaps<T>& t, T* tmp, T* pad, T* o0, T* o1, T* o2) {
+inline void csf_t_row(const T* g0, const T* g1, const T* g2, int64_t H, int64_t W, int64_t row, const CsfTaps<T>& t,
+                      T* tmp, T* pad, T* o0, T* o1, T* o2) {
   std::fill(tmp, tmp + 4 * W, T(0));
   std::fill(pad, pad + W, T(0));  // the rows outside the planes, until the horizontal half pads
   csf_t_vertical(g0, g1, g2, H, W, Tile{row, row + 1, 0, W}, t, pad, tmp, 4 * W);
@@ -162,8 +161,8 @@ inline void csf_t_row(const T* g0, const T* g1, const T* g2, int64_t H, int64_t 
 // Gradient planes w.r.t. dx, dy, ddx, ddy -> gradient row w.r.t. the achromatic input,
 // accumulated into out. tmp holds 3 rows.
 template <class T>
-inline void feature_t_row(const T* gdx, const T* gdy, const T* gddx, const T* gddy, int64_t H,
-                          int64_t W, int64_t row, const FeatureTaps<T>& t, T* tmp, T* pad, T* out) {
+inline void feature_t_row(const T* gdx, const T* gdy, const T* gddx, const T* gddy, int64_t H, int64_t W, int64_t row,
+                          const FeatureTaps<T>& t, T* tmp, T* pad, T* out) {
   std::fill(tmp, tmp + 3 * W, T(0));
   std::fill(pad, pad + W, T(0));  // as in csf_t_row
   feature_t_vertical(gdx, gdy, gddx, gddy, H, W, Tile{row, row + 1, 0, W}, t, pad, tmp, 3 * W);

@@ -32,9 +32,8 @@ enum class Level { baseline = 0, avx2 = 1, avx512 = 2 };
 Level supported() {
 #if FLIP_CPU_X86_VARIANTS
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-                    __builtin_cpu_supports("popcnt");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+                    __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
   if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
     return Level::avx512;
@@ -67,22 +66,28 @@ Level level() {
 
 const char* capability() {
   switch (level()) {
-    case Level::avx512: return "avx512";
-    case Level::avx2: return "avx2";
-    default: return "baseline";
+    case Level::avx512:
+      return "avx512";
+    case Level::avx2:
+      return "avx2";
+    default:
+      return "baseline";
   }
 }
 
 // The public kernels: each calls its variant for the chosen level.
 #if FLIP_CPU_X86_VARIANTS
-#define FLIP_CPU_FORWARD_KERNEL(name, Args)                               \
-  template <class T>                                                      \
-  bool name(const Args<T>& args) {                                        \
-    switch (level()) {                                                    \
-      case Level::avx512: return ::flip_avx512::flip::cpu::name<T>(args); \
-      case Level::avx2: return ::flip_avx2::flip::cpu::name<T>(args);     \
-      default: return ::flip_baseline::flip::cpu::name<T>(args);          \
-    }                                                                     \
+#define FLIP_CPU_FORWARD_KERNEL(name, Args)               \
+  template <class T>                                      \
+  bool name(const Args<T>& args) {                        \
+    switch (level()) {                                    \
+      case Level::avx512:                                 \
+        return ::flip_avx512::flip::cpu::name<T>(args);   \
+      case Level::avx2:                                   \
+        return ::flip_avx2::flip::cpu::name<T>(args);     \
+      default:                                            \
+        return ::flip_baseline::flip::cpu::name<T>(args); \
+    }                                                     \
   }
 #else
 #define FLIP_CPU_FORWARD_KERNEL(name, Args)           \

@@ -38,7 +38,7 @@ struct LdrFlipArgs {
   T* out = nullptr;            // the forwards: the map
   T* sensitivities = nullptr;  // ldr_flip_forward_sensitivities writes them, ..._backward_sensitivities reads
   bool want_test = false, want_ref = false;  // ldr_flip_forward_sensitivities: whose to keep
-  T* g_test = nullptr;  // the backwards: the gradients (null: not wanted)
+  T* g_test = nullptr;                       // the backwards: the gradients (null: not wanted)
   T* g_ref = nullptr;
 };
 

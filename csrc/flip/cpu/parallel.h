@@ -8,8 +8,7 @@
 namespace flip {
 namespace cpu {
 
-void parallel_for(int64_t begin, int64_t end, int64_t grain,
-                  const std::function<void(int64_t, int64_t)>& fn);
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace cpu
 }  // namespace flip

@@ -139,8 +139,7 @@ struct Tiling {
 template <class T>
 struct TileScratch {
   Scratch<T> sc;
-  explicit TileScratch(int64_t W)
-      : sc(std::min(W, kTileColumns), 0, 2 * kResponsePlanesPerImage * kTileRows) {}
+  explicit TileScratch(int64_t W) : sc(std::min(W, kTileColumns), 0, 2 * kResponsePlanesPerImage * kTileRows) {}
   T* rows() { return sc.row(0); }
   static int64_t stride(const Tile& t) { return 2 * kResponsePlanesPerImage * t.n; }
 };
@@ -203,9 +202,8 @@ FLIP_LOOP void flip_row(const T* __restrict rt, const T* __restrict rr, int64_t 
 // The error map of one batch item into dst (H x W).
 template <class T>
 void vertical_forward(const T* planes, int64_t H, int64_t W, const Context<T>& cx, T eps, T* dst) {
-  vertical_tiles(planes, H, W, cx, [&](const T* rt, const T* rr, int64_t n, int64_t p) {
-    flip_row(rt, rr, n, eps, cx.k, dst + p);
-  });
+  vertical_tiles(planes, H, W, cx,
+                 [&](const T* rt, const T* rr, int64_t n, int64_t p) { flip_row(rt, rr, n, eps, cx.k, dst + p); });
 }
 
 // Multiplies the gradients of one pixel by g.

@@ -195,8 +195,8 @@ inline void hconv_t_acc(const T* g, int64_t W, const Filter1D<T>& f, T* zpad, T*
 // (the rows outside the plane). As vconv_tile: row by row over one plane, the same sums in the
 // same order whatever the tile.
 template <Form F = Form::kPlain, class T>
-inline void vconv_t_tile(const T* g, int64_t H, int64_t W, const Tile& t, const Filter1D<T>& f, const T* zeros,
-                         T* dst, int64_t stride) {
+inline void vconv_t_tile(const T* g, int64_t H, int64_t W, const Tile& t, const Filter1D<T>& f, const T* zeros, T* dst,
+                         int64_t stride) {
   const int r = f.radius;
   const int64_t m = std::min<int64_t>(r, H);
   const T* first = g + t.x0;

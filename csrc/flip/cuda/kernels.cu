@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(kFusedThreads)
     for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
       const int64_t y0 = ty * kTileH;
       for (int im = 0; im < 2; ++im) {
-        fused_load((im == 0 ? test : ref) + n * 3 * g.hw(), g, mode, y0, x0, R, threadIdx.x, kFusedThreads, smem,
-                   scale, hs.tm);
+        fused_load((im == 0 ? test : ref) + n * 3 * g.hw(), g, mode, y0, x0, R, threadIdx.x, kFusedThreads, smem, scale,
+                   hs.tm);
         __syncthreads();
         fused_horizontal(taps.view(), R, threadIdx.x, kFusedThreads, smem);
         __syncthreads();
@@ -134,8 +134,8 @@ __global__ void __launch_bounds__(kFusedThreads)
 template <class T>
 __global__ void __launch_bounds__(kFusedThreads)
     tiled_grad_kernel(const T* test, const T* ref, const T* grad, const int32_t* index, T* scratch, Geometry g,
-                      BackwardBand b, FLIP_GRID_CONSTANT const KernelTaps<T> taps, Input mode, T eps,
-                      ColorConsts<T> k, HdrStep<T> hs) {
+                      BackwardBand b, FLIP_GRID_CONSTANT const KernelTaps<T> taps, Input mode, T eps, ColorConsts<T> k,
+                      HdrStep<T> hs) {
   T* smem = shared_buffer<T>();
   const int R = taps.rmax;
   const bool hdr = mode == Input::kHdr;
@@ -147,8 +147,7 @@ __global__ void __launch_bounds__(kFusedThreads)
     const int64_t off = n * g.hw();
     for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
       const int64_t y0 = b.g0 + ty * kTileH;
-      if (hdr && !__syncthreads_or(tile_won(index + off, g, hs.i, y0, x0, b.g0, b.g1, 0, threadIdx.x,
-                                            kFusedThreads))) {
+      if (hdr && !__syncthreads_or(tile_won(index + off, g, hs.i, y0, x0, b.g0, b.g1, 0, threadIdx.x, kFusedThreads))) {
         tiled_zero_planes(g, b, n, y0, x0, threadIdx.x, kFusedThreads, scratch);
         continue;  // no shared memory touched: the next tile starts at a barrier too
       }
@@ -196,8 +195,8 @@ __global__ void __launch_bounds__(kFusedThreads)
     T* out = (im == 0 ? g_test : g_ref) + n * 3 * g.hw();
     for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
       const int64_t y0 = b.y0 + ty * kTileH;
-      if (mode == Input::kHdr && !__syncthreads_or(tile_won(index + n * g.hw(), g, hs.i, y0, x0, b.g0, b.g1, R,
-                                                              threadIdx.x, kFusedThreads)))
+      if (mode == Input::kHdr &&
+          !__syncthreads_or(tile_won(index + n * g.hw(), g, hs.i, y0, x0, b.g0, b.g1, R, threadIdx.x, kFusedThreads)))
         continue;
       tiled_load_t(gp, b, g, y0, x0, R, threadIdx.x, kFusedThreads, smem);
       __syncthreads();
@@ -315,8 +314,7 @@ __global__ void v_hdr_vjp_kernel(const T* grad, const int32_t* index, const T* p
 }
 
 template <class T>
-__global__ void hunt_hyab_kernel(const T* test, const T* ref, T* out, int64_t n, int64_t hw, T eps,
-                                 ColorConsts<T> k) {
+__global__ void hunt_hyab_kernel(const T* test, const T* ref, T* out, int64_t n, int64_t hw, T eps, ColorConsts<T> k) {
   FLIP_GRID_STRIDE(i, n * hw) hunt_hyab_pixel(test, ref, out, hw, i, eps, k);
 }
 
@@ -389,9 +387,9 @@ void launch_tiled_band(const Params<T>& p, const BackwardBand& b, Input mode, Hd
   allow_shared_memory(reinterpret_cast<const void*>(&tiled_transpose_kernel<T>), smem2);
   tiled_grad_kernel<T><<<tile_grid(p.g, tiled_grad_tiles_y(b), b.n1 - b.n0), kFusedThreads, smem1, s>>>(
       p.test, p.ref, p.grad, p.index, p.scratch, p.g, b, p.taps, mode, p.eps, p.k, hs);
-  tiled_transpose_kernel<T><<<tile_grid(p.g, (b.y1 - b.y0 + kTileH - 1) / kTileH, (b.n1 - b.n0) * b.images()),
-                              kFusedThreads, smem2, s>>>(p.scratch, p.test, p.ref, p.index, p.g_test, p.g_ref, p.g, b,
-                                                         p.taps, mode, hs);
+  tiled_transpose_kernel<T>
+      <<<tile_grid(p.g, (b.y1 - b.y0 + kTileH - 1) / kTileH, (b.n1 - b.n0) * b.images()), kFusedThreads, smem2, s>>>(
+          p.scratch, p.test, p.ref, p.index, p.g_test, p.g_ref, p.g, b, p.taps, mode, hs);
 }
 
 }  // namespace
@@ -411,8 +409,8 @@ void ldr_flip_forward(const Params<T>& p, cudaStream_t s) {
 template <class T>
 void ldr_flip_backward(const Params<T>& p, cudaStream_t s) {
   launch_h(p.test, p.ref, 3, p.g, ldr_input(p), p.taps, p.planes, s);
-  v_ldr_vjp_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.grad, p.planes, p.gplanes, p.g, p.taps,
-                                                                      p.eps, p.k);
+  v_ldr_vjp_kernel<T>
+      <<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.grad, p.planes, p.gplanes, p.g, p.taps, p.eps, p.k);
   // The H planes are dead now: they hold the transposed-vertical planes.
   launch_vt_ht(p.gplanes, p.planes, p.test, p.ref, p.g_test, p.g_ref, 3, p.g, ldr_input(p), p.taps, s);
 }
@@ -435,8 +433,8 @@ void hdr_flip_forward(const Params<T>& p, cudaStream_t s) {
   for (int64_t i = 0; i < p.E; ++i) {
     const HdrStep<T> hs = hdr_step(p, i);
     launch_h(p.test, p.ref, 3, p.g, Input::kHdr, p.taps, p.planes, s, hs);
-    v_hdr_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.planes, p.out, p.emap, p.index, p.g, p.taps,
-                                                                    p.eps, p.k, hs);
+    v_hdr_kernel<T>
+        <<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.planes, p.out, p.emap, p.index, p.g, p.taps, p.eps, p.k, hs);
   }
 }
 
@@ -485,15 +483,14 @@ void feature_difference_forward(const Params<T>& p, cudaStream_t s) {
 template <class T>
 void feature_difference_backward(const Params<T>& p, cudaStream_t s) {
   launch_h(p.test, p.ref, 1, p.g, Input::kAchromatic, p.taps, p.planes, s);
-  v_feat_vjp_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.grad, p.planes, p.gplanes, p.g, p.taps,
-                                                                       p.eps);
+  v_feat_vjp_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.grad, p.planes, p.gplanes, p.g, p.taps, p.eps);
   launch_vt_ht(p.gplanes, p.planes, p.test, p.ref, p.g_test, p.g_ref, 1, p.g, Input::kAchromatic, p.taps, s);
 }
 
 template <class T>
 void hunt_hyab_forward(const Params<T>& p, cudaStream_t s) {
-  hunt_hyab_kernel<T><<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.test, p.ref, p.out, p.g.n, p.g.hw(), p.eps,
-                                                                      p.k);
+  hunt_hyab_kernel<T>
+      <<<blocks_for(p.g.n * p.g.hw()), kBlock, 0, s>>>(p.test, p.ref, p.out, p.g.n, p.g.hw(), p.eps, p.k);
 }
 
 template <class T>
@@ -502,20 +499,20 @@ void hunt_hyab_backward(const Params<T>& p, cudaStream_t s) {
                                                                           p.g.n, p.g.hw(), p.eps, p.k);
 }
 
-#define FLIP_INSTANTIATE(T)                                                   \
-  template void ldr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);    \
-  template void ldr_flip_forward<T>(const Params<T>&, cudaStream_t);          \
-  template void ldr_flip_backward<T>(const Params<T>&, cudaStream_t);         \
-  template void ldr_flip_backward_tiled<T>(const Params<T>&, cudaStream_t);   \
-  template void hdr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);    \
-  template void hdr_flip_forward<T>(const Params<T>&, cudaStream_t);          \
-  template void hdr_flip_backward<T>(const Params<T>&, cudaStream_t);         \
-  template void hdr_flip_backward_tiled<T>(const Params<T>&, cudaStream_t);   \
-  template void csf_filter_forward<T>(const Params<T>&, cudaStream_t);        \
-  template void csf_filter_backward<T>(const Params<T>&, cudaStream_t);       \
+#define FLIP_INSTANTIATE(T)                                                     \
+  template void ldr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);      \
+  template void ldr_flip_forward<T>(const Params<T>&, cudaStream_t);            \
+  template void ldr_flip_backward<T>(const Params<T>&, cudaStream_t);           \
+  template void ldr_flip_backward_tiled<T>(const Params<T>&, cudaStream_t);     \
+  template void hdr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);      \
+  template void hdr_flip_forward<T>(const Params<T>&, cudaStream_t);            \
+  template void hdr_flip_backward<T>(const Params<T>&, cudaStream_t);           \
+  template void hdr_flip_backward_tiled<T>(const Params<T>&, cudaStream_t);     \
+  template void csf_filter_forward<T>(const Params<T>&, cudaStream_t);          \
+  template void csf_filter_backward<T>(const Params<T>&, cudaStream_t);         \
   template void feature_difference_forward<T>(const Params<T>&, cudaStream_t);  \
   template void feature_difference_backward<T>(const Params<T>&, cudaStream_t); \
-  template void hunt_hyab_forward<T>(const Params<T>&, cudaStream_t);         \
+  template void hunt_hyab_forward<T>(const Params<T>&, cudaStream_t);           \
   template void hunt_hyab_backward<T>(const Params<T>&, cudaStream_t);
 FLIP_INSTANTIATE(float)
 FLIP_INSTANTIATE(double)

@@ -62,17 +62,16 @@ struct KernelTaps {
 // that toolkits before CUDA 12.1 allow.
 static_assert(sizeof(KernelTaps<double>) + 512 <= 4096, "the taps argument leaves too little of the 4 KB");
 
-
 // What the launchers read, in one struct (nvdiffrast's style) instead of long positional lists:
 // csrc/ops/cuda.cpp fills the fields an op needs and leaves the rest null. All buffers are on
 // the device, contiguous, N x C x H x W.
 template <class T>
 struct Params {
-  Geometry g;                 // batch and image size, images per item, which banks run
-  KernelTaps<T> taps;         // the filter taps, by value or in device memory (unused by hunt_hyab)
+  Geometry g;          // batch and image size, images per item, which banks run
+  KernelTaps<T> taps;  // the filter taps, by value or in device memory (unused by hunt_hyab)
   T eps = T(0);
-  ColorConsts<T> k{};         // colour constants (LDR/HDR-FLIP, hunt_hyab)
-  bool srgb = false;          // LDR-FLIP: sRGB (else linear) input
+  ColorConsts<T> k{};  // colour constants (LDR/HDR-FLIP, hunt_hyab)
+  bool srgb = false;   // LDR-FLIP: sRGB (else linear) input
   // Inputs: the two images (csf_filter: the opponent image in test), the incoming gradient of a
   // backward.
   const T* test = nullptr;

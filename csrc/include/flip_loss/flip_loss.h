@@ -98,14 +98,13 @@ inline HdrResult hdr_flip(const at::Tensor& test, const at::Tensor& reference, c
 
 // The same exposures for every image: `num` of them evenly from `start` to `stop` stops.
 inline HdrResult hdr_flip(const at::Tensor& test, const at::Tensor& reference, double start, double stop, int64_t num,
-                          double ppd = kDefaultPpd, const std::string& tone_mapper = "aces",
-                          double eps = kDefaultEps) {
+                          double ppd = kDefaultPpd, const std::string& tone_mapper = "aces", double eps = kDefaultEps) {
   // Checked here, before the exposure grid is allocated; the op checks everything else.
   TORCH_CHECK(test.defined(), "flip_loss::hdr_flip: test is undefined");
   TORCH_CHECK_VALUE(num >= kMinExposures && num <= kMaxExposures, "flip_loss::hdr_flip: num must be from ",
                     kMinExposures, " to ", kMaxExposures, ", got ", num);
-  TORCH_CHECK_VALUE(std::isfinite(start) && std::isfinite(stop), "flip_loss::hdr_flip: start (", start,
-                    ") and stop (", stop, ") must be finite");
+  TORCH_CHECK_VALUE(std::isfinite(start) && std::isfinite(stop), "flip_loss::hdr_flip: start (", start, ") and stop (",
+                    stop, ") must be finite");
   TORCH_CHECK_VALUE(start <= stop, "flip_loss::hdr_flip: start (", start, ") must not exceed stop (", stop, ")");
   const int64_t n = test.dim() == 4 ? test.size(0) : 1;
   auto row = at::linspace(start, stop, num, test.options().dtype(at::kDouble));

@@ -21,7 +21,7 @@ namespace op {
 
 using Tensor = at::Tensor;
 using TensorPair = std::tuple<at::Tensor, at::Tensor>;  // gradients w.r.t. (test, reference)
-using OutputMask = std::array<bool, 2>;                  // which of the two gradients are wanted
+using OutputMask = std::array<bool, 2>;                 // which of the two gradients are wanted
 
 struct LdrFlip {
   static constexpr const char* name = "flip::ldr_flip";
@@ -54,10 +54,9 @@ struct HdrFlip {
 };
 struct HdrFlipBackward {
   static constexpr const char* name = "flip::hdr_flip_backward";
-  using Signature = TensorPair(const Tensor& grad, const Tensor& test, const Tensor& reference,
-                               const Tensor& exposures, const Tensor& counts, const Tensor& exposure_index,
-                               double pixels_per_degree, c10::string_view tone_mapper, double eps,
-                               OutputMask output_mask);
+  using Signature = TensorPair(const Tensor& grad, const Tensor& test, const Tensor& reference, const Tensor& exposures,
+                               const Tensor& counts, const Tensor& exposure_index, double pixels_per_degree,
+                               c10::string_view tone_mapper, double eps, OutputMask output_mask);
 };
 struct CsfFilter {
   static constexpr const char* name = "flip::csf_filter";
