@@ -126,7 +126,7 @@ def compile_kernels(nvcc, workdir, notes):
         notes.append(note)
     if "-lineinfo" not in flags:
         flags.append("-lineinfo")  # source lines for the loop table; the generated code is the same
-        notes.append("added -lineinfo (setup.py no longer passes it)")
+        notes.append("added -lineinfo (setup.py does not pass it)")
     cubin = os.path.join(workdir, "kernels.cubin")
     cmd = [
         nvcc,

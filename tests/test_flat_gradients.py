@@ -1,4 +1,4 @@
-"""float32 gradients in flat and smooth regions follow float64 (issue 10, item 3).
+"""float32 gradients in flat and smooth regions follow float64.
 
 The feature detectors' derivative filters sum to zero. Summed as 2r + 1 plain products, their
 float32 response to a constant neighbourhood was a rounding residue of about 1e-7 instead of 0, and

@@ -1,4 +1,4 @@
-"""No silent wrong number from the Python API (issue 10): reductions in float16 and with extreme
+"""No silent wrong number from the Python API: reductions in float16 and with extreme
 weights, one rule per option (limits, types), data_range and the out-of-range warning, checked
 exposure ranges and counts, and the same checks in eager, torch.compile and TorchScript."""
 
@@ -631,7 +631,7 @@ def test_cuda_compiled_weight_check_raises_and_the_context_survives():
     torch.testing.assert_close(compiled(a, b, w).cpu(), flip_loss.FLIPLoss()(a.cpu(), b.cpu()), rtol=1e-5, atol=1e-6)
 
 
-# ---- found by an adversarial review after the fixes above ----
+# ---- options changed after construction, and other second looks at the same rules ----
 
 
 def test_scripted_loss_checks_a_data_range_changed_after_construction():

@@ -322,7 +322,7 @@ def test_a_compiled_loop_nest(tmp_path):
 
 @pytest.mark.slow
 @needs_tools
-def test_the_report_matches_todays_kernels(tmp_path):
+def test_the_report_matches_the_current_kernels(tmp_path):
     """The whole report on csrc/flip/cuda/kernels.cu (a full sm_90 compile, about a minute): every
     kernel's loops match TRIP_TABLE (exit status 0), and each scenario has a figure."""
     out = tmp_path / "sass.json"
