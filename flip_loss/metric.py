@@ -294,6 +294,26 @@ def check_pixel_capacity(seen: int, more: int, who: str) -> None:
         )
 
 
+def metric_error_map(metric, test: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """The LDR-FLIP map of one batch with a metric's options (FLIPMetric and FLIPTorchMetric): the
+    inputs' values are looked at (range warning) on the first device batch only, so that later
+    batches cost no device-to-host copy."""
+    look = not metric.looked_at_device_inputs
+    if is_device_call(test):
+        metric.looked_at_device_inputs = True
+    return ldr_flip_with_look(
+        test,
+        reference,
+        metric.pixels_per_degree,
+        metric.input_space,
+        0.0,
+        metric.data_range,
+        look,
+        metric.alpha,
+        metric.background,
+    )
+
+
 class FLIPMetric:
     """Accumulates LDR-FLIP over many ``update(test, reference)`` calls (see the module docstring).
 
@@ -331,7 +351,7 @@ class FLIPMetric:
         self.process_group = process_group
         # Whether an update has looked at the value range of inputs on a GPU (once per metric,
         # since that is a host synchronisation; see flip_loss.functional).
-        self._looked_at_device_inputs = False
+        self.looked_at_device_inputs = False
         self.reset()
 
     def reset(self) -> None:
@@ -345,21 +365,7 @@ class FLIPMetric:
         """Evaluates LDR-FLIP between ``test`` and ``reference`` (N x 3 x H x W or 3 x H x W, or with
         ``alpha`` RGBA, as for :func:`flip_loss.ldr_flip`), accumulates the maps and returns this batch's per-image means
         (float64, N entries, on the input device)."""
-        look = not self._looked_at_device_inputs
-        if is_device_call(test):
-            self._looked_at_device_inputs = True
-        error = ldr_flip_with_look(
-            test,
-            reference,
-            self.pixels_per_degree,
-            self.input_space,
-            0.0,
-            self.data_range,
-            look,
-            self.alpha,
-            self.background,
-        )
-        return self.update_error_map(error)
+        return self.update_error_map(metric_error_map(self, test, reference))
 
     @torch.no_grad()
     def update_error_map(self, error_map: torch.Tensor) -> torch.Tensor:

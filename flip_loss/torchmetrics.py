@@ -36,7 +36,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from . import options
 from .constants import DEFAULT_PPD
-from .functional import is_device_call, ldr_flip_with_look
 from .metric import (
     LIMBS,
     FLIPMetricResult,
@@ -45,6 +44,7 @@ from .metric import (
     checked_error_batch,
     exact_means,
     fold,
+    metric_error_map,
     result_of,
 )
 
@@ -82,7 +82,7 @@ class FLIPTorchMetric(Metric):
         self.alpha, self.background = options.alpha_options(alpha, background)
         options.check_background_value(self.background, *self.data_range)
         self.bins = int(bins)
-        self._looked_at_device_inputs = False
+        self.looked_at_device_inputs = False
         # torchmetrics makes the placeholder of a rank without per-image means in this dtype when it
         # syncs; it must match the other ranks' float64 means. Set before any state exists, so it
         # converts nothing.
@@ -102,20 +102,7 @@ class FLIPTorchMetric(Metric):
         """Evaluates LDR-FLIP between ``test`` and ``reference`` (as :meth:`flip_loss.FLIPMetric.update`)
         and accumulates the maps."""
         with torch.no_grad():
-            look = not self._looked_at_device_inputs
-            if is_device_call(test):
-                self._looked_at_device_inputs = True
-            error = ldr_flip_with_look(
-                test,
-                reference,
-                self.pixels_per_degree,
-                self.input_space,
-                0.0,
-                self.data_range,
-                look,
-                self.alpha,
-                self.background,
-            )
+            error = metric_error_map(self, test, reference)
             e = checked_error_batch(error, _WHO).to(self.count.device)
             check_pixel_capacity(int(self.count.sum()), e.numel(), _WHO)
             per_image = fold(self._statistics(), e)
