@@ -10,6 +10,7 @@
 
 #include <array>
 #include <tuple>
+#include <type_traits>
 
 #include "../flip/cpu/kernels.h"
 #include "../flip/cpu/parallel.h"
@@ -32,6 +33,44 @@ using flip::cpu::Shape;
 
 Shape shape_of(const at::Tensor& t) { return Shape{batch_of(t), t.size(-2), t.size(-1)}; }
 
+// The arguments an LDR-FLIP or HDR-FLIP call sets alike in both directions; each op then adds its
+// outputs (or incoming gradient and gradient buffers).
+template <class T>
+flip::cpu::LdrFlipArgs<T> ldr_args(const at::Tensor& t, const at::Tensor& r, double ppd, double eps, bool srgb) {
+  flip::cpu::LdrFlipArgs<T> a;
+  a.s = shape_of(t);
+  a.ppd = ppd;
+  a.eps = eps;
+  a.srgb = srgb;
+  a.test = t.data_ptr<T>();
+  a.ref = r.data_ptr<T>();
+  return a;
+}
+
+template <class T>
+flip::cpu::HdrFlipArgs<T> hdr_args(const at::Tensor& t, const at::Tensor& r, const at::Tensor& exposures,
+                                   const at::Tensor& counts, double ppd, double eps, flip::ToneMapper tm) {
+  flip::cpu::HdrFlipArgs<T> a;
+  a.s = shape_of(t);
+  a.ppd = ppd;
+  a.eps = eps;
+  a.tone_mapper = tm;
+  a.test = t.data_ptr<T>();
+  a.ref = r.data_ptr<T>();
+  a.exposures = exposures.data_ptr<T>();
+  a.counts = counts.data_ptr<int64_t>();
+  a.E = exposures.size(1);
+  return a;
+}
+
+// The gradient buffers of a backward (grad_buffers: an undefined one is not wanted).
+template <class Args>
+void set_gradient_buffers(Args& a, std::array<at::Tensor, 2>& buffers) {
+  using T = std::remove_pointer_t<decltype(a.g_test)>;
+  a.g_test = ptr_or_null<T>(buffers[0]);
+  a.g_ref = ptr_or_null<T>(buffers[1]);
+}
+
 // An uninitialised tensor whose memory is borrowed from the CPU kernels' scratch pool
 // (workspace.h) and returns to it when the tensor is freed. For the sensitivities autograd keeps
 // from a forward to its backward: fresh memory would cost page faults and zeroing every step
@@ -49,13 +88,7 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
   auto out = at::empty_symint(map_shape(t), t.options());
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip", [&] {
-    flip::cpu::LdrFlipArgs<scalar_t> a;
-    a.s = shape_of(t);
-    a.ppd = ppd;
-    a.eps = eps;
-    a.srgb = srgb;
-    a.test = t.data_ptr<scalar_t>();
-    a.ref = r.data_ptr<scalar_t>();
+    auto a = ldr_args<scalar_t>(t, r, ppd, eps, srgb);
     a.out = out.data_ptr<scalar_t>();
     ok = flip::cpu::ldr_flip_forward(a);
   });
@@ -72,16 +105,9 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto gb = grad_buffers(t, mask);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip_backward", [&] {
-    flip::cpu::LdrFlipArgs<scalar_t> a;
-    a.s = shape_of(t);
-    a.ppd = ppd;
-    a.eps = eps;
-    a.srgb = srgb;
-    a.test = t.data_ptr<scalar_t>();
-    a.ref = r.data_ptr<scalar_t>();
+    auto a = ldr_args<scalar_t>(t, r, ppd, eps, srgb);
     a.grad = g.data_ptr<scalar_t>();
-    a.g_test = ptr_or_null<scalar_t>(gb[0]);
-    a.g_ref = ptr_or_null<scalar_t>(gb[1]);
+    set_gradient_buffers(a, gb);
     ok = flip::cpu::ldr_flip_backward(a);
   });
   check_finite(ok, "ldr_flip_backward");
@@ -97,13 +123,7 @@ Pair ldr_flip_with_sensitivities(const at::Tensor& test, const at::Tensor& ref, 
   auto sens = pooled_empty(c10::asIntArrayRefUnchecked(sens_shape), t.options());
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::_ldr_flip_with_sensitivities", [&] {
-    flip::cpu::LdrFlipArgs<scalar_t> a;
-    a.s = shape_of(t);
-    a.ppd = ppd;
-    a.eps = eps;
-    a.srgb = srgb;
-    a.test = t.data_ptr<scalar_t>();
-    a.ref = r.data_ptr<scalar_t>();
+    auto a = ldr_args<scalar_t>(t, r, ppd, eps, srgb);
     a.out = out.data_ptr<scalar_t>();
     a.sensitivities = sens.data_ptr<scalar_t>();
     a.want_test = mask[0];
@@ -124,16 +144,10 @@ Pair ldr_flip_backward_from_sensitivities(const at::Tensor& grad, const at::Tens
   auto gb = grad_buffers(t, mask);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::_ldr_flip_backward_from_sensitivities", [&] {
-    flip::cpu::LdrFlipArgs<scalar_t> a;
-    a.s = shape_of(t);
-    a.ppd = ppd;
-    a.srgb = srgb;
-    a.test = t.data_ptr<scalar_t>();
-    a.ref = r.data_ptr<scalar_t>();
+    auto a = ldr_args<scalar_t>(t, r, ppd, 0.0, srgb);  // eps 0: this op has no eps argument
     a.grad = g.data_ptr<scalar_t>();
     a.sensitivities = sens.data_ptr<scalar_t>();
-    a.g_test = ptr_or_null<scalar_t>(gb[0]);
-    a.g_ref = ptr_or_null<scalar_t>(gb[1]);
+    set_gradient_buffers(a, gb);
     ok = flip::cpu::ldr_flip_backward_sensitivities(a);
   });
   check_finite(ok, "_ldr_flip_backward_from_sensitivities");
@@ -153,16 +167,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
   auto idx = at::empty_symint(map_shape(t), t.options().dtype(at::kInt));
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip", [&] {
-    flip::cpu::HdrFlipArgs<scalar_t> a;
-    a.s = shape_of(t);
-    a.ppd = ppd;
-    a.eps = eps;
-    a.tone_mapper = tm;
-    a.test = t.data_ptr<scalar_t>();
-    a.ref = r.data_ptr<scalar_t>();
-    a.exposures = ex.data_ptr<scalar_t>();
-    a.counts = cn.data_ptr<int64_t>();
-    a.E = ex.size(1);
+    auto a = hdr_args<scalar_t>(t, r, ex, cn, ppd, eps, tm);
     a.out = out.data_ptr<scalar_t>();
     a.exposure_map = emap.data_ptr<scalar_t>();
     a.index = idx.data_ptr<int32_t>();
@@ -187,20 +192,10 @@ Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
   auto gb = grad_buffers(t, mask);
   bool ok = true;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip_backward", [&] {
-    flip::cpu::HdrFlipArgs<scalar_t> a;
-    a.s = shape_of(t);
-    a.ppd = ppd;
-    a.eps = eps;
-    a.tone_mapper = tm;
-    a.test = t.data_ptr<scalar_t>();
-    a.ref = r.data_ptr<scalar_t>();
-    a.exposures = ex.data_ptr<scalar_t>();
-    a.counts = cn.data_ptr<int64_t>();
-    a.E = ex.size(1);
+    auto a = hdr_args<scalar_t>(t, r, ex, cn, ppd, eps, tm);
     a.grad = g.data_ptr<scalar_t>();
     a.index = ix.data_ptr<int32_t>();
-    a.g_test = ptr_or_null<scalar_t>(gb[0]);
-    a.g_ref = ptr_or_null<scalar_t>(gb[1]);
+    set_gradient_buffers(a, gb);
     ok = flip::cpu::hdr_flip_backward(a);
   });
   check_finite(ok, "hdr_flip_backward");
@@ -276,8 +271,7 @@ Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at
     a.test = t.data_ptr<scalar_t>();
     a.ref = r.data_ptr<scalar_t>();
     a.grad = g.data_ptr<scalar_t>();
-    a.g_test = ptr_or_null<scalar_t>(gb[0]);
-    a.g_ref = ptr_or_null<scalar_t>(gb[1]);
+    set_gradient_buffers(a, gb);
     ok = flip::cpu::hunt_hyab_backward(a);
   });
   check_finite(ok, "hunt_hyab_backward");
@@ -319,8 +313,7 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
     a.test = t.data_ptr<scalar_t>();
     a.ref = r.data_ptr<scalar_t>();
     a.grad = g.data_ptr<scalar_t>();
-    a.g_test = ptr_or_null<scalar_t>(gb[0]);
-    a.g_ref = ptr_or_null<scalar_t>(gb[1]);
+    set_gradient_buffers(a, gb);
     ok = flip::cpu::feature_difference_backward(a);
   });
   check_finite(ok, "feature_difference_backward");
