@@ -74,7 +74,7 @@ def test_torchmetrics_metric_refuses_maps_outside_the_unit_range(monkeypatch):
     tm = pytest.importorskip("flip_loss.torchmetrics")
     metric = tm.FLIPTorchMetric()
     a, b = images()
-    monkeypatch.setattr(tm, "ldr_flip_with_look", lambda *args: torch.full((1, 1, 16, 16), 1e12))
+    monkeypatch.setattr(tm, "metric_error_map", lambda *args: torch.full((1, 1, 16, 16), 1e12))
     with pytest.raises(ValueError, match=r"outside \[0, 1\]"):
         metric.update(a, b)
     assert int(metric.count.sum()) == 0
