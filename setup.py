@@ -56,17 +56,18 @@ def want_cuda():
     return CUDA_HOME is not None and torch.version.cuda is not None
 
 
+# The extension is written against PyTorch's stable C++ ABI (torch/csrc/stable, torch/headeronly)
+# and Python's limited API, so that one binary runs with every torch release from MIN_TORCH on and
+# every CPython from 3.10 on. The ops' Autograd, Autocast and fake (Meta) kernels are registered
+# from Python (flip_loss/op_registration.py): the stable ABI has no C++ counterpart for them. The
+# LibTorch CMake package (CMakeLists.txt) compiles the same schema and kernels and keeps C++
+# Autograd and Autocast kernels (csrc/ops/autograd.cpp, autocast.cpp).
 cpp_sources = sources("csrc/flip/cpu/*.cpp") + [
     "csrc/ops/schema.cpp",
     "csrc/ops/cpu.cpp",
-    "csrc/ops/autograd.cpp",
-    "csrc/ops/meta.cpp",
-    "csrc/ops/autocast.cpp",
     "csrc/ops/python_module.cpp",
 ]
 cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
-# -fopenmp: at::parallel_for is inline and runs serially unless the extension itself is built with
-# OpenMP (PyTorch's CPU backend is OpenMP).
 # -ffp-contract=off: vector and scalar loop paths must round alike, so that identical images give
 # exactly zero error and the map is symmetric in its arguments.
 # -fno-trapping-math (FP exception flags are never read here; no value changes) and, for GCC,
@@ -77,7 +78,16 @@ cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
 # (two images, transcendentals) are independent; interleaving them hides their latency, which the
 # out-of-order core alone cannot across such a block (benchmarks/RESULTS.md has the timings).
 # Scheduling reorders independent instructions only, so every value keeps its bits.
-cxx_flags = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden", "-fopenmp", "-ffp-contract=off"]
+# TORCH_TARGET_VERSION: the oldest torch the binary must load into (flip_loss/torch_releases.py's
+# MIN_TORCH); the stable headers then use nothing newer.
+cxx_flags = [
+    "-O3",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fvisibility=hidden",
+    "-ffp-contract=off",
+    f"-DTORCH_TARGET_VERSION={torch_releases().target_version_macro()}",
+]
 
 
 def compiler_is_gcc():
@@ -100,7 +110,7 @@ if compiler_is_gcc():
 # on request: such a binary may crash with an illegal instruction on another machine.
 if os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", "", "false", "off", "no"):
     cxx_flags.append("-march=native")
-link_flags = ["-fopenmp"]
+link_flags = []
 
 if want_cuda():
     # Without a GPU to detect, build for the common data-centre and desktop targets (A100/RTX 30xx,
@@ -111,17 +121,22 @@ if want_cuda():
         cpp_sources + cuda_sources,
         extra_compile_args={"cxx": cxx_flags + ["-DFLIP_WITH_CUDA"], "nvcc": ["-O3", "-lineinfo", "-DFLIP_WITH_CUDA"]},
         extra_link_args=link_flags,
+        py_limited_api=True,
     )
 else:
-    ext = CppExtension("flip_loss._C", cpp_sources, extra_compile_args={"cxx": cxx_flags}, extra_link_args=link_flags)
+    ext = CppExtension(
+        "flip_loss._C",
+        cpp_sources,
+        extra_compile_args={"cxx": cxx_flags},
+        extra_link_args=link_flags,
+        py_limited_api=True,
+    )
 
 
 def torch_requirement():
-    """The binary is tied to the C++ ABI of the torch it is compiled against, so the built package
-    requires that release (any local variant: 2.11.0 matches 2.11.0+cpu and 2.11.0+cu130); pip then
-    refuses a mismatched torch instead of the import failing later."""
-    release = torch.__version__.split("+")[0]
-    return f"torch=={release}"
+    """The binary uses only PyTorch's stable ABI, so it runs with every supported release
+    (flip_loss/torch_releases.py), not only the one it was compiled against."""
+    return torch_releases().requirement()
 
 
 # Metadata lives in pyproject.toml; the version in flip_loss/__init__.py.
@@ -129,4 +144,6 @@ setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     install_requires=[torch_requirement(), "numpy", "pillow"],
+    # abi3: one wheel for every CPython from 3.10 on (the extension uses the limited API only).
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

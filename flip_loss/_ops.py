@@ -42,11 +42,16 @@ def _explain_missing_extension(exc: ImportError) -> str:
 
 
 try:
-    from . import _C  # noqa: F401  (importing registers the ops with the dispatcher)
+    from . import _C  # noqa: F401  (importing registers the ops' schemas and CPU/CUDA kernels)
 
     HAS_EXTENSION = True
 except ImportError as exc:  # exercised only on unbuilt checkouts and broken installs
     IMPORT_ERROR = _explain_missing_extension(exc)
+
+if HAS_EXTENSION:
+    from . import op_registration
+
+    op_registration.register()  # their fake, Autograd and Autocast kernels
 
 _warned = set()
 

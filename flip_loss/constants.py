@@ -52,6 +52,8 @@ MAX_EPS = 1e-6
 # The automatic exposure range of any float32 reference needs at most ~152 exposures; a larger
 # count is a mistake that would only take a long time and a lot of memory.
 MAX_EXPOSURES = 256
+# HDR-FLIP compares at least two exposures (a maximum over one is LDR-FLIP of one exposure).
+MIN_EXPOSURES = 2
 # A given start or stop exposure c (stops) lies in [MIN_EXPOSURE_STOPS, MAX_EXPOSURE_STOPS]: the
 # exponents for which 2^c is a nonzero, finite float32, the precision in which the exposures are
 # computed (as the evaluator does). Beyond 127 a float32 image's scale 2^c is infinite and black

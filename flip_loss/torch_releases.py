@@ -34,3 +34,15 @@ def unsupported_reason(version: str):
             "rebuild flip-loss against it (pip install --no-build-isolation .)"
         )
     return None
+
+
+def requirement() -> str:
+    """The package's torch requirement: the supported range. The upper bound is the release after
+    the newest one tested, so that pip refuses an untested torch instead of installing next to it."""
+    return f"torch>={spelled(MIN_TORCH)},<{NEWEST_TORCH[0]}.{NEWEST_TORCH[1] + 1}"
+
+
+def target_version_macro() -> str:
+    """TORCH_TARGET_VERSION for the stable-ABI build: (major << 56) | (minor << 48) of MIN_TORCH,
+    so that the headers use nothing the oldest supported release lacks."""
+    return f"0x{(MIN_TORCH[0] << 56) | (MIN_TORCH[1] << 48):016x}"

@@ -1,11 +1,14 @@
-// Tensor plumbing shared by the CPU and CUDA kernels of the ops (and the test-only emulator).
+// Tensor plumbing shared by the CPU and CUDA kernels of the ops (and the test-only emulator), on
+// the stable ABI's tensors.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
 
 #include <array>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -15,32 +18,65 @@
 namespace flip_ops {
 
 // The compute dtype (signature.h), contiguous NCHW: what the kernels want.
-inline at::Tensor compute_copy(const at::Tensor& t) { return t.to(compute_dtype(t)).contiguous(); }
+inline Tensor compute_copy(const Tensor& t) {
+  return torch::stable::contiguous(torch::stable::to(t, compute_dtype(t)));
+}
 
-inline int64_t batch_of(const at::Tensor& t) { return t.dim() == 4 ? t.size(0) : 1; }
+inline Tensor to_dtype(const Tensor& t, ScalarType dtype) {
+  return t.scalar_type() == dtype ? t : torch::stable::to(t, dtype);
+}
+
+inline Tensor contiguous_as(const Tensor& t, ScalarType dtype) { return torch::stable::contiguous(to_dtype(t, dtype)); }
+
+inline int64_t batch_of(const Tensor& t) { return t.dim() == 4 ? t.size(0) : 1; }
 
 // The kernels' view of an image batch: images per batch item and which filter banks run.
-inline flip::Geometry geometry(const at::Tensor& t, int images, bool csf, bool feat) {
+inline flip::Geometry geometry(const Tensor& t, int images, bool csf, bool feat) {
   return flip::Geometry{batch_of(t), t.size(-2), t.size(-1), images, csf, feat};
 }
 
 template <class T>
-T* ptr_or_null(at::Tensor& t) {
-  return t.numel() ? t.data_ptr<T>() : nullptr;
+T* data(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
 }
 
+template <class T>
+T* ptr_or_null(const Tensor& t) {
+  return t.numel() ? data<T>(t) : nullptr;
+}
+
+// An uninitialised tensor like `like` (its dtype and device) with the given sizes.
+inline Tensor empty_as(const Tensor& like, const std::vector<int64_t>& sizes) {
+  return torch::stable::new_empty(like, torch::headeronly::IntHeaderOnlyArrayRef(sizes.data(), sizes.size()));
+}
+inline Tensor empty_as(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype) {
+  return torch::stable::new_empty(like, torch::headeronly::IntHeaderOnlyArrayRef(sizes.data(), sizes.size()), dtype);
+}
+inline Tensor nothing_like(const Tensor& like) { return empty_as(like, {0}); }
+
+// Runs f(T{}) with T the C++ type of a compute dtype (float32 or float64).
+template <class F>
+void dispatch_compute_dtype(ScalarType t, F&& f) {
+  if (t == ScalarType::Double) {
+    f(double{});
+  } else {
+    f(float{});
+  }
+}
+
+// NaN/Inf image data found by a kernel: RuntimeError in Python.
 inline void check_finite(bool ok, const char* op) {
-  TORCH_CHECK(ok, "flip::", op, ": an input contains NaN or infinite values");
+  if (!ok) throw std::runtime_error(std::string("flip::") + op + ": an input contains NaN or infinite values");
 }
 
 // Gradient outputs: computed only where output_mask asks, else an empty tensor.
-inline std::array<at::Tensor, 2> grad_buffers(const at::Tensor& like, Mask mask) {
-  return {mask[0] ? at::empty_like(like) : at::empty({0}, like.options()),
-          mask[1] ? at::empty_like(like) : at::empty({0}, like.options())};
+inline std::array<Tensor, 2> grad_buffers(const Tensor& like, Mask mask) {
+  return {mask[0] ? torch::stable::empty_like(like) : nothing_like(like),
+          mask[1] ? torch::stable::empty_like(like) : nothing_like(like)};
 }
 
-inline Pair cast_back(std::array<at::Tensor, 2> g, const at::Tensor& a, const at::Tensor& b) {
-  return {g[0].to(a.scalar_type()), g[1].to(b.scalar_type())};
+inline Pair cast_back(const std::array<Tensor, 2>& g, const Tensor& a, const Tensor& b) {
+  return {to_dtype(g[0], a.scalar_type()), to_dtype(g[1], b.scalar_type())};
 }
 
 }  // namespace flip_ops

@@ -5,9 +5,9 @@
 // the number E of exposures (N x E) and each counts[n] (at most E) within the limits of
 // csrc/include/flip_loss/limits.h. The C++ signatures of these schemas are in
 // csrc/include/flip_loss/op_signatures.h.
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
 
-TORCH_LIBRARY(flip, m) {
+STABLE_TORCH_LIBRARY(flip, m) {
   // Opponent (YCxCz) image -> CSF-filtered linear RGB, clamped to [0, 1].
   m.def("csf_filter(Tensor opponent, float pixels_per_degree) -> Tensor");
   m.def("csf_filter_backward(Tensor grad, Tensor opponent, float pixels_per_degree) -> Tensor");

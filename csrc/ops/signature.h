@@ -1,40 +1,50 @@
-// The C++ side of the ops' schema (schema.cpp), shared by their CPU, CUDA, Meta and Autograd
-// kernels: the types of `(Tensor, Tensor)` results and `bool[2] output_mask`, the shape of a
-// per-pixel map (error map, exposure map, exposure index) and of the sensitivities that
-// _ldr_flip_with_sensitivities keeps, and the dtype the kernels compute in.
+// The C++ side of the ops' schema (schema.cpp), shared by their CPU and CUDA kernels: the types of
+// `(Tensor, Tensor)` results and `bool[2] output_mask`, the shape of a per-pixel map (error map,
+// exposure map, exposure index) and of the sensitivities that _ldr_flip_with_sensitivities keeps,
+// and the dtype the kernels compute in. The kernels are written against PyTorch's stable C++ ABI
+// (torch/csrc/stable, torch/headeronly), so that one binary serves every supported torch release.
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
 
+#include <array>
+#include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "../flip/plane_counts.h"
-#include "../include/flip_loss/op_signatures.h"
 
 namespace flip_ops {
 
-using Pair = flip_loss::op::TensorPair;  // gradients w.r.t. (test, reference)
-using Mask = flip_loss::op::OutputMask;  // output_mask: which of the two are wanted
+using Tensor = torch::stable::Tensor;
+using ScalarType = torch::headeronly::ScalarType;
+using Pair = std::tuple<Tensor, Tensor>;  // gradients w.r.t. (test, reference)
+using Triple = std::tuple<Tensor, Tensor, Tensor>;
+using MaskArg = std::vector<bool>;  // how a `bool[2]` argument reaches a stable kernel
+using Mask = std::array<bool, 2>;   // output_mask: which of the two are wanted
 
-// N x 1 x H x W (or 1 x H x W) for an image shaped like `like`; symbolic, for the meta kernels.
-inline std::vector<c10::SymInt> map_shape(const at::Tensor& like) {
-  auto s = like.sym_sizes().vec();
+// A `bool[2]` argument; its length is fixed by the schema.
+inline Mask mask_of(const MaskArg& m) { return {m.size() > 0 && m[0], m.size() > 1 && m[1]}; }
+
+// N x 1 x H x W (or 1 x H x W) for an image shaped like `like`.
+inline std::vector<int64_t> map_shape(const Tensor& like) {
+  std::vector<int64_t> s(like.sizes().begin(), like.sizes().end());
   s[s.size() - 3] = 1;
   return s;
 }
 
 // float16/bfloat16 are computed (and their sensitivities kept) in float32.
-inline at::ScalarType compute_dtype(const at::Tensor& t) {
-  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
+inline ScalarType compute_dtype(ScalarType t) { return t == ScalarType::Double ? ScalarType::Double : ScalarType::Float; }
+inline ScalarType compute_dtype(const Tensor& t) { return compute_dtype(t.scalar_type()); }
 
 // Planes per image of the sensitivities: the gradient of a pixel's error w.r.t. each of its
 // filtered responses, in the kernels' layout of per-response planes.
 constexpr int64_t kSensitivityPlanesPerImage = flip::kResponsePlanesPerImage;
 
 // N x 7k x H x W (or 7k x H x W) for images shaped like `like`, k = the number of images in mask.
-inline std::vector<c10::SymInt> sensitivities_shape(const at::Tensor& like, Mask mask) {
-  auto s = like.sym_sizes().vec();
+inline std::vector<int64_t> sensitivities_shape(const Tensor& like, Mask mask) {
+  std::vector<int64_t> s(like.sizes().begin(), like.sizes().end());
   s[s.size() - 3] = kSensitivityPlanesPerImage * (int64_t{mask[0]} + int64_t{mask[1]});
   return s;
 }

@@ -1,0 +1,371 @@
+"""The Python halves of ``torch.ops.flip.*``: the fake kernels, the Autograd kernels and the Autocast
+rule of every op whose schema and CPU/CUDA kernels the compiled extension registers.
+
+The extension is built against PyTorch's stable C++ ABI, which has no C++ counterpart for autograd,
+autocast or kernels over symbolic sizes, so these are registered here with ``torch.library``
+(the LibTorch CMake package, compiled against the user's own libtorch, keeps its C++ versions in
+``csrc/ops/autograd.cpp`` and ``autocast.cpp``: the same rules). Every op's Autograd kernel first
+checks its arguments (``op_checks``), so that each Python path — eager, torch.compile, torch.export,
+TorchScript — raises the same error before any kernel runs.
+
+* Forward ops record a node whose backward calls the op's registered ``*_backward`` op. On the CPU,
+  when a gradient will be taken, ``ldr_flip`` runs ``_ldr_flip_with_sensitivities`` instead: the
+  forward keeps the sensitivities of the images that require grad (7 planes per image in the
+  compute dtype) and the backward only scales them and runs the transposed filters
+  (``_ldr_flip_backward_from_sensitivities``) instead of recomputing the forward's work. CUDA's
+  backward recomputes in tiles with memory flat in the image size, so nothing is kept there.
+* The backward ops are first-order only: with ``create_graph=True`` their results carry a node
+  whose backward raises, so a gradient penalty through FLIP fails loudly instead of silently
+  getting no gradient from it.
+* Under ``torch.autocast`` the image inputs of every forward op are cast to float32 (like PyTorch's
+  own losses) and the result stays float32.
+
+A Python exception raised by a signal handler inside a long CPU loop (Ctrl-C) reaches the kernel
+as a C++ exception, which the stable ABI carries as a RuntimeError; the kernels here re-raise the
+original exception (``_C.take_interrupt``).
+"""
+
+import torch
+from torch import _C as _torch_C
+
+from . import _C, op_checks
+
+_LIB = torch.library.Library("flip", "IMPL")  # kept alive for the process: the registrations' owner
+
+
+def _op(name):
+    return getattr(torch.ops.flip, name).default
+
+
+def _run(name, keyset, *args):
+    """Runs op ``name`` below autograd (the CPU/CUDA kernel, or what a tracing mode puts there)."""
+    with _torch_C._AutoDispatchBelowAutograd():
+        try:
+            return _op(name).redispatch(keyset & _torch_C._after_autograd_keyset, *args)
+        except RuntimeError:
+            interrupt = _C.take_interrupt()
+            if interrupt is not None:
+                raise interrupt from None
+            raise
+
+
+def _wants_grad(*tensors) -> bool:
+    return _torch_C.is_grad_enabled() and _torch_C._any_requires_grad(*tensors)
+
+
+def _kept(flag: bool, t):
+    return t if flag else None
+
+
+# ---- the forward ops ----
+
+
+class _LdrFlip(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, test, ref, ppd, space, eps):
+        ctx.save_for_backward(test, ref)
+        ctx.args = (ppd, space, eps)
+        return _run("ldr_flip", keyset, test, ref, ppd, space, eps)
+
+    @staticmethod
+    def backward(ctx, grad):
+        test, ref = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
+        gt, gr = torch.ops.flip.ldr_flip_backward(grad, test, ref, *ctx.args, mask)
+        return None, _kept(mask[0], gt), _kept(mask[1], gr), None, None, None
+
+
+class _LdrFlipWithSensitivities(torch.autograd.Function):
+    """A forward that also keeps the sensitivities of the images in ``keep`` (a non-differentiable
+    second output), so that the backward only scales them and runs the transposed filters."""
+
+    @staticmethod
+    def forward(ctx, keyset, test, ref, ppd, space, eps, keep):
+        flip_map, sens = _run("_ldr_flip_with_sensitivities", keyset, test, ref, ppd, space, eps, keep)
+        ctx.save_for_backward(test, ref, sens)
+        ctx.args = (ppd, space, eps)
+        ctx.keep = tuple(keep)
+        ctx.mark_non_differentiable(sens)
+        # No gradient ever flows into the sensitivities: without this, autograd would hand the
+        # backward a zero-filled tensor of their size (7 planes per image) on every call.
+        ctx.set_materialize_grads(False)
+        return flip_map, sens
+
+    @staticmethod
+    def backward(ctx, grad, _grad_sens):
+        test, ref, sens = ctx.saved_tensors
+        want = (ctx.needs_input_grad[1], ctx.needs_input_grad[2])
+        nothing = (None,) * 7
+        if not (want[0] or want[1]) or grad is None:
+            return nothing
+        ppd, space, eps = ctx.args
+        keep = ctx.keep
+        if (want[0] and not keep[0]) or (want[1] and not keep[1]):
+            # A gradient whose sensitivities were not kept (only when the internal op is called
+            # with an output_mask that leaves out an input requiring grad): recompute it all.
+            gt, gr = torch.ops.flip.ldr_flip_backward(grad, test, ref, ppd, space, eps, list(want))
+        else:
+            if want != keep:  # both kept, one wanted (backward(inputs=...)): its planes
+                planes = op_checks.SENSITIVITY_PLANES_PER_IMAGE
+                sens = sens.narrow(-3, 0 if want[0] else planes, planes)
+            gt, gr = torch.ops.flip._ldr_flip_backward_from_sensitivities(grad, sens, test, ref, ppd, space, list(want))
+        return None, _kept(want[0], gt), _kept(want[1], gr), None, None, None, None
+
+
+class _HdrFlip(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, test, ref, exposures, counts, ppd, tone_mapper, eps):
+        flip_map, exposure_map, index = _run("hdr_flip", keyset, test, ref, exposures, counts, ppd, tone_mapper, eps)
+        ctx.save_for_backward(test, ref, exposures, counts, index)
+        ctx.args = (ppd, tone_mapper, eps)
+        ctx.mark_non_differentiable(exposure_map, index)
+        ctx.set_materialize_grads(False)  # as above: no zero-filled exposure-map / index gradients
+        return flip_map, exposure_map, index
+
+    @staticmethod
+    def backward(ctx, grad, _grad_emap, _grad_index):
+        if grad is None:
+            return (None,) * 8
+        test, ref, exposures, counts, index = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
+        gt, gr = torch.ops.flip.hdr_flip_backward(grad, test, ref, exposures, counts, index, *ctx.args, mask)
+        return None, _kept(mask[0], gt), _kept(mask[1], gr), None, None, None, None, None
+
+
+class _CsfFilter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, opponent, ppd):
+        ctx.save_for_backward(opponent)
+        ctx.ppd = ppd
+        return _run("csf_filter", keyset, opponent, ppd)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (opponent,) = ctx.saved_tensors
+        return None, torch.ops.flip.csf_filter_backward(grad, opponent, ctx.ppd), None
+
+
+class _HuntHyab(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, test, ref, eps):
+        ctx.save_for_backward(test, ref)
+        ctx.eps = eps
+        return _run("hunt_hyab", keyset, test, ref, eps)
+
+    @staticmethod
+    def backward(ctx, grad):
+        test, ref = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
+        gt, gr = torch.ops.flip.hunt_hyab_backward(grad, test, ref, ctx.eps, mask)
+        return None, _kept(mask[0], gt), _kept(mask[1], gr), None
+
+
+class _FeatureDifference(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, test, ref, ppd, eps):
+        ctx.save_for_backward(test, ref)
+        ctx.args = (ppd, eps)
+        return _run("feature_difference", keyset, test, ref, ppd, eps)
+
+    @staticmethod
+    def backward(ctx, grad):
+        test, ref = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
+        gt, gr = torch.ops.flip.feature_difference_backward(grad, test, ref, *ctx.args, mask)
+        return None, _kept(mask[0], gt), _kept(mask[1], gr), None, None
+
+
+def _ldr_flip_autograd(keyset, test, ref, ppd, space, eps):
+    op_checks.ldr_flip(test, ref, ppd, space, eps)
+    if not _wants_grad(test, ref):
+        return _run("ldr_flip", keyset, test, ref, ppd, space, eps)
+    if test.device.type == "cpu" and ref.device.type == "cpu":
+        keep = [test.requires_grad, ref.requires_grad]
+        return _LdrFlipWithSensitivities.apply(keyset, test, ref, ppd, space, eps, keep)[0]
+    return _LdrFlip.apply(keyset, test, ref, ppd, space, eps)
+
+
+def _ldr_flip_with_sensitivities_autograd(keyset, test, ref, ppd, space, eps, keep):
+    op_checks.ldr_flip_with_sensitivities(test, ref, ppd, space, eps, keep)
+    if not _wants_grad(test, ref):
+        return _run("_ldr_flip_with_sensitivities", keyset, test, ref, ppd, space, eps, keep)
+    return _LdrFlipWithSensitivities.apply(keyset, test, ref, ppd, space, eps, keep)
+
+
+def _forward_autograd(name, function, tensors):
+    """The Autograd kernel of a forward op whose first ``tensors`` arguments may require grad."""
+    check = getattr(op_checks, name)
+
+    def kernel(keyset, *args):
+        check(*args)
+        if not _wants_grad(*args[:tensors]):
+            return _run(name, keyset, *args)
+        return function.apply(keyset, *args)
+
+    return kernel
+
+
+# ---- the backward ops ----
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """Runs a backward op below autograd; differentiating its results raises."""
+
+    @staticmethod
+    def forward(ctx, name, keyset, *args):
+        ctx.name = name
+        return _run(name, keyset, *args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            "flip: double backward (second-order gradients) of FLIP is not supported: "
+            f"flip::{ctx.name} is not differentiable"
+        )
+
+
+def _backward_autograd(name):
+    check = getattr(op_checks, name.lstrip("_"))
+
+    def kernel(keyset, *args):
+        check(*args)
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not _wants_grad(*tensors):
+            return _run(name, keyset, *args)
+        return _FirstOrderOnly.apply(name, keyset, *args)
+
+    return kernel
+
+
+# ---- the fake kernels: shapes and dtypes only, with symbolic sizes ----
+
+
+def _map_like(t, dtype=None):
+    shape = list(t.shape)
+    shape[-3] = 1
+    return t.new_empty(shape, dtype=dtype)
+
+
+def _grad_like(t, wanted):
+    return t.new_empty(t.shape) if wanted else t.new_empty((0,))
+
+
+def _fake_ldr_flip(test, ref, ppd, space, eps):
+    op_checks.ldr_flip(test, ref, ppd, space, eps)
+    return _map_like(test)
+
+
+def _fake_ldr_flip_backward(grad, test, ref, ppd, space, eps, mask):
+    op_checks.ldr_flip_backward(grad, test, ref, ppd, space, eps, mask)
+    return _grad_like(test, mask[0]), _grad_like(ref, mask[1])
+
+
+def _fake_ldr_flip_with_sensitivities(test, ref, ppd, space, eps, mask):
+    op_checks.ldr_flip_with_sensitivities(test, ref, ppd, space, eps, mask)
+    sens = test.new_empty(op_checks.sensitivities_shape(test, mask), dtype=op_checks.compute_dtype(test.dtype))
+    return _map_like(test), sens
+
+
+def _fake_ldr_flip_backward_from_sensitivities(grad, sensitivities, test, ref, ppd, space, mask):
+    op_checks.ldr_flip_backward_from_sensitivities(grad, sensitivities, test, ref, ppd, space, mask)
+    return _grad_like(test, mask[0]), _grad_like(ref, mask[1])
+
+
+def _fake_hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps):
+    op_checks.hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps)
+    return _map_like(test), _map_like(test), _map_like(test, torch.int32)
+
+
+def _fake_hdr_flip_backward(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask):
+    op_checks.hdr_flip_backward(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask)
+    return _grad_like(test, mask[0]), _grad_like(ref, mask[1])
+
+
+def _fake_csf_filter(opponent, ppd):
+    op_checks.csf_filter(opponent, ppd)
+    return opponent.new_empty(opponent.shape)
+
+
+def _fake_csf_filter_backward(grad, opponent, ppd):
+    op_checks.csf_filter_backward(grad, opponent, ppd)
+    return opponent.new_empty(opponent.shape)
+
+
+def _fake_hunt_hyab(test, ref, eps):
+    op_checks.hunt_hyab(test, ref, eps)
+    return _map_like(test)
+
+
+def _fake_hunt_hyab_backward(grad, test, ref, eps, mask):
+    op_checks.hunt_hyab_backward(grad, test, ref, eps, mask)
+    return _grad_like(test, mask[0]), _grad_like(ref, mask[1])
+
+
+def _fake_feature_difference(test, ref, ppd, eps):
+    op_checks.feature_difference(test, ref, ppd, eps)
+    return test.new_empty(test.shape)
+
+
+def _fake_feature_difference_backward(grad, test, ref, ppd, eps, mask):
+    op_checks.feature_difference_backward(grad, test, ref, ppd, eps, mask)
+    return _grad_like(test, mask[0]), _grad_like(ref, mask[1])
+
+
+FAKE_KERNELS = {
+    "ldr_flip": _fake_ldr_flip,
+    "ldr_flip_backward": _fake_ldr_flip_backward,
+    "_ldr_flip_with_sensitivities": _fake_ldr_flip_with_sensitivities,
+    "_ldr_flip_backward_from_sensitivities": _fake_ldr_flip_backward_from_sensitivities,
+    "hdr_flip": _fake_hdr_flip,
+    "hdr_flip_backward": _fake_hdr_flip_backward,
+    "csf_filter": _fake_csf_filter,
+    "csf_filter_backward": _fake_csf_filter_backward,
+    "hunt_hyab": _fake_hunt_hyab,
+    "hunt_hyab_backward": _fake_hunt_hyab_backward,
+    "feature_difference": _fake_feature_difference,
+    "feature_difference_backward": _fake_feature_difference_backward,
+}
+
+AUTOGRAD_KERNELS = {
+    "ldr_flip": _ldr_flip_autograd,
+    "_ldr_flip_with_sensitivities": _ldr_flip_with_sensitivities_autograd,
+    "hdr_flip": _forward_autograd("hdr_flip", _HdrFlip, 2),
+    "csf_filter": _forward_autograd("csf_filter", _CsfFilter, 1),
+    "hunt_hyab": _forward_autograd("hunt_hyab", _HuntHyab, 2),
+    "feature_difference": _forward_autograd("feature_difference", _FeatureDifference, 2),
+    "ldr_flip_backward": _backward_autograd("ldr_flip_backward"),
+    "_ldr_flip_backward_from_sensitivities": _backward_autograd("_ldr_flip_backward_from_sensitivities"),
+    "hdr_flip_backward": _backward_autograd("hdr_flip_backward"),
+    "csf_filter_backward": _backward_autograd("csf_filter_backward"),
+    "hunt_hyab_backward": _backward_autograd("hunt_hyab_backward"),
+    "feature_difference_backward": _backward_autograd("feature_difference_backward"),
+}
+
+# The forward ops, cast to float32 under torch.autocast (floating inputs only: counts stay integers).
+AUTOCAST_OPS = ("ldr_flip", "hdr_flip", "csf_filter", "hunt_hyab", "feature_difference")
+
+
+def _with_defaults(name, kernel):
+    """The kernel called with every argument, positionally: a Python kernel receives the arguments
+    as the caller gave them, without the schema's defaults (all of the ops' are positional)."""
+    arguments = _op(name)._schema.arguments
+
+    def call(keyset, *args, **kwargs):
+        full = [
+            args[i] if i < len(args) else kwargs[a.name] if a.name in kwargs else a.default_value
+            for i, a in enumerate(arguments)
+        ]
+        return kernel(keyset, *full)
+
+    return call
+
+
+def register() -> None:
+    """Registers the kernels above for every op (once per process: flip_loss._ops calls it)."""
+    for name, fake in FAKE_KERNELS.items():
+        torch.library.register_fake(f"flip::{name}", fake, lib=_LIB)
+    for name, kernel in AUTOGRAD_KERNELS.items():
+        _LIB.impl(name, _with_defaults(name, kernel), "Autograd", with_keyset=True)
+    for name in AUTOCAST_OPS:
+        for device in ("cpu", "cuda"):
+            torch.library.register_autocast(f"flip::{name}", device, torch.float32, lib=_LIB)
