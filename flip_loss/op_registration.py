@@ -345,27 +345,28 @@ AUTOGRAD_KERNELS = {
 AUTOCAST_OPS = ("ldr_flip", "hdr_flip", "csf_filter", "hunt_hyab", "feature_difference")
 
 
-def _with_defaults(name, kernel):
+def _with_defaults(name, kernel, with_keyset):
     """The kernel called with every argument, positionally: a Python kernel receives the arguments
     as the caller gave them, without the schema's defaults (all of the ops' are positional)."""
     arguments = _op(name)._schema.arguments
 
-    def call(keyset, *args, **kwargs):
-        full = [
+    def full(args, kwargs):
+        return [
             args[i] if i < len(args) else kwargs[a.name] if a.name in kwargs else a.default_value
             for i, a in enumerate(arguments)
         ]
-        return kernel(keyset, *full)
 
-    return call
+    if with_keyset:
+        return lambda keyset, *args, **kwargs: kernel(keyset, *full(args, kwargs))
+    return lambda *args, **kwargs: kernel(*full(args, kwargs))
 
 
 def register() -> None:
     """Registers the kernels above for every op (once per process: flip_loss._ops calls it)."""
     for name, fake in FAKE_KERNELS.items():
-        torch.library.register_fake(f"flip::{name}", fake, lib=_LIB)
+        torch.library.register_fake(f"flip::{name}", _with_defaults(name, fake, False), lib=_LIB)
     for name, kernel in AUTOGRAD_KERNELS.items():
-        _LIB.impl(name, _with_defaults(name, kernel), "Autograd", with_keyset=True)
+        _LIB.impl(name, _with_defaults(name, kernel, True), "Autograd", with_keyset=True)
     for name in AUTOCAST_OPS:
         for device in ("cpu", "cuda"):
             torch.library.register_autocast(f"flip::{name}", device, torch.float32, lib=_LIB)

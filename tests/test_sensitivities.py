@@ -31,7 +31,7 @@ def test_autograd_gradients_equal_the_recomputing_backward(dtype, space, mask):
     test, ref, weight = images(dtype=dtype)
     x, y = test.clone().requires_grad_(mask[0]), ref.clone().requires_grad_(mask[1])
     out = torch.ops.flip.ldr_flip(x, y, PPD, space, 1e-15)
-    assert type(out.grad_fn).__name__ == "CppFunction" and "Sensitivities" in out.grad_fn.name()
+    assert "Sensitivities" in out.grad_fn.name()
     (out * weight).sum().backward()
     expected = recomputed(weight, test, ref, space, list(mask))
     for leaf, want, g in zip((x, y), mask, expected):
