@@ -119,7 +119,7 @@ if want_cuda():
     ext = CUDAExtension(
         "flip_loss._C",
         cpp_sources + cuda_sources,
-        extra_compile_args={"cxx": cxx_flags + ["-DFLIP_WITH_CUDA"], "nvcc": ["-O3", "-lineinfo", "-DFLIP_WITH_CUDA"]},
+        extra_compile_args={"cxx": cxx_flags + ["-DFLIP_WITH_CUDA", "-DUSE_CUDA"], "nvcc": ["-O3", "-lineinfo", "-DFLIP_WITH_CUDA"]},
         extra_link_args=link_flags,
         py_limited_api=True,
     )

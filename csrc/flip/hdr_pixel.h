@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../include/flip_loss/limits.h"
 #include "color.h"
 #include "tone_mapper.h"
 
@@ -107,7 +108,10 @@ FLIP_HD void hdr_to_ldr_vjp(const T v[3], T scale, ToneMapper tm, const T g[3], 
 }
 
 // One exposure of HDR-FLIP: column i of the N x E exposures (stops), used by item n when
-// i < counts[n]. none() stands for "no exposure" (LDR input; its fields are never read).
+// i < counts[n]. none() stands for "no exposure" (LDR input; its fields are never read). A count is
+// read clamped into [kMinExposures, E]: the CPU ops refuse counts outside it, while on a GPU the
+// counts stay on the device (reading them back to check them would synchronise every call), so
+// a count out of range there cannot index past a row.
 template <class T>
 struct HdrStep {
   const T* exposures;
@@ -115,14 +119,18 @@ struct HdrStep {
   int64_t E, i;
   ToneMapper tm;
   static FLIP_HD HdrStep none() { return HdrStep{nullptr, nullptr, 0, 0, ToneMapper::kAces}; }
-  FLIP_HD bool active(int64_t n) const { return i < counts[n]; }
+  FLIP_HD int64_t count(int64_t n) const {
+    const int64_t c = counts[n], lo = flip_loss::kMinExposures;
+    return c < lo ? lo : c > E ? E : c;
+  }
+  FLIP_HD bool active(int64_t n) const { return i < count(n); }
   FLIP_HD T scale(int64_t n) const { return std::exp2(exposures[n * E + i]); }
   // Folds this exposure's error at pixel p into the running maximum (strict >: ties keep the
   // earlier, darker exposure) and records it in the exposure map and index.
   FLIP_HD void fold(T err, int64_t n, int64_t p, T* out, T* emap, int32_t* index) const {
     if (err > out[p]) {
       out[p] = err;
-      emap[p] = T(i) / T(counts[n] > 2 ? counts[n] - 1 : 1);
+      emap[p] = T(i) / T(count(n) > 2 ? count(n) - 1 : 1);
       index[p] = static_cast<int32_t>(i);
     }
   }

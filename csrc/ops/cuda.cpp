@@ -1,16 +1,12 @@
-// TORCH_LIBRARY_IMPL(flip, CUDA): device guard, current stream, the taps launch argument, scratch
-// planes from the caching allocator, then the launchers of csrc/flip/cuda/kernels.cu.
+// STABLE_TORCH_LIBRARY_IMPL(flip, CUDA): device guard, current stream, the taps launch argument,
+// scratch planes from the caching allocator, then the launchers of csrc/flip/cuda/kernels.cu.
 // Built only with FLIP_LOSS_CUDA (setup.py / CMake). No host synchronisation, except the one-time
 // upload of taps too large to pass by value (kernel_taps).
-#include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <ATen/ops/clamp.h>
-#include <ATen/ops/full.h>
-#include <ATen/ops/zeros.h>
-#include <ATen/ops/zeros_like.h>
-#include <torch/library.h>
+#include <cuda_runtime_api.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -19,6 +15,8 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include "../flip/cuda/kernels.h"
@@ -31,6 +29,31 @@ namespace {
 
 using flip::Geometry;
 
+// A CUDA runtime error as an exception (RuntimeError in Python), with the runtime's own words.
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("flip: CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+#define FLIP_CUDA_CHECK(expr) cuda_check((expr), #expr)
+// What C10_CUDA_KERNEL_LAUNCH_CHECK does: a launch's configuration error, at once.
+#define FLIP_CUDA_LAUNCH_CHECK() cuda_check(cudaGetLastError(), "a kernel launch")
+
+// The device's opt-in shared memory per block (the current device: the guard has set it).
+size_t shared_memory_per_block() {
+  int dev = 0, bytes = 0;
+  FLIP_CUDA_CHECK(cudaGetDevice(&dev));
+  FLIP_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return static_cast<size_t>(bytes);
+}
+
+// The current CUDA stream of the images' device, as PyTorch's caching allocator and the caller's
+// streams see it.
+cudaStream_t current_stream(const Tensor& like) {
+  void* stream = nullptr;
+  if (aoti_torch_get_current_cuda_stream(like.get_device_index(), &stream) != AOTI_TORCH_SUCCESS)
+    throw std::runtime_error("flip: could not get the current CUDA stream");
+  return static_cast<cudaStream_t>(stream);
+}
+
 // The launch argument of the taps for (ppd, dtype, device), built once and kept for the life of the
 // process. Taps that fit travel by value in every launch (kernels.h, KernelTaps): nothing is
 // allocated or copied, so the first call may come inside a CUDA graph capture or torch.compile's
@@ -39,11 +62,11 @@ using flip::Geometry;
 // to whichever graph pool was active at the first call), uploaded once with a blocking copy and
 // never freed; that first call must therefore come outside any capture, which is checked.
 template <class T>
-flip::cuda::KernelTaps<T> kernel_taps(double ppd, const at::Tensor& like, cudaStream_t stream) {
+flip::cuda::KernelTaps<T> kernel_taps(double ppd, const Tensor& like, cudaStream_t stream) {
   using Taps = flip::cuda::KernelTaps<T>;
   static std::mutex mu;
   static std::map<std::pair<double, int>, std::unique_ptr<Taps>> cache;
-  const int dev = like.get_device();
+  const int dev = like.get_device_index();
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = cache[{ppd, dev}];
   if (slot) return *slot;
@@ -66,17 +89,20 @@ flip::cuda::KernelTaps<T> kernel_taps(double ppd, const at::Tensor& like, cudaSt
     std::copy(host.begin(), host.end(), entry->inline_taps);
   } else {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    TORCH_CHECK(capture == cudaStreamCaptureStatusNone, "flip: pixels_per_degree=", ppd, " needs its ",
-                host.size() * sizeof(T),
-                " bytes of filter taps in device memory, uploaded once per device and "
-                "dtype, and this first call for it came during a CUDA graph capture, where the upload cannot "
-                "happen. Call the op once with this pixels_per_degree before capturing (a warm-up).");
+    FLIP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      std::ostringstream os;
+      os << "flip: pixels_per_degree=" << ppd << " needs its " << host.size() * sizeof(T)
+         << " bytes of filter taps in device memory, uploaded once per device and "
+            "dtype, and this first call for it came during a CUDA graph capture, where the upload cannot "
+            "happen. Call the op once with this pixels_per_degree before capturing (a warm-up).";
+      throw std::runtime_error(os.str());
+    }
     void* memory = nullptr;
-    C10_CUDA_CHECK(cudaMalloc(&memory, host.size() * sizeof(T)));
+    FLIP_CUDA_CHECK(cudaMalloc(&memory, host.size() * sizeof(T)));
     const cudaError_t copied = cudaMemcpy(memory, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
     if (copied != cudaSuccess) cudaFree(memory);
-    C10_CUDA_CHECK(copied);
+    FLIP_CUDA_CHECK(copied);
     entry->device = static_cast<const T*>(memory);
   }
   slot = std::move(entry);
@@ -99,7 +125,7 @@ bool force_row_passes() {
 // The fused forward when the device offers its shared memory and the row passes are not forced.
 template <class T>
 bool use_fused_forward(const flip::cuda::KernelTaps<T>& taps) {
-  const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
+  const size_t have = shared_memory_per_block();
   return !force_row_passes() && flip::cuda::fused_smem_bytes<T>(taps.rmax) <= have;
 }
 
@@ -135,7 +161,7 @@ bool debug_nan_scratch() {
 // both kernels' shared memory and the row passes are not forced.
 template <class T>
 bool use_tiled_backward(const flip::cuda::KernelTaps<T>& taps) {
-  const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
+  const size_t have = shared_memory_per_block();
   return !force_row_passes() && flip::cuda::fused_smem_bytes<T>(taps.rmax) <= have &&
          flip::cuda::tiled_t_smem_bytes<T>(taps.rmax) <= have;
 }
@@ -143,13 +169,13 @@ bool use_tiled_backward(const flip::cuda::KernelTaps<T>& taps) {
 template <class T>
 void check_shared_memory(const flip::cuda::KernelTaps<T>& t, int planes) {
   const size_t need = std::max(flip::cuda::h_smem_bytes<T>(t.rmax), flip::cuda::ht_smem_bytes<T>(t.rmax, planes));
-  const size_t have = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
-  TORCH_CHECK(need <= have, "flip: pixels_per_degree is too large for this GPU's shared memory (filter radius ", t.rmax,
-              " needs ", need, " bytes per block, the device has ", have, ")");
+  const size_t have = shared_memory_per_block();
+  FLIP_CHECK(need <= have, "flip: pixels_per_degree is too large for this GPU's shared memory (filter radius ", t.rmax,
+             " needs ", need, " bytes per block, the device has ", have, ")");
 }
 
-at::Tensor planes_for(const Geometry& g, const at::Tensor& like, int per_image) {
-  return at::empty({g.n * g.images * per_image * g.hw()}, like.options());
+Tensor planes_for(const Geometry& g, const Tensor& like, int per_image) {
+  return empty_as(like, {g.n * g.images * per_image * g.hw()});
 }
 
 // The launchers' parameters every op sets; each op adds its buffers.
@@ -164,32 +190,32 @@ flip::cuda::Params<T> params(const Geometry& g, const flip::cuda::KernelTaps<T>&
 }
 
 template <class T>
-T* ptr(const at::Tensor& t) {
-  return t.data_ptr<T>();
+T* ptr(const Tensor& t) {
+  return data<T>(t);
 }
 
 // Sets up the tiled backward in p: its bands for the gradients p asks for and their scratch
 // (kept alive by the returned tensor until the launches are queued; the caching allocator then
 // reuses it only after them on this stream).
 template <class T>
-at::Tensor tiled_backward_scratch(flip::cuda::Params<T>& p, const at::Tensor& like) {
+Tensor tiled_backward_scratch(flip::cuda::Params<T>& p, const Tensor& like) {
   const int wanted = (p.g_test != nullptr ? 1 : 0) | (p.g_ref != nullptr ? 2 : 0);
   p.plan = flip::plan_backward(p.g, wanted, p.taps.rmax, sizeof(T), backward_scratch_budget());
-  auto scratch = at::empty({p.plan.scratch_elems(p.g)}, like.options());
+  auto scratch = empty_as(like, {p.plan.scratch_elems(p.g)});
   p.scratch = ptr<T>(scratch);
   p.nan_scratch = debug_nan_scratch();
   return scratch;
 }
 
-at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps) {
+Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps) {
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
-  c10::cuda::CUDAGuard guard(test.device());
+  torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto out = at::empty_symint(map_shape(t), t.options());
+  auto out = empty_as(t, map_shape(t));
   const Geometry g = geometry(t, 2, true, true);
-  auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip (CUDA)", [&] {
-    using T = scalar_t;
+  const cudaStream_t stream = current_stream(t);
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
     auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     p.srgb = srgb;
     p.test = ptr<T>(t);
@@ -204,14 +230,14 @@ at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c
     p.planes = ptr<T>(planes);
     flip::cuda::ldr_flip_forward<T>(p, stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out.to(test.scalar_type());
+  FLIP_CUDA_LAUNCH_CHECK();
+  return to_dtype(out, test.scalar_type());
 }
 
 // Runs a composite backward (LDR- or HDR-FLIP) whose Params are filled: the tiled formulation when
 // the taps fit its shared memory (scratch of at most 32 MiB), else the row passes with full planes.
 template <class T, class Tiled, class Rows>
-void run_composite_backward(flip::cuda::Params<T>& p, const Geometry& g, const at::Tensor& like, cudaStream_t stream,
+void run_composite_backward(flip::cuda::Params<T>& p, const Geometry& g, const Tensor& like, cudaStream_t stream,
                             Tiled tiled, Rows rows) {
   if (use_tiled_backward(p.taps)) {
     auto scratch = tiled_backward_scratch(p, like);  // kept alive until the launches are queued
@@ -226,19 +252,20 @@ void run_composite_backward(flip::cuda::Params<T>& p, const Geometry& g, const a
   rows(p, stream);
 }
 
-Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
-                       c10::string_view space, double eps, Mask mask) {
+Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd,
+                       std::string space, double eps, MaskArg mask_arg) {
+  const Mask mask = mask_of(mask_arg);
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   check_grad(grad, test, 1);
-  c10::cuda::CUDAGuard guard(test.device());
+  torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto gr = contiguous_as(grad, t.scalar_type());
   auto gb = grad_buffers(t, mask);
   const Geometry g = geometry(t, 2, true, true);
-  auto stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = current_stream(t);
   if (!mask[0] && !mask[1]) return cast_back(gb, test, ref);  // nothing asked, nothing launched
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::ldr_flip_backward (CUDA)", [&] {
-    using T = scalar_t;
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
     auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     p.srgb = srgb;
     p.grad = ptr<T>(gr);
@@ -248,43 +275,42 @@ Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at:
     p.g_ref = ptr_or_null<T>(gb[1]);
     run_composite_backward(p, g, t, stream, flip::cuda::ldr_flip_backward_tiled<T>, flip::cuda::ldr_flip_backward<T>);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FLIP_CUDA_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
 }
 
-// Counts on the device, clamped into [kMinExposures, E] by a small device op: reading them back to
-// check them would synchronise the host with the stream on every call. The Python API passes
-// counts it has checked; the CPU kernels raise for counts outside that range. Exposure values are
-// not checked here for the same reason (a non-finite one gives NaN in the map, as NaN inputs do).
-at::Tensor device_counts(const at::Tensor& counts, int64_t E) {
-  return counts.to(at::kLong).clamp(kMinExposures, E).contiguous();
-}
+// Counts stay on the device, unchecked: reading them back to check them would synchronise the host
+// with the stream on every call. The kernels read them clamped into [kMinExposures, E]
+// (hdr_pixel.h, HdrStep::count); the Python API passes counts it has checked and the CPU kernels
+// raise for counts outside that range. Exposure values are not checked here for the same reason (a
+// non-finite one gives NaN in the map, as NaN inputs do).
+Tensor device_counts(const Tensor& counts) { return contiguous_as(counts, ScalarType::Long); }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
-                                                        const at::Tensor& exposures, const at::Tensor& counts,
-                                                        double ppd, c10::string_view tone_mapper, double eps) {
+Triple hdr_flip(const Tensor& test, const Tensor& ref,
+                                                        const Tensor& exposures, const Tensor& counts,
+                                                        double ppd, std::string tone_mapper, double eps) {
   const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
-  c10::cuda::CUDAGuard guard(test.device());
+  torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto ex = exposures.to(t.scalar_type()).contiguous();
-  auto cn = device_counts(counts, ex.size(1));
-  auto out = at::zeros_symint(map_shape(t), t.options());
-  auto emap = at::zeros_symint(map_shape(t), t.options());
-  auto idx = at::full_symint(map_shape(t), -1, t.options().dtype(at::kInt));
+  auto ex = contiguous_as(exposures, t.scalar_type());
+  auto cn = device_counts(counts);
+  auto out = torch::stable::fill_(empty_as(t, map_shape(t)), 0.0);
+  auto emap = torch::stable::fill_(empty_as(t, map_shape(t)), 0.0);
+  auto idx = torch::stable::fill_(empty_as(t, map_shape(t), ScalarType::Int), -1.0);
   const Geometry g = geometry(t, 2, true, true);
-  auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip (CUDA)", [&] {
-    using T = scalar_t;
+  const cudaStream_t stream = current_stream(t);
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
     auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
     p.exposures = ptr<T>(ex);
-    p.counts = cn.data_ptr<int64_t>();
+    p.counts = data<int64_t>(cn);
     p.E = ex.size(1);
     p.tm = tm;
     p.out = ptr<T>(out);
     p.emap = ptr<T>(emap);
-    p.index = idx.data_ptr<int32_t>();
+    p.index = data<int32_t>(idx);
     if (use_fused_forward(p.taps)) {
       flip::cuda::hdr_flip_forward_fused<T>(p, stream);
       return;
@@ -294,57 +320,58 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, 
     p.planes = ptr<T>(planes);
     flip::cuda::hdr_flip_forward<T>(p, stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {out.to(test.scalar_type()), emap.to(test.scalar_type()), idx};
+  FLIP_CUDA_LAUNCH_CHECK();
+  return {to_dtype(out, test.scalar_type()), to_dtype(emap, test.scalar_type()), idx};
 }
 
-Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
-                       const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
-                       c10::string_view tone_mapper, double eps, Mask mask) {
+Pair hdr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref,
+                       const Tensor& exposures, const Tensor& counts, const Tensor& index, double ppd,
+                       std::string tone_mapper, double eps, MaskArg mask_arg) {
+  const Mask mask = mask_of(mask_arg);
   const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   check_grad(grad, test, 1);
   check_exposure_index(index, grad);
-  c10::cuda::CUDAGuard guard(test.device());
+  torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto gr = grad.to(t.scalar_type()).contiguous();
-  auto ex = exposures.to(t.scalar_type()).contiguous();
-  auto cn = device_counts(counts, ex.size(1));
-  auto ix = index.contiguous();
-  std::array<at::Tensor, 2> gb = {mask[0] ? at::zeros_like(t) : at::empty({0}, t.options()),
-                                  mask[1] ? at::zeros_like(t) : at::empty({0}, t.options())};
+  auto gr = contiguous_as(grad, t.scalar_type());
+  auto ex = contiguous_as(exposures, t.scalar_type());
+  auto cn = device_counts(counts);
+  auto ix = torch::stable::contiguous(index);
+  std::array<Tensor, 2> gb = {mask[0] ? torch::stable::fill_(torch::stable::empty_like(t), 0.0) : nothing_like(t),
+                               mask[1] ? torch::stable::fill_(torch::stable::empty_like(t), 0.0) : nothing_like(t)};
   const Geometry g = geometry(t, 2, true, true);
-  auto stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = current_stream(t);
   if (!mask[0] && !mask[1]) return cast_back(gb, test, ref);  // nothing asked, nothing launched
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hdr_flip_backward (CUDA)", [&] {
-    using T = scalar_t;
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
     auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
     p.exposures = ptr<T>(ex);
-    p.counts = cn.data_ptr<int64_t>();
+    p.counts = data<int64_t>(cn);
     p.E = ex.size(1);
     p.tm = tm;
-    p.index = ix.data_ptr<int32_t>();
+    p.index = data<int32_t>(ix);
     p.g_test = ptr_or_null<T>(gb[0]);
     p.g_ref = ptr_or_null<T>(gb[1]);
     // The tiled formulation uses the same scratch whatever the number of exposures.
     run_composite_backward(p, g, t, stream, flip::cuda::hdr_flip_backward_tiled<T>, flip::cuda::hdr_flip_backward<T>);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FLIP_CUDA_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
 }
 
-at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
+Tensor csf_filter(const Tensor& opp, double ppd) {
   check_csf_args(opp, ppd);
-  c10::cuda::CUDAGuard guard(opp.device());
+  torch::stable::accelerator::DeviceGuard guard(opp.get_device_index());
   auto o = compute_copy(opp);
-  auto out = at::empty_like(o);
+  auto out = torch::stable::empty_like(o);
   const Geometry g = geometry(o, 1, true, false);
   auto planes = planes_for(g, o, g.planes());
-  auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter (CUDA)", [&] {
-    using T = scalar_t;
+  const cudaStream_t stream = current_stream(o);
+  dispatch_compute_dtype(o.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
     auto p = params<T>(g, kernel_taps<T>(ppd, o, stream), 0.0);
     check_shared_memory(p.taps, g.planes());
     p.test = ptr<T>(o);
@@ -352,23 +379,23 @@ at::Tensor csf_filter(const at::Tensor& opp, double ppd) {
     p.planes = ptr<T>(planes);
     flip::cuda::csf_filter_forward<T>(p, stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out.to(opp.scalar_type());
+  FLIP_CUDA_LAUNCH_CHECK();
+  return to_dtype(out, opp.scalar_type());
 }
 
-at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
+Tensor csf_filter_backward(const Tensor& grad, const Tensor& opp, double ppd) {
   check_csf_args(opp, ppd);
   check_grad(grad, opp, 3);
-  c10::cuda::CUDAGuard guard(opp.device());
+  torch::stable::accelerator::DeviceGuard guard(opp.get_device_index());
   auto o = compute_copy(opp);
-  auto gr = grad.to(o.scalar_type()).contiguous();
-  auto out = at::empty_like(o);
+  auto gr = contiguous_as(grad, o.scalar_type());
+  auto out = torch::stable::empty_like(o);
   const Geometry g = geometry(o, 1, true, false);
   auto planes = planes_for(g, o, g.planes());
   auto gplanes = planes_for(g, o, g.gplanes());
-  auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES(o.scalar_type(), "flip::csf_filter_backward (CUDA)", [&] {
-    using T = scalar_t;
+  const cudaStream_t stream = current_stream(o);
+  dispatch_compute_dtype(o.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
     auto p = params<T>(g, kernel_taps<T>(ppd, o, stream), 0.0);
     check_shared_memory(p.taps, g.planes());
     p.grad = ptr<T>(gr);
@@ -378,40 +405,41 @@ at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, do
     p.gplanes = ptr<T>(gplanes);
     flip::cuda::csf_filter_backward<T>(p, stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out.to(opp.scalar_type());
+  FLIP_CUDA_LAUNCH_CHECK();
+  return to_dtype(out, opp.scalar_type());
 }
 
-at::Tensor hunt_hyab(const at::Tensor& test, const at::Tensor& ref, double eps) {
+Tensor hunt_hyab(const Tensor& test, const Tensor& ref, double eps) {
   check_hunt_hyab_args(test, ref, eps);
-  c10::cuda::CUDAGuard guard(test.device());
+  torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto out = at::empty_symint(map_shape(t), t.options());
+  auto out = empty_as(t, map_shape(t));
   const Geometry g = geometry(t, 2, false, false);
-  auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab (CUDA)", [&] {
-    using T = scalar_t;
+  const cudaStream_t stream = current_stream(t);
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
     auto p = params<T>(g, flip::cuda::KernelTaps<T>{}, eps);
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
     p.out = ptr<T>(out);
     flip::cuda::hunt_hyab_forward<T>(p, stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out.to(test.scalar_type());
+  FLIP_CUDA_LAUNCH_CHECK();
+  return to_dtype(out, test.scalar_type());
 }
 
-Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps, Mask mask) {
+Pair hunt_hyab_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double eps, MaskArg mask_arg) {
+  const Mask mask = mask_of(mask_arg);
   check_hunt_hyab_args(test, ref, eps);
   check_grad(grad, test, 1);
-  c10::cuda::CUDAGuard guard(test.device());
+  torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto gr = contiguous_as(grad, t.scalar_type());
   auto gb = grad_buffers(t, mask);
   const Geometry g = geometry(t, 2, false, false);
-  auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::hunt_hyab_backward (CUDA)", [&] {
-    using T = scalar_t;
+  const cudaStream_t stream = current_stream(t);
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
     auto p = params<T>(g, flip::cuda::KernelTaps<T>{}, eps);
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(t);
@@ -420,20 +448,20 @@ Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at
     p.g_ref = ptr_or_null<T>(gb[1]);
     flip::cuda::hunt_hyab_backward<T>(p, stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FLIP_CUDA_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
 }
 
-at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, double ppd, double eps) {
+Tensor feature_difference(const Tensor& test, const Tensor& ref, double ppd, double eps) {
   check_feature_args(test, ref, ppd, eps);
-  c10::cuda::CUDAGuard guard(test.device());
+  torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto out = at::empty_like(t);
+  auto out = torch::stable::empty_like(t);
   const Geometry g = geometry(t, 2, false, true);
   auto planes = planes_for(g, t, g.planes());
-  auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference (CUDA)", [&] {
-    using T = scalar_t;
+  const cudaStream_t stream = current_stream(t);
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
     auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     check_shared_memory(p.taps, g.planes());
     p.test = ptr<T>(t);
@@ -442,24 +470,25 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
     p.planes = ptr<T>(planes);
     flip::cuda::feature_difference_forward<T>(p, stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out.to(test.scalar_type());
+  FLIP_CUDA_LAUNCH_CHECK();
+  return to_dtype(out, test.scalar_type());
 }
 
-Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
-                                 double eps, Mask mask) {
+Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd,
+                                 double eps, MaskArg mask_arg) {
+  const Mask mask = mask_of(mask_arg);
   check_feature_args(test, ref, ppd, eps);
   check_grad(grad, test, 1);
-  c10::cuda::CUDAGuard guard(test.device());
+  torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
   auto t = compute_copy(test), r = compute_copy(ref);
-  auto gr = grad.to(t.scalar_type()).contiguous();
+  auto gr = contiguous_as(grad, t.scalar_type());
   auto gb = grad_buffers(t, mask);
   const Geometry g = geometry(t, 2, false, true);
   auto planes = planes_for(g, t, g.planes());
   auto gplanes = planes_for(g, t, g.gplanes());
-  auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "flip::feature_difference_backward (CUDA)", [&] {
-    using T = scalar_t;
+  const cudaStream_t stream = current_stream(t);
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
     auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
     check_shared_memory(p.taps, g.planes());
     p.grad = ptr<T>(gr);
@@ -471,23 +500,23 @@ Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test,
     p.gplanes = ptr<T>(gplanes);
     flip::cuda::feature_difference_backward<T>(p, stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FLIP_CUDA_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(flip, CUDA, m) {
-  m.impl("ldr_flip", &ldr_flip);
-  m.impl("ldr_flip_backward", &ldr_flip_backward);
-  m.impl("hdr_flip", &hdr_flip);
-  m.impl("hdr_flip_backward", &hdr_flip_backward);
-  m.impl("csf_filter", &csf_filter);
-  m.impl("csf_filter_backward", &csf_filter_backward);
-  m.impl("hunt_hyab", &hunt_hyab);
-  m.impl("hunt_hyab_backward", &hunt_hyab_backward);
-  m.impl("feature_difference", &feature_difference);
-  m.impl("feature_difference_backward", &feature_difference_backward);
+STABLE_TORCH_LIBRARY_IMPL(flip, CUDA, m) {
+  m.impl("ldr_flip", TORCH_BOX(&ldr_flip));
+  m.impl("ldr_flip_backward", TORCH_BOX(&ldr_flip_backward));
+  m.impl("hdr_flip", TORCH_BOX(&hdr_flip));
+  m.impl("hdr_flip_backward", TORCH_BOX(&hdr_flip_backward));
+  m.impl("csf_filter", TORCH_BOX(&csf_filter));
+  m.impl("csf_filter_backward", TORCH_BOX(&csf_filter_backward));
+  m.impl("hunt_hyab", TORCH_BOX(&hunt_hyab));
+  m.impl("hunt_hyab_backward", TORCH_BOX(&hunt_hyab_backward));
+  m.impl("feature_difference", TORCH_BOX(&feature_difference));
+  m.impl("feature_difference_backward", TORCH_BOX(&feature_difference_backward));
 }
 
 }  // namespace flip_ops

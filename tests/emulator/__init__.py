@@ -10,12 +10,21 @@ from pathlib import Path
 
 import torch
 
+from flip_loss.torch_releases import target_version_macro
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BUILD_DIR = Path(os.environ.get("FLIP_LOSS_EMULATOR_BUILD_DIR", ROOT / "build" / "emulator"))
 
-# As setup.py compiles the shipped kernels: the same rounding (no contraction into FMA).
-CXX_FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off"]
+# As setup.py compiles the shipped kernels: the same rounding (no contraction into FMA), and the
+# stable ABI of the oldest supported torch (the headers the shared op glue, csrc/ops, is written for).
+CXX_FLAGS = [
+    "-O3",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-ffp-contract=off",
+    f"-DTORCH_TARGET_VERSION={target_version_macro()}",
+]
 
 
 @functools.cache
