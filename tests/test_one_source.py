@@ -2,7 +2,8 @@
 own copy, are equal everywhere: the options' limits and the tone mappers (C++ limits.h and
 tone_mapper.h, which the ops enforce, against flip_loss.constants and the command line), the
 default pixels per degree, the version (Python package, CMake package, C++ header), the CUDA
-architectures of a build."""
+architectures of a build, the oldest supported torch release (the Python extension's and the CMake
+package's stable-ABI target)."""
 
 import re
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import flip_loss
-from flip_loss import constants, options
+from flip_loss import constants, op_checks, options, torch_releases
 from flip_loss.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +28,18 @@ def test_the_python_limits_are_the_ones_the_ops_enforce(limits):
     assert limits["max_ppd"] == constants.MAX_PPD
     assert limits["max_eps"] == constants.MAX_EPS
     assert limits["max_exposures"] == constants.MAX_EXPOSURES
-    assert limits["min_exposures"] == 2
+    assert limits["min_exposures"] == constants.MIN_EXPOSURES
+    assert limits["sensitivity_planes_per_image"] == op_checks.SENSITIVITY_PLANES_PER_IMAGE
+
+
+def test_one_oldest_torch_release():
+    """The stable-ABI target of the Python extension (setup.py) and of the CMake package is the
+    oldest supported release, and the package requires the supported range."""
+    macro = torch_releases.target_version_macro()
+    assert int(macro, 16) == (torch_releases.MIN_TORCH[0] << 56) | (torch_releases.MIN_TORCH[1] << 48)
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    assert re.findall(r"TORCH_TARGET_VERSION=(0x[0-9a-f]+)", cmake) == [macro]
+    assert torch_releases.requirement() == "torch>=2.11,<2.16"
 
 
 def test_the_ops_refuse_what_the_limits_refuse(ops, limits):

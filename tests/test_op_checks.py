@@ -525,3 +525,56 @@ def test_ctrl_c_stops_a_long_hdr_call(direction):
     assert proc.returncode == 0, out
     lines = out.splitlines()
     assert lines[0].startswith("interrupted after") and lines[1] == "usable", out
+
+
+# ---- the Python side of the ops and their C++ kernels reject alike ----
+
+
+def _bad_calls():
+    """Bad calls of every op family, each failing a different check."""
+    a, b = tensors_for("ldr_flip")
+    f, g = tensors_for("feature_difference")
+    hdr, hdr_back = tensors_for("hdr_flip"), tensors_for("hdr_flip_backward")
+    grad, mask = tensors_for("ldr_flip_backward")[0], [True, True]
+    ops = torch.ops.flip
+    _, sens = ops._ldr_flip_with_sensitivities(a, b, 30.0, "srgb", 0.0, mask)
+    return {
+        "integer image": lambda: ops.ldr_flip(a.to(torch.int32), b.to(torch.int32), 30.0, "srgb", 0.0),
+        "dtypes differ": lambda: ops.ldr_flip(a, b.float(), 30.0, "srgb", 0.0),
+        "shapes differ": lambda: ops.ldr_flip(a, b[..., :3], 30.0, "srgb", 0.0),
+        "two dimensions": lambda: ops.hunt_hyab(a[0, 0], b[0, 0], 0.0),
+        "channels": lambda: ops.feature_difference(a, b, 30.0, 0.0),
+        "empty batch": lambda: ops.csf_filter(a[:0], 30.0),
+        "ppd": lambda: ops.ldr_flip(a, b, math.nan, "srgb", 0.0),
+        "eps": lambda: ops.feature_difference(f, g, 30.0, 1.0),
+        "space": lambda: ops.ldr_flip(a, b, 30.0, "rgb", 0.0),
+        "tone mapper": lambda: ops.hdr_flip(*hdr, 30.0, "agx", 0.0),
+        "exposure columns": lambda: ops.hdr_flip(hdr[0], hdr[1], hdr[2][:, :1], hdr[3], 30.0, "aces", 0.0),
+        "count dtype": lambda: ops.hdr_flip(*hdr[:3], hdr[3].double(), 30.0, "aces", 0.0),
+        "counts shape": lambda: ops.hdr_flip(*hdr[:3], hdr[3][:0], 30.0, "aces", 0.0),
+        "grad dtype": lambda: ops.ldr_flip_backward(grad.to(torch.int64), a, b, 30.0, "srgb", 0.0, mask),
+        "grad shape": lambda: ops.hunt_hyab_backward(grad[..., :2], a, b, 0.0, mask),
+        "index dtype": lambda: ops.hdr_flip_backward(*hdr_back[:5], hdr_back[5].long(), 30.0, "aces", 0.0, mask),
+        "index shape": lambda: ops.hdr_flip_backward(*hdr_back[:5], hdr_back[5][..., :2], 30.0, "aces", 0.0, mask),
+        "no sensitivities asked": lambda: ops._ldr_flip_with_sensitivities(a, b, 30.0, "srgb", 0.0, [False, False]),
+        "sensitivities dtype": lambda: ops._ldr_flip_backward_from_sensitivities(
+            grad, sens.float(), a, b, 30.0, "srgb", mask
+        ),
+        "sensitivities shape": lambda: ops._ldr_flip_backward_from_sensitivities(
+            grad, sens, a, b, 30.0, "srgb", [True, False]
+        ),
+    }
+
+
+@pytest.mark.parametrize("label", sorted(_bad_calls()))
+def test_the_kernels_reject_what_the_python_side_rejects_with_the_same_message(label):
+    # A call from Python meets the Python checks (op_checks.py) in the op's Autograd kernel first;
+    # under inference_mode (no Autograd kernel) and from C++ it meets the kernel's own (checks.h).
+    # The C++ exception crosses the stable ABI as its standard class, so a TypeError there is a
+    # ValueError; the message is the same.
+    bad = _bad_calls()[label]
+    with pytest.raises((TypeError, ValueError)) as python_side:
+        bad()
+    with torch.inference_mode(), pytest.raises(ValueError) as kernel:
+        bad()
+    assert str(kernel.value) == str(python_side.value)

@@ -1,6 +1,8 @@
-// TORCH_LIBRARY_IMPL(flip, AutocastCPU / AutocastCUDA): under torch.autocast the inputs of every
-// forward op are cast to float32 (like PyTorch's own losses) and the result stays float32, so
-// mixed-precision training needs no casts around the loss. The backward ops see float32 only.
+// TORCH_LIBRARY_IMPL(flip, AutocastCPU / AutocastCUDA) of the LibTorch CMake package: under
+// autocast the inputs of every forward op are cast to float32 (like PyTorch's own losses) and the
+// result stays float32, so mixed-precision training needs no casts around the loss. The backward
+// ops see float32 only. The Python extension registers the same rule from Python
+// (flip_loss/op_registration.py).
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 

@@ -1,20 +1,26 @@
-// TORCH_LIBRARY_IMPL(flip, Autograd): each forward records a node whose backward calls the
-// registered backward op, so gradients flow in eager mode, TorchScript, C++ and torch.compile.
-// The backward ops are not differentiable: their Autograd kernels record a node that raises when
-// a second-order gradient is asked for (FirstOrderOnly).
+// TORCH_LIBRARY_IMPL(flip, Autograd) of the LibTorch CMake package (libflip_ops): each forward
+// records a node whose backward calls the registered backward op, so gradients flow in C++ and in
+// TorchScript run from C++. The backward ops are not differentiable: their Autograd kernels record
+// a node that raises when a second-order gradient is asked for (FirstOrderOnly). The Python
+// extension registers the same rules from Python (flip_loss/op_registration.py), because the
+// stable ABI it is built against has no autograd; this file is compiled against the user's own
+// libtorch, with its full C++ API.
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <string>
 #include <utility>
 
+#include "../flip/plane_counts.h"
 #include "../include/flip_loss/op_signatures.h"
-#include "signature.h"
 
 namespace flip_ops {
 namespace {
 
 namespace op = flip_loss::op;
+using Pair = op::TensorPair;
+using Mask = op::OutputMask;
+constexpr int64_t kSensitivityPlanesPerImage = flip::kResponsePlanesPerImage;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
