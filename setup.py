@@ -6,6 +6,9 @@ Switches (environment variables):
   FLIP_LOSS_NATIVE=0|1 compile everything for this machine's CPU (-march=native, default 0: a
                        portable binary whose CPU kernels pick AVX-512, AVX2 or baseline at run time)
   MAX_JOBS=N           parallel compile jobs (ninja)
+  FLIP_LOSS_PREBUILT=1 install without building: the extension flip_loss/_C*.so in this checkout was
+                       built already (scripts/setup.sh builds it in the oldest-torch environment and
+                       installs the same checkout into .venv this way)
 """
 
 import glob
@@ -119,7 +122,10 @@ if want_cuda():
     ext = CUDAExtension(
         "flip_loss._C",
         cpp_sources + cuda_sources,
-        extra_compile_args={"cxx": cxx_flags + ["-DFLIP_WITH_CUDA", "-DUSE_CUDA"], "nvcc": ["-O3", "-lineinfo", "-DFLIP_WITH_CUDA"]},
+        extra_compile_args={
+            "cxx": cxx_flags + ["-DFLIP_WITH_CUDA", "-DUSE_CUDA"],
+            "nvcc": ["-O3", "-lineinfo", "-DFLIP_WITH_CUDA"],
+        },
         extra_link_args=link_flags,
         py_limited_api=True,
     )
@@ -139,9 +145,17 @@ def torch_requirement():
     return torch_releases().requirement()
 
 
+def prebuilt():
+    if os.environ.get("FLIP_LOSS_PREBUILT", "0") in ("0", "", "false", "off", "no"):
+        return False
+    if not glob.glob(os.path.join(ROOT, "flip_loss", "_C*.so")):
+        sys.exit("flip-loss: FLIP_LOSS_PREBUILT=1, but flip_loss/_C*.so is not built in this checkout")
+    return True
+
+
 # Metadata lives in pyproject.toml; the version in flip_loss/__init__.py.
 setup(
-    ext_modules=[ext],
+    ext_modules=[] if prebuilt() else [ext],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     install_requires=[torch_requirement(), "numpy", "pillow"],
     # abi3: one wheel for every CPython from 3.10 on (the extension uses the limited API only).

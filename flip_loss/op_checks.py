@@ -75,7 +75,9 @@ def check_image(t, name: str, channels: int) -> None:
         t.dim() in (3, 4),
         f"flip: {name} must be N x {channels} x H x W or {channels} x H x W, got {t.dim()} dimensions {_sizes(t)}",
     )
-    _value(t.shape[-3] == channels, f"flip: {name} must have {channels} channel(s) in dimension -3, got shape {_sizes(t)}")
+    _value(
+        t.shape[-3] == channels, f"flip: {name} must have {channels} channel(s) in dimension -3, got shape {_sizes(t)}"
+    )
     _value(t.shape[-1] > 0 and t.shape[-2] > 0, f"flip: {name} must have a non-empty H x W, got shape {_sizes(t)}")
     _value(t.dim() == 3 or t.shape[0] > 0, f"flip: {name} is an empty batch (N = 0), got shape {_sizes(t)}")
 
@@ -138,7 +140,9 @@ def check_exposures(exposures, counts, like) -> None:
     if exposures is None or counts is None:
         raise RuntimeError("flip: exposures or counts is undefined")
     n = like.shape[0] if like.dim() == 4 else 1
-    _type(exposures.dtype.is_floating_point, f"flip: exposures must be floating point, got {dtype_name(exposures.dtype)}")
+    _type(
+        exposures.dtype.is_floating_point, f"flip: exposures must be floating point, got {dtype_name(exposures.dtype)}"
+    )
     _type(_is_integral(counts.dtype), f"flip: counts must be integers, got {dtype_name(counts.dtype)}")
     _value(
         exposures.dim() == 2 and exposures.shape[0] == n,
@@ -150,7 +154,8 @@ def check_exposures(exposures, counts, like) -> None:
         f"shape {_sizes(exposures)}",
     )
     _value(
-        counts.dim() == 1 and counts.shape[0] == n, f"flip: counts must have one entry per image, got shape {_sizes(counts)}"
+        counts.dim() == 1 and counts.shape[0] == n,
+        f"flip: counts must have one entry per image, got shape {_sizes(counts)}",
     )
     _value(
         exposures.device == like.device and counts.device == like.device,
@@ -219,7 +224,8 @@ def ldr_flip_backward_from_sensitivities(grad, sensitivities, test, ref, ppd, sp
         f"{dtype_name(test.dtype)} images), got {dtype_name(sensitivities.dtype)}",
     )
     _value(
-        sensitivities.device == test.device, f"flip: sensitivities are on {sensitivities.device}, images on {test.device}"
+        sensitivities.device == test.device,
+        f"flip: sensitivities are on {sensitivities.device}, images on {test.device}",
     )
     expected = sensitivities_shape(test, mask)
     _value(

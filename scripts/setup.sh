@@ -8,14 +8,22 @@
 #   --with-browser       also install Chromium (Debian's chromium package), which the tests of the
 #                        HTML report (tests/test_report.py) drive; scripts/test.sh passes it, the
 #                        main-job command does not
+#   --with-oldest-torch  also a second environment, .venv-oldest-torch, with the oldest supported
+#                        torch (requirements-oldest-torch.txt) and the same test packages. The
+#                        extension is then built there, against that torch, and .venv uses the same
+#                        binary without rebuilding it: built on PyTorch's stable ABI, one binary
+#                        serves every supported release. scripts/test.sh passes it and runs the
+#                        tests in both environments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 with_browser=0
+with_oldest_torch=0
 for arg in "$@"; do
   case "$arg" in
     --with-browser) with_browser=1 ;;
-    *) echo "setup.sh: unknown argument '$arg' (known: --with-browser)" >&2; exit 2 ;;
+    --with-oldest-torch) with_oldest_torch=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (known: --with-browser, --with-oldest-torch)" >&2; exit 2 ;;
   esac
 done
 
@@ -50,6 +58,34 @@ echo "== installing pinned Python packages (requirements-test.txt)"
 $PY -m pip install -q --upgrade pip
 $PY -m pip install -q -r requirements-test.txt
 
+# The build's Python: the oldest-torch environment's when there is one.
+BUILD_PY=$PY
+if [ "$with_oldest_torch" = 1 ]; then
+  if [ ! -x .venv-oldest-torch/bin/python ]; then
+    echo "== creating .venv-oldest-torch"
+    python3 -m venv .venv-oldest-torch
+  fi
+  OLD_PY=.venv-oldest-torch/bin/python
+  echo "== installing the oldest supported torch (requirements-oldest-torch.txt) and the test packages there"
+  $OLD_PY -m pip install -q --upgrade pip
+  $OLD_PY -m pip install -q -r requirements-oldest-torch.txt
+  # requirements-test.txt and what it includes, without their torch pin (the constraint holds torch
+  # where it is for packages that depend on it).
+  $OLD_PY - requirements-test.txt > .venv-oldest-torch/requirements-without-torch.txt <<'PYEOF'
+import os, re, sys
+def lines(path):
+    for line in open(path):
+        line = line.strip()
+        if line.startswith("-r "):
+            yield from lines(os.path.join(os.path.dirname(path), line[3:].strip()))
+        elif line and not line.startswith("#") and re.split(r"[<>=!~ ;\[]", line)[0].lower() != "torch":
+            yield line
+print("\n".join(lines(sys.argv[1])))
+PYEOF
+  $OLD_PY -m pip install -q -r .venv-oldest-torch/requirements-without-torch.txt -c requirements-oldest-torch.txt
+  BUILD_PY=$OLD_PY
+fi
+
 # The extension is rebuilt only when something it is built from changed: its sources, the build
 # files, the installed torch, the compiler or a build switch. The stamp is a hash of all of them,
 # kept in .venv; a missing or unloadable extension is rebuilt whatever the stamp says.
@@ -58,7 +94,7 @@ build_stamp() {
     find csrc -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) \
       -print0 | sort -z | xargs -0 sha256sum
     sha256sum setup.py pyproject.toml
-    $PY -c "import torch; print(torch.__version__, torch.version.cuda)"
+    $BUILD_PY -c "import torch; print(torch.__version__, torch.version.cuda)"
     "${CXX:-c++}" --version 2>/dev/null | head -n 1
     command -v nvcc >/dev/null && nvcc --version | tail -n 1
     echo "FLIP_LOSS_CUDA=${FLIP_LOSS_CUDA:-} FLIP_LOSS_NATIVE=${FLIP_LOSS_NATIVE:-} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-}"
@@ -66,14 +102,18 @@ build_stamp() {
 }
 STAMP_FILE=.venv/.flip_loss_build_stamp
 stamp="$(build_stamp)"
-if [ -f "$STAMP_FILE" ] && [ "$(cat "$STAMP_FILE")" = "$stamp" ] \
-   && $PY -c "import flip_loss, sys; sys.exit(0 if flip_loss.HAS_EXTENSION else 1)" 2>/dev/null; then
+loads() { "$1" -c "import flip_loss, sys; sys.exit(0 if flip_loss.HAS_EXTENSION else 1)" 2>/dev/null; }
+if [ -f "$STAMP_FILE" ] && [ "$(cat "$STAMP_FILE")" = "$stamp" ] && loads "$BUILD_PY" && loads "$PY"; then
   echo "== flip_loss._C is up to date (nothing it is built from changed)"
 else
-  echo "== building flip_loss._C"
+  echo "== building flip_loss._C (against torch $($BUILD_PY -c 'import torch; print(torch.__version__)'))"
   export MAX_JOBS="${MAX_JOBS:-2}"
   rm -f "$STAMP_FILE"
-  $PY -m pip install -q --no-build-isolation --no-deps -e .
+  $BUILD_PY -m pip install -q --no-build-isolation --no-deps -e .
+  if [ "$BUILD_PY" != "$PY" ]; then
+    # The same checkout, installed in .venv too, with the binary just built (no second build).
+    FLIP_LOSS_PREBUILT=1 $PY -m pip install -q --no-build-isolation --no-deps -e .
+  fi
   echo "$stamp" > "$STAMP_FILE"
 fi
 $PY -c "import flip_loss, torch; assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR; \
@@ -81,3 +121,7 @@ cuda = 'cuda' in flip_loss._ops.KERNEL_DEVICES['ldr_flip']; \
 print('flip_loss', flip_loss.__version__, '| torch', torch.__version__, '| CUDA kernels:', \
       ('compiled, ' + ('a GPU is available' if torch.cuda.is_available() else 'no GPU on this machine')) if cuda \
       else 'not compiled (CPU kernels only)')"
+if [ "$BUILD_PY" != "$PY" ]; then
+  $BUILD_PY -c "import flip_loss, torch; assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR; \
+print('flip_loss', flip_loss.__version__, '| the oldest supported torch', torch.__version__, '(.venv-oldest-torch)')"
+fi

@@ -107,3 +107,14 @@ def test_one_set_of_cuda_architectures():
         assert re.search(r'set\(TORCH_CUDA_ARCH_LIST "([0-9.;]+)"', text).group(1) == arch_list
     readme = (ROOT / "README.md").read_text()
     assert f"default `{arch_list}`" in readme
+
+
+def test_one_oldest_torch_pin():
+    """The oldest supported release is what CI builds and tests against (requirements-oldest-torch.txt)
+    and what an isolated build compiles against (pyproject.toml); the development pin is the newest."""
+    oldest = re.findall(r"^torch==(\d+)\.(\d+)\.\d+$", (ROOT / "requirements-oldest-torch.txt").read_text(), re.M)
+    assert [tuple(map(int, v)) for v in oldest] == [torch_releases.MIN_TORCH]
+    build = re.findall(r'"torch==(\d+)\.(\d+)\.\d+"', (ROOT / "pyproject.toml").read_text())
+    assert [tuple(map(int, v)) for v in build] == [torch_releases.MIN_TORCH]
+    newest = re.findall(r"^torch==(\d+)\.(\d+)\.\d+$", (ROOT / "requirements.txt").read_text(), re.M)
+    assert [tuple(map(int, v)) for v in newest] == [torch_releases.NEWEST_TORCH]

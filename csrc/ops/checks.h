@@ -63,8 +63,8 @@ template <class... Args>
   (os << ... << args);
   throw std::invalid_argument(os.str());
 }
-#define FLIP_CHECK(cond, ...)              \
-  do {                                     \
+#define FLIP_CHECK(cond, ...)                 \
+  do {                                        \
     if (!(cond)) flip_ops::fail(__VA_ARGS__); \
   } while (0)
 
@@ -190,8 +190,8 @@ inline void check_exposure_values(const double* e, const int64_t* c, int64_t n_i
 inline void check_exposure_values_on_host(const Tensor& exposures, const Tensor& counts) {
   const Tensor e = torch::stable::contiguous(torch::stable::to(exposures, ScalarType::Double));
   const Tensor c = torch::stable::contiguous(torch::stable::to(counts, ScalarType::Long));
-  check_exposure_values(static_cast<const double*>(e.data_ptr()), static_cast<const int64_t*>(c.data_ptr()),
-                        c.numel(), e.size(1));
+  check_exposure_values(static_cast<const double*>(e.data_ptr()), static_cast<const int64_t*>(c.data_ptr()), c.numel(),
+                        e.size(1));
 }
 
 inline void check_exposure_index(const Tensor& index, const Tensor& grad) {

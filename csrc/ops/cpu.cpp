@@ -44,8 +44,8 @@ flip::cpu::LdrFlipArgs<T> ldr_args(const Tensor& t, const Tensor& r, double ppd,
 }
 
 template <class T>
-flip::cpu::HdrFlipArgs<T> hdr_args(const Tensor& t, const Tensor& r, const Tensor& exposures,
-                                   const Tensor& counts, double ppd, double eps, flip::ToneMapper tm) {
+flip::cpu::HdrFlipArgs<T> hdr_args(const Tensor& t, const Tensor& r, const Tensor& exposures, const Tensor& counts,
+                                   double ppd, double eps, flip::ToneMapper tm) {
   flip::cpu::HdrFlipArgs<T> a;
   a.s = shape_of(t);
   a.ppd = ppd;
@@ -99,8 +99,8 @@ Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string s
   return to_dtype(out, test.scalar_type());
 }
 
-Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd,
-                       std::string space, double eps, MaskArg mask_arg) {
+Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd, std::string space,
+                       double eps, MaskArg mask_arg) {
   const Mask mask = mask_of(mask_arg);
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   check_grad(grad, test, 1);
@@ -119,8 +119,8 @@ Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
   return cast_back(gb, test, ref);
 }
 
-Pair ldr_flip_with_sensitivities(const Tensor& test, const Tensor& ref, double ppd, std::string space,
-                                 double eps, MaskArg mask_arg) {
+Pair ldr_flip_with_sensitivities(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps,
+                                 MaskArg mask_arg) {
   const Mask mask = mask_of(mask_arg);
   const bool srgb = check_ldr_sensitivity_args(test, ref, ppd, space, eps, mask);
   auto t = compute_copy(test), r = compute_copy(ref);
@@ -141,9 +141,8 @@ Pair ldr_flip_with_sensitivities(const Tensor& test, const Tensor& ref, double p
   return {to_dtype(out, test.scalar_type()), sens};
 }
 
-Pair ldr_flip_backward_from_sensitivities(const Tensor& grad, const Tensor& sensitivities,
-                                          const Tensor& test, const Tensor& ref, double ppd,
-                                          std::string space, MaskArg mask_arg) {
+Pair ldr_flip_backward_from_sensitivities(const Tensor& grad, const Tensor& sensitivities, const Tensor& test,
+                                          const Tensor& ref, double ppd, std::string space, MaskArg mask_arg) {
   const Mask mask = mask_of(mask_arg);
   const bool srgb = check_ldr_backward_from_sensitivities_args(grad, sensitivities, test, ref, ppd, space, mask);
   auto t = compute_copy(test), r = compute_copy(ref);
@@ -163,9 +162,8 @@ Pair ldr_flip_backward_from_sensitivities(const Tensor& grad, const Tensor& sens
   return cast_back(gb, test, ref);
 }
 
-Triple hdr_flip(const Tensor& test, const Tensor& ref,
-                                                        const Tensor& exposures, const Tensor& counts,
-                                                        double ppd, std::string tone_mapper, double eps) {
+Triple hdr_flip(const Tensor& test, const Tensor& ref, const Tensor& exposures, const Tensor& counts, double ppd,
+                std::string tone_mapper, double eps) {
   const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   auto t = compute_copy(test), r = compute_copy(ref);
   auto ex = contiguous_as(exposures, t.scalar_type());
@@ -187,9 +185,9 @@ Triple hdr_flip(const Tensor& test, const Tensor& ref,
   return {to_dtype(out, test.scalar_type()), to_dtype(emap, test.scalar_type()), idx};
 }
 
-Pair hdr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref,
-                       const Tensor& exposures, const Tensor& counts, const Tensor& index, double ppd,
-                       std::string tone_mapper, double eps, MaskArg mask_arg) {
+Pair hdr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, const Tensor& exposures,
+                       const Tensor& counts, const Tensor& index, double ppd, std::string tone_mapper, double eps,
+                       MaskArg mask_arg) {
   const Mask mask = mask_of(mask_arg);
   const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   check_grad(grad, test, 1);
@@ -315,8 +313,8 @@ Tensor feature_difference(const Tensor& test, const Tensor& ref, double ppd, dou
   return to_dtype(out, test.scalar_type());
 }
 
-Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd,
-                                 double eps, MaskArg mask_arg) {
+Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd, double eps,
+                                 MaskArg mask_arg) {
   const Mask mask = mask_of(mask_arg);
   check_feature_args(test, ref, ppd, eps);
   check_grad(grad, test, 1);

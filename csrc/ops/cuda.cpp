@@ -31,7 +31,8 @@ using flip::Geometry;
 
 // A CUDA runtime error as an exception (RuntimeError in Python), with the runtime's own words.
 void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("flip: CUDA error in ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("flip: CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 #define FLIP_CUDA_CHECK(expr) cuda_check((expr), #expr)
 // What C10_CUDA_KERNEL_LAUNCH_CHECK does: a launch's configuration error, at once.
@@ -252,8 +253,8 @@ void run_composite_backward(flip::cuda::Params<T>& p, const Geometry& g, const T
   rows(p, stream);
 }
 
-Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd,
-                       std::string space, double eps, MaskArg mask_arg) {
+Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd, std::string space,
+                       double eps, MaskArg mask_arg) {
   const Mask mask = mask_of(mask_arg);
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   check_grad(grad, test, 1);
@@ -286,9 +287,8 @@ Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
 // non-finite one gives NaN in the map, as NaN inputs do).
 Tensor device_counts(const Tensor& counts) { return contiguous_as(counts, ScalarType::Long); }
 
-Triple hdr_flip(const Tensor& test, const Tensor& ref,
-                                                        const Tensor& exposures, const Tensor& counts,
-                                                        double ppd, std::string tone_mapper, double eps) {
+Triple hdr_flip(const Tensor& test, const Tensor& ref, const Tensor& exposures, const Tensor& counts, double ppd,
+                std::string tone_mapper, double eps) {
   const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
   auto t = compute_copy(test), r = compute_copy(ref);
@@ -324,9 +324,9 @@ Triple hdr_flip(const Tensor& test, const Tensor& ref,
   return {to_dtype(out, test.scalar_type()), to_dtype(emap, test.scalar_type()), idx};
 }
 
-Pair hdr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref,
-                       const Tensor& exposures, const Tensor& counts, const Tensor& index, double ppd,
-                       std::string tone_mapper, double eps, MaskArg mask_arg) {
+Pair hdr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, const Tensor& exposures,
+                       const Tensor& counts, const Tensor& index, double ppd, std::string tone_mapper, double eps,
+                       MaskArg mask_arg) {
   const Mask mask = mask_of(mask_arg);
   const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   check_grad(grad, test, 1);
@@ -338,7 +338,7 @@ Pair hdr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
   auto cn = device_counts(counts);
   auto ix = torch::stable::contiguous(index);
   std::array<Tensor, 2> gb = {mask[0] ? torch::stable::fill_(torch::stable::empty_like(t), 0.0) : nothing_like(t),
-                               mask[1] ? torch::stable::fill_(torch::stable::empty_like(t), 0.0) : nothing_like(t)};
+                              mask[1] ? torch::stable::fill_(torch::stable::empty_like(t), 0.0) : nothing_like(t)};
   const Geometry g = geometry(t, 2, true, true);
   const cudaStream_t stream = current_stream(t);
   if (!mask[0] && !mask[1]) return cast_back(gb, test, ref);  // nothing asked, nothing launched
@@ -474,8 +474,8 @@ Tensor feature_difference(const Tensor& test, const Tensor& ref, double ppd, dou
   return to_dtype(out, test.scalar_type());
 }
 
-Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd,
-                                 double eps, MaskArg mask_arg) {
+Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd, double eps,
+                                 MaskArg mask_arg) {
   const Mask mask = mask_of(mask_arg);
   check_feature_args(test, ref, ppd, eps);
   check_grad(grad, test, 1);

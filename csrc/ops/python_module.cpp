@@ -92,8 +92,8 @@ PyMethodDef methods[] = {
     {"_stop_polling", &stop_polling, METH_NOARGS, "Stops the kernels' polling for signals (at interpreter exit)."},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "flip-loss operator library", -1, methods,
-                          nullptr,               nullptr, nullptr,                    nullptr};
+PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_C", "flip-loss operator library", -1, methods, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 

@@ -35,7 +35,9 @@ inline std::vector<int64_t> map_shape(const Tensor& like) {
 }
 
 // float16/bfloat16 are computed (and their sensitivities kept) in float32.
-inline ScalarType compute_dtype(ScalarType t) { return t == ScalarType::Double ? ScalarType::Double : ScalarType::Float; }
+inline ScalarType compute_dtype(ScalarType t) {
+  return t == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
+}
 inline ScalarType compute_dtype(const Tensor& t) { return compute_dtype(t.scalar_type()); }
 
 // Planes per image of the sensitivities: the gradient of a pixel's error w.r.t. each of its

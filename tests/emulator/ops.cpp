@@ -82,8 +82,8 @@ Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
   return ldr_flip_backward_impl(grad, test, ref, ppd, space, eps, flip_ops::mask_of(mask_arg), false, 0);
 }
 
-Pair ldr_flip_backward_tiled(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd,
-                             std::string space, double eps, MaskArg mask_arg, int64_t scratch_bytes) {
+Pair ldr_flip_backward_tiled(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd, std::string space,
+                             double eps, MaskArg mask_arg, int64_t scratch_bytes) {
   return ldr_flip_backward_impl(grad, test, ref, ppd, space, eps, flip_ops::mask_of(mask_arg), true, scratch_bytes);
 }
 
@@ -96,8 +96,8 @@ Tensor backward_plan(int64_t n, int64_t h, int64_t w, int64_t wanted, double ppd
                                      elem_bytes, scratch_bytes);
   const int64_t fields[] = {p.items, p.rows, p.buffer_rows, p.item_bands, p.row_bands};
   const int64_t count = sizeof(fields) / sizeof(fields[0]);
-  auto out = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(&count, 1), ScalarType::Long,
-                                  std::nullopt, torch::stable::Device(torch::headeronly::DeviceType::CPU));
+  auto out = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(&count, 1), ScalarType::Long, std::nullopt,
+                                  torch::stable::Device(torch::headeronly::DeviceType::CPU));
   std::copy(fields, fields + count, data<int64_t>(out));
   return out;
 }
@@ -116,10 +116,9 @@ Triple hdr_flip_impl(const Tensor& test, const Tensor& ref, const Tensor& exposu
   flip_ops::dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
-    (fused ? em::hdr_flip_forward_fused<T> : em::hdr_flip_forward<T>)(data<T>(t), data<T>(r), data<T>(ex),
-                                                                      data<int64_t>(cn), ex.size(1), data<T>(out),
-                                                                      data<T>(emap), data<int32_t>(idx), g,
-                                                                      taps.view, tm, static_cast<T>(eps));
+    (fused ? em::hdr_flip_forward_fused<T>
+           : em::hdr_flip_forward<T>)(data<T>(t), data<T>(r), data<T>(ex), data<int64_t>(cn), ex.size(1), data<T>(out),
+                                      data<T>(emap), data<int32_t>(idx), g, taps.view, tm, static_cast<T>(eps));
   });
   return {flip_ops::to_dtype(out, test.scalar_type()), flip_ops::to_dtype(emap, test.scalar_type()), idx};
 }
@@ -129,8 +128,8 @@ Triple hdr_flip(const Tensor& test, const Tensor& ref, const Tensor& exposures, 
   return hdr_flip_impl(test, ref, exposures, counts, ppd, tone_mapper, eps, false);
 }
 
-Triple hdr_flip_fused(const Tensor& test, const Tensor& ref, const Tensor& exposures, const Tensor& counts,
-                      double ppd, std::string tone_mapper, double eps) {
+Triple hdr_flip_fused(const Tensor& test, const Tensor& ref, const Tensor& exposures, const Tensor& counts, double ppd,
+                      std::string tone_mapper, double eps) {
   return hdr_flip_impl(test, ref, exposures, counts, ppd, tone_mapper, eps, true);
 }
 
@@ -157,9 +156,9 @@ Pair hdr_flip_backward_impl(const Tensor& grad, const Tensor& test, const Tensor
       em::hdr_flip_backward<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), data<int64_t>(cn), ex.size(1),
                                data<int32_t>(ix), g_test, g_ref, g, taps.view, tm, static_cast<T>(eps));
     else
-      em::hdr_flip_backward_tiled<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), data<int64_t>(cn),
-                                     ex.size(1), data<int32_t>(ix), g_test, g_ref, g, taps.view, tm,
-                                     static_cast<T>(eps), scratch_bytes);
+      em::hdr_flip_backward_tiled<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), data<int64_t>(cn), ex.size(1),
+                                     data<int32_t>(ix), g_test, g_ref, g, taps.view, tm, static_cast<T>(eps),
+                                     scratch_bytes);
   });
   return flip_ops::cast_back(gb, test, ref);
 }
@@ -172,8 +171,8 @@ Pair hdr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
 }
 
 Pair hdr_flip_backward_tiled(const Tensor& grad, const Tensor& test, const Tensor& ref, const Tensor& exposures,
-                             const Tensor& counts, const Tensor& index, double ppd, std::string tone_mapper,
-                             double eps, MaskArg mask_arg, int64_t scratch_bytes) {
+                             const Tensor& counts, const Tensor& index, double ppd, std::string tone_mapper, double eps,
+                             MaskArg mask_arg, int64_t scratch_bytes) {
   return hdr_flip_backward_impl(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps,
                                 flip_ops::mask_of(mask_arg), true, scratch_bytes);
 }
