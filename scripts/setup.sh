@@ -109,6 +109,9 @@ else
   echo "== building flip_loss._C (against torch $($BUILD_PY -c 'import torch; print(torch.__version__)'))"
   export MAX_JOBS="${MAX_JOBS:-2}"
   rm -f "$STAMP_FILE"
+  # A per-Python binary from an older build would be imported before the abi3 one (Python tries
+  # the .cpython-3XX suffix first).
+  rm -f flip_loss/_C.cpython-*.so
   $BUILD_PY -m pip install -q --no-build-isolation --no-deps -e .
   if [ "$BUILD_PY" != "$PY" ]; then
     # The same checkout, installed in .venv too, with the binary just built (no second build).
