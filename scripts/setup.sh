@@ -46,9 +46,50 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 PY=.venv/bin/python
-echo "== installing pinned Python packages (requirements-test.txt)"
-$PY -m pip install -q --upgrade pip
-$PY -m pip install -q -r requirements-test.txt
+# pip runs only when the pinned lists, the Python or the installed packages differ from what the
+# last set-up left (a stamp in .venv, written at the end): a second run needs no package index and
+# upgrades nothing. The editable flip-loss itself is left out (its line names the git commit).
+requirements_stamp() {
+  {
+    sha256sum requirements.txt requirements-test.txt benchmarks/requirements-sass.txt
+    $PY --version
+    $PY -m pip freeze --all --exclude-editable
+  } | sha256sum | cut -d' ' -f1
+}
+REQUIREMENTS_STAMP_FILE=.venv/.flip_loss_requirements_stamp
+if [ -f "$REQUIREMENTS_STAMP_FILE" ] && [ "$(cat "$REQUIREMENTS_STAMP_FILE")" = "$(requirements_stamp)" ]; then
+  echo "== pinned Python packages are installed (requirements-test.txt unchanged)"
+else
+  echo "== installing pinned Python packages (requirements-test.txt)"
+  rm -f "$REQUIREMENTS_STAMP_FILE"
+  $PY -m pip install -q --upgrade pip
+  $PY -m pip install -q -r requirements-test.txt
+fi
+
+# What the installed torch and flip_loss say, from one Python process (each import of torch takes
+# seconds): line 1 torch's version and CUDA (part of the stamp below), line 2 "ok" when
+# flip_loss._C loads, line 3 the summary printed at the end (or why the extension is missing).
+installed_state() {
+  $PY - <<'PYEOF'
+import torch
+print(torch.__version__, torch.version.cuda)
+try:
+    import flip_loss
+except Exception as exc:  # an extension built for another torch, or a broken install
+    print("missing")
+    print(f"flip_loss does not import: {exc}")
+    raise SystemExit(0)
+print("ok" if flip_loss.HAS_EXTENSION else "missing")
+if not flip_loss.HAS_EXTENSION:
+    print(flip_loss._ops.IMPORT_ERROR)
+    raise SystemExit(0)
+if "cuda" in flip_loss._ops.KERNEL_DEVICES["ldr_flip"]:
+    kernels = "compiled, " + ("a GPU is available" if torch.cuda.is_available() else "no GPU on this machine")
+else:
+    kernels = "not compiled (CPU kernels only)"
+print("flip_loss", flip_loss.__version__, "| torch", torch.__version__, "| CUDA kernels:", kernels)
+PYEOF
+}
 
 # The extension is rebuilt only when something it is built from changed: its sources, the build
 # files, the installed torch, the compiler or a build switch. The stamp is a hash of all of them,
@@ -58,16 +99,16 @@ build_stamp() {
     find csrc -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) \
       -print0 | sort -z | xargs -0 sha256sum
     sha256sum setup.py pyproject.toml
-    $PY -c "import torch; print(torch.__version__, torch.version.cuda)"
+    echo "$1"
     "${CXX:-c++}" --version 2>/dev/null | head -n 1
     command -v nvcc >/dev/null && nvcc --version | tail -n 1
     echo "FLIP_LOSS_CUDA=${FLIP_LOSS_CUDA:-} FLIP_LOSS_NATIVE=${FLIP_LOSS_NATIVE:-} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-}"
   } | sha256sum | cut -d' ' -f1
 }
 STAMP_FILE=.venv/.flip_loss_build_stamp
-stamp="$(build_stamp)"
-if [ -f "$STAMP_FILE" ] && [ "$(cat "$STAMP_FILE")" = "$stamp" ] \
-   && $PY -c "import flip_loss, sys; sys.exit(0 if flip_loss.HAS_EXTENSION else 1)" 2>/dev/null; then
+state="$(installed_state)"
+stamp="$(build_stamp "$(sed -n 1p <<<"$state")")"
+if [ -f "$STAMP_FILE" ] && [ "$(cat "$STAMP_FILE")" = "$stamp" ] && [ "$(sed -n 2p <<<"$state")" = ok ]; then
   echo "== flip_loss._C is up to date (nothing it is built from changed)"
 else
   echo "== building flip_loss._C"
@@ -75,9 +116,11 @@ else
   rm -f "$STAMP_FILE"
   $PY -m pip install -q --no-build-isolation --no-deps -e .
   echo "$stamp" > "$STAMP_FILE"
+  state="$(installed_state)"
 fi
-$PY -c "import flip_loss, torch; assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR; \
-cuda = 'cuda' in flip_loss._ops.KERNEL_DEVICES['ldr_flip']; \
-print('flip_loss', flip_loss.__version__, '| torch', torch.__version__, '| CUDA kernels:', \
-      ('compiled, ' + ('a GPU is available' if torch.cuda.is_available() else 'no GPU on this machine')) if cuda \
-      else 'not compiled (CPU kernels only)')"
+requirements_stamp > "$REQUIREMENTS_STAMP_FILE"
+if [ "$(sed -n 2p <<<"$state")" != ok ]; then
+  echo "setup.sh: flip_loss._C does not load after the build: $(sed -n '3,$p' <<<"$state")" >&2
+  exit 1
+fi
+sed -n 3p <<<"$state"
