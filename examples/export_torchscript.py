@@ -66,8 +66,11 @@ class TinyRestorer(torch.nn.Module):
 
 
 def _script(module: torch.nn.Module) -> torch.jit.ScriptModule:
-    with warnings.catch_warnings():  # torch.jit.script is deprecated in recent torch, still supported
-        warnings.simplefilter("ignore", DeprecationWarning)
+    # torch.jit.script warns that TorchScript is deprecated (a FutureWarning from torch 2.15 on, a
+    # DeprecationWarning before) and still works: this example exists to make TorchScript files
+    # for the C++ programs.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated")
         return torch.jit.script(module)
 
 

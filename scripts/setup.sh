@@ -54,9 +54,50 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 PY=.venv/bin/python
-echo "== installing pinned Python packages (requirements-test.txt)"
-$PY -m pip install -q --upgrade pip
-$PY -m pip install -q -r requirements-test.txt
+# pip runs only when the pinned lists, the Python or the installed packages differ from what the
+# last set-up left (a stamp in .venv, written at the end): a second run needs no package index and
+# upgrades nothing. The editable flip-loss itself is left out (its line names the git commit).
+requirements_stamp() {
+  {
+    sha256sum requirements.txt requirements-test.txt benchmarks/requirements-sass.txt
+    $PY --version
+    $PY -m pip freeze --all --exclude-editable
+  } | sha256sum | cut -d' ' -f1
+}
+REQUIREMENTS_STAMP_FILE=.venv/.flip_loss_requirements_stamp
+if [ -f "$REQUIREMENTS_STAMP_FILE" ] && [ "$(cat "$REQUIREMENTS_STAMP_FILE")" = "$(requirements_stamp)" ]; then
+  echo "== pinned Python packages are installed (requirements-test.txt unchanged)"
+else
+  echo "== installing pinned Python packages (requirements-test.txt)"
+  rm -f "$REQUIREMENTS_STAMP_FILE"
+  $PY -m pip install -q --upgrade pip
+  $PY -m pip install -q -r requirements-test.txt
+fi
+
+# What the installed torch and flip_loss say, from one Python process (each import of torch takes
+# seconds): line 1 torch's version and CUDA (part of the stamp below), line 2 "ok" when
+# flip_loss._C loads, line 3 the summary printed at the end (or why the extension is missing).
+installed_state() {
+  "$1" - <<'PYEOF'
+import torch
+print(torch.__version__, torch.version.cuda)
+try:
+    import flip_loss
+except Exception as exc:  # an extension built for another torch, or a broken install
+    print("missing")
+    print(f"flip_loss does not import: {exc}")
+    raise SystemExit(0)
+print("ok" if flip_loss.HAS_EXTENSION else "missing")
+if not flip_loss.HAS_EXTENSION:
+    print(flip_loss._ops.IMPORT_ERROR)
+    raise SystemExit(0)
+if "cuda" in flip_loss._ops.KERNEL_DEVICES["ldr_flip"]:
+    kernels = "compiled, " + ("a GPU is available" if torch.cuda.is_available() else "no GPU on this machine")
+else:
+    kernels = "not compiled (CPU kernels only)"
+print("flip_loss", flip_loss.__version__, "| torch", torch.__version__, "| CUDA kernels:", kernels)
+PYEOF
+}
 
 # The build's Python: the oldest-torch environment's when there is one.
 BUILD_PY=$PY
@@ -66,7 +107,17 @@ if [ "$with_oldest_torch" = 1 ]; then
     python3 -m venv .venv-oldest-torch
   fi
   OLD_PY=.venv-oldest-torch/bin/python
+  OLD_STAMP_FILE=.venv-oldest-torch/.flip_loss_requirements_stamp
+  old_requirements_stamp() {
+    { sha256sum requirements-oldest-torch.txt; PY=$OLD_PY requirements_stamp; } | sha256sum | cut -d' ' -f1
+  }
+fi
+if [ "$with_oldest_torch" = 1 ] && [ -f "$OLD_STAMP_FILE" ] && [ "$(cat "$OLD_STAMP_FILE")" = "$(old_requirements_stamp)" ]; then
+  echo "== the oldest supported torch and the test packages are installed in .venv-oldest-torch"
+  BUILD_PY=$OLD_PY
+elif [ "$with_oldest_torch" = 1 ]; then
   echo "== installing the oldest supported torch (requirements-oldest-torch.txt) and the test packages there"
+  rm -f "$OLD_STAMP_FILE"
   $OLD_PY -m pip install -q --upgrade pip
   $OLD_PY -m pip install -q -r requirements-oldest-torch.txt
   # requirements-test.txt and what it includes, without their torch pin (the constraint holds torch
@@ -84,6 +135,10 @@ print("\n".join(lines(sys.argv[1])))
 PYEOF
   $OLD_PY -m pip install -q -r .venv-oldest-torch/requirements-without-torch.txt -c requirements-oldest-torch.txt
   BUILD_PY=$OLD_PY
+elif [ -x .venv-oldest-torch/bin/python ]; then
+  # Set up by an earlier run with the option: the extension stays built against the oldest torch
+  # (building it against .venv's would only make the next test run rebuild it).
+  BUILD_PY=.venv-oldest-torch/bin/python
 fi
 
 # The extension is rebuilt only when something it is built from changed: its sources, the build
@@ -94,19 +149,22 @@ build_stamp() {
     find csrc -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) \
       -print0 | sort -z | xargs -0 sha256sum
     sha256sum setup.py pyproject.toml
-    $BUILD_PY -c "import torch; print(torch.__version__, torch.version.cuda)"
+    echo "$1"
     "${CXX:-c++}" --version 2>/dev/null | head -n 1
     command -v nvcc >/dev/null && nvcc --version | tail -n 1
     echo "FLIP_LOSS_CUDA=${FLIP_LOSS_CUDA:-} FLIP_LOSS_NATIVE=${FLIP_LOSS_NATIVE:-} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-}"
   } | sha256sum | cut -d' ' -f1
 }
 STAMP_FILE=.venv/.flip_loss_build_stamp
-stamp="$(build_stamp)"
-loads() { "$1" -c "import flip_loss, sys; sys.exit(0 if flip_loss.HAS_EXTENSION else 1)" 2>/dev/null; }
-if [ -f "$STAMP_FILE" ] && [ "$(cat "$STAMP_FILE")" = "$stamp" ] && loads "$BUILD_PY" && loads "$PY"; then
+state="$(installed_state "$PY")"
+build_state="$state"
+if [ "$BUILD_PY" != "$PY" ]; then build_state="$(installed_state "$BUILD_PY")"; fi
+stamp="$(build_stamp "$(sed -n 1p <<<"$build_state")")"
+if [ -f "$STAMP_FILE" ] && [ "$(cat "$STAMP_FILE")" = "$stamp" ] && [ "$(sed -n 2p <<<"$state")" = ok ] \
+   && [ "$(sed -n 2p <<<"$build_state")" = ok ]; then
   echo "== flip_loss._C is up to date (nothing it is built from changed)"
 else
-  echo "== building flip_loss._C (against torch $($BUILD_PY -c 'import torch; print(torch.__version__)'))"
+  echo "== building flip_loss._C (against torch $(sed -n 1p <<<"$build_state" | cut -d' ' -f1))"
   export MAX_JOBS="${MAX_JOBS:-2}"
   rm -f "$STAMP_FILE"
   # A per-Python binary from an older build would be imported before the abi3 one (Python tries
@@ -118,13 +176,21 @@ else
     FLIP_LOSS_PREBUILT=1 $PY -m pip install -q --no-build-isolation --no-deps -e .
   fi
   echo "$stamp" > "$STAMP_FILE"
+  state="$(installed_state "$PY")"
+  build_state="$state"
+  if [ "$BUILD_PY" != "$PY" ]; then build_state="$(installed_state "$BUILD_PY")"; fi
 fi
-$PY -c "import flip_loss, torch; assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR; \
-cuda = 'cuda' in flip_loss._ops.KERNEL_DEVICES['ldr_flip']; \
-print('flip_loss', flip_loss.__version__, '| torch', torch.__version__, '| CUDA kernels:', \
-      ('compiled, ' + ('a GPU is available' if torch.cuda.is_available() else 'no GPU on this machine')) if cuda \
-      else 'not compiled (CPU kernels only)')"
+requirements_stamp > "$REQUIREMENTS_STAMP_FILE"
+if [ "$(sed -n 2p <<<"$state")" != ok ]; then
+  echo "setup.sh: flip_loss._C does not load after the build: $(sed -n '3,$p' <<<"$state")" >&2
+  exit 1
+fi
+sed -n 3p <<<"$state"
 if [ "$BUILD_PY" != "$PY" ]; then
-  $BUILD_PY -c "import flip_loss, torch; assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR; \
-print('flip_loss', flip_loss.__version__, '| the oldest supported torch', torch.__version__, '(.venv-oldest-torch)')"
+  if [ "$with_oldest_torch" = 1 ]; then old_requirements_stamp > "$OLD_STAMP_FILE"; fi
+  if [ "$(sed -n 2p <<<"$build_state")" != ok ]; then
+    echo "setup.sh: flip_loss._C does not load in .venv-oldest-torch: $(sed -n '3,$p' <<<"$build_state")" >&2
+    exit 1
+  fi
+  echo "$(sed -n 3p <<<"$build_state") (.venv-oldest-torch, the oldest supported torch)"
 fi

@@ -83,6 +83,35 @@ def executable(build_dir: Path, name: str) -> Path:
     pytest.fail(f"the build did not produce {name} under {build_dir}", pytrace=False)
 
 
+def torch_wheel_library_dirs():
+    """The library directories of the nvidia-* wheels installed next to torch (site-packages/nvidia/
+    <name>/lib), which libtorch_cuda.so loads its CUDA libraries from; empty for a CPU-only torch or
+    one that is not a wheel."""
+    site_packages = Path(torch.__file__).resolve().parents[1]
+    return sorted({p.resolve() for p in site_packages.glob("nvidia/*/lib") if p.is_dir()})
+
+
+def libraries_not_from_wheels(binary: Path, wheel_dirs):
+    """What the dynamic loader resolves for binary (ldd, no LD_LIBRARY_PATH) among the libraries
+    that torch's nvidia-* wheels hold: ({soname: path} of those loaded from another directory,
+    the number resolved)."""
+    if shutil.which("ldd") is None:
+        pytest.skip("ldd is not on PATH")
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    out = run(["ldd", binary], f"ldd {binary.name}", timeout=120, env=env)
+    wheel_names = {f.name for d in wheel_dirs for f in d.iterdir()}
+    elsewhere, resolved = {}, 0
+    for line in out.splitlines():
+        name, arrow, rest = line.strip().partition(" => ")
+        if not arrow or name not in wheel_names:
+            continue
+        path = Path(rest.split(" (")[0])
+        resolved += 1
+        if not path.is_file() or path.resolve().parent not in wheel_dirs:
+            elsewhere[name] = str(path)
+    return elsewhere, resolved
+
+
 def stale_extension_note():
     """A hint for failures: flip_loss._C (built by setup.py) older than the C++ sources means eager
     Python runs older kernels than the freshly built libflip_ops."""
@@ -116,6 +145,6 @@ class Tensors(torch.nn.Module):
 
 
 def script(module):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+    with warnings.catch_warnings():  # DeprecationWarning, FutureWarning from torch 2.15 on
+        warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated")
         return torch.jit.script(module)

@@ -123,6 +123,31 @@ def test_torchscript_save_load_forward_backward(tmp_path):
     torch.testing.assert_close(y2.grad, y1.grad, rtol=0, atol=0)
 
 
+def test_import_and_a_training_step_raise_no_deprecation_warning():
+    """From torch 2.15 on TorchScript's entry points warn (FutureWarning; DeprecationWarning
+    before): the package must not call them itself, on import or in normal use, so a user's
+    `-W error` run sees only what their own code asks for. A fresh process, because this one has
+    imported flip_loss already."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, flip_loss\n"
+        "g = torch.Generator().manual_seed(3)\n"
+        "test = torch.rand(2, 3, 20, 24, generator=g).requires_grad_()\n"
+        "reference = torch.rand(2, 3, 20, 24, generator=g)\n"
+        "for module in (flip_loss.FLIPLoss(), flip_loss.FLIPLoss(reduction='none')):\n"
+        "    module(test, reference).sum().backward()\n"
+        "metric = flip_loss.FLIPMetric()\n"
+        "metric.update(test.detach(), reference)\n"
+        "print(flip_loss.HAS_EXTENSION, bool(test.grad.abs().sum() > 0), metric.compute().num_images)\n"
+    )
+    flags = ["-W", "error::DeprecationWarning", "-W", "error::FutureWarning"]
+    out = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(flip_loss.HAS_EXTENSION), "True", "2"]
+
+
 def test_scripted_module_rejects_bad_input():
     scripted = torch.jit.script(flip_loss.FLIPLoss())
     a, b = images()

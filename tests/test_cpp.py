@@ -18,7 +18,7 @@ from cpp_tools import Tensors, executable, stale_extension_note
 pytestmark = pytest.mark.slow  # builds C++ programs (minutes)
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
 def test_scripted_flip_loss_in_cpp_matches_eager_python(cpp_build, tmp_path):
     assert flip_loss.HAS_EXTENSION, "flip_loss._C is not built (python setup.py build_ext --inplace)"
     ppd = 30.0

@@ -5,7 +5,8 @@ AOTInductor.
     build/deploy-install, builds examples/cpp against that install with find_package(flip_loss)
     (no torch path given: the package config finds the torch it was built with), and checks
     flip_infer (values, pooled statistics, raw and PNG maps) and flip_train (the loss falls, the
-    trained TorchScript model reloads in Python) against Python;
+    trained TorchScript model reloads in Python) against Python, and that the installed library and
+    the programs load the CUDA libraries of torch's nvidia-* wheels (a torch from PyPI);
 (b) runs tests/cpp/header_api.cpp (every function of <flip_loss/flip_loss.h>) on tensors saved here
     and compares with Python;
 (c) torch.export round trips (export, save, load, run; dynamic H and W) of the op and of FLIPLoss;
@@ -34,7 +35,17 @@ import flip_loss
 from flip_loss import colormaps
 from flip_loss.imageio import load_image, save_png
 
-from cpp_tools import ROOT, Tensors, executable, generator_args, run, script, stale_extension_note
+from cpp_tools import (
+    ROOT,
+    Tensors,
+    executable,
+    generator_args,
+    libraries_not_from_wheels,
+    run,
+    script,
+    stale_extension_note,
+    torch_wheel_library_dirs,
+)
 from op_names import PRODUCT_OPS
 
 PREFIX = Path(os.environ.get("FLIP_LOSS_DEPLOY_PREFIX", ROOT / "build" / "deploy-install"))
@@ -174,6 +185,27 @@ def test_installed_package_layout_and_rpath(installed):
     assert "flip::ldr_flip(Tensor test, Tensor reference" in proc.stdout
     # The product's ops only: no test-only op (the GPU emulator is built by the tests, tests/emulator).
     assert proc.stdout.splitlines()[-1] == str(sorted(f"flip::{n}" for n in PRODUCT_OPS)), proc.stdout
+
+
+@needs_cmake
+def test_programs_load_the_cuda_libraries_torch_was_installed_with(cpp_build, installed, examples):
+    """With a torch from PyPI, the built library and programs resolve every CUDA library that torch's
+    nvidia-* wheels hold (libnvrtc, libcudart, libnccl, ...) from those wheels, as `import torch`
+    does, never from a CUDA toolkit or the system path (older copies that torch cannot run on)."""
+    wheel_dirs = torch_wheel_library_dirs()
+    if not wheel_dirs:
+        pytest.skip("this torch has no nvidia-* wheels next to it (a CPU-only build or not from PyPI)")
+    binaries = [
+        installed / "lib" / "libflip_ops.so",
+        executable(examples, "flip_infer"),
+        executable(examples, "flip_train"),
+        executable(cpp_build, "flip_run_scripted"),
+        executable(cpp_build, "flip_header_api"),
+    ]
+    for binary in binaries:
+        elsewhere, resolved = libraries_not_from_wheels(binary, wheel_dirs)
+        assert resolved > 0, f"{binary.name} needs none of the wheels' libraries: is it linked against torch?"
+        assert not elsewhere, f"{binary.name} loads these from outside torch's nvidia-* wheels: {elsewhere}"
 
 
 _POOLED_KEYS = (
@@ -324,7 +356,7 @@ def test_flip_train_image_loss_falls(examples, png_pair, tmp_path):
 
 
 @needs_cmake
-@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
 def test_flip_train_scripted_model_in_cpp(examples, exported_modules, png_pair, tmp_path):
     trained = tmp_path / "trained.pt"
     stdout = _run_program(
