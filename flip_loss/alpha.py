@@ -8,7 +8,8 @@ composite 8-bit images; linear values for linear and HDR input):
 * straight alpha (colour not multiplied by alpha; PNG's convention): ``rgb * a + bg * (1 - a)``;
 * premultiplied alpha (colour already multiplied by alpha; OpenEXR's): ``rgb + bg * (1 - a)``;
 
-with ``a`` clamped to [0, 1] (zero gradient beyond, as FLIP clamps colour values). An opaque pixel
+with ``a`` clamped to [0, 1] as FLIP clamps colour values: the gradient passes on the closed interval
+(a = 0 and a = 1 included) and is 0 beyond (docs/algorithm.md §7.4). An opaque pixel
 (a = 1) keeps its colour exactly, so an all-opaque RGBA image gives the RGB image's map bit for
 bit. The background is ``"black"`` (0), ``"white"`` (1: the top of the data range, or linear 1.0
 for HDR), ``"checkerboard"`` (see :func:`checkerboard`) or an (r, g, b) triple given in the image's
@@ -21,6 +22,7 @@ from typing import List, Union
 import torch
 
 from . import constants
+from .oracle import clamp
 
 __all__ = ["ALPHA_MODES", "BACKGROUNDS", "checkerboard", "composite"]
 
@@ -69,7 +71,7 @@ def composite(image: torch.Tensor, alpha: str, background: Union[str, List[float
     if image.shape[-3] != 4:
         return image
     rgb = image.narrow(-3, 0, 3)
-    a = torch.clamp(image.narrow(-3, 3, 1), 0.0, 1.0)
+    a = clamp(image.narrow(-3, 3, 1), 0.0, 1.0)
     straight = alpha == "straight"
     colour = rgb * a if straight else rgb
     if isinstance(background, str):

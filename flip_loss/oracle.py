@@ -7,21 +7,18 @@ come first; speed second (the filters are separable 1-D passes with clamp-to-edg
 * Works on any device and float dtype. float64 is computed in float64, float32 in float32, and
   float16 / bfloat16 are computed in float32 with the result cast back to the input dtype.
 * Everything is built from differentiable torch ops, so autograd gives the gradient of every public
-  function with respect to every tensor argument. At every kink the gradient is the project's own
-  rule (docs/algorithm.md §7.4), written out with ``torch.where`` on explicit conditions rather
-  than left to torch's autograd at that point (which differs between torch releases: the gradient
-  of ``torch.clamp`` at its bounds is 1 under torch 2.11 and 0 under 2.15): a clamp passes the gradient
-  on its closed interval; absolute values, Euclidean norms and powers below 1 have a zero
-  gradient at zero; ``max`` routes the gradient to the winner (ties: the edge term, the earlier
-  exposure); the two square roots with an infinite slope at zero are regularised with ``eps``;
-  the unselected branches of the sRGB decode and the Lab cube root are evaluated on
-  threshold-clamped arguments.
+  function with respect to every tensor argument. At a kink the gradient is the project's own rule
+  (docs/algorithm.md §7.4), the kernels' rule, written out on explicit conditions: the clamps,
+  absolute values, norms and powers by the helpers below "The gradient at every kink", the
+  branches and maxima by ``torch.where`` on the kernels' comparisons. Nothing is left to torch's
+  autograd at a kink, whose rules differ between torch releases (``torch.clamp`` at its bounds).
 * Tensors are N x C x H x W. Only :func:`ldr_flip` also accepts an unbatched C x H x W pair.
 """
 
 import functools
 import math
 from fractions import Fraction
+from typing import Optional
 
 import torch
 
@@ -111,9 +108,10 @@ def mix3(m, c0, c1, c2):
 # --- The gradient at every kink (docs/algorithm.md §7.4), each from explicit conditions ---------
 
 
-def clamp(x, low=None, high=None):
+def clamp(x: torch.Tensor, low: Optional[float] = None, high: Optional[float] = None) -> torch.Tensor:
     """clamp(x, low, high) whose gradient is 1 on the closed interval [low, high] (a value on a
-    bound passes it) and 0 outside, as the kernels' clamps."""
+    bound passes it) and 0 outside, as the kernels' clamps. TorchScript compiles it (flip_loss.alpha
+    clamps alpha with it inside a scripted FLIPLoss)."""
     inside = torch.ones_like(x, dtype=torch.bool)
     if low is not None:
         inside = inside & (x >= low)
@@ -161,8 +159,9 @@ def chroma_norm(u, v):
 
 def floored_abs(d, eps):
     """sqrt(max(d^2, eps)): |d| where d^2 >= eps, else sqrt(eps), with the gradient of the clamped
-    square root: sign(d) where d^2 >= eps (the clamp's bound passes) and d != 0, else 0."""
-    return torch.where((d * d >= eps) & (d != 0), _abs(d), torch.full_like(d, math.sqrt(eps)))
+    square root: sign(d) where d^2 >= eps (the clamp's bound passes) and d^2 > 0, else 0."""
+    d2 = d * d
+    return torch.where((d2 >= eps) & (d2 > 0), _abs(d), torch.full_like(d, math.sqrt(eps)))
 
 
 def _pad_index(x, r, dim):

@@ -203,6 +203,24 @@ def test_hdr_gradients_reach_alpha():
     assert gradcheck(f, (t, r), eps=1e-7, atol=1e-6)
 
 
+def test_alpha_on_its_bounds_passes_the_gradient_and_beyond_them_none():
+    # The alpha clamp's rule is FLIP's own (docs/algorithm.md §7.4), on every torch release: alpha
+    # exactly 0 or 1 (opaque) passes the gradient, alpha outside [0, 1] none. Over black, straight
+    # alpha gives rgb * a, so d/da = sum over channels of rgb * (the gradient of the composite).
+    t, r = rgba_pair((1, 4, 9, 10), seed=6, dtype=torch.float64, lo=0.1, hi=0.9)
+    t[0, 3, 2, 3], t[0, 3, 4, 5], t[0, 3, 6, 7], t[0, 3, 7, 2] = 1.0, 0.0, 1.2, -0.2
+    x = t.clone().requires_grad_()
+    w = torch.rand(1, 1, 9, 10, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    (flip_loss.ldr_flip(x, r, 30.0, alpha="straight", background="black") * w).sum().backward()
+    rgb = t[:, :3] * t[:, 3:].clamp(0, 1)
+    composite = rgb.clone().requires_grad_()
+    (flip_loss.ldr_flip(composite, r, 30.0, alpha="straight", background="black") * w).sum().backward()
+    by_the_rule = (t[:, :3] * composite.grad).sum(1) * ((t[:, 3] >= 0) & (t[:, 3] <= 1))
+    torch.testing.assert_close(x.grad[:, 3], by_the_rule, rtol=1e-12, atol=1e-15)
+    assert x.grad[0, 3, 2, 3] != 0 and x.grad[0, 3, 4, 5] != 0
+    assert x.grad[0, 3, 6, 7] == 0 and x.grad[0, 3, 7, 2] == 0
+
+
 # --- HDR-FLIP, FLIPLoss, FLIPMetric --------------------------------------------------------------
 
 

@@ -141,6 +141,143 @@ def test_hdr_gradients_at_black_and_saturated_pixels_follow_one_rule(ops, tone_m
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
+def weighted_sum_along(fn, x, index, weight, side, h=1e-4):
+    """The one-sided derivative of (fn(x) * weight).sum() in x[index], from the ``side`` (+1: right,
+    -1: left) of x, by the second-order one-sided difference (f(0), f(h), f(2h))."""
+
+    def at(step):
+        y = x.clone()
+        y[index] += side * step
+        return float((fn(y) * weight).sum())
+
+    return side * (-3.0 * at(0.0) + 4.0 * at(h) - at(2.0 * h)) / (2.0 * h)
+
+
+@pytest.mark.parametrize(
+    "space,value,side",
+    [
+        ("srgb", 0.0, +1),  # input clamp at 0: the derivative from inside
+        ("srgb", 1.0, -1),  # input clamp at 1
+        ("srgb", 0.04045, -1),  # the sRGB knee: the linear segment's slope
+        ("linear", 0.0, +1),
+        ("linear", 1.0, -1),
+    ],
+)
+def test_the_gradient_at_an_input_kink_is_the_documented_one_sided_derivative(ops, space, value, side):
+    # docs/algorithm.md §7.4: a value on a clamp's bound passes the gradient (the derivative from
+    # inside the interval), the sRGB knee takes its linear segment's. Kernels and oracle both, on
+    # every torch release; the other side's derivative differs, so a flipped rule fails.
+    g = torch.Generator().manual_seed(5)
+    ref = 0.1 + 0.8 * torch.rand(1, 3, 10, 11, generator=g, dtype=torch.float64)
+    test = 0.1 + 0.8 * torch.rand(1, 3, 10, 11, generator=g, dtype=torch.float64)
+    weight = torch.rand(1, 1, 10, 11, generator=g, dtype=torch.float64)
+    index = (0, 1, 4, 5)
+    test[index] = value
+
+    def kernel(x):
+        return ops.ldr_flip(x, ref, 30.0, space, 1e-15)
+
+    def pure(x):
+        return oracle.ldr_flip(x, ref, 30.0, space, 1e-15)
+
+    x, y = test.clone().requires_grad_(), test.clone().requires_grad_()
+    (kernel(x) * weight).sum().backward()
+    (pure(y) * weight).sum().backward()
+    g_kernel, g_oracle = x.grad[index].item(), y.grad[index].item()
+    assert g_kernel == pytest.approx(g_oracle, rel=1e-9)
+    assert g_kernel == pytest.approx(weighted_sum_along(kernel, test, index, weight, side), rel=1e-4)
+    other_side = weighted_sum_along(kernel, test, index, weight, -side)
+    assert abs(other_side - g_kernel) > 1e-2 * abs(g_kernel)
+
+
+def random_vertices(shape, seed, high):
+    """HDR images whose channels are each 0 or ``high``, no pixel white: tone mapped, every pixel is
+    a corner of the RGB cube (other than white) at every exposure of a range that saturates ``high``."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.rand(shape, generator=g) < 0.5).double()
+    white = x.sum(-3, keepdim=True) == 3
+    x[:, :1] = torch.where(white, torch.zeros_like(x[:, :1]), x[:, :1])
+    return high * x
+
+
+@pytest.mark.parametrize("tone_mapper", TONE_MAPPERS)
+def test_hdr_exposures_that_tie_give_the_earliest_its_gradient(ops, tone_mapper):
+    # Corners of the RGB cube tone-map to the same LDR pair at every exposure, so all exposures tie
+    # at every pixel. By the rules (docs/algorithm.md §7.4), the earliest exposure c0 wins, a channel
+    # at 0 passes (the negative-value clamp and the tone map clamp at 0 both pass their bound) with
+    # the chain factor T'(0) * 2^c0, a saturated channel passes nothing: the HDR gradient is the LDR
+    # gradient of that pair times this factor, by hand.
+    test, ref = random_vertices((1, 3, 8, 9), 0, 1e6), random_vertices((1, 3, 8, 9), 1, 1e6)
+    exposures = torch.tensor([[-2.0, 0.0, 2.0]], dtype=torch.float64)
+    counts = torch.tensor([3])
+    weight = torch.rand(1, 1, 8, 9, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+
+    def hdr(fn):
+        xs = [test.clone().requires_grad_(), ref.clone().requires_grad_()]
+        out = fn(*xs)
+        (out[0] * weight).sum().backward()
+        return out, [x.grad for x in xs]
+
+    (o1, _, index), g1 = hdr(lambda x, y: ops.hdr_flip(x, y, exposures, counts, 67.0, tone_mapper, 1e-15))
+    (o2, _, index2), g2 = hdr(lambda x, y: oracle.hdr_flip(x, y, 67.0, tone_mapper, exposures, counts, 1e-15))
+    assert (index == 0).all() and (index2 == 0).all()
+    ldr = [(x > 0).double().requires_grad_() for x in (test, ref)]
+    (ops.ldr_flip(ldr[0], ldr[1], 67.0, "linear", 1e-15) * weight).sum().backward()
+    scale = 2.0 ** exposures[0, 0].item()
+    for x, g_kernel, g_oracle, g_ldr in zip((test, ref), g1, g2, (ldr[0].grad, ldr[1].grad)):
+        if tone_mapper == "reinhard":  # x / (1 + luminance): the slope at 0 is 1 / (1 + luminance)
+            w = torch.tensor([0.2126, 0.7152, 0.0722], dtype=torch.float32).double().view(1, 3, 1, 1)
+            slope = 1.0 / (1.0 + (w * x * scale).sum(1, keepdim=True))
+        else:
+            k = oracle.tone_coefficients(tone_mapper)
+            slope = k[1] / k[5]
+        by_hand = g_ldr * slope * scale * (x == 0)
+        assert (by_hand != 0).any()
+        torch.testing.assert_close(g_kernel, by_hand, rtol=1e-9, atol=1e-15)
+        torch.testing.assert_close(g_oracle, by_hand, rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_with_eps_zero_flat_images_have_no_feature_gradient(ops, dtype):
+    # On flat images the edge and point responses are exactly 0: the feature difference sits on
+    # every kink at once (|0|, the norms at the origin, the tie, sqrt(max(0, 0))), each of which
+    # passes nothing. The map is then the colour term, and so is its gradient, by hand from the
+    # single-stage ops.
+    a = torch.tensor([0.3, 0.5, 0.7], dtype=dtype).view(1, 3, 1, 1).expand(1, 3, 9, 9).contiguous()
+    b = torch.tensor([0.6, 0.4, 0.2], dtype=dtype).view(1, 3, 1, 1).expand(1, 3, 9, 9).contiguous()
+
+    def colour_term(x):
+        def filtered(v):
+            return ops.csf_filter(oracle.linear_rgb_to_opponent(oracle.srgb_to_linear(v)), 30.0)
+
+        return ops.hunt_hyab(filtered(x), filtered(b), 0.0)
+
+    tol = dict(rtol=1e-9, atol=0) if dtype == torch.float64 else dict(rtol=2e-5, atol=1e-6)
+    _, (by_hand,) = grads(colour_term, a)
+    for fn in (ops.ldr_flip, oracle.ldr_flip):
+        _, (g,) = grads(lambda x, f=fn: f(x, b, 30.0, "srgb", 0.0), a)
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, by_hand, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_grey_images_get_no_chroma_gradient(ops, dtype):
+    # Grey pixels' chroma differences are rounding noise, below the floor of docs/algorithm.md
+    # §7.11, where the chroma term passes nothing: every gradient then comes through the lightness
+    # and the achromatic channel, and points along the luminance row of the RGB -> XYZ matrix.
+    g = torch.Generator().manual_seed(8)
+    level = torch.rand(1, 1, 10, 11, generator=g, dtype=torch.float64)
+    test = (level + 0.1 * torch.rand(1, 1, 10, 11, generator=g, dtype=torch.float64)).clamp(0, 1)
+    test, ref = (v.expand(1, 3, 10, 11).to(dtype).contiguous() for v in (test, level))
+    luminance = torch.tensor(oracle.RGB_TO_XYZ[1], dtype=torch.float64).view(1, 3, 1, 1)
+    luminance = luminance / luminance.norm()
+    for fn in (ops.ldr_flip, oracle.ldr_flip):
+        _, (grad,) = grads(lambda x, f=fn: f(x, ref, 30.0, "srgb", 1e-15), test)
+        grad = grad.double()
+        across = grad - (grad * luminance).sum(1, keepdim=True) * luminance
+        assert across.norm() < (1e-12 if dtype == torch.float64 else 1e-6) * grad.norm()
+
+
 def test_stage_ops_match_the_oracle(ops, crops):
     img = crops["toys"].unsqueeze(0).double()
     other = torch.roll(img, 1, dims=-1)

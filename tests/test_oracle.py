@@ -346,3 +346,20 @@ def test_the_combination_passes_nothing_where_the_colour_term_is_zero():
     assert out.tolist() == [0.0, 0.5**0.7]
     assert c.grad[0] == 0 and f.grad[0] == 0
     assert math.isclose(c.grad[1], 0.7 * 0.5**-0.3) and math.isclose(f.grad[1], -(0.5**0.7) * math.log(0.5))
+
+
+def test_the_floored_square_roots_pass_at_their_bound_and_nothing_below_it():
+    # sqrt(max(d^2, eps)): d^2 = eps passes sign(d); below eps, and at d = 0 with eps = 0, nothing.
+    assert _grad(lambda d: oracle.floored_abs(d, 0.25), [-0.5, 0.5, 0.25, 0.0]) == [-1.0, 1.0, 0.0, 0.0]
+    assert _grad(lambda d: oracle.floored_abs(d, 0.0), [0.0, -3.0]) == [0.0, -1.0]
+
+
+def test_norms_pass_nothing_at_the_origin_and_the_chroma_norm_nothing_below_its_floor():
+    u = torch.tensor([0.0, 3.0, 1e-13], dtype=torch.float64, requires_grad=True)
+    v = torch.tensor([0.0, 4.0, 0.0], dtype=torch.float64, requires_grad=True)
+    oracle.chroma_norm(u, v).sum().backward()
+    assert u.grad.tolist() == pytest.approx([0.0, 0.6, 0.0]) and v.grad.tolist() == pytest.approx([0.0, 0.8, 0.0])
+    assert u.grad[2] == 0 and u.grad[0] == 0 and v.grad[0] == 0
+    u.grad, v.grad = None, None
+    oracle._safe_norm(u, v).sum().backward()
+    assert u.grad.tolist() == pytest.approx([0.0, 0.6, 1.0]) and u.grad[0] == 0 and v.grad[0] == 0

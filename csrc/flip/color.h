@@ -34,7 +34,7 @@ FLIP_HD T clamp01(T v) {
 }
 
 template <class T>
-FLIP_HD T inside01(T v) {  // derivative of clamp01 (the closed interval passes, as torch.clamp)
+FLIP_HD T inside01(T v) {  // derivative of clamp01: the closed interval passes (docs/algorithm.md §7.4)
   return (v >= T(0) && v <= T(1)) ? T(1) : T(0);
 }
 
@@ -243,7 +243,8 @@ template <class T>
 FLIP_HD void color_term_vjp(const ColorTerm<T>& s, T eps, const ColorConsts<T>& k, T g, T g_ht[3], T g_hr[3]) {
   T slope = s.e < k.pccmax ? T(kPt) / k.pccmax : T(1 - kPt) / (k.cmax - k.pccmax);
   T gdE = s.dE > T(0) ? g * slope * T(kQc) * s.e / s.dE : T(0);
-  // torch.clamp passes the gradient at the bound; sqrt(dL^2) has slope sign(dL).
+  // The bound of max(dL^2, eps) passes the gradient, as the clamps do (docs/algorithm.md §7.4);
+  // sqrt(dL^2) has slope sign(dL).
   T gL = (s.dL2 >= eps && s.dL2 > T(0)) ? gdE * s.dL / s.nL : T(0);
   const bool chroma = s.nab > chroma_gradient_floor<T>();
   T ga = chroma ? gdE * s.da / s.nab : T(0);
