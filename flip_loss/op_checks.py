@@ -3,12 +3,15 @@
 (which run them before any kernel does) — see ``flip_loss/op_registration.py``.
 
 The C++ kernels check the same rules with the same messages (``csrc/ops/checks.h``); they are what
-the C++ API and calls that skip autograd (``torch.inference_mode``) meet. A C++ exception crosses
-the stable ABI with its standard class only, so the C++ checks raise ValueError for every bad
-argument; here a wrong dtype raises TypeError, as PyTorch's own ops do. The values of exposures
-and counts are checked by the kernels alone (reading them here would synchronise a device).
-``tests/test_op_checks.py`` holds the two sets of checks to each other.
+the C++ API and calls that skip autograd (``torch.inference_mode``) meet. Across the stable ABI a
+C++ exception keeps no class that every torch release agrees on, so the C++ checks raise
+RuntimeError; here a wrong dtype raises TypeError and any other bad argument ValueError, as PyTorch's
+own ops do. The values of exposures and counts are checked here for real host tensors only, as the
+CPU kernels check them (reading device tensors would synchronise the device; a traced call has no
+values). ``tests/test_op_checks.py`` holds the two sets of checks to each other.
 """
+
+import math
 
 import torch
 
@@ -163,6 +166,23 @@ def check_exposures(exposures, counts, like) -> None:
     )
 
 
+def check_exposure_values(exposures, counts) -> None:
+    """The values of host-resident exposures and counts (already shape-checked): each count in
+    [MIN_EXPOSURES, E] and the exposures it selects finite. Skipped for device, fake and traced
+    tensors."""
+    if not all(type(t) is torch.Tensor and t.device.type == "cpu" for t in (exposures, counts)):
+        return
+    columns = exposures.shape[1]
+    for n, count in enumerate(counts.tolist()):
+        _value(
+            MIN_EXPOSURES <= count <= columns,
+            f"flip: counts[{n}] = {count} must be at least {MIN_EXPOSURES} and at most the number of exposure "
+            f"columns ({columns}; at most {MAX_EXPOSURES})",
+        )
+        for i, e in enumerate(exposures[n, :count].double().tolist()):
+            _value(math.isfinite(e), f"flip: exposures[{n}, {i}] = {_number(e)} is not finite")
+
+
 def check_exposure_index(index, grad) -> None:
     if index is None:
         raise RuntimeError("flip: exposure_index is undefined")
@@ -241,6 +261,7 @@ def hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps) -> None:
     check_eps(eps)
     check_tone_mapper(tone_mapper)
     check_exposures(exposures, counts, test)
+    check_exposure_values(exposures, counts)
 
 
 def hdr_flip_backward(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask) -> None:

@@ -3,10 +3,11 @@
 // check_grad), so that every kernel rejects the same arguments. Messages say what to fix. The
 // Python side of the ops (flip_loss/op_checks.py: their fake kernels, and their Autograd kernels,
 // which check before any kernel runs) applies the same rules with the same messages, raising
-// TypeError for a wrong dtype; tests/test_op_checks.py holds the two to each other. Through the
-// stable ABI a C++ exception keeps only its standard class: a bad argument is
-// std::invalid_argument (ValueError in Python); NaN/Inf image data found by a kernel is
-// std::runtime_error (RuntimeError, common.h). Everything here runs before any filter taps are
+// TypeError for a wrong dtype and ValueError for any other bad argument; tests/test_op_checks.py
+// holds the two to each other. Across the stable ABI an exception's class is not kept alike by
+// every torch release (2.11 keeps std::invalid_argument as ValueError, 2.15 makes it RuntimeError),
+// so every failed check here throws std::runtime_error, a RuntimeError on every release, as NaN/Inf
+// image data found by a kernel does (common.h). Everything here runs before any filter taps are
 // built or cached.
 #pragma once
 
@@ -61,7 +62,7 @@ template <class... Args>
 [[noreturn]] void fail(const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
-  throw std::invalid_argument(os.str());
+  throw std::runtime_error(os.str());
 }
 #define FLIP_CHECK(cond, ...)                 \
   do {                                        \
