@@ -96,6 +96,9 @@ def test_readme_install_in_a_fresh_venv_from_the_sdist(sdist, tmp_path):
     )  # nothing may need downloading: every build tool is named in the README
     env.pop("PYTHONPATH", None)
     pip = [str(py), "-m", "pip", "install", "-q"]
+    # The venv's own setuptools (an old one, from ensurepip) would hide the test environment's, which
+    # torch's requirements accept.
+    _run([str(py), "-m", "pip", "uninstall", "-y", "-q", "setuptools"], tmp_path, env)
     _run(pip + ["torch==" + torch.__version__.split("+")[0]], tmp_path, env)
     _run(pip + ["setuptools", "wheel", "ninja"], tmp_path, env)
     # The wheel pip builds from the sdist (as 'pip install --no-build-isolation <sdist>' does), kept
