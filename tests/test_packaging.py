@@ -10,6 +10,7 @@ main build."""
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -114,7 +115,9 @@ def test_readme_install_in_a_fresh_venv_from_the_sdist(sdist, tmp_path):
     assert wheel.name.endswith("-cp310-abi3-linux_x86_64.whl"), wheel.name
     with zipfile.ZipFile(wheel) as zf:
         (metadata,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
-        requires = [line for line in zf.read(metadata).decode().splitlines() if line.startswith("Requires-Dist: torch")]
+        requires = [
+            line for line in zf.read(metadata).decode().splitlines() if re.match(r"Requires-Dist: torch[<>=!~ ;]", line)
+        ]
     assert len(requires) == 1 and Requirement(requires[0].split(": ", 1)[1]).specifier == SpecifierSet(
         torch_releases.requirement().removeprefix("torch")
     ), requires
