@@ -11,6 +11,7 @@ Switches (environment variables):
                        installs the same checkout into .venv this way)
 """
 
+import functools
 import glob
 import os
 import sys
@@ -20,6 +21,7 @@ from setuptools import setup
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
+@functools.cache
 def torch_releases():
     """flip_loss/torch_releases.py on its own (the package cannot be imported before it is built)."""
     import importlib.util
