@@ -1,6 +1,7 @@
 """Building and running the C++ side from pytest (shared by test_cpp.py and test_deploy.py): the
-root CMake project in one build directory (FLIP_LOSS_CPP_BUILD_DIR, default build/cpp), kept
-between runs so that only what changed is rebuilt."""
+root CMake project in one build directory (FLIP_LOSS_CPP_BUILD_DIR, default
+build/torch-<release>/cpp, tests/build_dirs.py), kept between runs so that only what changed is
+rebuilt."""
 
 import os
 import shutil
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILD_DIR = Path(os.environ.get("FLIP_LOSS_CPP_BUILD_DIR", ROOT / "build" / "cpp"))
+from build_dirs import ROOT, build_dir
+
+BUILD_DIR = build_dir("FLIP_LOSS_CPP_BUILD_DIR", "cpp")
 TIMEOUT_S = 3600
 LOG_TAIL_CHARS = 6000
 

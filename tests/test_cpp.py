@@ -2,8 +2,8 @@
 FLIPLoss saved from Python gives, when run by a LibTorch C++ program, the same error map and the
 same input gradients as eager Python.
 
-The build goes to build/cpp (kept between runs; only what changed is rebuilt). Set
-FLIP_LOSS_CPP_BUILD_DIR to use another directory.
+The build goes to build/torch-<release>/cpp (kept between runs; only what changed is rebuilt;
+tests/build_dirs.py). Set FLIP_LOSS_CPP_BUILD_DIR to use another directory.
 """
 
 import subprocess

@@ -1,8 +1,7 @@
 """Deployment: the installed C++ package, the public header, the C++ examples, torch.export and
 AOTInductor.
 
-(a) builds the CMake project (shared with test_cpp.py: build/cpp), installs it into
-    build/deploy-install, builds examples/cpp against that install with find_package(flip_loss)
+(a) builds the CMake project (shared with test_cpp.py), installs it, builds examples/cpp against that install with find_package(flip_loss)
     (no torch path given: the package config finds the torch it was built with), and checks
     flip_infer (values, pooled statistics, raw and PNG maps) and flip_train (the loss falls, the
     trained TorchScript model reloads in Python) against Python, and that the installed library and
@@ -13,9 +12,9 @@ AOTInductor.
 (d) AOTInductor: aoti_compile_and_package of an exported model that calls flip.ldr_flip, loaded
     with aoti_load_package (the custom op runs through AOTI's proxy executor).
 
-Build directories (kept between runs; only what changed is rebuilt): FLIP_LOSS_CPP_BUILD_DIR
-(default build/cpp), FLIP_LOSS_DEPLOY_PREFIX (build/deploy-install), FLIP_LOSS_EXAMPLES_BUILD_DIR
-(build/examples-cpp).
+Build directories (kept between runs; only what changed is rebuilt), under build/torch-<release>/
+unless moved (tests/build_dirs.py): FLIP_LOSS_CPP_BUILD_DIR (cpp), FLIP_LOSS_DEPLOY_PREFIX
+(deploy-install), FLIP_LOSS_EXAMPLES_BUILD_DIR (examples-cpp).
 """
 
 import os
@@ -35,6 +34,7 @@ import flip_loss
 from flip_loss import colormaps
 from flip_loss.imageio import load_image, save_png
 
+from build_dirs import build_dir
 from cpp_tools import (
     ROOT,
     Tensors,
@@ -48,8 +48,8 @@ from cpp_tools import (
 )
 from op_names import PRODUCT_OPS
 
-PREFIX = Path(os.environ.get("FLIP_LOSS_DEPLOY_PREFIX", ROOT / "build" / "deploy-install"))
-EXAMPLES_BUILD_DIR = Path(os.environ.get("FLIP_LOSS_EXAMPLES_BUILD_DIR", ROOT / "build" / "examples-cpp"))
+PREFIX = build_dir("FLIP_LOSS_DEPLOY_PREFIX", "deploy-install")
+EXAMPLES_BUILD_DIR = build_dir("FLIP_LOSS_EXAMPLES_BUILD_DIR", "examples-cpp")
 
 needs_cmake = pytest.mark.skipif(
     shutil.which("cmake") is None, reason="cmake is not on PATH: cannot build the C++ library and examples"

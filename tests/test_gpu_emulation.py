@@ -2,6 +2,12 @@
 (torch.ops.flip_emulator, tests/emulator), against the CPU kernels: this is how CPU-only CI checks
 the GPU formulation (tiling, halos, transposed borders, plane layouts)."""
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -279,3 +285,24 @@ def test_backward_plan_bounds_the_scratch_and_covers_the_batch(emulator, n, h, w
     assert (item_bands - 1) * items < n <= item_bands * items
     assert (row_bands - 1) * rows < h <= row_bands * rows
     assert buffer_rows == (h if row_bands == 1 else min(h, rows + 2 * radius(ppd)))
+
+
+@pytest.mark.slow
+def test_a_lock_left_by_a_killed_build_does_not_stall_the_next_load(emulator, tmp_path):
+    # cpp_extension's lock file outlives a builder that was killed while holding it; the next load
+    # must go on (tests/emulator/__init__.py) instead of waiting for it forever. A copy of the
+    # built tree (mtimes kept, so ninja has nothing to rebuild) with such a lock in it:
+    import emulator as emulator_build
+
+    build = tmp_path / "emulator"
+    shutil.copytree(emulator_build.BUILD_DIR, build)
+    (build / "lock").touch()
+    tests_dir = Path(__file__).resolve().parent
+    env = dict(os.environ, FLIP_LOSS_EMULATOR_BUILD_DIR=str(build))
+    env["PYTHONPATH"] = os.pathsep.join([str(tests_dir.parent), str(tests_dir), env.get("PYTHONPATH", "")])
+    script = "import emulator; emulator.ops().ldr_flip; print('LOADED')"
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and "LOADED" in proc.stdout, proc.stdout[-3000:]
+    assert not (build / "lock").exists()
