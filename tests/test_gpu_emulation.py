@@ -289,8 +289,9 @@ def test_backward_plan_bounds_the_scratch_and_covers_the_batch(emulator, n, h, w
 
 @pytest.mark.slow
 def test_a_lock_left_by_a_killed_build_does_not_stall_the_next_load(emulator, tmp_path):
-    # cpp_extension's lock file outlives a builder that was killed while holding it; the next load
-    # must go on (tests/emulator/__init__.py) instead of waiting for it forever. A copy of the
+    # A file named lock in the build directory, as a builder killed mid-build leaves it (or a newer
+    # torch's load, which keeps it): the next load must go on (tests/emulator/__init__.py) instead
+    # of waiting for it to go away, which is what torch 2.11's load does. A copy of the
     # built tree (mtimes kept, so ninja has nothing to rebuild) with such a lock in it:
     import emulator as emulator_build
 
@@ -305,4 +306,3 @@ def test_a_lock_left_by_a_killed_build_does_not_stall_the_next_load(emulator, tm
         [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300
     )
     assert proc.returncode == 0 and "LOADED" in proc.stdout, proc.stdout[-3000:]
-    assert not (build / "lock").exists()

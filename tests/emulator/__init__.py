@@ -33,10 +33,12 @@ def ops():
     from torch.utils import cpp_extension
 
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    # cpp_extension.load serialises builders with a lock file that a process killed while holding
-    # it (a test run stopped with Ctrl-C, a timed-out child) leaves behind, and every later load
-    # then waits for it forever. An flock, which the kernel releases when its holder dies, guards
-    # the load instead: whoever holds it is the only builder, so a lock file found then is stale.
+    # cpp_extension.load serialises builders with a file named lock in the build directory. Up to
+    # some release (2.11 does) it waits while that file exists, so one left by a builder that was
+    # killed (a test run stopped with Ctrl-C, a timed-out child) stalls every later load forever;
+    # newer releases hold an flock on it and leave the file behind. An flock of our own, which the
+    # kernel releases when its holder dies, guards the load: whoever holds it is the only builder,
+    # so a lock file found then is stale.
     with open(BUILD_DIR / "load.flock", "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
         (BUILD_DIR / "lock").unlink(missing_ok=True)
