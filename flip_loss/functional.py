@@ -267,6 +267,17 @@ def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
     return _ops.use_extension(*tensors, op=op)
 
 
+def weighted_mean_over_scales(map_at, ppds: List[float], weights: List[float]) -> torch.Tensor:
+    """Multi-scale FLIP: sum_k weights[k] * map_at(ppds[k]) (the weights sum to 1, see
+    options.pixels_per_degree_scales); one scale of weight 1 is its map, unchanged."""
+    if len(ppds) == 1 and weights[0] == 1.0:
+        return map_at(ppds[0])
+    total = map_at(ppds[0]) * weights[0]
+    for ppd, w in zip(ppds[1:], weights[1:]):
+        total = total + map_at(ppd) * w
+    return total
+
+
 def ldr_flip_with_look(
     test,
     reference,
@@ -277,12 +288,13 @@ def ldr_flip_with_look(
     look_on_device: bool,
     alpha=None,
     background="black",
+    ppd_weights=None,
 ):
     """``ldr_flip`` with ``look_on_device``: whether inputs on a device other than the CPU may be
     read back for the out-of-range warning (see above)."""
     mode, bg = options.alpha_options(alpha, background)
     test, reference = checked_pair(test, reference, mode is not None)
-    ppd = options.pixels_per_degree(pixels_per_degree)
+    ppds, weights = options.pixels_per_degree_scales(pixels_per_degree, ppd_weights)
     space = options.input_space(input_space)
     eps = options.eps(eps)
     unit = options.data_range(data_range)
@@ -298,10 +310,12 @@ def ldr_flip_with_look(
             alpha_rule.composite(reference, mode, bg, linear),
         )
     if kernels_serve("ldr_flip", test, reference):
-        return torch.ops.flip.ldr_flip(test, reference, ppd, space, eps)
-    from . import oracle
+        op = torch.ops.flip.ldr_flip
+    else:
+        from . import oracle
 
-    return oracle.ldr_flip(test, reference, ppd, space, eps)
+        op = oracle.ldr_flip
+    return weighted_mean_over_scales(lambda ppd: op(test, reference, ppd, space, eps), ppds, weights)
 
 
 def ldr_flip(
@@ -313,6 +327,7 @@ def ldr_flip(
     data_range=1.0,
     alpha: Optional[str] = None,
     background="black",
+    ppd_weights: Optional[List[float]] = None,
 ) -> torch.Tensor:
     """LDR-FLIP error map between ``test`` and ``reference``.
 
@@ -330,9 +345,15 @@ def ldr_flip(
     ``alpha="premultiplied"``: each is composited over ``background`` (``"black"``, ``"white"``,
     ``"checkerboard"`` or an (r, g, b) triple in the data range) in its own encoding before FLIP;
     an RGB image beside an RGBA one is opaque. The rule: :mod:`flip_loss.alpha`.
+
+    Multi-scale FLIP: a list (or tuple) of ``pixels_per_degree`` values gives the weighted mean of
+    the maps at each, ``ppd_weights`` (one non-negative weight per value, normalised to sum to 1;
+    default: equal weights); the inputs are checked, mapped and composited once for all scales.
     """
     global _device_inputs_looked_at
     look = not _device_inputs_looked_at
     if is_device_call(test):
         _device_inputs_looked_at = True
-    return ldr_flip_with_look(test, reference, pixels_per_degree, input_space, eps, data_range, look, alpha, background)
+    return ldr_flip_with_look(
+        test, reference, pixels_per_degree, input_space, eps, data_range, look, alpha, background, ppd_weights
+    )

@@ -9,7 +9,7 @@ import torch
 from . import alpha as alpha_rule
 from . import constants, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD, tone_coefficients
-from .functional import check_image, checked_pair, host_table, is_compiling, kernels_serve
+from .functional import check_image, checked_pair, host_table, is_compiling, kernels_serve, weighted_mean_over_scales
 
 __all__ = ["TONE_MAPPERS", "exposure_anchor", "exposure_range", "exposures_for", "hdr_flip"]
 
@@ -418,6 +418,7 @@ def hdr_flip(
     median: str = "upper",
     alpha: Optional[str] = None,
     background="black",
+    ppd_weights: Optional[List[float]] = None,
 ):
     """HDR-FLIP error map between linear HDR images ``test`` and ``reference`` (N x 3 x H x W or
     3 x H x W, non-negative; negative values count as 0). The per-pixel maximum of LDR-FLIP over
@@ -435,10 +436,20 @@ def hdr_flip(
     composited over ``background`` (``"black"``, ``"white"`` = linear 1.0, ``"checkerboard"`` or a
     non-negative linear (r, g, b) triple) in linear values before anything else, the automatic
     exposures included (:mod:`flip_loss.alpha`).
+
+    Multi-scale HDR-FLIP: a list (or tuple) of ``pixels_per_degree`` values gives the weighted mean
+    of the maps at each, ``ppd_weights`` as :func:`flip_loss.ldr_flip` takes them; the exposures
+    are computed once for all scales. It has no single exposure map: ``return_exposure_map=True``
+    then raises ``ValueError``.
     """
     mode, bg = options.alpha_options(alpha, background)
     test, reference = checked_pair(test, reference, mode is not None)
-    ppd = options.pixels_per_degree(pixels_per_degree)
+    ppds, weights = options.pixels_per_degree_scales(pixels_per_degree, ppd_weights)
+    if return_exposure_map and len(ppds) > 1:
+        raise ValueError(
+            "flip_loss: return_exposure_map=True needs one pixels_per_degree: each scale of multi-scale "
+            "HDR-FLIP has its own exposure map"
+        )
     eps = options.eps(eps)
     tm = options.tone_mapper(tone_mapper)
     if mode is not None:
@@ -448,11 +459,21 @@ def hdr_flip(
     t, r = as_batch(test), as_batch(reference)
     exposures, counts, _, _ = exposures_for(r, tm, start_exposure, stop_exposure, num_exposures, median)
     if kernels_serve("hdr_flip", t, r):
-        error, emap, _ = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)
+
+        def maps_at(ppd):
+            return torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)
+
     else:
         from . import oracle
 
-        error, emap, _ = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, eps)
+        def maps_at(ppd):
+            return oracle.hdr_flip(t, r, ppd, tm, exposures, counts, eps)
+
+    if len(ppds) == 1:
+        error, emap, _ = maps_at(ppds[0])
+    else:
+        error, emap = weighted_mean_over_scales(lambda ppd: maps_at(ppd)[0], ppds, weights), None
     if unbatched:
-        error, emap = error.squeeze(0), emap.squeeze(0)
+        error = error.squeeze(0)
+        emap = None if emap is None else emap.squeeze(0)
     return (error, emap) if return_exposure_map else error

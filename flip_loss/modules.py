@@ -318,12 +318,18 @@ class FLIPLoss(torch.nn.Module):
     ``alpha`` and ``background`` take RGBA inputs as :func:`flip_loss.ldr_flip` and
     :func:`flip_loss.hdr_flip` do (composited over the background first; :mod:`flip_loss.alpha`).
 
+    Multi-scale FLIP: ``pixels_per_degree`` may be a list of values and ``ppd_weights`` one
+    non-negative weight for each (default: equal); the loss is then that of the weighted mean of the
+    maps at each scale (weights normalised to sum to 1), as :func:`flip_loss.ldr_flip` computes it.
+
     Negative or non-finite weights, and a zero total weight for ``"mean"``/``"per_image"``, raise
     ``ValueError``. Works with TorchScript (``torch.jit.script``) and ``torch.compile``, which make
     the same checks.
     """
 
-    pixels_per_degree: float
+    # One value, or a list of them (multi-scale: the weighted mean of the maps, ppd_weights).
+    pixels_per_degree: Union[float, List[float]]
+    ppd_weights: Optional[List[float]]
     input_space: str
     reduction: str
     eps: float
@@ -352,6 +358,7 @@ class FLIPLoss(torch.nn.Module):
         data_range=1.0,
         alpha: Optional[str] = None,
         background="black",
+        ppd_weights: Optional[List[float]] = None,
     ):
         super().__init__()
         given = [
@@ -366,7 +373,10 @@ class FLIPLoss(torch.nn.Module):
         if not hdr and (given or tone_mapper != "aces"):
             raise ValueError(f"flip_loss: {', '.join(given) or 'tone_mapper'} only apply with hdr=True")
         self.hdr = bool(hdr)
-        self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
+        ppds, _ = options.pixels_per_degree_scales(pixels_per_degree, ppd_weights)
+        multi_scale = isinstance(pixels_per_degree, (list, tuple))
+        self.pixels_per_degree = ppds if multi_scale else ppds[0]
+        self.ppd_weights = None if ppd_weights is None else [float(w) for w in ppd_weights]
         self.input_space = options.input_space(input_space)
         self.reduction = options.reduction(reduction)
         self.eps = options.eps(eps)
@@ -413,8 +423,8 @@ class FLIPLoss(torch.nn.Module):
             alpha = self.alpha
             background = self.background
             check_image_pair(test, reference, alpha is not None)
-            # The ops require only ppd > 0; the Python API's lower limit is checked here.
-            options.check_pixels_per_degree_value(self.pixels_per_degree)
+            # The ops require only ppd > 0; the Python API's limits (and the weights) are checked here.
+            ppds, weights = options.checked_scales(self.pixels_per_degree, self.ppd_weights)
             if test.dtype != reference.dtype:  # promoted, as eager does
                 common = torch.promote_types(test.dtype, reference.dtype)
                 test, reference = test.to(common), reference.to(common)
@@ -453,8 +463,15 @@ class FLIPLoss(torch.nn.Module):
                         ref, anchor, _scripted_number(start), _scripted_number(stop), _scripted_int(num)
                     )
                 error = torch.ops.flip.hdr_flip(
-                    test, reference, exposures, counts, self.pixels_per_degree, self.tone_mapper, self.eps
+                    test, reference, exposures, counts, ppds[0], self.tone_mapper, self.eps
                 )[0]
+                if len(ppds) > 1:  # as functional.weighted_mean_over_scales
+                    error = error * weights[0]
+                    for k in range(1, len(ppds)):
+                        scale = torch.ops.flip.hdr_flip(
+                            test, reference, exposures, counts, ppds[k], self.tone_mapper, self.eps
+                        )[0]
+                        error = error + scale * weights[k]
             else:
                 test = to_unit_range(test, self.data_range)
                 reference = to_unit_range(reference, self.data_range)
@@ -465,7 +482,12 @@ class FLIPLoss(torch.nn.Module):
                     linear = self.input_space == "linear"
                     test = composite(test, alpha, unit, linear)
                     reference = composite(reference, alpha, unit, linear)
-                error = torch.ops.flip.ldr_flip(test, reference, self.pixels_per_degree, self.input_space, self.eps)
+                error = torch.ops.flip.ldr_flip(test, reference, ppds[0], self.input_space, self.eps)
+                if len(ppds) > 1:  # as functional.weighted_mean_over_scales
+                    error = error * weights[0]
+                    for k in range(1, len(ppds)):
+                        scale = torch.ops.flip.ldr_flip(test, reference, ppds[k], self.input_space, self.eps)
+                        error = error + scale * weights[k]
         else:
             if self.hdr:
                 error = hdr_flip(
@@ -479,6 +501,7 @@ class FLIPLoss(torch.nn.Module):
                     eps=self.eps,
                     alpha=self.alpha,
                     background=self.background,
+                    ppd_weights=self.ppd_weights,
                 )
             else:
                 look = not self._looked_at_device_inputs
@@ -494,19 +517,26 @@ class FLIPLoss(torch.nn.Module):
                     look,
                     self.alpha,
                     self.background,
+                    self.ppd_weights,
                 )
         return weighted_reduce(error, weight, self.reduction)
 
     def extra_repr(self) -> str:
         alpha = "" if self.alpha is None else f", alpha={self.alpha!r}, background={self.background!r}"
+        if isinstance(self.pixels_per_degree, list):
+            ppd = "[" + ", ".join(f"{p:.4f}" for p in self.pixels_per_degree) + "]"
+            if self.ppd_weights is not None:
+                ppd += f", ppd_weights={self.ppd_weights}"
+        else:
+            ppd = f"{self.pixels_per_degree:.4f}"
         if self.hdr:
             return (
-                f"hdr=True, pixels_per_degree={self.pixels_per_degree:.4f}, tone_mapper={self.tone_mapper!r}, "
+                f"hdr=True, pixels_per_degree={ppd}, tone_mapper={self.tone_mapper!r}, "
                 f"start_exposure={self.start_exposure}, stop_exposure={self.stop_exposure}, "
                 f"num_exposures={self.num_exposures}, reduction={self.reduction!r}{alpha}"
             )
         data_range = "" if self.data_range == (0.0, 1.0) else f", data_range={self.data_range}"
         return (
-            f"pixels_per_degree={self.pixels_per_degree:.4f}, input_space={self.input_space!r}, "
+            f"pixels_per_degree={ppd}, input_space={self.input_space!r}, "
             f"reduction={self.reduction!r}{data_range}{alpha}"
         )

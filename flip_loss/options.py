@@ -61,6 +61,69 @@ def check_pixels_per_degree_value(ppd: float) -> None:
         )
 
 
+def pixels_per_degree_scales(value, weights=None) -> Tuple[List[float], List[float]]:
+    """Multi-scale FLIP's viewing conditions: ``value`` is one pixels per degree (a number) or a
+    non-empty list or tuple of them; ``weights`` (only with a list: a list or tuple of as many
+    finite, non-negative numbers with a positive sum; None: equal weights) say how much each
+    scale's map counts. Returns the checked values and the weights normalised to sum to 1, so that
+    the multi-scale map is their weighted mean and stays in [0, 1]. One number gives ([ppd], [1.0])."""
+    if isinstance(value, (list, tuple)):
+        ppds: Union[float, List[float]] = [real_number("pixels_per_degree", v) for v in value]
+    else:
+        ppds = real_number("pixels_per_degree", value)
+    w: Optional[List[float]] = None
+    if weights is not None:
+        if not isinstance(weights, (list, tuple)):
+            raise TypeError(
+                "flip_loss: ppd_weights must be a list or tuple of numbers, one per pixels_per_degree value, "
+                f"got {type(weights).__name__}"
+            )
+        w = [real_number("ppd_weights", v) for v in weights]
+    return checked_scales(ppds, w)
+
+
+def checked_scales(value: Union[float, List[float]], weights: Optional[List[float]]) -> Tuple[List[float], List[float]]:
+    """TorchScript-compatible core of ``pixels_per_degree_scales`` (a scripted ``FLIPLoss`` checks
+    its scales on every call, since its attributes can be changed after construction): the values'
+    limits, one finite non-negative weight per value with a positive sum, and the normalisation
+    (the same arithmetic in eager and scripted code, so that both give the same bits)."""
+    if isinstance(value, float):
+        if weights is not None:
+            raise ValueError(
+                "flip_loss: ppd_weights only applies with a list of pixels_per_degree values (multi-scale FLIP)"
+            )
+        check_pixels_per_degree_value(value)
+        return [value], [1.0]
+    ppds = value
+    if len(ppds) == 0:
+        raise ValueError("flip_loss: pixels_per_degree must be a number or a non-empty list of numbers, got []")
+    for ppd in ppds:
+        check_pixels_per_degree_value(ppd)
+    if weights is None:
+        return ppds, [1.0 / len(ppds) for _ in ppds]
+    if len(weights) != len(ppds):
+        raise ValueError(
+            "flip_loss: ppd_weights must have one weight per pixels_per_degree value: "
+            + str(len(ppds))
+            + " values, "
+            + str(len(weights))
+            + " weights"
+        )
+    top = 0.0
+    for w in weights:
+        if not (math.isfinite(w) and w >= 0):
+            raise ValueError("flip_loss: ppd_weights must be finite and non-negative, got " + str(weights))
+        top = max(top, w)
+    if not top > 0:
+        raise ValueError("flip_loss: ppd_weights must not all be 0, got " + str(weights))
+    # Scaled to at most 1 first, so that no sum of finite weights overflows.
+    scaled = [w / top for w in weights]
+    total = 0.0
+    for w in scaled:
+        total += w
+    return ppds, [w / total for w in scaled]
+
+
 def eps(value) -> float:
     v = real_number("eps", value)
     if not (math.isfinite(v) and 0 <= v <= MAX_EPS):

@@ -303,6 +303,11 @@ def test_a_lock_left_by_a_killed_build_does_not_stall_the_next_load(emulator, tm
     env["PYTHONPATH"] = os.pathsep.join([str(tests_dir.parent), str(tests_dir), env.get("PYTHONPATH", "")])
     script = "import emulator; emulator.ops().ldr_flip; print('LOADED')"
     proc = subprocess.run(
-        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300
+        [sys.executable, "-c", script],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0 and "LOADED" in proc.stdout, proc.stdout[-3000:]

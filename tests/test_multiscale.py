@@ -1,0 +1,175 @@
+"""Multi-scale FLIP: a list of pixels-per-degree values (and optional weights) gives the weighted
+mean of the maps at each, the same in ldr_flip, hdr_flip, FLIPLoss eager, scripted and compiled;
+one value in a list is the single-scale call, bit for bit; every bad list or weight is refused with
+the same message on every path."""
+
+import pytest
+import torch
+
+import flip_loss
+
+PPDS = [15.0, 30.0, 67.02]
+
+
+def images(dtype=torch.float64, shape=(2, 3, 18, 23), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(shape, generator=g, dtype=dtype)
+    b = (a + 0.1 * torch.randn(shape, generator=g, dtype=dtype)).clamp(0, 1)
+    return a, b
+
+
+def hdr_images(dtype=torch.float64):
+    a, b = images(dtype)
+    return a * 4, b * 4
+
+
+def weighted(maps, weights):
+    total = sum(weights)
+    out = maps[0] * (weights[0] / total)
+    for m, w in zip(maps[1:], weights[1:]):
+        out = out + m * (w / total)
+    return out
+
+
+@pytest.mark.parametrize("weights", [None, [1.0, 2.0, 5.0], [0.0, 1.0, 0.0], (3, 3, 3)])
+def test_ldr_map_is_the_weighted_mean_of_the_single_scale_maps(weights):
+    a, b = images()
+    maps = [flip_loss.ldr_flip(a, b, p) for p in PPDS]
+    expected = weighted(maps, [1.0] * 3 if weights is None else list(weights))
+    got = flip_loss.ldr_flip(a, b, PPDS, ppd_weights=weights)
+    assert got.shape == maps[0].shape and got.dtype == torch.float64
+    assert (got - expected).abs().max().item() < 1e-15
+    assert 0 <= got.min().item() and got.max().item() <= 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_scale_in_a_list_is_the_single_scale_call_bit_for_bit(dtype):
+    a, b = images(dtype)
+    single = flip_loss.ldr_flip(a, b, 30.0)
+    for value, weights in (([30.0], None), ((30.0,), [7.0]), ([30], [0.5])):
+        assert torch.equal(flip_loss.ldr_flip(a, b, value, ppd_weights=weights), single)
+    t, r = hdr_images(dtype)
+    assert torch.equal(flip_loss.hdr_flip(t, r, [30.0]), flip_loss.hdr_flip(t, r, 30.0))
+    module = flip_loss.FLIPLoss(pixels_per_degree=[30.0], reduction="none")
+    assert torch.equal(module(a, b), single)
+    assert torch.equal(torch.jit.script(module)(a, b), single)
+
+
+def test_hdr_map_is_the_weighted_mean_with_exposures_shared_by_the_scales():
+    t, r = hdr_images()
+    for kwargs in ({}, {"start_exposure": -2.0, "stop_exposure": 3.0, "num_exposures": 4}):
+        maps = [flip_loss.hdr_flip(t, r, p, **kwargs) for p in PPDS]
+        got = flip_loss.hdr_flip(t, r, PPDS, ppd_weights=[1, 0, 3], **kwargs)
+        assert (got - weighted(maps, [1, 0, 3])).abs().max().item() < 1e-15
+
+
+def test_gradients_of_the_multi_scale_loss_in_both_inputs():
+    # Inside (0, 1) and with the square roots regularised: away from the kinks, where finite
+    # differences hold (docs/algorithm.md §7.4).
+    g = torch.Generator().manual_seed(3)
+    a = (0.1 + 0.8 * torch.rand(1, 3, 9, 11, generator=g, dtype=torch.float64)).requires_grad_()
+    b = (0.1 + 0.8 * torch.rand(1, 3, 9, 11, generator=g, dtype=torch.float64)).requires_grad_()
+
+    def multi(x, y):
+        return flip_loss.ldr_flip(x, y, [3.0, 5.0], eps=1e-15, ppd_weights=[1, 2])
+
+    assert torch.autograd.gradcheck(multi, (a, b), eps=1e-7, atol=1e-6)
+    # The gradient is the weighted sum of the single-scale gradients.
+    ga, gb = torch.autograd.grad(multi(a, b).sum(), (a, b))
+    singles = [torch.autograd.grad(flip_loss.ldr_flip(a, b, p, eps=1e-15).sum(), (a, b)) for p in (3.0, 5.0)]
+    assert (ga - (singles[0][0] / 3 + singles[1][0] * 2 / 3)).abs().max().item() < 1e-13
+    assert (gb - (singles[0][1] / 3 + singles[1][1] * 2 / 3)).abs().max().item() < 1e-13
+
+
+@pytest.mark.parametrize("hdr", [False, True])
+def test_flip_loss_module_eager_scripted_and_compiled_agree(hdr):
+    a, b = hdr_images(torch.float32) if hdr else images(torch.float32)
+    # Given exposures: automatic ones are computed outside torch.compile's graph (tests/test_hdr.py).
+    exposures = dict(start_exposure=-2.0, stop_exposure=3.0, num_exposures=4) if hdr else {}
+    kwargs = dict(hdr=hdr, pixels_per_degree=PPDS, ppd_weights=[2.0, 1.0, 1.0], reduction="per_image")
+    module = flip_loss.FLIPLoss(**kwargs, **exposures)
+    eager = module(a, b)
+    maps = [
+        (flip_loss.hdr_flip(a, b, p, **exposures) if hdr else flip_loss.ldr_flip(a, b, p)).mean(dim=(1, 2, 3))
+        for p in PPDS
+    ]
+    assert (eager - weighted(maps, [2.0, 1.0, 1.0])).abs().max().item() < 1e-6
+    assert torch.equal(torch.jit.script(module)(a, b), eager)
+    # Inductor may fuse the weighted sum (another rounding order).
+    assert torch.allclose(torch.compile(module, fullgraph=True)(a, b), eager, rtol=1e-6, atol=0)
+    x = a.clone().requires_grad_()
+    module(x, b).sum().backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+
+
+def test_repr_names_the_scales_and_weights():
+    text = repr(flip_loss.FLIPLoss(pixels_per_degree=[30, 67.02], ppd_weights=[1, 3]))
+    assert "pixels_per_degree=[30.0000, 67.0200], ppd_weights=[1.0, 3.0]" in text
+
+
+BAD = [
+    ({"pixels_per_degree": []}, ValueError, "non-empty list"),
+    ({"pixels_per_degree": [30.0, 0.0]}, ValueError, "pixels_per_degree must be a finite number from 0.001"),
+    ({"pixels_per_degree": [30.0, float("nan")]}, ValueError, "pixels_per_degree must be a finite number"),
+    ({"pixels_per_degree": 30.0, "ppd_weights": [1.0]}, ValueError, "only applies with a list"),
+    ({"pixels_per_degree": [30.0, 40.0], "ppd_weights": [1.0]}, ValueError, "2 values, 1 weights"),
+    ({"pixels_per_degree": [30.0, 40.0], "ppd_weights": [0.0, 0.0]}, ValueError, "must not all be 0"),
+    ({"pixels_per_degree": [30.0, 40.0], "ppd_weights": [1.0, -1.0]}, ValueError, "finite and non-negative"),
+    ({"pixels_per_degree": [30.0, 40.0], "ppd_weights": [1.0, float("inf")]}, ValueError, "finite and non-negative"),
+    ({"pixels_per_degree": [30.0, True]}, TypeError, "must be a real number"),
+    ({"pixels_per_degree": [30.0, "40"]}, TypeError, "must be a real number"),
+    ({"pixels_per_degree": [30.0, 40.0], "ppd_weights": 3.0}, TypeError, "ppd_weights must be a list or tuple"),
+]
+
+
+@pytest.mark.parametrize("kwargs, error, message", BAD, ids=[m for _, _, m in BAD])
+def test_bad_scales_and_weights_are_refused_everywhere(kwargs, error, message):
+    a, b = images(torch.float32)
+    t, r = hdr_images(torch.float32)
+    for call in (
+        lambda: flip_loss.ldr_flip(a, b, **kwargs),
+        lambda: flip_loss.hdr_flip(t, r, **kwargs),
+        lambda: flip_loss.FLIPLoss(**kwargs),
+        lambda: flip_loss.FLIPLoss(hdr=True, **kwargs),
+    ):
+        with pytest.raises(error, match=message):
+            call()
+
+
+@pytest.mark.parametrize(
+    "ppd, weights, message",
+    [
+        # (An empty list cannot even be assigned: TorchScript cannot type it.)
+        ([30.0, 0.0], None, "pixels_per_degree must be a finite number from 0.001"),
+        (30.0, [1.0], "only applies with a list"),
+        ([30.0, 40.0], [1.0], "2 values, 1 weights"),
+        ([30.0, 40.0], [0.0, 0.0], "must not all be 0"),
+        ([30.0, 40.0], [-1.0, 1.0], "finite and non-negative"),
+    ],
+)
+def test_a_scripted_loss_checks_scales_and_weights_set_after_construction(ppd, weights, message):
+    # The attributes can be changed on the scripted module: its forward checks them as eager does.
+    a, b = images(torch.float32)
+    scripted = torch.jit.script(flip_loss.FLIPLoss(pixels_per_degree=[30.0, 40.0]))
+    scripted.pixels_per_degree = ppd
+    scripted.ppd_weights = weights
+    with pytest.raises(torch.jit.Error, match=message):
+        scripted(a, b)
+    eager = flip_loss.FLIPLoss(pixels_per_degree=[30.0, 40.0])
+    eager.pixels_per_degree, eager.ppd_weights = ppd, weights
+    with pytest.raises(ValueError, match=message):
+        eager(a, b)
+
+
+def test_hdr_exposure_map_needs_one_scale():
+    t, r = hdr_images()
+    with pytest.raises(ValueError, match="return_exposure_map=True needs one pixels_per_degree"):
+        flip_loss.hdr_flip(t, r, [30.0, 40.0], return_exposure_map=True)
+    error, emap = flip_loss.hdr_flip(t, r, [30.0], return_exposure_map=True)
+    assert torch.equal(error, flip_loss.hdr_flip(t, r, 30.0)) and emap.shape == error.shape
+
+
+def test_weights_are_normalised_without_overflow():
+    a, b = images()
+    huge = flip_loss.ldr_flip(a, b, [15.0, 30.0], ppd_weights=[1e308, 1e308])
+    assert torch.equal(huge, flip_loss.ldr_flip(a, b, [15.0, 30.0]))
