@@ -278,6 +278,29 @@ def weighted_mean_over_scales(map_at, ppds: List[float], weights: List[float]) -
     return total
 
 
+def uses_multiscale_op(test: torch.Tensor, reference: torch.Tensor) -> bool:
+    """Whether multi-scale LDR-FLIP runs as one op: on the CPU (and the meta device), where
+    ``_ldr_flip_multiscale`` converts the inputs once for all scales; elsewhere each scale is a
+    ``ldr_flip`` call (weighted_mean_over_scales)."""
+    return (
+        _ops.HAS_EXTENSION
+        and test.device.type in ("cpu", "meta")
+        and reference.device.type == test.device.type
+        and kernels_serve("ldr_flip", test, reference)
+    )
+
+
+def multiscale_op(
+    test: torch.Tensor, reference: torch.Tensor, ppds: List[float], weights: List[float], space: str, eps: float
+) -> torch.Tensor:
+    """The weighted mean of the maps at each scale from ``_ldr_flip_multiscale``, which keeps the
+    sensitivities of the inputs a gradient will be taken for (TorchScript-compatible: a scripted
+    FLIPLoss calls it too, so that both give the same bits)."""
+    grad = torch.is_grad_enabled()
+    keep = [grad and test.requires_grad, grad and reference.requires_grad]
+    return torch.ops.flip._ldr_flip_multiscale(test, reference, ppds, weights, space, eps, keep)[0]
+
+
 def ldr_flip_with_look(
     test,
     reference,
@@ -309,6 +332,8 @@ def ldr_flip_with_look(
             alpha_rule.composite(test, mode, bg, linear),
             alpha_rule.composite(reference, mode, bg, linear),
         )
+    if len(ppds) > 1 and uses_multiscale_op(test, reference):
+        return multiscale_op(test, reference, ppds, weights, space, eps)
     if kernels_serve("ldr_flip", test, reference):
         op = torch.ops.flip.ldr_flip
     else:

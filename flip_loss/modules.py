@@ -17,6 +17,7 @@ from .functional import (
     is_device_call,
     is_plain_tensor,
     ldr_flip_with_look,
+    multiscale_op,
     to_unit_range,
 )
 from .hdr import (
@@ -482,12 +483,16 @@ class FLIPLoss(torch.nn.Module):
                     linear = self.input_space == "linear"
                     test = composite(test, alpha, unit, linear)
                     reference = composite(reference, alpha, unit, linear)
-                error = torch.ops.flip.ldr_flip(test, reference, ppds[0], self.input_space, self.eps)
-                if len(ppds) > 1:  # as functional.weighted_mean_over_scales
-                    error = error * weights[0]
-                    for k in range(1, len(ppds)):
-                        scale = torch.ops.flip.ldr_flip(test, reference, ppds[k], self.input_space, self.eps)
-                        error = error + scale * weights[k]
+                # As ldr_flip: one _ldr_flip_multiscale call on the CPU, else one ldr_flip per scale.
+                if len(ppds) > 1 and test.device.type == "cpu" and reference.device.type == "cpu":
+                    error = multiscale_op(test, reference, ppds, weights, self.input_space, self.eps)
+                else:
+                    error = torch.ops.flip.ldr_flip(test, reference, ppds[0], self.input_space, self.eps)
+                    if len(ppds) > 1:  # as functional.weighted_mean_over_scales
+                        error = error * weights[0]
+                        for k in range(1, len(ppds)):
+                            scale = torch.ops.flip.ldr_flip(test, reference, ppds[k], self.input_space, self.eps)
+                            error = error + scale * weights[k]
         else:
             if self.hdr:
                 error = hdr_flip(

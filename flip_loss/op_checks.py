@@ -204,6 +204,15 @@ def sensitivities_shape(like, mask) -> list:
     return shape
 
 
+def multiscale_sensitivities_shape(like, mask, scales: int) -> list:
+    """_ldr_flip_multiscale's: each scale's in turn, N x (scales * 7k) x H x W; [0] for none."""
+    if not (mask[0] or mask[1]):
+        return [0]
+    shape = sensitivities_shape(like, mask)
+    shape[-3] *= scales
+    return shape
+
+
 # The gradient of a pixel's error w.r.t. each of its filtered responses, per image
 # (csrc/flip/plane_counts.h, kResponsePlanesPerImage; tests/test_one_source.py compares them).
 SENSITIVITY_PLANES_PER_IMAGE = 7
@@ -229,30 +238,64 @@ def ldr_flip_with_sensitivities(test, ref, ppd, space, eps, mask) -> None:
     _value(mask[0] or mask[1], "flip: output_mask must ask for the sensitivities of at least one image")
 
 
-def ldr_flip_backward_from_sensitivities(grad, sensitivities, test, ref, ppd, space, mask) -> None:
-    check_pair(test, ref, 3)
-    check_ppd(ppd)
-    check_input_space(space)
-    _value(mask[0] or mask[1], "flip: output_mask must ask for at least one gradient")
-    check_grad(grad, test, 1)
+def _check_sensitivities(sensitivities, test, expected, forward: str) -> None:
     if sensitivities is None:
         raise RuntimeError("flip: sensitivities is undefined")
     want = compute_dtype(test.dtype)
     _type(
         sensitivities.dtype == want,
-        f"flip: sensitivities must be {dtype_name(want)} (as _ldr_flip_with_sensitivities returns them for "
+        f"flip: sensitivities must be {dtype_name(want)} (as {forward} returns them for "
         f"{dtype_name(test.dtype)} images), got {dtype_name(sensitivities.dtype)}",
     )
     _value(
         sensitivities.device == test.device,
         f"flip: sensitivities are on {sensitivities.device}, images on {test.device}",
     )
-    expected = sensitivities_shape(test, mask)
     _value(
         list(sensitivities.shape) == expected,
         f"flip: sensitivities must have shape [{', '.join(str(s) for s in expected)}] (those "
-        f"_ldr_flip_with_sensitivities returned for this output_mask), got {_sizes(sensitivities)}",
+        f"{forward} returned for this output_mask), got {_sizes(sensitivities)}",
     )
+
+
+def ldr_flip_backward_from_sensitivities(grad, sensitivities, test, ref, ppd, space, mask) -> None:
+    check_pair(test, ref, 3)
+    check_ppd(ppd)
+    check_input_space(space)
+    _value(mask[0] or mask[1], "flip: output_mask must ask for at least one gradient")
+    check_grad(grad, test, 1)
+    _check_sensitivities(sensitivities, test, sensitivities_shape(test, mask), "_ldr_flip_with_sensitivities")
+
+
+def check_scales(ppds, weights) -> None:
+    """_ldr_flip_multiscale's scales: at least one pixels_per_degree value, each within its limits,
+    and one finite, non-negative weight per value."""
+    _value(len(ppds) > 0, "flip: pixels_per_degree must hold at least one value")
+    for ppd in ppds:
+        check_ppd(ppd)
+    _value(
+        len(weights) == len(ppds),
+        f"flip: weights must hold one weight per pixels_per_degree value ({len(ppds)}), got {len(weights)}",
+    )
+    for w in weights:
+        _value(math.isfinite(w) and w >= 0, f"flip: weights must be finite and non-negative, got {_number(w)}")
+
+
+def ldr_flip_multiscale(test, ref, ppds, weights, space, eps, mask) -> None:
+    check_pair(test, ref, 3)
+    check_scales(ppds, weights)
+    check_eps(eps)
+    check_input_space(space)
+
+
+def ldr_flip_multiscale_backward(grad, sensitivities, test, ref, ppds, weights, space, mask) -> None:
+    check_pair(test, ref, 3)
+    check_scales(ppds, weights)
+    check_input_space(space)
+    _value(mask[0] or mask[1], "flip: output_mask must ask for at least one gradient")
+    check_grad(grad, test, 1)
+    expected = multiscale_sensitivities_shape(test, mask, len(ppds))
+    _check_sensitivities(sensitivities, test, expected, "_ldr_flip_multiscale")
 
 
 def hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps) -> None:

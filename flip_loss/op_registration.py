@@ -17,6 +17,8 @@ TorchScript — raises the same error before any kernel runs.
 * The backward ops are first-order only: with ``create_graph=True`` their results carry a node
   whose backward raises, so a gradient penalty through FLIP fails loudly instead of silently
   getting no gradient from it.
+* ``_ldr_flip_multiscale`` (CPU, the Python API's multi-scale LDR-FLIP) always keeps the
+  sensitivities of the images that require grad, at every scale, and its backward starts from them.
 * Under ``torch.autocast`` the image inputs of every forward op are cast to float32 (like PyTorch's
   own losses) and the result stays float32.
 
@@ -112,6 +114,33 @@ class _LdrFlipWithSensitivities(torch.autograd.Function):
         return None, _kept(want[0], gt), _kept(want[1], gr), None, None, None, None
 
 
+class _LdrFlipMultiscale(torch.autograd.Function):
+    """Multi-scale LDR-FLIP (CPU): the forward keeps the sensitivities of the images in ``keep`` at
+    every scale, the backward runs each scale's transposed filters from them. There is no
+    recomputing backward, so the Autograd kernel refuses a ``keep`` that leaves out an input that
+    requires grad."""
+
+    @staticmethod
+    def forward(ctx, keyset, test, ref, ppds, weights, space, eps, keep):
+        flip_map, sens = _run("_ldr_flip_multiscale", keyset, test, ref, ppds, weights, space, eps, keep)
+        ctx.save_for_backward(test, ref, sens)
+        ctx.args = (ppds, weights, space)
+        ctx.keep = list(keep)
+        ctx.mark_non_differentiable(sens)
+        ctx.set_materialize_grads(False)  # as _LdrFlipWithSensitivities
+        return flip_map, sens
+
+    @staticmethod
+    def backward(ctx, grad, _grad_sens):
+        want = (ctx.needs_input_grad[1], ctx.needs_input_grad[2])
+        if not (want[0] or want[1]) or grad is None:
+            return (None,) * 8
+        test, ref, sens = ctx.saved_tensors
+        # Every kept image's gradient (the sensitivities' layout), of which the wanted ones are returned.
+        gt, gr = torch.ops.flip._ldr_flip_multiscale_backward(grad, sens, test, ref, *ctx.args, ctx.keep)
+        return None, _kept(want[0], gt), _kept(want[1], gr), None, None, None, None, None
+
+
 class _HdrFlip(torch.autograd.Function):
     @staticmethod
     def forward(ctx, keyset, test, ref, exposures, counts, ppd, tone_mapper, eps):
@@ -190,6 +219,17 @@ def _ldr_flip_with_sensitivities_autograd(keyset, test, ref, ppd, space, eps, ke
     if not _wants_grad(test, ref):
         return _run("_ldr_flip_with_sensitivities", keyset, test, ref, ppd, space, eps, keep)
     return _LdrFlipWithSensitivities.apply(keyset, test, ref, ppd, space, eps, keep)
+
+
+def _ldr_flip_multiscale_autograd(keyset, test, ref, ppds, weights, space, eps, keep):
+    op_checks.ldr_flip_multiscale(test, ref, ppds, weights, space, eps, keep)
+    if not _wants_grad(test, ref):
+        return _run("_ldr_flip_multiscale", keyset, test, ref, ppds, weights, space, eps, keep)
+    if (test.requires_grad and not keep[0]) or (ref.requires_grad and not keep[1]):
+        raise ValueError(
+            "flip: _ldr_flip_multiscale's output_mask must keep the sensitivities of every input that requires grad"
+        )
+    return _LdrFlipMultiscale.apply(keyset, test, ref, ppds, weights, space, eps, keep)
 
 
 def _forward_autograd(name, function, tensors):
@@ -271,6 +311,17 @@ def _fake_ldr_flip_backward_from_sensitivities(grad, sensitivities, test, ref, p
     return _grad_like(test, mask[0]), _grad_like(ref, mask[1])
 
 
+def _fake_ldr_flip_multiscale(test, ref, ppds, weights, space, eps, mask):
+    op_checks.ldr_flip_multiscale(test, ref, ppds, weights, space, eps, mask)
+    shape = op_checks.multiscale_sensitivities_shape(test, mask, len(ppds))
+    return _map_like(test), test.new_empty(shape, dtype=op_checks.compute_dtype(test.dtype))
+
+
+def _fake_ldr_flip_multiscale_backward(grad, sensitivities, test, ref, ppds, weights, space, mask):
+    op_checks.ldr_flip_multiscale_backward(grad, sensitivities, test, ref, ppds, weights, space, mask)
+    return _grad_like(test, mask[0]), _grad_like(ref, mask[1])
+
+
 def _fake_hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps):
     op_checks.hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps)
     return _map_like(test), _map_like(test), _map_like(test, torch.int32)
@@ -316,6 +367,8 @@ FAKE_KERNELS = {
     "ldr_flip_backward": _fake_ldr_flip_backward,
     "_ldr_flip_with_sensitivities": _fake_ldr_flip_with_sensitivities,
     "_ldr_flip_backward_from_sensitivities": _fake_ldr_flip_backward_from_sensitivities,
+    "_ldr_flip_multiscale": _fake_ldr_flip_multiscale,
+    "_ldr_flip_multiscale_backward": _fake_ldr_flip_multiscale_backward,
     "hdr_flip": _fake_hdr_flip,
     "hdr_flip_backward": _fake_hdr_flip_backward,
     "csf_filter": _fake_csf_filter,
@@ -329,20 +382,23 @@ FAKE_KERNELS = {
 AUTOGRAD_KERNELS = {
     "ldr_flip": _ldr_flip_autograd,
     "_ldr_flip_with_sensitivities": _ldr_flip_with_sensitivities_autograd,
+    "_ldr_flip_multiscale": _ldr_flip_multiscale_autograd,
     "hdr_flip": _forward_autograd("hdr_flip", _HdrFlip, 2),
     "csf_filter": _forward_autograd("csf_filter", _CsfFilter, 1),
     "hunt_hyab": _forward_autograd("hunt_hyab", _HuntHyab, 2),
     "feature_difference": _forward_autograd("feature_difference", _FeatureDifference, 2),
     "ldr_flip_backward": _backward_autograd("ldr_flip_backward"),
     "_ldr_flip_backward_from_sensitivities": _backward_autograd("_ldr_flip_backward_from_sensitivities"),
+    "_ldr_flip_multiscale_backward": _backward_autograd("_ldr_flip_multiscale_backward"),
     "hdr_flip_backward": _backward_autograd("hdr_flip_backward"),
     "csf_filter_backward": _backward_autograd("csf_filter_backward"),
     "hunt_hyab_backward": _backward_autograd("hunt_hyab_backward"),
     "feature_difference_backward": _backward_autograd("feature_difference_backward"),
 }
 
-# The forward ops, cast to float32 under torch.autocast (floating inputs only: counts stay integers).
-AUTOCAST_OPS = ("ldr_flip", "hdr_flip", "csf_filter", "hunt_hyab", "feature_difference")
+# The forward ops, cast to float32 under torch.autocast (floating inputs only: counts stay integers);
+# _ldr_flip_multiscale too, which the Python API calls directly.
+AUTOCAST_OPS = ("ldr_flip", "_ldr_flip_multiscale", "hdr_flip", "csf_filter", "hunt_hyab", "feature_difference")
 
 
 def _with_defaults(name, kernel, with_keyset):

@@ -1,12 +1,16 @@
 """Multi-scale FLIP: a list of pixels-per-degree values (and optional weights) gives the weighted
 mean of the maps at each, the same in ldr_flip, hdr_flip, FLIPLoss eager, scripted and compiled;
 one value in a list is the single-scale call, bit for bit; every bad list or weight is refused with
-the same message on every path."""
+the same message on every path. On the CPU the LDR map comes from one op, _ldr_flip_multiscale,
+which converts the inputs once for all scales: its map is the loop's, bit for bit, its gradients
+the loop's to rounding, and it passes gradcheck and opcheck."""
 
 import pytest
 import torch
 
 import flip_loss
+
+ops = torch.ops.flip
 
 PPDS = [15.0, 30.0, 67.02]
 
@@ -173,3 +177,116 @@ def test_weights_are_normalised_without_overflow():
     a, b = images()
     huge = flip_loss.ldr_flip(a, b, [15.0, 30.0], ppd_weights=[1e308, 1e308])
     assert torch.equal(huge, flip_loss.ldr_flip(a, b, [15.0, 30.0]))
+
+
+# ---- the CPU op: _ldr_flip_multiscale and its backward ----
+
+
+def loop(a, b, ppds, weights, space="srgb", eps=1e-15):
+    out = ops.ldr_flip(a, b, ppds[0], space, eps) * weights[0]
+    for ppd, w in zip(ppds[1:], weights[1:]):
+        out = out + ops.ldr_flip(a, b, ppd, space, eps) * w
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("space", ["srgb", "linear"])
+@pytest.mark.parametrize("keep", [[False, False], [True, False], [False, True], [True, True]])
+def test_the_op_gives_the_loops_map_bit_for_bit(dtype, space, keep):
+    a, b = images(dtype, shape=(2, 3, 21, 26))
+    weights = [0.25, 0.0, 0.75]
+    flip_map, sens = ops._ldr_flip_multiscale(a, b, PPDS, weights, space, 1e-15, keep)
+    assert torch.equal(flip_map, loop(a, b, PPDS, weights, space))
+    planes = 7 * (int(keep[0]) + int(keep[1]))
+    assert list(sens.shape) == ([2, 3 * planes, 21, 26] if planes else [0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("space", ["srgb", "linear"])
+def test_the_op_gives_the_loops_gradients(dtype, space):
+    a, b = images(dtype, shape=(2, 3, 21, 26))
+    g = torch.rand(2, 1, 21, 26, generator=torch.Generator().manual_seed(5), dtype=dtype)
+    weights = [0.5, 0.2, 0.3]
+    for want in ([True, True], [True, False], [False, True]):
+        x, y = a.clone().requires_grad_(want[0]), b.clone().requires_grad_(want[1])
+        inputs = [t for t, w in zip((x, y), want) if w]
+        got = torch.autograd.grad(ops._ldr_flip_multiscale(x, y, PPDS, weights, space, 1e-15, want)[0], inputs, g)
+        expected = torch.autograd.grad(loop(x, y, PPDS, weights, space), inputs, g)
+        tol = 1e-13 if dtype == torch.float64 else 1e-5
+        for p, q in zip(got, expected):
+            assert (p - q).abs().max().item() <= tol * q.abs().max().item()
+
+
+def test_one_gradient_of_two_kept():
+    a, b = images(shape=(1, 3, 12, 13))
+    x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+    out = ops._ldr_flip_multiscale(x, y, PPDS, [1.0, 1.0, 1.0], "srgb", 1e-15, [True, True])[0]
+    (gx,) = torch.autograd.grad(out.sum(), [x])
+    (expected,) = torch.autograd.grad(loop(x, y, PPDS, [1.0, 1.0, 1.0]).sum(), [x])
+    assert (gx - expected).abs().max().item() < 1e-13
+
+
+def test_gradcheck_and_opcheck_of_the_op():
+    g = torch.Generator().manual_seed(3)
+    a = (0.1 + 0.8 * torch.rand(1, 3, 7, 9, generator=g, dtype=torch.float64)).requires_grad_()
+    b = (0.1 + 0.8 * torch.rand(1, 3, 7, 9, generator=g, dtype=torch.float64)).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda p, q: ops._ldr_flip_multiscale(p, q, [3.0, 5.0], [0.4, 0.6], "srgb", 1e-15, [True, True])[0],
+        (a, b),
+        eps=1e-7,
+        atol=1e-6,
+    )
+    torch.library.opcheck(ops._ldr_flip_multiscale.default, (a, b, [3.0, 5.0], [0.4, 0.6], "srgb", 1e-15, [True, True]))
+    torch.library.opcheck(
+        ops._ldr_flip_multiscale.default, (a.detach(), b.detach(), [3.0], [1.0], "linear", 0.0, [False, False])
+    )
+    _, sens = ops._ldr_flip_multiscale(a.detach(), b.detach(), [3.0, 5.0], [0.4, 0.6], "srgb", 1e-15, [False, True])
+    grad = torch.rand(1, 1, 7, 9, dtype=torch.float64)
+    torch.library.opcheck(
+        ops._ldr_flip_multiscale_backward.default,
+        (grad, sens, a.detach(), b.detach(), [3.0, 5.0], [0.4, 0.6], "srgb", [False, True]),
+        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
+    )
+
+
+def test_the_op_refuses_to_leave_out_an_input_that_requires_grad():
+    a, b = images()
+    with pytest.raises(ValueError, match="output_mask must keep the sensitivities of every input that requires grad"):
+        ops._ldr_flip_multiscale(a.requires_grad_(), b, PPDS, [1.0] * 3, "srgb", 1e-15, [False, True])
+    with torch.no_grad():  # no gradient will be taken: nothing needs keeping
+        ops._ldr_flip_multiscale(a, b, PPDS, [1.0] * 3, "srgb", 1e-15, [False, False])
+
+
+def test_double_backward_of_the_op_raises():
+    a, b = images()
+    x = a.clone().requires_grad_()
+    out = ops._ldr_flip_multiscale(x, b, PPDS, [1.0] * 3, "srgb", 1e-15, [True, False])[0]
+    (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward.*_ldr_flip_multiscale_backward"):
+        torch.autograd.grad(g.sum(), x)
+
+
+def test_a_non_finite_input_is_refused_by_the_op_as_by_ldr_flip():
+    a, b = images()
+    a[0, 1, 3, 4] = float("nan")
+    with pytest.raises(RuntimeError) as single:
+        ops.ldr_flip(a, b, 30.0, "srgb", 1e-15)
+    with pytest.raises(RuntimeError) as multi:
+        ops._ldr_flip_multiscale(a, b, PPDS, [1.0] * 3, "srgb", 1e-15, [False, False])
+    assert str(multi.value) == str(single.value)
+
+
+def test_under_autocast_the_multi_scale_loss_is_float32_like_the_single_scale_one():
+    a, b = images(torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        single = flip_loss.ldr_flip(a, b, 30.0)
+        multi = flip_loss.ldr_flip(a, b, [30.0, 67.02])
+    assert single.dtype == multi.dtype == torch.float32
+    a32, b32 = a.float(), b.float()
+    assert torch.equal(multi, loop(a32, b32, [30.0, 67.02], [0.5, 0.5]))
+
+
+def test_the_meta_device_gives_the_shape():
+    a, b = (t.to("meta") for t in images())
+    out = flip_loss.ldr_flip(a, b, PPDS)
+    assert out.device.type == "meta" and out.shape == (2, 1, 18, 23)

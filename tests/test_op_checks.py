@@ -538,6 +538,8 @@ def _bad_calls():
     grad, mask = tensors_for("ldr_flip_backward")[0], [True, True]
     ops = torch.ops.flip
     _, sens = ops._ldr_flip_with_sensitivities(a, b, 30.0, "srgb", 0.0, mask)
+    scales, weights = [20.0, 40.0], [0.5, 0.5]
+    _, multi_sens = ops._ldr_flip_multiscale(a, b, scales, weights, "srgb", 0.0, mask)
     return {
         "integer image": lambda: ops.ldr_flip(a.to(torch.int32), b.to(torch.int32), 30.0, "srgb", 0.0),
         "dtypes differ": lambda: ops.ldr_flip(a, b.float(), 30.0, "srgb", 0.0),
@@ -562,6 +564,21 @@ def _bad_calls():
         ),
         "sensitivities shape": lambda: ops._ldr_flip_backward_from_sensitivities(
             grad, sens, a, b, 30.0, "srgb", [True, False]
+        ),
+        "no scales": lambda: ops._ldr_flip_multiscale(a, b, [], [], "srgb", 0.0, mask),
+        "a scale's ppd": lambda: ops._ldr_flip_multiscale(a, b, [20.0, 0.0], weights, "srgb", 0.0, mask),
+        "weights per scale": lambda: ops._ldr_flip_multiscale(a, b, scales, [1.0], "srgb", 0.0, mask),
+        "negative weight": lambda: ops._ldr_flip_multiscale(a, b, scales, [1.0, -1.0], "srgb", 0.0, mask),
+        "multi-scale eps": lambda: ops._ldr_flip_multiscale(a, b, scales, weights, "srgb", 1.0, mask),
+        "multi-scale space": lambda: ops._ldr_flip_multiscale(a, b, scales, weights, "rgb", 0.0, mask),
+        "multi-scale sensitivities shape": lambda: ops._ldr_flip_multiscale_backward(
+            grad, multi_sens, a, b, scales[:1], weights[:1], "srgb", mask
+        ),
+        "multi-scale sensitivities dtype": lambda: ops._ldr_flip_multiscale_backward(
+            grad, multi_sens.float(), a, b, scales, weights, "srgb", mask
+        ),
+        "multi-scale gradients asked": lambda: ops._ldr_flip_multiscale_backward(
+            grad, multi_sens, a, b, scales, weights, "srgb", [False, False]
         ),
         "count value": lambda: ops.hdr_flip(*hdr[:3], torch.tensor([4]), 30.0, "aces", 0.0),
         "exposure value": lambda: ops.hdr_flip_backward(

@@ -6,6 +6,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 
+#include <array>
 #include <tuple>
 
 #include "../include/flip_loss/op_signatures.h"
@@ -23,6 +24,13 @@ struct Autocast {
                              double eps) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(Key);
     return op::call<op::LdrFlip>(f32(test), f32(ref), ppd, space, eps);
+  }
+  static std::tuple<at::Tensor, at::Tensor> ldr_flip_multiscale(const at::Tensor& test, const at::Tensor& ref,
+                                                                at::ArrayRef<double> ppds, at::ArrayRef<double> weights,
+                                                                c10::string_view space, double eps,
+                                                                std::array<bool, 2> keep) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(Key);
+    return op::call<op::LdrFlipMultiscale>(f32(test), f32(ref), ppds, weights, space, eps, keep);
   }
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                                  const at::Tensor& exposures, const at::Tensor& counts,
@@ -47,6 +55,7 @@ struct Autocast {
 template <class A>
 void register_autocast(torch::Library& m) {
   m.impl("ldr_flip", &A::ldr_flip);
+  m.impl("_ldr_flip_multiscale", &A::ldr_flip_multiscale);
   m.impl("hdr_flip", &A::hdr_flip);
   m.impl("csf_filter", &A::csf_filter);
   m.impl("hunt_hyab", &A::hunt_hyab);

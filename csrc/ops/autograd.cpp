@@ -51,6 +51,16 @@ struct LdrFlipBackwardFromSensitivities {
   }
 };
 
+struct LdrFlipMultiscaleBackward {
+  static constexpr const char* name = "_ldr_flip_multiscale_backward";
+  static variable_list call(const at::Tensor& grad, const at::Tensor& sensitivities, const at::Tensor& test,
+                            const at::Tensor& ref, at::ArrayRef<double> ppds, at::ArrayRef<double> weights,
+                            c10::string_view space, Mask mask) {
+    auto [gt, gr] = op::call<op::LdrFlipMultiscaleBackward>(grad, sensitivities, test, ref, ppds, weights, space, mask);
+    return {gt, gr};
+  }
+};
+
 struct HdrFlipBackward {
   static constexpr const char* name = "hdr_flip_backward";
   static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
@@ -175,6 +185,43 @@ class LdrFlipWithSensitivities : public torch::autograd::Function<LdrFlipWithSen
   }
 };
 
+// Multi-scale LDR-FLIP: the forward keeps the sensitivities of the images in `keep` at every
+// scale; there is no recomputing backward, so an input that requires grad must be kept.
+class LdrFlipMultiscale : public torch::autograd::Function<LdrFlipMultiscale> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& test, const at::Tensor& ref,
+                               at::ArrayRef<double> ppds, at::ArrayRef<double> weights, c10::string_view space,
+                               double eps, Mask keep) {
+    TORCH_CHECK_VALUE((keep[0] || !test.requires_grad()) && (keep[1] || !ref.requires_grad()),
+                      "flip: _ldr_flip_multiscale's output_mask must keep the sensitivities of every input "
+                      "that requires grad");
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [map, sens] = op::call<op::LdrFlipMultiscale>(test, ref, ppds, weights, space, eps, keep);
+    ctx->save_for_backward({test, ref, sens});
+    ctx->saved_data["ppds"] = ppds.vec();
+    ctx->saved_data["weights"] = weights.vec();
+    ctx->saved_data["space"] = std::string(space.data(), space.size());
+    ctx->saved_data["keep_test"] = keep[0];
+    ctx->saved_data["keep_ref"] = keep[1];
+    ctx->mark_non_differentiable({sens});
+    ctx->set_materialize_grads(false);  // as LdrFlipWithSensitivities
+    return {map, sens};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto s = ctx->get_saved_variables();
+    const Mask keep = {ctx->saved_data["keep_test"].toBool(), ctx->saved_data["keep_ref"].toBool()};
+    const Mask m = needs(ctx);
+    const at::Tensor none;
+    if ((!m[0] && !m[1]) || !grads[0].defined()) return {none, none, none, none, none, none, none};
+    const auto ppds = ctx->saved_data["ppds"].toDoubleVector();
+    const auto weights = ctx->saved_data["weights"].toDoubleVector();
+    // Every kept image's gradient (the sensitivities' layout), of which the wanted ones are returned.
+    auto g = LdrFlipMultiscaleBackward::call(grads[0], s[2], s[0], s[1], ppds, weights,
+                                             ctx->saved_data["space"].toStringRef(), keep);
+    return {keep_if(m[0], g[0]), keep_if(m[1], g[1]), none, none, none, none, none};
+  }
+};
+
 class HdrFlip : public torch::autograd::Function<HdrFlip> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& test, const at::Tensor& ref,
@@ -270,6 +317,11 @@ Pair ldr_flip_with_sensitivities(const at::Tensor& test, const at::Tensor& ref, 
   auto out = LdrFlipWithSensitivities::apply(test, ref, ppd, space, eps, keep);
   return {out[0], out[1]};
 }
+Pair ldr_flip_multiscale(const at::Tensor& test, const at::Tensor& ref, at::ArrayRef<double> ppds,
+                         at::ArrayRef<double> weights, c10::string_view space, double eps, Mask keep) {
+  auto out = LdrFlipMultiscale::apply(test, ref, ppds, weights, space, eps, keep);
+  return {out[0], out[1]};
+}
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hdr_flip(const at::Tensor& test, const at::Tensor& ref,
                                                         const at::Tensor& exposures, const at::Tensor& counts,
                                                         double ppd, c10::string_view tone_mapper, double eps) {
@@ -293,6 +345,12 @@ Pair ldr_flip_backward_from_sensitivities(const at::Tensor& grad, const at::Tens
                                           const at::Tensor& test, const at::Tensor& ref, double ppd,
                                           c10::string_view space, Mask mask) {
   auto g = FirstOrderOnly<LdrFlipBackwardFromSensitivities>::apply(grad, sensitivities, test, ref, ppd, space, mask);
+  return {g[0], g[1]};
+}
+Pair ldr_flip_multiscale_backward(const at::Tensor& grad, const at::Tensor& sensitivities, const at::Tensor& test,
+                                  const at::Tensor& ref, at::ArrayRef<double> ppds, at::ArrayRef<double> weights,
+                                  c10::string_view space, Mask mask) {
+  auto g = FirstOrderOnly<LdrFlipMultiscaleBackward>::apply(grad, sensitivities, test, ref, ppds, weights, space, mask);
   return {g[0], g[1]};
 }
 Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
@@ -326,6 +384,8 @@ TORCH_LIBRARY_IMPL(flip, Autograd, m) {
   m.impl("ldr_flip_backward", &ldr_flip_backward);
   m.impl("_ldr_flip_with_sensitivities", &ldr_flip_with_sensitivities);
   m.impl("_ldr_flip_backward_from_sensitivities", &ldr_flip_backward_from_sensitivities);
+  m.impl("_ldr_flip_multiscale", &ldr_flip_multiscale);
+  m.impl("_ldr_flip_multiscale_backward", &ldr_flip_multiscale_backward);
   m.impl("hdr_flip_backward", &hdr_flip_backward);
   m.impl("csf_filter_backward", &csf_filter_backward);
   m.impl("hunt_hyab_backward", &hunt_hyab_backward);

@@ -244,6 +244,48 @@ inline bool check_ldr_backward_from_sensitivities_args(const Tensor& grad, const
   return srgb;
 }
 
+// The scales of _ldr_flip_multiscale: at least one pixels_per_degree value, each within its
+// limits, and one finite, non-negative weight per value.
+inline void check_scales(const std::vector<double>& ppds, const std::vector<double>& weights) {
+  FLIP_CHECK(!ppds.empty(), "flip: pixels_per_degree must hold at least one value");
+  for (double ppd : ppds) check_ppd(ppd);
+  FLIP_CHECK(weights.size() == ppds.size(), "flip: weights must hold one weight per pixels_per_degree value (",
+             ppds.size(), "), got ", weights.size());
+  for (double w : weights)
+    FLIP_CHECK(std::isfinite(w) && w >= 0, "flip: weights must be finite and non-negative, got ", w);
+}
+
+// _ldr_flip_multiscale: returns true for sRGB input.
+inline bool check_ldr_multiscale_args(const Tensor& test, const Tensor& ref, const std::vector<double>& ppds,
+                                      const std::vector<double>& weights, std::string_view space, double eps) {
+  check_pair(test, ref, 3);
+  check_scales(ppds, weights);
+  check_eps(eps);
+  return parse_input_space(space);
+}
+
+// _ldr_flip_multiscale_backward: as _ldr_flip_backward_from_sensitivities, with the multi-scale
+// layout of the sensitivities. Returns true for sRGB input.
+inline bool check_ldr_multiscale_backward_args(const Tensor& grad, const Tensor& sensitivities, const Tensor& test,
+                                               const Tensor& ref, const std::vector<double>& ppds,
+                                               const std::vector<double>& weights, std::string_view space, Mask mask) {
+  check_pair(test, ref, 3);
+  check_scales(ppds, weights);
+  const bool srgb = parse_input_space(space);
+  FLIP_CHECK(mask[0] || mask[1], "flip: output_mask must ask for at least one gradient");
+  check_grad(grad, test, 1);
+  FLIP_CHECK(sensitivities.defined(), "flip: sensitivities is undefined");
+  FLIP_CHECK(sensitivities.scalar_type() == compute_dtype(test), "flip: sensitivities must be ", compute_dtype(test),
+             " (as _ldr_flip_multiscale returns them for ", test.scalar_type(), " images), got ",
+             sensitivities.scalar_type());
+  FLIP_CHECK(sensitivities.device() == test.device(), "flip: sensitivities are on ", device_name(sensitivities),
+             ", images on ", device_name(test));
+  const Sizes expected{multiscale_sensitivities_shape(test, mask, static_cast<int64_t>(ppds.size()))};
+  FLIP_CHECK(sizes_of(sensitivities).v == expected.v, "flip: sensitivities must have shape ", expected,
+             " (those _ldr_flip_multiscale returned for this output_mask), got ", sizes_of(sensitivities));
+  return srgb;
+}
+
 // hdr_flip: returns the tone mapper. Exposure and count values: check_exposure_values.
 inline flip::ToneMapper check_hdr_args(const Tensor& test, const Tensor& ref, const Tensor& exposures,
                                        const Tensor& counts, double ppd, std::string_view tone_mapper, double eps) {

@@ -162,6 +162,56 @@ Pair ldr_flip_backward_from_sensitivities(const Tensor& grad, const Tensor& sens
   return cast_back(gb, test, ref);
 }
 
+Pair ldr_flip_multiscale(const Tensor& test, const Tensor& ref, std::vector<double> ppds, std::vector<double> weights,
+                         std::string space, double eps, MaskArg mask_arg) {
+  const Mask mask = mask_of(mask_arg);
+  const bool srgb = check_ldr_multiscale_args(test, ref, ppds, weights, space, eps);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto out = empty_as(t, map_shape(t));
+  const auto scales = static_cast<int64_t>(ppds.size());
+  auto sens = pooled_empty(multiscale_sensitivities_shape(t, mask, scales), t.scalar_type());
+  bool ok = true;
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using scalar_t = decltype(zero);
+    auto a = ldr_args<scalar_t>(t, r, ppds[0], eps, srgb);
+    a.scales = scales;
+    a.ppds = ppds.data();
+    a.weights = weights.data();
+    a.out = data<scalar_t>(out);
+    a.sensitivities = ptr_or_null<scalar_t>(sens);
+    a.want_test = mask[0];
+    a.want_ref = mask[1];
+    ok = flip::cpu::ldr_flip_multiscale_forward(a);
+  });
+  check_finite(ok, "ldr_flip");
+  return {to_dtype(out, test.scalar_type()), sens};
+}
+
+Pair ldr_flip_multiscale_backward(const Tensor& grad, const Tensor& sensitivities, const Tensor& test,
+                                  const Tensor& ref, std::vector<double> ppds, std::vector<double> weights,
+                                  std::string space, MaskArg mask_arg) {
+  const Mask mask = mask_of(mask_arg);
+  const bool srgb = check_ldr_multiscale_backward_args(grad, sensitivities, test, ref, ppds, weights, space, mask);
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto g = contiguous_as(grad, t.scalar_type());
+  auto sens = torch::stable::contiguous(sensitivities);
+  auto gb = grad_buffers(t, mask);
+  bool ok = true;
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using scalar_t = decltype(zero);
+    auto a = ldr_args<scalar_t>(t, r, ppds[0], 0.0, srgb);  // eps 0: kept in the sensitivities
+    a.scales = static_cast<int64_t>(ppds.size());
+    a.ppds = ppds.data();
+    a.weights = weights.data();
+    a.grad = data<scalar_t>(g);
+    a.sensitivities = data<scalar_t>(sens);
+    set_gradient_buffers(a, gb);
+    ok = flip::cpu::ldr_flip_multiscale_backward_sensitivities(a);
+  });
+  check_finite(ok, "_ldr_flip_multiscale_backward");
+  return cast_back(gb, test, ref);
+}
+
 Triple hdr_flip(const Tensor& test, const Tensor& ref, const Tensor& exposures, const Tensor& counts, double ppd,
                 std::string tone_mapper, double eps) {
   const auto tm = check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
@@ -345,6 +395,8 @@ STABLE_TORCH_LIBRARY_IMPL(flip, CPU, m) {
   m.impl("ldr_flip_backward", TORCH_BOX(&ldr_flip_backward));
   m.impl("_ldr_flip_with_sensitivities", TORCH_BOX(&ldr_flip_with_sensitivities));
   m.impl("_ldr_flip_backward_from_sensitivities", TORCH_BOX(&ldr_flip_backward_from_sensitivities));
+  m.impl("_ldr_flip_multiscale", TORCH_BOX(&ldr_flip_multiscale));
+  m.impl("_ldr_flip_multiscale_backward", TORCH_BOX(&ldr_flip_multiscale_backward));
   m.impl("hdr_flip", TORCH_BOX(&hdr_flip));
   m.impl("hdr_flip_backward", TORCH_BOX(&hdr_flip_backward));
   m.impl("csf_filter", TORCH_BOX(&csf_filter));

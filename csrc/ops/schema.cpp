@@ -44,6 +44,18 @@ STABLE_TORCH_LIBRARY(flip, m) {
   m.def(
       "_ldr_flip_backward_from_sensitivities(Tensor grad, Tensor sensitivities, Tensor test, Tensor reference,"
       " float pixels_per_degree, str input_space, bool[2] output_mask) -> (Tensor, Tensor)");
+  // Multi-scale LDR-FLIP, CPU only (as the two above; the Python API uses it for a list of
+  // pixels_per_degree values on the CPU): the map sum_k weights[k] * ldr_flip(pixels_per_degree[k])
+  // (weights finite and non-negative, one per value), with the input conversion computed once for
+  // all scales; and, for the images in output_mask (none: an empty tensor), the sensitivities of
+  // each scale in turn, N x (K * 7k) x H x W. The backward takes them for the images in its
+  // output_mask, which must be those the forward kept.
+  m.def(
+      "_ldr_flip_multiscale(Tensor test, Tensor reference, float[] pixels_per_degree, float[] weights,"
+      " str input_space, float eps, bool[2] output_mask) -> (Tensor, Tensor)");
+  m.def(
+      "_ldr_flip_multiscale_backward(Tensor grad, Tensor sensitivities, Tensor test, Tensor reference,"
+      " float[] pixels_per_degree, float[] weights, str input_space, bool[2] output_mask) -> (Tensor, Tensor)");
   // HDR-FLIP: per-pixel maximum of LDR-FLIP over exposures (stops) exposures[n, :counts[n]] of the
   // exposed, tone-mapped images. Returns the error map, the exposure map (winning exposure index /
   // (count - 1), 0 where none wins) and the winning index (int32, -1 where none wins).

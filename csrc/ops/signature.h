@@ -1,6 +1,7 @@
 // The C++ side of the ops' schema (schema.cpp), shared by their CPU and CUDA kernels: the types of
 // `(Tensor, Tensor)` results and `bool[2] output_mask`, the shape of a per-pixel map (error map,
-// exposure map, exposure index) and of the sensitivities that _ldr_flip_with_sensitivities keeps,
+// exposure map, exposure index) and of the sensitivities that _ldr_flip_with_sensitivities and
+// _ldr_flip_multiscale keep,
 // and the dtype the kernels compute in. The kernels are written against PyTorch's stable C++ ABI
 // (torch/csrc/stable, torch/headeronly), so that one binary serves every supported torch release.
 #pragma once
@@ -48,6 +49,14 @@ constexpr int64_t kSensitivityPlanesPerImage = flip::kResponsePlanesPerImage;
 inline std::vector<int64_t> sensitivities_shape(const Tensor& like, Mask mask) {
   std::vector<int64_t> s(like.sizes().begin(), like.sizes().end());
   s[s.size() - 3] = kSensitivityPlanesPerImage * (int64_t{mask[0]} + int64_t{mask[1]});
+  return s;
+}
+
+// _ldr_flip_multiscale's: each scale's in turn, N x (scales * 7k) x H x W; (0) when mask has none.
+inline std::vector<int64_t> multiscale_sensitivities_shape(const Tensor& like, Mask mask, int64_t scales) {
+  if (!mask[0] && !mask[1]) return {0};
+  std::vector<int64_t> s = sensitivities_shape(like, mask);
+  s[s.size() - 3] *= scales;
   return s;
 }
 

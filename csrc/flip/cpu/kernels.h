@@ -40,6 +40,12 @@ struct LdrFlipArgs {
   bool want_test = false, want_ref = false;  // ldr_flip_forward_sensitivities: whose to keep
   T* g_test = nullptr;                       // the backwards: the gradients (null: not wanted)
   T* g_ref = nullptr;
+  // Multi-scale LDR-FLIP (ppd unused): the map is sum_k weights[k] * (the map at ppds[k]) over the
+  // `scales` scales. Its forward keeps the sensitivities when want_test or want_ref, per item those
+  // of each scale in turn (scales x 7k planes); its backward reads that layout.
+  int64_t scales = 0;
+  const double* ppds = nullptr;
+  const double* weights = nullptr;
 };
 
 // HDR-FLIP: exposures is N x E (stops), counts[n] <= E of them used for item n. The forward writes
@@ -104,18 +110,20 @@ struct FeatureDifferenceArgs {
 };
 
 // Every kernel, with the arguments struct it takes: X(name, Args).
-#define FLIP_CPU_KERNELS(X)                            \
-  X(ldr_flip_forward, LdrFlipArgs)                     \
-  X(ldr_flip_backward, LdrFlipArgs)                    \
-  X(ldr_flip_forward_sensitivities, LdrFlipArgs)       \
-  X(ldr_flip_backward_sensitivities, LdrFlipArgs)      \
-  X(hdr_flip_forward, HdrFlipArgs)                     \
-  X(hdr_flip_backward, HdrFlipArgs)                    \
-  X(csf_filter_forward, CsfFilterArgs)                 \
-  X(csf_filter_backward, CsfFilterArgs)                \
-  X(hunt_hyab_forward, HuntHyabArgs)                   \
-  X(hunt_hyab_backward, HuntHyabArgs)                  \
-  X(feature_difference_forward, FeatureDifferenceArgs) \
+#define FLIP_CPU_KERNELS(X)                                  \
+  X(ldr_flip_forward, LdrFlipArgs)                           \
+  X(ldr_flip_backward, LdrFlipArgs)                          \
+  X(ldr_flip_forward_sensitivities, LdrFlipArgs)             \
+  X(ldr_flip_backward_sensitivities, LdrFlipArgs)            \
+  X(ldr_flip_multiscale_forward, LdrFlipArgs)                \
+  X(ldr_flip_multiscale_backward_sensitivities, LdrFlipArgs) \
+  X(hdr_flip_forward, HdrFlipArgs)                           \
+  X(hdr_flip_backward, HdrFlipArgs)                          \
+  X(csf_filter_forward, CsfFilterArgs)                       \
+  X(csf_filter_backward, CsfFilterArgs)                      \
+  X(hunt_hyab_forward, HuntHyabArgs)                         \
+  X(hunt_hyab_backward, HuntHyabArgs)                        \
+  X(feature_difference_forward, FeatureDifferenceArgs)       \
   X(feature_difference_backward, FeatureDifferenceArgs)
 
 #define FLIP_CPU_DECLARE_KERNEL(name, Args) \

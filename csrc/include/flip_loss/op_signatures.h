@@ -3,8 +3,8 @@
 // its qualified name and the C++ function type of its schema, and the typed handle through which
 // such an op is called. flip_loss.h calls the public forward ops through it, and the library's own
 // Autograd and Autocast kernels call every op through it; a signature that does not match its
-// schema throws when its handle is first made. The two ops whose names start with an underscore
-// are internal to ldr_flip's CPU autograd.
+// schema throws when its handle is first made. The ops whose names start with an underscore are
+// CPU-only internals: of ldr_flip's CPU autograd, and the multi-scale LDR-FLIP of the Python API.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -44,6 +44,18 @@ struct LdrFlipBackwardFromSensitivities {
   using Signature = TensorPair(const Tensor& grad, const Tensor& sensitivities, const Tensor& test,
                                const Tensor& reference, double pixels_per_degree, c10::string_view input_space,
                                OutputMask output_mask);
+};
+struct LdrFlipMultiscale {
+  static constexpr const char* name = "flip::_ldr_flip_multiscale";
+  using Signature = TensorPair(const Tensor& test, const Tensor& reference, at::ArrayRef<double> pixels_per_degree,
+                               at::ArrayRef<double> weights, c10::string_view input_space, double eps,
+                               OutputMask output_mask);
+};
+struct LdrFlipMultiscaleBackward {
+  static constexpr const char* name = "flip::_ldr_flip_multiscale_backward";
+  using Signature = TensorPair(const Tensor& grad, const Tensor& sensitivities, const Tensor& test,
+                               const Tensor& reference, at::ArrayRef<double> pixels_per_degree,
+                               at::ArrayRef<double> weights, c10::string_view input_space, OutputMask output_mask);
 };
 struct HdrFlip {
   static constexpr const char* name = "flip::hdr_flip";
