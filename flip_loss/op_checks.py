@@ -197,6 +197,12 @@ def check_exposure_index(index, grad) -> None:
     )
 
 
+def check_mask(mask) -> None:
+    """A ``bool[2]`` output_mask: the dispatcher does not hold a list to its schema's length, so
+    every op with one checks it first (as the C++ kernels do, csrc/ops/signature.h)."""
+    _value(len(mask) == 2, f"flip: output_mask must hold 2 values (test, reference), got {len(mask)}")
+
+
 def sensitivities_shape(like, mask) -> list:
     """N x 7k x H x W (or 7k x H x W), k = the number of images in mask."""
     shape = list(like.shape)
@@ -229,11 +235,13 @@ def ldr_flip(test, ref, ppd, space, eps) -> None:
 
 
 def ldr_flip_backward(grad, test, ref, ppd, space, eps, mask) -> None:
+    check_mask(mask)
     ldr_flip(test, ref, ppd, space, eps)
     check_grad(grad, test, 1)
 
 
 def ldr_flip_with_sensitivities(test, ref, ppd, space, eps, mask) -> None:
+    check_mask(mask)
     ldr_flip(test, ref, ppd, space, eps)
     _value(mask[0] or mask[1], "flip: output_mask must ask for the sensitivities of at least one image")
 
@@ -259,6 +267,7 @@ def _check_sensitivities(sensitivities, test, expected, forward: str) -> None:
 
 
 def ldr_flip_backward_from_sensitivities(grad, sensitivities, test, ref, ppd, space, mask) -> None:
+    check_mask(mask)
     check_pair(test, ref, 3)
     check_ppd(ppd)
     check_input_space(space)
@@ -282,6 +291,7 @@ def check_scales(ppds, weights) -> None:
 
 
 def ldr_flip_multiscale(test, ref, ppds, weights, space, eps, mask) -> None:
+    check_mask(mask)
     check_pair(test, ref, 3)
     check_scales(ppds, weights)
     check_eps(eps)
@@ -289,6 +299,7 @@ def ldr_flip_multiscale(test, ref, ppds, weights, space, eps, mask) -> None:
 
 
 def ldr_flip_multiscale_backward(grad, sensitivities, test, ref, ppds, weights, space, mask) -> None:
+    check_mask(mask)
     check_pair(test, ref, 3)
     check_scales(ppds, weights)
     check_input_space(space)
@@ -308,6 +319,7 @@ def hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps) -> None:
 
 
 def hdr_flip_backward(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask) -> None:
+    check_mask(mask)
     hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps)
     check_grad(grad, test, 1)
     check_exposure_index(index, grad)
@@ -329,6 +341,7 @@ def hunt_hyab(test, ref, eps) -> None:
 
 
 def hunt_hyab_backward(grad, test, ref, eps, mask) -> None:
+    check_mask(mask)
     hunt_hyab(test, ref, eps)
     check_grad(grad, test, 1)
 
@@ -340,5 +353,6 @@ def feature_difference(test, ref, ppd, eps) -> None:
 
 
 def feature_difference_backward(grad, test, ref, ppd, eps, mask) -> None:
+    check_mask(mask)
     feature_difference(test, ref, ppd, eps)
     check_grad(grad, test, 1)

@@ -2,8 +2,9 @@
 mean of the maps at each, the same in ldr_flip, hdr_flip, FLIPLoss eager, scripted and compiled;
 one value in a list is the single-scale call, bit for bit; every bad list or weight is refused with
 the same message on every path. On the CPU the LDR map comes from one op, _ldr_flip_multiscale,
-which converts the inputs once for all scales: its map is the loop's, bit for bit, its gradients
-the loop's to rounding, and it passes gradcheck and opcheck."""
+which converts the inputs once for all scales: its map is the loop's, bit for bit (float16 and
+bfloat16: the float32 loop's, rounded once), its gradients the loop's to rounding, and it passes
+gradcheck and opcheck."""
 
 import pytest
 import torch
@@ -199,6 +200,18 @@ def test_the_op_gives_the_loops_map_bit_for_bit(dtype, space, keep):
     assert torch.equal(flip_map, loop(a, b, PPDS, weights, space))
     planes = 7 * (int(keep[0]) + int(keep[1]))
     assert list(sens.shape) == ([2, 3 * planes, 21, 26] if planes else [0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_images_are_summed_in_float32_and_rounded_once(dtype):
+    # The op computes float16/bfloat16 images in float32, as ldr_flip does, and rounds the
+    # weighted sum once: the float32 loop's map, rounded (a loop of half-precision calls rounds
+    # each scale's map).
+    a, b = images(dtype, shape=(2, 3, 21, 26))
+    weights = [0.25, 0.35, 0.4]
+    flip_map, _ = ops._ldr_flip_multiscale(a, b, PPDS, weights, "srgb", 1e-15, [False, False])
+    assert flip_map.dtype == dtype
+    assert torch.equal(flip_map, loop(a.float(), b.float(), PPDS, weights).to(dtype))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -565,6 +565,8 @@ def _bad_calls():
         "sensitivities shape": lambda: ops._ldr_flip_backward_from_sensitivities(
             grad, sens, a, b, 30.0, "srgb", [True, False]
         ),
+        "short output_mask": lambda: ops.ldr_flip_backward(grad, a, b, 30.0, "srgb", 0.0, [True]),
+        "long output_mask": lambda: ops._ldr_flip_multiscale(a, b, scales, weights, "srgb", 0.0, [False] * 3),
         "no scales": lambda: ops._ldr_flip_multiscale(a, b, [], [], "srgb", 0.0, mask),
         "a scale's ppd": lambda: ops._ldr_flip_multiscale(a, b, [20.0, 0.0], weights, "srgb", 0.0, mask),
         "weights per scale": lambda: ops._ldr_flip_multiscale(a, b, scales, [1.0], "srgb", 0.0, mask),

@@ -222,6 +222,20 @@ inline bool check_ldr_sensitivity_args(const Tensor& test, const Tensor& ref, do
   return srgb;
 }
 
+// The sensitivities a backward takes from its forward (named in the messages): defined, in the
+// compute dtype of the images, on their device, and of the expected shape.
+inline void check_kept_sensitivities(const Tensor& sensitivities, const Tensor& test,
+                                     const std::vector<int64_t>& expected_shape, const char* forward) {
+  FLIP_CHECK(sensitivities.defined(), "flip: sensitivities is undefined");
+  FLIP_CHECK(sensitivities.scalar_type() == compute_dtype(test), "flip: sensitivities must be ", compute_dtype(test),
+             " (as ", forward, " returns them for ", test.scalar_type(), " images), got ", sensitivities.scalar_type());
+  FLIP_CHECK(sensitivities.device() == test.device(), "flip: sensitivities are on ", device_name(sensitivities),
+             ", images on ", device_name(test));
+  const Sizes expected{expected_shape};
+  FLIP_CHECK(sizes_of(sensitivities).v == expected.v, "flip: sensitivities must have shape ", expected, " (those ",
+             forward, " returned for this output_mask), got ", sizes_of(sensitivities));
+}
+
 // _ldr_flip_backward_from_sensitivities: the images and arguments of the forward, its
 // sensitivities for the images in mask, and the incoming gradient. Returns true for sRGB input.
 inline bool check_ldr_backward_from_sensitivities_args(const Tensor& grad, const Tensor& sensitivities,
@@ -232,15 +246,7 @@ inline bool check_ldr_backward_from_sensitivities_args(const Tensor& grad, const
   const bool srgb = parse_input_space(space);
   FLIP_CHECK(mask[0] || mask[1], "flip: output_mask must ask for at least one gradient");
   check_grad(grad, test, 1);
-  FLIP_CHECK(sensitivities.defined(), "flip: sensitivities is undefined");
-  FLIP_CHECK(sensitivities.scalar_type() == compute_dtype(test), "flip: sensitivities must be ", compute_dtype(test),
-             " (as _ldr_flip_with_sensitivities returns them for ", test.scalar_type(), " images), got ",
-             sensitivities.scalar_type());
-  FLIP_CHECK(sensitivities.device() == test.device(), "flip: sensitivities are on ", device_name(sensitivities),
-             ", images on ", device_name(test));
-  const Sizes expected{sensitivities_shape(test, mask)};
-  FLIP_CHECK(sizes_of(sensitivities).v == expected.v, "flip: sensitivities must have shape ", expected,
-             " (those _ldr_flip_with_sensitivities returned for this output_mask), got ", sizes_of(sensitivities));
+  check_kept_sensitivities(sensitivities, test, sensitivities_shape(test, mask), "_ldr_flip_with_sensitivities");
   return srgb;
 }
 
@@ -274,15 +280,9 @@ inline bool check_ldr_multiscale_backward_args(const Tensor& grad, const Tensor&
   const bool srgb = parse_input_space(space);
   FLIP_CHECK(mask[0] || mask[1], "flip: output_mask must ask for at least one gradient");
   check_grad(grad, test, 1);
-  FLIP_CHECK(sensitivities.defined(), "flip: sensitivities is undefined");
-  FLIP_CHECK(sensitivities.scalar_type() == compute_dtype(test), "flip: sensitivities must be ", compute_dtype(test),
-             " (as _ldr_flip_multiscale returns them for ", test.scalar_type(), " images), got ",
-             sensitivities.scalar_type());
-  FLIP_CHECK(sensitivities.device() == test.device(), "flip: sensitivities are on ", device_name(sensitivities),
-             ", images on ", device_name(test));
-  const Sizes expected{multiscale_sensitivities_shape(test, mask, static_cast<int64_t>(ppds.size()))};
-  FLIP_CHECK(sizes_of(sensitivities).v == expected.v, "flip: sensitivities must have shape ", expected,
-             " (those _ldr_flip_multiscale returned for this output_mask), got ", sizes_of(sensitivities));
+  check_kept_sensitivities(sensitivities, test,
+                           multiscale_sensitivities_shape(test, mask, static_cast<int64_t>(ppds.size())),
+                           "_ldr_flip_multiscale");
   return srgb;
 }
 

@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -25,8 +27,13 @@ using Triple = std::tuple<Tensor, Tensor, Tensor>;
 using MaskArg = std::vector<bool>;  // how a `bool[2]` argument reaches a stable kernel
 using Mask = std::array<bool, 2>;   // output_mask: which of the two are wanted
 
-// A `bool[2]` argument; its length is fixed by the schema.
-inline Mask mask_of(const MaskArg& m) { return {m.size() > 0 && m[0], m.size() > 1 && m[1]}; }
+// A `bool[2]` argument. The dispatcher does not hold a list to the length its schema names, so a
+// list of another length is refused here, before any other check (as flip_loss/op_checks.py does).
+inline Mask mask_of(const MaskArg& m) {
+  if (m.size() != 2)
+    throw std::runtime_error("flip: output_mask must hold 2 values (test, reference), got " + std::to_string(m.size()));
+  return {m[0], m[1]};
+}
 
 // N x 1 x H x W (or 1 x H x W) for an image shaped like `like`.
 inline std::vector<int64_t> map_shape(const Tensor& like) {
