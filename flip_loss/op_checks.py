@@ -287,7 +287,8 @@ def check_scales(ppds, weights) -> None:
         f"flip: weights must hold one weight per pixels_per_degree value ({len(ppds)}), got {len(weights)}",
     )
     for w in weights:
-        _value(math.isfinite(w) and w >= 0, f"flip: weights must be finite and non-negative, got {_number(w)}")
+        # w - w == 0: finite, also for a symbolic float (torch.compile with dynamic=True)
+        _value(w - w == 0 and w >= 0, f"flip: weights must be finite and non-negative, got {_number(w)}")
 
 
 def ldr_flip_multiscale(test, ref, ppds, weights, space, eps, mask) -> None:

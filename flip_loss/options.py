@@ -23,6 +23,13 @@ INPUT_SPACES = ("srgb", "linear")
 TONE_MAPPERS = constants.TONE_MAPPERS
 
 
+def is_finite(x: float) -> bool:
+    """``math.isfinite`` in a form that torch.compile can trace when it passes a float option as a
+    symbolic value (``dynamic=True``) and that TorchScript compiles: x - x is 0 for every finite
+    x and NaN for an infinity or a NaN."""
+    return x - x == 0.0
+
+
 def real_number(name: str, value) -> float:
     """``value`` as a float: a Python or NumPy int or float, or a 0-dim real tensor. A bool is not
     a number here (``True`` for a pixels-per-degree is a mistake, not 1)."""
@@ -50,7 +57,7 @@ def pixels_per_degree(value) -> float:
 def check_pixels_per_degree_value(ppd: float) -> None:
     """TorchScript-compatible: a scripted ``FLIPLoss`` checks its pixels per degree on every call
     (the attribute can be changed after construction, and the ops only require it above 0)."""
-    if not (math.isfinite(ppd) and constants.MIN_PPD <= ppd <= constants.MAX_PPD):
+    if not (is_finite(ppd) and constants.MIN_PPD <= ppd <= constants.MAX_PPD):
         raise ValueError(
             "flip_loss: pixels_per_degree must be a finite number from "
             + str(constants.MIN_PPD)
@@ -111,7 +118,7 @@ def checked_scales(value: Union[float, List[float]], weights: Optional[List[floa
         )
     top = 0.0
     for w in weights:
-        if not (math.isfinite(w) and w >= 0):
+        if not (is_finite(w) and w >= 0):
             raise ValueError("flip_loss: ppd_weights must be finite and non-negative, got " + str(weights))
         top = max(top, w)
     if not top > 0:
@@ -126,7 +133,7 @@ def checked_scales(value: Union[float, List[float]], weights: Optional[List[floa
 
 def eps(value) -> float:
     v = real_number("eps", value)
-    if not (math.isfinite(v) and 0 <= v <= MAX_EPS):
+    if not (is_finite(v) and 0 <= v <= MAX_EPS):
         raise ValueError(
             f"flip_loss: eps must be a finite number from 0 to {MAX_EPS:g} (it only regularises "
             f"the gradient; larger values change the metric itself), got {v!r}"
@@ -184,7 +191,7 @@ def data_range(value) -> Tuple[float, float]:
         low, high = real_number("data_range low", value[0]), real_number("data_range high", value[1])
     else:
         low, high = 0.0, real_number("data_range", value)
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+    if not (is_finite(low) and is_finite(high) and low < high):
         raise ValueError(
             f"flip_loss: data_range must be finite with low < high (a single number is "
             f"the high end, with low = 0), got {value!r}"
@@ -198,11 +205,7 @@ def check_data_range_value(low: float, high: float) -> None:
     that is finite and whose reciprocal is finite (the mapping to [0, 1] divides by it; an infinite
     width, as (-1e308, 1e308) has, would map every value to 0)."""
     if not (
-        math.isfinite(low)
-        and math.isfinite(high)
-        and low < high
-        and math.isfinite(high - low)
-        and math.isfinite(1.0 / (high - low))
+        is_finite(low) and is_finite(high) and low < high and is_finite(high - low) and is_finite(1.0 / (high - low))
     ):
         raise ValueError(
             "flip_loss: data_range must be finite with low < high and a width (high - low) that "
@@ -215,7 +218,7 @@ def exposure(name: str, value) -> float:
     exposures are used (``check_exposure_value``: ``hdr_flip``, ``exposures_for``, ``FLIPLoss``),
     so that the command line can give its own messages for values outside it."""
     v = real_number(name, value)
-    if not math.isfinite(v):
+    if not is_finite(v):
         raise ValueError(f"flip_loss: {name} must be a finite number, got {v!r}")
     return v
 
@@ -223,7 +226,7 @@ def exposure(name: str, value) -> float:
 def check_exposure_value(name: str, value: float) -> None:
     """TorchScript-compatible: a given start or stop exposure must be finite and within
     [MIN_EXPOSURE_STOPS, MAX_EXPOSURE_STOPS] (2^c a nonzero, finite float32; see constants)."""
-    if not (math.isfinite(value) and constants.MIN_EXPOSURE_STOPS <= value <= constants.MAX_EXPOSURE_STOPS):
+    if not (is_finite(value) and constants.MIN_EXPOSURE_STOPS <= value <= constants.MAX_EXPOSURE_STOPS):
         raise ValueError(
             "flip_loss: "
             + name
@@ -244,9 +247,9 @@ def whole_number(name: str, value, low: int, high: float, who: str = "flip_loss"
         v = real_number(name, value)
     except TypeError as exc:
         raise TypeError(str(exc).replace("flip_loss:", who + ":", 1)) from None
-    if math.isnan(v) or (math.isfinite(v) and v != math.floor(v)):
+    if math.isnan(v) or (is_finite(v) and v != math.floor(v)):
         raise ValueError(f"{who}: {name} must be a whole number, got {value!r}")
-    if not (low <= v <= high and math.isfinite(v)):
+    if not (low <= v <= high and is_finite(v)):
         limits = f"at least {low}" if high == math.inf else f"from {low} to {high}"
         raise ValueError(f"{who}: {name} must be {limits}, got {value!r}")
     return int(v)
@@ -260,7 +263,7 @@ def exposure_count(value, name: str = "num_exposures") -> int:
 
 def check_exposure_count_number(value: float, name: str = "num_exposures") -> int:
     """TorchScript-compatible form of ``exposure_count`` for a value read back from a tensor."""
-    if math.isnan(value) or (math.isfinite(value) and value != math.floor(value)):
+    if math.isnan(value) or (is_finite(value) and value != math.floor(value)):
         raise ValueError("flip_loss: " + name + " must be a whole number, got " + str(value))
     if not (2 <= value <= constants.MAX_EXPOSURES):
         raise ValueError(
@@ -281,7 +284,7 @@ def check_exposure_count_value(count: int) -> None:
 def check_exposure_order(start: float, stop: float) -> None:
     """TorchScript-compatible: given start and stop exposures must be finite, within their range
     (``check_exposure_value``) and in order."""
-    if not (math.isfinite(start) and math.isfinite(stop)):
+    if not (is_finite(start) and is_finite(stop)):
         raise ValueError(
             "flip_loss: start_exposure and stop_exposure must be finite, got " + str(start) + " and " + str(stop)
         )
@@ -318,7 +321,7 @@ def background(value) -> Union[str, List[float]]:
             f"numbers, got {len(value)} values"
         )
     rgb = [real_number("background", v) for v in value]
-    if not all(math.isfinite(v) for v in rgb):
+    if not all(is_finite(v) for v in rgb):
         raise ValueError(f"flip_loss: background must hold finite numbers, got {tuple(value)!r}")
     return rgb
 
@@ -353,7 +356,7 @@ def check_alpha_value(alpha: Optional[str], background: Union[str, List[float]])
                 "flip_loss: background must be an (r, g, b) triple, got " + str(len(background)) + " values"
             )
         for v in background:
-            if not math.isfinite(v):
+            if not is_finite(v):
                 raise ValueError("flip_loss: background must hold finite numbers, got " + str(background))
         named_black = False
     if alpha is None and not named_black:

@@ -105,6 +105,34 @@ def test_torch_compile_inductor_fullgraph():
     torch.testing.assert_close(x.grad, x_e.grad, rtol=1e-5, atol=1e-8)
 
 
+@pytest.mark.slow  # several compilations
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"pixels_per_degree": 30.0},
+        {"pixels_per_degree": [20.0, 40.0], "ppd_weights": [1.0, 3.0]},
+        {"pixels_per_degree": 30.0, "data_range": (-1.0, 2.0), "reduction": "sum"},
+        {"hdr": True, "start_exposure": -1.0, "stop_exposure": 2.0, "num_exposures": 3},
+    ],
+    ids=["ldr", "multi-scale", "data-range", "hdr"],
+)
+def test_torch_compile_dynamic_fullgraph(kwargs):
+    # dynamic=True passes the module's float options as symbolic values: the option checks must
+    # trace them (options.is_finite), and one graph serves other image sizes.
+    torch._dynamo.reset()
+    loss = flip_loss.FLIPLoss(**kwargs)
+    compiled = torch.compile(loss, fullgraph=True, dynamic=True)
+    for shape in ((2, 3, 16, 18), (1, 3, 20, 11)):
+        g = torch.Generator().manual_seed(sum(shape))
+        a, b = torch.rand(shape, generator=g), torch.rand(shape, generator=g)
+        x, y = a.clone().requires_grad_(), a.clone().requires_grad_()
+        out, eager = compiled(x, b), loss(y, b)
+        torch.testing.assert_close(out, eager, rtol=1e-6, atol=1e-7)
+        out.backward()
+        eager.backward()
+        torch.testing.assert_close(x.grad, y.grad, rtol=1e-5, atol=1e-8)
+
+
 def test_torchscript_save_load_forward_backward(tmp_path):
     a, b = images(seed=5)
     module = flip_loss.FLIPLoss(pixels_per_degree=30.0, reduction="sum")
