@@ -7,7 +7,8 @@
 //   OUTPUTS.pt  written with torch::pickle_save, readable by torch.load(weights_only=True) in
 //               Python: a tuple of (name, tensor) pairs, names "map", "grad_test",
 //               "grad_reference", "dispatcher_map" (dict(torch.load(path)) in Python)
-// Also calls flip::ldr_flip once through the typed dispatcher handle. Exits non-zero on any error.
+// Also calls flip::ldr_flip once through the typed dispatcher handle (a multi-scale module, whose
+// pixels_per_degree is a list: "dispatcher_map" is empty). Exits non-zero on any error.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>
@@ -61,19 +62,23 @@ int run(const std::string& module_path, const std::string& inputs_path, const st
   at::Tensor grad_reference = reference.grad();
   TORCH_CHECK(grad_test.defined() && grad_reference.defined(), "backward produced no input gradients");
 
-  // The same op once more, directly through the typed dispatcher handle.
-  const double ppd = module_attr<double>(module, "pixels_per_degree", 67.02064327658225);
+  // The same op once more, directly through the typed dispatcher handle, for a module with one
+  // pixels_per_degree (a multi-scale module, whose attribute is a list, gets an empty tensor).
+  const torch::IValue ppd_attr =
+      module.hasattr("pixels_per_degree") ? module.attr("pixels_per_degree") : torch::IValue(67.02064327658225);
+  const bool one_scale = ppd_attr.isDouble();
+  const double ppd = one_scale ? ppd_attr.toDouble() : 0.0;
   const std::string space = module_attr<std::string>(module, "input_space", "srgb");
   const double eps = module_attr<double>(module, "eps", 1e-15);
   auto ldr_flip = c10::Dispatcher::singleton()
                       .findSchemaOrThrow("flip::ldr_flip", "")
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double, c10::string_view, double)>();
-  at::Tensor direct;
-  {
+  at::Tensor direct = at::empty({0});
+  if (one_scale) {
     at::NoGradGuard no_grad;
     direct = ldr_flip.call(test.detach(), reference.detach(), ppd, space, eps);
   }
-  if (map.dim() != 0) {
+  if (one_scale && map.dim() != 0) {
     TORCH_CHECK(direct.sizes() == map.sizes(), "dispatcher call returned shape ", direct.sizes(), ", the module ",
                 map.sizes());
     const double diff = (direct - map.detach()).abs().max().item<double>();
@@ -89,8 +94,12 @@ int run(const std::string& module_path, const std::string& inputs_path, const st
                                             entry("grad_reference", grad_reference), entry("dispatcher_map", direct)});
   write_file(outputs_path, torch::jit::pickle_save(torch::IValue(result)));
 
-  std::printf("flip_run_scripted: input %s, ppd %.4f, %s\n", c10::str(test.sizes()).c_str(), ppd, space.c_str());
-  std::printf("  mean FLIP          %.8f\n", direct.mean().item<double>());
+  if (one_scale)
+    std::printf("flip_run_scripted: input %s, ppd %.4f, %s\n", c10::str(test.sizes()).c_str(), ppd, space.c_str());
+  else
+    std::printf("flip_run_scripted: input %s, multi-scale (%zu ppd values), %s\n", c10::str(test.sizes()).c_str(),
+                ppd_attr.toDoubleVector().size(), space.c_str());
+  std::printf("  mean FLIP          %.8f\n", map.detach().mean().item<double>());
   std::printf("  |grad test|        %.8e\n", norm_of(grad_test));
   std::printf("  |grad reference|   %.8e\n", norm_of(grad_reference));
   std::printf("  wrote %s\n", outputs_path.c_str());
