@@ -267,27 +267,23 @@ def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
     return _ops.use_extension(*tensors, op=op)
 
 
-def weighted_mean_over_scales(map_at, ppds: List[float], weights: List[float]) -> torch.Tensor:
-    """Multi-scale FLIP: sum_k weights[k] * map_at(ppds[k]) (the weights sum to 1, see
-    options.pixels_per_degree_scales); one scale of weight 1 is its map, unchanged."""
-    if len(ppds) == 1 and weights[0] == 1.0:
-        return map_at(ppds[0])
-    total = map_at(ppds[0]) * weights[0]
-    for ppd, w in zip(ppds[1:], weights[1:]):
-        total = total + map_at(ppd) * w
+def weighted_sum(maps: List[torch.Tensor], weights: List[float]) -> torch.Tensor:
+    """Multi-scale FLIP's map: maps[0] * weights[0] + maps[1] * weights[1] + ..., in that order (the
+    order _ldr_flip_multiscale adds in); one map of weight 1 is returned unchanged. The weights sum
+    to 1 (options.checked_scales). TorchScript-compatible: a scripted FLIPLoss sums alike."""
+    if len(maps) == 1 and weights[0] == 1.0:
+        return maps[0]
+    total = maps[0] * weights[0]
+    for k in range(1, len(maps)):
+        total = total + maps[k] * weights[k]
     return total
 
 
-def uses_multiscale_op(test: torch.Tensor, reference: torch.Tensor) -> bool:
-    """Whether multi-scale LDR-FLIP runs as one op: on the CPU (and the meta device), where
-    ``_ldr_flip_multiscale`` converts the inputs once for all scales; elsewhere each scale is a
-    ``ldr_flip`` call (weighted_mean_over_scales)."""
-    return (
-        _ops.HAS_EXTENSION
-        and test.device.type in ("cpu", "meta")
-        and reference.device.type == test.device.type
-        and kernels_serve("ldr_flip", test, reference)
-    )
+def multiscale_op_serves(device: torch.device) -> bool:
+    """Whether multi-scale LDR-FLIP runs as one op, ``_ldr_flip_multiscale``, which converts the
+    inputs once for all scales: on the CPU (and the meta device), where it has kernels; elsewhere
+    each scale is an ``ldr_flip`` call. TorchScript-compatible."""
+    return device.type == "cpu" or device.type == "meta"
 
 
 def multiscale_op(
@@ -332,15 +328,15 @@ def ldr_flip_with_look(
             alpha_rule.composite(test, mode, bg, linear),
             alpha_rule.composite(reference, mode, bg, linear),
         )
-    if len(ppds) > 1 and uses_multiscale_op(test, reference):
-        return multiscale_op(test, reference, ppds, weights, space, eps)
     if kernels_serve("ldr_flip", test, reference):
+        if len(ppds) > 1 and multiscale_op_serves(test.device):
+            return multiscale_op(test, reference, ppds, weights, space, eps)
         op = torch.ops.flip.ldr_flip
     else:
         from . import oracle
 
         op = oracle.ldr_flip
-    return weighted_mean_over_scales(lambda ppd: op(test, reference, ppd, space, eps), ppds, weights)
+    return weighted_sum([op(test, reference, ppd, space, eps) for ppd in ppds], weights)
 
 
 def ldr_flip(

@@ -9,7 +9,7 @@ import torch
 from . import alpha as alpha_rule
 from . import constants, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD, tone_coefficients
-from .functional import check_image, checked_pair, host_table, is_compiling, kernels_serve, weighted_mean_over_scales
+from .functional import check_image, checked_pair, host_table, is_compiling, kernels_serve, weighted_sum
 
 __all__ = ["TONE_MAPPERS", "exposure_anchor", "exposure_range", "exposures_for", "hdr_flip"]
 
@@ -472,7 +472,7 @@ def hdr_flip(
     if len(ppds) == 1:
         error, emap, _ = maps_at(ppds[0])
     else:
-        error, emap = weighted_mean_over_scales(lambda ppd: maps_at(ppd)[0], ppds, weights), None
+        error, emap = weighted_sum([maps_at(ppd)[0] for ppd in ppds], weights), None
     if unbatched:
         error = error.squeeze(0)
         emap = None if emap is None else emap.squeeze(0)

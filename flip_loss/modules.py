@@ -18,7 +18,9 @@ from .functional import (
     is_plain_tensor,
     ldr_flip_with_look,
     multiscale_op,
+    multiscale_op_serves,
     to_unit_range,
+    weighted_sum,
 )
 from .hdr import (
     check_range_rows,
@@ -463,16 +465,11 @@ class FLIPLoss(torch.nn.Module):
                     exposures, counts, _, _ = exposures_from_numbers(
                         ref, anchor, _scripted_number(start), _scripted_number(stop), _scripted_int(num)
                     )
-                error = torch.ops.flip.hdr_flip(
-                    test, reference, exposures, counts, ppds[0], self.tone_mapper, self.eps
-                )[0]
-                if len(ppds) > 1:  # as functional.weighted_mean_over_scales
-                    error = error * weights[0]
-                    for k in range(1, len(ppds)):
-                        scale = torch.ops.flip.hdr_flip(
-                            test, reference, exposures, counts, ppds[k], self.tone_mapper, self.eps
-                        )[0]
-                        error = error + scale * weights[k]
+                maps = [
+                    torch.ops.flip.hdr_flip(test, reference, exposures, counts, ppd, self.tone_mapper, self.eps)[0]
+                    for ppd in ppds
+                ]
+                error = weighted_sum(maps, weights)
             else:
                 test = to_unit_range(test, self.data_range)
                 reference = to_unit_range(reference, self.data_range)
@@ -484,15 +481,11 @@ class FLIPLoss(torch.nn.Module):
                     test = composite(test, alpha, unit, linear)
                     reference = composite(reference, alpha, unit, linear)
                 # As ldr_flip: one _ldr_flip_multiscale call on the CPU, else one ldr_flip per scale.
-                if len(ppds) > 1 and test.device.type == "cpu" and reference.device.type == "cpu":
+                if len(ppds) > 1 and multiscale_op_serves(test.device):
                     error = multiscale_op(test, reference, ppds, weights, self.input_space, self.eps)
                 else:
-                    error = torch.ops.flip.ldr_flip(test, reference, ppds[0], self.input_space, self.eps)
-                    if len(ppds) > 1:  # as functional.weighted_mean_over_scales
-                        error = error * weights[0]
-                        for k in range(1, len(ppds)):
-                            scale = torch.ops.flip.ldr_flip(test, reference, ppds[k], self.input_space, self.eps)
-                            error = error + scale * weights[k]
+                    maps = [torch.ops.flip.ldr_flip(test, reference, ppd, self.input_space, self.eps) for ppd in ppds]
+                    error = weighted_sum(maps, weights)
         else:
             if self.hdr:
                 error = hdr_flip(
