@@ -442,13 +442,13 @@ TRIP_TABLE = {
     "fused_ldr_kernel": (
         Expect(
             "items",
-            "n < g.n; n += gridDim.z",
+            "n < g.n; n += b.grid_z()",
             ONE,
             "grid.z = batch: one item per block",
             children=(
                 Expect(
                     "tile rows",
-                    "ty < tiles_y; ty += gridDim.y",
+                    "ty < tiles_y; ty += b.grid_y()",
                     ONE,
                     "grid.y = tile rows: one per block",
                     children=_fused_phases()
@@ -467,13 +467,13 @@ TRIP_TABLE = {
     "tiled_grad_kernel": (
         Expect(
             "items",
-            "n < b.n1; n += gridDim.z",
+            "n < band.n1; n += b.grid_z()",
             ONE,
             "grid.z = the band's items",
             children=(
                 Expect(
                     "tile rows",
-                    "ty < tiles_y; ty += gridDim.y",
+                    "ty < tiles_y; ty += b.grid_y()",
                     ONE,
                     "grid.y = the band's tile rows",
                     children=(
@@ -506,13 +506,13 @@ TRIP_TABLE = {
     "tiled_transpose_kernel": (
         Expect(
             "item-images",
-            "(b.n1 - b.n0) * images; z += gridDim.z",
+            "(band.n1 - band.n0) * images; z += b.grid_z()",
             ONE,
             "grid.z = the band's items x wanted images",
             children=(
                 Expect(
                     "tile rows",
-                    "ty < tiles_y; ty += gridDim.y",
+                    "ty < tiles_y; ty += b.grid_y()",
                     ONE,
                     "grid.y = the band's tile rows",
                     children=(

@@ -1,6 +1,8 @@
-"""The CUDA kernels' per-thread code (csrc/flip/passes.h), run on the CPU by the test-only emulator
-(torch.ops.flip_emulator, tests/emulator), against the CPU kernels: this is how CPU-only CI checks
-the GPU formulation (tiling, halos, transposed borders, plane layouts)."""
+"""The CUDA kernels, run on the CPU by the test-only emulator (torch.ops.flip_emulator,
+tests/emulator: the launch sequences and block code of csrc/flip/cuda, one fiber per CUDA thread,
+barriers and shared memory checked), against the CPU kernels: this is how CPU-only CI checks the
+GPU formulation (tiling, halos, transposed borders, plane layouts). The checker's own tests, which
+mutate the kernels, are in test_emulator_checks.py."""
 
 import os
 import shutil
@@ -243,18 +245,25 @@ def test_tiled_hdr_backward_skips_tiles_an_exposure_does_not_win(ops, emulator, 
 
 @pytest.mark.parametrize("shape", [(1, 3, 23, 31), (2, 3, 9, 50)], ids=str)
 def test_large_ppd_backward_matches_cpu_kernels(ops, emulator, shape):
-    # ppd 300: radius 41, wider than these images; on a GPU such radii take the row passes (the
-    # tiled kernels' shared memory does not fit), here both formulations run.
+    # ppd 300: radius 41, wider than these images. The tiled kernels' tiles do not fit an sm_90
+    # block's shared memory then (the emulator refuses them as csrc/ops/cuda.cpp would not choose
+    # them) and the row passes run; at ppd 110 (radius 15, the largest float64 tiles that fit) the
+    # tiled backward runs with the radius still beyond the 9-row image.
     a, b = inputs(shape, torch.float64, seed=10)
     g = torch.rand(shape[0], 1, *shape[2:], generator=torch.Generator().manual_seed(11), dtype=torch.float64)
-    expected = ops.ldr_flip_backward(g, a, b, 300.0, "srgb", 1e-15, [True, True])
-    for mask in MASKS:
-        rows = emulator.ldr_flip_backward(g, a, b, 300.0, "srgb", 1e-15, mask)
-        for want, x, y in zip(mask, rows, expected):
-            if want:
-                close(x, y, torch.float64, grad=True)
-        tiled = emulator.ldr_flip_backward_tiled(g, a, b, 300.0, "srgb", 1e-15, mask, SMALLEST)
-        check_tiled(tiled, rows, expected, torch.float64, mask)
+    for ppd in (300.0, 110.0):
+        expected = ops.ldr_flip_backward(g, a, b, ppd, "srgb", 1e-15, [True, True])
+        for mask in MASKS:
+            rows = emulator.ldr_flip_backward(g, a, b, ppd, "srgb", 1e-15, mask)
+            for want, x, y in zip(mask, rows, expected):
+                if want:
+                    close(x, y, torch.float64, grad=True)
+            if ppd == 300.0:
+                with pytest.raises(RuntimeError, match="do not fit"):
+                    emulator.ldr_flip_backward_tiled(g, a, b, ppd, "srgb", 1e-15, mask, SMALLEST)
+                continue
+            tiled = emulator.ldr_flip_backward_tiled(g, a, b, ppd, "srgb", 1e-15, mask, SMALLEST)
+            check_tiled(tiled, rows, expected, torch.float64, mask)
 
 
 def radius(ppd):

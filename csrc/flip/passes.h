@@ -1,8 +1,10 @@
 // The GPU formulation of FLIP's filter banks, as per-thread functions that run unchanged on the
-// host. A CUDA kernel calls one of them per thread (csrc/flip/cuda/); the test-only emulator
-// (tests/emulator) runs the very same functions in loops so that the CPU test suite checks the GPU
-// index math. The per-pixel code the CPU kernels share with them is in pixel.h and hdr_pixel.h.
-// docs/algorithm.md §8.8 describes the three formulations and their memory.
+// host. The CUDA kernels' block code (csrc/flip/cuda/blocks.h) calls them between its barriers; the
+// test-only emulator (tests/emulator) runs that very block code, one fiber per CUDA thread, so that
+// the CPU test suite checks the GPU index math and barriers. Shared memory comes in as a template
+// parameter (S, P): T* on the GPU, a checked handle in the emulator. The per-pixel code the CPU
+// kernels share with them is in pixel.h and hdr_pixel.h. docs/algorithm.md §8.8 describes the
+// three formulations and their memory.
 //
 // LDR-FLIP and HDR-FLIP (one launch per exposure, or two per exposure and band):
 //   fused forward   one block per kTileW x kTileH tile: input tile + R halo, horizontal and
@@ -96,8 +98,8 @@ FLIP_HD int h_smem_len(int B, int R) { return 4 * (B + 2 * R); }
 // one image (clamped to the border) and converts them. src points at the image (C x H x W); scale
 // and tm are the exposure of Input::kHdr (unused otherwise). Returns false if it met a non-finite
 // value.
-template <class T>
-FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int64_t x0, int B, int R, int tid, T* smem,
+template <class T, class S>
+FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int64_t x0, int B, int R, int tid, S smem,
                     T scale, ToneMapper tm) {
   const int L = B + 2 * R;
   const int64_t hw = g.hw();
@@ -135,15 +137,15 @@ FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int6
   return ok;
 }
 
-template <Form F = Form::kPlain, class T>
-FLIP_HD T hsum(const T* c, const FilterView<T>& f) {  // c points at the centre sample
+template <Form F = Form::kPlain, class T, class P>
+FLIP_HD T hsum(P c, const FilterView<T>& f) {  // c points at the centre sample
   return correlate<F>(f, [c](int k) { return c[k]; });
 }
 
 // Phase 2: the horizontal outputs of pixel (y, x0 + tid) into the image's planes.
-template <class T>
-FLIP_HD void h_compute(const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x0, int B, int R, int tid,
-                       const T* smem, T* planes) {
+template <class T, class S>
+FLIP_HD void h_compute(const Geometry& g, const TapsView<T>& t, int64_t y, int64_t x0, int B, int R, int tid, S smem,
+                       T* planes) {
   const int64_t x = x0 + tid;
   if (x >= g.w) return;
   const int L = B + 2 * R, c = tid + R;
@@ -287,8 +289,8 @@ FLIP_HD int ht_smem_len(int B, int R, int planes) { return planes * (B + 2 * R);
 
 // Phase 1: load columns [x0 - R, x0 + B + R) of row y of every transposed-vertical plane, zero
 // outside the image.
-template <class T>
-FLIP_HD void ht_load(const T* tpl, const Geometry& g, int64_t y, int64_t x0, int B, int R, int tid, T* smem) {
+template <class T, class S>
+FLIP_HD void ht_load(const T* tpl, const Geometry& g, int64_t y, int64_t x0, int B, int R, int tid, S smem) {
   const int L = B + 2 * R, np = g.planes();
   const int64_t hw = g.hw();
   for (int i = tid; i < L; i += B) {
@@ -303,8 +305,8 @@ FLIP_HD void ht_load(const T* tpl, const Geometry& g, int64_t y, int64_t x0, int
 // samples, plus the samples the forward clamped onto the first and last positions. c points at
 // pos's sample; the samples around it are zero outside the line, and at pos == 0 (len - 1) the
 // line's first (last) r samples follow (precede) c, so no pointer outside the buffer is formed.
-template <Form F = Form::kPlain, class T>
-FLIP_HD T tsum(const T* c, int stride, int64_t pos, int64_t len, const FilterView<T>& f) {
+template <Form F = Form::kPlain, class T, class P>
+FLIP_HD T tsum(P c, int stride, int64_t pos, int64_t len, const FilterView<T>& f) {
   T acc = correlate<F>(f, [c, stride](int k) { return c[-k * stride]; });
   const int64_t m = f.r < len ? f.r : len;
   if (pos == 0)
@@ -317,9 +319,8 @@ FLIP_HD T tsum(const T* c, int stride, int64_t pos, int64_t len, const FilterVie
 // The transposed horizontal filters of one pixel: gradient w.r.t. the opponent channels (g_opp,
 // CSF) and the achromatic channel (g_yh, features) at column x from the 7 transposed-vertical
 // rows (CSF t0..t3, then feature A, B, C; plane q at s + q * L, c the column's offset in them).
-template <class T>
-FLIP_HD void ht_pixel(const Geometry& g, const TapsView<T>& t, const T* s, int L, int c, int64_t x, T g_opp[3],
-                      T& g_yh) {
+template <class T, class S>
+FLIP_HD void ht_pixel(const Geometry& g, const TapsView<T>& t, S s, int L, int c, int64_t x, T g_opp[3], T& g_yh) {
   g_opp[0] = g_opp[1] = g_opp[2] = g_yh = T(0);
   if (g.csf) {
     g_opp[0] = tsum(s + c, 1, x, g.w, t.y);
@@ -327,7 +328,7 @@ FLIP_HD void ht_pixel(const Geometry& g, const TapsView<T>& t, const T* s, int L
     g_opp[2] = tsum(s + 2 * L + c, 1, x, g.w, t.cz1) + tsum(s + 3 * L + c, 1, x, g.w, t.cz2);
   }
   if (g.feat) {
-    const T* f = s + g.feat0() * L;
+    const S f = s + g.feat0() * L;
     g_yh = tsum<Form::kOdd>(f + c, 1, x, g.w, t.dg) + tsum<Form::kCentred>(f + L + c, 1, x, g.w, t.ddg) +
            tsum(f + 2 * L + c, 1, x, g.w, t.g);
   }
@@ -335,9 +336,9 @@ FLIP_HD void ht_pixel(const Geometry& g, const TapsView<T>& t, const T* s, int L
 
 // Phase 2: gradient w.r.t. the opponent channels (g_opp, CSF) and the achromatic channel (g_yh,
 // features) of pixel (y, x0 + tid). Returns false when the thread has no pixel.
-template <class T>
-FLIP_HD bool ht_compute(const Geometry& g, const TapsView<T>& t, int64_t x0, int B, int R, int tid, const T* smem,
-                        T g_opp[3], T& g_yh) {
+template <class T, class S>
+FLIP_HD bool ht_compute(const Geometry& g, const TapsView<T>& t, int64_t x0, int B, int R, int tid, S smem, T g_opp[3],
+                        T& g_yh) {
   const int64_t x = x0 + tid;
   if (x >= g.w) return false;
   ht_pixel(g, t, smem, B + 2 * R, tid + R, x, g_opp, g_yh);
@@ -449,9 +450,9 @@ FLIP_HD int fused_smem_len(int R) {
 
 // Phase 1 (image im): rows [y0 - R, y0 + kTileH + R) and columns [x0 - R, x0 + kTileW + R) of the
 // input, clamped to the image, converted to opponent colours and the achromatic channel.
-template <class T>
+template <class T, class S>
 FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0, int64_t x0, int R, int tid,
-                        int nthreads, T* smem, T scale, ToneMapper tm) {
+                        int nthreads, S smem, T scale, ToneMapper tm) {
   const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
   const int64_t hw = g.hw();
   bool ok = true;
@@ -474,11 +475,10 @@ FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0,
 }
 
 // Phase 2: the 7 horizontal outputs for every tile row (halo included) and tile column.
-template <class T>
-FLIP_HD void fused_horizontal(const TapsView<T>& t, int R, int tid, int nthreads, T* smem) {
+template <class T, class S>
+FLIP_HD void fused_horizontal(const TapsView<T>& t, int R, int tid, int nthreads, S smem) {
   const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols, n = rows * kTileW;
-  const T* in = smem;
-  T* h = smem + 4 * rc;
+  const S in = smem, h = smem + 4 * rc;
   for (int i = tid; i < n; i += nthreads) {
     const int c = (i / kTileW) * cols + i % kTileW + R;  // the centre sample in the input tile
     h[i] = hsum(in + c, t.y);
@@ -497,8 +497,8 @@ FLIP_HD int fused_vertical_offset(int R, int im) {
   return 4 * fused_rows(R) * fused_cols(R) + kHorizontalPlanesPerImage * fused_rows(R) * kTileW +
          im * kResponsePlanesPerImage * kTileH * kTileW;
 }
-template <class T>
-FLIP_HD void fused_values(const T* v, int i, T F[3], Features<T>& f) {
+template <class T, class P>
+FLIP_HD void fused_values(P v, int i, T F[3], Features<T>& f) {
   constexpr int np = kTileH * kTileW;
   F[0] = v[i];
   F[1] = v[np + i];
@@ -506,17 +506,16 @@ FLIP_HD void fused_values(const T* v, int i, T F[3], Features<T>& f) {
   f = Features<T>{v[3 * np + i], v[4 * np + i], v[5 * np + i], v[6 * np + i]};
 }
 
-template <Form F = Form::kPlain, class T>
-FLIP_HD T vsum_tile(const T* h, const FilterView<T>& f) {  // h points at the centre row's sample
+template <Form F = Form::kPlain, class T, class P>
+FLIP_HD T vsum_tile(P h, const FilterView<T>& f) {  // h points at the centre row's sample
   return correlate<F>(f, [h](int k) { return h[k * kTileW]; });
 }
 
 // Phase 3 (image im): the vertical outputs F0, F1, F2, dx, dy, ddx, ddy of every tile pixel.
-template <class T>
-FLIP_HD void fused_vertical(const TapsView<T>& t, int R, int im, int tid, int nthreads, T* smem) {
+template <class T, class S>
+FLIP_HD void fused_vertical(const TapsView<T>& t, int R, int im, int tid, int nthreads, S smem) {
   const int rows = fused_rows(R), cols = fused_cols(R), n = rows * kTileW, np = kTileH * kTileW;
-  const T* h = smem + 4 * rows * cols;
-  T* v = smem + fused_vertical_offset(R, im);
+  const S h = smem + 4 * rows * cols, v = smem + fused_vertical_offset(R, im);
   for (int i = tid; i < np; i += nthreads) {
     const int c = (i / kTileW + R) * kTileW + i % kTileW;
     v[i] = vsum_tile(h + c, t.y);
@@ -531,11 +530,11 @@ FLIP_HD void fused_vertical(const TapsView<T>& t, int R, int im, int tid, int nt
 
 // Phase 4: the per-pixel tail into the error map (out points at this batch item's map). With
 // hs (HDR-FLIP, one exposure of item n), the error is folded into the running maximum instead.
-template <class T>
-FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int tid, int nthreads, const T* smem, T eps,
+template <class T, class S>
+FLIP_HD void fused_tail(const Geometry& g, int64_t y0, int64_t x0, int R, int tid, int nthreads, S smem, T eps,
                         const ColorConsts<T>& k, T* out, const HdrStep<T>* hs = nullptr, int64_t n = 0,
                         T* emap = nullptr, int32_t* index = nullptr) {
-  const T *vt = smem + fused_vertical_offset(R, 0), *vr = smem + fused_vertical_offset(R, 1);
+  const S vt = smem + fused_vertical_offset(R, 0), vr = smem + fused_vertical_offset(R, 1);
   for (int i = tid; i < kTileH * kTileW; i += nthreads) {
     const int64_t y = y0 + i / kTileW, x = x0 + i % kTileW;
     if (y >= g.h || x >= g.w) continue;
@@ -674,11 +673,11 @@ FLIP_HD int64_t tiled_grad_tiles_y(const BackwardBand& b) { return (b.g1 - b.g0 
 // per-pixel adjoint of the tile's pixels in rows below b.g1 into the wanted images' gradient planes.
 // grad and index point at item n's map; with hs (HDR-FLIP, one exposure) only the pixels this
 // exposure won pass their incoming gradient.
-template <class T>
+template <class T, class S>
 FLIP_HD void tiled_tail_vjp(const Geometry& g, const BackwardBand& b, int64_t n, int64_t y0, int64_t x0, int R, int tid,
-                            int nthreads, const T* smem, T eps, const ColorConsts<T>& k, const T* grad, T* scratch,
+                            int nthreads, S smem, T eps, const ColorConsts<T>& k, const T* grad, T* scratch,
                             const HdrStep<T>* hs = nullptr, const int32_t* index = nullptr) {
-  const T *vt = smem + fused_vertical_offset(R, 0), *vr = smem + fused_vertical_offset(R, 1);
+  const S vt = smem + fused_vertical_offset(R, 0), vr = smem + fused_vertical_offset(R, 1);
   const int64_t stride = b.plane_stride(g.w);
   T* out_t = (b.wanted & 1) ? b.planes(scratch, n, 0, g.w) : nullptr;
   T* out_r = (b.wanted & 2) ? b.planes(scratch, n, 1, g.w) : nullptr;
@@ -744,9 +743,9 @@ FLIP_HD int tiled_t_smem_len(int R) {
 // image's gradient planes gp (band b) into shared memory, zero outside the image's columns and
 // outside the rows the band holds. Where the band reaches the image's border those are the zeros
 // of the transposed filter; elsewhere the rows the band lacks feed only rows it does not output.
-template <class T>
+template <class T, class S>
 FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g, int64_t y0, int64_t x0, int R, int tid,
-                          int nthreads, T* smem) {
+                          int nthreads, S smem) {
   const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
   const int64_t stride = b.plane_stride(g.w);
   for (int i = tid; i < rc; i += nthreads) {
@@ -759,12 +758,11 @@ FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g,
 
 // Kernel 2, phase 2: the transposed vertical filters (vt_values) of the tile's rows below y_end,
 // every column of the halo included (zero outside the image).
-template <class T>
+template <class T, class S>
 FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y0, int64_t y_end, int R, int tid,
-                              int nthreads, T* smem) {
+                              int nthreads, S smem) {
   const int cols = fused_cols(R), rc = fused_rows(R) * cols, n = kTileH * cols;
-  const T* in = smem;
-  T* out = smem + kResponsePlanesPerImage * rc;
+  const S in = smem, out = smem + kResponsePlanesPerImage * rc;
   for (int i = tid; i < n; i += nthreads) {
     const int r = i / cols;
     const int64_t y = y0 + r;
@@ -785,12 +783,12 @@ FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y
 
 // Kernel 2, phase 3: the transposed horizontal filters of the tile's pixels (rows below y_end)
 // and the chain to the input, stored by ht_store (src, out, scale, tm as there).
-template <class T>
+template <class T, class S>
 FLIP_HD void tiled_horizontal_t(const Geometry& g, const TapsView<T>& t, int64_t y0, int64_t y_end, int64_t x0, int R,
-                                int tid, int nthreads, const T* smem, Input mode, const T* src, T* out, T scale,
+                                int tid, int nthreads, S smem, Input mode, const T* src, T* out, T scale,
                                 ToneMapper tm) {
   const int cols = fused_cols(R), n = kTileH * cols;
-  const T* s = smem + kResponsePlanesPerImage * fused_rows(R) * cols;
+  const S s = smem + kResponsePlanesPerImage * fused_rows(R) * cols;
   for (int i = tid; i < kTileH * kTileW; i += nthreads) {
     const int r = i / kTileW, j = i % kTileW;
     const int64_t y = y0 + r, x = x0 + j;

@@ -71,24 +71,9 @@ flip::cuda::KernelTaps<T> kernel_taps(double ppd, const Tensor& like, cudaStream
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = cache[{ppd, dev}];
   if (slot) return *slot;
-  auto csf = flip::csf_taps<T>(ppd);
-  auto feat = flip::feature_taps<T>(ppd);
-  const flip::Filter1D<T>* filters[flip::kBankFilters] = {&csf->y,  &csf->cx,  &csf->cz1, &csf->cz2,
-                                                          &feat->g, &feat->dg, &feat->ddg};
   auto entry = std::make_unique<Taps>();
-  std::vector<T> host;
-  for (int i = 0; i < flip::kBankFilters; ++i) {
-    const auto* f = filters[i];
-    entry->offset[i] = static_cast<int>(host.size());
-    entry->radius[i] = f->radius;
-    host.insert(host.end(), f->w.begin(), f->w.end());
-    host.insert(host.end(), f->left.begin(), f->left.end());
-    host.insert(host.end(), f->right.begin(), f->right.end());
-  }
-  entry->rmax = std::max(csf->y.radius, feat->g.radius);
-  if (host.size() <= static_cast<size_t>(Taps::kInlineCapacity)) {
-    std::copy(host.begin(), host.end(), entry->inline_taps);
-  } else {
+  const std::vector<T> host = flip::cuda::pack_taps(*flip::csf_taps<T>(ppd), *flip::feature_taps<T>(ppd), *entry);
+  if (host.size() > static_cast<size_t>(Taps::kInlineCapacity)) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     FLIP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (capture != cudaStreamCaptureStatusNone) {
@@ -126,8 +111,7 @@ bool force_row_passes() {
 // The fused forward when the device offers its shared memory and the row passes are not forced.
 template <class T>
 bool use_fused_forward(const flip::cuda::KernelTaps<T>& taps) {
-  const size_t have = shared_memory_per_block();
-  return !force_row_passes() && flip::cuda::fused_smem_bytes<T>(taps.rmax) <= have;
+  return flip::cuda::use_fused_forward<T>(taps.rmax, shared_memory_per_block(), force_row_passes());
 }
 
 // FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> replaces the tiled backward's scratch budget
@@ -162,14 +146,12 @@ bool debug_nan_scratch() {
 // both kernels' shared memory and the row passes are not forced.
 template <class T>
 bool use_tiled_backward(const flip::cuda::KernelTaps<T>& taps) {
-  const size_t have = shared_memory_per_block();
-  return !force_row_passes() && flip::cuda::fused_smem_bytes<T>(taps.rmax) <= have &&
-         flip::cuda::tiled_t_smem_bytes<T>(taps.rmax) <= have;
+  return flip::cuda::use_tiled_backward<T>(taps.rmax, shared_memory_per_block(), force_row_passes());
 }
 
 template <class T>
 void check_shared_memory(const flip::cuda::KernelTaps<T>& t, int planes) {
-  const size_t need = std::max(flip::cuda::h_smem_bytes<T>(t.rmax), flip::cuda::ht_smem_bytes<T>(t.rmax, planes));
+  const size_t need = flip::cuda::row_pass_smem_bytes<T>(t.rmax, planes);
   const size_t have = shared_memory_per_block();
   FLIP_CHECK(need <= have, "flip: pixels_per_degree is too large for this GPU's shared memory (filter radius ", t.rmax,
              " needs ", need, " bytes per block, the device has ", have, ")");

@@ -1,11 +1,15 @@
-"""The test-only GPU emulator: torch.ops.flip_emulator, the CUDA kernels' per-thread code
-(csrc/flip/passes.h) run on the CPU (ops.cpp, emulate.cpp). It is not part of flip_loss: the test
-suite compiles it on first use into one build directory (FLIP_LOSS_EMULATOR_BUILD_DIR, default
-build/torch-<release>/emulator, tests/build_dirs.py), which ninja keeps up to date, so a test run
-compiles it at most once and later runs (and child processes) only load it."""
+"""The test-only GPU emulator: torch.ops.flip_emulator, the CUDA kernels' launch sequences and
+block code (csrc/flip/cuda/sequences.h, blocks.h) run on the CPU, one fiber per CUDA thread with
+barriers and shared memory checked (ops.cpp, emulate.cpp, block_runner.cpp). It is not part of
+flip_loss: the test suite compiles it on first use into one build directory
+(FLIP_LOSS_EMULATOR_BUILD_DIR, default build/torch-<release>/emulator, tests/build_dirs.py), which
+ninja keeps up to date, so a test run compiles it at most once and later runs (and child
+processes) only load it. mutant_ops() builds a second copy from mutated sources, for the
+checker's own tests."""
 
 import fcntl
 import functools
+import shutil
 from pathlib import Path
 
 import torch
@@ -27,28 +31,78 @@ CXX_FLAGS = [
 ]
 
 
-@functools.cache
-def ops():
-    """torch.ops.flip_emulator, built (or brought up to date) and loaded on the first call."""
+SOURCES = ["ops.cpp", "emulate.cpp", "block_runner.cpp"]
+
+
+def _load(name, build_dir, include_dir, defines=()):
     from torch.utils import cpp_extension
 
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    build_dir.mkdir(parents=True, exist_ok=True)
     # cpp_extension.load serialises builders with a file named lock in the build directory. Up to
     # some release (2.11 does) it waits while that file exists, so one left by a builder that was
     # killed (a test run stopped with Ctrl-C, a timed-out child) stalls every later load forever;
     # newer releases hold an flock on it and leave the file behind. An flock of our own, which the
     # kernel releases when its holder dies, guards the load: whoever holds it is the only builder,
     # so a lock file found then is stale.
-    with open(BUILD_DIR / "load.flock", "w") as guard:
+    with open(build_dir / "load.flock", "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
-        (BUILD_DIR / "lock").unlink(missing_ok=True)
+        (build_dir / "lock").unlink(missing_ok=True)
         cpp_extension.load(
-            name="flip_emulator",
-            sources=[str(HERE / "ops.cpp"), str(HERE / "emulate.cpp")],
-            extra_include_paths=[str(ROOT / "csrc")],
-            extra_cflags=CXX_FLAGS,
-            build_directory=str(BUILD_DIR),
+            name=name,
+            sources=[str(HERE / f) for f in SOURCES],
+            extra_include_paths=[str(include_dir)],
+            extra_cflags=CXX_FLAGS + [f"-D{d}" for d in defines],
+            build_directory=str(build_dir),
             is_python_module=False,
             verbose=False,
         )
-    return torch.ops.flip_emulator
+    return getattr(torch.ops, name)
+
+
+@functools.cache
+def ops():
+    """torch.ops.flip_emulator, built (or brought up to date) and loaded on the first call."""
+    return _load("flip_emulator", BUILD_DIR, ROOT / "csrc")
+
+
+def _mutated(text, mutations, path):
+    """text with each (file, original, mutated) of mutations for this file made selectable: the
+    k-th mutation (k from 1) is in force while the emulator's setting `mutant` is k. An original
+    ending in ";" is a statement (mutated: an if/else), any other an expression (a conditional)."""
+    for k, (file, original, mutated) in enumerate(mutations, start=1):
+        if file != path:
+            continue
+        if text.count(original) != 1:
+            raise ValueError(f"mutation {k}: {original!r} is not in {file} exactly once")
+        on = f"::flip_emulator::mutant() == {k}"
+        if original.endswith(";"):
+            text = text.replace(original, f"if ({on}) {{ {mutated} }} else {{ {original} }}")
+        else:
+            text = text.replace(original, f"({on} ? ({mutated}) : ({original}))")
+    return text
+
+
+@functools.cache
+def mutant_ops(mutations):
+    """torch.ops.flip_emulator_mutants: the emulator built from a copy of csrc/ in which each of
+    `mutations` (a tuple of (path under csrc/, original expression, mutated expression)) is
+    switched on by configure(mutant=k), k counting from 1. One build for all of them, kept in
+    build/torch-<release>/emulator-mutants."""
+    build_dir = BUILD_DIR.parent / (BUILD_DIR.name + "-mutants")
+    src = build_dir / "csrc"
+    for path in sorted((ROOT / "csrc").rglob("*")):
+        if path.is_dir():
+            continue
+        rel = path.relative_to(ROOT / "csrc").as_posix()
+        text = path.read_text() if path.suffix in (".h", ".cpp", ".inc", ".cu") else None
+        out = src / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if text is None:
+            shutil.copyfile(path, out)
+            continue
+        if any(m[0] == rel for m in mutations):
+            text = text.replace("#pragma once\n", "#pragma once\nnamespace flip_emulator {\nint mutant();\n}\n", 1)
+            text = _mutated(text, mutations, rel)
+        if not out.exists() or out.read_text() != text:  # unchanged files keep their time: ninja rebuilds less
+            out.write_text(text)
+    return _load("flip_emulator_mutants", build_dir, src, ["FLIP_EMULATOR_LIBRARY=flip_emulator_mutants"])

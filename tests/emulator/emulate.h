@@ -1,65 +1,52 @@
-// Host emulation of the CUDA kernels' launch sequences (csrc/flip/cuda/kernels.cu): the same
-// per-thread functions of csrc/flip/passes.h, run block by block and thread by thread. Slow; it
-// exists so that CPU-only CI checks the GPU formulation against the CPU kernels. Test-only: built
-// by the test suite (tests/emulator/__init__.py), never part of the shipped libraries.
+// Host emulation of the CUDA kernels: the launch sequences of csrc/flip/cuda/sequences.h with a
+// launcher that runs every block of every launch through the kernels' own block code
+// (csrc/flip/cuda/blocks.h) on a BlockRunner (block_runner.h: one fiber per CUDA thread, real
+// barriers, shared memory checked for races). Slow; it exists so that CPU-only CI checks the GPU
+// code, its barriers and its index math, against the CPU kernels. Test-only: built by the test
+// suite (tests/emulator/__init__.py), never part of the shipped libraries.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "flip/filters.h"
-#include "flip/passes.h"
+#include "block_runner.h"
+#include "flip/cuda/params.h"
 
 namespace flip_emulator {
 
-using flip::Geometry;
-using flip::TapsView;
+// The launch sequences the emulator runs (each kernels.h launcher but hunt_hyab's).
+enum class Sequence {
+  kLdrForward,  // row passes
+  kLdrForwardFused,
+  kLdrBackward,  // row passes
+  kLdrBackwardTiled,
+  kHdrForward,
+  kHdrForwardFused,
+  kHdrBackward,
+  kHdrBackwardTiled,
+  kCsfForward,
+  kCsfBackward,
+  kFeatureForward,
+  kFeatureBackward,
+};
 
-// Host copies of the taps with a view over them. Gradient outputs may be null (not wanted).
+// The taps of ppd as a launch carries them (flip::cuda::pack_taps, as csrc/ops/cuda.cpp packs
+// them); taps too large to travel by value stay in `values`, which taps.device points at.
 template <class T>
 struct HostTaps {
-  std::shared_ptr<const flip::CsfTaps<T>> csf;
-  std::shared_ptr<const flip::FeatureTaps<T>> feat;
-  TapsView<T> view;
+  flip::cuda::KernelTaps<T> taps;
+  std::vector<T> values;
   explicit HostTaps(double ppd);
 };
 
+// Runs sequence `seq` on the host buffers in p (filled as csrc/ops/cuda.cpp fills them, the tiled
+// backward's plan included; planes, gplanes and scratch left null: the emulator allocates them,
+// filled with NaN). `channels` is the
+// channel count of test/ref and of the gradients (3, or 1 for feature_difference). Each buffer is
+// copied into one with guard zones on both sides, whose change after the launches reports a write
+// out of bounds (and whose NaN a read out of bounds brings into the results). Throws
+// std::runtime_error with what the checks found.
 template <class T>
-void ldr_flip_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb, T eps);
-template <class T>
-void ldr_flip_forward_fused(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, bool srgb,
-                            T eps);
-template <class T>
-void hdr_flip_forward_fused(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
-                            T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, flip::ToneMapper tm,
-                            T eps);
-template <class T>
-void ldr_flip_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
-                       const TapsView<T>& t, bool srgb, T eps);
-// The tiled backward (kernels 1 and 2 of passes.h, band by band as kernels.cu runs them), with the
-// scratch of plan_backward(..., scratch_bytes).
-template <class T>
-void ldr_flip_backward_tiled(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
-                             const TapsView<T>& t, bool srgb, T eps, int64_t scratch_bytes);
-template <class T>
-void hdr_flip_backward_tiled(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts,
-                             int64_t E, const int32_t* index, T* g_test, T* g_ref, const Geometry& g,
-                             const TapsView<T>& t, flip::ToneMapper tm, T eps, int64_t scratch_bytes);
-template <class T>
-void hdr_flip_forward(const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E, T* out,
-                      T* emap, int32_t* index, const Geometry& g, const TapsView<T>& t, flip::ToneMapper tm, T eps);
-template <class T>
-void hdr_flip_backward(const T* grad, const T* test, const T* ref, const T* exposures, const int64_t* counts, int64_t E,
-                       const int32_t* index, T* g_test, T* g_ref, const Geometry& g, const TapsView<T>& t,
-                       flip::ToneMapper tm, T eps);
-template <class T>
-void csf_filter_forward(const T* opp, T* out, const Geometry& g, const TapsView<T>& t);
-template <class T>
-void csf_filter_backward(const T* grad, const T* opp, T* g_opp, const Geometry& g, const TapsView<T>& t);
-template <class T>
-void feature_difference_forward(const T* test, const T* ref, T* out, const Geometry& g, const TapsView<T>& t, T eps);
-template <class T>
-void feature_difference_backward(const T* grad, const T* test, const T* ref, T* g_test, T* g_ref, const Geometry& g,
-                                 const TapsView<T>& t, T eps);
+void run(Sequence seq, flip::cuda::Params<T> p, int channels);
 
 }  // namespace flip_emulator

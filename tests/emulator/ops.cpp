@@ -1,11 +1,14 @@
-// torch.ops.flip_emulator: the CUDA kernels' per-thread code (csrc/flip/passes.h) run on the CPU,
-// block by block, so that tests on machines without a GPU check the GPU formulation against the
-// CPU kernels. Test-only and slow: built by the test suite (tests/emulator/__init__.py), never
-// installed. One op per launch sequence of csrc/flip/cuda/kernels.cu, each with the schema of the
-// flip op it emulates (the *_fused ones: the fused forward kernel) and the same argument checks
-// (csrc/ops/checks.h), all made before any filter taps are built. Like the flip ops' kernels
-// (csrc/ops/cpu.cpp), it is written against PyTorch's stable C++ ABI, so that it compiles with the
-// same shared headers (csrc/ops/checks.h, common.h).
+// torch.ops.flip_emulator: the CUDA kernels run on the CPU, so that tests on machines without a
+// GPU check the GPU code against the CPU kernels: the launch sequences of csrc/flip/cuda/sequences.h
+// with every block of every launch running the kernels' own block code (csrc/flip/cuda/blocks.h)
+// one fiber per CUDA thread, barriers and shared memory checked (emulate.h, block_runner.h).
+// Test-only and slow: built by the test suite (tests/emulator/__init__.py), never installed. One
+// op per launch sequence of csrc/flip/cuda/kernels.h, each with the schema of the flip op it
+// emulates (the *_fused ones: the fused forward; *_tiled: the tiled backward) and the same
+// argument checks (csrc/ops/checks.h), all made before any filter taps are built; the buffers are
+// prepared as csrc/ops/cuda.cpp prepares them. Like the flip ops' kernels, it is written against
+// PyTorch's stable C++ ABI, so that it compiles with the same shared headers (csrc/ops/checks.h,
+// common.h).
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
@@ -22,7 +25,9 @@ namespace flip_emulator_ops {
 namespace {
 
 namespace em = flip_emulator;
+using em::Sequence;
 using flip::Geometry;
+using flip::cuda::Params;
 using flip_ops::data;
 using flip_ops::Mask;
 using flip_ops::MaskArg;
@@ -30,6 +35,28 @@ using flip_ops::Pair;
 using flip_ops::ScalarType;
 using flip_ops::Tensor;
 using flip_ops::Triple;
+
+// The parameters every op sets (as cuda.cpp's params()), with the taps kept alive by `taps`.
+template <class T>
+Params<T> params(const Geometry& g, const em::HostTaps<T>& taps, double eps) {
+  Params<T> p;
+  p.g = g;
+  p.taps = taps.taps;
+  p.eps = static_cast<T>(eps);
+  p.k = flip::color_consts<T>();
+  return p;
+}
+
+// What cuda.cpp refuses before launching: a formulation whose shared memory an sm_90 block lacks.
+template <class T>
+void check_fits(const Params<T>& p, bool tiles) {
+  const size_t have = flip::cuda::kSm90SharedMemoryPerBlock;
+  const int R = p.taps.rmax;
+  FLIP_CHECK(!tiles || flip::cuda::use_fused_forward<T>(R, have, false),
+             "flip_emulator: the fused forward's tiles do not fit an sm_90 block at this pixels_per_degree");
+  FLIP_CHECK(tiles || flip::cuda::row_pass_smem_bytes<T>(R, p.g.planes()) <= have,
+             "flip_emulator: pixels_per_degree is too large for an sm_90 block's shared memory");
+}
 
 Tensor ldr_flip_impl(const Tensor& test, const Tensor& ref, double ppd, const std::string& space, double eps,
                      bool fused) {
@@ -40,8 +67,13 @@ Tensor ldr_flip_impl(const Tensor& test, const Tensor& ref, double ppd, const st
   flip_ops::dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
-    (fused ? em::ldr_flip_forward_fused<T> : em::ldr_flip_forward<T>)(data<T>(t), data<T>(r), data<T>(out), g,
-                                                                      taps.view, srgb, static_cast<T>(eps));
+    auto p = params<T>(g, taps, eps);
+    check_fits(p, fused);
+    p.srgb = srgb;
+    p.test = data<T>(t);
+    p.ref = data<T>(r);
+    p.out = data<T>(out);
+    em::run(fused ? Sequence::kLdrForwardFused : Sequence::kLdrForward, p, 3);
   });
   return flip_ops::to_dtype(out, test.scalar_type());
 }
@@ -52,6 +84,13 @@ Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string s
 
 Tensor ldr_flip_fused(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps) {
   return ldr_flip_impl(test, ref, ppd, space, eps, true);
+}
+
+// The tiled backward's bands for the gradients p asks for (cuda.cpp, tiled_backward_scratch).
+template <class T>
+void plan_tiled(Params<T>& p, int64_t scratch_bytes) {
+  const int wanted = (p.g_test != nullptr ? 1 : 0) | (p.g_ref != nullptr ? 2 : 0);
+  if (wanted != 0) p.plan = flip::plan_backward(p.g, wanted, p.taps.rmax, sizeof(T), scratch_bytes);
 }
 
 // The row-pass backward, or (tiled) the tiled one with that scratch budget.
@@ -65,14 +104,16 @@ Pair ldr_flip_backward_impl(const Tensor& grad, const Tensor& test, const Tensor
   flip_ops::dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
-    T *g_test = flip_ops::ptr_or_null<T>(gb[0]), *g_ref = flip_ops::ptr_or_null<T>(gb[1]);
-    const Geometry g = flip_ops::geometry(t, 2, true, true);
-    if (!tiled)
-      em::ldr_flip_backward<T>(data<T>(gr), data<T>(t), data<T>(r), g_test, g_ref, g, taps.view, srgb,
-                               static_cast<T>(eps));
-    else
-      em::ldr_flip_backward_tiled<T>(data<T>(gr), data<T>(t), data<T>(r), g_test, g_ref, g, taps.view, srgb,
-                                     static_cast<T>(eps), scratch_bytes);
+    auto p = params<T>(flip_ops::geometry(t, 2, true, true), taps, eps);
+    check_fits(p, tiled);
+    p.srgb = srgb;
+    p.grad = data<T>(gr);
+    p.test = data<T>(t);
+    p.ref = data<T>(r);
+    p.g_test = flip_ops::ptr_or_null<T>(gb[0]);
+    p.g_ref = flip_ops::ptr_or_null<T>(gb[1]);
+    if (tiled) plan_tiled(p, scratch_bytes);
+    em::run(tiled ? Sequence::kLdrBackwardTiled : Sequence::kLdrBackward, p, 3);
   });
   return flip_ops::cast_back(gb, test, ref);
 }
@@ -92,7 +133,7 @@ Pair ldr_flip_backward_tiled(const Tensor& grad, const Tensor& test, const Tenso
 Tensor backward_plan(int64_t n, int64_t h, int64_t w, int64_t wanted, double ppd, int64_t elem_bytes,
                      int64_t scratch_bytes) {
   const em::HostTaps<double> taps(ppd);
-  const auto p = flip::plan_backward(Geometry{n, h, w, 2, true, true}, static_cast<int>(wanted), taps.view.rmax,
+  const auto p = flip::plan_backward(Geometry{n, h, w, 2, true, true}, static_cast<int>(wanted), taps.taps.rmax,
                                      elem_bytes, scratch_bytes);
   const int64_t fields[] = {p.items, p.rows, p.buffer_rows, p.item_bands, p.row_bands};
   const int64_t count = sizeof(fields) / sizeof(fields[0]);
@@ -102,6 +143,34 @@ Tensor backward_plan(int64_t n, int64_t h, int64_t w, int64_t wanted, double ppd
   return out;
 }
 
+// Sets the emulator's run-time settings (block_runner.h, Settings) and returns the previous ones,
+// in the order of the arguments.
+Tensor configure(int64_t skip_barrier_line, int64_t skip_launch, int64_t max_grid_y, int64_t max_grid_z,
+                 int64_t max_blocks, int64_t mutant) {
+  em::Settings& s = em::settings();
+  const int64_t before[] = {s.skip_barrier_line, s.skip_launch, s.max_grid_y, s.max_grid_z, s.max_blocks, s.mutant};
+  s.skip_barrier_line = static_cast<int>(skip_barrier_line);
+  s.skip_launch = skip_launch;
+  s.max_grid_y = max_grid_y;
+  s.max_grid_z = max_grid_z;
+  s.max_blocks = max_blocks;
+  s.mutant = static_cast<int>(mutant);
+  const int64_t count = 6;
+  auto out = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(&count, 1), ScalarType::Long, std::nullopt,
+                                  torch::stable::Device(torch::headeronly::DeviceType::CPU));
+  std::copy(before, before + count, data<int64_t>(out));
+  return out;
+}
+
+// HDR-FLIP's buffers as cuda.cpp prepares them: the exposures and counts of the op.
+template <class T>
+void hdr_inputs(Params<T>& p, const Tensor& ex, const Tensor& cn, flip::ToneMapper tm) {
+  p.exposures = data<T>(ex);
+  p.counts = data<int64_t>(cn);
+  p.E = ex.size(1);
+  p.tm = tm;
+}
+
 Triple hdr_flip_impl(const Tensor& test, const Tensor& ref, const Tensor& exposures, const Tensor& counts, double ppd,
                      const std::string& tone_mapper, double eps, bool fused) {
   const auto tm = flip_ops::check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
@@ -109,16 +178,21 @@ Triple hdr_flip_impl(const Tensor& test, const Tensor& ref, const Tensor& exposu
   auto ex = flip_ops::contiguous_as(exposures, t.scalar_type());
   auto cn = flip_ops::contiguous_as(counts, ScalarType::Long);
   flip_ops::check_exposure_values_on_host(ex, cn);
-  auto out = flip_ops::empty_as(t, flip_ops::map_shape(t));
-  auto emap = flip_ops::empty_as(t, flip_ops::map_shape(t));
-  auto idx = flip_ops::empty_as(t, flip_ops::map_shape(t), ScalarType::Int);
-  const Geometry g = flip_ops::geometry(t, 2, true, true);
+  auto out = torch::stable::fill_(flip_ops::empty_as(t, flip_ops::map_shape(t)), 0.0);
+  auto emap = torch::stable::fill_(flip_ops::empty_as(t, flip_ops::map_shape(t)), 0.0);
+  auto idx = torch::stable::fill_(flip_ops::empty_as(t, flip_ops::map_shape(t), ScalarType::Int), -1.0);
   flip_ops::dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
-    (fused ? em::hdr_flip_forward_fused<T>
-           : em::hdr_flip_forward<T>)(data<T>(t), data<T>(r), data<T>(ex), data<int64_t>(cn), ex.size(1), data<T>(out),
-                                      data<T>(emap), data<int32_t>(idx), g, taps.view, tm, static_cast<T>(eps));
+    auto p = params<T>(flip_ops::geometry(t, 2, true, true), taps, eps);
+    check_fits(p, fused);
+    p.test = data<T>(t);
+    p.ref = data<T>(r);
+    hdr_inputs(p, ex, cn, tm);
+    p.out = data<T>(out);
+    p.emap = data<T>(emap);
+    p.index = data<int32_t>(idx);
+    em::run(fused ? Sequence::kHdrForwardFused : Sequence::kHdrForward, p, 3);
   });
   return {flip_ops::to_dtype(out, test.scalar_type()), flip_ops::to_dtype(emap, test.scalar_type()), idx};
 }
@@ -146,19 +220,23 @@ Pair hdr_flip_backward_impl(const Tensor& grad, const Tensor& test, const Tensor
   auto cn = flip_ops::contiguous_as(counts, ScalarType::Long);
   flip_ops::check_exposure_values_on_host(ex, cn);
   auto ix = torch::stable::contiguous(index);
-  auto gb = flip_ops::grad_buffers(t, mask);
+  std::array<Tensor, 2> gb = {
+      mask[0] ? torch::stable::fill_(torch::stable::empty_like(t), 0.0) : flip_ops::nothing_like(t),
+      mask[1] ? torch::stable::fill_(torch::stable::empty_like(t), 0.0) : flip_ops::nothing_like(t)};
   flip_ops::dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
-    T *g_test = flip_ops::ptr_or_null<T>(gb[0]), *g_ref = flip_ops::ptr_or_null<T>(gb[1]);
-    const Geometry g = flip_ops::geometry(t, 2, true, true);
-    if (!tiled)
-      em::hdr_flip_backward<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), data<int64_t>(cn), ex.size(1),
-                               data<int32_t>(ix), g_test, g_ref, g, taps.view, tm, static_cast<T>(eps));
-    else
-      em::hdr_flip_backward_tiled<T>(data<T>(gr), data<T>(t), data<T>(r), data<T>(ex), data<int64_t>(cn), ex.size(1),
-                                     data<int32_t>(ix), g_test, g_ref, g, taps.view, tm, static_cast<T>(eps),
-                                     scratch_bytes);
+    auto p = params<T>(flip_ops::geometry(t, 2, true, true), taps, eps);
+    check_fits(p, tiled);
+    p.grad = data<T>(gr);
+    p.test = data<T>(t);
+    p.ref = data<T>(r);
+    hdr_inputs(p, ex, cn, tm);
+    p.index = data<int32_t>(ix);
+    p.g_test = flip_ops::ptr_or_null<T>(gb[0]);
+    p.g_ref = flip_ops::ptr_or_null<T>(gb[1]);
+    if (tiled) plan_tiled(p, scratch_bytes);
+    em::run(tiled ? Sequence::kHdrBackwardTiled : Sequence::kHdrBackward, p, 3);
   });
   return flip_ops::cast_back(gb, test, ref);
 }
@@ -184,7 +262,11 @@ Tensor csf_filter(const Tensor& opp, double ppd) {
   flip_ops::dispatch_compute_dtype(o.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
-    em::csf_filter_forward<T>(data<T>(o), data<T>(out), flip_ops::geometry(o, 1, true, false), taps.view);
+    auto p = params<T>(flip_ops::geometry(o, 1, true, false), taps, 0.0);
+    check_fits(p, false);
+    p.test = data<T>(o);
+    p.out = data<T>(out);
+    em::run(Sequence::kCsfForward, p, 3);
   });
   return flip_ops::to_dtype(out, opp.scalar_type());
 }
@@ -198,7 +280,12 @@ Tensor csf_filter_backward(const Tensor& grad, const Tensor& opp, double ppd) {
   flip_ops::dispatch_compute_dtype(o.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
-    em::csf_filter_backward<T>(data<T>(gr), data<T>(o), data<T>(out), flip_ops::geometry(o, 1, true, false), taps.view);
+    auto p = params<T>(flip_ops::geometry(o, 1, true, false), taps, 0.0);
+    check_fits(p, false);
+    p.grad = data<T>(gr);
+    p.test = data<T>(o);
+    p.g_test = data<T>(out);
+    em::run(Sequence::kCsfBackward, p, 3);
   });
   return flip_ops::to_dtype(out, opp.scalar_type());
 }
@@ -210,8 +297,12 @@ Tensor feature_difference(const Tensor& test, const Tensor& ref, double ppd, dou
   flip_ops::dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
-    em::feature_difference_forward<T>(data<T>(t), data<T>(r), data<T>(out), flip_ops::geometry(t, 2, false, true),
-                                      taps.view, static_cast<T>(eps));
+    auto p = params<T>(flip_ops::geometry(t, 2, false, true), taps, eps);
+    check_fits(p, false);
+    p.test = data<T>(t);
+    p.ref = data<T>(r);
+    p.out = data<T>(out);
+    em::run(Sequence::kFeatureForward, p, 1);
   });
   return flip_ops::to_dtype(out, test.scalar_type());
 }
@@ -227,9 +318,14 @@ Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const T
   flip_ops::dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
-    em::feature_difference_backward<T>(data<T>(gr), data<T>(t), data<T>(r), flip_ops::ptr_or_null<T>(gb[0]),
-                                       flip_ops::ptr_or_null<T>(gb[1]), flip_ops::geometry(t, 2, false, true),
-                                       taps.view, static_cast<T>(eps));
+    auto p = params<T>(flip_ops::geometry(t, 2, false, true), taps, eps);
+    check_fits(p, false);
+    p.grad = data<T>(gr);
+    p.test = data<T>(t);
+    p.ref = data<T>(r);
+    p.g_test = flip_ops::ptr_or_null<T>(gb[0]);
+    p.g_ref = flip_ops::ptr_or_null<T>(gb[1]);
+    em::run(Sequence::kFeatureBackward, p, 1);
   });
   return flip_ops::cast_back(gb, test, ref);
 }
@@ -237,9 +333,18 @@ Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const T
 }  // namespace
 }  // namespace flip_emulator_ops
 
+// The library's name: flip_emulator, or another one for a second build loaded beside it (the
+// mutant build, tests/emulator/__init__.py). The indirection expands the name before the
+// registration macros paste it.
+#ifndef FLIP_EMULATOR_LIBRARY
+#define FLIP_EMULATOR_LIBRARY flip_emulator
+#endif
+#define FLIP_EMULATOR_DEFINE(ns, m) STABLE_TORCH_LIBRARY(ns, m)
+#define FLIP_EMULATOR_IMPL(ns, key, m) STABLE_TORCH_LIBRARY_IMPL(ns, key, m)
+
 // The schemas of csrc/ops/schema.cpp (defaults included), so that a test calls an emulated op
 // exactly as it calls the flip op.
-STABLE_TORCH_LIBRARY(flip_emulator, m) {
+FLIP_EMULATOR_DEFINE(FLIP_EMULATOR_LIBRARY, m) {
   m.def(
       "ldr_flip(Tensor test, Tensor reference, float pixels_per_degree=67.02064327658225,"
       " str input_space=\"srgb\", float eps=1e-15) -> Tensor");
@@ -269,6 +374,9 @@ STABLE_TORCH_LIBRARY(flip_emulator, m) {
       " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask,"
       " int scratch_bytes=33554432) -> (Tensor, Tensor)");
   m.def(
+      "configure(int skip_barrier_line=0, int skip_launch=-1, int max_grid_y=0, int max_grid_z=0, int max_blocks=0,"
+      " int mutant=0) -> Tensor");
+  m.def(
       "backward_plan(int n, int h, int w, int wanted, float pixels_per_degree, int elem_bytes,"
       " int scratch_bytes=33554432) -> Tensor");
   m.def("csf_filter(Tensor opponent, float pixels_per_degree) -> Tensor");
@@ -281,12 +389,13 @@ STABLE_TORCH_LIBRARY(flip_emulator, m) {
 
 static_assert(flip::kBackwardScratchBytes == 33554432, "update the scratch_bytes defaults of the schemas below");
 
-// backward_plan has no tensor argument to dispatch on.
-STABLE_TORCH_LIBRARY_IMPL(flip_emulator, CompositeExplicitAutograd, m) {
+// backward_plan and configure have no tensor argument to dispatch on.
+FLIP_EMULATOR_IMPL(FLIP_EMULATOR_LIBRARY, CompositeExplicitAutograd, m) {
   m.impl("backward_plan", TORCH_BOX(&flip_emulator_ops::backward_plan));
+  m.impl("configure", TORCH_BOX(&flip_emulator_ops::configure));
 }
 
-STABLE_TORCH_LIBRARY_IMPL(flip_emulator, CPU, m) {
+FLIP_EMULATOR_IMPL(FLIP_EMULATOR_LIBRARY, CPU, m) {
   using namespace flip_emulator_ops;
   m.impl("ldr_flip", TORCH_BOX(&ldr_flip));
   m.impl("ldr_flip_fused", TORCH_BOX(&ldr_flip_fused));

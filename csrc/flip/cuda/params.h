@@ -1,0 +1,243 @@
+// What the CUDA kernels are launched with, host-compilable so that the test-only emulator
+// (tests/emulator) launches the very same block code (blocks.h) through the very same launch
+// sequences (sequences.h) as kernels.cu: the taps argument and its packing, the launch parameters,
+// each launch's grid, block and shared memory, and the choice of formulation. No CUDA header here.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "../filters.h"
+#include "../passes.h"
+
+// __grid_constant__ (CUDA 11.7+, sm_70+) lets a kernel take the address of a by-value parameter
+// without copying it to per-thread local memory: the kernels' arguments below are then read
+// straight from the kernel's parameter space. Older toolkits still compile (with that copy).
+#if defined(__CUDACC_VER_MAJOR__) && \
+    (__CUDACC_VER_MAJOR__ > 11 || (__CUDACC_VER_MAJOR__ == 11 && __CUDACC_VER_MINOR__ >= 7))
+#define FLIP_GRID_CONSTANT __grid_constant__
+#else
+#define FLIP_GRID_CONSTANT
+#endif
+
+namespace flip {
+namespace cuda {
+
+// Bytes of filter taps a launch carries by value. With the rest of a kernel's arguments this stays
+// under the 4 KB parameter limit of every toolkit. Seven filters of radius r take 7 * (4r + 2)
+// values, so float32 fits up to ppd ~203 and float64 up to ppd ~97 (ppd 67: 282 values, 1.1 KB in
+// float32); larger radii use device memory (KernelTaps::device).
+constexpr size_t kInlineTapBytes = 3072;
+
+// The seven filters of TapsView in one launch argument. Taps passed by value need no device
+// allocation, so a first call under CUDA graph capture or inside torch.compile's cudagraph warm-up
+// allocates nothing from PyTorch's caching allocator (whose memory would then belong to a graph's
+// private pool) and never synchronises. Each filter is laid out as w (2r + 1), left (r), right (r).
+template <class T>
+struct KernelTaps {
+  static constexpr int kInlineCapacity = static_cast<int>(kInlineTapBytes / sizeof(T));
+  // Per filter of both banks (kBankFilters, plane_counts.h), in TapsView's order: y, cx, cz1,
+  // cz2, g, dg, ddg.
+  int offset[kBankFilters] = {};
+  int radius[kBankFilters] = {};
+  int rmax = 0;
+  // Null: the taps are in `inline_taps`. Else: memory owned by the caller (csrc/ops/cuda.cpp:
+  // device memory outside the caching allocator, alive for the process) holding the same layout.
+  const T* device = nullptr;
+  T inline_taps[kInlineCapacity] = {};
+
+  // The filters as TapsView (passes.h) pointing into this struct or into `device`. A kernel calls it
+  // on its FLIP_GRID_CONSTANT parameter, so the pointers stay in parameter space.
+  FLIP_HD TapsView<T> view() const {
+    const T* base = device != nullptr ? device : inline_taps;
+    FilterView<T> f[kBankFilters];
+    for (int i = 0; i < kBankFilters; ++i) {
+      const T* w = base + offset[i];
+      const int r = radius[i];
+      f[i] = FilterView<T>{w, w + 2 * r + 1, w + 3 * r + 1, r};
+    }
+    static_assert(kBankFilters == 7, "TapsView lists the seven filters of the banks");
+    return TapsView<T>{f[0], f[1], f[2], f[3], f[4], f[5], f[6], rmax};
+  }
+};
+// A kernel's other arguments take under 200 bytes, so every argument list stays within the 4 KB
+// that toolkits before CUDA 12.1 allow.
+static_assert(sizeof(KernelTaps<double>) + 512 <= 4096, "the taps argument leaves too little of the 4 KB");
+
+// The taps of ppd in KernelTaps' layout: the offsets, radii and rmax in `taps`, the values in the
+// returned vector, copied into taps.inline_taps when they fit there (then taps.device stays null;
+// else the caller puts the values somewhere and points taps.device at them).
+template <class T>
+std::vector<T> pack_taps(const CsfTaps<T>& csf, const FeatureTaps<T>& feat, KernelTaps<T>& taps) {
+  const Filter1D<T>* filters[kBankFilters] = {&csf.y, &csf.cx, &csf.cz1, &csf.cz2, &feat.g, &feat.dg, &feat.ddg};
+  std::vector<T> values;
+  for (int i = 0; i < kBankFilters; ++i) {
+    const Filter1D<T>* f = filters[i];
+    taps.offset[i] = static_cast<int>(values.size());
+    taps.radius[i] = f->radius;
+    values.insert(values.end(), f->w.begin(), f->w.end());
+    values.insert(values.end(), f->left.begin(), f->left.end());
+    values.insert(values.end(), f->right.begin(), f->right.end());
+  }
+  taps.rmax = std::max(csf.y.radius, feat.g.radius);
+  taps.device = nullptr;
+  if (values.size() <= static_cast<size_t>(KernelTaps<T>::kInlineCapacity))
+    std::copy(values.begin(), values.end(), taps.inline_taps);
+  return values;
+}
+
+// What the launch sequences read, in one struct (nvdiffrast's style) instead of long positional
+// lists: csrc/ops/cuda.cpp fills the fields an op needs and leaves the rest null. All buffers are
+// on the device, contiguous, N x C x H x W. Every kernel takes it as its first (grid-constant)
+// argument.
+template <class T>
+struct Params {
+  Geometry g;          // batch and image size, images per item, which banks run
+  KernelTaps<T> taps;  // the filter taps, by value or in device memory (unused by hunt_hyab)
+  T eps = T(0);
+  ColorConsts<T> k{};  // colour constants (LDR/HDR-FLIP, hunt_hyab)
+  bool srgb = false;   // LDR-FLIP: sRGB (else linear) input
+  // Inputs: the two images (csf_filter: the opponent image in test), the incoming gradient of a
+  // backward.
+  const T* test = nullptr;
+  const T* ref = nullptr;
+  const T* grad = nullptr;
+  // HDR-FLIP: exposures N x E (stops), item n uses the first counts[n], with tone mapper tm.
+  const T* exposures = nullptr;
+  const int64_t* counts = nullptr;
+  int64_t E = 0;
+  ToneMapper tm = ToneMapper::kAces;
+  // Outputs: the map; HDR-FLIP's exposure map and winning index (the forward writes the index, the
+  // backward reads it); the gradients w.r.t. test and ref (null where not wanted).
+  T* out = nullptr;
+  T* emap = nullptr;
+  int32_t* index = nullptr;
+  T* g_test = nullptr;
+  T* g_ref = nullptr;
+  // Scratch of the plane-based kernels: planes n * images * g.planes() * H * W, gplanes
+  // n * images * g.gplanes() * H * W (see passes.h).
+  T* planes = nullptr;
+  T* gplanes = nullptr;
+  // The tiled backward: its bands (plan_backward, for the gradients g_test / g_ref asks for) and
+  // their scratch of plan.scratch_elems(g) values.
+  BackwardPlan plan{};
+  T* scratch = nullptr;
+  // A debugging aid (FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH, csrc/ops/cuda.cpp; always on in the
+  // emulator): fill the scratch with NaN before each band's kernel 1, so that kernel 2 reading a
+  // value kernel 1 did not write gives NaN.
+  bool nan_scratch = false;
+};
+
+// What one launch adds to Params: the pass's input and output images, the exposure of an HDR
+// step, the band of the tiled backward. Every kernel takes it as its second argument.
+template <class T>
+struct Step {
+  Input mode = Input::kSrgb;
+  int channels = 3;         // H and HT: channels of src0/src1 and out0/out1
+  const T* src0 = nullptr;  // H and HT: the images (src1 may equal src0 when
+  const T* src1 = nullptr;  //   the planes hold one image)
+  T* out0 = nullptr;        // HT: the gradients (null: not wanted)
+  T* out1 = nullptr;
+  int wanted = 0;                      // VT: bit im set when image im's gradient is wanted
+  HdrStep<T> hs = HdrStep<T>::none();  // HDR-FLIP: the exposure
+  BackwardBand band{};                 // the tiled backward's band
+};
+
+// The kernels, one block body each (blocks.h, run_block).
+enum class Kernel : int {
+  kH,     // row pass H
+  kHt,    // row pass HT (+ the chain to the op's input)
+  kVt,    // row pass VT
+  kVLdr,  // V + tail, per op
+  kVLdrVjp,
+  kVCsf,
+  kVCsfVjp,
+  kVFeat,
+  kVFeatVjp,
+  kVHdr,
+  kVHdrVjp,
+  kHuntHyab,
+  kHuntHyabVjp,
+  kFused,           // the fused forward
+  kTiledGrad,       // the tiled backward's kernel 1
+  kTiledTranspose,  // and kernel 2
+};
+
+// A launch's grid (CUDA's dim3 without CUDA's headers).
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// The grid limits the launch shapes respect: CUDA's (grid.y and grid.z at most 65535) and a cap
+// on the blocks of the grid-stride kernels (enough to saturate any current GPU). The emulator
+// shrinks them to test the kernels' grid-stride loops on small images.
+struct GridLimits {
+  int64_t max_y = 65535, max_z = 65535, max_blocks = int64_t(1) << 20;
+};
+
+inline unsigned grid_dim(int64_t want, int64_t most) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, most)));
+}
+
+// The grid-stride kernels (V, VT, hunt_hyab): blocks of kBlock threads over `total` threads'
+// work; the loops cover what the cap leaves.
+inline Dim3 pixel_grid(int64_t total, const GridLimits& l) {
+  return Dim3{grid_dim((total + kBlock - 1) / kBlock, l.max_blocks), 1, 1};
+}
+
+// The row passes H and HT: one block per (x tile of kBlock columns, row, plane image); the rows
+// and plane images stride in the kernel past the limits.
+inline Dim3 row_grid(const Geometry& g, const GridLimits& l) {
+  return Dim3{static_cast<unsigned>((g.w + kBlock - 1) / kBlock), grid_dim(g.h, l.max_y),
+              grid_dim(g.n * g.images, l.max_z)};
+}
+
+// The tiled kernels: one block per kTileW column tile, `tiles_y` tile rows and `z` items (or
+// item-images); rows and z stride in the kernel past the limits.
+inline Dim3 tile_grid(const Geometry& g, int64_t tiles_y, int64_t z, const GridLimits& l) {
+  return Dim3{static_cast<unsigned>((g.w + kTileW - 1) / kTileW), grid_dim(tiles_y, l.max_y), grid_dim(z, l.max_z)};
+}
+
+// Shared memory of each kernel that has some (kernels without use none).
+template <class T>
+size_t h_smem_bytes(int R) {
+  return sizeof(T) * h_smem_len(kBlock, R);
+}
+template <class T>
+size_t ht_smem_bytes(int R, int planes) {
+  return sizeof(T) * ht_smem_len(kBlock, R, planes);
+}
+// The fused forward and the tiled backward's kernel 1 (the same layout).
+template <class T>
+size_t fused_smem_bytes(int R) {
+  return sizeof(T) * fused_smem_len(R);
+}
+// The tiled backward's kernel 2.
+template <class T>
+size_t tiled_t_smem_bytes(int R) {
+  return sizeof(T) * tiled_t_smem_len(R);
+}
+
+// The formulation of LDR-/HDR-FLIP for filter radius R on a device offering `have` bytes of shared
+// memory per block (its opt-in maximum): the fused forward and the tiled backward where their
+// tiles fit and the row passes are not forced, else the row passes, which need row_pass_smem_bytes.
+template <class T>
+bool use_fused_forward(int R, size_t have, bool force_row_passes) {
+  return !force_row_passes && fused_smem_bytes<T>(R) <= have;
+}
+template <class T>
+bool use_tiled_backward(int R, size_t have, bool force_row_passes) {
+  return !force_row_passes && fused_smem_bytes<T>(R) <= have && tiled_t_smem_bytes<T>(R) <= have;
+}
+template <class T>
+size_t row_pass_smem_bytes(int R, int planes) {
+  return std::max(h_smem_bytes<T>(R), ht_smem_bytes<T>(R, planes));
+}
+
+// H100 / H200 (sm_90): shared memory per block with the opt-in, the figure the emulator assumes.
+constexpr size_t kSm90SharedMemoryPerBlock = 227 * 1024;
+
+}  // namespace cuda
+}  // namespace flip

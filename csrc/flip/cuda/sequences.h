@@ -1,0 +1,195 @@
+// The launch sequences of the FLIP ops: which kernels each op launches, in which order, with which
+// grid, block and shared memory (params.h) and which Step. Host code, written against a launcher
+// L, so that kernels.cu (L launches the __global__ wrappers on a stream) and the test-only emulator
+// (tests/emulator: L runs the block code of blocks.h on the host) share it. L provides:
+//   template <Kernel K, class T> void launch(Dim3 grid, int threads, size_t smem,
+//                                            const Params<T>&, const Step<T>&)
+//   template <class T> void fill_nan(T* p, size_t n)   all-ones bytes: NaN in float and double
+//   GridLimits limits() const
+// Each sequence reads the Params fields kernels.h lists for its op.
+#pragma once
+
+#include "params.h"
+
+namespace flip {
+namespace cuda {
+namespace seq {
+
+template <class T>
+Input ldr_input(const Params<T>& p) {
+  return p.srgb ? Input::kSrgb : Input::kLinear;
+}
+
+template <class T>
+HdrStep<T> hdr_step(const Params<T>& p, int64_t i) {
+  return HdrStep<T>{p.exposures, p.counts, p.E, i, p.tm};
+}
+
+template <Kernel K, class T, class L>
+void pixels(L& l, const Params<T>& p, const Step<T>& s = Step<T>{}) {
+  l.template launch<K>(pixel_grid(p.g.n * p.g.hw(), l.limits()), kBlock, 0, p, s);
+}
+
+// H: src0/src1 (channels each) -> p.planes.
+template <class T, class L>
+void h_pass(L& l, const Params<T>& p, Step<T> s) {
+  l.template launch<Kernel::kH>(row_grid(p.g, l.limits()), kBlock, h_smem_bytes<T>(p.taps.rmax), p, s);
+}
+
+// VT then HT: p.gplanes -> (the transposed-vertical values in p.planes) -> s.out0 / s.out1.
+template <class T, class L>
+void vt_ht_pass(L& l, const Params<T>& p, Step<T> s) {
+  s.wanted = (s.out0 != nullptr ? 1 : 0) | (s.out1 != nullptr ? 2 : 0);
+  l.template launch<Kernel::kVt>(pixel_grid(p.g.n * p.g.images * p.g.hw(), l.limits()), kBlock, 0, p, s);
+  l.template launch<Kernel::kHt>(row_grid(p.g, l.limits()), kBlock, ht_smem_bytes<T>(p.taps.rmax, p.g.planes()), p, s);
+}
+
+template <class T>
+Step<T> images(Input mode, const T* src0, const T* src1, int channels, HdrStep<T> hs = HdrStep<T>::none()) {
+  Step<T> s;
+  s.mode = mode;
+  s.src0 = src0;
+  s.src1 = src1;
+  s.channels = channels;
+  s.hs = hs;
+  return s;
+}
+
+template <class T, class L>
+void fused(L& l, const Params<T>& p, Input mode, HdrStep<T> hs) {
+  Step<T> s;
+  s.mode = mode;
+  s.hs = hs;
+  const Geometry& g = p.g;
+  l.template launch<Kernel::kFused>(tile_grid(g, (g.h + kTileH - 1) / kTileH, g.n, l.limits()), kFusedThreads,
+                                    fused_smem_bytes<T>(p.taps.rmax), p, s);
+}
+
+// One band of the tiled backward for one step (LDR-FLIP: hs none; HDR-FLIP: one exposure): kernel 1
+// writes the band's gradient planes, kernel 2, queued after it, reads them.
+template <class T, class L>
+void tiled_band(L& l, const Params<T>& p, const BackwardBand& b, Input mode, HdrStep<T> hs) {
+  const int R = p.taps.rmax;
+  // Kernel 1 writes every gradient-plane value kernel 2 of the same band reads (zeros in the tiles
+  // an exposure won nowhere), so nothing may come from a band or exposure before: with the whole
+  // scratch NaN a read of anything else poisons the gradient.
+  if (p.nan_scratch) l.fill_nan(p.scratch, static_cast<size_t>(p.plan.scratch_elems(p.g)));
+  Step<T> s;
+  s.mode = mode;
+  s.hs = hs;
+  s.band = b;
+  l.template launch<Kernel::kTiledGrad>(tile_grid(p.g, tiled_grad_tiles_y(b), b.n1 - b.n0, l.limits()), kFusedThreads,
+                                        fused_smem_bytes<T>(R), p, s);
+  l.template launch<Kernel::kTiledTranspose>(
+      tile_grid(p.g, (b.y1 - b.y0 + kTileH - 1) / kTileH, (b.n1 - b.n0) * b.images(), l.limits()), kFusedThreads,
+      tiled_t_smem_bytes<T>(R), p, s);
+}
+
+template <class T, class L>
+void ldr_flip_forward_fused(L& l, const Params<T>& p) {
+  fused(l, p, ldr_input(p), HdrStep<T>::none());
+}
+
+template <class T, class L>
+void ldr_flip_forward(L& l, const Params<T>& p) {
+  h_pass(l, p, images(ldr_input(p), p.test, p.ref, 3));
+  pixels<Kernel::kVLdr>(l, p);
+}
+
+template <class T, class L>
+void ldr_flip_backward(L& l, const Params<T>& p) {
+  Step<T> s = images(ldr_input(p), p.test, p.ref, 3);
+  h_pass(l, p, s);
+  pixels<Kernel::kVLdrVjp>(l, p);
+  s.out0 = p.g_test;
+  s.out1 = p.g_ref;
+  vt_ht_pass(l, p, s);
+}
+
+template <class T, class L>
+void ldr_flip_backward_tiled(L& l, const Params<T>& p) {
+  for (int64_t j = 0; j < p.plan.count(); ++j) tiled_band(l, p, p.plan.band(p.g, j), ldr_input(p), HdrStep<T>::none());
+}
+
+// HDR-FLIP: out, emap and index arrive initialised (0, 0, -1); one exposure per step.
+template <class T, class L>
+void hdr_flip_forward_fused(L& l, const Params<T>& p) {
+  for (int64_t i = 0; i < p.E; ++i) fused(l, p, Input::kHdr, hdr_step(p, i));
+}
+
+template <class T, class L>
+void hdr_flip_forward(L& l, const Params<T>& p) {
+  for (int64_t i = 0; i < p.E; ++i) {
+    const Step<T> s = images(Input::kHdr, p.test, p.ref, 3, hdr_step(p, i));
+    h_pass(l, p, s);
+    pixels<Kernel::kVHdr>(l, p, s);
+  }
+}
+
+// g_test and g_ref arrive zeroed; each exposure adds the gradient of the pixels it won.
+template <class T, class L>
+void hdr_flip_backward(L& l, const Params<T>& p) {
+  for (int64_t i = 0; i < p.E; ++i) {
+    Step<T> s = images(Input::kHdr, p.test, p.ref, 3, hdr_step(p, i));
+    h_pass(l, p, s);
+    pixels<Kernel::kVHdrVjp>(l, p, s);
+    s.out0 = p.g_test;
+    s.out1 = p.g_ref;
+    vt_ht_pass(l, p, s);
+  }
+}
+
+// g_test and g_ref arrive zeroed; in each band, each exposure adds the gradient of the pixels it
+// won, in exposure order.
+template <class T, class L>
+void hdr_flip_backward_tiled(L& l, const Params<T>& p) {
+  for (int64_t j = 0; j < p.plan.count(); ++j) {
+    const BackwardBand b = p.plan.band(p.g, j);
+    for (int64_t i = 0; i < p.E; ++i) tiled_band(l, p, b, Input::kHdr, hdr_step(p, i));
+  }
+}
+
+template <class T, class L>
+void csf_filter_forward(L& l, const Params<T>& p) {
+  h_pass(l, p, images(Input::kOpponent, p.test, p.test, 3));
+  pixels<Kernel::kVCsf>(l, p);
+}
+
+template <class T, class L>
+void csf_filter_backward(L& l, const Params<T>& p) {
+  Step<T> s = images(Input::kOpponent, p.test, p.test, 3);
+  h_pass(l, p, s);
+  pixels<Kernel::kVCsfVjp>(l, p);
+  s.out0 = p.g_test;
+  vt_ht_pass(l, p, s);
+}
+
+template <class T, class L>
+void feature_difference_forward(L& l, const Params<T>& p) {
+  h_pass(l, p, images(Input::kAchromatic, p.test, p.ref, 1));
+  pixels<Kernel::kVFeat>(l, p);
+}
+
+template <class T, class L>
+void feature_difference_backward(L& l, const Params<T>& p) {
+  Step<T> s = images(Input::kAchromatic, p.test, p.ref, 1);
+  h_pass(l, p, s);
+  pixels<Kernel::kVFeatVjp>(l, p);
+  s.out0 = p.g_test;
+  s.out1 = p.g_ref;
+  vt_ht_pass(l, p, s);
+}
+
+template <class T, class L>
+void hunt_hyab_forward(L& l, const Params<T>& p) {
+  pixels<Kernel::kHuntHyab>(l, p);
+}
+
+template <class T, class L>
+void hunt_hyab_backward(L& l, const Params<T>& p) {
+  pixels<Kernel::kHuntHyabVjp>(l, p);
+}
+
+}  // namespace seq
+}  // namespace cuda
+}  // namespace flip

@@ -1,0 +1,250 @@
+"""The emulator as a checker: the kernels' own block code (csrc/flip/cuda/blocks.h) runs one fiber
+per CUDA thread with real barriers, checked shared memory, guarded global buffers and NaN-filled
+scratch (tests/emulator), so a barrier left out, a halo off by one or a band's write skipped must
+fail. Each mutation here is made to today's kernels and must be caught; the same cases without it
+pass. Grid limits shrunk to a few blocks make every block run its grid-stride loops (several rows,
+tiles, items or exposures per block), where the barriers at the end of a loop body matter."""
+
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+BLOCKS_H = Path(__file__).resolve().parent.parent / "csrc" / "flip" / "cuda" / "blocks.h"
+SMALLEST = 1  # the tiled backward in bands of 16 rows, one item each
+TINY_GRID = dict(max_grid_y=2, max_grid_z=1, max_blocks=3)
+
+
+@contextmanager
+def configured(em, **settings):
+    """The emulator's run-time settings (tests/emulator/block_runner.h, Settings) for a block."""
+    before = em.configure(**settings).tolist()
+    try:
+        yield
+    finally:
+        names = ["skip_barrier_line", "skip_launch", "max_grid_y", "max_grid_z", "max_blocks", "mutant"]
+        em.configure(**dict(zip(names, before)))
+
+
+def images(shape=(2, 3, 37, 45), dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(shape, generator=g, dtype=dtype)
+    b = (a + 0.1 * torch.randn(shape, generator=g, dtype=dtype)).clamp(0, 1)
+    grad = torch.rand(shape[0], 1, *shape[2:], generator=g, dtype=dtype)
+    return a, b, grad
+
+
+def hdr_images(dtype=torch.float64):
+    # Brightness rising across the width: each exposure wins a strip, so the tiled kernels' tiles
+    # disagree on whether the exposure won them (the __syncthreads_or decides per tile).
+    g = torch.Generator().manual_seed(3)
+    ramp = torch.exp2(torch.linspace(-4, 8, 70, dtype=dtype))
+    ref = torch.rand(2, 3, 37, 70, generator=g, dtype=dtype) * ramp
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
+    ex = torch.tensor([[-2.0, 0.0, 3.0], [0.0, 1.0, 1.0]], dtype=dtype)
+    counts = torch.tensor([3, 2])
+    grad = torch.rand(2, 1, 37, 70, generator=g, dtype=dtype)
+    return test, ref, ex, counts, grad
+
+
+def close(x, y):
+    return x.shape == y.shape and bool(((x - y).abs() <= 1e-12 * max(1.0, y.abs().max().item())).all())
+
+
+# Per block function of blocks.h, a run of the op that launches it and whether the result is the
+# CPU kernels'. Each returns True when the emulated results match.
+def run_rows_forward(ops, em):
+    a, b, _ = images()
+    return close(em.ldr_flip(a, b, 30.0, "srgb", 1e-15), ops.ldr_flip(a, b, 30.0, "srgb", 1e-15))
+
+
+def run_rows_backward(ops, em):
+    a, b, g = images()
+    want = ops.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True])
+    got = em.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True])
+    return all(close(x, y) for x, y in zip(got, want))
+
+
+def run_fused(ops, em):
+    a, b, _ = images()
+    return close(em.ldr_flip_fused(a, b, 30.0, "srgb", 1e-15), ops.ldr_flip(a, b, 30.0, "srgb", 1e-15))
+
+
+def run_tiled(ops, em):
+    a, b, g = images()
+    want = ops.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True])
+    got = em.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [True, True], SMALLEST)
+    return all(close(x, y) for x, y in zip(got, want))
+
+
+def run_tiled_hdr(ops, em):
+    test, ref, ex, counts, g = hdr_images()
+    index = ops.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)[2]
+    args = (g, test, ref, ex, counts, index, 20.0, "aces", 1e-15, [True, True])
+    want = ops.hdr_flip_backward(*args)
+    got = em.hdr_flip_backward_tiled(*args, SMALLEST)
+    return all(close(x, y) for x, y in zip(got, want))
+
+
+RUNS = {
+    "h_block": run_rows_forward,
+    "ht_block": run_rows_backward,
+    "fused_block": run_fused,
+    "tiled_grad_block": run_tiled_hdr,
+    "tiled_transpose_block": run_tiled_hdr,
+}
+
+# The barriers whose removal changes nothing, by (block function, n-th barrier in it), as the
+# checker finds them: in the fused forward and both tiled kernels, the barrier after the vertical
+# pass (the per-pixel tail reads, for each pixel, the values the same thread wrote: the two loops
+# share their index mapping) and the last barrier of the tile loop (the next tile's first phase
+# writes only the input region of shared memory, which no thread reads after the barrier before
+# the vertical pass, and all threads meet at the next barrier before anything else is written).
+# They stay as guards for layouts that alias regions, which must then show them needed here.
+REDUNDANT = {
+    ("fused_block", 2),
+    ("fused_block", 3),
+    ("tiled_grad_block", 3),
+    ("tiled_grad_block", 4),
+    ("tiled_transpose_block", 3),
+}
+
+
+def barriers():
+    """(line, block function, index within it, the call) of every barrier in blocks.h."""
+    found, function, counts = [], None, {}
+    for number, line in enumerate(BLOCKS_H.read_text().splitlines(), start=1):
+        m = re.match(r"FLIP_HD void (\w+_block)\(", line)
+        if m:
+            function = m.group(1)
+        if re.search(r"\bb\.sync(_or)?\(", line):
+            k = counts.get(function, 0)
+            counts[function] = k + 1
+            found.append((number, function, k, "sync_or" if "sync_or" in line else "sync"))
+    return found
+
+
+def test_every_block_function_with_barriers_has_a_run():
+    found = barriers()
+    assert {f for _, f, _, _ in found} == set(RUNS)
+    assert len(found) == 17  # 2 + 2 + 4 + 5 + 4: a new barrier must be added to the cases here
+
+
+@pytest.mark.parametrize("line, function, k, kind", barriers(), ids=lambda v: str(v))
+def test_each_barrier_left_out_is_caught_or_is_redundant(ops, emulator, line, function, k, kind):
+    run = RUNS[function]
+    with configured(emulator, **TINY_GRID):
+        assert run(ops, emulator)  # the case itself passes with every barrier in place
+        with configured(emulator, skip_barrier_line=line, **TINY_GRID):
+            if (function, k) in REDUNDANT:
+                assert run(ops, emulator)
+            else:
+                with pytest.raises(RuntimeError, match="race|divergence|uninitialised"):
+                    run(ops, emulator)
+
+
+def test_a_race_names_the_kernel_block_and_threads(ops, emulator):
+    line = next(n for n, f, k, _ in barriers() if f == "fused_block" and k == 0)
+    with configured(emulator, skip_barrier_line=line):
+        with pytest.raises(RuntimeError) as err:
+            run_fused(ops, emulator)
+    message = str(err.value)
+    assert "fused_ldr_kernel" in message and re.search(r"block \(\d+, \d+, \d+\) thread \d+", message)
+
+
+def test_a_divergent_barrier_is_reported(ops, emulator):
+    # Without the __syncthreads_or, each thread takes its own branch: some zero the planes and go
+    # on to the next tile's barrier, the others wait at the forward's first barrier.
+    line = next(n for n, f, _, kind in barriers() if f == "tiled_grad_block" and kind == "sync_or")
+    with configured(emulator, skip_barrier_line=line, **TINY_GRID):
+        with pytest.raises(RuntimeError, match="divergence"):
+            run_tiled_hdr(ops, emulator)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_tiny_grids_stride_to_the_same_results(ops, emulator, dtype):
+    # Grid y/z and the grid-stride kernels' blocks capped to a few: every block loops over rows,
+    # tiles, items and pixels, as on a GPU past CUDA's limits; the results are bit for bit those of
+    # full grids.
+    a, b, g = images(dtype=dtype)
+    runs = [
+        lambda: [em_out for em_out in [emulator.ldr_flip(a, b, 30.0, "srgb", 1e-15)]],
+        lambda: [emulator.ldr_flip_fused(a, b, 30.0, "linear", 1e-15)],
+        lambda: list(emulator.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True])),
+        lambda: list(emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [True, False], SMALLEST)),
+        lambda: list(emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [False, True], 1 << 25)),
+    ]
+    for run in runs:
+        full = run()
+        with configured(emulator, **TINY_GRID):
+            tiny = run()
+        assert all(torch.equal(x, y) for x, y in zip(full, tiny))
+
+
+def test_a_band_whose_gradient_planes_were_not_written_poisons_the_gradient(ops, emulator):
+    # The tiled backward: kernel 1 of each band writes the gradient planes kernel 2 reads; the
+    # scratch is NaN before each band. Left out, band 1's kernel 1 (launch 2: band 0 is launches 0
+    # and 1) leaves kernel 2 reading NaN, in band 1's rows and no others.
+    a, b, g = images(shape=(1, 3, 40, 45))
+    want = ops.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True])
+    with configured(emulator, skip_launch=2):
+        got = emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [True, True], SMALLEST)
+    for x, y in zip(got, want):
+        bad = x.isnan().any(1)[0].any(1)
+        assert bad[16:32].all() and not bad[:16].any() and not bad[32:].any()
+        assert close(x[..., :16, :], y[..., :16, :])
+
+
+def test_a_launch_left_out_of_the_row_passes_is_caught(ops, emulator):
+    # Without the V pass (launch 1 of the forward) the map stays as allocated: NaN where the GPU
+    # would leave whatever the allocator held.
+    a, b, _ = images()
+    with configured(emulator, skip_launch=1):
+        out = emulator.ldr_flip(a, b, 30.0, "srgb", 1e-15)
+    assert not close(out, ops.ldr_flip(a, b, 30.0, "srgb", 1e-15))
+
+
+# Source mutations, each switched on in one build of mutated sources (tests/emulator,
+# mutant_ops): (file under csrc/, expression, its mutant, the run that must catch it).
+MUTATIONS = (
+    # The fused forward's input tile one column off: its halo shifted.
+    ("flip/passes.h", "clampi(x0 - R + i % cols, 0, g.w - 1)", "clampi(x0 - R + 1 + i % cols, 0, g.w - 1)"),
+    # Kernel 2's gradient-plane tile read one row off.
+    ("flip/passes.h", "gp[q * stride + off]", "gp[q * stride + off + g.w]"),
+    # A band holding one gradient-plane row too few above it.
+    ("flip/passes.h", "b.g0 = b.y0 - R > 0 ? b.y0 - R : 0;", "b.g0 = b.y0 - R + 1 > 0 ? b.y0 - R + 1 : 0;"),
+    # Kernel 1 skipping the test image's gradient planes in the last row of its band.
+    (
+        "flip/passes.h",
+        "if (out_t) store_pixel_gradients(out_t, stride, q, gFt, gft);",
+        "if (out_t && y != b.g1 - 1) store_pixel_gradients(out_t, stride, q, gFt, gft);",
+    ),
+    # The fused horizontal pass centred one column right in shared memory.
+    ("flip/passes.h", "(i / kTileW) * cols + i % kTileW + R", "(i / kTileW) * cols + i % kTileW + R + 1"),
+    # The row pass H's tile and halo one column off.
+    ("flip/passes.h", "clampi(x0 - R + i, 0, g.w - 1)", "clampi(x0 - R + i + 1, 0, g.w - 1)"),
+)
+MUTANT_RUNS = [run_fused, run_tiled, run_tiled, run_tiled, run_fused, run_rows_forward]
+
+
+@pytest.fixture(scope="module")
+def mutants():
+    import emulator as emulator_build
+
+    return emulator_build.mutant_ops(MUTATIONS)
+
+
+@pytest.mark.parametrize("k", range(1, len(MUTATIONS) + 1))
+def test_each_source_mutation_is_caught(ops, mutants, k):
+    run = MUTANT_RUNS[k - 1]
+    with configured(mutants, **TINY_GRID):
+        assert run(ops, mutants)  # the mutated build without its mutation: the kernels as they are
+        with configured(mutants, mutant=k, **TINY_GRID):
+            try:
+                matches = run(ops, mutants)
+            except RuntimeError as err:  # a check of the emulator caught it
+                assert "flip_emulator" in str(err)
+                return
+            assert not matches
