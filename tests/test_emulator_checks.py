@@ -166,21 +166,32 @@ def test_a_divergent_barrier_is_reported(ops, emulator):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_tiny_grids_stride_to_the_same_results(ops, emulator, dtype):
     # Grid y/z and the grid-stride kernels' blocks capped to a few: every block loops over rows,
-    # tiles, items and pixels, as on a GPU past CUDA's limits; the results are bit for bit those of
-    # full grids.
+    # tiles, items, item-images and pixels, as on a GPU past CUDA's limits; the results are bit for
+    # bit those of full grids, for every kernel (each gradient alone too, HDR, the single stages).
     a, b, g = images(dtype=dtype)
+    test, ref, ex, counts, hg = hdr_images(dtype)
+    index = ops.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)[2]
+    hdr_args = (hg, test, ref, ex, counts, index, 20.0, "aces", 1e-15)
+    opp, y_a, y_b = a, a[:, 1:2], b[:, 1:2]
     runs = [
-        lambda: [em_out for em_out in [emulator.ldr_flip(a, b, 30.0, "srgb", 1e-15)]],
+        lambda: [emulator.ldr_flip(a, b, 30.0, "srgb", 1e-15)],
         lambda: [emulator.ldr_flip_fused(a, b, 30.0, "linear", 1e-15)],
-        lambda: list(emulator.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True])),
-        lambda: list(emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [True, False], SMALLEST)),
-        lambda: list(emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [False, True], 1 << 25)),
+        lambda: emulator.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True]),
+        lambda: emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [True, False], SMALLEST),
+        lambda: emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [False, True], 1 << 25),
+        lambda: emulator.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15),
+        lambda: emulator.hdr_flip_fused(test, ref, ex, counts, 20.0, "hable", 1e-15),
+        lambda: emulator.hdr_flip_backward(*hdr_args, [True, True]),
+        lambda: emulator.hdr_flip_backward_tiled(*hdr_args, [True, True], SMALLEST),
+        lambda: [emulator.csf_filter(opp, 30.0), emulator.csf_filter_backward(a, opp, 30.0)],
+        lambda: [emulator.feature_difference(y_a, y_b, 30.0, 1e-15)],
+        lambda: emulator.feature_difference_backward(g, y_a, y_b, 30.0, 1e-15, [False, True]),
     ]
     for run in runs:
-        full = run()
+        full = list(run())
         with configured(emulator, **TINY_GRID):
-            tiny = run()
-        assert all(torch.equal(x, y) for x, y in zip(full, tiny))
+            tiny = list(run())
+        assert len(full) == len(tiny) and all(torch.equal(x, y) for x, y in zip(full, tiny))
 
 
 def test_a_band_whose_gradient_planes_were_not_written_poisons_the_gradient(ops, emulator):
