@@ -17,15 +17,26 @@ SMALLEST = 1  # the tiled backward in bands of 16 rows, one item each
 TINY_GRID = dict(max_grid_y=2, max_grid_z=1, max_blocks=3)
 
 
+SETTINGS = ["skip_barrier_line", "skip_launch", "max_grid_y", "max_grid_z", "max_blocks", "reverse", "mutant"]
+
+
+def current(em):
+    """The emulator's run-time settings (tests/emulator/block_runner.h, Settings) as a dict."""
+    values = dict(zip(SETTINGS, em.configure().tolist()))  # configure() returns the previous ones
+    values["reverse"] = bool(values["reverse"])
+    em.configure(**values)
+    return values
+
+
 @contextmanager
 def configured(em, **settings):
-    """The emulator's run-time settings (tests/emulator/block_runner.h, Settings) for a block."""
-    before = em.configure(**settings).tolist()
+    """The emulator's settings changed as given (the others kept) for a block, restored after."""
+    before = current(em)
+    em.configure(**{**before, **settings})
     try:
         yield
     finally:
-        names = ["skip_barrier_line", "skip_launch", "max_grid_y", "max_grid_z", "max_blocks", "mutant"]
-        em.configure(**dict(zip(names, before)))
+        em.configure(**before)
 
 
 def images(shape=(2, 3, 37, 45), dtype=torch.float64, seed=0):
@@ -163,35 +174,55 @@ def test_a_divergent_barrier_is_reported(ops, emulator):
             run_tiled_hdr(ops, emulator)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_tiny_grids_stride_to_the_same_results(ops, emulator, dtype):
-    # Grid y/z and the grid-stride kernels' blocks capped to a few: every block loops over rows,
-    # tiles, items, item-images and pixels, as on a GPU past CUDA's limits; the results are bit for
-    # bit those of full grids, for every kernel (each gradient alone too, HDR, the single stages).
+def every_kernel(emulator, ops, dtype):
+    """Calls that together launch every kernel: LDR and HDR, both formulations, each gradient
+    alone, several bands, the single stages. Each returns a list of tensors."""
     a, b, g = images(dtype=dtype)
     test, ref, ex, counts, hg = hdr_images(dtype)
     index = ops.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)[2]
     hdr_args = (hg, test, ref, ex, counts, index, 20.0, "aces", 1e-15)
-    opp, y_a, y_b = a, a[:, 1:2], b[:, 1:2]
-    runs = [
+    y_a, y_b = a[:, 1:2], b[:, 1:2]
+    return [
         lambda: [emulator.ldr_flip(a, b, 30.0, "srgb", 1e-15)],
         lambda: [emulator.ldr_flip_fused(a, b, 30.0, "linear", 1e-15)],
-        lambda: emulator.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True]),
-        lambda: emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [True, False], SMALLEST),
-        lambda: emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [False, True], 1 << 25),
-        lambda: emulator.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15),
-        lambda: emulator.hdr_flip_fused(test, ref, ex, counts, 20.0, "hable", 1e-15),
-        lambda: emulator.hdr_flip_backward(*hdr_args, [True, True]),
-        lambda: emulator.hdr_flip_backward_tiled(*hdr_args, [True, True], SMALLEST),
-        lambda: [emulator.csf_filter(opp, 30.0), emulator.csf_filter_backward(a, opp, 30.0)],
+        lambda: list(emulator.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True])),
+        lambda: list(emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [True, False], SMALLEST)),
+        lambda: list(emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [False, True], 1 << 25)),
+        lambda: list(emulator.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)),
+        lambda: list(emulator.hdr_flip_fused(test, ref, ex, counts, 20.0, "hable", 1e-15)),
+        lambda: list(emulator.hdr_flip_backward(*hdr_args, [True, True])),
+        lambda: list(emulator.hdr_flip_backward_tiled(*hdr_args, [True, True], SMALLEST)),
+        lambda: [emulator.csf_filter(a, 30.0), emulator.csf_filter_backward(b, a, 30.0)],
         lambda: [emulator.feature_difference(y_a, y_b, 30.0, 1e-15)],
-        lambda: emulator.feature_difference_backward(g, y_a, y_b, 30.0, 1e-15, [False, True]),
+        lambda: list(emulator.feature_difference_backward(g, y_a, y_b, 30.0, 1e-15, [False, True])),
     ]
-    for run in runs:
-        full = list(run())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_tiny_grids_stride_to_the_same_results(ops, emulator, dtype):
+    # Grid y/z and the grid-stride kernels' blocks capped to a few: every block loops over rows,
+    # tiles, items, item-images and pixels, as on a GPU past CUDA's limits; the results are bit for
+    # bit those of full grids.
+    for run in every_kernel(emulator, ops, dtype):
+        full = run()
         with configured(emulator, **TINY_GRID):
-            tiny = list(run())
+            tiny = run()
         assert len(full) == len(tiny) and all(torch.equal(x, y) for x, y in zip(full, tiny))
+
+
+@pytest.mark.parametrize("tiny", [False, True], ids=["full grids", "tiny grids"])
+def test_results_do_not_depend_on_the_order_of_blocks_and_threads(ops, emulator, tiny):
+    # The kernels' promise (passes.h): every output value is written by one thread, and no thread
+    # reads what another block of the same launch writes, so nothing depends on scheduling. Blocks
+    # and threads run in reverse order give the same bits; a global-memory race between threads or
+    # blocks, which the shared-memory shadow does not see, would not.
+    grid = TINY_GRID if tiny else {}
+    for run in every_kernel(emulator, ops, torch.float64):
+        with configured(emulator, **grid):
+            forward = run()
+        with configured(emulator, reverse=True, **grid):
+            backward = run()
+        assert all(torch.equal(x, y) for x, y in zip(forward, backward))
 
 
 def test_a_band_whose_gradient_planes_were_not_written_poisons_the_gradient(ops, emulator):
@@ -236,8 +267,21 @@ MUTATIONS = (
     ("flip/passes.h", "(i / kTileW) * cols + i % kTileW + R", "(i / kTileW) * cols + i % kTileW + R + 1"),
     # The row pass H's tile and halo one column off.
     ("flip/passes.h", "clampi(x0 - R + i, 0, g.w - 1)", "clampi(x0 - R + i + 1, 0, g.w - 1)"),
+    # The fused forward writing each pixel's error into its right neighbour too: a global-memory
+    # race between threads and between blocks (the last column of a tile is the next one's first).
+    ("flip/passes.h", "out[p] = err;", "out[p] = err; if (x + 1 < g.w) out[p + 1] = err;"),
 )
-MUTANT_RUNS = [run_fused, run_tiled, run_tiled, run_tiled, run_fused, run_rows_forward]
+
+
+def run_fused_both_orders(ops, em):
+    """run_fused with the blocks and threads in launch order and in reverse (which the kernels'
+    results must not depend on)."""
+    with configured(em, reverse=True):
+        backward = run_fused(ops, em)
+    return run_fused(ops, em) and backward
+
+
+MUTANT_RUNS = [run_fused, run_tiled, run_tiled, run_tiled, run_fused, run_rows_forward, run_fused_both_orders]
 
 
 @pytest.fixture(scope="module")
@@ -259,3 +303,16 @@ def test_each_source_mutation_is_caught(ops, mutants, k):
                 assert "flip_emulator" in str(err)
                 return
             assert not matches
+
+
+def test_a_global_write_race_shows_in_the_order_check(ops, mutants):
+    # The last mutation above writes a word that another block also writes: its result depends on
+    # which runs last. In launch order the right value comes last and the map is the CPU kernels';
+    # the reversed order shows it.
+    a, b, _ = images()
+    k = len(MUTATIONS)
+    with configured(mutants, mutant=k):
+        forward = mutants.ldr_flip_fused(a, b, 30.0, "srgb", 1e-15)
+    with configured(mutants, mutant=k, reverse=True):
+        backward = mutants.ldr_flip_fused(a, b, 30.0, "srgb", 1e-15)
+    assert close(forward, ops.ldr_flip(a, b, 30.0, "srgb", 1e-15)) and not torch.equal(forward, backward)

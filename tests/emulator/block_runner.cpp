@@ -148,7 +148,8 @@ void BlockRunner::run(int64_t bx, int64_t by, int64_t bz, int64_t gx, int64_t gy
     makecontext(&f.ctx, &BlockRunner::trampoline, 0);
   }
   for (;;) {
-    for (int t = 0; t < threads_; ++t) {
+    for (int k = 0; k < threads_; ++k) {
+      const int t = settings().reverse ? threads_ - 1 - k : k;
       if (fibers_[t].state != State::kReady) continue;
       current_ = t;
       swapcontext(&scheduler_, &fibers_[t].ctx);

@@ -28,12 +28,16 @@ namespace flip_emulator {
 // which mutate the kernels without recompiling them: a barrier to leave out (its source line in
 // csrc/flip/cuda/blocks.h; 0: none), a launch of each op call to leave out (its index in the
 // launch sequence; -1: none), and the grid limits (0: CUDA's), which small images need to reach
-// the kernels' grid-stride loops. `mutant` selects a source mutation in a build of mutated
+// the kernels' grid-stride loops. `reverse` runs the blocks of each launch and the threads of each
+// block in reverse order: a result that changes with it depends on scheduling (two threads or
+// blocks writing one global word, or one reading what another writes without a barrier), which
+// the kernels promise it never does. `mutant` selects a source mutation in a build of mutated
 // sources (0: none; the test suite's mutant build only).
 struct Settings {
   int skip_barrier_line = 0;
   int64_t skip_launch = -1;
   int64_t max_grid_y = 0, max_grid_z = 0, max_blocks = 0;
+  bool reverse = false;
   int mutant = 0;
 };
 Settings& settings();

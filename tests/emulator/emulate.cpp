@@ -77,17 +77,18 @@ struct HostLauncher {
     if (launches++ == settings().skip_launch) return;  // the mutation: this launch left out
     BlockRunner runner(threads, smem, sizeof(T), name);
     const std::function<void(BlockContext&)> body = [&](BlockContext& b) { flip::cuda::run_block<K>(b, p, s); };
-    for (unsigned z = 0; z < grid.z; ++z)
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
-          runner.run(x, y, z, grid.x, grid.y, grid.z, body);
-          if (runner.errors() != 0) {
-            std::ostringstream os;
-            os << "flip_emulator: " << runner.error();
-            if (runner.errors() > 1) os << " (and " << runner.errors() - 1 << " more problems in this block)";
-            throw std::runtime_error(os.str());
-          }
-        }
+    const int64_t blocks = int64_t(grid.x) * grid.y * grid.z;
+    for (int64_t k = 0; k < blocks; ++k) {
+      const int64_t j = settings().reverse ? blocks - 1 - k : k;
+      const int64_t x = j % grid.x, y = j / grid.x % grid.y, z = j / (int64_t(grid.x) * grid.y);
+      runner.run(x, y, z, grid.x, grid.y, grid.z, body);
+      if (runner.errors() != 0) {
+        std::ostringstream os;
+        os << "flip_emulator: " << runner.error();
+        if (runner.errors() > 1) os << " (and " << runner.errors() - 1 << " more problems in this block)";
+        throw std::runtime_error(os.str());
+      }
+    }
   }
 
   template <class T>

@@ -146,16 +146,18 @@ Tensor backward_plan(int64_t n, int64_t h, int64_t w, int64_t wanted, double ppd
 // Sets the emulator's run-time settings (block_runner.h, Settings) and returns the previous ones,
 // in the order of the arguments.
 Tensor configure(int64_t skip_barrier_line, int64_t skip_launch, int64_t max_grid_y, int64_t max_grid_z,
-                 int64_t max_blocks, int64_t mutant) {
+                 int64_t max_blocks, bool reverse, int64_t mutant) {
   em::Settings& s = em::settings();
-  const int64_t before[] = {s.skip_barrier_line, s.skip_launch, s.max_grid_y, s.max_grid_z, s.max_blocks, s.mutant};
+  const int64_t before[] = {s.skip_barrier_line, s.skip_launch, s.max_grid_y, s.max_grid_z,
+                            s.max_blocks,        s.reverse,     s.mutant};
   s.skip_barrier_line = static_cast<int>(skip_barrier_line);
   s.skip_launch = skip_launch;
   s.max_grid_y = max_grid_y;
   s.max_grid_z = max_grid_z;
   s.max_blocks = max_blocks;
+  s.reverse = reverse;
   s.mutant = static_cast<int>(mutant);
-  const int64_t count = 6;
+  const int64_t count = 7;
   auto out = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(&count, 1), ScalarType::Long, std::nullopt,
                                   torch::stable::Device(torch::headeronly::DeviceType::CPU));
   std::copy(before, before + count, data<int64_t>(out));
@@ -375,7 +377,7 @@ FLIP_EMULATOR_DEFINE(FLIP_EMULATOR_LIBRARY, m) {
       " int scratch_bytes=33554432) -> (Tensor, Tensor)");
   m.def(
       "configure(int skip_barrier_line=0, int skip_launch=-1, int max_grid_y=0, int max_grid_z=0, int max_blocks=0,"
-      " int mutant=0) -> Tensor");
+      " bool reverse=False, int mutant=0) -> Tensor");
   m.def(
       "backward_plan(int n, int h, int w, int wanted, float pixels_per_degree, int elem_bytes,"
       " int scratch_bytes=33554432) -> Tensor");
