@@ -32,6 +32,14 @@ def grads(fn, *xs, weight_seed=1):
     return out.detach(), [x.grad for x in xs]
 
 
+def grad_tol(dtype):
+    """The promised agreement of gradients with the CPU's, relative to their scale (README, GPU and
+    CPU agreement): float32 sums differ in order and rounding (FMA) between the devices, and on
+    HDR inputs either side's float32 gradient is up to ~2e-4 of the scale from the float64 one
+    (measured through the emulator built with contraction, tests/test_gpu_emulation.py)."""
+    return 1e-10 if dtype == torch.float64 else 5e-4
+
+
 def assert_close_to_cpu(cuda_vals, cpu_vals, dtype, map_tol=None):
     for c, h in zip(cuda_vals, cpu_vals):
         c = c.cpu()
@@ -51,7 +59,7 @@ def test_ldr_flip_cuda_matches_cpu(ops, dtype, shape, space):
     oh, gh = grads(fn, a, b)
     assert_close_to_cpu([oc], [oh], dtype)
     # Gradients: relative to their scale (float32 sums differ in order between the two devices).
-    assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
+    assert_close_to_cpu(gc, gh, dtype, map_tol=grad_tol(dtype))
 
 
 @needs_kernels
@@ -94,7 +102,7 @@ def test_stage_ops_cuda_match_cpu(ops, dtype):
         oc, gc = grads(fn, *[x.cuda() for x in xs])
         oh, gh = grads(fn, *xs)
         assert_close_to_cpu([oc], [oh], dtype)
-        assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
+        assert_close_to_cpu(gc, gh, dtype, map_tol=grad_tol(dtype))
 
 
 @needs_kernels
@@ -205,7 +213,7 @@ def test_hdr_flip_cuda_matches_cpu(ops, dtype, tm):
         w.cuda(), test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), ixh.cuda(), 30.0, tm, 1e-15, [True, True]
     )
     gh = ops.hdr_flip_backward(w, test, ref, ex, counts, ixh, 30.0, tm, 1e-15, [True, True])
-    assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
+    assert_close_to_cpu(gc, gh, dtype, map_tol=grad_tol(dtype))
 
 
 @needs_kernels
@@ -247,7 +255,7 @@ def test_backward_of_one_image_matches_cpu(ops, dtype, mask):
     # gradient still matches the CPU kernels, LDR and HDR (with the CPU's winning index).
     a, b = inputs((2, 3, 37, 53), dtype)
     w = torch.rand(2, 1, 37, 53, generator=torch.Generator().manual_seed(2), dtype=dtype)
-    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    tol = grad_tol(dtype)
     args = (67.0, "srgb", 1e-15)
     gc = ops.ldr_flip_backward(w.cuda(), a.cuda(), b.cuda(), *args, mask)
     gh = ops.ldr_flip_backward(w, a, b, *args, [True, True])
@@ -279,7 +287,7 @@ def test_large_ppd_backward_matches_cpu(ops, dtype):
     oc, gc = grads(fn, a.cuda(), b.cuda())
     oh, gh = grads(fn, a, b)
     assert_close_to_cpu([oc], [oh], dtype)
-    assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
+    assert_close_to_cpu(gc, gh, dtype, map_tol=grad_tol(dtype))
 
 
 @needs_kernels
@@ -297,7 +305,7 @@ def test_grid_striding_tiles_match_cpu(ops, shape):
         results.append((out.detach(), x.grad))
     (oc, gc), (oh, gh) = results
     assert_close_to_cpu([oc], [oh], torch.float32)
-    assert_close_to_cpu([gc], [gh], torch.float32, map_tol=1e-4)
+    assert_close_to_cpu([gc], [gh], torch.float32, map_tol=grad_tol(torch.float32))
 
 
 @needs_kernels
@@ -313,4 +321,4 @@ def test_hdr_backward_skipping_tiles_matches_cpu(ops, dtype):
         w.cuda(), test.cuda(), ref.cuda(), ex.cuda(), counts.cuda(), index.cuda(), 20.0, "aces", 1e-15, [True, True]
     )
     gh = ops.hdr_flip_backward(w, test, ref, ex, counts, index, 20.0, "aces", 1e-15, [True, True])
-    assert_close_to_cpu(gc, gh, dtype, map_tol=1e-10 if dtype == torch.float64 else 1e-4)
+    assert_close_to_cpu(gc, gh, dtype, map_tol=grad_tol(dtype))

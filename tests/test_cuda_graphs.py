@@ -103,7 +103,8 @@ def test_graph_capture_is_first_flip_call_in_fresh_process():
             oc = ops.ldr_flip(xc, yn, 67.0, "srgb", 0.0)
             (oc * weight.cpu()).sum().backward()
             torch.testing.assert_close(out.cpu(), oc.detach(), rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(x.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+            # The gradient within the promised agreement with the CPU (README): 5e-4 of its scale.
+            assert (x.grad.cpu() - xc.grad).abs().max().item() <= 5e-4 * max(xc.grad.abs().max().item(), 1.0)
         print("ok")
     """)
     assert out.split() == ["ok"]
@@ -222,7 +223,7 @@ CHECK_EVERY_PATH = """
         y = torch.rand(2, 3, 37, 71, generator=g, dtype=dtype)
         w = torch.rand(2, 1, 37, 71, generator=g, dtype=dtype)
         tol = 1e-5 if dtype == torch.float32 else 1e-10
-        gtol = 1e-4 if dtype == torch.float32 else 1e-10
+        gtol = 5e-4 if dtype == torch.float32 else 1e-10  # of the scale: README, GPU and CPU agreement
         torch.testing.assert_close(ops.ldr_flip(x.cuda(), y.cuda(), 67.0, "srgb", 0.0).cpu(),
                                    ops.ldr_flip(x, y, 67.0, "srgb", 0.0), rtol=tol, atol=tol)
         ex = torch.tensor([[-1.0, 0.5, 2.0], [0.0, 1.0, 0.0]], dtype=dtype)

@@ -34,7 +34,7 @@ CXX_FLAGS = [
 SOURCES = ["ops.cpp", "emulate.cpp", "block_runner.cpp"]
 
 
-def _load(name, build_dir, include_dir, defines=()):
+def _load(name, build_dir, include_dir, defines=(), flags=CXX_FLAGS):
     from torch.utils import cpp_extension
 
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -51,7 +51,7 @@ def _load(name, build_dir, include_dir, defines=()):
             name=name,
             sources=[str(HERE / f) for f in SOURCES],
             extra_include_paths=[str(include_dir)],
-            extra_cflags=CXX_FLAGS + [f"-D{d}" for d in defines],
+            extra_cflags=list(flags) + [f"-D{d}" for d in defines],
             build_directory=str(build_dir),
             is_python_module=False,
             verbose=False,
@@ -63,6 +63,33 @@ def _load(name, build_dir, include_dir, defines=()):
 def ops():
     """torch.ops.flip_emulator, built (or brought up to date) and loaded on the first call."""
     return _load("flip_emulator", BUILD_DIR, ROOT / "csrc")
+
+
+def has_fma():
+    """Whether this CPU has fused multiply-add instructions (x86 FMA3; always on aarch64)."""
+    import platform
+
+    if platform.machine() in ("aarch64", "arm64"):
+        return True
+    try:
+        return " fma " in open("/proc/cpuinfo").read().replace("\n", " ")
+    except OSError:
+        return False
+
+
+@functools.cache
+def fma_ops():
+    """torch.ops.flip_emulator_fma: the emulator compiled with floating-point contraction (a * b + c
+    into one fused multiply-add wherever the compiler likes, as nvcc does by default), which
+    perturbs the float32 arithmetic the way the GPU's does. Needs has_fma(); kept in
+    build/torch-<release>/emulator-fma."""
+    flags = [f for f in CXX_FLAGS if not f.startswith("-ffp-contract")] + ["-ffp-contract=fast"]
+    import platform
+
+    if platform.machine() not in ("aarch64", "arm64"):
+        flags.append("-mfma")
+    build_dir = BUILD_DIR.parent / (BUILD_DIR.name + "-fma")
+    return _load("flip_emulator_fma", build_dir, ROOT / "csrc", ["FLIP_EMULATOR_LIBRARY=flip_emulator_fma"], flags)
 
 
 def _mutated(text, mutations, path):
