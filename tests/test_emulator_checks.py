@@ -252,7 +252,7 @@ def test_a_launch_left_out_of_the_row_passes_is_caught(ops, emulator):
 # mutant_ops): (file under csrc/, expression, its mutant, the run that must catch it).
 MUTATIONS = (
     # The fused forward's input tile one column off: its halo shifted.
-    ("flip/passes.h", "clampi(x0 - R + i % cols, 0, g.w - 1)", "clampi(x0 - R + 1 + i % cols, 0, g.w - 1)"),
+    ("flip/passes.h", "clampi(x0 - R + at.col, 0, g.w - 1)", "clampi(x0 - R + 1 + at.col, 0, g.w - 1)"),
     # Kernel 2's gradient-plane tile read one row off.
     ("flip/passes.h", "gp[q * stride + off]", "gp[q * stride + off + g.w]"),
     # A band holding one gradient-plane row too few above it.

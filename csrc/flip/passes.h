@@ -89,6 +89,23 @@ struct Geometry {
 
 FLIP_HD int64_t clampi(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
+// Row and column of i = first, first + step, first + 2 step, ... in rows of `cols` values, kept by
+// additions: the loops over a tile and its halo, whose width is known only at run time, would
+// otherwise divide at every step.
+struct TileWalk {
+  int row, col, drow, dcol, cols;
+  FLIP_HD TileWalk(int first, int step, int cols_)
+      : row(first / cols_), col(first % cols_), drow(step / cols_), dcol(step % cols_), cols(cols_) {}
+  FLIP_HD void next() {
+    row += drow;
+    col += dcol;
+    if (col >= cols) {
+      col -= cols;
+      ++row;
+    }
+  }
+};
+
 // ---- H pass --------------------------------------------------------------------------------
 
 // Shared-memory floats an H block needs: 4 rows (3 opponent channels + achromatic) of B + 2R.
@@ -456,8 +473,9 @@ FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0,
   const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
   const int64_t hw = g.hw();
   bool ok = true;
-  for (int i = tid; i < rc; i += nthreads) {
-    const int64_t y = clampi(y0 - R + i / cols, 0, g.h - 1), x = clampi(x0 - R + i % cols, 0, g.w - 1);
+  TileWalk at(tid, nthreads, cols);
+  for (int i = tid; i < rc; i += nthreads, at.next()) {
+    const int64_t y = clampi(y0 - R + at.row, 0, g.h - 1), x = clampi(x0 - R + at.col, 0, g.w - 1);
     const int64_t p = y * g.w + x;
     T v[3] = {src[p], src[hw + p], src[2 * hw + p]}, lin[3], opp[3];
     ok = ok && is_finite(v[0]) && is_finite(v[1]) && is_finite(v[2]);
@@ -708,8 +726,9 @@ FLIP_HD bool tile_won(const int32_t* index, const Geometry& g, int64_t i, int64_
                       int64_t r1, int halo, int tid, int nthreads) {
   const int rows = kTileH + 2 * halo, cols = kTileW + 2 * halo;
   bool won = false;
-  for (int j = tid; j < rows * cols; j += nthreads) {
-    const int64_t y = y0 - halo + j / cols, x = x0 - halo + j % cols;
+  TileWalk at(tid, nthreads, cols);
+  for (int j = tid; j < rows * cols; j += nthreads, at.next()) {
+    const int64_t y = y0 - halo + at.row, x = x0 - halo + at.col;
     if (y >= r0 && y < r1 && x >= 0 && x < g.w && index[y * g.w + x] == i) won = true;
   }
   return won;
@@ -748,8 +767,9 @@ FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g,
                           int nthreads, S smem) {
   const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
   const int64_t stride = b.plane_stride(g.w);
-  for (int i = tid; i < rc; i += nthreads) {
-    const int64_t y = y0 - R + i / cols, x = x0 - R + i % cols;
+  TileWalk at(tid, nthreads, cols);
+  for (int i = tid; i < rc; i += nthreads, at.next()) {
+    const int64_t y = y0 - R + at.row, x = x0 - R + at.col;
     const bool in = y >= b.g0 && y < b.g1 && x >= 0 && x < g.w;
     const int64_t off = (y - b.g0) * g.w + x;
     for (int q = 0; q < kResponsePlanesPerImage; ++q) smem[q * rc + i] = in ? gp[q * stride + off] : T(0);
@@ -763,11 +783,12 @@ FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y
                               int nthreads, S smem) {
   const int cols = fused_cols(R), rc = fused_rows(R) * cols, n = kTileH * cols;
   const S in = smem, out = smem + kResponsePlanesPerImage * rc;
-  for (int i = tid; i < n; i += nthreads) {
-    const int r = i / cols;
+  TileWalk at(tid, nthreads, cols);
+  for (int i = tid; i < n; i += nthreads, at.next()) {
+    const int r = at.row;
     const int64_t y = y0 + r;
     if (y >= y_end) continue;
-    const int c = (r + R) * cols + i % cols;
+    const int c = (r + R) * cols + at.col;
     T v[kHorizontalPlanesPerImage];
     vt_values(
         g, t,
