@@ -240,12 +240,38 @@ def test_a_band_whose_gradient_planes_were_not_written_poisons_the_gradient(ops,
 
 
 def test_a_launch_left_out_of_the_row_passes_is_caught(ops, emulator):
-    # Without the V pass (launch 1 of the forward) the map stays as allocated: NaN where the GPU
-    # would leave whatever the allocator held.
+    # Without the V pass (launch 1 of the forward) the map stays as allocated: the emulator's copy
+    # of an output starts as NaN, where the GPU's would hold whatever the allocator left (often the
+    # last call's correct result).
     a, b, _ = images()
+    emulator.ldr_flip(a, b, 30.0, "srgb", 1e-15)  # a correct map, which a reused buffer would hold
     with configured(emulator, skip_launch=1):
         out = emulator.ldr_flip(a, b, 30.0, "srgb", 1e-15)
-    assert not close(out, ops.ldr_flip(a, b, 30.0, "srgb", 1e-15))
+    assert out.isnan().all()
+
+
+def test_settings_are_taken_when_a_call_starts(ops, emulator):
+    # A configure() from another thread while a call runs (the ops release the GIL) does not
+    # reach into that call: each call works with the settings it started with.
+    import threading
+
+    a, b, g = images()
+    want = ops.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True])
+    result = {}
+
+    def call():
+        result["got"] = emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [True, True], SMALLEST)
+
+    line = next(n for n, f, k, _ in barriers() if f == "tiled_grad_block" and k == 1)
+    worker = threading.Thread(target=call)
+    with configured(emulator):
+        worker.start()
+        import time
+
+        time.sleep(0.2)
+        with configured(emulator, skip_barrier_line=line):
+            worker.join()
+    assert all(close(x, y) for x, y in zip(result["got"], want))
 
 
 # Source mutations, each switched on in one build of mutated sources (tests/emulator,
@@ -267,6 +293,25 @@ MUTATIONS = (
     ("flip/passes.h", "(i / kTileW) * cols + i % kTileW + R", "(i / kTileW) * cols + i % kTileW + R + 1"),
     # The row pass H's tile and halo one column off.
     ("flip/passes.h", "clampi(x0 - R + i, 0, g.w - 1)", "clampi(x0 - R + i + 1, 0, g.w - 1)"),
+    # Kernel 2 judging whether an exposure won a tile by the band's output rows instead of the
+    # gradient-plane rows it reads (a winning pixel just above the band is missed).
+    (
+        "flip/cuda/blocks.h",
+        "tile_won(p.index + n * g.hw(), g, s.hs.i, y0, x0, band.g0, band.g1, R, b.tid(), b.threads())",
+        "tile_won(p.index + n * g.hw(), g, s.hs.i, y0, x0, band.y0, band.y1, R, b.tid(), b.threads())",
+    ),
+    # tile_won blind to the image's last column.
+    (
+        "flip/passes.h",
+        "x >= 0 && x < g.w && index[y * g.w + x] == i",
+        "x >= 0 && x < g.w - 1 && index[y * g.w + x] == i",
+    ),
+    # The last item band running past the batch.
+    ("flip/passes.h", "b.n1 = b.n0 + items < g.n ? b.n0 + items : g.n;", "b.n1 = b.n0 + items;"),
+    # An item's exposures past its count taken too.
+    ("flip/hdr_pixel.h", "i < count(n)", "i < E"),
+    # Counts taken unclamped.
+    ("flip/hdr_pixel.h", "return c < lo ? lo : c > E ? E : c;", "return c;"),
     # The fused forward writing each pixel's error into its right neighbour too: a global-memory
     # race between threads and between blocks (the last column of a tile is the next one's first).
     ("flip/passes.h", "out[p] = err;", "out[p] = err; if (x + 1 < g.w) out[p + 1] = err;"),
@@ -281,7 +326,59 @@ def run_fused_both_orders(ops, em):
     return run_fused(ops, em) and backward
 
 
-MUTANT_RUNS = [run_fused, run_tiled, run_tiled, run_tiled, run_fused, run_rows_forward, run_fused_both_orders]
+def hdr_spots(dtype=torch.float64):
+    """HDR inputs of 48 x 96 where exposure 1 wins two pixels only: the last row of the first
+    16-row band and the last column."""
+    gen = torch.Generator().manual_seed(15)
+    ref = torch.exp2(4 * torch.rand(1, 3, 48, 96, generator=gen, dtype=dtype) - 2)
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=gen, dtype=dtype)).clamp(min=0.1)
+    index = torch.zeros(1, 1, 48, 96, dtype=torch.int32)
+    index[0, 0, 15, 40] = index[0, 0, 20, 95] = 1
+    grad = torch.rand(1, 1, 48, 96, generator=gen, dtype=dtype)
+    return grad, test, ref, torch.tensor([[0.0, 1.0]], dtype=dtype), torch.tensor([2]), index
+
+
+def run_tiled_hdr_spots(ops, em):
+    args = (*hdr_spots(), 20.0, "aces", 1e-15, [True, True])
+    want = ops.hdr_flip_backward(*args)
+    return all(close(x, y) for x, y in zip(em.hdr_flip_backward_tiled(*args, SMALLEST), want))
+
+
+def run_tiled_uneven_batch(ops, em):
+    a, b, g = images(shape=(3, 3, 20, 30))
+    want = ops.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True])
+    two_items = 2 * 2 * 7 * 20 * 30 * 8
+    got = em.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [True, True], two_items)
+    return all(close(x, y) for x, y in zip(got, want))
+
+
+def run_hdr_counts(ops, em):
+    # Item 1 with two of three exposures (its third would win pixels), and counts out of range,
+    # which the GPU clamps into [2, E].
+    test, ref, _, _, _ = hdr_images()
+    ex = torch.tensor([[-2.0, 0.0, 3.0], [0.0, 1.0, 4.0]], dtype=torch.float64)
+    want = ops.hdr_flip(test, ref, ex, torch.tensor([3, 2]), 20.0, "aces", 1e-15)
+    ok = True
+    for counts in (torch.tensor([3, 2]), torch.tensor([7, 0])):
+        got = em.hdr_flip_fused(test, ref, ex, counts, 20.0, "aces", 1e-15)
+        ok = ok and all(close(x.double(), y.double()) for x, y in zip(got, want))
+    return ok
+
+
+MUTANT_RUNS = [
+    run_fused,
+    run_tiled,
+    run_tiled,
+    run_tiled,
+    run_fused,
+    run_rows_forward,
+    run_tiled_hdr_spots,
+    run_tiled_hdr_spots,
+    run_tiled_uneven_batch,
+    run_hdr_counts,
+    run_hdr_counts,
+    run_fused_both_orders,
+]
 
 
 @pytest.fixture(scope="module")

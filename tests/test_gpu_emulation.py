@@ -322,6 +322,89 @@ def test_a_lock_left_by_a_killed_build_does_not_stall_the_next_load(emulator, tm
     assert proc.returncode == 0 and "LOADED" in proc.stdout, proc.stdout[-3000:]
 
 
+# ---- cases at the edges of the tiled kernels' decisions ----
+
+
+@pytest.mark.parametrize("budget", ["one band", "row bands"])
+@pytest.mark.parametrize("spot", ["band edge", "R left of a tile", "last column"])
+def test_tiled_hdr_backward_single_winning_pixels(ops, emulator, budget, spot):
+    # One pixel wins exposure 1, every other exposure 0: whether a tile computes exposure 1 then
+    # hangs on that pixel alone, at the edges of tile_won's reach (kernel 1 without halo, kernel 2
+    # with R; bands of 16 rows; the last column). Random or striped winners cannot tell an edge
+    # one pixel off.
+    h, w, ppd = 48, 96, 20.0
+    r = radius(ppd)
+    y, x = {"band edge": (15, 40), "R left of a tile": (20, 32 - r), "last column": (20, w - 1)}[spot]
+    gen = torch.Generator().manual_seed(15)
+    ref = torch.exp2(4 * torch.rand(1, 3, h, w, generator=gen, dtype=torch.float64) - 2)
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=gen, dtype=torch.float64)).clamp(min=0.1)
+    ex = torch.tensor([[0.0, 1.0]], dtype=torch.float64)
+    counts = torch.tensor([2])
+    index = torch.zeros(1, 1, h, w, dtype=torch.int32)
+    index[0, 0, y, x] = 1
+    grad = torch.rand(1, 1, h, w, generator=gen, dtype=torch.float64)
+    args = (grad, test, ref, ex, counts, index, ppd, "aces", 1e-15)
+    expected = ops.hdr_flip_backward(*args, [True, True])
+    scratch = ONE_BAND if budget == "one band" else SMALLEST
+    for mask in MASKS:
+        tiled = emulator.hdr_flip_backward_tiled(*args, mask, scratch)
+        check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), expected, torch.float64, mask)
+
+
+def test_tiled_backward_bands_of_several_tile_rows_and_an_uneven_batch(ops, emulator):
+    # Bands of 32 rows whose gradient-plane rows start above the band (g0 > 0), and item bands of
+    # two items over a batch of three: the last band is shorter than the others.
+    shape = (3, 3, 70, 45)
+    a, b = inputs(shape, torch.float64, seed=16)
+    g = torch.rand(shape[0], 1, *shape[2:], generator=torch.Generator().manual_seed(17), dtype=torch.float64)
+    rows_budget = 2 * 7 * (32 + 2 * radius(67.0)) * shape[3] * 8
+    items, rows, _, item_bands, row_bands = emulator.backward_plan(
+        *shape[:1], *shape[2:], 3, 67.0, 8, rows_budget
+    ).tolist()
+    assert items == 1 and rows == 32 and row_bands == 3
+    items_budget = 2 * one_item_budget(shape, torch.float64)
+    assert emulator.backward_plan(shape[0], *shape[2:], 3, 67.0, 8, items_budget).tolist()[0::3] == [2, 2]
+    expected = ops.ldr_flip_backward(g, a, b, 67.0, "srgb", 1e-15, [True, True])
+    for budget in (rows_budget, items_budget):
+        for mask in MASKS:
+            tiled = emulator.ldr_flip_backward_tiled(g, a, b, 67.0, "srgb", 1e-15, mask, budget)
+            check_tiled(
+                tiled, emulator.ldr_flip_backward(g, a, b, 67.0, "srgb", 1e-15, mask), expected, torch.float64, mask
+            )
+
+
+@pytest.mark.parametrize("pad", [-1.0, 0.5, 2.0])
+def test_hdr_exposures_past_an_items_count_are_ignored(ops, emulator, pad):
+    # Item 1 uses two of three exposure columns; its third holds a value that would win pixels
+    # (unlike a copy of the last one, which ties): the kernels must skip it, map and exposure map
+    # alike.
+    gen = torch.Generator().manual_seed(18)
+    ref = torch.exp2(6 * torch.rand(2, 3, 21, 45, generator=gen, dtype=torch.float64) - 3)
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=gen, dtype=torch.float64)).clamp(min=0.1)
+    ex = torch.tensor([[-2.0, 0.0, 1.5], [0.0, 1.0, pad]], dtype=torch.float64)
+    counts = torch.tensor([3, 2])
+    expected = ops.hdr_flip(test, ref, ex, counts, 30.0, "aces", 1e-15)
+    for got in (
+        emulator.hdr_flip(test, ref, ex, counts, 30.0, "aces", 1e-15),
+        emulator.hdr_flip_fused(test, ref, ex, counts, 30.0, "aces", 1e-15),
+    ):
+        close(got[0], expected[0], torch.float64)
+        assert torch.equal(got[1], expected[1]) and torch.equal(got[2], expected[2])
+
+
+def test_hdr_counts_out_of_range_are_clamped_as_on_the_gpu(ops, emulator):
+    # The CUDA ops take counts unchecked (reading them back would synchronise) and the kernels
+    # clamp them into [2, E] (HdrStep::count); the emulator takes them as cuda.cpp does.
+    gen = torch.Generator().manual_seed(19)
+    ref = torch.exp2(6 * torch.rand(2, 3, 21, 45, generator=gen, dtype=torch.float64) - 3)
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=gen, dtype=torch.float64)).clamp(min=0.1)
+    ex = torch.tensor([[-2.0, 0.0, 1.5], [0.0, 1.0, 2.0]], dtype=torch.float64)
+    expected = ops.hdr_flip(test, ref, ex, torch.tensor([3, 2]), 30.0, "aces", 1e-15)
+    got = emulator.hdr_flip_fused(test, ref, ex, torch.tensor([5, 0]), 30.0, "aces", 1e-15)
+    close(got[0], expected[0], torch.float64)
+    assert torch.equal(got[2], expected[2])
+
+
 # ---- the GPU's float32 arithmetic: contraction into fused multiply-adds ----
 
 

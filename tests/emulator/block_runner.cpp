@@ -1,5 +1,6 @@
 #include "block_runner.h"
 
+#include <mutex>
 #include <sstream>
 
 namespace flip_emulator {
@@ -10,12 +11,27 @@ constexpr size_t kStackBytes = 256 * 1024;
 thread_local BlockRunner* running = nullptr;
 }  // namespace
 
-Settings& settings() {
-  static Settings s;
-  return s;
+namespace {
+std::mutex settings_mutex;
+Settings global_settings;
+thread_local Settings call_settings;
+}  // namespace
+
+Settings settings() {
+  std::lock_guard<std::mutex> lock(settings_mutex);
+  return global_settings;
 }
 
-int mutant() { return settings().mutant; }
+void set_settings(const Settings& s) {
+  std::lock_guard<std::mutex> lock(settings_mutex);
+  global_settings = s;
+}
+
+const Settings& current() { return call_settings; }
+
+void begin_call() { call_settings = settings(); }
+
+int mutant() { return call_settings.mutant; }
 
 BlockRunner::BlockRunner(int threads, size_t smem_bytes, size_t word_bytes, std::string kernel)
     : threads_(threads),
@@ -116,7 +132,7 @@ void BlockRunner::report(Problem what, int t, int64_t i) {
 }
 
 bool BlockRunner::barrier(int tid, int line, bool is_or, bool pred) {
-  if (line == settings().skip_barrier_line) return pred;  // the mutation: this barrier left out
+  if (line == current().skip_barrier_line) return pred;  // the mutation: this barrier left out
   Fiber& f = fibers_[tid];
   f.state = State::kWaiting;
   f.line = line;
@@ -149,7 +165,7 @@ void BlockRunner::run(int64_t bx, int64_t by, int64_t bz, int64_t gx, int64_t gy
   }
   for (;;) {
     for (int k = 0; k < threads_; ++k) {
-      const int t = settings().reverse ? threads_ - 1 - k : k;
+      const int t = current().reverse ? threads_ - 1 - k : k;
       if (fibers_[t].state != State::kReady) continue;
       current_ = t;
       swapcontext(&scheduler_, &fibers_[t].ctx);

@@ -40,8 +40,14 @@ struct Settings {
   bool reverse = false;
   int mutant = 0;
 };
-Settings& settings();
-// settings().mutant, for the mutated sources (tests/emulator/__init__.py, mutant_ops).
+// The settings configure() sets, process-wide (read and written under a lock).
+Settings settings();
+void set_settings(const Settings& s);
+// The settings of the op call running on this thread: a copy of settings() taken when it started
+// (emulate.cpp, run), so that a configure() from another thread cannot change a call midway.
+const Settings& current();
+void begin_call();
+// current().mutant, for the mutated sources (tests/emulator/__init__.py, mutant_ops).
 int mutant();
 
 class BlockRunner;

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "flip/cuda/blocks.h"
 #include "flip/cuda/sequences.h"
@@ -74,12 +75,12 @@ struct HostLauncher {
                                " bytes of shared memory, more than an sm_90 block has");
     if (grid.y > 65535 || grid.z > 65535)
       throw std::runtime_error("flip_emulator: " + name + " launched with a grid beyond CUDA's limits");
-    if (launches++ == settings().skip_launch) return;  // the mutation: this launch left out
+    if (launches++ == current().skip_launch) return;  // the mutation: this launch left out
     BlockRunner runner(threads, smem, sizeof(T), name);
     const std::function<void(BlockContext&)> body = [&](BlockContext& b) { flip::cuda::run_block<K>(b, p, s); };
     const int64_t blocks = int64_t(grid.x) * grid.y * grid.z;
     for (int64_t k = 0; k < blocks; ++k) {
-      const int64_t j = settings().reverse ? blocks - 1 - k : k;
+      const int64_t j = current().reverse ? blocks - 1 - k : k;
       const int64_t x = j % grid.x, y = j / grid.x % grid.y, z = j / (int64_t(grid.x) * grid.y);
       runner.run(x, y, z, grid.x, grid.y, grid.z, body);
       if (runner.errors() != 0) {
@@ -97,41 +98,61 @@ struct HostLauncher {
   }
 };
 
-// A copy of a buffer with guard zones around it: all-ones bytes (NaN for floating point, -1 for
-// integers), whose change is a write out of bounds.
+// What a buffer is to the kernels: read only, written only (the op allocated it uninitialised:
+// the copy starts as the signalling pattern, so a value no kernel wrote shows), or read and
+// written (arrives initialised, as HDR-FLIP's running maximum and accumulated gradients do).
+enum class Role { kIn, kOut, kInOut };
+
+// A copy of a buffer with guard zones around it, which start as the signalling pattern (all-ones
+// bytes: NaN for floating point; 0xA5 bytes for integers, whose all-ones would be the valid
+// index -1) and whose change is a write out of bounds. An input's change is a write to it.
 template <class T>
 class Guarded {
  public:
   static constexpr int64_t kGuard = 4096;
-  // A copy of `from` (n values; null: none, all-ones bytes) written back to it by finish() when
-  // `output` is set.
-  Guarded(T* from, int64_t n, bool output, const char* name)
-      : from_(from), n_(n), output_(output), name_(name), buf_(static_cast<size_t>(n + 2 * kGuard)) {
-    std::memset(static_cast<void*>(buf_.data()), 0xFF, buf_.size() * sizeof(T));
-    if (from != nullptr) std::memcpy(static_cast<void*>(get()), from, static_cast<size_t>(n) * sizeof(T));
+  static constexpr unsigned char kPattern = std::is_floating_point<T>::value ? 0xFF : 0xA5;
+  // A copy of `from` (n values; null: none) as `role` says, written back to it by finish() when
+  // the kernels write it.
+  Guarded(T* from, int64_t n, Role role, const char* name)
+      : from_(from), n_(from != nullptr ? n : 0), role_(role), name_(name), buf_(static_cast<size_t>(n_ + 2 * kGuard)) {
+    std::memset(static_cast<void*>(buf_.data()), kPattern, buf_.size() * sizeof(T));
+    if (from != nullptr && role != Role::kOut)
+      std::memcpy(static_cast<void*>(get()), from, static_cast<size_t>(n_) * sizeof(T));
+  }
+  // The emulator's own scratch of n values (the signalling pattern).
+  Guarded(int64_t n, const char* name) : Guarded(nullptr, 0, Role::kOut, name) {
+    n_ = n;
+    buf_.assign(static_cast<size_t>(n + 2 * kGuard), T(0));
+    std::memset(static_cast<void*>(buf_.data()), kPattern, buf_.size() * sizeof(T));
   }
   T* get() { return buf_.data() + kGuard; }
   void finish() {
-    unsigned char ones[sizeof(T)];
-    std::memset(ones, 0xFF, sizeof(T));
+    unsigned char pattern[sizeof(T)];
+    std::memset(pattern, kPattern, sizeof(T));
     for (int64_t i = 0; i < kGuard; ++i)
       for (const int64_t j : {i, kGuard + n_ + i})
-        if (std::memcmp(&buf_[static_cast<size_t>(j)], ones, sizeof(T)) != 0)
+        if (std::memcmp(&buf_[static_cast<size_t>(j)], pattern, sizeof(T)) != 0)
           throw std::runtime_error(std::string("flip_emulator: global-memory write out of bounds of ") + name_ +
                                    (j < kGuard ? " (before it)" : " (after it)"));
-    if (output_ && from_ != nullptr) std::memcpy(from_, get(), static_cast<size_t>(n_) * sizeof(T));
+    if (from_ == nullptr) return;
+    if (role_ == Role::kIn) {
+      if (std::memcmp(get(), from_, static_cast<size_t>(n_) * sizeof(T)) != 0)
+        throw std::runtime_error(std::string("flip_emulator: a kernel wrote to its input ") + name_);
+      return;
+    }
+    std::memcpy(from_, get(), static_cast<size_t>(n_) * sizeof(T));
   }
 
  private:
   T* from_;
   int64_t n_;
-  bool output_;
+  Role role_;
   const char* name_;
   std::vector<T> buf_;
 };
 
 GridLimits grid_limits() {
-  const Settings& s = settings();
+  const Settings& s = current();
   GridLimits l;
   if (s.max_grid_y > 0) l.max_y = s.max_grid_y;
   if (s.max_grid_z > 0) l.max_z = s.max_grid_z;
@@ -149,6 +170,7 @@ HostTaps<T>::HostTaps(double ppd) {
 
 template <class T>
 void run(Sequence seq, Params<T> p, int channels) {
+  begin_call();  // this call's settings, whatever configure() does meanwhile
   namespace sq = flip::cuda::seq;
   const flip::Geometry& g = p.g;
   const int64_t hw = g.hw();
@@ -160,19 +182,24 @@ void run(Sequence seq, Params<T> p, int channels) {
   const int64_t image = g.n * channels * hw, map = g.n * (seq == Sequence::kCsfForward ? 3 : 1) * hw;
   const int64_t grad = g.n * (seq == Sequence::kCsfBackward ? 3 : 1) * hw;
   if (backward && p.g_test == nullptr && p.g_ref == nullptr) return;  // as cuda.cpp: nothing asked, nothing launched
-  Guarded<T> test(const_cast<T*>(p.test), image, false, "test");
-  Guarded<T> ref(const_cast<T*>(p.ref), p.ref ? image : 0, false, "reference");
-  Guarded<T> gr(const_cast<T*>(p.grad), p.grad ? grad : 0, false, "grad");
-  Guarded<T> ex(const_cast<T*>(p.exposures), p.exposures ? g.n * p.E : 0, false, "exposures");
-  Guarded<int64_t> counts(const_cast<int64_t*>(p.counts), p.counts ? g.n : 0, false, "counts");
-  Guarded<T> out(p.out, p.out ? map : 0, true, "out");
-  Guarded<T> emap(p.emap, p.emap ? g.n * hw : 0, true, "emap");
-  Guarded<int32_t> index(p.index, p.index ? g.n * hw : 0, !backward, "exposure index");
-  Guarded<T> g_test(p.g_test, p.g_test ? image : 0, true, "g_test");
-  Guarded<T> g_ref(p.g_ref, p.g_ref ? image : 0, true, "g_ref");
-  Guarded<T> planes(nullptr, rows ? g.n * g.images * g.planes() * hw : 0, false, "planes");
-  Guarded<T> gplanes(nullptr, rows && backward ? g.n * g.images * g.gplanes() * hw : 0, false, "gradient planes");
-  Guarded<T> scratch(nullptr, tiled ? p.plan.scratch_elems(g) : 0, false, "scratch");
+  // HDR-FLIP's map, exposure map and index arrive initialised for the forward's running maximum,
+  // its gradients zeroed for the backward's sums; everything else an op allocates uninitialised.
+  const bool hdr = seq == Sequence::kHdrForward || seq == Sequence::kHdrForwardFused || seq == Sequence::kHdrBackward ||
+                   seq == Sequence::kHdrBackwardTiled;
+  const Role written = hdr ? Role::kInOut : Role::kOut;
+  Guarded<T> test(const_cast<T*>(p.test), image, Role::kIn, "test");
+  Guarded<T> ref(const_cast<T*>(p.ref), image, Role::kIn, "reference");
+  Guarded<T> gr(const_cast<T*>(p.grad), grad, Role::kIn, "grad");
+  Guarded<T> ex(const_cast<T*>(p.exposures), g.n * p.E, Role::kIn, "exposures");
+  Guarded<int64_t> counts(const_cast<int64_t*>(p.counts), g.n, Role::kIn, "counts");
+  Guarded<T> out(p.out, map, written, "out");
+  Guarded<T> emap(p.emap, g.n * hw, written, "emap");
+  Guarded<int32_t> index(p.index, g.n * hw, backward ? Role::kIn : written, "exposure index");
+  Guarded<T> g_test(p.g_test, image, written, "g_test");
+  Guarded<T> g_ref(p.g_ref, image, written, "g_ref");
+  Guarded<T> planes(rows ? g.n * g.images * g.planes() * hw : 0, "planes");
+  Guarded<T> gplanes(rows && backward ? g.n * g.images * g.gplanes() * hw : 0, "gradient planes");
+  Guarded<T> scratch(tiled ? p.plan.scratch_elems(g) : 0, "scratch");
   auto set = [](auto& field, auto& guarded) {
     if (field != nullptr) field = guarded.get();
   };

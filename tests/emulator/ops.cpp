@@ -47,14 +47,20 @@ Params<T> params(const Geometry& g, const em::HostTaps<T>& taps, double eps) {
   return p;
 }
 
-// What cuda.cpp refuses before launching: a formulation whose shared memory an sm_90 block lacks.
+// The formulations cuda.cpp chooses between (flip::cuda::use_fused_forward, use_tiled_backward).
+enum class Formulation { kRows, kFused, kTiled };
+
+// What cuda.cpp refuses or would not choose: a formulation whose shared memory an sm_90 block
+// lacks.
 template <class T>
-void check_fits(const Params<T>& p, bool tiles) {
+void check_fits(const Params<T>& p, Formulation f) {
   const size_t have = flip::cuda::kSm90SharedMemoryPerBlock;
   const int R = p.taps.rmax;
-  FLIP_CHECK(!tiles || flip::cuda::use_fused_forward<T>(R, have, false),
+  FLIP_CHECK(f != Formulation::kFused || flip::cuda::use_fused_forward<T>(R, have, false),
              "flip_emulator: the fused forward's tiles do not fit an sm_90 block at this pixels_per_degree");
-  FLIP_CHECK(tiles || flip::cuda::row_pass_smem_bytes<T>(R, p.g.planes()) <= have,
+  FLIP_CHECK(f != Formulation::kTiled || flip::cuda::use_tiled_backward<T>(R, have, false),
+             "flip_emulator: the tiled backward's tiles do not fit an sm_90 block at this pixels_per_degree");
+  FLIP_CHECK(f != Formulation::kRows || flip::cuda::row_pass_smem_bytes<T>(R, p.g.planes()) <= have,
              "flip_emulator: pixels_per_degree is too large for an sm_90 block's shared memory");
 }
 
@@ -68,7 +74,7 @@ Tensor ldr_flip_impl(const Tensor& test, const Tensor& ref, double ppd, const st
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
     auto p = params<T>(g, taps, eps);
-    check_fits(p, fused);
+    check_fits(p, fused ? Formulation::kFused : Formulation::kRows);
     p.srgb = srgb;
     p.test = data<T>(t);
     p.ref = data<T>(r);
@@ -105,7 +111,7 @@ Pair ldr_flip_backward_impl(const Tensor& grad, const Tensor& test, const Tensor
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
     auto p = params<T>(flip_ops::geometry(t, 2, true, true), taps, eps);
-    check_fits(p, tiled);
+    check_fits(p, tiled ? Formulation::kTiled : Formulation::kRows);
     p.srgb = srgb;
     p.grad = data<T>(gr);
     p.test = data<T>(t);
@@ -147,7 +153,7 @@ Tensor backward_plan(int64_t n, int64_t h, int64_t w, int64_t wanted, double ppd
 // in the order of the arguments.
 Tensor configure(int64_t skip_barrier_line, int64_t skip_launch, int64_t max_grid_y, int64_t max_grid_z,
                  int64_t max_blocks, bool reverse, int64_t mutant) {
-  em::Settings& s = em::settings();
+  em::Settings s = em::settings();
   const int64_t before[] = {s.skip_barrier_line, s.skip_launch, s.max_grid_y, s.max_grid_z,
                             s.max_blocks,        s.reverse,     s.mutant};
   s.skip_barrier_line = static_cast<int>(skip_barrier_line);
@@ -157,6 +163,7 @@ Tensor configure(int64_t skip_barrier_line, int64_t skip_launch, int64_t max_gri
   s.max_blocks = max_blocks;
   s.reverse = reverse;
   s.mutant = static_cast<int>(mutant);
+  em::set_settings(s);
   const int64_t count = 7;
   auto out = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(&count, 1), ScalarType::Long, std::nullopt,
                                   torch::stable::Device(torch::headeronly::DeviceType::CPU));
@@ -178,8 +185,8 @@ Triple hdr_flip_impl(const Tensor& test, const Tensor& ref, const Tensor& exposu
   const auto tm = flip_ops::check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
   auto ex = flip_ops::contiguous_as(exposures, t.scalar_type());
+  // As cuda.cpp: counts unchecked, clamped by the kernels (HdrStep::count).
   auto cn = flip_ops::contiguous_as(counts, ScalarType::Long);
-  flip_ops::check_exposure_values_on_host(ex, cn);
   auto out = torch::stable::fill_(flip_ops::empty_as(t, flip_ops::map_shape(t)), 0.0);
   auto emap = torch::stable::fill_(flip_ops::empty_as(t, flip_ops::map_shape(t)), 0.0);
   auto idx = torch::stable::fill_(flip_ops::empty_as(t, flip_ops::map_shape(t), ScalarType::Int), -1.0);
@@ -187,7 +194,7 @@ Triple hdr_flip_impl(const Tensor& test, const Tensor& ref, const Tensor& exposu
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
     auto p = params<T>(flip_ops::geometry(t, 2, true, true), taps, eps);
-    check_fits(p, fused);
+    check_fits(p, fused ? Formulation::kFused : Formulation::kRows);
     p.test = data<T>(t);
     p.ref = data<T>(r);
     hdr_inputs(p, ex, cn, tm);
@@ -219,8 +226,8 @@ Pair hdr_flip_backward_impl(const Tensor& grad, const Tensor& test, const Tensor
   auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
   auto gr = flip_ops::contiguous_as(grad, t.scalar_type());
   auto ex = flip_ops::contiguous_as(exposures, t.scalar_type());
+  // As cuda.cpp: counts unchecked, clamped by the kernels (HdrStep::count).
   auto cn = flip_ops::contiguous_as(counts, ScalarType::Long);
-  flip_ops::check_exposure_values_on_host(ex, cn);
   auto ix = torch::stable::contiguous(index);
   std::array<Tensor, 2> gb = {
       mask[0] ? torch::stable::fill_(torch::stable::empty_like(t), 0.0) : flip_ops::nothing_like(t),
@@ -229,7 +236,7 @@ Pair hdr_flip_backward_impl(const Tensor& grad, const Tensor& test, const Tensor
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
     auto p = params<T>(flip_ops::geometry(t, 2, true, true), taps, eps);
-    check_fits(p, tiled);
+    check_fits(p, tiled ? Formulation::kTiled : Formulation::kRows);
     p.grad = data<T>(gr);
     p.test = data<T>(t);
     p.ref = data<T>(r);
@@ -265,7 +272,7 @@ Tensor csf_filter(const Tensor& opp, double ppd) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
     auto p = params<T>(flip_ops::geometry(o, 1, true, false), taps, 0.0);
-    check_fits(p, false);
+    check_fits(p, Formulation::kRows);
     p.test = data<T>(o);
     p.out = data<T>(out);
     em::run(Sequence::kCsfForward, p, 3);
@@ -283,7 +290,7 @@ Tensor csf_filter_backward(const Tensor& grad, const Tensor& opp, double ppd) {
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
     auto p = params<T>(flip_ops::geometry(o, 1, true, false), taps, 0.0);
-    check_fits(p, false);
+    check_fits(p, Formulation::kRows);
     p.grad = data<T>(gr);
     p.test = data<T>(o);
     p.g_test = data<T>(out);
@@ -300,7 +307,7 @@ Tensor feature_difference(const Tensor& test, const Tensor& ref, double ppd, dou
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
     auto p = params<T>(flip_ops::geometry(t, 2, false, true), taps, eps);
-    check_fits(p, false);
+    check_fits(p, Formulation::kRows);
     p.test = data<T>(t);
     p.ref = data<T>(r);
     p.out = data<T>(out);
@@ -321,7 +328,7 @@ Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const T
     using T = decltype(zero);
     const em::HostTaps<T> taps(ppd);
     auto p = params<T>(flip_ops::geometry(t, 2, false, true), taps, eps);
-    check_fits(p, false);
+    check_fits(p, Formulation::kRows);
     p.grad = data<T>(gr);
     p.test = data<T>(t);
     p.ref = data<T>(r);
