@@ -102,23 +102,23 @@ def run_tiled_hdr(ops, em):
 RUNS = {
     "h_block": run_rows_forward,
     "ht_block": run_rows_backward,
+    "tile_forward_block": run_fused,
     "fused_block": run_fused,
     "tiled_grad_block": run_tiled_hdr,
     "tiled_transpose_block": run_tiled_hdr,
 }
 
 # The barriers whose removal changes nothing, by (block function, n-th barrier in it), as the
-# checker finds them: in the fused forward and both tiled kernels, the barrier after the vertical
-# pass (the per-pixel tail reads, for each pixel, the values the same thread wrote: the two loops
-# share their index mapping) and the last barrier of the tile loop (the next tile's first phase
+# checker finds them: the barrier after the vertical pass of the tile forward (the per-pixel tails
+# read, for each pixel, the values the same thread wrote: the loops share their index mapping),
+# and the last barrier of the fused and tiled kernels' tile loops (the next tile's first phase
 # writes only the input region of shared memory, which no thread reads after the barrier before
 # the vertical pass, and all threads meet at the next barrier before anything else is written).
 # They stay as guards for layouts that alias regions, which must then show them needed here.
 REDUNDANT = {
-    ("fused_block", 2),
-    ("fused_block", 3),
-    ("tiled_grad_block", 3),
-    ("tiled_grad_block", 4),
+    ("tile_forward_block", 2),
+    ("fused_block", 0),
+    ("tiled_grad_block", 1),
     ("tiled_transpose_block", 3),
 }
 
@@ -140,7 +140,7 @@ def barriers():
 def test_every_block_function_with_barriers_has_a_run():
     found = barriers()
     assert {f for _, f, _, _ in found} == set(RUNS)
-    assert len(found) == 17  # 2 + 2 + 4 + 5 + 4: a new barrier must be added to the cases here
+    assert len(found) == 14  # 2 + 2 + 3 + 1 + 2 + 4: a new barrier must be added to the cases here
 
 
 @pytest.mark.parametrize("line, function, k, kind", barriers(), ids=lambda v: str(v))
@@ -157,7 +157,7 @@ def test_each_barrier_left_out_is_caught_or_is_redundant(ops, emulator, line, fu
 
 
 def test_a_race_names_the_kernel_block_and_threads(ops, emulator):
-    line = next(n for n, f, k, _ in barriers() if f == "fused_block" and k == 0)
+    line = next(n for n, f, k, _ in barriers() if f == "tile_forward_block" and k == 0)
     with configured(emulator, skip_barrier_line=line):
         with pytest.raises(RuntimeError) as err:
             run_fused(ops, emulator)
@@ -262,7 +262,7 @@ def test_settings_are_taken_when_a_call_starts(ops, emulator):
     def call():
         result["got"] = emulator.ldr_flip_backward_tiled(g, a, b, 30.0, "srgb", 1e-15, [True, True], SMALLEST)
 
-    line = next(n for n, f, k, _ in barriers() if f == "tiled_grad_block" and k == 1)
+    line = next(n for n, f, k, _ in barriers() if f == "tile_forward_block" and k == 0)
     worker = threading.Thread(target=call)
     with configured(emulator):
         worker.start()

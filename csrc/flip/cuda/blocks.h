@@ -98,10 +98,29 @@ FLIP_HD void vt_block(B& b, const Params<T>& p, const Step<T>& s) {
   });
 }
 
+// The fused forward's phases 1-3 for both images of item n's tile at (y0, x0), as the fused
+// forward and the tiled backward's kernel 1 run them: afterwards shared memory holds both images'
+// vertical outputs (fused_vertical_offset). The taps' view is built for each phase from the
+// parameter-space argument instead of once per kernel, so that it is not held in registers across
+// phases and barriers.
+template <class T, class B, class S>
+FLIP_HD void tile_forward_block(B& b, const Params<T>& p, const Step<T>& s, S smem, int64_t n, int64_t y0, int64_t x0,
+                                T scale) {
+  const int R = p.taps.rmax;
+  for (int im = 0; im < 2; ++im) {
+    fused_load((im == 0 ? p.test : p.ref) + n * 3 * p.g.hw(), p.g, s.mode, y0, x0, R, b.tid(), b.threads(), smem, scale,
+               s.hs.tm);
+    b.sync();
+    fused_horizontal(p.taps.view(), R, b.tid(), b.threads(), smem);
+    b.sync();
+    fused_vertical(p.taps.view(), R, im, b.tid(), b.threads(), smem);
+    b.sync();
+  }
+}
+
 // The fused forward: one block per kTileW x kTileH tile of an item. s.mode is kSrgb/kLinear
 // (LDR-FLIP: p.out is the map) or kHdr (one exposure of HDR-FLIP: p.out, p.emap and p.index hold
-// the running maximum). The taps' view is built for each phase from the parameter-space argument
-// instead of once per kernel, so that it is not held in registers across phases and barriers.
+// the running maximum).
 template <class T, class B>
 FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
   const Geometry& g = p.g;
@@ -115,15 +134,7 @@ FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
     const T scale = hdr ? s.hs.scale(n) : T(1);
     for (int64_t ty = b.block_y(); ty < tiles_y; ty += b.grid_y()) {
       const int64_t y0 = ty * kTileH;
-      for (int im = 0; im < 2; ++im) {
-        fused_load((im == 0 ? p.test : p.ref) + n * 3 * g.hw(), g, s.mode, y0, x0, R, b.tid(), b.threads(), smem, scale,
-                   s.hs.tm);
-        b.sync();
-        fused_horizontal(p.taps.view(), R, b.tid(), b.threads(), smem);
-        b.sync();
-        fused_vertical(p.taps.view(), R, im, b.tid(), b.threads(), smem);
-        b.sync();
-      }
+      tile_forward_block(b, p, s, smem, n, y0, x0, scale);
       const int64_t off = n * g.hw();
       fused_tail(g, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, p.out + off, hdr ? &s.hs : nullptr, n,
                  hdr ? p.emap + off : nullptr, hdr ? p.index + off : nullptr);
@@ -155,15 +166,7 @@ FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
         tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);
         continue;  // no shared memory touched: the next tile starts at a barrier too
       }
-      for (int im = 0; im < 2; ++im) {
-        fused_load((im == 0 ? p.test : p.ref) + 3 * off, g, s.mode, y0, x0, R, b.tid(), b.threads(), smem, scale,
-                   s.hs.tm);
-        b.sync();
-        fused_horizontal(p.taps.view(), R, b.tid(), b.threads(), smem);
-        b.sync();
-        fused_vertical(p.taps.view(), R, im, b.tid(), b.threads(), smem);
-        b.sync();
-      }
+      tile_forward_block(b, p, s, smem, n, y0, x0, scale);
       tiled_tail_vjp(g, band, n, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, p.grad + off, p.scratch,
                      hdr ? &s.hs : nullptr, hdr ? p.index + off : nullptr);
       b.sync();

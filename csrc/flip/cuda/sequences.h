@@ -96,14 +96,20 @@ void ldr_flip_forward(L& l, const Params<T>& p) {
   pixels<Kernel::kVLdr>(l, p);
 }
 
-template <class T, class L>
-void ldr_flip_backward(L& l, const Params<T>& p) {
-  Step<T> s = images(ldr_input(p), p.test, p.ref, 3);
+// The row passes' backward: H, the per-pixel adjoint K, then VT and HT into p.g_test and p.g_ref
+// (null where not wanted).
+template <Kernel K, class T, class L>
+void rows_backward(L& l, const Params<T>& p, Step<T> s) {
   h_pass(l, p, s);
-  pixels<Kernel::kVLdrVjp>(l, p);
+  pixels<K>(l, p, s);
   s.out0 = p.g_test;
   s.out1 = p.g_ref;
   vt_ht_pass(l, p, s);
+}
+
+template <class T, class L>
+void ldr_flip_backward(L& l, const Params<T>& p) {
+  rows_backward<Kernel::kVLdrVjp>(l, p, images(ldr_input(p), p.test, p.ref, 3));
 }
 
 template <class T, class L>
@@ -129,14 +135,8 @@ void hdr_flip_forward(L& l, const Params<T>& p) {
 // g_test and g_ref arrive zeroed; each exposure adds the gradient of the pixels it won.
 template <class T, class L>
 void hdr_flip_backward(L& l, const Params<T>& p) {
-  for (int64_t i = 0; i < p.E; ++i) {
-    Step<T> s = images(Input::kHdr, p.test, p.ref, 3, hdr_step(p, i));
-    h_pass(l, p, s);
-    pixels<Kernel::kVHdrVjp>(l, p, s);
-    s.out0 = p.g_test;
-    s.out1 = p.g_ref;
-    vt_ht_pass(l, p, s);
-  }
+  for (int64_t i = 0; i < p.E; ++i)
+    rows_backward<Kernel::kVHdrVjp>(l, p, images(Input::kHdr, p.test, p.ref, 3, hdr_step(p, i)));
 }
 
 // g_test and g_ref arrive zeroed; in each band, each exposure adds the gradient of the pixels it
@@ -157,11 +157,7 @@ void csf_filter_forward(L& l, const Params<T>& p) {
 
 template <class T, class L>
 void csf_filter_backward(L& l, const Params<T>& p) {
-  Step<T> s = images(Input::kOpponent, p.test, p.test, 3);
-  h_pass(l, p, s);
-  pixels<Kernel::kVCsfVjp>(l, p);
-  s.out0 = p.g_test;
-  vt_ht_pass(l, p, s);
+  rows_backward<Kernel::kVCsfVjp>(l, p, images(Input::kOpponent, p.test, p.test, 3));
 }
 
 template <class T, class L>
@@ -172,12 +168,7 @@ void feature_difference_forward(L& l, const Params<T>& p) {
 
 template <class T, class L>
 void feature_difference_backward(L& l, const Params<T>& p) {
-  Step<T> s = images(Input::kAchromatic, p.test, p.ref, 1);
-  h_pass(l, p, s);
-  pixels<Kernel::kVFeatVjp>(l, p);
-  s.out0 = p.g_test;
-  s.out1 = p.g_ref;
-  vt_ht_pass(l, p, s);
+  rows_backward<Kernel::kVFeatVjp>(l, p, images(Input::kAchromatic, p.test, p.ref, 1));
 }
 
 template <class T, class L>
