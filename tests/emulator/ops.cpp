@@ -185,8 +185,11 @@ Triple hdr_flip_impl(const Tensor& test, const Tensor& ref, const Tensor& exposu
   const auto tm = flip_ops::check_hdr_args(test, ref, exposures, counts, ppd, tone_mapper, eps);
   auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
   auto ex = flip_ops::contiguous_as(exposures, t.scalar_type());
-  // As cuda.cpp: counts unchecked, clamped by the kernels (HdrStep::count).
+  // Unlike cuda.cpp (which cannot read them without synchronising; the kernels clamp them), the
+  // host checks counts and exposures as the CPU kernels do: the tests reach the C++ check
+  // (checks.h) through here.
   auto cn = flip_ops::contiguous_as(counts, ScalarType::Long);
+  flip_ops::check_exposure_values_on_host(ex, cn);
   auto out = torch::stable::fill_(flip_ops::empty_as(t, flip_ops::map_shape(t)), 0.0);
   auto emap = torch::stable::fill_(flip_ops::empty_as(t, flip_ops::map_shape(t)), 0.0);
   auto idx = torch::stable::fill_(flip_ops::empty_as(t, flip_ops::map_shape(t), ScalarType::Int), -1.0);
@@ -226,8 +229,11 @@ Pair hdr_flip_backward_impl(const Tensor& grad, const Tensor& test, const Tensor
   auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
   auto gr = flip_ops::contiguous_as(grad, t.scalar_type());
   auto ex = flip_ops::contiguous_as(exposures, t.scalar_type());
-  // As cuda.cpp: counts unchecked, clamped by the kernels (HdrStep::count).
+  // Unlike cuda.cpp (which cannot read them without synchronising; the kernels clamp them), the
+  // host checks counts and exposures as the CPU kernels do: the tests reach the C++ check
+  // (checks.h) through here.
   auto cn = flip_ops::contiguous_as(counts, ScalarType::Long);
+  flip_ops::check_exposure_values_on_host(ex, cn);
   auto ix = torch::stable::contiguous(index);
   std::array<Tensor, 2> gb = {
       mask[0] ? torch::stable::fill_(torch::stable::empty_like(t), 0.0) : flip_ops::nothing_like(t),
