@@ -168,13 +168,23 @@ def launch_facts(workdir, ppd, width, height, batch, wanted, elem):
 
 # ---- resources ------------------------------------------------------------------------------
 
-_KERNEL_NAME = re.compile(r"\d+([a-z_]+_kernel)I([fd])E")  # <length><name>, within flip::cuda::(anonymous)
+# <length><name><T, Rad>, within flip::cuda::(anonymous); Rad is AnyRadius or FixedRadii<Rc, Rf>.
+_KERNEL_NAME = re.compile(r"\d+([a-z_]+_kernel)I([fd])NS0_(?:9AnyRadiusE|10FixedRadiiILi(\d+)ELi(\d+)EEE)E")
 
 
 def kernel_key(mangled):
-    """(kernel, dtype) of a mangled kernel name, e.g. ("fused_ldr_kernel", "float32")."""
+    """(kernel, dtype) of a mangled kernel name, e.g. ("fused_ldr_kernel", "float32"); a kernel
+    compiled for fixed radii is named with them, e.g. ("fused_ldr_kernel<10,9>", "float32")."""
     m = _KERNEL_NAME.search(mangled)
-    return (m.group(1), "float32" if m.group(2) == "f" else "float64") if m else None
+    if not m:
+        return None
+    name = m.group(1) if m.group(3) is None else f"{m.group(1)}<{m.group(3)},{m.group(4)}>"
+    return name, "float32" if m.group(2) == "f" else "float64"
+
+
+def base_name(kernel):
+    """The kernel's name without its radii: the key of LAUNCH and TRIP_TABLE."""
+    return kernel.split("<")[0]
 
 
 def parse_ptxas(log):
@@ -236,7 +246,7 @@ LAUNCH = {
 
 
 def launch_config(kernel, facts, elem):
-    threads_key, smem_key = LAUNCH.get(kernel, ("block", None))
+    threads_key, smem_key = LAUNCH.get(base_name(kernel), ("block", None))
     return facts[threads_key], (facts["smem_elems"][smem_key] * elem if smem_key else 0)
 
 
@@ -580,6 +590,22 @@ TRIP_TABLE = {
 }
 
 
+def table_for(kernel):
+    """TRIP_TABLE's loops of a kernel as compiled: one compiled for fixed radii has its filters'
+    tap loops unrolled (passes.h, correlate), so their multiply-adds are straight-line code of the
+    loop around them, run once per iteration of it; tsum's border folds stay loops."""
+
+    def drop_taps(expects):
+        return tuple(
+            dataclasses.replace(e, children=drop_taps(e.children))
+            for e in expects
+            if not (e.cascade and e.text in (PLAIN, ODD, CENTRED))
+        )
+
+    table = TRIP_TABLE[base_name(kernel)]
+    return table if kernel == base_name(kernel) else drop_taps(table)
+
+
 # ---- matching the table to the SASS ---------------------------------------------------------
 
 
@@ -822,12 +848,17 @@ def estimate(facts, kernels, source, size, exposures):
     rows = {}
 
     def launch(kernel, ctx, blocks):
+        # The launch sequences (csrc/flip/cuda/sequences.h) run the kernel compiled for the taps'
+        # radii where there is one.
+        fixed = f"{kernel}<{facts['r_csf']},{facts['r_feat']}>"
+        if (fixed, "float32") in kernels:
+            kernel = fixed
         k = kernels.get((kernel, "float32"))
         if k is None:
             problems.setdefault(kernel, ["kernel not found in the cubin"])
             return None
         cfg = cfgs.setdefault(kernel, sa.Cfg(k["_function"]))
-        per_warp, a = kernel_cost(cfg, ctx, TRIP_TABLE[kernel], source)
+        per_warp, a = kernel_cost(cfg, ctx, table_for(kernel), source)
         if a.problems:
             problems.setdefault(kernel, a.problems)
             return None
@@ -1044,7 +1075,7 @@ def print_report(report, est, kernels, args):
         "228 KB shared memory):"
     )
     head = (
-        f"{'kernel':24} {'threads':>7} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem/block':>10} "
+        f"{'kernel':30} {'threads':>7} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem/block':>10} "
         f"{'blocks/SM':>9} {'occupancy':>9}   {'limited by'}"
     )
     print(head)
@@ -1053,7 +1084,7 @@ def print_report(report, est, kernels, args):
             continue
         o = k["occupancy"]
         print(
-            f"{name:24} {k['threads']:>7} {k['registers']:>4} {k['spill_stores']:>5}/{k['spill_loads']:<5} "
+            f"{name:30} {k['threads']:>7} {k['registers']:>4} {k['spill_stores']:>5}/{k['spill_loads']:<5} "
             f"{k['stack']:>5} {fmt_bytes(k['static_smem'] + k['dynamic_smem']):>10} {o['blocks_per_sm']:>9} "
             f"{o['occupancy'] * 100:>8.1f}%   {o['limited_by']}"
         )
@@ -1068,15 +1099,15 @@ def print_report(report, est, kernels, args):
         "Issued warp-instructions (estimate), float32, batch 1, LDR-FLIP forward+backward; waves: blocks / "
         f"(blocks per SM x {GPU_SMS} SMs):"
     )
-    print(f"{'kernel':24} {'blocks':>7} {'waves':>6} {'per warp':>10} {'total':>12} {'per px':>8}")
+    print(f"{'kernel':30} {'blocks':>7} {'waves':>6} {'per warp':>10} {'total':>12} {'per px':>8}")
     for name, d in est["per_kernel"].items():
         waves = d["blocks"] / (kernels[(name, "float32")]["occupancy"]["blocks_per_sm"] * GPU_SMS)
         print(
-            f"{name:24} {d['blocks']:>7} {waves:>6.1f} {d['per_warp']:>10.0f} {d['warp_instructions']:>12.4g} "
+            f"{name:30} {d['blocks']:>7} {waves:>6.1f} {d['per_warp']:>10.0f} {d['warp_instructions']:>12.4g} "
             f"{d['warp_instructions'] / est['pixels']:>8.1f}"
         )
     for name in est["problems"]:
-        print(f"{name:24} {'-':>7} {'-':>10} {'no estimate: loops differ from TRIP_TABLE':>12}")
+        print(f"{name:30} {'-':>7} {'-':>10} {'no estimate: loops differ from TRIP_TABLE':>12}")
     print()
     rate = report["gpu"]["issue_rate_per_s"]
     print(

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from flip_loss.constants import DEFAULT_PPD
+
 BLOCKS_H = Path(__file__).resolve().parent.parent / "csrc" / "flip" / "cuda" / "blocks.h"
 SMALLEST = 1  # the tiled backward in bands of 16 rows, one item each
 TINY_GRID = dict(max_grid_y=2, max_grid_z=1, max_blocks=3)
@@ -310,6 +312,18 @@ MUTATIONS = (
     ("flip/passes.h", "b.n1 = b.n0 + items < g.n ? b.n0 + items : g.n;", "b.n1 = b.n0 + items;"),
     # An item's exposures past its count taken too.
     ("flip/hdr_pixel.h", "i < count(n)", "i < E"),
+    # The kernels compiled for the default ppd's radii reading the CSF taps one place off.
+    (
+        "flip/cuda/params.h",
+        "FixedFilter<T, Rc>{w + offset(i), w + offset(i) + 2 * Rc + 1, w + offset(i) + 3 * Rc + 1}",
+        "FixedFilter<T, Rc>{w + offset(i) + 1, w + offset(i) + 2 * Rc + 1, w + offset(i) + 3 * Rc + 1}",
+    ),
+    # ... and the feature filters' border sums of the last row and column one place off.
+    (
+        "flip/cuda/params.h",
+        "FixedFilter<T, Rf>{w + offset(i), w + offset(i) + 2 * Rf + 1, w + offset(i) + 3 * Rf + 1}",
+        "FixedFilter<T, Rf>{w + offset(i), w + offset(i) + 2 * Rf + 1, w + offset(i) + 3 * Rf}",
+    ),
     # The fused forward writing each pixel's error into its right neighbour too: a global-memory
     # race between threads and between blocks (the last column of a tile is the next one's first).
     ("flip/passes.h", "out[p] = err;", "out[p] = err; if (x + 1 < g.w) out[p + 1] = err;"),
@@ -360,6 +374,23 @@ def run_hdr_counts(ops, em):
     return all(close(x.double(), y.double()) for x, y in zip(got, want))
 
 
+def close32(x, y):
+    """float32 agreement of the emulated GPU formulation and the CPU kernels (which sum in another
+    order): within 1e-4 of the larger magnitude."""
+    return x.shape == y.shape and bool(((x - y).abs() <= 1e-4 * max(1.0, y.abs().max().item())).all())
+
+
+def run_default_ppd(ops, em):
+    """float32 at flip_loss's default ppd: the kernels compiled for its radii (params.h,
+    DefaultRadii) run the fused forward and both kernels of the tiled backward."""
+    a, b, g = (x.float() for x in images(shape=(1, 3, 26, 41)))
+    if not close32(em.ldr_flip_fused(a, b, DEFAULT_PPD, "srgb", 1e-15), ops.ldr_flip(a, b, DEFAULT_PPD, "srgb", 1e-15)):
+        return False
+    want = ops.ldr_flip_backward(g, a, b, DEFAULT_PPD, "srgb", 1e-15, [True, True])
+    got = em.ldr_flip_backward_tiled(g, a, b, DEFAULT_PPD, "srgb", 1e-15, [True, True], SMALLEST)
+    return all(close32(x, y) for x, y in zip(got, want))
+
+
 MUTANT_RUNS = [
     run_fused,
     run_tiled,
@@ -371,6 +402,8 @@ MUTANT_RUNS = [
     run_tiled_hdr_spots,
     run_tiled_uneven_batch,
     run_hdr_counts,
+    run_default_ppd,
+    run_default_ppd,
     run_fused_both_orders,
 ]
 

@@ -5,6 +5,7 @@ GPU formulation (tiling, halos, transposed borders, plane layouts). The checker'
 mutate the kernels, are in test_emulator_checks.py."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from flip_loss import oracle
-from flip_loss.constants import TONE_MAPPERS
+from flip_loss import nvidia, oracle
+from flip_loss.constants import DEFAULT_PPD, TONE_MAPPERS
 from hdr_cases import exposure_strips
 
 SHAPES = [(2, 3, 23, 31), (1, 3, 5, 7), (1, 3, 1, 1), (1, 3, 3, 300), (1, 3, 130, 2)]
@@ -268,6 +269,17 @@ def test_large_ppd_backward_matches_cpu_kernels(ops, emulator, shape):
 
 def radius(ppd):
     return max(oracle.csf_taps(ppd)["radius"], oracle.feature_taps(ppd)["radius"])
+
+
+def test_the_kernels_compiled_for_fixed_radii_are_the_default_ppds():
+    # The tiled kernels have a build for one set of radii (csrc/flip/cuda/params.h, DefaultRadii),
+    # which the launches choose whenever the taps have them: meant for flip_loss's default ppd (and
+    # NVIDIA's loss's, the same display). Should either drift, the default ppd would run the kernels
+    # that read their radii at run time: right, but slower.
+    params = (Path(__file__).resolve().parent.parent / "csrc" / "flip" / "cuda" / "params.h").read_text()
+    csf, feat = (int(v) for v in re.search(r"using DefaultRadii = FixedRadii<(\d+), (\d+)>;", params).groups())
+    for ppd in (DEFAULT_PPD, nvidia.NVIDIA_DEFAULT_PPD):
+        assert (oracle.csf_taps(ppd)["radius"], oracle.feature_taps(ppd)["radius"]) == (csf, feat)
 
 
 @pytest.mark.parametrize(

@@ -41,28 +41,63 @@ namespace flip {
 constexpr int kBlock = 128;
 constexpr int kFusedThreads = 256;
 
+// One filter of the banks with its radius known at run time: the taps in memory.
 template <class T>
 struct FilterView {
+  using value_type = T;
+  static constexpr bool kFixedRadius = false;
   const T* w;      // 2r + 1 taps
   const T* left;   // r border sums (see Filter1D)
   const T* right;  // r border sums
   int r;
 };
 
-// The filters in their forms (filters.h): the CSF ones and g in Form::kPlain, dg in Form::kOdd,
-// ddg in Form::kCentred.
-template <class T>
-struct TapsView {
-  FilterView<T> y, cx, cz1, cz2, g, dg, ddg;
+// The same with radius R fixed at compile time, so that the filter loops unroll and each tap sits at
+// a constant offset from w (the tiled kernels point w into their parameter space, where a tap is an
+// operand of the multiply-add instead of a load; see cuda/params.h, FixedRadii).
+template <class T, int R>
+struct FixedFilter {
+  using value_type = T;
+  static constexpr bool kFixedRadius = true;
+  static constexpr int r = R;
+  const T* w;
+  const T* left;
+  const T* right;
+};
+
+// The filters in their forms (filters.h): the CSF ones (type C: all of the CSF radius) and g in
+// Form::kPlain, dg in Form::kOdd, ddg in Form::kCentred (type Fe: the feature radius). rmax is the
+// larger radius, the halo of a tile.
+template <class C, class Fe = C>
+struct FilterBank {
+  using value_type = typename C::value_type;
+  C y, cx, cz1, cz2;
+  Fe g, dg, ddg;
   int rmax;
 };
+template <class T>
+using TapsView = FilterBank<FilterView<T>>;
 
 // sum_k w[k] x(k) for the filter f in form F (see Form); x(k) is the sample at offset k. The
 // transposed filters call it with x(k) = the gradient at -k.
-template <Form F, class T, class Sample>
-FLIP_HD T correlate(const FilterView<T>& f, const Sample& x) {
+template <Form F, class Filter, class Sample>
+FLIP_HD typename Filter::value_type correlate(const Filter& f, const Sample& x) {
+  using T = typename Filter::value_type;
   T acc = T(0);
-  if constexpr (F == Form::kPlain) {
+  if constexpr (Filter::kFixedRadius) {
+    constexpr int r = Filter::r;
+    if constexpr (F == Form::kPlain) {
+      FLIP_UNROLL
+      for (int k = -r; k <= r; ++k) acc += f.w[k + r] * x(k);
+    } else if constexpr (F == Form::kOdd) {
+      FLIP_UNROLL
+      for (int i = 1; i <= r; ++i) acc += f.w[r - i] * (x(-i) - x(i));
+    } else {
+      const T c = x(0);
+      FLIP_UNROLL
+      for (int i = 1; i <= r; ++i) acc += f.w[r + i] * ((x(i) - c) + (x(-i) - c));
+    }
+  } else if constexpr (F == Form::kPlain) {
     for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * x(k);
   } else if constexpr (F == Form::kOdd) {
     for (int i = 1; i <= f.r; ++i) acc += f.w[f.r - i] * (x(-i) - x(i));
@@ -154,8 +189,8 @@ FLIP_HD bool h_load(const T* src, const Geometry& g, Input mode, int64_t y, int6
   return ok;
 }
 
-template <Form F = Form::kPlain, class T, class P>
-FLIP_HD T hsum(P c, const FilterView<T>& f) {  // c points at the centre sample
+template <Form F = Form::kPlain, class Filter, class P>
+FLIP_HD typename Filter::value_type hsum(P c, const Filter& f) {  // c points at the centre sample
   return correlate<F>(f, [c](int k) { return c[k]; });
 }
 
@@ -267,8 +302,10 @@ using FormTag = std::integral_constant<Form, F>;
 // vsum(q, f, FormTag<F>{}) is the transposed vertical correlation of gradient plane q with f in
 // form F at the pixel: the row passes read global memory (vt_pixel), the tiled backward a tile in
 // shared memory (tiled_vertical_t).
-template <class T, class VSum>
-FLIP_HD void vt_values(const Geometry& g, const TapsView<T>& t, const VSum& vsum, T v[kHorizontalPlanesPerImage]) {
+template <class Bank, class VSum>
+FLIP_HD void vt_values(const Geometry& g, const Bank& t, const VSum& vsum,
+                       typename Bank::value_type v[kHorizontalPlanesPerImage]) {
+  using T = typename Bank::value_type;
   int gi = 0;
   if (g.csf) {
     v[0] = vsum(0, t.y, FormTag<Form::kPlain>{});
@@ -322,8 +359,9 @@ FLIP_HD void ht_load(const T* tpl, const Geometry& g, int64_t y, int64_t x0, int
 // samples, plus the samples the forward clamped onto the first and last positions. c points at
 // pos's sample; the samples around it are zero outside the line, and at pos == 0 (len - 1) the
 // line's first (last) r samples follow (precede) c, so no pointer outside the buffer is formed.
-template <Form F = Form::kPlain, class T, class P>
-FLIP_HD T tsum(P c, int stride, int64_t pos, int64_t len, const FilterView<T>& f) {
+template <Form F = Form::kPlain, class Filter, class P>
+FLIP_HD typename Filter::value_type tsum(P c, int stride, int64_t pos, int64_t len, const Filter& f) {
+  using T = typename Filter::value_type;
   T acc = correlate<F>(f, [c, stride](int k) { return c[-k * stride]; });
   const int64_t m = f.r < len ? f.r : len;
   if (pos == 0)
@@ -336,8 +374,8 @@ FLIP_HD T tsum(P c, int stride, int64_t pos, int64_t len, const FilterView<T>& f
 // The transposed horizontal filters of one pixel: gradient w.r.t. the opponent channels (g_opp,
 // CSF) and the achromatic channel (g_yh, features) at column x from the 7 transposed-vertical
 // rows (CSF t0..t3, then feature A, B, C; plane q at s + q * L, c the column's offset in them).
-template <class T, class S>
-FLIP_HD void ht_pixel(const Geometry& g, const TapsView<T>& t, S s, int L, int c, int64_t x, T g_opp[3], T& g_yh) {
+template <class Bank, class S, class T = typename Bank::value_type>
+FLIP_HD void ht_pixel(const Geometry& g, const Bank& t, S s, int L, int c, int64_t x, T g_opp[3], T& g_yh) {
   g_opp[0] = g_opp[1] = g_opp[2] = g_yh = T(0);
   if (g.csf) {
     g_opp[0] = tsum(s + c, 1, x, g.w, t.y);
@@ -493,19 +531,26 @@ FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0,
 }
 
 // Phase 2: the 7 horizontal outputs for every tile row (halo included) and tile column.
-template <class T, class S>
-FLIP_HD void fused_horizontal(const TapsView<T>& t, int R, int tid, int nthreads, S smem) {
+template <class Bank, class S>
+FLIP_HD void fused_horizontal(const Bank& t, int R, int tid, int nthreads, S smem) {
   const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols, n = rows * kTileW;
   const S in = smem, h = smem + 4 * rc;
   for (int i = tid; i < n; i += nthreads) {
     const int c = (i / kTileW) * cols + i % kTileW + R;  // the centre sample in the input tile
-    h[i] = hsum(in + c, t.y);
-    h[n + i] = hsum(in + rc + c, t.cx);
-    h[2 * n + i] = hsum(in + 2 * rc + c, t.cz1);
-    h[3 * n + i] = hsum(in + 2 * rc + c, t.cz2);
-    h[4 * n + i] = hsum(in + 3 * rc + c, t.g);
-    h[5 * n + i] = hsum<Form::kOdd>(in + 3 * rc + c, t.dg);
-    h[6 * n + i] = hsum<Form::kCentred>(in + 3 * rc + c, t.ddg);
+    // All seven before any store: the filters of one channel (cz1 and cz2; g, dg and ddg) then
+    // share their samples' loads, which a store in between (to memory the compiler cannot tell
+    // apart from the input) would force to be repeated.
+    const auto y = hsum(in + c, t.y), cx = hsum(in + rc + c, t.cx);
+    const auto cz1 = hsum(in + 2 * rc + c, t.cz1), cz2 = hsum(in + 2 * rc + c, t.cz2);
+    const auto g = hsum(in + 3 * rc + c, t.g), dg = hsum<Form::kOdd>(in + 3 * rc + c, t.dg),
+               ddg = hsum<Form::kCentred>(in + 3 * rc + c, t.ddg);
+    h[i] = y;
+    h[n + i] = cx;
+    h[2 * n + i] = cz1;
+    h[3 * n + i] = cz2;
+    h[4 * n + i] = g;
+    h[5 * n + i] = dg;
+    h[6 * n + i] = ddg;
   }
 }
 
@@ -524,25 +569,32 @@ FLIP_HD void fused_values(P v, int i, T F[3], Features<T>& f) {
   f = Features<T>{v[3 * np + i], v[4 * np + i], v[5 * np + i], v[6 * np + i]};
 }
 
-template <Form F = Form::kPlain, class T, class P>
-FLIP_HD T vsum_tile(P h, const FilterView<T>& f) {  // h points at the centre row's sample
+template <Form F = Form::kPlain, class Filter, class P>
+FLIP_HD typename Filter::value_type vsum_tile(P h, const Filter& f) {  // h points at the centre row's sample
   return correlate<F>(f, [h](int k) { return h[k * kTileW]; });
 }
 
 // Phase 3 (image im): the vertical outputs F0, F1, F2, dx, dy, ddx, ddy of every tile pixel.
-template <class T, class S>
-FLIP_HD void fused_vertical(const TapsView<T>& t, int R, int im, int tid, int nthreads, S smem) {
+template <class Bank, class S>
+FLIP_HD void fused_vertical(const Bank& t, int R, int im, int tid, int nthreads, S smem) {
   const int rows = fused_rows(R), cols = fused_cols(R), n = rows * kTileW, np = kTileH * kTileW;
   const S h = smem + 4 * rows * cols, v = smem + fused_vertical_offset(R, im);
   for (int i = tid; i < np; i += nthreads) {
     const int c = (i / kTileW + R) * kTileW + i % kTileW;
-    v[i] = vsum_tile(h + c, t.y);
-    v[np + i] = vsum_tile(h + n + c, t.cx);
-    v[2 * np + i] = vsum_tile(h + 2 * n + c, t.cz1) + vsum_tile(h + 3 * n + c, t.cz2);
-    v[3 * np + i] = vsum_tile(h + 5 * n + c, t.g);                    // dx: horizontal dg, vertical g
-    v[4 * np + i] = vsum_tile<Form::kOdd>(h + 4 * n + c, t.dg);       // dy: horizontal g, vertical dg
-    v[5 * np + i] = vsum_tile(h + 6 * n + c, t.g);                    // ddx
-    v[6 * np + i] = vsum_tile<Form::kCentred>(h + 4 * n + c, t.ddg);  // ddy
+    // All before any store, so that dy and ddy share their samples' loads (as fused_horizontal).
+    const auto F0 = vsum_tile(h + c, t.y), F1 = vsum_tile(h + n + c, t.cx);
+    const auto F2 = vsum_tile(h + 2 * n + c, t.cz1) + vsum_tile(h + 3 * n + c, t.cz2);
+    const auto dx = vsum_tile(h + 5 * n + c, t.g);                     // horizontal dg, vertical g
+    const auto dy = vsum_tile<Form::kOdd>(h + 4 * n + c, t.dg);        // horizontal g, vertical dg
+    const auto ddx = vsum_tile(h + 6 * n + c, t.g);                    // horizontal ddg, vertical g
+    const auto ddy = vsum_tile<Form::kCentred>(h + 4 * n + c, t.ddg);  // horizontal g, vertical ddg
+    v[i] = F0;
+    v[np + i] = F1;
+    v[2 * np + i] = F2;
+    v[3 * np + i] = dx;
+    v[4 * np + i] = dy;
+    v[5 * np + i] = ddx;
+    v[6 * np + i] = ddy;
   }
 }
 
@@ -778,9 +830,10 @@ FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g,
 
 // Kernel 2, phase 2: the transposed vertical filters (vt_values) of the tile's rows below y_end,
 // every column of the halo included (zero outside the image).
-template <class T, class S>
-FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y0, int64_t y_end, int R, int tid,
-                              int nthreads, S smem) {
+template <class Bank, class S>
+FLIP_HD void tiled_vertical_t(const Geometry& g, const Bank& t, int64_t y0, int64_t y_end, int R, int tid, int nthreads,
+                              S smem) {
+  using T = typename Bank::value_type;
   const int cols = fused_cols(R), rc = fused_rows(R) * cols, n = kTileH * cols;
   const S in = smem, out = smem + kResponsePlanesPerImage * rc;
   TileWalk at(tid, nthreads, cols);
@@ -792,9 +845,7 @@ FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y
     T v[kHorizontalPlanesPerImage];
     vt_values(
         g, t,
-        [&](int q, const FilterView<T>& f, auto form) {
-          return tsum<decltype(form)::value>(in + q * rc + c, cols, y, g.h, f);
-        },
+        [&](int q, const auto& f, auto form) { return tsum<decltype(form)::value>(in + q * rc + c, cols, y, g.h, f); },
         v);
     FLIP_UNROLL
     for (int q = 0; q < kHorizontalPlanesPerImage; ++q)  // a constant bound keeps v in registers
@@ -804,10 +855,9 @@ FLIP_HD void tiled_vertical_t(const Geometry& g, const TapsView<T>& t, int64_t y
 
 // Kernel 2, phase 3: the transposed horizontal filters of the tile's pixels (rows below y_end)
 // and the chain to the input, stored by ht_store (src, out, scale, tm as there).
-template <class T, class S>
-FLIP_HD void tiled_horizontal_t(const Geometry& g, const TapsView<T>& t, int64_t y0, int64_t y_end, int64_t x0, int R,
-                                int tid, int nthreads, S smem, Input mode, const T* src, T* out, T scale,
-                                ToneMapper tm) {
+template <class Bank, class S, class T = typename Bank::value_type>
+FLIP_HD void tiled_horizontal_t(const Geometry& g, const Bank& t, int64_t y0, int64_t y_end, int64_t x0, int R, int tid,
+                                int nthreads, S smem, Input mode, const T* src, T* out, T scale, ToneMapper tm) {
   const int cols = fused_cols(R), n = kTileH * cols;
   const S s = smem + kResponsePlanesPerImage * fused_rows(R) * cols;
   for (int i = tid; i < kTileH * kTileW; i += nthreads) {

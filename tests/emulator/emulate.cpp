@@ -20,7 +20,7 @@ using flip::cuda::Step;
 
 namespace {
 
-const char* kernel_name(Kernel k) {
+std::string kernel_name(Kernel k) {
   switch (k) {
     case Kernel::kH:
       return "h_kernel";
@@ -58,6 +58,15 @@ const char* kernel_name(Kernel k) {
   return "?";
 }
 
+// "" for the kernels that read the radii at run time, "<Rc,Rf>" for those compiled for them.
+template <class Rad>
+std::string radii_name() {
+  if constexpr (std::is_same<Rad, flip::cuda::AnyRadius>::value)
+    return "";
+  else
+    return "<" + std::to_string(Rad::kCsfRadius) + "," + std::to_string(Rad::kFeatureRadius) + ">";
+}
+
 // The launcher of sequences.h on the host: each launch's blocks one after the other, each block on
 // a BlockRunner; what a launch on an sm_90 device would refuse is refused.
 struct HostLauncher {
@@ -65,9 +74,9 @@ struct HostLauncher {
   int64_t launches = 0;
   GridLimits limits() const { return grid_limits; }
 
-  template <Kernel K, class T>
+  template <Kernel K, class Rad, class T>
   void launch(Dim3 grid, int threads, size_t smem, const Params<T>& p, const Step<T>& s) {
-    const std::string name = kernel_name(K);
+    const std::string name = kernel_name(K) + radii_name<Rad>();
     if (threads < 1 || threads > 1024)
       throw std::runtime_error("flip_emulator: " + name + " launched with " + std::to_string(threads) + " threads");
     if (smem > flip::cuda::kSm90SharedMemoryPerBlock)
@@ -77,7 +86,7 @@ struct HostLauncher {
       throw std::runtime_error("flip_emulator: " + name + " launched with a grid beyond CUDA's limits");
     if (launches++ == current().skip_launch) return;  // the mutation: this launch left out
     BlockRunner runner(threads, smem, sizeof(T), name);
-    const std::function<void(BlockContext&)> body = [&](BlockContext& b) { flip::cuda::run_block<K>(b, p, s); };
+    const std::function<void(BlockContext&)> body = [&](BlockContext& b) { flip::cuda::run_block<K, Rad>(b, p, s); };
     const int64_t blocks = int64_t(grid.x) * grid.y * grid.z;
     for (int64_t k = 0; k < blocks; ++k) {
       const int64_t j = current().reverse ? blocks - 1 - k : k;

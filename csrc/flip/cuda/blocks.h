@@ -100,20 +100,20 @@ FLIP_HD void vt_block(B& b, const Params<T>& p, const Step<T>& s) {
 
 // The fused forward's phases 1-3 for both images of item n's tile at (y0, x0), as the fused
 // forward and the tiled backward's kernel 1 run them: afterwards shared memory holds both images'
-// vertical outputs (fused_vertical_offset). The taps' view is built for each phase from the
-// parameter-space argument instead of once per kernel, so that it is not held in registers across
-// phases and barriers.
-template <class T, class B, class S>
+// vertical outputs (fused_vertical_offset). Rad: the radii (params.h, AnyRadius or FixedRadii).
+// The taps' view is built for each phase from the parameter-space argument instead of once per
+// kernel, so that it is not held in registers across phases and barriers.
+template <class Rad, class T, class B, class S>
 FLIP_HD void tile_forward_block(B& b, const Params<T>& p, const Step<T>& s, S smem, int64_t n, int64_t y0, int64_t x0,
                                 T scale) {
-  const int R = p.taps.rmax;
+  const int R = Rad::halo(p.taps);
   for (int im = 0; im < 2; ++im) {
     fused_load((im == 0 ? p.test : p.ref) + n * 3 * p.g.hw(), p.g, s.mode, y0, x0, R, b.tid(), b.threads(), smem, scale,
                s.hs.tm);
     b.sync();
-    fused_horizontal(p.taps.view(), R, b.tid(), b.threads(), smem);
+    fused_horizontal(Rad::view(p.taps), R, b.tid(), b.threads(), smem);
     b.sync();
-    fused_vertical(p.taps.view(), R, im, b.tid(), b.threads(), smem);
+    fused_vertical(Rad::view(p.taps), R, im, b.tid(), b.threads(), smem);
     b.sync();
   }
 }
@@ -121,11 +121,11 @@ FLIP_HD void tile_forward_block(B& b, const Params<T>& p, const Step<T>& s, S sm
 // The fused forward: one block per kTileW x kTileH tile of an item. s.mode is kSrgb/kLinear
 // (LDR-FLIP: p.out is the map) or kHdr (one exposure of HDR-FLIP: p.out, p.emap and p.index hold
 // the running maximum).
-template <class T, class B>
+template <class Rad, class T, class B>
 FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
   const Geometry& g = p.g;
   auto smem = b.template shared<T>();
-  const int R = p.taps.rmax;
+  const int R = Rad::halo(p.taps);
   const bool hdr = s.mode == Input::kHdr;
   const int64_t x0 = b.block_x() * kTileW;
   const int64_t tiles_y = (g.h + kTileH - 1) / kTileH;
@@ -134,7 +134,7 @@ FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
     const T scale = hdr ? s.hs.scale(n) : T(1);
     for (int64_t ty = b.block_y(); ty < tiles_y; ty += b.grid_y()) {
       const int64_t y0 = ty * kTileH;
-      tile_forward_block(b, p, s, smem, n, y0, x0, scale);
+      tile_forward_block<Rad>(b, p, s, smem, n, y0, x0, scale);
       const int64_t off = n * g.hw();
       fused_tail(g, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, p.out + off, hdr ? &s.hs : nullptr, n,
                  hdr ? p.emap + off : nullptr, hdr ? p.index + off : nullptr);
@@ -147,12 +147,12 @@ FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
 // fused forward of both images, then the adjoint into the wanted images' gradient planes in
 // p.scratch. s.mode as in fused_block (kHdr: exposure s.hs, gradient only where p.index names it; a
 // tile without such a pixel writes zero planes and skips the rest).
-template <class T, class B>
+template <class Rad, class T, class B>
 FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
   const Geometry& g = p.g;
   const BackwardBand& band = s.band;
   auto smem = b.template shared<T>();
-  const int R = p.taps.rmax;
+  const int R = Rad::halo(p.taps);
   const bool hdr = s.mode == Input::kHdr;
   const int64_t x0 = b.block_x() * kTileW;
   const int64_t tiles_y = tiled_grad_tiles_y(band);
@@ -166,7 +166,7 @@ FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
         tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);
         continue;  // no shared memory touched: the next tile starts at a barrier too
       }
-      tile_forward_block(b, p, s, smem, n, y0, x0, scale);
+      tile_forward_block<Rad>(b, p, s, smem, n, y0, x0, scale);
       tiled_tail_vjp(g, band, n, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, p.grad + off, p.scratch,
                      hdr ? &s.hs : nullptr, hdr ? p.index + off : nullptr);
       b.sync();
@@ -178,12 +178,12 @@ FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
 // the gradient planes with their halo into shared memory, the transposed filters, the chain into
 // p.g_test / p.g_ref (kHdr: accumulated, one exposure per launch; a tile whose pixels and halo
 // the exposure won nowhere adds nothing and is skipped).
-template <class T, class B>
+template <class Rad, class T, class B>
 FLIP_HD void tiled_transpose_block(B& b, const Params<T>& p, const Step<T>& s) {
   const Geometry& g = p.g;
   const BackwardBand& band = s.band;
   auto smem = b.template shared<T>();
-  const int R = p.taps.rmax;
+  const int R = Rad::halo(p.taps);
   const int images = band.images();
   const int64_t x0 = b.block_x() * kTileW;
   const int64_t tiles_y = (band.y1 - band.y0 + kTileH - 1) / kTileH;
@@ -206,9 +206,9 @@ FLIP_HD void tiled_transpose_block(B& b, const Params<T>& p, const Step<T>& s) {
         continue;
       tiled_load_t(gp, band, g, y0, x0, R, b.tid(), b.threads(), smem);
       b.sync();
-      tiled_vertical_t(g, p.taps.view(), y0, band.y1, R, b.tid(), b.threads(), smem);
+      tiled_vertical_t(g, Rad::view(p.taps), y0, band.y1, R, b.tid(), b.threads(), smem);
       b.sync();
-      tiled_horizontal_t(g, p.taps.view(), y0, band.y1, x0, R, b.tid(), b.threads(), smem, s.mode, src, out, scale,
+      tiled_horizontal_t(g, Rad::view(p.taps), y0, band.y1, x0, R, b.tid(), b.threads(), smem, s.mode, src, out, scale,
                          s.hs.tm);
       b.sync();
     }
@@ -250,8 +250,9 @@ FLIP_HD void pixel_block(B& b, const Params<T>& p, const Step<T>& s) {
   }
 }
 
-// Kernel K's block code.
-template <Kernel K, class T, class B>
+// Kernel K's block code; Rad: the radii a tiled kernel is compiled for (the others read them at run
+// time).
+template <Kernel K, class Rad, class T, class B>
 FLIP_HD void run_block(B& b, const Params<T>& p, const Step<T>& s) {
   if constexpr (K == Kernel::kH)
     h_block(b, p, s);
@@ -260,11 +261,11 @@ FLIP_HD void run_block(B& b, const Params<T>& p, const Step<T>& s) {
   else if constexpr (K == Kernel::kVt)
     vt_block(b, p, s);
   else if constexpr (K == Kernel::kFused)
-    fused_block(b, p, s);
+    fused_block<Rad>(b, p, s);
   else if constexpr (K == Kernel::kTiledGrad)
-    tiled_grad_block(b, p, s);
+    tiled_grad_block<Rad>(b, p, s);
   else if constexpr (K == Kernel::kTiledTranspose)
-    tiled_transpose_block(b, p, s);
+    tiled_transpose_block<Rad>(b, p, s);
   else
     pixel_block<K>(b, p, s);
 }

@@ -63,12 +63,13 @@ struct DeviceBlock {
 };
 
 // One wrapper per kernel, so that each has its own name (the SASS report, benchmarks/sass_report.py,
-// and profilers go by it) and launch bounds.
+// and profilers go by it) and launch bounds. Rad: the radii a tiled kernel is compiled for
+// (params.h); the others are instantiated with AnyRadius only.
 #define FLIP_KERNEL(name, K, bounds)                                                                      \
-  template <class T>                                                                                      \
+  template <class T, class Rad>                                                                           \
   __global__ void bounds name(FLIP_GRID_CONSTANT const Params<T> p, FLIP_GRID_CONSTANT const Step<T> s) { \
     DeviceBlock b;                                                                                        \
-    run_block<Kernel::K>(b, p, s);                                                                        \
+    run_block<Kernel::K, Rad>(b, p, s);                                                                   \
   }
 #define FLIP_BOUNDS(threads) __launch_bounds__(threads)
 #define FLIP_NO_BOUNDS
@@ -92,49 +93,49 @@ FLIP_KERNEL(tiled_transpose_kernel, kTiledTranspose, FLIP_BOUNDS(kFusedThreads))
 #undef FLIP_BOUNDS
 #undef FLIP_NO_BOUNDS
 
-template <Kernel K, class T>
+template <Kernel K, class Rad, class T>
 auto kernel_function() {
   if constexpr (K == Kernel::kH)
-    return &h_kernel<T>;
+    return &h_kernel<T, Rad>;
   else if constexpr (K == Kernel::kHt)
-    return &ht_kernel<T>;
+    return &ht_kernel<T, Rad>;
   else if constexpr (K == Kernel::kVt)
-    return &vt_kernel<T>;
+    return &vt_kernel<T, Rad>;
   else if constexpr (K == Kernel::kVLdr)
-    return &v_ldr_kernel<T>;
+    return &v_ldr_kernel<T, Rad>;
   else if constexpr (K == Kernel::kVLdrVjp)
-    return &v_ldr_vjp_kernel<T>;
+    return &v_ldr_vjp_kernel<T, Rad>;
   else if constexpr (K == Kernel::kVCsf)
-    return &v_csf_kernel<T>;
+    return &v_csf_kernel<T, Rad>;
   else if constexpr (K == Kernel::kVCsfVjp)
-    return &v_csf_vjp_kernel<T>;
+    return &v_csf_vjp_kernel<T, Rad>;
   else if constexpr (K == Kernel::kVFeat)
-    return &v_feat_kernel<T>;
+    return &v_feat_kernel<T, Rad>;
   else if constexpr (K == Kernel::kVFeatVjp)
-    return &v_feat_vjp_kernel<T>;
+    return &v_feat_vjp_kernel<T, Rad>;
   else if constexpr (K == Kernel::kVHdr)
-    return &v_hdr_kernel<T>;
+    return &v_hdr_kernel<T, Rad>;
   else if constexpr (K == Kernel::kVHdrVjp)
-    return &v_hdr_vjp_kernel<T>;
+    return &v_hdr_vjp_kernel<T, Rad>;
   else if constexpr (K == Kernel::kHuntHyab)
-    return &hunt_hyab_kernel<T>;
+    return &hunt_hyab_kernel<T, Rad>;
   else if constexpr (K == Kernel::kHuntHyabVjp)
-    return &hunt_hyab_vjp_kernel<T>;
+    return &hunt_hyab_vjp_kernel<T, Rad>;
   else if constexpr (K == Kernel::kFused)
-    return &fused_ldr_kernel<T>;
+    return &fused_ldr_kernel<T, Rad>;
   else if constexpr (K == Kernel::kTiledGrad)
-    return &tiled_grad_kernel<T>;
+    return &tiled_grad_kernel<T, Rad>;
   else
-    return &tiled_transpose_kernel<T>;
+    return &tiled_transpose_kernel<T, Rad>;
 }
 
 // The launcher of sequences.h on a stream.
 struct StreamLauncher {
   cudaStream_t stream;
   GridLimits limits() const { return GridLimits{}; }
-  template <Kernel K, class T>
+  template <Kernel K, class Rad, class T>
   void launch(Dim3 grid, int threads, size_t smem, const Params<T>& p, const Step<T>& s) {
-    const auto kernel = kernel_function<K, T>();
+    const auto kernel = kernel_function<K, Rad, T>();
     allow_shared_memory(reinterpret_cast<const void*>(kernel), smem);
     kernel<<<dim3(grid.x, grid.y, grid.z), threads, smem, stream>>>(p, s);
   }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "../filters.h"
@@ -26,9 +27,10 @@ namespace flip {
 namespace cuda {
 
 // Bytes of filter taps a launch carries by value. With the rest of a kernel's arguments this stays
-// under the 4 KB parameter limit of every toolkit. Seven filters of radius r take 7 * (4r + 2)
-// values, so float32 fits up to ppd ~203 and float64 up to ppd ~97 (ppd 67: 282 values, 1.1 KB in
-// float32); larger radii use device memory (KernelTaps::device).
+// under the 4 KB parameter limit of every toolkit. A filter of radius r takes 4r + 1 values (w,
+// left, right), seven of them at most 7 (4r + 1), so float32 fits up to ppd ~203 and float64 up to
+// ppd ~97 (ppd 67: 275 values, 1.1 KB in float32); larger radii use device memory
+// (KernelTaps::device).
 constexpr size_t kInlineTapBytes = 3072;
 
 // The seven filters of TapsView in one launch argument. Taps passed by value need no device
@@ -65,6 +67,74 @@ struct KernelTaps {
 // A kernel's other arguments take under 200 bytes, so every argument list stays within the 4 KB
 // that toolkits before CUDA 12.1 allow.
 static_assert(sizeof(KernelTaps<double>) + 512 <= 4096, "the taps argument leaves too little of the 4 KB");
+
+// The filter radii a tiled kernel (the fused forward and both kernels of the tiled backward) is
+// compiled for: a template argument of the kernel, chosen per launch (sequences.h, tiled_radii).
+// AnyRadius reads the radii at run time and serves every ppd, taps by value or in device memory.
+// FixedRadii<Rc, Rf> has the CSF radius Rc and the feature radius Rf built in: the filter loops
+// unroll, the tile's index math folds, and every tap is read at a constant offset of the kernel's
+// parameter space, which the GPU takes as an operand of the multiply-add instead of a load per
+// tap. It serves taps passed by value whose radii and layout are its own.
+struct AnyRadius {
+  template <class T>
+  static constexpr bool kCompiled = true;
+  template <class T>
+  static bool fits(const KernelTaps<T>&) {
+    return true;
+  }
+  template <class T>
+  FLIP_HD static TapsView<T> view(const KernelTaps<T>& k) {
+    return k.view();
+  }
+  template <class T>
+  FLIP_HD static int halo(const KernelTaps<T>& k) {
+    return k.rmax;
+  }
+};
+
+template <int Rc, int Rf>
+struct FixedRadii {
+  static constexpr int kCsfRadius = Rc, kFeatureRadius = Rf, kHalo = Rc > Rf ? Rc : Rf;
+  // Compiled for float only: float64 runs serve checks, not speed, and each radius set adds three
+  // kernels to the build.
+  template <class T>
+  static constexpr bool kCompiled = std::is_same<T, float>::value;
+  // pack_taps' layout for these radii: filter i of TapsView's order at offset(i), each w, left,
+  // right.
+  FLIP_HD static constexpr int radius(int i) { return i < kCsfFilters ? Rc : Rf; }
+  FLIP_HD static constexpr int offset(int i) {
+    return i < kCsfFilters ? i * (4 * Rc + 1) : kCsfFilters * (4 * Rc + 1) + (i - kCsfFilters) * (4 * Rf + 1);
+  }
+  template <class T>
+  static bool fits(const KernelTaps<T>& k) {
+    if (!kCompiled<T> || k.device != nullptr || k.rmax != kHalo) return false;
+    for (int i = 0; i < kBankFilters; ++i)
+      if (k.radius[i] != radius(i) || k.offset[i] != offset(i)) return false;
+    return true;
+  }
+  template <class T>
+  FLIP_HD static FilterBank<FixedFilter<T, Rc>, FixedFilter<T, Rf>> view(const KernelTaps<T>& k) {
+    static_assert(offset(kBankFilters) <= KernelTaps<T>::kInlineCapacity, "FixedRadii's taps travel by value");
+    const T* w = k.inline_taps;
+    auto csf = [w](int i) {
+      return FixedFilter<T, Rc>{w + offset(i), w + offset(i) + 2 * Rc + 1, w + offset(i) + 3 * Rc + 1};
+    };
+    auto feat = [w](int i) {
+      return FixedFilter<T, Rf>{w + offset(i), w + offset(i) + 2 * Rf + 1, w + offset(i) + 3 * Rf + 1};
+    };
+    static_assert(kBankFilters == 7 && kCsfFilters == 4, "FilterBank lists four CSF and three feature filters");
+    return {csf(0), csf(1), csf(2), csf(3), feat(4), feat(5), feat(6), kHalo};
+  }
+  template <class T>
+  FLIP_HD static constexpr int halo(const KernelTaps<T>&) {
+    return kHalo;
+  }
+};
+
+// The radii at flip_loss's default pixels per degree (67.02: a 0.7 m wide 4K display seen from
+// 0.7 m), which NVIDIA's loss uses too: csf_radius and feature_radius of it (filters.h; a test
+// keeps the two in step).
+using DefaultRadii = FixedRadii<10, 9>;
 
 // The taps of ppd in KernelTaps' layout: the offsets, radii and rmax in `taps`, the values in the
 // returned vector, copied into taps.inline_taps when they fit there (then taps.device stays null;

@@ -2,8 +2,9 @@
 // grid, block and shared memory (params.h) and which Step. Host code, written against a launcher
 // L, so that kernels.cu (L launches the __global__ wrappers on a stream) and the test-only emulator
 // (tests/emulator: L runs the block code of blocks.h on the host) share it. L provides:
-//   template <Kernel K, class T> void launch(Dim3 grid, int threads, size_t smem,
-//                                            const Params<T>&, const Step<T>&)
+//   template <Kernel K, class Rad, class T> void launch(Dim3 grid, int threads, size_t smem,
+//                                                       const Params<T>&, const Step<T>&)
+//                                                  (Rad: the radii of a tiled kernel, params.h)
 //   template <class T> void fill_nan(T* p, size_t n)   all-ones bytes: NaN in float and double
 //   GridLimits limits() const
 // Each sequence reads the Params fields kernels.h lists for its op.
@@ -25,23 +26,37 @@ HdrStep<T> hdr_step(const Params<T>& p, int64_t i) {
   return HdrStep<T>{p.exposures, p.counts, p.E, i, p.tm};
 }
 
+// A tiled kernel (fused forward, tiled backward) compiled for the taps' radii where one is
+// (DefaultRadii), else the one that reads them at run time.
+template <Kernel K, class T, class L>
+void launch_tiled(L& l, Dim3 grid, size_t smem, const Params<T>& p, const Step<T>& s) {
+  if constexpr (DefaultRadii::kCompiled<T>) {
+    if (DefaultRadii::fits(p.taps)) {
+      l.template launch<K, DefaultRadii>(grid, kFusedThreads, smem, p, s);
+      return;
+    }
+  }
+  l.template launch<K, AnyRadius>(grid, kFusedThreads, smem, p, s);
+}
+
 template <Kernel K, class T, class L>
 void pixels(L& l, const Params<T>& p, const Step<T>& s = Step<T>{}) {
-  l.template launch<K>(pixel_grid(p.g.n * p.g.hw(), l.limits()), kBlock, 0, p, s);
+  l.template launch<K, AnyRadius>(pixel_grid(p.g.n * p.g.hw(), l.limits()), kBlock, 0, p, s);
 }
 
 // H: src0/src1 (channels each) -> p.planes.
 template <class T, class L>
 void h_pass(L& l, const Params<T>& p, Step<T> s) {
-  l.template launch<Kernel::kH>(row_grid(p.g, l.limits()), kBlock, h_smem_bytes<T>(p.taps.rmax), p, s);
+  l.template launch<Kernel::kH, AnyRadius>(row_grid(p.g, l.limits()), kBlock, h_smem_bytes<T>(p.taps.rmax), p, s);
 }
 
 // VT then HT: p.gplanes -> (the transposed-vertical values in p.planes) -> s.out0 / s.out1.
 template <class T, class L>
 void vt_ht_pass(L& l, const Params<T>& p, Step<T> s) {
   s.wanted = (s.out0 != nullptr ? 1 : 0) | (s.out1 != nullptr ? 2 : 0);
-  l.template launch<Kernel::kVt>(pixel_grid(p.g.n * p.g.images * p.g.hw(), l.limits()), kBlock, 0, p, s);
-  l.template launch<Kernel::kHt>(row_grid(p.g, l.limits()), kBlock, ht_smem_bytes<T>(p.taps.rmax, p.g.planes()), p, s);
+  l.template launch<Kernel::kVt, AnyRadius>(pixel_grid(p.g.n * p.g.images * p.g.hw(), l.limits()), kBlock, 0, p, s);
+  l.template launch<Kernel::kHt, AnyRadius>(row_grid(p.g, l.limits()), kBlock,
+                                            ht_smem_bytes<T>(p.taps.rmax, p.g.planes()), p, s);
 }
 
 template <class T>
@@ -61,8 +76,8 @@ void fused(L& l, const Params<T>& p, Input mode, HdrStep<T> hs) {
   s.mode = mode;
   s.hs = hs;
   const Geometry& g = p.g;
-  l.template launch<Kernel::kFused>(tile_grid(g, (g.h + kTileH - 1) / kTileH, g.n, l.limits()), kFusedThreads,
-                                    fused_smem_bytes<T>(p.taps.rmax), p, s);
+  launch_tiled<Kernel::kFused>(l, tile_grid(g, (g.h + kTileH - 1) / kTileH, g.n, l.limits()),
+                               fused_smem_bytes<T>(p.taps.rmax), p, s);
 }
 
 // One band of the tiled backward for one step (LDR-FLIP: hs none; HDR-FLIP: one exposure): kernel 1
@@ -78,10 +93,10 @@ void tiled_band(L& l, const Params<T>& p, const BackwardBand& b, Input mode, Hdr
   s.mode = mode;
   s.hs = hs;
   s.band = b;
-  l.template launch<Kernel::kTiledGrad>(tile_grid(p.g, tiled_grad_tiles_y(b), b.n1 - b.n0, l.limits()), kFusedThreads,
-                                        fused_smem_bytes<T>(R), p, s);
-  l.template launch<Kernel::kTiledTranspose>(
-      tile_grid(p.g, (b.y1 - b.y0 + kTileH - 1) / kTileH, (b.n1 - b.n0) * b.images(), l.limits()), kFusedThreads,
+  launch_tiled<Kernel::kTiledGrad>(l, tile_grid(p.g, tiled_grad_tiles_y(b), b.n1 - b.n0, l.limits()),
+                                   fused_smem_bytes<T>(R), p, s);
+  launch_tiled<Kernel::kTiledTranspose>(
+      l, tile_grid(p.g, (b.y1 - b.y0 + kTileH - 1) / kTileH, (b.n1 - b.n0) * b.images(), l.limits()),
       tiled_t_smem_bytes<T>(R), p, s);
 }
 
