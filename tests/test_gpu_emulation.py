@@ -271,6 +271,31 @@ def radius(ppd):
     return max(oracle.csf_taps(ppd)["radius"], oracle.feature_taps(ppd)["radius"])
 
 
+@pytest.mark.parametrize("budget", ["one band", "row bands"])
+def test_hdr_at_the_default_ppd_matches_cpu_kernels(ops, emulator, budget):
+    # float32 at the default ppd runs the tiled kernels compiled for its radii (params.h,
+    # DefaultRadii): HDR-FLIP's fused forward and tiled backward there, with brightness rising
+    # across the width so that each exposure wins a strip and tiles skip the exposures they lose.
+    g = torch.Generator().manual_seed(21)
+    ramp = torch.exp2(torch.linspace(-4, 8, 75))
+    ref = torch.rand(2, 3, 34, 75, generator=g) * ramp
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g)).clamp(min=0.1)
+    ex = torch.tensor([[-2.0, 0.0, 3.0], [0.0, 1.0, 1.0]])
+    counts = torch.tensor([3, 2])
+    expected = ops.hdr_flip(test, ref, ex, counts, DEFAULT_PPD, "aces", 1e-15)
+    got = emulator.hdr_flip_fused(test, ref, ex, counts, DEFAULT_PPD, "aces", 1e-15)
+    close(got[0], expected[0], torch.float32)
+    index = expected[2]
+    assert len(set(index.unique().tolist()) - {-1}) == 3  # every exposure wins somewhere
+    grad = torch.rand(2, 1, 34, 75, generator=g)
+    args = (grad, test, ref, ex, counts, index, DEFAULT_PPD, "aces", 1e-15)
+    want = ops.hdr_flip_backward(*args, [True, True])
+    scratch = ONE_BAND if budget == "one band" else SMALLEST
+    for mask in MASKS:
+        tiled = emulator.hdr_flip_backward_tiled(*args, mask, scratch)
+        check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), want, torch.float32, mask)
+
+
 def test_the_kernels_compiled_for_fixed_radii_are_the_default_ppds():
     # The tiled kernels have a build for one set of radii (csrc/flip/cuda/params.h, DefaultRadii),
     # which the launches choose whenever the taps have them: meant for flip_loss's default ppd (and
