@@ -69,7 +69,7 @@ struct KernelTaps {
 static_assert(sizeof(KernelTaps<double>) + 512 <= 4096, "the taps argument leaves too little of the 4 KB");
 
 // The filter radii a tiled kernel (the fused forward and both kernels of the tiled backward) is
-// compiled for: a template argument of the kernel, chosen per launch (sequences.h, tiled_radii).
+// compiled for: a template argument of the kernel, chosen per launch (sequences.h, launch_tiled).
 // AnyRadius reads the radii at run time and serves every ppd, taps by value or in device memory.
 // FixedRadii<Rc, Rf> has the CSF radius Rc and the feature radius Rf built in: the filter loops
 // unroll, the tile's index math folds, and every tap is read at a constant offset of the kernel's
