@@ -154,6 +154,16 @@ def check_tiled(tiled, rows, expected, dtype, mask):
         assert torch.equal(x, r)
 
 
+def check_tiled_hdr(ops, emulator, args, dtype, budget):
+    """HDR-FLIP's tiled backward on args (grad, test, ref, exposures, counts, index, ppd, tone
+    mapper, eps) with the scratch budget named, for every gradient mask, as check_tiled."""
+    scratch = ONE_BAND if budget == "one band" else SMALLEST
+    expected = ops.hdr_flip_backward(*args, [True, True])
+    for mask in MASKS:
+        tiled = emulator.hdr_flip_backward_tiled(*args, mask, scratch)
+        check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), expected, dtype, mask)
+
+
 TILED_SHAPES = SHAPES + [(2, 3, 70, 45), (1, 3, 17, 65)]
 
 
@@ -211,12 +221,7 @@ def test_tiled_hdr_backward_matches_cpu_kernels(ops, emulator, dtype, tm, budget
     index = ops.hdr_flip(test, ref, ex, counts, 20.0, tm, 1e-15)[2]
     assert len(set(index.unique().tolist()) - {-1}) == 3  # every exposure wins somewhere
     grad = torch.rand(2, 1, 37, 70, generator=g, dtype=dtype)
-    scratch = ONE_BAND if budget == "one band" else SMALLEST
-    args = (grad, test, ref, ex, counts, index, 20.0, tm, 1e-15)
-    expected = ops.hdr_flip_backward(*args, [True, True])
-    for mask in MASKS:
-        tiled = emulator.hdr_flip_backward_tiled(*args, mask, scratch)
-        check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), expected, dtype, mask)
+    check_tiled_hdr(ops, emulator, (grad, test, ref, ex, counts, index, 20.0, tm, 1e-15), dtype, budget)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -236,12 +241,7 @@ def test_tiled_hdr_backward_skips_tiles_an_exposure_does_not_win(ops, emulator, 
 
     assert all(skipped(i, 3) for i in range(3))  # both kernels skip tiles of every exposure
     grad = torch.rand(2, 1, 37, 150, generator=g, dtype=dtype)
-    scratch = ONE_BAND if budget == "one band" else SMALLEST
-    args = (grad, test, ref, ex, counts, index, 20.0, "aces", 1e-15)
-    expected = ops.hdr_flip_backward(*args, [True, True])
-    for mask in MASKS:
-        tiled = emulator.hdr_flip_backward_tiled(*args, mask, scratch)
-        check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), expected, dtype, mask)
+    check_tiled_hdr(ops, emulator, (grad, test, ref, ex, counts, index, 20.0, "aces", 1e-15), dtype, budget)
 
 
 @pytest.mark.parametrize("shape", [(1, 3, 23, 31), (2, 3, 9, 50)], ids=str)
@@ -289,11 +289,7 @@ def test_hdr_at_the_default_ppd_matches_cpu_kernels(ops, emulator, budget):
     assert len(set(index.unique().tolist()) - {-1}) == 3  # every exposure wins somewhere
     grad = torch.rand(2, 1, 34, 75, generator=g)
     args = (grad, test, ref, ex, counts, index, DEFAULT_PPD, "aces", 1e-15)
-    want = ops.hdr_flip_backward(*args, [True, True])
-    scratch = ONE_BAND if budget == "one band" else SMALLEST
-    for mask in MASKS:
-        tiled = emulator.hdr_flip_backward_tiled(*args, mask, scratch)
-        check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), want, torch.float32, mask)
+    check_tiled_hdr(ops, emulator, args, torch.float32, budget)
 
 
 def test_the_kernels_compiled_for_fixed_radii_are_the_default_ppds():
@@ -380,12 +376,7 @@ def test_tiled_hdr_backward_single_winning_pixels(ops, emulator, budget, spot):
     index = torch.zeros(1, 1, h, w, dtype=torch.int32)
     index[0, 0, y, x] = 1
     grad = torch.rand(1, 1, h, w, generator=gen, dtype=torch.float64)
-    args = (grad, test, ref, ex, counts, index, ppd, "aces", 1e-15)
-    expected = ops.hdr_flip_backward(*args, [True, True])
-    scratch = ONE_BAND if budget == "one band" else SMALLEST
-    for mask in MASKS:
-        tiled = emulator.hdr_flip_backward_tiled(*args, mask, scratch)
-        check_tiled(tiled, emulator.hdr_flip_backward(*args, mask), expected, torch.float64, mask)
+    check_tiled_hdr(ops, emulator, (grad, test, ref, ex, counts, index, ppd, "aces", 1e-15), torch.float64, budget)
 
 
 def test_tiled_backward_bands_of_several_tile_rows_and_an_uneven_batch(ops, emulator):
