@@ -77,12 +77,6 @@ static_assert(sizeof(KernelTaps<double>) + 512 <= 4096, "the taps argument leave
 // tap. It serves taps passed by value whose radii and layout are its own.
 struct AnyRadius {
   template <class T>
-  static constexpr bool kCompiled = true;
-  template <class T>
-  static bool fits(const KernelTaps<T>&) {
-    return true;
-  }
-  template <class T>
   FLIP_HD static TapsView<T> view(const KernelTaps<T>& k) {
     return k.view();
   }
