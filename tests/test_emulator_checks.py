@@ -324,6 +324,14 @@ MUTATIONS = (
         "FixedFilter<T, Rf>{w + offset(i), w + offset(i) + 2 * Rf + 1, w + offset(i) + 3 * Rf + 1}",
         "FixedFilter<T, Rf>{w + offset(i), w + offset(i) + 2 * Rf + 1, w + offset(i) + 3 * Rf}",
     ),
+    # The backward from kept sensitivities scaling each by the gradient of the pixel to its right.
+    ("flip/passes.h", "gmap[y * g.w + x]", "gmap[y * g.w + (x + 1 < g.w ? x + 1 : x)]"),
+    # The forward that keeps them doing so for a gradient of 2 instead of 1.
+    (
+        "flip/passes.h",
+        "pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, gi, gFt, gFr, gft, gfr)",
+        "pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, map != nullptr ? T(2) : gi, gFt, gFr, gft, gfr)",
+    ),
     # The fused forward writing each pixel's error into its right neighbour too: a global-memory
     # race between threads and between blocks (the last column of a tile is the next one's first).
     ("flip/passes.h", "out[p] = err;", "out[p] = err; if (x + 1 < g.w) out[p + 1] = err;"),
@@ -391,6 +399,17 @@ def run_default_ppd(ops, em):
     return all(close32(x, y) for x, y in zip(got, want))
 
 
+def run_kept(ops, em):
+    """The tiled forward that keeps the test image's sensitivities and the backward from them (the
+    CUDA autograd's pair), against the CPU's pair."""
+    a, b, g = images(shape=(2, 3, 21, 35))
+    want_map, want_sens = ops._ldr_flip_with_sensitivities(a, b, 30.0, "srgb", 1e-15, [True, False])
+    flip_map, sens = em.ldr_flip_with_sensitivities(a, b, 30.0, "srgb", 1e-15, [True, False])
+    want = ops._ldr_flip_backward_from_sensitivities(g, want_sens, a, b, 30.0, "srgb", [True, False])
+    got = em.ldr_flip_backward_from_sensitivities(g, sens, a, b, 30.0, "srgb", [True, False])
+    return close(flip_map, want_map) and close(sens, want_sens) and close(got[0], want[0])
+
+
 MUTANT_RUNS = [
     run_fused,
     run_tiled,
@@ -404,6 +423,8 @@ MUTANT_RUNS = [
     run_hdr_counts,
     run_default_ppd,
     run_default_ppd,
+    run_kept,
+    run_kept,
     run_fused_both_orders,
 ]
 

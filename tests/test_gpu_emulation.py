@@ -182,6 +182,42 @@ def test_tiled_backward_matches_cpu_kernels(ops, emulator, dtype, shape, ppd, bu
             check_tiled(tiled, emulator.ldr_flip_backward(g, a, b, ppd, space, 1e-15, mask), expected, dtype, mask)
 
 
+KEPT_SHAPES = [(2, 3, 23, 31), (1, 3, 1, 1), (1, 3, 17, 65)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape", KEPT_SHAPES, ids=str)
+@pytest.mark.parametrize("ppd", [10.0, DEFAULT_PPD])
+def test_kept_sensitivities_match_cpu_kernels(ops, emulator, dtype, shape, ppd):
+    # The CUDA autograd's pair (cuda.cpp): the forward that keeps the sensitivities (tiled: kernel 1
+    # over the whole batch, for a unit gradient; rows: H, then V with the tail and its adjoint) and
+    # the backward from them (tiled: kernel 2 scaling them by the gradient; rows: that product, then
+    # VT and HT). Against the CPU's pair, whose layout they share, and bit for bit tiled against
+    # rows. float32 at DEFAULT_PPD runs the build compiled for its radii.
+    a, b = inputs(shape, dtype, seed=12)
+    g = torch.rand(shape[0], 1, *shape[2:], generator=torch.Generator().manual_seed(13), dtype=dtype)
+    for space in ("srgb", "linear"):
+        full = ops.ldr_flip_backward(g, a, b, ppd, space, 1e-15, [True, True])
+        for mask in MASKS:
+            want_map, want_sens = ops._ldr_flip_with_sensitivities(a, b, ppd, space, 1e-15, mask)
+            kept = {}
+            for tiled in (True, False):
+                flip_map, sens = emulator.ldr_flip_with_sensitivities(a, b, ppd, space, 1e-15, mask, tiled)
+                close(flip_map, want_map, dtype)
+                assert sens.shape == want_sens.shape and sens.dtype == want_sens.dtype
+                close(sens, want_sens, dtype, grad=True)
+                grads = emulator.ldr_flip_backward_from_sensitivities(g, sens, a, b, ppd, space, mask, tiled)
+                expected = ops._ldr_flip_backward_from_sensitivities(g, want_sens, a, b, ppd, space, mask)
+                for want, x, y, z in zip(mask, grads, expected, full):
+                    assert x.numel() == (y.numel() if want else 0)
+                    if want:
+                        close(x, y, dtype, grad=True)
+                        close(x, z, dtype, grad=True)
+                kept[tiled] = (flip_map, sens, grads)
+            for x, y in zip(kept[True][:2] + tuple(kept[True][2]), kept[False][:2] + tuple(kept[False][2])):
+                assert torch.equal(x, y)
+
+
 def test_tiled_backward_plan_has_the_bands_the_tests_ask_for(emulator):
     # The budgets above do split the work: several 16-row bands, or one item per band.
     plan = emulator.backward_plan(2, 70, 45, 3, 67.0, 8, SMALLEST).tolist()

@@ -736,17 +736,66 @@ inline BackwardPlan plan_backward(const Geometry& g, int wanted, int R, int64_t 
   return p;
 }
 
+// The whole batch as one band, for the images `wanted` names: the layout of the sensitivities
+// that LDR-FLIP's forward keeps (N x 7k x H x W, _ldr_flip_with_sensitivities), which the tiled
+// kernels write and read in place of the scratch.
+inline BackwardPlan whole_batch_plan(const Geometry& g, int wanted, int R) {
+  BackwardPlan p;
+  p.wanted = wanted;
+  p.R = R;
+  p.items = g.n;
+  p.rows = g.h;
+  p.buffer_rows = g.h;
+  p.item_bands = g.n > 0 ? 1 : 0;
+  p.row_bands = g.h > 0 ? 1 : 0;
+  return p;
+}
+
+// LDR-FLIP's forward that keeps the sensitivities, pixel i = n * H * W + p: the error into out[i]
+// and, for a unit gradient, the pixel's sensitivities into the kept planes of the images band b
+// wants (b: the whole batch, whole_batch_plan; the layout of _ldr_flip_with_sensitivities).
+template <class T>
+FLIP_HD void ldr_keep_pixel(const T* planes, T* out, T* kept, const BackwardBand& b, const Geometry& g,
+                            const TapsView<T>& t, int64_t i, T eps, const ColorConsts<T>& k) {
+  const int64_t hw = g.hw(), n = i / hw, p = i % hw, y = p / g.w, x = p % g.w;
+  const T* pt = planes + (n * 2 + 0) * g.planes() * hw;
+  const T* pr = planes + (n * 2 + 1) * g.planes() * hw;
+  T Ft[3], Fr[3], gFt[3], gFr[3];
+  v_csf(pt, g, t, y, x, Ft);
+  v_csf(pr, g, t, y, x, Fr);
+  Features<T> ft = v_feat(pt + 4 * hw, g, t, y, x), fr = v_feat(pr + 4 * hw, g, t, y, x), gft, gfr;
+  out[i] = pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, T(1), gFt, gFr, gft, gfr);
+  if (b.wanted & 1) store_pixel_gradients(b.planes(kept, n, 0, g.w), hw, p, gFt, gft);
+  if (b.wanted & 2) store_pixel_gradients(b.planes(kept, n, 1, g.w), hw, p, gFr, gfr);
+}
+
+// The row passes' backward from kept sensitivities, pixel i = n * H * W + p: the kept planes of
+// the images band b wants times the incoming gradient grad[i], into the gradient planes the VT
+// pass reads (v_ldr_flip_vjp's layout).
+template <class T>
+FLIP_HD void ldr_kept_grad_pixel(const T* grad, const T* kept, T* gplanes, const BackwardBand& b, const Geometry& g,
+                                 int64_t i) {
+  const int64_t hw = g.hw(), n = i / hw, p = i % hw;
+  for (int im = 0; im < 2; ++im) {
+    if (((b.wanted >> im) & 1) == 0) continue;
+    const T* src = b.planes(kept, n, im, g.w);
+    T* dst = gplanes + (n * 2 + im) * g.gplanes() * hw;
+    for (int c = 0; c < kResponsePlanesPerImage; ++c) dst[c * hw + p] = src[c * hw + p] * grad[i];
+  }
+}
+
 // Kernel 1 runs tiles over rows [b.g0, b.g1): tile ty starts at row b.g0 + ty * kTileH.
 FLIP_HD int64_t tiled_grad_tiles_y(const BackwardBand& b) { return (b.g1 - b.g0 + kTileH - 1) / kTileH; }
 
 // Kernel 1, phase 4 (after fused_load, fused_horizontal, fused_vertical of both images): the
 // per-pixel adjoint of the tile's pixels in rows below b.g1 into the wanted images' gradient planes.
 // grad and index point at item n's map; with hs (HDR-FLIP, one exposure) only the pixels this
-// exposure won pass their incoming gradient.
+// exposure won pass their incoming gradient. With map instead of grad (LDR-FLIP's forward that
+// keeps the sensitivities): a unit gradient, and each pixel's error into map (item n's).
 template <class T, class S>
 FLIP_HD void tiled_tail_vjp(const Geometry& g, const BackwardBand& b, int64_t n, int64_t y0, int64_t x0, int R, int tid,
                             int nthreads, S smem, T eps, const ColorConsts<T>& k, const T* grad, T* scratch,
-                            const HdrStep<T>* hs = nullptr, const int32_t* index = nullptr) {
+                            const HdrStep<T>* hs = nullptr, const int32_t* index = nullptr, T* map = nullptr) {
   const S vt = smem + fused_vertical_offset(R, 0), vr = smem + fused_vertical_offset(R, 1);
   const int64_t stride = b.plane_stride(g.w);
   T* out_t = (b.wanted & 1) ? b.planes(scratch, n, 0, g.w) : nullptr;
@@ -755,12 +804,13 @@ FLIP_HD void tiled_tail_vjp(const Geometry& g, const BackwardBand& b, int64_t n,
     const int64_t y = y0 + i / kTileW, x = x0 + i % kTileW;
     if (y >= b.g1 || x >= g.w) continue;
     const int64_t p = y * g.w + x, q = (y - b.g0) * g.w + x;
-    const T gi = hs == nullptr || index[p] == hs->i ? grad[p] : T(0);
+    const T gi = map != nullptr ? T(1) : hs == nullptr || index[p] == hs->i ? grad[p] : T(0);
     T Ft[3], Fr[3], gFt[3], gFr[3];
     Features<T> ft, fr, gft, gfr;
     fused_values(vt, i, Ft, ft);
     fused_values(vr, i, Fr, fr);
-    pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, gi, gFt, gFr, gft, gfr);
+    const T value = pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, gi, gFt, gFr, gft, gfr);
+    if (map != nullptr) map[p] = value;
     if (out_t) store_pixel_gradients(out_t, stride, q, gFt, gft);
     if (out_r) store_pixel_gradients(out_r, stride, q, gFr, gfr);
   }
@@ -814,9 +864,12 @@ FLIP_HD int tiled_t_smem_len(int R) {
 // image's gradient planes gp (band b) into shared memory, zero outside the image's columns and
 // outside the rows the band holds. Where the band reaches the image's border those are the zeros
 // of the transposed filter; elsewhere the rows the band lacks feed only rows it does not output.
+// With gmap (item n's incoming gradient; the backward from kept sensitivities, whose band is the
+// whole batch) each value is multiplied by the gradient at its pixel, as the CPU's backward from
+// kept sensitivities does (the same bits).
 template <class T, class S>
 FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g, int64_t y0, int64_t x0, int R, int tid,
-                          int nthreads, S smem) {
+                          int nthreads, S smem, const T* gmap = nullptr) {
   const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
   const int64_t stride = b.plane_stride(g.w);
   TileWalk at(tid, nthreads, cols);
@@ -824,7 +877,11 @@ FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g,
     const int64_t y = y0 - R + at.row, x = x0 - R + at.col;
     const bool in = y >= b.g0 && y < b.g1 && x >= 0 && x < g.w;
     const int64_t off = (y - b.g0) * g.w + x;
-    for (int q = 0; q < kResponsePlanesPerImage; ++q) smem[q * rc + i] = in ? gp[q * stride + off] : T(0);
+    const T gi = in && gmap != nullptr ? gmap[y * g.w + x] : T(1);
+    for (int q = 0; q < kResponsePlanesPerImage; ++q) {
+      const T v = in ? gp[q * stride + off] : T(0);
+      smem[q * rc + i] = gmap != nullptr ? v * gi : v;
+    }
   }
 }
 

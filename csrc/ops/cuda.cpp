@@ -262,6 +262,81 @@ Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
   return cast_back(gb, test, ref);
 }
 
+// LDR-FLIP's forward that keeps the sensitivities (the CUDA autograd's forward when they fit its
+// budget, flip::kCudaKeptSensitivitiesBytes): the map and, for a unit gradient, the sensitivities
+// of the images in mask, laid out as the CPU's (N x 7k x H x W). Tiled: kernel 1 of the tiled
+// backward over the whole batch; else the row passes with a tail that keeps them.
+Pair ldr_flip_with_sensitivities(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps,
+                                 MaskArg mask_arg) {
+  const Mask mask = mask_of(mask_arg);
+  const bool srgb = check_ldr_sensitivity_args(test, ref, ppd, space, eps, mask);
+  torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto out = empty_as(t, map_shape(t));
+  auto sens = empty_as(t, sensitivities_shape(t, mask));
+  const Geometry g = geometry(t, 2, true, true);
+  const cudaStream_t stream = current_stream(t);
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
+    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
+    p.srgb = srgb;
+    p.test = ptr<T>(t);
+    p.ref = ptr<T>(r);
+    p.out = ptr<T>(out);
+    p.sensitivities = ptr<T>(sens);
+    p.plan = flip::whole_batch_plan(g, (mask[0] ? 1 : 0) | (mask[1] ? 2 : 0), p.taps.rmax);
+    if (use_tiled_backward(p.taps)) {
+      flip::cuda::ldr_flip_forward_keep_tiled<T>(p, stream);
+      return;
+    }
+    check_shared_memory(p.taps, g.planes());
+    auto planes = planes_for(g, t, g.planes());
+    p.planes = ptr<T>(planes);
+    flip::cuda::ldr_flip_forward_keep<T>(p, stream);
+  });
+  FLIP_CUDA_LAUNCH_CHECK();
+  return {to_dtype(out, test.scalar_type()), sens};
+}
+
+// The backward from those sensitivities (of the images in mask): one launch when tiled, else the
+// kept sensitivities times the gradient into gradient planes and the transposed row passes.
+Pair ldr_flip_backward_from_sensitivities(const Tensor& grad, const Tensor& sensitivities, const Tensor& test,
+                                          const Tensor& ref, double ppd, std::string space, MaskArg mask_arg) {
+  const Mask mask = mask_of(mask_arg);
+  const bool srgb = check_ldr_backward_from_sensitivities_args(grad, sensitivities, test, ref, ppd, space, mask);
+  torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
+  auto t = compute_copy(test), r = compute_copy(ref);
+  auto gr = contiguous_as(grad, t.scalar_type());
+  auto sens = torch::stable::contiguous(sensitivities);
+  auto gb = grad_buffers(t, mask);
+  const Geometry g = geometry(t, 2, true, true);
+  const cudaStream_t stream = current_stream(t);
+  dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
+    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), 0.0);  // eps 0: this op has no eps argument
+    p.srgb = srgb;
+    p.grad = ptr<T>(gr);
+    p.test = ptr<T>(t);
+    p.ref = ptr<T>(r);
+    p.g_test = ptr_or_null<T>(gb[0]);
+    p.g_ref = ptr_or_null<T>(gb[1]);
+    p.sensitivities = ptr<T>(sens);
+    p.plan = flip::whole_batch_plan(g, (mask[0] ? 1 : 0) | (mask[1] ? 2 : 0), p.taps.rmax);
+    if (use_tiled_backward(p.taps)) {
+      flip::cuda::ldr_flip_backward_kept_tiled<T>(p, stream);
+      return;
+    }
+    check_shared_memory(p.taps, g.planes());
+    auto planes = planes_for(g, t, g.planes());
+    auto gplanes = planes_for(g, t, g.gplanes());
+    p.planes = ptr<T>(planes);
+    p.gplanes = ptr<T>(gplanes);
+    flip::cuda::ldr_flip_backward_kept<T>(p, stream);
+  });
+  FLIP_CUDA_LAUNCH_CHECK();
+  return cast_back(gb, test, ref);
+}
+
 // Counts stay on the device, unchecked: reading them back to check them would synchronise the host
 // with the stream on every call. The kernels read them clamped into [kMinExposures, E]
 // (hdr_pixel.h, HdrStep::count); the Python API passes counts it has checked and the CPU kernels
@@ -491,6 +566,8 @@ Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const T
 STABLE_TORCH_LIBRARY_IMPL(flip, CUDA, m) {
   m.impl("ldr_flip", TORCH_BOX(&ldr_flip));
   m.impl("ldr_flip_backward", TORCH_BOX(&ldr_flip_backward));
+  m.impl("_ldr_flip_with_sensitivities", TORCH_BOX(&ldr_flip_with_sensitivities));
+  m.impl("_ldr_flip_backward_from_sensitivities", TORCH_BOX(&ldr_flip_backward_from_sensitivities));
   m.impl("hdr_flip", TORCH_BOX(&hdr_flip));
   m.impl("hdr_flip_backward", TORCH_BOX(&hdr_flip_backward));
   m.impl("csf_filter", TORCH_BOX(&csf_filter));

@@ -44,6 +44,10 @@ std::string kernel_name(Kernel k) {
       return "v_hdr_kernel";
     case Kernel::kVHdrVjp:
       return "v_hdr_vjp_kernel";
+    case Kernel::kVLdrKeep:
+      return "v_ldr_keep_kernel";
+    case Kernel::kLdrKeptGrad:
+      return "ldr_kept_grad_kernel";
     case Kernel::kHuntHyab:
       return "hunt_hyab_kernel";
     case Kernel::kHuntHyabVjp:
@@ -184,10 +188,13 @@ void run(Sequence seq, Params<T> p, int channels) {
   const flip::Geometry& g = p.g;
   const int64_t hw = g.hw();
   const bool tiled = seq == Sequence::kLdrBackwardTiled || seq == Sequence::kHdrBackwardTiled;
-  const bool rows = !tiled && seq != Sequence::kLdrForwardFused && seq != Sequence::kHdrForwardFused;
+  const bool keep = seq == Sequence::kLdrForwardKeep || seq == Sequence::kLdrForwardKeepTiled;
+  const bool kept = seq == Sequence::kLdrBackwardKept || seq == Sequence::kLdrBackwardKeptTiled;
+  const bool rows = !tiled && seq != Sequence::kLdrForwardFused && seq != Sequence::kHdrForwardFused &&
+                    seq != Sequence::kLdrForwardKeepTiled && seq != Sequence::kLdrBackwardKeptTiled;
   const bool backward = seq == Sequence::kLdrBackward || seq == Sequence::kLdrBackwardTiled ||
                         seq == Sequence::kHdrBackward || seq == Sequence::kHdrBackwardTiled ||
-                        seq == Sequence::kCsfBackward || seq == Sequence::kFeatureBackward;
+                        seq == Sequence::kCsfBackward || seq == Sequence::kFeatureBackward || kept;
   const int64_t image = g.n * channels * hw, map = g.n * (seq == Sequence::kCsfForward ? 3 : 1) * hw;
   const int64_t grad = g.n * (seq == Sequence::kCsfBackward ? 3 : 1) * hw;
   if (backward && p.g_test == nullptr && p.g_ref == nullptr) return;  // as cuda.cpp: nothing asked, nothing launched
@@ -209,6 +216,8 @@ void run(Sequence seq, Params<T> p, int channels) {
   Guarded<T> planes(rows ? g.n * g.images * g.planes() * hw : 0, "planes");
   Guarded<T> gplanes(rows && backward ? g.n * g.images * g.gplanes() * hw : 0, "gradient planes");
   Guarded<T> scratch(tiled ? p.plan.scratch_elems(g) : 0, "scratch");
+  Guarded<T> sens(p.sensitivities, keep || kept ? p.plan.scratch_elems(g) : 0, kept ? Role::kIn : Role::kOut,
+                  "sensitivities");
   auto set = [](auto& field, auto& guarded) {
     if (field != nullptr) field = guarded.get();
   };
@@ -222,6 +231,7 @@ void run(Sequence seq, Params<T> p, int channels) {
   set(p.index, index);
   set(p.g_test, g_test);
   set(p.g_ref, g_ref);
+  set(p.sensitivities, sens);
   if (rows) p.planes = planes.get();
   if (rows && backward) p.gplanes = gplanes.get();
   if (tiled) p.scratch = scratch.get();
@@ -239,6 +249,18 @@ void run(Sequence seq, Params<T> p, int channels) {
       break;
     case Sequence::kLdrBackwardTiled:
       sq::ldr_flip_backward_tiled(l, p);
+      break;
+    case Sequence::kLdrForwardKeep:
+      sq::ldr_flip_forward_keep(l, p);
+      break;
+    case Sequence::kLdrForwardKeepTiled:
+      sq::ldr_flip_forward_keep_tiled(l, p);
+      break;
+    case Sequence::kLdrBackwardKept:
+      sq::ldr_flip_backward_kept(l, p);
+      break;
+    case Sequence::kLdrBackwardKeptTiled:
+      sq::ldr_flip_backward_kept_tiled(l, p);
       break;
     case Sequence::kHdrForward:
       sq::hdr_flip_forward(l, p);
@@ -265,7 +287,7 @@ void run(Sequence seq, Params<T> p, int channels) {
       sq::feature_difference_backward(l, p);
       break;
   }
-  for (auto* b : {&test, &ref, &gr, &ex, &out, &emap, &g_test, &g_ref, &planes, &gplanes, &scratch}) b->finish();
+  for (auto* b : {&test, &ref, &gr, &ex, &out, &emap, &g_test, &g_ref, &planes, &gplanes, &scratch, &sens}) b->finish();
   counts.finish();
   index.finish();
 }

@@ -20,6 +20,10 @@ enum class Sequence {
   kLdrForwardFused,
   kLdrBackward,  // row passes
   kLdrBackwardTiled,
+  kLdrForwardKeep,  // row passes; the forward that keeps the sensitivities
+  kLdrForwardKeepTiled,
+  kLdrBackwardKept,  // row passes; the backward from them
+  kLdrBackwardKeptTiled,
   kHdrForward,
   kHdrForwardFused,
   kHdrBackward,

@@ -134,6 +134,62 @@ Pair ldr_flip_backward_tiled(const Tensor& grad, const Tensor& test, const Tenso
   return ldr_flip_backward_impl(grad, test, ref, ppd, space, eps, flip_ops::mask_of(mask_arg), true, scratch_bytes);
 }
 
+// The forward that keeps the sensitivities and the backward from them (cuda.cpp's
+// _ldr_flip_with_sensitivities and _ldr_flip_backward_from_sensitivities): tiled, or the row
+// passes cuda.cpp falls back to where the tiles do not fit.
+Pair ldr_flip_with_sensitivities(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps,
+                                 MaskArg mask_arg, bool tiled) {
+  const flip_ops::Mask mask = flip_ops::mask_of(mask_arg);
+  const bool srgb = flip_ops::check_ldr_sensitivity_args(test, ref, ppd, space, eps, mask);
+  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  auto out = flip_ops::empty_as(t, flip_ops::map_shape(t));
+  auto sens = flip_ops::empty_as(t, flip_ops::sensitivities_shape(t, mask));
+  flip_ops::dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
+    const em::HostTaps<T> taps(ppd);
+    const Geometry g = flip_ops::geometry(t, 2, true, true);
+    auto p = params<T>(g, taps, eps);
+    check_fits(p, tiled ? Formulation::kTiled : Formulation::kRows);
+    p.srgb = srgb;
+    p.test = data<T>(t);
+    p.ref = data<T>(r);
+    p.out = data<T>(out);
+    p.sensitivities = data<T>(sens);
+    p.plan = flip::whole_batch_plan(g, (mask[0] ? 1 : 0) | (mask[1] ? 2 : 0), p.taps.rmax);
+    em::run(tiled ? Sequence::kLdrForwardKeepTiled : Sequence::kLdrForwardKeep, p, 3);
+  });
+  return {flip_ops::to_dtype(out, test.scalar_type()), sens};
+}
+
+Pair ldr_flip_backward_from_sensitivities(const Tensor& grad, const Tensor& sensitivities, const Tensor& test,
+                                          const Tensor& ref, double ppd, std::string space, MaskArg mask_arg,
+                                          bool tiled) {
+  const flip_ops::Mask mask = flip_ops::mask_of(mask_arg);
+  const bool srgb =
+      flip_ops::check_ldr_backward_from_sensitivities_args(grad, sensitivities, test, ref, ppd, space, mask);
+  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  auto gr = flip_ops::contiguous_as(grad, t.scalar_type());
+  auto sens = torch::stable::contiguous(sensitivities);
+  auto gb = flip_ops::grad_buffers(t, mask);
+  flip_ops::dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
+    using T = decltype(zero);
+    const em::HostTaps<T> taps(ppd);
+    const Geometry g = flip_ops::geometry(t, 2, true, true);
+    auto p = params<T>(g, taps, 0.0);
+    check_fits(p, tiled ? Formulation::kTiled : Formulation::kRows);
+    p.srgb = srgb;
+    p.grad = data<T>(gr);
+    p.test = data<T>(t);
+    p.ref = data<T>(r);
+    p.g_test = flip_ops::ptr_or_null<T>(gb[0]);
+    p.g_ref = flip_ops::ptr_or_null<T>(gb[1]);
+    p.sensitivities = data<T>(sens);
+    p.plan = flip::whole_batch_plan(g, (mask[0] ? 1 : 0) | (mask[1] ? 2 : 0), p.taps.rmax);
+    em::run(tiled ? Sequence::kLdrBackwardKeptTiled : Sequence::kLdrBackwardKept, p, 3);
+  });
+  return flip_ops::cast_back(gb, test, ref);
+}
+
 // The tiled backward's bands for a batch of n images of h x w (plan_backward): items, rows,
 // buffer_rows, item_bands, row_bands.
 Tensor backward_plan(int64_t n, int64_t h, int64_t w, int64_t wanted, double ppd, int64_t elem_bytes,
@@ -389,6 +445,12 @@ FLIP_EMULATOR_DEFINE(FLIP_EMULATOR_LIBRARY, m) {
       " Tensor exposure_index, float pixels_per_degree, str tone_mapper, float eps, bool[2] output_mask,"
       " int scratch_bytes=33554432) -> (Tensor, Tensor)");
   m.def(
+      "ldr_flip_with_sensitivities(Tensor test, Tensor reference, float pixels_per_degree, str input_space,"
+      " float eps, bool[2] output_mask, bool tiled=True) -> (Tensor, Tensor)");
+  m.def(
+      "ldr_flip_backward_from_sensitivities(Tensor grad, Tensor sensitivities, Tensor test, Tensor reference,"
+      " float pixels_per_degree, str input_space, bool[2] output_mask, bool tiled=True) -> (Tensor, Tensor)");
+  m.def(
       "configure(int skip_barrier_line=0, int skip_launch=-1, int max_grid_y=0, int max_grid_z=0, int max_blocks=0,"
       " bool reverse=False, int mutant=0) -> Tensor");
   m.def(
@@ -420,6 +482,8 @@ FLIP_EMULATOR_IMPL(FLIP_EMULATOR_LIBRARY, CPU, m) {
   m.impl("hdr_flip_backward", TORCH_BOX(&hdr_flip_backward));
   m.impl("ldr_flip_backward_tiled", TORCH_BOX(&ldr_flip_backward_tiled));
   m.impl("hdr_flip_backward_tiled", TORCH_BOX(&hdr_flip_backward_tiled));
+  m.impl("ldr_flip_with_sensitivities", TORCH_BOX(&ldr_flip_with_sensitivities));
+  m.impl("ldr_flip_backward_from_sensitivities", TORCH_BOX(&ldr_flip_backward_from_sensitivities));
   m.impl("csf_filter", TORCH_BOX(&csf_filter));
   m.impl("csf_filter_backward", TORCH_BOX(&csf_filter_backward));
   m.impl("feature_difference", TORCH_BOX(&feature_difference));

@@ -146,7 +146,9 @@ FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
 // Tiled backward, kernel 1 (passes.h): for each tile of band s.band's gradient-plane rows, the
 // fused forward of both images, then the adjoint into the wanted images' gradient planes in
 // p.scratch. s.mode as in fused_block (kHdr: exposure s.hs, gradient only where p.index names it; a
-// tile without such a pixel writes zero planes and skips the rest).
+// tile without such a pixel writes zero planes and skips the rest). s.kept (LDR-FLIP's forward
+// that keeps the sensitivities): the planes are p.sensitivities, for a unit gradient, and the map
+// goes to p.out.
 template <class Rad, class T, class B>
 FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
   const Geometry& g = p.g;
@@ -167,8 +169,12 @@ FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
         continue;  // no shared memory touched: the next tile starts at a barrier too
       }
       tile_forward_block<Rad>(b, p, s, smem, n, y0, x0, scale);
-      tiled_tail_vjp(g, band, n, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, p.grad + off, p.scratch,
-                     hdr ? &s.hs : nullptr, hdr ? p.index + off : nullptr);
+      if (s.kept)
+        tiled_tail_vjp(g, band, n, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, static_cast<const T*>(nullptr),
+                       p.sensitivities, static_cast<const HdrStep<T>*>(nullptr), nullptr, p.out + off);
+      else
+        tiled_tail_vjp(g, band, n, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, p.grad + off, p.scratch,
+                       hdr ? &s.hs : nullptr, hdr ? p.index + off : nullptr);
       b.sync();
     }
   }
@@ -177,7 +183,8 @@ FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
 // Tiled backward, kernel 2: for each tile of band s.band's output rows and each wanted image (z),
 // the gradient planes with their halo into shared memory, the transposed filters, the chain into
 // p.g_test / p.g_ref (kHdr: accumulated, one exposure per launch; a tile whose pixels and halo
-// the exposure won nowhere adds nothing and is skipped).
+// the exposure won nowhere adds nothing and is skipped). s.kept: the planes are p.sensitivities,
+// multiplied by p.grad as they are loaded.
 template <class Rad, class T, class B>
 FLIP_HD void tiled_transpose_block(B& b, const Params<T>& p, const Step<T>& s) {
   const Geometry& g = p.g;
@@ -196,7 +203,8 @@ FLIP_HD void tiled_transpose_block(B& b, const Params<T>& p, const Step<T>& s) {
       if (!s.hs.active(n)) continue;  // uniform over the block
       scale = s.hs.scale(n);
     }
-    const T* gp = band.planes(p.scratch, n, im, g.w);
+    const T* gp = band.planes(s.kept ? p.sensitivities : p.scratch, n, im, g.w);
+    const T* gmap = s.kept ? p.grad + n * g.hw() : nullptr;
     const T* src = (im == 0 ? p.test : p.ref) + n * 3 * g.hw();
     T* out = (im == 0 ? p.g_test : p.g_ref) + n * 3 * g.hw();
     for (int64_t ty = b.block_y(); ty < tiles_y; ty += b.grid_y()) {
@@ -204,7 +212,7 @@ FLIP_HD void tiled_transpose_block(B& b, const Params<T>& p, const Step<T>& s) {
       if (s.mode == Input::kHdr &&
           !b.sync_or(tile_won(p.index + n * g.hw(), g, s.hs.i, y0, x0, band.g0, band.g1, R, b.tid(), b.threads())))
         continue;
-      tiled_load_t(gp, band, g, y0, x0, R, b.tid(), b.threads(), smem);
+      tiled_load_t(gp, band, g, y0, x0, R, b.tid(), b.threads(), smem, gmap);
       b.sync();
       tiled_vertical_t(g, Rad::view(p.taps), y0, band.y1, R, b.tid(), b.threads(), smem);
       b.sync();
@@ -246,6 +254,10 @@ FLIP_HD void pixel_block(B& b, const Params<T>& p, const Step<T>& s) {
         hdr_max_pixel(p.planes, p.out, p.emap, p.index, g, t, i, p.eps, p.k, s.hs);
       else if constexpr (K == Kernel::kVHdrVjp)
         hdr_vjp_pixel(p.grad, p.index, p.planes, p.gplanes, g, t, i, p.eps, p.k, s.hs);
+      else if constexpr (K == Kernel::kVLdrKeep)
+        ldr_keep_pixel(p.planes, p.out, p.sensitivities, s.band, g, t, i, p.eps, p.k);
+      else if constexpr (K == Kernel::kLdrKeptGrad)
+        ldr_kept_grad_pixel(p.grad, p.sensitivities, p.gplanes, s.band, g, i);
     });
   }
 }

@@ -84,6 +84,8 @@ FLIP_KERNEL(v_feat_kernel, kVFeat, FLIP_NO_BOUNDS)
 FLIP_KERNEL(v_feat_vjp_kernel, kVFeatVjp, FLIP_NO_BOUNDS)
 FLIP_KERNEL(v_hdr_kernel, kVHdr, FLIP_NO_BOUNDS)
 FLIP_KERNEL(v_hdr_vjp_kernel, kVHdrVjp, FLIP_NO_BOUNDS)
+FLIP_KERNEL(v_ldr_keep_kernel, kVLdrKeep, FLIP_NO_BOUNDS)
+FLIP_KERNEL(ldr_kept_grad_kernel, kLdrKeptGrad, FLIP_NO_BOUNDS)
 FLIP_KERNEL(hunt_hyab_kernel, kHuntHyab, FLIP_NO_BOUNDS)
 FLIP_KERNEL(hunt_hyab_vjp_kernel, kHuntHyabVjp, FLIP_NO_BOUNDS)
 FLIP_KERNEL(fused_ldr_kernel, kFused, FLIP_BOUNDS(kFusedThreads))
@@ -117,6 +119,10 @@ auto kernel_function() {
     return &v_hdr_kernel<T, Rad>;
   else if constexpr (K == Kernel::kVHdrVjp)
     return &v_hdr_vjp_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVLdrKeep)
+    return &v_ldr_keep_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kLdrKeptGrad)
+    return &ldr_kept_grad_kernel<T, Rad>;
   else if constexpr (K == Kernel::kHuntHyab)
     return &hunt_hyab_kernel<T, Rad>;
   else if constexpr (K == Kernel::kHuntHyabVjp)
@@ -158,6 +164,10 @@ FLIP_ENTRY(ldr_flip_forward_fused)
 FLIP_ENTRY(ldr_flip_forward)
 FLIP_ENTRY(ldr_flip_backward)
 FLIP_ENTRY(ldr_flip_backward_tiled)
+FLIP_ENTRY(ldr_flip_forward_keep)
+FLIP_ENTRY(ldr_flip_forward_keep_tiled)
+FLIP_ENTRY(ldr_flip_backward_kept)
+FLIP_ENTRY(ldr_flip_backward_kept_tiled)
 FLIP_ENTRY(hdr_flip_forward_fused)
 FLIP_ENTRY(hdr_flip_forward)
 FLIP_ENTRY(hdr_flip_backward)
@@ -170,20 +180,24 @@ FLIP_ENTRY(hunt_hyab_forward)
 FLIP_ENTRY(hunt_hyab_backward)
 #undef FLIP_ENTRY
 
-#define FLIP_INSTANTIATE(T)                                                     \
-  template void ldr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);      \
-  template void ldr_flip_forward<T>(const Params<T>&, cudaStream_t);            \
-  template void ldr_flip_backward<T>(const Params<T>&, cudaStream_t);           \
-  template void ldr_flip_backward_tiled<T>(const Params<T>&, cudaStream_t);     \
-  template void hdr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);      \
-  template void hdr_flip_forward<T>(const Params<T>&, cudaStream_t);            \
-  template void hdr_flip_backward<T>(const Params<T>&, cudaStream_t);           \
-  template void hdr_flip_backward_tiled<T>(const Params<T>&, cudaStream_t);     \
-  template void csf_filter_forward<T>(const Params<T>&, cudaStream_t);          \
-  template void csf_filter_backward<T>(const Params<T>&, cudaStream_t);         \
-  template void feature_difference_forward<T>(const Params<T>&, cudaStream_t);  \
-  template void feature_difference_backward<T>(const Params<T>&, cudaStream_t); \
-  template void hunt_hyab_forward<T>(const Params<T>&, cudaStream_t);           \
+#define FLIP_INSTANTIATE(T)                                                      \
+  template void ldr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);       \
+  template void ldr_flip_forward<T>(const Params<T>&, cudaStream_t);             \
+  template void ldr_flip_backward<T>(const Params<T>&, cudaStream_t);            \
+  template void ldr_flip_backward_tiled<T>(const Params<T>&, cudaStream_t);      \
+  template void ldr_flip_forward_keep<T>(const Params<T>&, cudaStream_t);        \
+  template void ldr_flip_forward_keep_tiled<T>(const Params<T>&, cudaStream_t);  \
+  template void ldr_flip_backward_kept<T>(const Params<T>&, cudaStream_t);       \
+  template void ldr_flip_backward_kept_tiled<T>(const Params<T>&, cudaStream_t); \
+  template void hdr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);       \
+  template void hdr_flip_forward<T>(const Params<T>&, cudaStream_t);             \
+  template void hdr_flip_backward<T>(const Params<T>&, cudaStream_t);            \
+  template void hdr_flip_backward_tiled<T>(const Params<T>&, cudaStream_t);      \
+  template void csf_filter_forward<T>(const Params<T>&, cudaStream_t);           \
+  template void csf_filter_backward<T>(const Params<T>&, cudaStream_t);          \
+  template void feature_difference_forward<T>(const Params<T>&, cudaStream_t);   \
+  template void feature_difference_backward<T>(const Params<T>&, cudaStream_t);  \
+  template void hunt_hyab_forward<T>(const Params<T>&, cudaStream_t);            \
   template void hunt_hyab_backward<T>(const Params<T>&, cudaStream_t);
 FLIP_INSTANTIATE(float)
 FLIP_INSTANTIATE(double)

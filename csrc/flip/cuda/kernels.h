@@ -24,6 +24,17 @@ void ldr_flip_backward(const Params<T>& p, cudaStream_t s);
 // for it) with plan and scratch. 2 launches per band.
 template <class T>
 void ldr_flip_backward_tiled(const Params<T>& p, cudaStream_t s);
+// LDR-FLIP with kept sensitivities (sensitivities, plan = whole_batch_plan for the images kept):
+// the forward -> out and sensitivities; the backward: grad, sensitivities -> g_test, g_ref (the
+// images plan names). Row passes (planes; the backward also gplanes) or tiled (1 launch each).
+template <class T>
+void ldr_flip_forward_keep(const Params<T>& p, cudaStream_t s);
+template <class T>
+void ldr_flip_forward_keep_tiled(const Params<T>& p, cudaStream_t s);
+template <class T>
+void ldr_flip_backward_kept(const Params<T>& p, cudaStream_t s);
+template <class T>
+void ldr_flip_backward_kept_tiled(const Params<T>& p, cudaStream_t s);
 // HDR-FLIP: test, ref, exposures, counts, E, tm; forward -> out, emap, index, which must arrive
 // initialised to 0, 0, -1 (fused: no planes; else planes); backward: grad, index -> g_test, g_ref,
 // which must arrive zeroed where not null, with planes and gplanes.

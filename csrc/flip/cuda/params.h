@@ -188,6 +188,10 @@ struct Params {
   // their scratch of plan.scratch_elems(g) values.
   BackwardPlan plan{};
   T* scratch = nullptr;
+  // LDR-FLIP's kept sensitivities, N x 7k x H x W (k: the images plan.wanted names; plan is then
+  // whole_batch_plan): the forward that keeps them writes them (with the map), the backward from
+  // them reads them (with grad) in place of the tiled backward's scratch.
+  T* sensitivities = nullptr;
   // A debugging aid (FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH, csrc/ops/cuda.cpp; always on in the
   // emulator): fill the scratch with NaN before each band's kernel 1, so that kernel 2 reading a
   // value kernel 1 did not write gives NaN.
@@ -207,6 +211,9 @@ struct Step {
   int wanted = 0;                      // VT: bit im set when image im's gradient is wanted
   HdrStep<T> hs = HdrStep<T>::none();  // HDR-FLIP: the exposure
   BackwardBand band{};                 // the tiled backward's band
+  // The tiled kernels on kept sensitivities (p.sensitivities, band: the whole batch): kernel 1
+  // writes them for a unit gradient and the map into p.out; kernel 2 multiplies them by p.grad.
+  bool kept = false;
 };
 
 // The kernels, one block body each (blocks.h, run_block).
@@ -222,6 +229,8 @@ enum class Kernel : int {
   kVFeatVjp,
   kVHdr,
   kVHdrVjp,
+  kVLdrKeep,     // V + tail + the sensitivities kept (row passes)
+  kLdrKeptGrad,  // the kept sensitivities times the gradient -> gradient planes (row passes)
   kHuntHyab,
   kHuntHyabVjp,
   kFused,           // the fused forward

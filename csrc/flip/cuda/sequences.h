@@ -80,6 +80,21 @@ void fused(L& l, const Params<T>& p, Input mode, HdrStep<T> hs) {
                                fused_smem_bytes<T>(p.taps.rmax), p, s);
 }
 
+// The tiled backward's kernel 1 and kernel 2 over band s.band.
+template <class T, class L>
+void tiled_grad(L& l, const Params<T>& p, const Step<T>& s) {
+  const BackwardBand& b = s.band;
+  launch_tiled<Kernel::kTiledGrad>(l, tile_grid(p.g, tiled_grad_tiles_y(b), b.n1 - b.n0, l.limits()),
+                                   fused_smem_bytes<T>(p.taps.rmax), p, s);
+}
+template <class T, class L>
+void tiled_transpose(L& l, const Params<T>& p, const Step<T>& s) {
+  const BackwardBand& b = s.band;
+  launch_tiled<Kernel::kTiledTranspose>(
+      l, tile_grid(p.g, (b.y1 - b.y0 + kTileH - 1) / kTileH, (b.n1 - b.n0) * b.images(), l.limits()),
+      tiled_t_smem_bytes<T>(p.taps.rmax), p, s);
+}
+
 // One band of the tiled backward for one step (LDR-FLIP: hs none; HDR-FLIP: one exposure): kernel 1
 // writes the band's gradient planes, kernel 2, queued after it, reads them.
 template <class T, class L>
@@ -93,11 +108,8 @@ void tiled_band(L& l, const Params<T>& p, const BackwardBand& b, Input mode, Hdr
   s.mode = mode;
   s.hs = hs;
   s.band = b;
-  launch_tiled<Kernel::kTiledGrad>(l, tile_grid(p.g, tiled_grad_tiles_y(b), b.n1 - b.n0, l.limits()),
-                                   fused_smem_bytes<T>(R), p, s);
-  launch_tiled<Kernel::kTiledTranspose>(
-      l, tile_grid(p.g, (b.y1 - b.y0 + kTileH - 1) / kTileH, (b.n1 - b.n0) * b.images(), l.limits()),
-      tiled_t_smem_bytes<T>(R), p, s);
+  tiled_grad(l, p, s);
+  tiled_transpose(l, p, s);
 }
 
 template <class T, class L>
@@ -130,6 +142,50 @@ void ldr_flip_backward(L& l, const Params<T>& p) {
 template <class T, class L>
 void ldr_flip_backward_tiled(L& l, const Params<T>& p) {
   for (int64_t j = 0; j < p.plan.count(); ++j) tiled_band(l, p, p.plan.band(p.g, j), ldr_input(p), HdrStep<T>::none());
+}
+
+// LDR-FLIP's forward that keeps the sensitivities of the images p.plan.wanted names (p.plan:
+// whole_batch_plan): the map into p.out, the sensitivities into p.sensitivities. Tiled: kernel 1
+// of the tiled backward over the whole batch, for a unit gradient; rows: H, then V with the tail
+// and its adjoint.
+template <class T, class L>
+void ldr_flip_forward_keep_tiled(L& l, const Params<T>& p) {
+  Step<T> s;
+  s.mode = ldr_input(p);
+  s.band = p.plan.band(p.g, 0);
+  s.kept = true;
+  tiled_grad(l, p, s);
+}
+
+template <class T, class L>
+void ldr_flip_forward_keep(L& l, const Params<T>& p) {
+  Step<T> s = images(ldr_input(p), p.test, p.ref, 3);
+  h_pass(l, p, s);
+  s.band = p.plan.band(p.g, 0);
+  pixels<Kernel::kVLdrKeep>(l, p, s);
+}
+
+// The backward from the kept sensitivities of the images p.plan.wanted names, which are the ones
+// p.g_test and p.g_ref ask for: grad -> g_test, g_ref. Tiled: kernel 2 of the tiled backward over
+// the whole batch, multiplying the sensitivities by grad; rows: that product into the gradient
+// planes, then VT and HT.
+template <class T, class L>
+void ldr_flip_backward_kept_tiled(L& l, const Params<T>& p) {
+  Step<T> s;
+  s.mode = ldr_input(p);
+  s.band = p.plan.band(p.g, 0);
+  s.kept = true;
+  tiled_transpose(l, p, s);
+}
+
+template <class T, class L>
+void ldr_flip_backward_kept(L& l, const Params<T>& p) {
+  Step<T> s = images(ldr_input(p), p.test, p.ref, 3);
+  s.band = p.plan.band(p.g, 0);
+  pixels<Kernel::kLdrKeptGrad>(l, p, s);
+  s.out0 = p.g_test;
+  s.out1 = p.g_ref;
+  vt_ht_pass(l, p, s);
 }
 
 // HDR-FLIP: out, emap and index arrive initialised (0, 0, -1); one exposure per step.
