@@ -223,6 +223,24 @@ def multiscale_sensitivities_shape(like, mask, scales: int) -> list:
 # (csrc/flip/plane_counts.h, kResponsePlanesPerImage; tests/test_one_source.py compares them).
 SENSITIVITY_PLANES_PER_IMAGE = 7
 
+# The most bytes of them that autograd keeps on a CUDA device from an LDR-FLIP forward to its
+# backward (csrc/flip/plane_counts.h, kCudaKeptSensitivitiesBytes: why; tests/test_one_source.py).
+CUDA_KEPT_SENSITIVITIES_BYTES = 64 << 20
+
+
+def keeps_sensitivities(test, ref) -> bool:
+    """Whether autograd's LDR-FLIP forward keeps the sensitivities of the images that require grad
+    (``_ldr_flip_with_sensitivities``) for its backward: on the CPU always, on CUDA when they take
+    at most CUDA_KEPT_SENSITIVITIES_BYTES, elsewhere never. csrc/ops/autograd.cpp applies the same
+    rule."""
+    if test.device.type == "cpu":
+        return True
+    if test.device.type != "cuda":
+        return False
+    images = int(test.requires_grad) + int(ref.requires_grad)
+    elem = 8 if test.dtype == torch.float64 else 4  # the compute dtype's
+    return SENSITIVITY_PLANES_PER_IMAGE * images * (test.numel() // 3) * elem <= CUDA_KEPT_SENSITIVITIES_BYTES
+
 
 # ---- one check per op (its backward adds check_grad) ----
 

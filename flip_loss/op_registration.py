@@ -8,12 +8,14 @@ autocast or kernels over symbolic sizes, so these are registered here with ``tor
 checks its arguments (``op_checks``), so that each Python path — eager, torch.compile, torch.export,
 TorchScript — raises the same error before any kernel runs.
 
-* Forward ops record a node whose backward calls the op's registered ``*_backward`` op. On the CPU,
-  when a gradient will be taken, ``ldr_flip`` runs ``_ldr_flip_with_sensitivities`` instead: the
-  forward keeps the sensitivities of the images that require grad (7 planes per image in the
-  compute dtype) and the backward only scales them and runs the transposed filters
-  (``_ldr_flip_backward_from_sensitivities``) instead of recomputing the forward's work. CUDA's
-  backward recomputes in tiles with memory flat in the image size, so nothing is kept there.
+* Forward ops record a node whose backward calls the op's registered ``*_backward`` op. When a
+  gradient will be taken, ``ldr_flip`` runs ``_ldr_flip_with_sensitivities`` instead where
+  ``op_checks.keeps_sensitivities`` says so (on the CPU always; on CUDA when they take at most
+  64 MiB, one 1080p image's in float32): the forward keeps the sensitivities of the images that
+  require grad (7 planes per image in the compute dtype) and the backward only scales them and
+  runs the transposed filters (``_ldr_flip_backward_from_sensitivities``) instead of recomputing
+  the forward's work. Past that size CUDA's backward recomputes in tiles, with memory flat in the
+  image size.
 * The backward ops are first-order only: with ``create_graph=True`` their results carry a node
   whose backward raises, so a gradient penalty through FLIP fails loudly instead of silently
   getting no gradient from it.
@@ -208,7 +210,7 @@ def _ldr_flip_autograd(keyset, test, ref, ppd, space, eps):
     op_checks.ldr_flip(test, ref, ppd, space, eps)
     if not _wants_grad(test, ref):
         return _run("ldr_flip", keyset, test, ref, ppd, space, eps)
-    if test.device.type == "cpu" and ref.device.type == "cpu":
+    if op_checks.keeps_sensitivities(test, ref):
         keep = [test.requires_grad, ref.requires_grad]
         return _LdrFlipWithSensitivities.apply(keyset, test, ref, ppd, space, eps, keep)[0]
     return _LdrFlip.apply(keyset, test, ref, ppd, space, eps)

@@ -155,6 +155,58 @@ def test_opcheck_cuda(ops):
 
 
 @needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mask", [(True, True), (True, False), (False, True)], ids=str)
+def test_cuda_autograd_keeps_the_sensitivities_within_its_budget(ops, dtype, mask):
+    # Within kCudaKeptSensitivitiesBytes the CUDA forward keeps them (kernel 1 for a unit gradient)
+    # and the backward is kernel 2 on them; the same map, and the CPU's gradients.
+    a, b = inputs((2, 3, 37, 53), dtype)
+    w = torch.rand(2, 1, 37, 53, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    x, y = a.cuda().requires_grad_(mask[0]), b.cuda().requires_grad_(mask[1])
+    out = ops.ldr_flip(x, y, 67.0, "srgb", 1e-15)
+    assert "Sensitivities" in out.grad_fn.name()
+    with torch.no_grad():
+        assert torch.equal(out.detach(), ops.ldr_flip(x, y, 67.0, "srgb", 1e-15))
+    (out * w.cuda()).sum().backward()
+    expected = ops.ldr_flip_backward(w, a, b, 67.0, "srgb", 1e-15, list(mask))
+    for want, leaf, h in zip(mask, (x, y), expected):
+        if want:
+            assert_close_to_cpu([leaf.grad], [h], dtype, map_tol=grad_tol(dtype))
+        else:
+            assert leaf.grad is None
+    _, sens_cuda = ops._ldr_flip_with_sensitivities(a.cuda(), b.cuda(), 67.0, "srgb", 1e-15, list(mask))
+    _, sens_cpu = ops._ldr_flip_with_sensitivities(a, b, 67.0, "srgb", 1e-15, list(mask))
+    assert_close_to_cpu([sens_cuda], [sens_cpu], dtype, map_tol=grad_tol(dtype))
+
+
+@needs_kernels
+def test_cuda_autograd_recomputes_past_the_sensitivities_budget(ops):
+    # 1100 x 2000 float32: one image's sensitivities (62 MB) fit the 64 MiB, two images' do not.
+    a, b = inputs((1, 3, 1100, 2000))
+    x, y = a.cuda().requires_grad_(), b.cuda()
+    assert "Sensitivities" in ops.ldr_flip(x, y, 67.0, "srgb", 1e-15).grad_fn.name()
+    y.requires_grad_()
+    out = ops.ldr_flip(x, y, 67.0, "srgb", 1e-15)
+    assert "Sensitivities" not in out.grad_fn.name()
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(y.grad).all()
+
+
+@needs_kernels
+def test_opcheck_sensitivity_ops_cuda(ops):
+    a, b = inputs((2, 3, 6, 7))
+    a, b = a.cuda(), b.cuda()
+    torch.library.opcheck(ops._ldr_flip_with_sensitivities.default, (a, b, 30.0, "srgb", 1e-15, [True, True]))
+    _, sens = ops._ldr_flip_with_sensitivities(a, b, 30.0, "srgb", 1e-15, [False, True])
+    g = torch.rand(2, 1, 6, 7, device="cuda")
+    torch.library.opcheck(
+        ops._ldr_flip_backward_from_sensitivities.default,
+        (g, sens, a, b, 30.0, "srgb", [False, True]),
+        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
+    )
+
+
+@needs_kernels
 def test_compile_reduce_overhead_cuda():
     torch._dynamo.reset()
     a, b = inputs((2, 3, 32, 48))

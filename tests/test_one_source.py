@@ -30,6 +30,7 @@ def test_the_python_limits_are_the_ones_the_ops_enforce(limits):
     assert limits["max_exposures"] == constants.MAX_EXPOSURES
     assert limits["min_exposures"] == constants.MIN_EXPOSURES
     assert limits["sensitivity_planes_per_image"] == op_checks.SENSITIVITY_PLANES_PER_IMAGE
+    assert limits["cuda_kept_sensitivities_bytes"] == op_checks.CUDA_KEPT_SENSITIVITIES_BYTES
 
 
 def test_one_oldest_torch_release():

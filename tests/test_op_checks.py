@@ -377,9 +377,7 @@ def test_opcheck_backward_ops_with_inputs_that_require_grad(name):
 def test_the_library_registers_only_the_product_ops_each_with_every_kernel():
     # Test-only code (the GPU emulator) lives outside it; every op, backward ops included, has the
     # kernels of each dispatch key, CUDA too when the library was built with CUDA (but for the
-    # CPU-only pair).
-    # (ldr_flip's CPU autograd keeps the sensitivities with the CPU-only pair, tests/test_sensitivities.py;
-    # the CUDA backward recomputes in tiles instead, so they have no CUDA kernel.)
+    # CPU-only multi-scale pair: on CUDA each scale is an ldr_flip call).
     registered = {name for name in torch._C._dispatch_get_all_op_names() if name.startswith("flip::")}
     assert registered == {f"flip::{name}" for name in PRODUCT_OPS}
     has = torch._C._dispatch_has_kernel_for_dispatch_key

@@ -1,8 +1,10 @@
-"""ldr_flip's CPU autograd keeps the sensitivities (per pixel, the gradient of its error w.r.t. the
+"""ldr_flip's autograd keeps the sensitivities (per pixel, the gradient of its error w.r.t. the
 7 filtered responses of each image that requires grad) from the forward instead of recomputing
 the whole pipeline in the backward (csrc/ops/autograd.cpp, the internal ops
-_ldr_flip_with_sensitivities and _ldr_flip_backward_from_sensitivities). Both backwards round
-alike, so everything here compares against the recomputing op ldr_flip_backward bit for bit."""
+_ldr_flip_with_sensitivities and _ldr_flip_backward_from_sensitivities): on the CPU always, on CUDA
+within a memory budget (the rule: test_the_rule_for_keeping_them; the CUDA kernels:
+test_cuda.py, test_gpu_emulation.py). On the CPU both backwards round alike, so everything here
+compares against the recomputing op ldr_flip_backward bit for bit."""
 
 import pytest
 import torch
@@ -48,6 +50,33 @@ def test_the_error_map_is_the_same_with_and_without_a_gradient(space):
         plain = torch.ops.flip.ldr_flip(test, ref, PPD, space, 1e-15)
     kept = torch.ops.flip.ldr_flip(test.clone().requires_grad_(), ref, PPD, space, 1e-15)
     torch.testing.assert_close(kept.detach(), plain, rtol=0, atol=0)
+
+
+def test_the_rule_for_keeping_them():
+    # op_checks.keeps_sensitivities, which the Python Autograd kernel applies (the C++ one in
+    # csrc/ops/autograd.cpp states the same rule): on fake CUDA tensors, which need no GPU.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from flip_loss import op_checks
+
+    def keeps(shape, dtype=torch.float32, device="cuda", both=False):
+        with FakeTensorMode():
+            test = torch.empty(shape, dtype=dtype, device=device).requires_grad_()
+            ref = torch.empty(shape, dtype=dtype, device=device).requires_grad_(both)
+            return op_checks.keeps_sensitivities(test, ref)
+
+    budget = op_checks.CUDA_KEPT_SENSITIVITIES_BYTES
+    assert budget == 64 << 20
+    assert keeps((1, 3, 1080, 1920))  # 7 planes x 2 073 600 pixels x 4 bytes = 58 MB
+    assert keeps((1, 3, 1080, 1920), torch.float16)  # kept in float32
+    assert not keeps((1, 3, 1080, 1920), both=True)
+    assert not keeps((1, 3, 1080, 1920), torch.float64)
+    assert not keeps((4, 3, 1080, 1920))
+    # The boundary: exactly the budget is kept, one pixel more is not.
+    pixels = budget // (7 * 4)
+    assert keeps((1, 3, 1, pixels)) and not keeps((1, 3, 1, pixels + 1))
+    assert keeps((3, 1080, 1920), device="cpu", both=True) and keeps((8, 3, 1080, 1920), device="cpu")
+    assert not keeps((1, 3, 8, 8), device="meta")
 
 
 def test_no_sensitivities_without_a_gradient():

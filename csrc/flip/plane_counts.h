@@ -24,4 +24,12 @@ constexpr int kColourResponses = 3;
 constexpr int kFeatureResponses = 4;
 constexpr int kResponsePlanesPerImage = kColourResponses + kFeatureResponses;
 
+// The most bytes of sensitivities that autograd keeps on a CUDA device from an LDR-FLIP forward to
+// its backward (flip_loss/op_registration.py and csrc/ops/autograd.cpp apply it alike). Within it
+// the backward is the transposed filters of the kept values alone, one launch, instead of the
+// forward's work again; past it the tiled backward recomputes in bands, with memory flat in the
+// image size. 64 MiB holds one image's at 1920 x 1080 in float32 (7 planes: 58 MB); the CPU
+// always keeps them.
+constexpr long long kCudaKeptSensitivitiesBytes = 64LL << 20;
+
 }  // namespace flip

@@ -300,15 +300,23 @@ class FeatureDifference : public torch::autograd::Function<FeatureDifference> {
 
 // ---- the Autograd kernels ----
 
-// On the CPU, when a gradient will be taken, the forward keeps the sensitivities of the images that
-// require grad (7 planes per image in the compute dtype: 7/3 of the image's own float32 size) and
-// the backward only scales them and runs the transposed filters instead of recomputing the
-// forward's work (benchmarks/RESULTS.md has the timings). Elsewhere
-// (CUDA, whose backward recomputes in tiles with memory flat in the image size) and without a
-// gradient, nothing is kept.
+// When a gradient will be taken, the forward keeps the sensitivities of the images that require
+// grad (7 planes per image in the compute dtype: 7/3 of the image's own float32 size) and the
+// backward only scales them and runs the transposed filters instead of recomputing the forward's
+// work (benchmarks/RESULTS.md has the timings): on the CPU always, on CUDA while they take at most
+// kCudaKeptSensitivitiesBytes (plane_counts.h; past it CUDA's backward recomputes in tiles, with
+// memory flat in the image size). flip_loss/op_checks.py, keeps_sensitivities, is the same rule.
+bool keeps_sensitivities(const at::Tensor& test, Mask keep) {
+  if (test.device().is_cpu()) return true;
+  if (!test.device().is_cuda()) return false;
+  const long long elem = test.scalar_type() == at::kDouble ? 8 : 4;  // the compute dtype's
+  const long long bytes = kSensitivityPlanesPerImage * (int{keep[0]} + int{keep[1]}) * (test.numel() / 3) * elem;
+  return bytes <= flip::kCudaKeptSensitivitiesBytes;
+}
+
 at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& ref, double ppd, c10::string_view space, double eps) {
   const Mask keep = {test.requires_grad(), ref.requires_grad()};
-  if (at::GradMode::is_enabled() && (keep[0] || keep[1]) && test.device().is_cpu() && ref.device().is_cpu())
+  if (at::GradMode::is_enabled() && (keep[0] || keep[1]) && keeps_sensitivities(test, keep))
     return LdrFlipWithSensitivities::apply(test, ref, ppd, space, eps, keep)[0];
   return LdrFlip::apply(test, ref, ppd, space, eps);
 }

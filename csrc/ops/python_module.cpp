@@ -75,10 +75,12 @@ PyObject* limits(PyObject*, PyObject*) {
       return nullptr;
     }
   }
-  return Py_BuildValue("{s:d,s:d,s:d,s:L,s:L,s:N,s:L}", "min_ppd", flip_loss::kMinPpd, "max_ppd", flip_loss::kMaxPpd,
-                       "max_eps", flip_loss::kMaxEps, "min_exposures", static_cast<long long>(flip_loss::kMinExposures),
-                       "max_exposures", static_cast<long long>(flip_loss::kMaxExposures), "tone_mappers", names,
-                       "sensitivity_planes_per_image", static_cast<long long>(flip::kResponsePlanesPerImage));
+  return Py_BuildValue("{s:d,s:d,s:d,s:L,s:L,s:N,s:L,s:L}", "min_ppd", flip_loss::kMinPpd, "max_ppd",
+                       flip_loss::kMaxPpd, "max_eps", flip_loss::kMaxEps, "min_exposures",
+                       static_cast<long long>(flip_loss::kMinExposures), "max_exposures",
+                       static_cast<long long>(flip_loss::kMaxExposures), "tone_mappers", names,
+                       "sensitivity_planes_per_image", static_cast<long long>(flip::kResponsePlanesPerImage),
+                       "cuda_kept_sensitivities_bytes", flip::kCudaKeptSensitivitiesBytes);
 }
 
 PyMethodDef methods[] = {
@@ -86,7 +88,8 @@ PyMethodDef methods[] = {
      "The instruction-set level of the CPU kernels: 'avx512', 'avx2' or 'baseline'."},
     {"limits", &limits, METH_NOARGS,
      "The ops' argument limits (min_ppd, max_ppd, max_eps, min_exposures, max_exposures), tone mapper "
-     "names and the planes per image of the kept sensitivities, as the C++ kernels use them."},
+     "names, the planes per image of the kept sensitivities and the most bytes of them CUDA keeps, as "
+     "the C++ kernels use them."},
     {"take_interrupt", &take_interrupt, METH_NOARGS,
      "The exception a Python signal handler raised inside the last interrupted op (then forgotten), or None."},
     {"_stop_polling", &stop_polling, METH_NOARGS, "Stops the kernels' polling for signals (at interpreter exit)."},
