@@ -46,6 +46,18 @@ int main(int argc, char** argv) {
         static_cast<long long>(b.y1), static_cast<long long>(b.g0), static_cast<long long>(b.g1), b.images(),
         static_cast<long long>(flip::tiled_grad_tiles_y(b)));
   }
-  std::printf("\n  ]\n}\n");
+  std::printf("\n  ],\n");
+  // What ldr_flip's autograd runs on CUDA when it keeps the sensitivities (their bytes within
+  // kCudaKeptSensitivitiesBytes, as csrc/ops/autograd.cpp decides): kernel 1 and kernel 2 over the
+  // whole batch as one band.
+  const flip::BackwardBand k = flip::whole_batch_plan(g, wanted, R).band(g, 0);
+  const long long kept_bytes = static_cast<long long>(k.images()) * flip::kResponsePlanesPerImage * n * h * w * elem;
+  std::printf(
+      "  \"keeps_sensitivities\": %s, \"kept_bytes\": %lld,\n  \"kept_band\": {\"n0\": %lld, \"n1\": %lld, "
+      "\"y0\": %lld, \"y1\": %lld, \"g0\": %lld, \"g1\": %lld, \"images\": %d, \"grad_tiles_y\": %lld}\n}\n",
+      kept_bytes <= flip::kCudaKeptSensitivitiesBytes ? "true" : "false", kept_bytes, static_cast<long long>(k.n0),
+      static_cast<long long>(k.n1), static_cast<long long>(k.y0), static_cast<long long>(k.y1),
+      static_cast<long long>(k.g0), static_cast<long long>(k.g1), k.images(),
+      static_cast<long long>(flip::tiled_grad_tiles_y(k)));
   return 0;
 }

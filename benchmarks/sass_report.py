@@ -888,6 +888,18 @@ def estimate(facts, kernels, source, size, exposures):
             )
             launches += [k1, k2]
         backward[(hdr, computes)] = launches
+    # ldr_flip's autograd keeping the sensitivities: kernel 1 (the forward) and kernel 2 (the
+    # backward) over the whole batch as one band.
+    kb = facts["kept_band"]
+    kctx = Ctx(facts, width, height, False, True, kb)
+    kept = [
+        launch("tiled_grad_kernel", kctx, tiles_x * kb["grad_tiles_y"] * (kb["n1"] - kb["n0"])),
+        launch(
+            "tiled_transpose_kernel",
+            kctx,
+            tiles_x * -(-(kb["y1"] - kb["y0"]) // facts["tile_h"]) * (kb["n1"] - kb["n0"]) * kb["images"],
+        ),
+    ]
 
     def total(launches):
         return None if any(x is None for x in launches) else sum(x["warp_instructions"] for x in launches)
@@ -914,16 +926,34 @@ def estimate(facts, kernels, source, size, exposures):
         }
 
     e = exposures
-    scenarios = [
-        scen("forward", fwd, TARGETS_MS["forward"], 1, "ldr_flip: the fused forward, one launch"),
-        scen(
-            "forward+backward",
-            None if fwd is None or bwd is None else fwd + bwd,
-            TARGETS_MS["forward+backward"],
-            1 + len(backward[(False, True)]),
-            f"the fused forward, then the tiled backward: {len(facts['bands'])} bands x (kernel 1 + kernel 2), "
-            f"gradient of {'the test image' if facts['bands'][0]['images'] == 1 else 'both images'}",
+    whose = "the test image" if facts["bands"][0]["images"] == 1 else "both images"
+    recomputing = scen(
+        "forward+backward" if not facts["keeps_sensitivities"] else "forward+backward, recomputing",
+        None if fwd is None or bwd is None else fwd + bwd,
+        TARGETS_MS["forward+backward"] if not facts["keeps_sensitivities"] else None,
+        1 + len(backward[(False, True)]),
+        f"the fused forward, then the tiled backward: {len(facts['bands'])} bands x (kernel 1 + kernel 2), "
+        f"gradient of {whose}"
+        + (
+            ""
+            if facts["keeps_sensitivities"]
+            else f" (its {facts['kept_bytes'] / 2**20:.1f} MiB of sensitivities are past what CUDA keeps)"
         ),
+    )
+    scenarios = [scen("forward", fwd, TARGETS_MS["forward"], 1, "ldr_flip: the fused forward, one launch")]
+    if facts["keeps_sensitivities"]:
+        scenarios.append(
+            scen(
+                "forward+backward",
+                total(kept),
+                TARGETS_MS["forward+backward"],
+                2,
+                f"autograd keeping the sensitivities of {whose} ({facts['kept_bytes'] / 2**20:.1f} MiB): kernel 1 "
+                "over the whole image as the forward, kernel 2 as the backward",
+            )
+        )
+    scenarios += [
+        recomputing,
         scen(
             f"hdr forward+backward, {e} exposures, every tile computed",
             None if None in (hdr_fwd, hdr_bwd_full) else e * (hdr_fwd + hdr_bwd_full),
@@ -942,7 +972,7 @@ def estimate(facts, kernels, source, size, exposures):
         ),
     ]
     per_kernel = {}
-    for x in [fused[False], *backward[(False, True)]]:
+    for x in [fused[False], *(kept if facts["keeps_sensitivities"] else backward[(False, True)])]:
         if x is not None:
             d = per_kernel.setdefault(
                 x["kernel"], {"blocks": 0, "warp_instructions": 0.0, "per_warp": x["warp_instructions_per_warp"]}

@@ -325,7 +325,7 @@ MUTATIONS = (
         "FixedFilter<T, Rf>{w + offset(i), w + offset(i) + 2 * Rf + 1, w + offset(i) + 3 * Rf}",
     ),
     # The backward from kept sensitivities scaling each by the gradient of the pixel to its right.
-    ("flip/passes.h", "gmap[y * g.w + x]", "gmap[y * g.w + (x + 1 < g.w ? x + 1 : x)]"),
+    ("flip/passes.h", "gmap[off]", "gmap[off + (x + 1 < g.w ? 1 : 0)]"),
     # The forward that keeps them doing so for a gradient of 2 instead of 1.
     (
         "flip/passes.h",

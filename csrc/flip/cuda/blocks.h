@@ -169,12 +169,9 @@ FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
         continue;  // no shared memory touched: the next tile starts at a barrier too
       }
       tile_forward_block<Rad>(b, p, s, smem, n, y0, x0, scale);
-      if (s.kept)
-        tiled_tail_vjp(g, band, n, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, static_cast<const T*>(nullptr),
-                       p.sensitivities, static_cast<const HdrStep<T>*>(nullptr), nullptr, p.out + off);
-      else
-        tiled_tail_vjp(g, band, n, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, p.grad + off, p.scratch,
-                       hdr ? &s.hs : nullptr, hdr ? p.index + off : nullptr);
+      tiled_tail_vjp(g, band, n, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, s.kept ? nullptr : p.grad + off,
+                     s.kept ? p.sensitivities : p.scratch, hdr ? &s.hs : nullptr, hdr ? p.index + off : nullptr,
+                     s.kept ? p.out + off : nullptr);
       b.sync();
     }
   }
@@ -204,7 +201,7 @@ FLIP_HD void tiled_transpose_block(B& b, const Params<T>& p, const Step<T>& s) {
       scale = s.hs.scale(n);
     }
     const T* gp = band.planes(s.kept ? p.sensitivities : p.scratch, n, im, g.w);
-    const T* gmap = s.kept ? p.grad + n * g.hw() : nullptr;
+    const T* gmap = s.kept ? p.grad + n * g.hw() + band.g0 * g.w : nullptr;
     const T* src = (im == 0 ? p.test : p.ref) + n * 3 * g.hw();
     T* out = (im == 0 ? p.g_test : p.g_ref) + n * 3 * g.hw();
     for (int64_t ty = b.block_y(); ty < tiles_y; ty += b.grid_y()) {
