@@ -339,5 +339,8 @@ def test_the_report_matches_the_current_kernels(tmp_path):
     assert {k["kernel"] for k in report["kernels"]} >= set(sr.TRIP_TABLE)
     for s in report["scenarios"]:
         assert s["warp_instructions"] > 0 and s["issue_bound_ms"] > 0
-    fwd, fwd_bwd = report["scenarios"][0], report["scenarios"][1]
-    assert fwd_bwd["warp_instructions"] > 2 * fwd["warp_instructions"]
+    by_name = {s["scenario"]: s["warp_instructions"] for s in report["scenarios"]}
+    # At 1080p autograd keeps the test image's sensitivities: its forward+backward is kernel 1 (the
+    # fused forward plus the adjoint) and kernel 2; the recomputing one adds the fused forward.
+    fwd, kept, recomputing = (by_name[k] for k in ("forward", "forward+backward", "forward+backward, recomputing"))
+    assert fwd < kept < 2 * fwd and recomputing > kept + fwd
