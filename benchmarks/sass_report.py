@@ -284,6 +284,45 @@ class Ctx:
         """Average iterations per warp of ``for (i = tid; i < total; i += nthreads)``."""
         return sa.warp_iterations(total, self.threads, self.threads)
 
+    @property
+    def walk_rows(self):
+        """The tile rows the fused forward (whole image) or kernel 1 (the band's gradient-plane rows)
+        walks down, kWalkTiles to a walk."""
+        th = self.facts["tile_h"]
+        return -(-self.height // th) if self.band is None else self.band["grad_tiles_y"]
+
+    @property
+    def walks(self):
+        return -(-self.walk_rows // self.facts["walk_tiles"])
+
+    @property
+    def fresh(self):
+        """The share of tiles that compute all their horizontal-output rows: the first of each walk."""
+        return self.walks / self.walk_rows
+
+    def new_rows(self):
+        """Horizontal-output rows per image a tile computes, on average: all (16+2R) on the first of a
+        walk, the 16 below the kept 2R on the others."""
+        f = self.fresh
+        return f * self.rows + (1 - f) * self.facts["tile_h"]
+
+    def loaded(self, width):
+        """Average warp-iterations of a loop over the tile's new rows x `width` (fused_load's columns
+        with the halo, fused_horizontal's without)."""
+        f = self.fresh
+        return f * self.per_warp(self.rows * width) + (1 - f) * self.per_warp(self.facts["tile_h"] * width)
+
+    @property
+    def keep_chunks(self):
+        return -(-2 * self.facts["R"] // self.facts["tile_h"])
+
+    def keep_per_chunk(self):
+        """Average warp-iterations of fused_keep_rows per chunk: 2 images x 7 planes x the chunk's rows
+        x 32 columns, the 2R rows in chunks of at most 16."""
+        th, keep = self.facts["tile_h"], 2 * self.facts["R"]
+        sizes = [min(th, keep - c) for c in range(0, keep, th)]
+        return sum(self.per_warp(14 * r * self.facts["tile_w"]) for r in sizes) / len(sizes)
+
     def radius(self, filt):
         return self.facts["r_csf"] if filt in CSF_FILTERS else self.facts["r_feat"]
 
@@ -388,9 +427,25 @@ ONE = lambda c: 1.0  # noqa: E731
 
 
 def _fused_phases():
-    """fused_load, fused_horizontal and fused_vertical of one image (passes.h), inside the loop
-    over the two images: the fused forward's and the tiled backward's kernel 1."""
+    """One tile of a walk (tile_forward_block, blocks.h): the kept rows moved up (all but the first
+    tile of a walk), fused_load and fused_horizontal of each image's new rows, then fused_vertical
+    of both images: the fused forward's and the tiled backward's kernel 1."""
     return (
+        Expect(
+            "kept rows",
+            "c < 2 * R; c += kTileH",
+            lambda c: c.keep_chunks,
+            "2R rows in chunks of at most 16",
+            entry=lambda c: (1 - c.fresh) if c.computes else 0.0,
+            children=(
+                Expect(
+                    "fused_keep_rows",
+                    "i < n; i += nthreads",
+                    lambda c: c.keep_per_chunk(),
+                    "2 images x 7 planes x the chunk's rows x 32 columns",
+                ),
+            ),
+        ),
         Expect(
             "images",
             "im < 2; ++im",
@@ -399,15 +454,15 @@ def _fused_phases():
             children=(
                 Expect(
                     "fused_load",
-                    "i < rc; i += nthreads",
-                    lambda c: c.per_warp(c.rows * c.cols),
-                    "the tile and its halo: (16+2R)(32+2R) pixels",
+                    "i < n; i += nthreads, at.next()",
+                    lambda c: c.loaded(c.cols),
+                    "the new rows of the tile and its halo: (16+2R) or 16 rows x (32+2R) pixels",
                 ),
                 Expect(
                     "fused_horizontal",
                     "i < n; i += nthreads",
-                    lambda c: c.per_warp(c.rows * c.facts["tile_w"]),
-                    "(16+2R) rows x 32 columns",
+                    lambda c: c.loaded(c.facts["tile_w"]),
+                    "(16+2R) or 16 new rows x 32 columns",
                     children=tuple(
                         taps(f, form)
                         for f, form in (
@@ -421,6 +476,14 @@ def _fused_phases():
                         )
                     ),
                 ),
+            ),
+        ),
+        Expect(
+            "vertical images",
+            "im < 2; ++im) fused_vertical",
+            lambda c: 2.0 if c.computes else 0.0,
+            "test, then reference",
+            children=(
                 Expect(
                     "fused_vertical",
                     "i < np; i += nthreads",
@@ -445,6 +508,25 @@ def _fused_phases():
     )
 
 
+def _walks(what, children):
+    """A kernel's walks (one per block: grid.y = walks) and the tiles of each."""
+    return Expect(
+        "walks",
+        "w < walks(tiles_y); w += b.grid_y()",
+        ONE,
+        f"grid.y = {what}: one walk per block",
+        children=(
+            Expect(
+                "tiles",
+                "ty < last; ++ty",
+                lambda c: c.walk_rows / c.walks,
+                "kWalkTiles tiles per walk (the last walk of a column may have fewer)",
+                children=children,
+            ),
+        ),
+    )
+
+
 # Per kernel, its loops as a tree (sibling order = the order of the code in the SASS). The grid
 # loops of the kernels run once per block: the launchers give grid.y the tile rows and grid.z the
 # batch items (or the band's item-images), both below the 65535 limit at these sizes.
@@ -456,12 +538,9 @@ TRIP_TABLE = {
             ONE,
             "grid.z = batch: one item per block",
             children=(
-                Expect(
-                    "tile rows",
-                    "ty < tiles_y; ty += b.grid_y()",
-                    ONE,
-                    "grid.y = tile rows: one per block",
-                    children=_fused_phases()
+                _walks(
+                    "the walks of the tile rows",
+                    _fused_phases()
                     + (
                         Expect(
                             "fused_tail",
@@ -481,12 +560,9 @@ TRIP_TABLE = {
             ONE,
             "grid.z = the band's items",
             children=(
-                Expect(
-                    "tile rows",
-                    "ty < tiles_y; ty += b.grid_y()",
-                    ONE,
-                    "grid.y = the band's tile rows",
-                    children=(
+                _walks(
+                    "the walks of the band's tile rows",
+                    (
                         Expect(
                             "tile_won",
                             "j < rows * cols; j += nthreads",
@@ -595,15 +671,40 @@ def table_for(kernel):
     tap loops unrolled (passes.h, correlate), so their multiply-adds are straight-line code of the
     loop around them, run once per iteration of it; tsum's border folds stay loops."""
 
-    def drop_taps(expects):
-        return tuple(
-            dataclasses.replace(e, children=drop_taps(e.children))
-            for e in expects
-            if not (e.cascade and e.text in (PLAIN, ODD, CENTRED))
-        )
+    if kernel == base_name(kernel):
+        return TRIP_TABLE[kernel]
+    halo = max(int(r) for r in kernel.split("<")[1].rstrip(">").split(","))
 
-    table = TRIP_TABLE[base_name(kernel)]
-    return table if kernel == base_name(kernel) else drop_taps(table)
+    def fixed(expects):
+        out = []
+        for e in expects:
+            if e.cascade and e.text in (PLAIN, ODD, CENTRED):
+                continue
+            if e.name == "kept rows":  # the loop over the chunks of 2R rows unrolls too
+                out += unrolled_keep_rows(e, halo)
+                continue
+            out.append(dataclasses.replace(e, children=fixed(e.children)))
+        return tuple(out)
+
+    return fixed(TRIP_TABLE[base_name(kernel)])
+
+
+def unrolled_keep_rows(kept, halo, tile_h=16):
+    """tile_forward_block's loop over the chunks of the 2R kept rows (kTileH = 16 rows each, the
+    last one the rest) for a fixed halo R: one fused_keep_rows loop per chunk, each entered as the
+    loop was."""
+    (body,) = kept.children
+    return [
+        dataclasses.replace(
+            body,
+            name=f"fused_keep_rows, rows {c}-{c + rows - 1}",
+            trips=lambda ctx, rows=rows: ctx.per_warp(14 * rows * ctx.facts["tile_w"]),
+            why=f"2 images x 7 planes x {rows} rows x 32 columns",
+            entry=kept.entry,
+        )
+        for c in range(0, 2 * halo, tile_h)
+        for rows in [min(tile_h, 2 * halo - c)]
+    ]
 
 
 # ---- matching the table to the SASS ---------------------------------------------------------
@@ -847,6 +948,9 @@ def estimate(facts, kernels, source, size, exposures):
     problems = {}
     rows = {}
 
+    def walks(tile_rows):  # the fused forward and kernel 1: one block per walk (passes.h)
+        return -(-tile_rows // facts["walk_tiles"])
+
     def launch(kernel, ctx, blocks):
         # The launch sequences (csrc/flip/cuda/sequences.h) run the kernel compiled for the taps'
         # radii where there is one.
@@ -872,7 +976,7 @@ def estimate(facts, kernels, source, size, exposures):
         }
 
     fused = {
-        hdr: launch("fused_ldr_kernel", Ctx(facts, width, height, hdr, True), tiles_x * tiles_y)
+        hdr: launch("fused_ldr_kernel", Ctx(facts, width, height, hdr, True), tiles_x * walks(tiles_y))
         for hdr in (False, True)
     }
     backward = {}
@@ -880,7 +984,7 @@ def estimate(facts, kernels, source, size, exposures):
         launches = []
         for b in facts["bands"]:
             ctx = Ctx(facts, width, height, hdr, computes, b)
-            k1 = launch("tiled_grad_kernel", ctx, tiles_x * b["grad_tiles_y"] * (b["n1"] - b["n0"]))
+            k1 = launch("tiled_grad_kernel", ctx, tiles_x * walks(b["grad_tiles_y"]) * (b["n1"] - b["n0"]))
             k2 = launch(
                 "tiled_transpose_kernel",
                 ctx,
@@ -893,7 +997,7 @@ def estimate(facts, kernels, source, size, exposures):
     kb = facts["kept_band"]
     kctx = Ctx(facts, width, height, False, True, kb)
     kept = [
-        launch("tiled_grad_kernel", kctx, tiles_x * kb["grad_tiles_y"] * (kb["n1"] - kb["n0"])),
+        launch("tiled_grad_kernel", kctx, tiles_x * walks(kb["grad_tiles_y"]) * (kb["n1"] - kb["n0"])),
         launch(
             "tiled_transpose_kernel",
             kctx,

@@ -488,32 +488,64 @@ FLIP_HD void hdr_vjp_pixel(const T* grad, const int32_t* index, const T* planes,
   v_ldr_flip_vjp(planes, gplanes, g, t, n, p / g.w, p % g.w, eps, k, gi);
 }
 
-// ---- Fused LDR-FLIP forward: one block per kTileW x kTileH output tile ----------------------
-// The block loads its tile plus an R-pixel halo of each image into shared memory, runs the
-// horizontal filters there, then the vertical ones, and writes only the error map: no planes in
-// global memory. Shared memory: the converted input tile (4 channels), the horizontal outputs
-// (7 planes over the tile's rows plus halo) and the vertical outputs of both images (7 each).
+// ---- Fused LDR-FLIP forward: one block per column of kWalkTiles output tiles ---------------
+// A block walks down kWalkTiles tiles of kTileW x kTileH, one below the other. For each it loads the
+// tile plus an R-pixel halo of each image into shared memory, runs the horizontal filters there,
+// then the vertical ones, and writes only the error map: no planes in global memory. The tile
+// below needs 2R of the same horizontal-output rows (its halo above is this tile's bottom rows and
+// halo), so the block keeps them (fused_keep_rows) and converts and filters only its kTileH new
+// rows; the first tile of a walk (and, in HDR-FLIP's backward, the tile after one it skipped)
+// does all kTileH + 2R. Shared memory: the horizontal outputs of both images (7 planes each over
+// the tile's rows plus halo), then the converted input tile (4 channels), whose space the
+// vertical outputs of both images (7 each) take once the horizontal pass has read it.
 
 constexpr int kTileW = 32, kTileH = 16;
+// Tiles per walk: 4 turns 4 (kTileH + 2R) converted and filtered rows into 4 kTileH + 2R (at
+// R = 10: 84 rows instead of 144) and leaves a 1080p image 1020 blocks, 3.9 per block slot of a
+// 132-SM GPU at 2 blocks per SM.
+constexpr int kWalkTiles = 4;
 
 FLIP_HD int fused_rows(int R) { return kTileH + 2 * R; }
 FLIP_HD int fused_cols(int R) { return kTileW + 2 * R; }
+// Image im's horizontal outputs: 7 planes of fused_rows x kTileW.
+FLIP_HD int fused_h_offset(int R, int im) { return im * kHorizontalPlanesPerImage * fused_rows(R) * kTileW; }
+// The converted input tile, 4 planes of fused_rows x fused_cols; later the vertical outputs.
+FLIP_HD int fused_input_offset(int R) { return fused_h_offset(R, 2); }
 FLIP_HD int fused_smem_len(int R) {
-  return 4 * fused_rows(R) * fused_cols(R) + kHorizontalPlanesPerImage * fused_rows(R) * kTileW +
-         2 * kResponsePlanesPerImage * kTileH * kTileW;
+  const int input = 4 * fused_rows(R) * fused_cols(R), vertical = 2 * kResponsePlanesPerImage * kTileH * kTileW;
+  return fused_input_offset(R) + (input > vertical ? input : vertical);
 }
 
-// Phase 1 (image im): rows [y0 - R, y0 + kTileH + R) and columns [x0 - R, x0 + kTileW + R) of the
-// input, clamped to the image, converted to opponent colours and the achromatic channel.
+// Number of the walks over tiles_y tile rows.
+FLIP_HD int64_t walks(int64_t tiles_y) { return (tiles_y + kWalkTiles - 1) / kWalkTiles; }
+
+// Between two tiles of a walk, chunk [c, c + kTileH) of the 2R rows the next tile shares with this
+// one: horizontal-output rows kTileH + c... move up to rows c..., for both images. Rows [kTileH, 2R)
+// are both read (by chunk 0) and written (by chunk 1) when 2R > kTileH, so the chunks run between
+// barriers, in order.
+template <class S>
+FLIP_HD void fused_keep_rows(int R, int c, int tid, int nthreads, S smem) {
+  const int rows = fused_rows(R), plane = rows * kTileW, keep = 2 * R;
+  const int chunk = (keep - c < kTileH ? keep - c : kTileH) * kTileW, n = 2 * kHorizontalPlanesPerImage * chunk;
+  for (int i = tid; i < n; i += nthreads) {
+    const int q = i / chunk, j = c * kTileW + i % chunk;
+    smem[q * plane + j] = smem[q * plane + kTileH * kTileW + j];
+  }
+}
+
+// Phase 1 (image im): rows [y0 - R + r0, y0 + kTileH + R) and columns [x0 - R, x0 + kTileW + R) of
+// the input, clamped to the image, converted to opponent colours and the achromatic channel, into
+// the input tile's rows [r0, kTileH + 2R).
 template <class T, class S>
-FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0, int64_t x0, int R, int tid,
+FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0, int64_t x0, int R, int r0, int tid,
                         int nthreads, S smem, T scale, ToneMapper tm) {
-  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols;
+  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols, n = (rows - r0) * cols;
+  const S in = smem + fused_input_offset(R) + r0 * cols;
   const int64_t hw = g.hw();
   bool ok = true;
   TileWalk at(tid, nthreads, cols);
-  for (int i = tid; i < rc; i += nthreads, at.next()) {
-    const int64_t y = clampi(y0 - R + at.row, 0, g.h - 1), x = clampi(x0 - R + at.col, 0, g.w - 1);
+  for (int i = tid; i < n; i += nthreads, at.next()) {
+    const int64_t y = clampi(y0 - R + r0 + at.row, 0, g.h - 1), x = clampi(x0 - R + at.col, 0, g.w - 1);
     const int64_t p = y * g.w + x;
     T v[3] = {src[p], src[hw + p], src[2 * hw + p]}, lin[3], opp[3];
     ok = ok && is_finite(v[0]) && is_finite(v[1]) && is_finite(v[2]);
@@ -522,19 +554,21 @@ FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0,
     else
       for (int c = 0; c < 3; ++c) lin[c] = input_to_linear(v[c], mode == Input::kSrgb);
     linear_to_opponent(lin, opp);
-    smem[i] = opp[0];
-    smem[rc + i] = opp[1];
-    smem[2 * rc + i] = opp[2];
-    smem[3 * rc + i] = achromatic(opp);
+    in[i] = opp[0];
+    in[rc + i] = opp[1];
+    in[2 * rc + i] = opp[2];
+    in[3 * rc + i] = achromatic(opp);
   }
   return ok;
 }
 
-// Phase 2: the 7 horizontal outputs for every tile row (halo included) and tile column.
+// Phase 2 (image im): the 7 horizontal outputs of the input tile's rows [r0, kTileH + 2R) (halo
+// included) and every tile column.
 template <class Bank, class S>
-FLIP_HD void fused_horizontal(const Bank& t, int R, int tid, int nthreads, S smem) {
-  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols, n = rows * kTileW;
-  const S in = smem, h = smem + 4 * rc;
+FLIP_HD void fused_horizontal(const Bank& t, int R, int r0, int im, int tid, int nthreads, S smem) {
+  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols, plane = rows * kTileW;
+  const int n = (rows - r0) * kTileW;
+  const S in = smem + fused_input_offset(R) + r0 * cols, h = smem + fused_h_offset(R, im) + r0 * kTileW;
   for (int i = tid; i < n; i += nthreads) {
     const int c = (i / kTileW) * cols + i % kTileW + R;  // the centre sample in the input tile
     // All seven before any store: the filters of one channel (cz1 and cz2; g, dg and ddg) then
@@ -545,20 +579,19 @@ FLIP_HD void fused_horizontal(const Bank& t, int R, int tid, int nthreads, S sme
     const auto g = hsum(in + 3 * rc + c, t.g), dg = hsum<Form::kOdd>(in + 3 * rc + c, t.dg),
                ddg = hsum<Form::kCentred>(in + 3 * rc + c, t.ddg);
     h[i] = y;
-    h[n + i] = cx;
-    h[2 * n + i] = cz1;
-    h[3 * n + i] = cz2;
-    h[4 * n + i] = g;
-    h[5 * n + i] = dg;
-    h[6 * n + i] = ddg;
+    h[plane + i] = cx;
+    h[2 * plane + i] = cz1;
+    h[3 * plane + i] = cz2;
+    h[4 * plane + i] = g;
+    h[5 * plane + i] = dg;
+    h[6 * plane + i] = ddg;
   }
 }
 
 // Where phase 3 puts image im's vertical outputs (7 planes of kTileH x kTileW), and the values of
 // tile pixel i there: filtered colour F and feature responses f.
 FLIP_HD int fused_vertical_offset(int R, int im) {
-  return 4 * fused_rows(R) * fused_cols(R) + kHorizontalPlanesPerImage * fused_rows(R) * kTileW +
-         im * kResponsePlanesPerImage * kTileH * kTileW;
+  return fused_input_offset(R) + im * kResponsePlanesPerImage * kTileH * kTileW;
 }
 template <class T, class P>
 FLIP_HD void fused_values(P v, int i, T F[3], Features<T>& f) {
@@ -574,11 +607,12 @@ FLIP_HD typename Filter::value_type vsum_tile(P h, const Filter& f) {  // h poin
   return correlate<F>(f, [h](int k) { return h[k * kTileW]; });
 }
 
-// Phase 3 (image im): the vertical outputs F0, F1, F2, dx, dy, ddx, ddy of every tile pixel.
+// Phase 3 (image im, after both images' phase 2, in the input tile's place): the vertical outputs
+// F0, F1, F2, dx, dy, ddx, ddy of every tile pixel.
 template <class Bank, class S>
 FLIP_HD void fused_vertical(const Bank& t, int R, int im, int tid, int nthreads, S smem) {
-  const int rows = fused_rows(R), cols = fused_cols(R), n = rows * kTileW, np = kTileH * kTileW;
-  const S h = smem + 4 * rows * cols, v = smem + fused_vertical_offset(R, im);
+  const int n = fused_rows(R) * kTileW, np = kTileH * kTileW;
+  const S h = smem + fused_h_offset(R, im), v = smem + fused_vertical_offset(R, im);
   for (int i = tid; i < np; i += nthreads) {
     const int c = (i / kTileW + R) * kTileW + i % kTileW;
     // All before any store, so that dy and ddy share their samples' loads (as fused_horizontal).

@@ -97,7 +97,7 @@ flip::cuda::KernelTaps<T> kernel_taps(double ppd, const Tensor& like, cudaStream
 
 // FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 sends the LDR and HDR forwards and backwards through the row
 // passes (H, then V, with planes in global memory) even where the fused forward and the tiled
-// backward fit, which on an H100/H200 they do up to ppd ~244 and ~214 in float32 (~111 in
+// backward fit, which on an H100/H200 they do up to ppd ~207 in float32 (~96 in
 // float64): a test or sanitizer run (scripts/gpu/gpu_check.sh) reaches that fallback this way. Read
 // once, at the first call.
 bool force_row_passes() {

@@ -100,27 +100,35 @@ FLIP_HD void vt_block(B& b, const Params<T>& p, const Step<T>& s) {
 
 // The fused forward's phases 1-3 for both images of item n's tile at (y0, x0), as the fused
 // forward and the tiled backward's kernel 1 run them: afterwards shared memory holds both images'
-// vertical outputs (fused_vertical_offset). Rad: the radii (params.h, AnyRadius or FixedRadii).
-// The taps' view is built for each phase from the parameter-space argument instead of once per
-// kernel, so that it is not held in registers across phases and barriers.
+// vertical outputs (fused_vertical_offset). `fresh`: the tile computes all its horizontal-output
+// rows; else it follows the tile above it in a walk, whose bottom 2R rows it keeps
+// (fused_keep_rows), and computes its kTileH new ones. Rad: the radii (params.h, AnyRadius or
+// FixedRadii). The taps' view is built for each phase from the parameter-space argument instead
+// of once per kernel, so that it is not held in registers across phases and barriers.
 template <class Rad, class T, class B, class S>
 FLIP_HD void tile_forward_block(B& b, const Params<T>& p, const Step<T>& s, S smem, int64_t n, int64_t y0, int64_t x0,
-                                T scale) {
+                                T scale, bool fresh) {
   const int R = Rad::halo(p.taps);
+  if (!fresh)
+    for (int c = 0; c < 2 * R; c += kTileH) {
+      if (c > 0) b.sync();  // this chunk writes rows the one before read (2R > kTileH)
+      fused_keep_rows(R, c, b.tid(), b.threads(), smem);
+    }
+  const int r0 = fresh ? 0 : 2 * R;
   for (int im = 0; im < 2; ++im) {
-    fused_load((im == 0 ? p.test : p.ref) + n * 3 * p.g.hw(), p.g, s.mode, y0, x0, R, b.tid(), b.threads(), smem, scale,
-               s.hs.tm);
+    fused_load((im == 0 ? p.test : p.ref) + n * 3 * p.g.hw(), p.g, s.mode, y0, x0, R, r0, b.tid(), b.threads(), smem,
+               scale, s.hs.tm);
     b.sync();
-    fused_horizontal(Rad::view(p.taps), R, b.tid(), b.threads(), smem);
-    b.sync();
-    fused_vertical(Rad::view(p.taps), R, im, b.tid(), b.threads(), smem);
+    fused_horizontal(Rad::view(p.taps), R, r0, im, b.tid(), b.threads(), smem);
     b.sync();
   }
+  for (int im = 0; im < 2; ++im) fused_vertical(Rad::view(p.taps), R, im, b.tid(), b.threads(), smem);
+  b.sync();
 }
 
-// The fused forward: one block per kTileW x kTileH tile of an item. s.mode is kSrgb/kLinear
-// (LDR-FLIP: p.out is the map) or kHdr (one exposure of HDR-FLIP: p.out, p.emap and p.index hold
-// the running maximum).
+// The fused forward: one block per walk of kWalkTiles tiles (kTileW x kTileH) down a column of an
+// item. s.mode is kSrgb/kLinear (LDR-FLIP: p.out is the map) or kHdr (one exposure of HDR-FLIP:
+// p.out, p.emap and p.index hold the running maximum).
 template <class Rad, class T, class B>
 FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
   const Geometry& g = p.g;
@@ -132,19 +140,22 @@ FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
   for (int64_t n = b.block_z(); n < g.n; n += b.grid_z()) {
     if (hdr && !s.hs.active(n)) continue;  // uniform over the block
     const T scale = hdr ? s.hs.scale(n) : T(1);
-    for (int64_t ty = b.block_y(); ty < tiles_y; ty += b.grid_y()) {
-      const int64_t y0 = ty * kTileH;
-      tile_forward_block<Rad>(b, p, s, smem, n, y0, x0, scale);
-      const int64_t off = n * g.hw();
-      fused_tail(g, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, p.out + off, hdr ? &s.hs : nullptr, n,
-                 hdr ? p.emap + off : nullptr, hdr ? p.index + off : nullptr);
-      b.sync();
+    for (int64_t w = b.block_y(); w < walks(tiles_y); w += b.grid_y()) {
+      const int64_t first = w * kWalkTiles, last = first + kWalkTiles < tiles_y ? first + kWalkTiles : tiles_y;
+      for (int64_t ty = first; ty < last; ++ty) {
+        const int64_t y0 = ty * kTileH;
+        tile_forward_block<Rad>(b, p, s, smem, n, y0, x0, scale, ty == first);
+        const int64_t off = n * g.hw();
+        fused_tail(g, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, p.out + off, hdr ? &s.hs : nullptr, n,
+                   hdr ? p.emap + off : nullptr, hdr ? p.index + off : nullptr);
+        b.sync();
+      }
     }
   }
 }
 
-// Tiled backward, kernel 1 (passes.h): for each tile of band s.band's gradient-plane rows, the
-// fused forward of both images, then the adjoint into the wanted images' gradient planes in
+// Tiled backward, kernel 1 (passes.h): for each tile of band s.band's gradient-plane rows (walks
+// of kWalkTiles tiles, as the fused forward), the fused forward of both images, then the adjoint into the wanted images' gradient planes in
 // p.scratch. s.mode as in fused_block (kHdr: exposure s.hs, gradient only where p.index names it; a
 // tile without such a pixel writes zero planes and skips the rest). s.kept (LDR-FLIP's forward
 // that keeps the sensitivities): the planes are p.sensitivities, for a unit gradient, and the map
@@ -162,17 +173,23 @@ FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
     if (hdr && !s.hs.active(n)) continue;  // uniform over the block
     const T scale = hdr ? s.hs.scale(n) : T(1);
     const int64_t off = n * g.hw();
-    for (int64_t ty = b.block_y(); ty < tiles_y; ty += b.grid_y()) {
-      const int64_t y0 = band.g0 + ty * kTileH;
-      if (hdr && !b.sync_or(tile_won(p.index + off, g, s.hs.i, y0, x0, band.g0, band.g1, 0, b.tid(), b.threads()))) {
-        tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);
-        continue;  // no shared memory touched: the next tile starts at a barrier too
+    for (int64_t w = b.block_y(); w < walks(tiles_y); w += b.grid_y()) {
+      const int64_t first = w * kWalkTiles, last = first + kWalkTiles < tiles_y ? first + kWalkTiles : tiles_y;
+      bool fresh = true;  // uniform over the block
+      for (int64_t ty = first; ty < last; ++ty) {
+        const int64_t y0 = band.g0 + ty * kTileH;
+        if (hdr && !b.sync_or(tile_won(p.index + off, g, s.hs.i, y0, x0, band.g0, band.g1, 0, b.tid(), b.threads()))) {
+          tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);
+          fresh = true;  // the rows in shared memory are not the ones above the next tile
+          continue;      // no shared memory touched: the next tile starts at a barrier too
+        }
+        tile_forward_block<Rad>(b, p, s, smem, n, y0, x0, scale, fresh);
+        fresh = false;
+        tiled_tail_vjp(g, band, n, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, s.kept ? nullptr : p.grad + off,
+                       s.kept ? p.sensitivities : p.scratch, hdr ? &s.hs : nullptr, hdr ? p.index + off : nullptr,
+                       s.kept ? p.out + off : nullptr);
+        b.sync();
       }
-      tile_forward_block<Rad>(b, p, s, smem, n, y0, x0, scale);
-      tiled_tail_vjp(g, band, n, y0, x0, R, b.tid(), b.threads(), smem, p.eps, p.k, s.kept ? nullptr : p.grad + off,
-                     s.kept ? p.sensitivities : p.scratch, hdr ? &s.hs : nullptr, hdr ? p.index + off : nullptr,
-                     s.kept ? p.out + off : nullptr);
-      b.sync();
     }
   }
 }

@@ -267,10 +267,11 @@ inline Dim3 row_grid(const Geometry& g, const GridLimits& l) {
               grid_dim(g.n * g.images, l.max_z)};
 }
 
-// The tiled kernels: one block per kTileW column tile, `tiles_y` tile rows and `z` items (or
-// item-images); rows and z stride in the kernel past the limits.
-inline Dim3 tile_grid(const Geometry& g, int64_t tiles_y, int64_t z, const GridLimits& l) {
-  return Dim3{static_cast<unsigned>((g.w + kTileW - 1) / kTileW), grid_dim(tiles_y, l.max_y), grid_dim(z, l.max_z)};
+// The tiled kernels: one block per kTileW column tile, `y` tile rows (kernel 2) or walks of them
+// (the fused forward and kernel 1, passes.h) and `z` items (or item-images); rows and z stride in
+// the kernel past the limits.
+inline Dim3 tile_grid(const Geometry& g, int64_t y, int64_t z, const GridLimits& l) {
+  return Dim3{static_cast<unsigned>((g.w + kTileW - 1) / kTileW), grid_dim(y, l.max_y), grid_dim(z, l.max_z)};
 }
 
 // Shared memory of each kernel that has some (kernels without use none).

@@ -76,7 +76,7 @@ void fused(L& l, const Params<T>& p, Input mode, HdrStep<T> hs) {
   s.mode = mode;
   s.hs = hs;
   const Geometry& g = p.g;
-  launch_tiled<Kernel::kFused>(l, tile_grid(g, (g.h + kTileH - 1) / kTileH, g.n, l.limits()),
+  launch_tiled<Kernel::kFused>(l, tile_grid(g, walks((g.h + kTileH - 1) / kTileH), g.n, l.limits()),
                                fused_smem_bytes<T>(p.taps.rmax), p, s);
 }
 
@@ -84,7 +84,7 @@ void fused(L& l, const Params<T>& p, Input mode, HdrStep<T> hs) {
 template <class T, class L>
 void tiled_grad(L& l, const Params<T>& p, const Step<T>& s) {
   const BackwardBand& b = s.band;
-  launch_tiled<Kernel::kTiledGrad>(l, tile_grid(p.g, tiled_grad_tiles_y(b), b.n1 - b.n0, l.limits()),
+  launch_tiled<Kernel::kTiledGrad>(l, tile_grid(p.g, walks(tiled_grad_tiles_y(b)), b.n1 - b.n0, l.limits()),
                                    fused_smem_bytes<T>(p.taps.rmax), p, s);
 }
 template <class T, class L>
