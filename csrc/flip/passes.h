@@ -7,14 +7,19 @@
 // three formulations and their memory.
 //
 // LDR-FLIP and HDR-FLIP (one launch per exposure, or two per exposure and band):
-//   fused forward   one block per kTileW x kTileH tile: input tile + R halo, horizontal and
-//                   vertical filters and the per-pixel tail in shared memory; writes the map only.
+//   fused forward   one block per walk down kWalkTiles tiles of kTileW x kTileH: input tile + R
+//                   halo, horizontal and vertical filters and the per-pixel tail in shared memory,
+//                   the 2R horizontal-output rows two tiles share kept between them; writes the map
+//                   only.
 //   tiled backward  per band of rows (plan_backward, scratch within kBackwardScratchBytes):
 //                   kernel 1 = the fused forward's phases + the per-pixel adjoint, writing the
 //                   gradient planes of the images whose gradient is wanted; kernel 2 = those planes'
 //                   tile + R halo, transposed vertical and horizontal filters in shared memory, the
 //                   chain to the input. Nothing runs for an image whose gradient is not wanted,
 //                   nor (HDR-FLIP) for a tile that the exposure won nowhere near (tile_won).
+//   kept            LDR-FLIP's autograd keeping the sensitivities (whole_batch_plan): kernel 1
+//                   over the whole batch for a unit gradient, writing them and the map; kernel 2
+//                   on them times the incoming gradient.
 // Row passes (every op's single stages, and LDR/HDR-FLIP where the tiles' shared memory does not
 // fit or FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1; each a launch; planes in global memory, H x W each):
 //   H   one block per (row, image, x-tile): phase 1 loads the tile and its halo into shared
@@ -680,7 +685,7 @@ FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3]
 }
 
 // ---- Tiled LDR-/HDR-FLIP backward: two kernels per band --------------------------------------
-// Kernel 1 (one block per kTileW x kTileH tile, as the fused forward): the fused forward's phases
+// Kernel 1 (one block per walk of kWalkTiles tiles, as the fused forward): the fused forward's phases
 // 1-3 for both images, then the per-pixel adjoint, which writes the 7 gradient planes (gF0..2,
 // gdx, gdy, gddx, gddy: store_pixel_gradients) of each image whose gradient is wanted, and of no
 // other, into a scratch buffer. Kernel 2 (one block per tile and wanted image): the tile plus an
