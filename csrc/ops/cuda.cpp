@@ -190,6 +190,47 @@ Tensor tiled_backward_scratch(flip::cuda::Params<T>& p, const Tensor& like) {
   return scratch;
 }
 
+// Runs an LDR- or HDR-FLIP sequence whose Params are filled: `tiled` (the fused forward or the
+// tiled kernels) where `fits`, else `rows`, the row passes with full planes (and, for a backward,
+// full gradient planes, kept alive until the launches are queued).
+template <class T, class Tiled, class Rows>
+void tiled_or_rows(flip::cuda::Params<T>& p, const Geometry& g, const Tensor& like, cudaStream_t stream, bool fits,
+                   bool backward, Tiled tiled, Rows rows) {
+  if (fits) {
+    tiled(p, stream);
+    return;
+  }
+  check_shared_memory(p.taps, g.planes());
+  auto planes = planes_for(g, like, g.planes());
+  p.planes = ptr<T>(planes);
+  auto gplanes = planes_for(g, like, backward ? g.gplanes() : 0);
+  if (backward) p.gplanes = ptr<T>(gplanes);
+  rows(p, stream);
+}
+
+// A composite backward (LDR- or HDR-FLIP): the tiled one when the taps fit its shared memory
+// (scratch of at most 32 MiB), else the row passes.
+template <class T, class Tiled, class Rows>
+void run_composite_backward(flip::cuda::Params<T>& p, const Geometry& g, const Tensor& like, cudaStream_t stream,
+                            Tiled tiled, Rows rows) {
+  auto with_scratch = [&](flip::cuda::Params<T>& q, cudaStream_t s) {
+    auto scratch = tiled_backward_scratch(q, like);  // kept alive until the launches are queued
+    tiled(q, s);
+  };
+  tiled_or_rows(p, g, like, stream, use_tiled_backward(p.taps), true, with_scratch, rows);
+}
+
+// LDR-FLIP's parameters for the images t and r (compute dtype, contiguous).
+template <class T>
+flip::cuda::Params<T> ldr_params(const Geometry& g, const Tensor& t, const Tensor& r, double ppd, double eps, bool srgb,
+                                 cudaStream_t stream) {
+  auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
+  p.srgb = srgb;
+  p.test = ptr<T>(t);
+  p.ref = ptr<T>(r);
+  return p;
+}
+
 Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps) {
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
   torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
@@ -199,40 +240,14 @@ Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string s
   const cudaStream_t stream = current_stream(t);
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
-    p.srgb = srgb;
-    p.test = ptr<T>(t);
-    p.ref = ptr<T>(r);
+    auto p = ldr_params<T>(g, t, r, ppd, eps, srgb, stream);
     p.out = ptr<T>(out);
-    if (use_fused_forward(p.taps)) {
-      flip::cuda::ldr_flip_forward_fused<T>(p, stream);  // one kernel, no planes in global memory
-      return;
-    }
-    check_shared_memory(p.taps, g.planes());
-    auto planes = planes_for(g, t, g.planes());
-    p.planes = ptr<T>(planes);
-    flip::cuda::ldr_flip_forward<T>(p, stream);
+    // The fused forward: one kernel, no planes in global memory.
+    tiled_or_rows(p, g, t, stream, use_fused_forward(p.taps), false, flip::cuda::ldr_flip_forward_fused<T>,
+                  flip::cuda::ldr_flip_forward<T>);
   });
   FLIP_CUDA_LAUNCH_CHECK();
   return to_dtype(out, test.scalar_type());
-}
-
-// Runs a composite backward (LDR- or HDR-FLIP) whose Params are filled: the tiled formulation when
-// the taps fit its shared memory (scratch of at most 32 MiB), else the row passes with full planes.
-template <class T, class Tiled, class Rows>
-void run_composite_backward(flip::cuda::Params<T>& p, const Geometry& g, const Tensor& like, cudaStream_t stream,
-                            Tiled tiled, Rows rows) {
-  if (use_tiled_backward(p.taps)) {
-    auto scratch = tiled_backward_scratch(p, like);  // kept alive until the launches are queued
-    tiled(p, stream);
-    return;
-  }
-  check_shared_memory(p.taps, g.planes());
-  auto planes = planes_for(g, like, g.planes());
-  auto gplanes = planes_for(g, like, g.gplanes());
-  p.planes = ptr<T>(planes);
-  p.gplanes = ptr<T>(gplanes);
-  rows(p, stream);
 }
 
 Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd, std::string space,
@@ -249,11 +264,8 @@ Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
   if (!mask[0] && !mask[1]) return cast_back(gb, test, ref);  // nothing asked, nothing launched
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
-    p.srgb = srgb;
+    auto p = ldr_params<T>(g, t, r, ppd, eps, srgb, stream);
     p.grad = ptr<T>(gr);
-    p.test = ptr<T>(t);
-    p.ref = ptr<T>(r);
     p.g_test = ptr_or_null<T>(gb[0]);
     p.g_ref = ptr_or_null<T>(gb[1]);
     run_composite_backward(p, g, t, stream, flip::cuda::ldr_flip_backward_tiled<T>, flip::cuda::ldr_flip_backward<T>);
@@ -278,21 +290,12 @@ Pair ldr_flip_with_sensitivities(const Tensor& test, const Tensor& ref, double p
   const cudaStream_t stream = current_stream(t);
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
-    p.srgb = srgb;
-    p.test = ptr<T>(t);
-    p.ref = ptr<T>(r);
+    auto p = ldr_params<T>(g, t, r, ppd, eps, srgb, stream);
     p.out = ptr<T>(out);
     p.sensitivities = ptr<T>(sens);
     p.plan = flip::whole_batch_plan(g, (mask[0] ? 1 : 0) | (mask[1] ? 2 : 0), p.taps.rmax);
-    if (use_tiled_backward(p.taps)) {
-      flip::cuda::ldr_flip_forward_keep_tiled<T>(p, stream);
-      return;
-    }
-    check_shared_memory(p.taps, g.planes());
-    auto planes = planes_for(g, t, g.planes());
-    p.planes = ptr<T>(planes);
-    flip::cuda::ldr_flip_forward_keep<T>(p, stream);
+    tiled_or_rows(p, g, t, stream, use_tiled_backward(p.taps), false, flip::cuda::ldr_flip_forward_keep_tiled<T>,
+                  flip::cuda::ldr_flip_forward_keep<T>);
   });
   FLIP_CUDA_LAUNCH_CHECK();
   return {to_dtype(out, test.scalar_type()), sens};
@@ -313,25 +316,14 @@ Pair ldr_flip_backward_from_sensitivities(const Tensor& grad, const Tensor& sens
   const cudaStream_t stream = current_stream(t);
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), 0.0);  // eps 0: this op has no eps argument
-    p.srgb = srgb;
+    auto p = ldr_params<T>(g, t, r, ppd, 0.0, srgb, stream);  // eps 0: this op has no eps argument
     p.grad = ptr<T>(gr);
-    p.test = ptr<T>(t);
-    p.ref = ptr<T>(r);
     p.g_test = ptr_or_null<T>(gb[0]);
     p.g_ref = ptr_or_null<T>(gb[1]);
     p.sensitivities = ptr<T>(sens);
     p.plan = flip::whole_batch_plan(g, (mask[0] ? 1 : 0) | (mask[1] ? 2 : 0), p.taps.rmax);
-    if (use_tiled_backward(p.taps)) {
-      flip::cuda::ldr_flip_backward_kept_tiled<T>(p, stream);
-      return;
-    }
-    check_shared_memory(p.taps, g.planes());
-    auto planes = planes_for(g, t, g.planes());
-    auto gplanes = planes_for(g, t, g.gplanes());
-    p.planes = ptr<T>(planes);
-    p.gplanes = ptr<T>(gplanes);
-    flip::cuda::ldr_flip_backward_kept<T>(p, stream);
+    tiled_or_rows(p, g, t, stream, use_tiled_backward(p.taps), true, flip::cuda::ldr_flip_backward_kept_tiled<T>,
+                  flip::cuda::ldr_flip_backward_kept<T>);
   });
   FLIP_CUDA_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
@@ -368,14 +360,8 @@ Triple hdr_flip(const Tensor& test, const Tensor& ref, const Tensor& exposures, 
     p.out = ptr<T>(out);
     p.emap = ptr<T>(emap);
     p.index = data<int32_t>(idx);
-    if (use_fused_forward(p.taps)) {
-      flip::cuda::hdr_flip_forward_fused<T>(p, stream);
-      return;
-    }
-    check_shared_memory(p.taps, g.planes());
-    auto planes = planes_for(g, t, g.planes());
-    p.planes = ptr<T>(planes);
-    flip::cuda::hdr_flip_forward<T>(p, stream);
+    tiled_or_rows(p, g, t, stream, use_fused_forward(p.taps), false, flip::cuda::hdr_flip_forward_fused<T>,
+                  flip::cuda::hdr_flip_forward<T>);
   });
   FLIP_CUDA_LAUNCH_CHECK();
   return {to_dtype(out, test.scalar_type()), to_dtype(emap, test.scalar_type()), idx};
