@@ -144,24 +144,28 @@ void ldr_flip_backward_tiled(L& l, const Params<T>& p) {
   for (int64_t j = 0; j < p.plan.count(); ++j) tiled_band(l, p, p.plan.band(p.g, j), ldr_input(p), HdrStep<T>::none());
 }
 
-// LDR-FLIP's forward that keeps the sensitivities of the images p.plan.wanted names (p.plan:
-// whole_batch_plan): the map into p.out, the sensitivities into p.sensitivities. Tiled: kernel 1
-// of the tiled backward over the whole batch, for a unit gradient; rows: H, then V with the tail
-// and its adjoint.
-template <class T, class L>
-void ldr_flip_forward_keep_tiled(L& l, const Params<T>& p) {
-  Step<T> s;
-  s.mode = ldr_input(p);
+// The kept pair's step: LDR-FLIP's images, the whole batch as the band (p.plan: whole_batch_plan
+// for the images whose sensitivities are kept), the tiled kernels on p.sensitivities.
+template <class T>
+Step<T> kept_step(const Params<T>& p) {
+  Step<T> s = images(ldr_input(p), p.test, p.ref, 3);
   s.band = p.plan.band(p.g, 0);
   s.kept = true;
-  tiled_grad(l, p, s);
+  return s;
+}
+
+// LDR-FLIP's forward that keeps the sensitivities of the images p.plan.wanted names: the map into
+// p.out, the sensitivities into p.sensitivities. Tiled: kernel 1 of the tiled backward over the
+// whole batch, for a unit gradient; rows: H, then V with the tail and its adjoint.
+template <class T, class L>
+void ldr_flip_forward_keep_tiled(L& l, const Params<T>& p) {
+  tiled_grad(l, p, kept_step(p));
 }
 
 template <class T, class L>
 void ldr_flip_forward_keep(L& l, const Params<T>& p) {
-  Step<T> s = images(ldr_input(p), p.test, p.ref, 3);
+  const Step<T> s = kept_step(p);
   h_pass(l, p, s);
-  s.band = p.plan.band(p.g, 0);
   pixels<Kernel::kVLdrKeep>(l, p, s);
 }
 
@@ -171,17 +175,12 @@ void ldr_flip_forward_keep(L& l, const Params<T>& p) {
 // planes, then VT and HT.
 template <class T, class L>
 void ldr_flip_backward_kept_tiled(L& l, const Params<T>& p) {
-  Step<T> s;
-  s.mode = ldr_input(p);
-  s.band = p.plan.band(p.g, 0);
-  s.kept = true;
-  tiled_transpose(l, p, s);
+  tiled_transpose(l, p, kept_step(p));
 }
 
 template <class T, class L>
 void ldr_flip_backward_kept(L& l, const Params<T>& p) {
-  Step<T> s = images(ldr_input(p), p.test, p.ref, 3);
-  s.band = p.plan.band(p.g, 0);
+  Step<T> s = kept_step(p);
   pixels<Kernel::kLdrKeptGrad>(l, p, s);
   s.out0 = p.g_test;
   s.out1 = p.g_ref;
