@@ -339,11 +339,7 @@ MUTATIONS = (
     # The backward from kept sensitivities scaling each by the gradient of the pixel to its right.
     ("flip/passes.h", "gmap[off]", "gmap[off + (x + 1 < g.w ? 1 : 0)]"),
     # The forward that keeps them doing so for a gradient of 2 instead of 1.
-    (
-        "flip/passes.h",
-        "pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, gi, gFt, gFr, gft, gfr)",
-        "pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, map != nullptr ? T(2) : gi, gFt, gFr, gft, gfr)",
-    ),
+    ("flip/passes.h", "unit_gradient<T>()", "T(2)"),
     # The fused forward writing each pixel's error into its right neighbour too: a global-memory
     # race between threads and between blocks (the last column of a tile is the next one's first).
     ("flip/passes.h", "out[p] = err;", "out[p] = err; if (x + 1 < g.w) out[p + 1] = err;"),

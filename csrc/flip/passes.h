@@ -826,6 +826,12 @@ FLIP_HD void ldr_kept_grad_pixel(const T* grad, const T* kept, T* gplanes, const
 // Kernel 1 runs tiles over rows [b.g0, b.g1): tile ty starts at row b.g0 + ty * kTileH.
 FLIP_HD int64_t tiled_grad_tiles_y(const BackwardBand& b) { return (b.g1 - b.g0 + kTileH - 1) / kTileH; }
 
+// The incoming gradient for which the kept sensitivities are computed.
+template <class T>
+FLIP_HD constexpr T unit_gradient() {
+  return T(1);
+}
+
 // Kernel 1, phase 4 (after fused_load, fused_horizontal, fused_vertical of both images): the
 // per-pixel adjoint of the tile's pixels in rows below b.g1 into the wanted images' gradient planes.
 // grad and index point at item n's map; with hs (HDR-FLIP, one exposure) only the pixels this
@@ -843,12 +849,19 @@ FLIP_HD void tiled_tail_vjp(const Geometry& g, const BackwardBand& b, int64_t n,
     const int64_t y = y0 + i / kTileW, x = x0 + i % kTileW;
     if (y >= b.g1 || x >= g.w) continue;
     const int64_t p = y * g.w + x, q = (y - b.g0) * g.w + x;
-    const T gi = map != nullptr ? T(1) : hs == nullptr || index[p] == hs->i ? grad[p] : T(0);
+    const T gi = map != nullptr ? unit_gradient<T>() : hs == nullptr || index[p] == hs->i ? grad[p] : T(0);
     T Ft[3], Fr[3], gFt[3], gFr[3];
     Features<T> ft, fr, gft, gfr;
     fused_values(vt, i, Ft, ft);
     fused_values(vr, i, Fr, fr);
-    const T value = pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, gi, gFt, gFr, gft, gfr);
+    // The adjoint of the wanted images only: the other one's would be work thrown away.
+    auto vjp = [&](auto want_t, auto want_r) {
+      return pixel_flip_vjp<decltype(want_t)::value, decltype(want_r)::value>(Ft, Fr, ft, fr, eps, k, gi, gFt, gFr, gft,
+                                                                              gfr);
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
+    const T value = b.wanted == 1 ? vjp(Yes{}, No{}) : b.wanted == 2 ? vjp(No{}, Yes{}) : vjp(Yes{}, Yes{});
     if (map != nullptr) map[p] = value;
     if (out_t) store_pixel_gradients(out_t, stride, q, gFt, gft);
     if (out_r) store_pixel_gradients(out_r, stride, q, gFr, gfr);
