@@ -225,7 +225,7 @@ SENSITIVITY_PLANES_PER_IMAGE = 7
 
 # The most bytes of them that autograd keeps on a CUDA device from an LDR-FLIP forward to its
 # backward (csrc/flip/plane_counts.h, kCudaKeptSensitivitiesBytes: why; tests/test_one_source.py).
-CUDA_KEPT_SENSITIVITIES_BYTES = 64 << 20
+CUDA_KEPT_SENSITIVITIES_BYTES = 256 << 20
 
 
 def keeps_sensitivities(test, ref) -> bool:

@@ -11,7 +11,7 @@ TorchScript — raises the same error before any kernel runs.
 * Forward ops record a node whose backward calls the op's registered ``*_backward`` op. When a
   gradient will be taken, ``ldr_flip`` runs ``_ldr_flip_with_sensitivities`` instead where
   ``op_checks.keeps_sensitivities`` says so (on the CPU always; on CUDA when they take at most
-  64 MiB, one 1080p image's in float32): the forward keeps the sensitivities of the images that
+  256 MiB per call, one 4K image's in float32): the forward keeps the sensitivities of the images that
   require grad (7 planes per image in the compute dtype) and the backward only scales them and
   runs the transposed filters (``_ldr_flip_backward_from_sensitivities``) instead of recomputing
   the forward's work. Past that size CUDA's backward recomputes in tiles, with memory flat in the

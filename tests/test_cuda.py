@@ -181,8 +181,8 @@ def test_cuda_autograd_keeps_the_sensitivities_within_its_budget(ops, dtype, mas
 
 @needs_kernels
 def test_cuda_autograd_recomputes_past_the_sensitivities_budget(ops):
-    # 1100 x 2000 float32: one image's sensitivities (62 MB) fit the 64 MiB, two images' do not.
-    a, b = inputs((1, 3, 1100, 2000))
+    # 3840 x 2160 float32: one image's sensitivities (232 MB) fit the 256 MiB, two images' do not.
+    a, b = inputs((1, 3, 2160, 3840))
     x, y = a.cuda().requires_grad_(), b.cuda()
     assert "Sensitivities" in ops.ldr_flip(x, y, 67.0, "srgb", 1e-15).grad_fn.name()
     y.requires_grad_()
@@ -343,21 +343,28 @@ def test_large_ppd_backward_matches_cpu(ops, dtype):
 
 
 @needs_kernels
-@pytest.mark.parametrize("shape", [(1, 3, 1_100_000, 1), (65_600, 3, 2, 2)], ids=["tall", "many items"])
+@pytest.mark.parametrize("shape", [(1, 3, 4_300_000, 1), (65_600, 3, 2, 2)], ids=["tall", "many items"])
 def test_grid_striding_tiles_match_cpu(ops, shape):
-    # More than 65535 tiles down the grid's y (1.1 M rows, 68750 tiles of 16 rows, one band: a
-    # single-column image's gradient planes fit the scratch) or items along its z: the fused forward
-    # and both tiled backward kernels stride over them. Only the test image's gradient, as a loss has.
+    # More than 65535 blocks down the grid's y (4.3 M rows: 268750 tiles of 16 rows, 67188 walks of
+    # 4; one band: a single-column image's gradient planes fit the scratch) or items along its z:
+    # the fused forward, both tiled backward kernels and autograd's kept pair (kernel 1 over the
+    # whole batch, kernel 2 on the kept sensitivities: 120 MB here) stride over them. Only the
+    # test image's gradient, as a loss has.
     a, b = inputs(shape)
-    results = []
-    for x, y in ((a.cuda(), b.cuda()), (a, b)):
-        x = x.requires_grad_()
-        out = ops.ldr_flip(x, y, 67.0, "srgb", 1e-15)
-        (out * torch.linspace(-1, 1, out.numel(), device=out.device).view(out.shape)).sum().backward()
-        results.append((out.detach(), x.grad))
-    (oc, gc), (oh, gh) = results
-    assert_close_to_cpu([oc], [oh], torch.float32)
-    assert_close_to_cpu([gc], [gh], torch.float32, map_tol=grad_tol(torch.float32))
+    w = torch.linspace(-1, 1, a[:, :1].numel()).view(a[:, :1].shape)
+    x = a.clone().requires_grad_()
+    out = ops.ldr_flip(x, b, 67.0, "srgb", 1e-15)
+    (out * w).sum().backward()
+    ac, bc = a.cuda(), b.cuda()
+    xc = ac.clone().requires_grad_()
+    kept = ops.ldr_flip(xc, bc, 67.0, "srgb", 1e-15)
+    assert "Sensitivities" in kept.grad_fn.name()
+    (kept * w.cuda()).sum().backward()
+    with torch.no_grad():
+        fused = ops.ldr_flip(ac, bc, 67.0, "srgb", 1e-15)
+    recomputed = ops.ldr_flip_backward(w.cuda(), ac, bc, 67.0, "srgb", 1e-15, [True, False])[0]
+    assert_close_to_cpu([kept.detach(), fused], [out.detach()] * 2, torch.float32)
+    assert_close_to_cpu([xc.grad, recomputed], [x.grad] * 2, torch.float32, map_tol=grad_tol(torch.float32))
 
 
 @needs_kernels

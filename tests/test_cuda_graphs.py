@@ -212,7 +212,8 @@ def test_two_threads_with_different_ppd_launch_concurrently(ops):
 
 
 # Forward and backward of LDR and HDR-FLIP on the GPU against the CPU kernels, both gradients and
-# each alone; run in a fresh process under an environment switch that picks the GPU formulation.
+# each alone, and LDR-FLIP's pair that keeps the sensitivities; run in a fresh process under an
+# environment switch that picks the GPU formulation.
 CHECK_EVERY_PATH = """
     import torch
     import flip_loss
@@ -238,7 +239,10 @@ CHECK_EVERY_PATH = """
             ldr = ops.ldr_flip_backward(w.cuda(), x.cuda(), y.cuda(), 67.0, "srgb", 1e-15, mask)
             hdr = ops.hdr_flip_backward(w.cuda(), hx.cuda(), hy.cuda(), ex.cuda(), counts.cuda(), index.cuda(),
                                         67.0, "aces", 1e-15, mask)
-            for got, want in ((ldr, ldr_cpu), (hdr, hdr_cpu)):
+            # autograd's pair that keeps the sensitivities (tiled, or the row passes when forced)
+            _, sens = ops._ldr_flip_with_sensitivities(x.cuda(), y.cuda(), 67.0, "srgb", 1e-15, mask)
+            kept = ops._ldr_flip_backward_from_sensitivities(w.cuda(), sens, x.cuda(), y.cuda(), 67.0, "srgb", mask)
+            for got, want in ((ldr, ldr_cpu), (hdr, hdr_cpu), (kept, ldr_cpu)):
                 for m, c, h in zip(mask, got, want):
                     assert c.numel() == (h.numel() if m else 0)
                     if m:

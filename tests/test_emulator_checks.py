@@ -190,12 +190,15 @@ def test_a_divergent_barrier_is_reported(ops, emulator):
 
 def every_kernel(emulator, ops, dtype):
     """Calls that together launch every kernel: LDR and HDR, both formulations, each gradient
-    alone, several bands, the single stages. Each returns a list of tensors."""
+    alone, several bands, the single stages, the kept pair (tiled and rows), walks that stride
+    under tiny grids. Each returns a list of tensors."""
     a, b, g = images(dtype=dtype)
     test, ref, ex, counts, hg = hdr_images(dtype)
     index = ops.hdr_flip(test, ref, ex, counts, 20.0, "aces", 1e-15)[2]
     hdr_args = (hg, test, ref, ex, counts, index, 20.0, "aces", 1e-15)
     y_a, y_b = a[:, 1:2], b[:, 1:2]
+    tall_a, tall_b, tall_g = images(shape=(1, 3, 150, 40), dtype=dtype, seed=4)  # walks of 4 tiles, 3 per column
+    kept = ops._ldr_flip_with_sensitivities(a, b, 30.0, "srgb", 1e-15, [False, True])[1]
     return [
         lambda: [emulator.ldr_flip(a, b, 30.0, "srgb", 1e-15)],
         lambda: [emulator.ldr_flip_fused(a, b, 30.0, "linear", 1e-15)],
@@ -209,6 +212,14 @@ def every_kernel(emulator, ops, dtype):
         lambda: [emulator.csf_filter(a, 30.0), emulator.csf_filter_backward(b, a, 30.0)],
         lambda: [emulator.feature_difference(y_a, y_b, 30.0, 1e-15)],
         lambda: list(emulator.feature_difference_backward(g, y_a, y_b, 30.0, 1e-15, [False, True])),
+        lambda: [emulator.ldr_flip_fused(tall_a, tall_b, 30.0, "srgb", 1e-15)],
+        lambda: list(
+            emulator.ldr_flip_backward_tiled(tall_g, tall_a, tall_b, 30.0, "srgb", 1e-15, [True, True], 1 << 25)
+        ),
+        lambda: list(emulator.ldr_flip_with_sensitivities(a, b, 30.0, "srgb", 1e-15, [True, False], True)),
+        lambda: list(emulator.ldr_flip_with_sensitivities(a, b, 30.0, "linear", 1e-15, [True, True], False)),
+        lambda: list(emulator.ldr_flip_backward_from_sensitivities(g, kept, a, b, 30.0, "srgb", [False, True], True)),
+        lambda: list(emulator.ldr_flip_backward_from_sensitivities(g, kept, a, b, 30.0, "srgb", [False, True], False)),
     ]
 
 
@@ -340,6 +351,12 @@ MUTATIONS = (
     ("flip/passes.h", "gmap[off]", "gmap[off + (x + 1 < g.w ? 1 : 0)]"),
     # The forward that keeps them doing so for a gradient of 2 instead of 1.
     ("flip/passes.h", "unit_gradient<T>()", "T(2)"),
+    # Kernel 1 going on with the walk after a tile it skipped, on rows of the tile before that.
+    (
+        "flip/cuda/blocks.h",
+        "tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);\n          fresh = true;",
+        "tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);",
+    ),
     # The fused forward writing each pixel's error into its right neighbour too: a global-memory
     # race between threads and between blocks (the last column of a tile is the next one's first).
     ("flip/passes.h", "out[p] = err;", "out[p] = err; if (x + 1 < g.w) out[p + 1] = err;"),
@@ -390,6 +407,22 @@ def run_hdr_counts(ops, em):
     return all(close(x.double(), y.double()) for x, y in zip(got, want))
 
 
+def run_hdr_walk_after_a_skip(ops, em):
+    """HDR-FLIP's kernel 1 where exposure 1 wins pixels in tile rows 0, 2 and 3 of one column: the
+    walk computes tile 0, skips tile 1 and must then compute tile 2 from scratch, not from the rows
+    tile 0 left in shared memory."""
+    gen = torch.Generator().manual_seed(15)
+    ref = torch.exp2(4 * torch.rand(1, 3, 64, 40, generator=gen, dtype=torch.float64) - 2)
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=gen, dtype=torch.float64)).clamp(min=0.1)
+    index = torch.zeros(1, 1, 64, 40, dtype=torch.int32)
+    index[0, 0, 5, 10] = index[0, 0, 33, 10] = index[0, 0, 60, 12] = 1
+    grad = torch.rand(1, 1, 64, 40, generator=gen, dtype=torch.float64)
+    args = (grad, test, ref, torch.tensor([[0.0, 1.0]], dtype=torch.float64), torch.tensor([2]), index, 20.0)
+    args = (*args, "aces", 1e-15, [True, True])
+    want = ops.hdr_flip_backward(*args)
+    return all(close(x, y) for x, y in zip(em.hdr_flip_backward_tiled(*args, 1 << 30), want))
+
+
 def close32(x, y):
     """float32 agreement of the emulated GPU formulation and the CPU kernels (which sum in another
     order): within 1e-4 of the larger magnitude."""
@@ -433,6 +466,7 @@ MUTANT_RUNS = [
     run_default_ppd,
     run_kept,
     run_kept,
+    run_hdr_walk_after_a_skip,
     run_fused_both_orders,
 ]
 

@@ -66,12 +66,13 @@ def test_the_rule_for_keeping_them():
             return op_checks.keeps_sensitivities(test, ref)
 
     budget = op_checks.CUDA_KEPT_SENSITIVITIES_BYTES
-    assert budget == 64 << 20
-    assert keeps((1, 3, 1080, 1920))  # 7 planes x 2 073 600 pixels x 4 bytes = 58 MB
-    assert keeps((1, 3, 1080, 1920), torch.float16)  # kept in float32
-    assert not keeps((1, 3, 1080, 1920), both=True)
-    assert not keeps((1, 3, 1080, 1920), torch.float64)
-    assert not keeps((4, 3, 1080, 1920))
+    assert budget == 256 << 20
+    assert keeps((1, 3, 2160, 3840))  # 7 planes x 8 294 400 pixels x 4 bytes = 232 MB
+    assert keeps((1, 3, 2160, 3840), torch.float16)  # kept in float32
+    assert not keeps((1, 3, 2160, 3840), both=True)
+    assert not keeps((1, 3, 2160, 3840), torch.float64)
+    assert keeps((1, 3, 1080, 1920), both=True) and keeps((2, 3, 1080, 1920), torch.float64)
+    assert not keeps((5, 3, 1080, 1920))
     # The boundary: exactly the budget is kept, one pixel more is not.
     pixels = budget // (7 * 4)
     assert keeps((1, 3, 1, pixels)) and not keeps((1, 3, 1, pixels + 1))

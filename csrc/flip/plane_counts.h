@@ -19,7 +19,7 @@ constexpr int kHorizontalPlanesPerImage = kBankFilters;
 // The vertical passes combine those into the responses of a pixel: the filtered opponent colour
 // F0..F2 and the features dx, dy, ddx, ddy (Features, pixel.h). Each response is one plane per
 // image wherever the kernels store per-response values: the gradient planes of the backward (the
-// gradient w.r.t. each response) and the sensitivities that the CPU autograd keeps.
+// gradient w.r.t. each response) and the sensitivities that autograd keeps.
 constexpr int kColourResponses = 3;
 constexpr int kFeatureResponses = 4;
 constexpr int kResponsePlanesPerImage = kColourResponses + kFeatureResponses;
@@ -28,8 +28,9 @@ constexpr int kResponsePlanesPerImage = kColourResponses + kFeatureResponses;
 // its backward (flip_loss/op_registration.py and csrc/ops/autograd.cpp apply it alike). Within it
 // the backward is the transposed filters of the kept values alone, one launch, instead of the
 // forward's work again; past it the tiled backward recomputes in bands, with memory flat in the
-// image size. 64 MiB holds one image's at 1920 x 1080 in float32 (7 planes: 58 MB); the CPU
-// always keeps them.
-constexpr long long kCudaKeptSensitivitiesBytes = 64LL << 20;
+// image size. 256 MiB holds one image's at 3840 x 2160 in float32 (7 planes: 232 MB), both
+// images' at 1920 x 1080 (116 MB) or one image's for a batch of 16 at 512 x 512 (117 MB); the CPU
+// always keeps them. The budget is per call: each scale of a multi-scale loss keeps its own.
+constexpr long long kCudaKeptSensitivitiesBytes = 256LL << 20;
 
 }  // namespace flip

@@ -140,7 +140,7 @@ class LdrFlip : public torch::autograd::Function<LdrFlip> {
   }
 };
 
-// ldr_flip's autograd on the CPU (and that of the internal op itself): a forward that also keeps
+// ldr_flip's autograd where it keeps them (and that of the internal op itself): a forward that also keeps
 // the sensitivities of the images in `keep` (a non-differentiable second output), so that the
 // backward only scales them and runs the transposed filters instead of recomputing everything.
 class LdrFlipWithSensitivities : public torch::autograd::Function<LdrFlipWithSensitivities> {

@@ -32,7 +32,8 @@ STABLE_TORCH_LIBRARY(flip, m) {
   m.def(
       "ldr_flip_backward(Tensor grad, Tensor test, Tensor reference, float pixels_per_degree,"
       " str input_space, float eps, bool[2] output_mask) -> (Tensor, Tensor)");
-  // The forward and backward that ldr_flip's autograd uses on the CPU (autograd.cpp): the forward
+  // The forward and backward that ldr_flip's autograd uses where it keeps the sensitivities (on the
+  // CPU always, on CUDA within a budget: autograd.cpp): the forward
   // also returns the sensitivities, N x 7k x H x W in the compute dtype (float32 for float16 /
   // bfloat16 images): per pixel, the gradient of its error w.r.t. the 7 filtered responses of each
   // image in output_mask (test first; k of them). The backward takes them instead of recomputing
@@ -44,7 +45,7 @@ STABLE_TORCH_LIBRARY(flip, m) {
   m.def(
       "_ldr_flip_backward_from_sensitivities(Tensor grad, Tensor sensitivities, Tensor test, Tensor reference,"
       " float pixels_per_degree, str input_space, bool[2] output_mask) -> (Tensor, Tensor)");
-  // Multi-scale LDR-FLIP, CPU only (as the two above; the Python API uses it for a list of
+  // Multi-scale LDR-FLIP, CPU only (the Python API uses it for a list of
   // pixels_per_degree values on the CPU): the map sum_k weights[k] * ldr_flip(pixels_per_degree[k])
   // (weights finite and non-negative, one per value), with the input conversion computed once for
   // all scales; and, for the images in output_mask (none: an empty tensor), the sensitivities of

@@ -3,7 +3,9 @@ scripts/gpu/gpu_check.sh (a correctness workload, so not in benchmarks/): every 
 backward in both dtypes on odd sizes that leave partial tiles, HDR-FLIP forward and backward, an
 image tall enough for the grid-striding loops, a non-default stream and a second GPU when there is
 one. LDR/HDR-FLIP forwards take the fused kernel and backwards the tiled kernels (both gradients,
-and each alone); with FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 both take the row-pass fallback instead,
+and each alone); LDR-FLIP under autograd takes the pair that keeps the sensitivities (kernel 1 over
+the whole batch, then kernel 2 on them); with FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 all take the
+row-pass fallback instead,
 and with FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> small, the tiled backward splits even these images
 into bands (both read once per process). Each section prints one labelled line when it is done, so
 a run stopped at its time limit still tells how far it got."""
@@ -28,9 +30,12 @@ def pair(shape, dtype, device, scale=1.0):
 
 def every_op(device, dtype, shape):
     a, b = pair(shape, dtype, device)
-    out = ops.ldr_flip(a, b, 67.0, "srgb", 1e-15)
+    out = ops.ldr_flip(a, b, 67.0, "srgb", 1e-15)  # autograd: the kept sensitivities
     out.sum().backward()
-    ops.ldr_flip_backward(torch.ones_like(out), a.detach(), b.detach(), 67.0, "linear", 1e-15, [False, True])
+    with torch.no_grad():
+        ops.ldr_flip(a, b, 67.0, "linear", 1e-15)  # the fused forward
+    for mask in ([True, True], [True, False], [False, True]):  # the recomputing tiled backward
+        ops.ldr_flip_backward(torch.ones_like(out), a.detach(), b.detach(), 67.0, "linear", 1e-15, mask)
     opp = oracle.linear_rgb_to_opponent(a.detach()).requires_grad_()
     ops.csf_filter(opp, 30.0).sum().backward()
     ops.hunt_hyab(a, b, 1e-15).sum().backward()

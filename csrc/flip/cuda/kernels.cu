@@ -71,17 +71,18 @@ struct DeviceBlock {
     DeviceBlock b;                                                                                        \
     run_block<Kernel::K, Rad>(b, p, s);                                                                   \
   }
-// Kernel 2's shared memory leaves room for three blocks per SM, which its 256 threads get at 80
-// registers or fewer. The build for fixed radii fits that without spilling when asked to; the
-// run-time-radius build would spill there, so it is held to two (128 registers; left alone, the
-// compiler takes more and gets one).
-template <class Rad>
-constexpr int kTransposeMinBlocks = 2;
-template <int Rc, int Rf>
-constexpr int kTransposeMinBlocks<FixedRadii<Rc, Rf>> = 3;
+// Kernel 2's shared memory leaves room for three blocks per SM in float32 at the default radii,
+// which its 256 threads get at 80 registers or fewer. The build for fixed radii fits that without
+// spilling when asked to; the float32 run-time-radius build would spill there, so it is held to two
+// (128 registers; left alone, the compiler takes more and gets one). In float64 shared memory
+// allows one block at these radii: no bound to buy.
+template <class T, class Rad>
+constexpr int kTransposeMinBlocks = std::is_same<T, float>::value ? 2 : 1;
+template <class T, int Rc, int Rf>
+constexpr int kTransposeMinBlocks<T, FixedRadii<Rc, Rf>> = 3;
 
 #define FLIP_BOUNDS(threads) __launch_bounds__(threads)
-#define FLIP_TRANSPOSE_BOUNDS __launch_bounds__(kFusedThreads, kTransposeMinBlocks<Rad>)
+#define FLIP_TRANSPOSE_BOUNDS __launch_bounds__(kFusedThreads, kTransposeMinBlocks<T, Rad>)
 #define FLIP_NO_BOUNDS
 FLIP_KERNEL(h_kernel, kH, FLIP_BOUNDS(kBlock))
 FLIP_KERNEL(ht_kernel, kHt, FLIP_BOUNDS(kBlock))

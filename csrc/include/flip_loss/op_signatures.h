@@ -4,7 +4,8 @@
 // such an op is called. flip_loss.h calls the public forward ops through it, and the library's own
 // Autograd and Autocast kernels call every op through it; a signature that does not match its
 // schema throws when its handle is first made. The ops whose names start with an underscore are
-// CPU-only internals: of ldr_flip's CPU autograd, and the multi-scale LDR-FLIP of the Python API.
+// internals: of ldr_flip's autograd (CPU and CUDA), and the multi-scale LDR-FLIP of the Python API
+// (CPU only).
 #pragma once
 
 #include <ATen/core/Tensor.h>
