@@ -249,16 +249,25 @@ FLIP_HD Features<T> v_feat(const T* pl, const Geometry& g, const TapsView<T>& t,
   return f;
 }
 
+// Both images' filtered colours and feature responses at pixel (n, y, x) of the LDR-FLIP planes.
+template <class T>
+FLIP_HD void v_ldr_responses(const T* planes, const Geometry& g, const TapsView<T>& t, int64_t n, int64_t y, int64_t x,
+                             T Ft[3], T Fr[3], Features<T>& ft, Features<T>& fr) {
+  const T* pt = planes + (n * 2 + 0) * g.planes() * g.hw();
+  const T* pr = planes + (n * 2 + 1) * g.planes() * g.hw();
+  v_csf(pt, g, t, y, x, Ft);
+  v_csf(pr, g, t, y, x, Fr);
+  ft = v_feat(pt + 4 * g.hw(), g, t, y, x);
+  fr = v_feat(pr + 4 * g.hw(), g, t, y, x);
+}
+
 // LDR-FLIP forward tail of pixel (n, y, x): planes hold both images.
 template <class T>
 FLIP_HD T v_ldr_flip(const T* planes, const Geometry& g, const TapsView<T>& t, int64_t n, int64_t y, int64_t x, T eps,
                      const ColorConsts<T>& k) {
-  const T* pt = planes + (n * 2 + 0) * g.planes() * g.hw();
-  const T* pr = planes + (n * 2 + 1) * g.planes() * g.hw();
   T Ft[3], Fr[3];
-  v_csf(pt, g, t, y, x, Ft);
-  v_csf(pr, g, t, y, x, Fr);
-  Features<T> ft = v_feat(pt + 4 * g.hw(), g, t, y, x), fr = v_feat(pr + 4 * g.hw(), g, t, y, x);
+  Features<T> ft, fr;
+  v_ldr_responses(planes, g, t, n, y, x, Ft, Fr, ft, fr);
   return pixel_flip(Ft, Fr, ft, fr, eps, k);
 }
 
@@ -268,12 +277,9 @@ template <class T>
 FLIP_HD void v_ldr_flip_vjp(const T* planes, T* gplanes, const Geometry& g, const TapsView<T>& t, int64_t n, int64_t y,
                             int64_t x, T eps, const ColorConsts<T>& k, T grad) {
   const int64_t hw = g.hw(), p = y * g.w + x;
-  const T* pt = planes + (n * 2 + 0) * g.planes() * hw;
-  const T* pr = planes + (n * 2 + 1) * g.planes() * hw;
   T Ft[3], Fr[3], gFt[3], gFr[3];
-  v_csf(pt, g, t, y, x, Ft);
-  v_csf(pr, g, t, y, x, Fr);
-  Features<T> ft = v_feat(pt + 4 * hw, g, t, y, x), fr = v_feat(pr + 4 * hw, g, t, y, x), gft, gfr;
+  Features<T> ft, fr, gft, gfr;
+  v_ldr_responses(planes, g, t, n, y, x, Ft, Fr, ft, fr);
   pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, grad, gFt, gFr, gft, gfr);
   store_pixel_gradients(gplanes + (n * 2 + 0) * g.gplanes() * hw, hw, p, gFt, gft);
   store_pixel_gradients(gplanes + (n * 2 + 1) * g.gplanes() * hw, hw, p, gFr, gfr);
@@ -796,13 +802,10 @@ inline BackwardPlan whole_batch_plan(const Geometry& g, int wanted, int R) {
 template <class T>
 FLIP_HD void ldr_keep_pixel(const T* planes, T* out, T* kept, const BackwardBand& b, const Geometry& g,
                             const TapsView<T>& t, int64_t i, T eps, const ColorConsts<T>& k) {
-  const int64_t hw = g.hw(), n = i / hw, p = i % hw, y = p / g.w, x = p % g.w;
-  const T* pt = planes + (n * 2 + 0) * g.planes() * hw;
-  const T* pr = planes + (n * 2 + 1) * g.planes() * hw;
+  const int64_t hw = g.hw(), n = i / hw, p = i % hw;
   T Ft[3], Fr[3], gFt[3], gFr[3];
-  v_csf(pt, g, t, y, x, Ft);
-  v_csf(pr, g, t, y, x, Fr);
-  Features<T> ft = v_feat(pt + 4 * hw, g, t, y, x), fr = v_feat(pr + 4 * hw, g, t, y, x), gft, gfr;
+  Features<T> ft, fr, gft, gfr;
+  v_ldr_responses(planes, g, t, n, p / g.w, p % g.w, Ft, Fr, ft, fr);
   out[i] = pixel_flip_vjp(Ft, Fr, ft, fr, eps, k, T(1), gFt, gFr, gft, gfr);
   if (b.wanted & 1) store_pixel_gradients(b.planes(kept, n, 0, g.w), hw, p, gFt, gft);
   if (b.wanted & 2) store_pixel_gradients(b.planes(kept, n, 1, g.w), hw, p, gFr, gfr);
