@@ -1,22 +1,85 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh, with Chromium for the browser tests of the HTML report and a second
-# environment with the oldest supported torch) and runs every test: Python (pytest) and C++ (built
-# with CMake and run from pytest, tests/test_cpp.py), once with the newest supported torch (.venv,
-# the development pin) and once with the oldest (.venv-oldest-torch), both with the one extension
-# binary, built against the oldest. What the tests compile against torch goes to one build tree per
-# release (tests/build_dirs.py). CUDA tests skip cleanly without a GPU. Both runs always run; the
-# exit status is non-zero when either failed. Each step prints the time since the start, and each
-# run its slowest tests, so that a log shows where the time went.
+# environment with the oldest supported torch) and runs the tests: Python (pytest) and C++ (built
+# with CMake and run from pytest, tests/test_cpp.py). CUDA tests skip cleanly without a GPU.
+#
+#   bash scripts/test.sh [--tier full|fast|release] [pytest arguments...]
+#
+#   full     (default; .ci/run) every test with the newest supported torch (.venv, the development
+#            pin) and, at the same time, the torch_release tier with the oldest (.venv-oldest-torch):
+#            what can differ between releases (tests/tiers.py). Both runs use the one extension
+#            binary, built against the oldest.
+#   fast     every test not marked slow, with the newest torch only (the edit-test loop)
+#   release  the torch_release tier with both torches
+#
+# What the tests compile against torch goes to one build tree per release (tests/build_dirs.py).
+# Every run of the tier runs; the exit status is non-zero when any failed. Each step prints the time
+# since the start, each run its slowest tests, and the end a table of the runs and their times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 since_start() { echo "$((SECONDS / 60)) min $((SECONDS % 60)) s since the start"; }
 
-bash scripts/setup.sh --with-browser --with-oldest-torch
+tier=full
+if [ "${1:-}" = "--tier" ]; then
+  tier="${2:-}"
+  shift 2 || { echo "test.sh: --tier needs a value: full, fast or release" >&2; exit 2; }
+elif [[ "${1:-}" == --tier=* ]]; then
+  tier="${1#--tier=}"
+  shift
+fi
+case "$tier" in
+  full) runs=(".venv:" ".venv-oldest-torch:torch_release") ;;
+  fast) runs=(".venv:not slow") ;;
+  release) runs=(".venv:torch_release" ".venv-oldest-torch:torch_release") ;;
+  *) echo "test.sh: unknown tier '$tier' (known: full, fast, release)" >&2; exit 2 ;;
+esac
+setup_args=(--with-browser)
+[ "$tier" != fast ] && setup_args+=(--with-oldest-torch)
+
+bash scripts/setup.sh "${setup_args[@]}"
 echo "== set up ($(since_start))"
-status=0
-for env in .venv .venv-oldest-torch; do
-  echo "== running tests with torch $("$env/bin/python" -c 'import torch; print(torch.__version__)') ($env)"
-  "$env/bin/python" -m pytest tests -q -p no:cacheprovider --durations=15 "$@" || status=1
+summary=("set-up: ${SECONDS} s")
+
+# One pytest run: the environment, the marks selecting its tests, and where its status and time
+# go (a file, so that a run in the background can report them).
+run_tests() {
+  local env="$1" marks="$2" report="$3" select=() started=$SECONDS release result=passed
+  [ -n "$marks" ] && select=(-m "$marks")
+  release="$("$env/bin/python" -c 'import torch; print(torch.__version__)')"
+  echo "== running tests with torch $release ($env)${marks:+, tests marked: $marks}"
+  "$env/bin/python" -m pytest tests -q -p no:cacheprovider --durations=15 "${select[@]}" "${pytest_args[@]}" \
+    || result=FAILED
+  echo "torch $release, ${marks:-every test}: $((SECONDS - started)) s, $result" > "$report"
   echo "== done with $env ($(since_start))"
+}
+
+# The first run has the terminal; the others run at the same time, each into its own log, printed
+# when the first is done. The 2-core machine is otherwise half idle while a single pytest process
+# runs Python, starts subprocesses or links, so the tier takes little longer than its largest run.
+pytest_args=("$@")
+logs="$(mktemp -d)"
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$logs"' EXIT
+for i in "${!runs[@]}"; do
+  [ "$i" = 0 ] && continue
+  run_tests "${runs[$i]%%:*}" "${runs[$i]#*:}" "$logs/$i.status" > "$logs/$i.log" 2>&1 &
+  pids+=("$!")
+  echo "== started the run with ${runs[$i]%%:*} in the background (its output follows the first run's)"
 done
+run_tests "${runs[0]%%:*}" "${runs[0]#*:}" "$logs/0.status"
+for pid in "${pids[@]}"; do wait "$pid" || true; done
+for i in "${!runs[@]}"; do
+  [ "$i" = 0 ] && continue
+  echo "== output of the run with ${runs[$i]%%:*}"
+  cat "$logs/$i.log"
+done
+status=0
+echo "== tier $tier: the runs and their times"
+printf '   %s\n' "${summary[@]}"
+for i in "${!runs[@]}"; do
+  line="$(cat "$logs/$i.status" 2>/dev/null || echo "${runs[$i]%%:*}: no result (the run did not finish)")"
+  [[ "$line" == *", passed" ]] || status=1
+  echo "   $line"
+done
+echo "   in all: $((SECONDS / 60)) min $((SECONDS % 60)) s"
 exit "$status"

@@ -4,9 +4,13 @@ import pytest
 import torch
 
 import flip_loss
+from tiers import in_torch_release_tier
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if in_torch_release_tier(item.module.__name__.rpartition(".")[2], item.name):
+            item.add_marker(pytest.mark.torch_release)
     # CUDA tests skip cleanly on machines without a GPU.
     if torch.cuda.is_available():
         return
@@ -37,6 +41,11 @@ def pytest_configure(config):
         "markers",
         "slow: takes more than a few seconds (builds, subprocess launches, "
         "exhaustive sweeps); `pytest -m 'not slow'` is the fast tier",
+    )
+    config.addinivalue_line(
+        "markers",
+        "torch_release: can differ between torch releases (tests/tiers.py); the tier that "
+        "scripts/test.sh runs with the oldest supported torch too",
     )
 
 
