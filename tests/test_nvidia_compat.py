@@ -396,8 +396,10 @@ def test_bad_exposures_raise_with_a_message():
     bad[1, 0, 0, 0] = float("nan")
     with pytest.raises(ValueError, match="image 1 is undefined"):
         flip_loss.HDRFLIPLoss()(t, bad, 30.0)
-    with pytest.raises(ValueError, match="t_max"):
+    with pytest.raises(ValueError, match="tmin"):  # NVIDIA's order: tmax, then tmin
         flip_loss.compute_start_stop_exposures(r, "aces", 0.85, 1.5)
+    with pytest.raises(ValueError, match="t_max"):  # the earlier keyword names name themselves
+        flip_loss.compute_start_stop_exposures(r, "aces", t_min=0.85, t_max=1.5)
 
 
 def test_a_given_start_with_an_automatic_stop():
