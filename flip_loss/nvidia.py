@@ -48,6 +48,7 @@ from .hdr import (
     exposure_anchor,
     exposure_grid,
     exposure_values,
+    host_rows,
     luminance_max_median,
     option_tensor,
 )
@@ -761,6 +762,8 @@ class HDRFLIPLoss(_FLIPConstants):
         # The checks of hdr_flip (finite, ordered ranges; given bounds within [-149, 127]; at most
         # 256 exposures) and the per-image counts.
         counts, count_max = automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)
+        if n > 1:
+            _warn_if_mixed_counts(counts)
         exposures = exposure_grid(s, e, counts, count_max)
         if kernels_serve("hdr_flip", t, r):
             error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, self.eps)[0]
@@ -772,6 +775,23 @@ class HDRFLIPLoss(_FLIPConstants):
         return (
             f"median={self.median!r}, max_value={self.max_value}, eps={self.eps:g}, "
             f"tmax={self.tmax:g}, tmin={self.tmin:g}"
+        )
+
+
+@torch.compiler.disable
+def _warn_if_mixed_counts(counts: torch.Tensor) -> None:
+    """The one place where HDRFLIPLoss's value differs from NVIDIA's by design: a batch whose images
+    need different exposure counts. Said, not left silent (one more small read-back per call of a
+    batch; run eagerly under torch.compile, where the counts are read back anyway)."""
+    rows = host_rows(counts.to(torch.float64).unsqueeze(0))
+    if rows is not None and min(rows[0]) != max(rows[0]):
+        warnings.warn(
+            f"flip_loss: HDRFLIPLoss: the images of this batch need different numbers of exposures "
+            f"({int(min(rows[0]))} to {int(max(rows[0]))}); each image gets its own, the value it has "
+            f"alone. NVIDIA's loss runs every image to the batch's largest count (past its stop exposure) "
+            f"and gives another value.",
+            UserWarning,
+            stacklevel=_caller_stacklevel(),
         )
 
 
