@@ -17,9 +17,12 @@ to 65536); ``HDRFLIPLoss(median="upper")`` and ``compute_start_stop_exposures(..
 give flip-evaluator's exposures instead, and ``HDRFLIPLoss(max_value=None)`` takes the inputs as
 they are. Where NVIDIA's loss is wrong this module is not: an unknown tone mapper raises
 ``ValueError`` (NVIDIA's runs ACES), every image of a batch gets its own exposure count (NVIDIA's
-runs all to the largest), and a zero median or maximum luminance is raised to float32 epsilon
-(NVIDIA's gives infinite exposures). Gradients through tied exposures go to the earliest
-(NVIDIA's ``amax`` splits them); the automatic exposures are constants for autograd.
+runs all to the largest; HDRFLIPLoss warns where that changes the value), and a zero median or
+maximum luminance is raised to float32 epsilon (NVIDIA's gives infinite exposures). Gradients
+through tied exposures go to the earliest (NVIDIA's ``amax`` splits them); the automatic exposures
+are constants for autograd. NVIDIA's tunable constants qc, qf, pc, pt are accepted (as parameters
+and as attributes of the losses) at FLIP's published values only, which the kernels implement:
+another value raises ``ValueError``. docs/nvidia.md compares every function and attribute.
 """
 
 import math

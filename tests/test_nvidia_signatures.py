@@ -258,6 +258,19 @@ def test_ldr_loss_called_as_nvidias_code_calls_it():
     assert out.shape == () and out.dtype == torch.float32 and out.device == test.device
 
 
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_ldr_inputs_raise(value):
+    test, ref = ldr_pair(seed=24)
+    bad = test.clone()
+    bad[1, 2, 3, 4] = value
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the out-of-range warning, for the infinities
+        with pytest.raises(RuntimeError, match="NaN or infinite"):
+            flip_loss.LDRFLIPLoss()(bad, ref)
+        with pytest.raises(RuntimeError, match="NaN or infinite"):
+            flip_loss.LDRFLIPLoss()(ref, bad)
+
+
 def test_hdr_loss_called_as_nvidias_code_calls_it():
     test, ref = hdr_pair(seed=7)
     loss_fn = flip_loss.HDRFLIPLoss()
