@@ -17,20 +17,33 @@ to 65536); ``HDRFLIPLoss(median="upper")`` and ``compute_start_stop_exposures(..
 give flip-evaluator's exposures instead, and ``HDRFLIPLoss(max_value=None)`` takes the inputs as
 they are. Where NVIDIA's loss is wrong this module is not: an unknown tone mapper raises
 ``ValueError`` (NVIDIA's runs ACES), every image of a batch gets its own exposure count (NVIDIA's
-runs all to the largest), and a zero median or maximum luminance is raised to float32 epsilon
-(NVIDIA's gives infinite exposures). Gradients through tied exposures go to the earliest
-(NVIDIA's ``amax`` splits them); the automatic exposures are constants for autograd.
+runs all to the largest; HDRFLIPLoss warns where that changes the value), and a zero median or
+maximum luminance is raised to float32 epsilon (NVIDIA's gives infinite exposures). Gradients
+through tied exposures go to the earliest (NVIDIA's ``amax`` splits them); the automatic exposures
+are constants for autograd. NVIDIA's tunable constants qc, qf, pc, pt are accepted (as parameters
+and as attributes of the losses) at FLIP's published values only, which the kernels implement:
+another value raises ``ValueError``. docs/nvidia.md compares every function and attribute.
 """
 
 import math
-from typing import Optional, Tuple
+import warnings
+from typing import Dict, Optional, Tuple
 
+import numpy as np
 import torch
 
 from . import options
 from . import oracle
-from .constants import DEFAULT_EPS, PC, PT
-from .functional import checked_pair, is_device_call, kernels_serve, ldr_flip_with_look
+from .constants import DEFAULT_EPS, PC, PT, QC, QF
+from .functional import (
+    _caller_stacklevel,
+    checked_pair,
+    host_table,
+    is_compiling,
+    is_device_call,
+    kernels_serve,
+    ldr_flip_with_look,
+)
 from .hdr import (
     as_batch,
     automatic_counts,
@@ -38,6 +51,7 @@ from .hdr import (
     exposure_anchor,
     exposure_grid,
     exposure_values,
+    host_rows,
     luminance_max_median,
     option_tensor,
 )
@@ -86,6 +100,48 @@ def _tone_mapper(value) -> str:
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+# FLIP's published constants, by the names NVIDIA's functions and losses give them.
+_PUBLISHED = {"qc": QC, "qf": QF, "pc": PC, "pt": PT}
+
+
+def _published_constant(name: str, value) -> float:
+    """``value`` for one of NVIDIA's tunable constants (qc, qf, pc, pt) where only FLIP's published
+    value can be honoured: that value (as a Python float, or rounded to float32 as a float32
+    tensor holds it) is accepted; another raises ``ValueError`` rather than being ignored."""
+    published = _PUBLISHED[name]
+    v = options.real_number(name, value)
+    if v == published or v == float(np.float32(published)):
+        return published
+    raise ValueError(
+        f"flip_loss: {name} must be FLIP's published value {published}, got {value!r}: the compiled "
+        f"kernels implement the published constants only (docs/algorithm.md §3), so another value "
+        f"could not be honoured. To try other values, compose the stage functions by hand "
+        f"(hyab, torch.pow, redistribute_errors(..., pc, pt), feature_detection)"
+    )
+
+
+def _redistribution_constants(pc, pt) -> Tuple[float, float]:
+    """pc and pt of the colour compression, checked: the knee pc * cmax must lie strictly inside
+    (0, cmax) and the value there, pt, in [0, 1], or the mapping divides by zero or leaves [0, 1]."""
+    p = options.real_number("pc", pc)
+    t = options.real_number("pt", pt)
+    if not (math.isfinite(p) and 0.0 < p < 1.0):
+        raise ValueError(f"flip_loss: pc must be a number strictly between 0 and 1 (the knee pc * cmax), got {pc!r}")
+    if not (math.isfinite(t) and 0.0 <= t <= 1.0):
+        raise ValueError(f"flip_loss: pt must be a number from 0 to 1 (the error at the knee), got {pt!r}")
+    return p, t
+
+
+def _one_of(name: str, value, alias: str, alias_value) -> Tuple[str, object]:
+    """(the name used, the value) of a parameter that also has a keyword-only alias (the project's
+    earlier name): exactly one of the two must be given."""
+    if value is not None and alias_value is not None:
+        raise TypeError(f"flip_loss: give {name} or its alias {alias}, not both")
+    if value is None and alias_value is None:
+        raise TypeError(f"flip_loss: missing the argument {name}")
+    return (name, value) if value is not None else (alias, alias_value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,16 +228,25 @@ def _by_reciprocal(tone_mapper: str, median: str) -> bool:
 
 
 def compute_start_stop_exposures(
-    reference: torch.Tensor, tone_mapper: str, t_min: float, t_max: float, *, median: str = "lower"
+    reference: torch.Tensor,
+    tone_mapper: str,
+    tmax: Optional[float] = None,
+    tmin: Optional[float] = None,
+    *,
+    median: str = "lower",
+    t_max: Optional[float] = None,
+    t_min: Optional[float] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """NVIDIA's automatic exposure range of each image of ``reference`` (N x 3 x H x W linear HDR):
     ``(start_exposure, stop_exposure)``, each an N x 1 x 1 x 1 tensor of stops, on the reference's
     device, float32 (float64 for a float64 reference), without gradient.
 
-    start = log2(x_max / Y_max), x_max the scene value the tone curve maps to ``t_max`` (the
-    brightest pixel ends there); stop = log2(x_min / Y_median), x_min the value mapped to ``t_min``
-    (the median pixel ends there). Y is the Rec. 709 luminance of the reference with negative values
-    as 0; HDRFLIPLoss asks for t_min = t_max = 0.85.
+    NVIDIA's parameters, in NVIDIA's order: start = log2(x_max / Y_max), x_max the scene value the
+    tone curve maps to ``tmax`` (the brightest pixel ends there); stop = log2(x_min / Y_median),
+    x_min the value mapped to ``tmin`` (the median pixel ends there). Both are required and lie in
+    (0, 1). Y is the Rec. 709 luminance of the reference with negative values as 0; HDRFLIPLoss asks
+    for tmax = tmin = 0.85. ``t_max`` and ``t_min`` (keyword only) are the same parameters under
+    this project's earlier names; giving a name and its alias raises ``TypeError``.
 
     ``median="lower"`` (default): NVIDIA's rules, the lower middle element of an even pixel count
     (``torch.median``) and the root of the exact tone curve; ``median="upper"``: flip-evaluator's,
@@ -189,11 +254,13 @@ def compute_start_stop_exposures(
     for 0.85). Unlike NVIDIA's, a median or maximum luminance of 0 is raised to float32 epsilon (a
     finite range; NVIDIA's is infinite), and an unknown tone mapper raises ``ValueError``.
     """
+    start_name, start_target = _one_of("tmax", tmax, "t_max", t_max)
+    stop_name, stop_target = _one_of("tmin", tmin, "t_min", t_min)
     ref = checked_reference(reference)
     tm = _tone_mapper(tone_mapper)
     rule = options.median_rule(median)
-    x_stop = _target_anchor(tm, "t_min", t_min, rule)
-    x_start = _target_anchor(tm, "t_max", t_max, rule)
+    x_start = _target_anchor(tm, start_name, start_target, rule)
+    x_stop = _target_anchor(tm, stop_name, stop_target, rule)
     start, stop = _start_stop(ref, x_start, x_stop, rule == "lower", _by_reciprocal(tm, rule))
     return start.view(-1, 1, 1, 1), stop.view(-1, 1, 1, 1)
 
@@ -313,6 +380,21 @@ def color_space_transform(input_color: torch.Tensor, fromSpace2toSpace: str) -> 
 # --------------------------------------------------------------------------------------------
 
 
+def _warn_if_negative(img: torch.Tensor) -> None:
+    if is_compiling():
+        return
+    with torch.no_grad():
+        table = host_table((img.detach() < 0).any().reshape(1))
+    if table is not None and bool(table.any()):
+        warnings.warn(
+            "flip_loss: tone_map counts the negative values of img as 0, as HDR-FLIP does; NVIDIA's "
+            "tone_map (whose img must be non-negative) would put them through the tone curve. Clamp img "
+            "to 0 first (as HDRFLIPLoss does) to make the two agree.",
+            UserWarning,
+            stacklevel=_caller_stacklevel(),
+        )
+
+
 def tone_map(img: torch.Tensor, tone_mapper: str, exposure) -> torch.Tensor:
     """``img`` (N x 3 x H x W linear HDR) exposed by 2^``exposure`` (stops: a number or a tensor
     broadcastable to N x 1 x 1 x 1, such as the exposures of ``compute_start_stop_exposures``),
@@ -321,11 +403,15 @@ def tone_map(img: torch.Tensor, tone_mapper: str, exposure) -> torch.Tensor:
     the curves have flip-evaluator's coefficients (Hable's rounded to six digits, within 2e-6 of
     NVIDIA's exact ones). Differentiable (in ``exposure`` too, when it is a tensor that requires
     a gradient); the gradient is 0 where a clamp is active.
-    Raises ``ValueError`` for an unknown tone mapper (NVIDIA's runs ACES).
+    Raises ``ValueError`` for an unknown tone mapper (NVIDIA's runs ACES). Negative values, outside
+    NVIDIA's contract (its HDRFLIPLoss clamps them to 0 first; its tone_map puts them through the
+    curve), count as 0 here, with a ``UserWarning`` when there are any (looked at in eager calls,
+    not in traced code; on a GPU that look synchronises).
     """
     tm = _tone_mapper(tone_mapper)
     if not isinstance(img, torch.Tensor) or not img.is_floating_point():
         raise TypeError("flip_loss: img must be a floating-point torch.Tensor")
+    _warn_if_negative(img)
     x = img.to(_compute_dtype(img))
     batched = x if x.dim() == 4 else x.unsqueeze(0)
     if isinstance(exposure, torch.Tensor):
@@ -392,13 +478,17 @@ def hyab(reference: torch.Tensor, test: torch.Tensor, eps: float = DEFAULT_EPS) 
     return oracle.floored_abs(d[:, 0:1], eps) + oracle.chroma_norm(d[:, 1:2], d[:, 2:3])
 
 
-def redistribute_errors(power_deltaE_hyab: torch.Tensor, cmax) -> torch.Tensor:  # noqa: N803
-    """The compression of the colour error (docs/algorithm.md §4.9): HyAB^0.7 values ``e`` mapped
-    linearly to [0, 0.95) below the knee 0.4 ``cmax`` and from 0.95 to 1 above it."""
+def redistribute_errors(power_deltaE_hyab: torch.Tensor, cmax, pc=PC, pt=PT) -> torch.Tensor:  # noqa: N803
+    """The compression of the colour error (docs/algorithm.md §4.9): HyAB^qc values ``e`` mapped
+    linearly to [0, pt) below the knee pc * ``cmax`` and from pt to 1 above it. ``pc`` and ``pt``
+    (NVIDIA's parameters; FLIP's published 0.4 and 0.95 when left out) are honoured: any pc strictly
+    between 0 and 1 and pt in [0, 1] (``ValueError`` otherwise: the mapping would divide by zero
+    or leave [0, 1])."""
     cmax = options.real_number("cmax", cmax) if not isinstance(cmax, torch.Tensor) else cmax
-    knee = PC * cmax
+    pc, pt = _redistribution_constants(pc, pt)
+    knee = pc * cmax
     e = power_deltaE_hyab
-    return torch.where(e < knee, (PT / knee) * e, PT + ((e - knee) / (cmax - knee)) * (1.0 - PT))
+    return torch.where(e < knee, (pt / knee) * e, pt + ((e - knee) / (cmax - knee)) * (1.0 - pt))
 
 
 def feature_detection(img_y: torch.Tensor, pixels_per_degree, feature_type: str) -> torch.Tensor:
@@ -422,7 +512,14 @@ def feature_detection(img_y: torch.Tensor, pixels_per_degree, feature_type: str)
 
 
 def compute_ldrflip(
-    test: torch.Tensor, reference: torch.Tensor, pixels_per_degree, *, eps: float = DEFAULT_EPS
+    test: torch.Tensor,
+    reference: torch.Tensor,
+    pixels_per_degree,
+    qc=QC,
+    qf=QF,
+    pc=PC,
+    pt=PT,
+    eps: float = DEFAULT_EPS,
 ) -> torch.Tensor:
     """The LDR-FLIP error map (N x 1 x H x W) of two images in the **opponent space YCxCz** (N x 3 x
     H x W, e.g. ``color_space_transform(x, "srgb2ycxcz")``), as NVIDIA's function takes them: CSF
@@ -430,7 +527,14 @@ def compute_ldrflip(
     (docs/algorithm.md §4.4-§4.13). Runs the compiled ops ``csf_filter``, ``hunt_hyab`` and
     ``feature_difference`` (the pure-PyTorch oracle where they have no kernels);
     differentiable in both inputs. The inputs are not clamped (the filtered colours are), as in
-    NVIDIA's function. ``eps`` regularises the gradient (docs/algorithm.md §7.2)."""
+    NVIDIA's function. ``eps`` regularises the gradient (docs/algorithm.md §7.2).
+
+    NVIDIA's parameters, in its order: ``qc``, ``qf``, ``pc``, ``pt`` (positional or by name) are
+    accepted at FLIP's published values (0.7, 0.5, 0.4, 0.95, which they default to here); the
+    kernels implement only those, so another value raises ``ValueError`` naming the parameter.
+    """
+    for name, value in (("qc", qc), ("qf", qf), ("pc", pc), ("pt", pt)):
+        _published_constant(name, value)
     test, reference = checked_pair(test, reference)
     ppd = _pixels_per_degree(pixels_per_degree)
     eps = options.eps(eps)
@@ -460,7 +564,58 @@ def compute_ldrflip(
 # --------------------------------------------------------------------------------------------
 
 
-class LDRFLIPLoss(torch.nn.Module):
+class _FLIPConstants(torch.nn.Module):
+    """The attributes NVIDIA's losses carry, as properties: ``qc``, ``qf``, ``pc``, ``pt`` read FLIP's
+    published constants, and assigning that value is accepted, another raises ``ValueError`` at the
+    assignment (the kernels implement the published constants only); ``eps`` is checked when set
+    (``options.eps``: a finite number in [0, 1e-6]) and used by the next call."""
+
+    def __init__(self, eps: float):
+        super().__init__()
+        self.eps = eps
+
+    @property
+    def eps(self) -> float:
+        return self._eps
+
+    @eps.setter
+    def eps(self, value) -> None:
+        self._eps = options.eps(value)
+
+    @property
+    def qc(self) -> float:
+        return QC
+
+    @qc.setter
+    def qc(self, value) -> None:
+        _published_constant("qc", value)
+
+    @property
+    def qf(self) -> float:
+        return QF
+
+    @qf.setter
+    def qf(self, value) -> None:
+        _published_constant("qf", value)
+
+    @property
+    def pc(self) -> float:
+        return PC
+
+    @pc.setter
+    def pc(self, value) -> None:
+        _published_constant("pc", value)
+
+    @property
+    def pt(self) -> float:
+        return PT
+
+    @pt.setter
+    def pt(self, value) -> None:
+        _published_constant("pt", value)
+
+
+class LDRFLIPLoss(_FLIPConstants):
     """NVIDIA's ``LDRFLIPLoss``: ``LDRFLIPLoss()(test, reference, pixels_per_degree=67.0206...)``
     → the mean LDR-FLIP error over all pixels of all images, a 0-dim tensor.
 
@@ -471,11 +626,12 @@ class LDRFLIPLoss(torch.nn.Module):
     images; works under ``torch.compile`` (``fullgraph=True`` too).
 
     ``eps`` (keyword only, default 1e-15, NVIDIA's) regularises the gradient (docs/algorithm.md §7.2).
+    NVIDIA's attributes: ``eps`` (checked when set, used by the next call) and ``qc``, ``qf``,
+    ``pc``, ``pt`` (FLIP's published constants; assigning another value raises ``ValueError``).
     """
 
     def __init__(self, *, eps: float = DEFAULT_EPS):
-        super().__init__()
-        self.eps = options.eps(eps)
+        super().__init__(eps)
         self._looked_at_device_inputs = False
 
     def forward(
@@ -492,7 +648,16 @@ class LDRFLIPLoss(torch.nn.Module):
         return f"eps={self.eps:g}"
 
 
-class HDRFLIPLoss(torch.nn.Module):
+def _anchors(name: str, target) -> Dict[Tuple[str, str], float]:
+    """The scene value mapped to ``target`` by each tone mapper under each median rule's anchor,
+    for HDRFLIPLoss's tmax and tmin (computed when they are set, so that neither NumPy nor the
+    scalar arithmetic of the solve enters torch.compile's graphs)."""
+    return {
+        (rule, tm): _target_anchor(tm, name, target, rule) for rule in ("lower", "upper") for tm in options.TONE_MAPPERS
+    }
+
+
+class HDRFLIPLoss(_FLIPConstants):
     """NVIDIA's ``HDRFLIPLoss``: ``HDRFLIPLoss()(test, reference, pixels_per_degree=67.0206...,
     tone_mapper="aces", start_exposure=None, stop_exposure=None)`` → the mean HDR-FLIP error over
     all pixels of all images, a 0-dim tensor.
@@ -500,28 +665,72 @@ class HDRFLIPLoss(torch.nn.Module):
     ``test`` and ``reference`` are linear HDR images, N x 3 x H x W (or 3 x H x W), CPU or GPU.
     ``tone_mapper``: ``"aces"``, ``"hable"`` or ``"reinhard"`` (any case; another name raises
     ``ValueError``). ``start_exposure``/``stop_exposure``: None (computed per image from the
-    reference with ``compute_start_stop_exposures(reference, tone_mapper, 0.85, 0.85)``), a number,
-    or a tensor with one value per image (N x 1 x 1 x 1, as NVIDIA's loss takes them). Each image
-    gets its own exposure count, max(2, ceil(stop - start)), as it would alone (NVIDIA's loss runs
-    every image of a batch to the largest count). Runs this project's compiled ``hdr_flip``;
+    reference with ``compute_start_stop_exposures(reference, tone_mapper, self.tmax, self.tmin)``), a
+    number, or a tensor with one value per image (N x 1 x 1 x 1, as NVIDIA's loss takes them). Each
+    image gets its own exposure count, max(2, ceil(stop - start)), as it would alone (NVIDIA's loss
+    runs every image of a batch to the largest count). Runs this project's compiled ``hdr_flip``;
     differentiable in both images; works under ``torch.compile`` (the exposure count is read back
     from the device, a graph break).
 
     Keyword-only options: ``median="lower"`` (NVIDIA's exposures; ``"upper"``: flip-evaluator's, as
-    ``flip_loss.hdr_flip`` computes them), ``max_value=65536.0`` (inputs are clamped to at most
-    this before anything else, the automatic exposures included, with zero gradient above it, as
-    NVIDIA's loss clamps them; None: no clamp, as flip-evaluator), ``eps=1e-15``.
+    ``flip_loss.hdr_flip`` computes them), ``max_value=65536.0`` (finite inputs are clamped to at
+    most this before anything else, the automatic exposures included, with zero gradient above it,
+    as NVIDIA's loss clamps them; None: no clamp, as flip-evaluator; NaN and infinite values are
+    never clamped: they raise as in ``flip_loss.hdr_flip``), ``eps=1e-15``.
+
+    NVIDIA's attributes: ``tmax`` and ``tmin`` (0.85: the tone-mapped values of the brightest and
+    the median pixel at the automatic start and stop exposures; any value in (0, 1), checked when
+    set, used by the next call), ``eps``, and ``qc``, ``qf``, ``pc``, ``pt`` as in ``LDRFLIPLoss``.
+    ``median`` and ``max_value`` are checked when set too.
     """
 
     def __init__(self, *, median: str = "lower", max_value: Optional[float] = HDR_INPUT_MAX, eps: float = DEFAULT_EPS):
-        super().__init__()
-        self.median = options.median_rule(median)
-        if max_value is not None:
-            max_value = options.real_number("max_value", max_value)
-            if not (math.isfinite(max_value) and max_value > 0):
-                raise ValueError(f"flip_loss: max_value must be a positive finite number or None, got {max_value!r}")
+        super().__init__(eps)
+        self.median = median
         self.max_value = max_value
-        self.eps = options.eps(eps)
+        self.tmax = _TARGET
+        self.tmin = _TARGET
+
+    @property
+    def median(self) -> str:
+        return self._median
+
+    @median.setter
+    def median(self, value) -> None:
+        self._median = options.median_rule(value)
+
+    @property
+    def max_value(self) -> Optional[float]:
+        return self._max_value
+
+    @max_value.setter
+    def max_value(self, value) -> None:
+        if value is not None:
+            v = options.real_number("max_value", value)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"flip_loss: max_value must be a positive finite number or None, got {value!r}")
+            value = v
+        self._max_value = value
+
+    @property
+    def tmax(self) -> float:
+        return self._tmax
+
+    @tmax.setter
+    def tmax(self, value) -> None:
+        t = _checked_target("tmax", value)
+        self._start_anchors = _anchors("tmax", t)
+        self._tmax = t
+
+    @property
+    def tmin(self) -> float:
+        return self._tmin
+
+    @tmin.setter
+    def tmin(self, value) -> None:
+        t = _checked_target("tmin", value)
+        self._stop_anchors = _anchors("tmin", t)
+        self._tmin = t
 
     def forward(
         self,
@@ -535,14 +744,14 @@ class HDRFLIPLoss(torch.nn.Module):
         test, reference = checked_pair(test, reference)
         ppd = _pixels_per_degree(pixels_per_degree)
         tm = _tone_mapper(tone_mapper)
-        rule = options.median_rule(self.median)
+        rule = self.median
         t, r = as_batch(test), as_batch(reference)
         if self.max_value is not None:
             t, r = _clamp_above(t, self.max_value), _clamp_above(r, self.max_value)
         n = r.shape[0]
         if start_exposure is None or stop_exposure is None:
-            anchor = _ANCHORS[(rule, tm)]
-            auto_start, auto_stop = _start_stop(r, anchor, anchor, rule == "lower", _by_reciprocal(tm, rule))
+            x_start, x_stop = self._start_anchors[(rule, tm)], self._stop_anchors[(rule, tm)]
+            auto_start, auto_stop = _start_stop(r, x_start, x_stop, rule == "lower", _by_reciprocal(tm, rule))
         s = (
             auto_start.to(torch.float32)
             if start_exposure is None
@@ -556,6 +765,8 @@ class HDRFLIPLoss(torch.nn.Module):
         # The checks of hdr_flip (finite, ordered ranges; given bounds within [-149, 127]; at most
         # 256 exposures) and the per-image counts.
         counts, count_max = automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)
+        if n > 1:
+            _warn_if_mixed_counts(counts)
         exposures = exposure_grid(s, e, counts, count_max)
         if kernels_serve("hdr_flip", t, r):
             error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, self.eps)[0]
@@ -564,10 +775,36 @@ class HDRFLIPLoss(torch.nn.Module):
         return weighted_reduce(error, None, "mean")
 
     def extra_repr(self) -> str:
-        return f"median={self.median!r}, max_value={self.max_value}, eps={self.eps:g}"
+        return (
+            f"median={self.median!r}, max_value={self.max_value}, eps={self.eps:g}, "
+            f"tmax={self.tmax:g}, tmin={self.tmin:g}"
+        )
+
+
+@torch.compiler.disable
+def _warn_if_mixed_counts(counts: torch.Tensor) -> None:
+    """The one place where HDRFLIPLoss's value differs from NVIDIA's by design: a batch whose images
+    need different exposure counts. Said, not left silent (one more small read-back per call of a
+    batch; run eagerly under torch.compile, where the counts are read back anyway)."""
+    rows = host_rows(counts.to(torch.float64).unsqueeze(0))
+    if rows is not None and min(rows[0]) != max(rows[0]):
+        warnings.warn(
+            f"flip_loss: HDRFLIPLoss: the images of this batch need different numbers of exposures "
+            f"({int(min(rows[0]))} to {int(max(rows[0]))}); each image gets its own, the value it has "
+            f"alone. NVIDIA's loss runs every image to the batch's largest count (past its stop exposure) "
+            f"and gives another value.",
+            UserWarning,
+            stacklevel=_caller_stacklevel(),
+        )
 
 
 def _clamp_above(x: torch.Tensor, high: float) -> torch.Tensor:
-    """min(x, high), passing the gradient at and below ``high`` and none above; NaN stays NaN (and
-    is refused by the range checks) rather than becoming ``high``."""
-    return torch.where(x > high, torch.full_like(x, high), x)
+    """min(x, high) for finite x, passing the gradient at and below ``high`` and none above. NaN and
+    +Inf stay as they are, so that the checks refuse them as ``hdr_flip`` does (NVIDIA's clamp
+    would turn +Inf into ``high`` and give a finite loss). A dtype whose largest finite value does
+    not exceed ``high`` (float16 for the default 65536) holds nothing to clamp, and could not hold
+    ``high`` itself."""
+    if high >= torch.finfo(x.dtype).max:
+        return x
+    above = (x > high) & (x < math.inf)
+    return torch.where(above, torch.full_like(x, high), x)
