@@ -346,8 +346,8 @@ class Expect:
 # The filters of TapsView (passes.h) with the CSF radius; g, dg and ddg have the feature radius.
 CSF_FILTERS = ("y", "cx", "cz1", "cz2")
 # The loops of correlate (passes.h), by form, and of tsum's border folds.
-PLAIN, ODD, CENTRED = "k <= f.r; ++k", "acc += f.w[f.r - i]", "acc += f.w[f.r + i]"
-FOLD_FIRST, FOLD_LAST = "acc += f.left[i]", "acc += f.right[d]"
+PLAIN, ODD, CENTRED = "k <= f.r; ++k", "acc = FLIP_FMADD(T, f.w[f.r - i]", "acc = FLIP_FMADD(T, f.w[f.r + i]"
+FOLD_FIRST, FOLD_LAST = "acc = FLIP_FMADD(T, f.left[i]", "acc = FLIP_FMADD(T, f.right[d]"
 
 
 def taps(filt, form):
