@@ -97,9 +97,7 @@ using TapsView = FilterBank<FilterView<T>>;
 // merged by nvcc) then sit on the line of the sum, where the SASS line table puts their FFMA or
 // DFMA (benchmarks/sass_report.py finds an unrolled filter loop's pieces by that line).
 #if defined(__CUDA_ARCH__)
-#define FLIP_FMADD(T, a, b, c)                                          \
-  (sizeof(T) == sizeof(float) ? T(__fmaf_rn(float(a), float(b), float(c))) \
-                              : T(__fma_rn(double(a), double(b), double(c))))
+#define FLIP_FMADD(T, a, b, c) (sizeof(T) == sizeof(float) ? T(__fmaf_rn(a, b, c)) : T(__fma_rn(a, b, c)))
 #else
 #define FLIP_FMADD(T, a, b, c) T(std::fma(T(a), T(b), T(c)))
 #endif
