@@ -121,12 +121,17 @@ if want_cuda():
     # Without a GPU to detect, build for the common data-centre and desktop targets (A100/RTX 30xx,
     # H100/H200); set TORCH_CUDA_ARCH_LIST=9.0 on an H200 for a quicker build.
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;8.6;9.0")
+    # -fmad=false: nvcc fuses no a * b + c of its own accord, so device code rounds every product
+    # and sum as written, as the CPU kernels do (-ffp-contract=off above). nvcc's default would
+    # fuse an operation of one image and not of the other (in HyAB's differences, for one), so
+    # identical images would not give exactly 0 nor swapped ones the same map. The filter taps
+    # are fused multiply-adds on purpose (flip::fmadd, csrc/flip/passes.h); docs/algorithm.md §9.2.
     ext = CUDAExtension(
         "flip_loss._C",
         cpp_sources + cuda_sources,
         extra_compile_args={
             "cxx": cxx_flags + ["-DFLIP_WITH_CUDA", "-DUSE_CUDA"],
-            "nvcc": ["-O3", "-lineinfo", "-DFLIP_WITH_CUDA"],
+            "nvcc": ["-O3", "-lineinfo", "-fmad=false", "-DFLIP_WITH_CUDA"],
         },
         extra_link_args=link_flags,
         py_limited_api=True,

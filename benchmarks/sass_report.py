@@ -8,8 +8,10 @@ with the issue-bound time that implies.
     python benchmarks/sass_report.py [--json out.json] [--size 1920x1080] [--exposures 9]
 
 It compiles csrc/flip/cuda/kernels.cu as setup.py does (its nvcc flags, torch's common ones)
-for sm_90 only, into a cubin, and benchmarks/sass_launch_facts.cpp for the host (radii, tiles,
-shared memory, the backward's bands, straight from the kernels' headers). Tools: nvcc (and ptxas)
+for sm_90 only, into a cubin (kept in build/sass, keyed by nvcc's version, the flags and the
+sources, for an identical compile to reuse; --no-cache compiles afresh), and
+benchmarks/sass_launch_facts.cpp for the host (radii, tiles, shared memory, the backward's
+bands, straight from the kernels' headers). Tools: nvcc (and ptxas)
 from CUDA_HOME or PATH; nvdisasm and cuobjdump from --tools-dir, PATH, CUDA_HOME/bin or the
 PyPI wheels on sys.path (nvidia-cuda-nvdisasm, nvidia-cuda-cuobjdump).
 
@@ -119,17 +121,43 @@ def torch_nvcc_flags():
     ], None
 
 
-def compile_kernels(nvcc, workdir, notes):
-    flags = setup_nvcc_flags()
+# Compiled cubins and their ptxas logs, by a hash of the compile (below): the report and the tests
+# (tests/test_sass_report.py) that compile the same kernels with the same flags share one compile.
+CACHE_DIR = os.path.join(ROOT, "build", "sass")
+
+
+def _compile_key(nvcc, cmd):
+    """A hash of everything the cubin depends on: nvcc's version, the command line (without the
+    tool's path and the output file) and every source file under csrc/flip and csrc/include."""
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.encode())
+    h.update("\0".join(cmd).encode())
+    for sub in ("flip", "include"):
+        base = os.path.join(ROOT, "csrc", sub)
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            for name in sorted(filenames):
+                path = os.path.join(dirpath, name)
+                h.update(os.path.relpath(path, ROOT).encode() + b"\0")
+                with open(path, "rb") as fh:
+                    h.update(fh.read())
+    return h.hexdigest()[:32]
+
+
+def compile_kernels(nvcc, workdir, notes, flags=None, cache_dir=CACHE_DIR):
+    """kernels.cu for sm_90 into a cubin, with setup.py's nvcc flags (or `flags` in their place) and
+    torch's common ones: (cubin path, ptxas -v log, command line). With cache_dir (None: none) an
+    identical compile made before is reused from there."""
+    flags = list(setup_nvcc_flags() if flags is None else flags)
     extra, note = torch_nvcc_flags()
     if note:
         notes.append(note)
     if "-lineinfo" not in flags:
         flags.append("-lineinfo")  # source lines for the loop table; the generated code is the same
         notes.append("added -lineinfo (setup.py does not pass it)")
-    cubin = os.path.join(workdir, "kernels.cubin")
-    cmd = [
-        nvcc,
+    args = [
         "-cubin",
         "-gencode=arch=compute_90,code=sm_90",
         "-std=c++17",
@@ -138,13 +166,29 @@ def compile_kernels(nvcc, workdir, notes):
         "-Xptxas",
         "-v",
         KERNELS_CU,
-        "-o",
-        cubin,
     ]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    line = " ".join(args + ["-o", "kernels.cubin"])
+    cached = None
+    if cache_dir is not None:
+        cached = os.path.join(cache_dir, _compile_key(nvcc, args))
+        if os.path.exists(cached + ".cubin") and os.path.exists(cached + ".log"):
+            with open(cached + ".log") as fh:
+                return cached + ".cubin", fh.read(), line
+    cubin = os.path.join(workdir, "kernels.cubin")
+    res = subprocess.run([nvcc, *args, "-o", cubin], capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError("nvcc failed:\n" + res.stderr[-4000:])
-    return cubin, res.stderr, " ".join(os.path.basename(c) if c == nvcc else c for c in cmd[1:])
+    if cached is None:
+        return cubin, res.stderr, line
+    os.makedirs(cache_dir, exist_ok=True)
+    # Written under temporary names and renamed, log last: a reader sees both files or neither.
+    tmp = f"{cached}.{os.getpid()}"
+    shutil.copyfile(cubin, tmp + ".cubin")
+    with open(tmp + ".log", "w") as fh:
+        fh.write(res.stderr)
+    os.replace(tmp + ".cubin", cached + ".cubin")
+    os.replace(tmp + ".log", cached + ".log")
+    return cached + ".cubin", res.stderr, line
 
 
 def launch_facts(workdir, ppd, width, height, batch, wanted, elem):
@@ -346,8 +390,8 @@ class Expect:
 # The filters of TapsView (passes.h) with the CSF radius; g, dg and ddg have the feature radius.
 CSF_FILTERS = ("y", "cx", "cz1", "cz2")
 # The loops of correlate (passes.h), by form, and of tsum's border folds.
-PLAIN, ODD, CENTRED = "k <= f.r; ++k", "acc += f.w[f.r - i]", "acc += f.w[f.r + i]"
-FOLD_FIRST, FOLD_LAST = "acc += f.left[i]", "acc += f.right[d]"
+PLAIN, ODD, CENTRED = "k <= f.r; ++k", "acc = FLIP_FMADD(T, f.w[f.r - i]", "acc = FLIP_FMADD(T, f.w[f.r + i]"
+FOLD_FIRST, FOLD_LAST = "acc = FLIP_FMADD(T, f.left[i]", "acc = FLIP_FMADD(T, f.right[d]"
 
 
 def taps(filt, form):
@@ -896,7 +940,8 @@ def analyse(args):
         )
     width, height = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory(prefix="flip_sass_") as work:
-        cubin, ptxas_log, compile_line = compile_kernels(nvcc, work, notes)
+        cache = None if args.no_cache else CACHE_DIR
+        cubin, ptxas_log, compile_line = compile_kernels(nvcc, work, notes, cache_dir=cache)
         disasm = subprocess.run([nvdisasm, "-c", "-g", cubin], capture_output=True, text=True, check=True).stdout
         res = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True).stdout
         facts = launch_facts(work, args.ppd, width, height, 1, args.wanted, 4)
@@ -1118,6 +1163,11 @@ def main(argv=None):
     )
     p.add_argument("--tools-dir", help="folder holding nvdisasm and cuobjdump")
     p.add_argument("--loops", action="store_true", help="also print the trip-count table as matched")
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile afresh (default: reuse build/sass's cubin of the same nvcc, flags and sources)",
+    )
     args = p.parse_args(argv)
     if args.ppd is None:
         args.ppd = default_ppd()

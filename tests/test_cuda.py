@@ -34,9 +34,10 @@ def grads(fn, *xs, weight_seed=1):
 
 def grad_tol(dtype):
     """The promised agreement of gradients with the CPU's, relative to their scale (README, GPU and
-    CPU agreement): float32 sums differ in order and rounding (FMA) between the devices, and on
-    HDR inputs either side's float32 gradient is up to ~2e-4 of the scale from the float64 one
-    (measured through the emulator built with contraction, tests/test_gpu_emulation.py)."""
+    CPU agreement): float32 sums differ in order and rounding (the GPU's filter taps are fused
+    multiply-adds) between the devices, and on HDR inputs either side's float32 gradient is up to
+    ~2e-4 of the scale from the float64 one (measured through the emulator, which performs the GPU's
+    arithmetic, tests/test_gpu_emulation.py)."""
     return 1e-10 if dtype == torch.float64 else 5e-4
 
 
@@ -66,8 +67,9 @@ def test_ldr_flip_cuda_matches_cpu(ops, dtype, shape, space):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_identical_images_give_exactly_zero_on_cuda(ops, dtype):
     # The GPU promise beside the tolerance to the CPU (README, GPU and CPU agreement): both images go
-    # through the same instructions, so FMA contraction cannot leave a residue between them (eps = 0:
-    # a positive eps leaves a small floor by design, on every device).
+    # through the same instructions, and nvcc fuses no multiply-add but the filter taps', each from
+    # one image's samples (-fmad=false, docs/algorithm.md §9.2), so no rounding leaves a residue
+    # between them (eps = 0: a positive eps leaves a small floor by design, on every device).
     a, _ = inputs((2, 3, 37, 53), dtype)
     a = a.cuda()
     out = ops.ldr_flip(a, a.clone(), 67.0, "srgb", 0.0)
@@ -75,6 +77,27 @@ def test_identical_images_give_exactly_zero_on_cuda(ops, dtype):
     ex = torch.tensor([[-1.0, 1.0], [0.0, 2.0]], dtype=dtype, device="cuda")
     hdr = ops.hdr_flip(4 * a, 4 * a, ex, torch.tensor([2, 2], device="cuda"), 67.0, "aces", 0.0)
     assert hdr[0].abs().max().item() == 0.0
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_swapping_the_images_gives_the_same_bits_on_cuda(ops, dtype):
+    # The other promise the device's floating-point contract keeps (docs/algorithm.md §9.2, checked
+    # without a GPU on the emulator): the same map, and the gradients swapped, bit for bit; HDR-FLIP
+    # too for given exposures (its map, exposure map and winning index).
+    a, b = (x.cuda() for x in inputs((2, 3, 37, 53), dtype))
+    g = torch.rand(2, 1, 37, 53, generator=torch.Generator().manual_seed(3), dtype=dtype).cuda()
+    assert torch.equal(ops.ldr_flip(a, b, 67.0, "srgb", 1e-15), ops.ldr_flip(b, a, 67.0, "srgb", 1e-15))
+    ga, gb = ops.ldr_flip_backward(g, a, b, 67.0, "srgb", 1e-15, [True, True])
+    gb_swapped, ga_swapped = ops.ldr_flip_backward(g, b, a, 67.0, "srgb", 1e-15, [True, True])
+    assert torch.equal(ga, ga_swapped) and torch.equal(gb, gb_swapped)
+    ex = torch.tensor([[-1.0, 0.5, 1.0], [0.0, 2.0, 2.0]], dtype=dtype, device="cuda")
+    counts = torch.tensor([3, 2], device="cuda")
+    for x, y in zip(
+        ops.hdr_flip(4 * a, 4 * b, ex, counts, 67.0, "aces", 1e-15),
+        ops.hdr_flip(4 * b, 4 * a, ex, counts, 67.0, "aces", 1e-15),
+    ):
+        assert torch.equal(x, y)
 
 
 @needs_kernels

@@ -63,7 +63,11 @@ def hdr_images(dtype=torch.float64):
 
 
 def close(x, y):
-    return x.shape == y.shape and bool(((x - y).abs() <= 1e-12 * max(1.0, y.abs().max().item())).all())
+    """float64 agreement of the emulated GPU formulation and the CPU kernels: within 1e-11 of the
+    larger magnitude. The GPU's filter taps are fused multiply-adds (FLIP_FMADD, passes.h) and the
+    CPU's are not, which leaves the gradients up to about 1.5e-12 of their scale apart here; a
+    mutation moves them far more."""
+    return x.shape == y.shape and bool(((x - y).abs() <= 1e-11 * max(1.0, y.abs().max().item())).all())
 
 
 # Per block function of blocks.h, a run of the op that launches it and whether the result is the

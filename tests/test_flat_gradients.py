@@ -123,7 +123,7 @@ def test_float32_gradient_follows_float64_on_smooth_ramp(ops, path):
 @pytest.mark.cuda
 @cuda_kernels
 def test_float32_gradient_follows_float64_in_flat_half_on_cuda(ops):
-    # The kernels themselves (FMA contraction included), not their host emulation.
+    # The kernels themselves (CUDA's maths functions included), not their host emulation.
     grad = _autograd(FLIPLoss(pixels_per_degree=PPD, eps=EPS))
     g32, g64 = _agreement(lambda t, r: grad(t.cuda(), r.cuda()).cpu(), *half_flat())
     _assert_follows(g32[..., : W // 2], g64[..., : W // 2])

@@ -456,16 +456,127 @@ def test_hdr_exposures_past_an_items_count_are_ignored(ops, emulator, pad):
         assert torch.equal(got[1], expected[1]) and torch.equal(got[2], expected[2])
 
 
-# ---- the GPU's float32 arithmetic: contraction into fused multiply-adds ----
+# ---- the GPU's floating-point contract (docs/algorithm.md §9.2) ----
+# nvcc compiles the device code with -fmad=false, and the filter taps' sums as the fused
+# multiply-adds the source asks for (FLIP_FMADD, csrc/flip/passes.h); the emulator is compiled to
+# the same IEEE operations in the same order (-ffp-contract=off, std::fma for those taps). What
+# the GPU promises beyond a tolerance is therefore checked here, on its own arithmetic: identical
+# images give exactly 0, and swapping test and reference gives the same bits. (CUDA's exp2, pow,
+# cbrt and log are the one difference left, and they go through both images alike.) nvcc's default
+# contraction broke both: it fused a product of one image into the other's difference.
+
+# Two items, several tiles and walks, two row bands in the smallest budget.
+CONTRACT_SHAPE = (2, 3, 21, 40)
+# float32 at the default ppd runs the tiled kernels' build for fixed radii, ppd 10 the run-time radii.
+CONTRACT_CASES = [(torch.float32, DEFAULT_PPD, "srgb"), (torch.float32, 10.0, "linear"), (torch.float64, 67.0, "srgb")]
+CONTRACT_IDS = ["float32-default-ppd", "float32-ppd10", "float64"]
 
 
-@pytest.fixture(scope="module")
-def fma_emulator():
-    import emulator as emulator_build
+def ldr_maps(emu, a, b, ppd, space, eps):
+    """LDR-FLIP's map from every formulation: row passes, fused forward, and the forwards that keep
+    the sensitivities (tiled and rows)."""
+    maps = {"rows": emu.ldr_flip(a, b, ppd, space, eps), "fused": emu.ldr_flip_fused(a, b, ppd, space, eps)}
+    for tiled in (True, False):
+        maps[f"kept, tiled={tiled}"] = emu.ldr_flip_with_sensitivities(a, b, ppd, space, eps, [True, True], tiled)[0]
+    return maps
 
-    if not emulator_build.has_fma():
-        pytest.skip("this CPU has no fused multiply-add")
-    return emulator_build.fma_ops()
+
+def ldr_gradients(emu, g, a, b, ppd, space, eps):
+    """(formulation, mask) -> (gradient of a, gradient of b) from every backward formulation, for
+    every gradient mask: row passes, tiled (one band and row bands), and from kept sensitivities
+    (tiled and rows; with the sensitivities kept for the mask)."""
+    out = {}
+    for mask in MASKS:
+        key = tuple(mask)
+        out["rows", key] = tuple(emu.ldr_flip_backward(g, a, b, ppd, space, eps, mask))
+        for budget in (ONE_BAND, SMALLEST):
+            out[f"tiled {budget}", key] = tuple(emu.ldr_flip_backward_tiled(g, a, b, ppd, space, eps, mask, budget))
+        for tiled in (True, False):
+            _, sens = emu.ldr_flip_with_sensitivities(a, b, ppd, space, eps, mask, tiled)
+            grads = emu.ldr_flip_backward_from_sensitivities(g, sens, a, b, ppd, space, mask, tiled)
+            out[f"kept, tiled={tiled}", key] = tuple(grads)
+            if mask != [True, True]:  # one image's sensitivities, whichever it is
+                out[f"sensitivities, tiled={tiled}", key] = (sens, sens)
+    return out
+
+
+def hdr_case(dtype):
+    g = torch.Generator().manual_seed(31)
+    ref = torch.exp2(6 * torch.rand(*CONTRACT_SHAPE, generator=g, dtype=dtype) - 3)
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=g, dtype=dtype)).clamp(min=0.1)
+    ex = torch.tensor([[-2.0, 0.0, 1.5], [0.0, 1.0, 1.0]], dtype=dtype)
+    return (
+        test,
+        ref,
+        ex,
+        torch.tensor([3, 2]),
+        torch.rand(CONTRACT_SHAPE[0], 1, *CONTRACT_SHAPE[2:], generator=g, dtype=dtype),
+    )
+
+
+def assert_bits(x, y, what):
+    assert x.dtype == y.dtype and x.shape == y.shape, what
+    diff = (x != y).sum().item()
+    assert diff == 0, f"{what}: {diff} values differ, by up to {(x - y).abs().max().item():.3g}"
+
+
+@pytest.mark.parametrize("dtype, ppd, space", CONTRACT_CASES, ids=CONTRACT_IDS)
+def test_identical_images_give_exactly_zero_in_every_formulation(emulator, dtype, ppd, space):
+    # docs/algorithm.md §4.14: exactly 0 with eps = 0, on the GPU too (§9.2).
+    a, _ = inputs(CONTRACT_SHAPE, dtype, seed=30)
+    for name, m in ldr_maps(emulator, a, a.clone(), ppd, space, 0.0).items():
+        assert_bits(m, torch.zeros_like(m), f"LDR-FLIP, {name}")
+    ya = a[:, 1:2]
+    m = emulator.feature_difference(ya, ya.clone(), ppd, 0.0)
+    assert_bits(m, torch.zeros_like(m), "feature_difference")
+    test, _, ex, counts, _ = hdr_case(dtype)
+    for name, fwd in (("rows", emulator.hdr_flip), ("fused", emulator.hdr_flip_fused)):
+        m = fwd(test, test.clone(), ex, counts, ppd, "aces", 0.0)[0]
+        assert_bits(m, torch.zeros_like(m), f"HDR-FLIP, {name}")
+
+
+@pytest.mark.parametrize("dtype, ppd, space", CONTRACT_CASES, ids=CONTRACT_IDS)
+def test_swapping_test_and_reference_gives_the_same_bits(emulator, dtype, ppd, space):
+    # docs/algorithm.md §4.14: LDR-FLIP is symmetric (every distance is), so swapping the images
+    # gives the same map and swaps the gradients, bit for bit in every formulation, each gradient
+    # alone or both; HDR-FLIP too for given exposures (only automatic ones, from the reference,
+    # make it asymmetric: §5.7), its exposure map and winning index included.
+    a, b = inputs(CONTRACT_SHAPE, dtype, seed=32)
+    maps, swapped = ldr_maps(emulator, a, b, ppd, space, 1e-15), ldr_maps(emulator, b, a, ppd, space, 1e-15)
+    for name in maps:
+        assert_bits(maps[name], swapped[name], f"LDR-FLIP map, {name}")
+    assert maps["rows"].max() > 0.1  # a real difference, not a trivially symmetric zero map
+    ya, yb = a[:, 1:2], b[:, 1:2]
+    assert_bits(
+        emulator.feature_difference(ya, yb, ppd, 1e-15), emulator.feature_difference(yb, ya, ppd, 1e-15), "features"
+    )
+    g = torch.rand(CONTRACT_SHAPE[0], 1, *CONTRACT_SHAPE[2:], generator=torch.Generator().manual_seed(33), dtype=dtype)
+    grads, grads_swapped = (ldr_gradients(emulator, g, x, y, ppd, space, 1e-15) for x, y in ((a, b), (b, a)))
+    for (name, mask), (ga, gb) in grads.items():
+        gb_swapped, ga_swapped = grads_swapped[name, mask[::-1]]
+        assert_bits(ga, ga_swapped, f"{name}, mask {mask}: the first image's gradient")
+        assert_bits(gb, gb_swapped, f"{name}, mask {mask}: the second image's gradient")
+    test, ref, ex, counts, hg = hdr_case(dtype)
+    for name, fwd in (("rows", emulator.hdr_flip), ("fused", emulator.hdr_flip_fused)):
+        for x, y, what in zip(
+            fwd(test, ref, ex, counts, ppd, "aces", 1e-15),
+            fwd(ref, test, ex, counts, ppd, "aces", 1e-15),
+            ("map", "exposure map", "index"),
+        ):
+            assert_bits(x, y, f"HDR-FLIP {what}, {name}")
+    index = emulator.hdr_flip(test, ref, ex, counts, ppd, "aces", 1e-15)[2]
+    for mask in MASKS:
+        args, args_swapped = ((hg, x, y, ex, counts, index, ppd, "aces", 1e-15) for x, y in ((test, ref), (ref, test)))
+        got = {
+            "rows": (emulator.hdr_flip_backward(*args, mask), emulator.hdr_flip_backward(*args_swapped, mask[::-1])),
+            "tiled": (
+                emulator.hdr_flip_backward_tiled(*args, mask, SMALLEST),
+                emulator.hdr_flip_backward_tiled(*args_swapped, mask[::-1], SMALLEST),
+            ),
+        }
+        for name, ((gt, gr), (gr_swapped, gt_swapped)) in got.items():
+            assert_bits(gt, gt_swapped, f"HDR-FLIP {name}, mask {mask}: the test image's gradient")
+            assert_bits(gr, gr_swapped, f"HDR-FLIP {name}, mask {mask}: the reference's gradient")
 
 
 def within_promise(x, y, dtype, grad=False):
@@ -477,26 +588,26 @@ def within_promise(x, y, dtype, grad=False):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_contracted_arithmetic_stays_within_the_gpu_promise(ops, emulator, fma_emulator, dtype):
-    # nvcc contracts a * b + c into FMA by default and the CPU kernels do not (docs/algorithm.md
-    # §9.2). The emulator built with contraction (the GPU's kind of rounding; CUDA's own exp, pow
-    # and cbrt are not emulated) stays within the promised agreement with the CPU kernels: LDR and
+def test_device_arithmetic_stays_within_the_gpu_promise(ops, emulator, dtype):
+    # The device's arithmetic (the emulator: the CPU kernels' roundings but for the filter taps'
+    # fused multiply-adds and the order of the GPU formulation's sums; CUDA's own exp2, pow, cbrt
+    # and log are not emulated) stays within the promised agreement with the CPU kernels: LDR and
     # HDR, both formulations, both gradients.
     a, b = inputs((2, 3, 37, 45), dtype, seed=12)
     g = torch.rand(2, 1, 37, 45, generator=torch.Generator().manual_seed(13), dtype=dtype)
     for space in ("srgb", "linear"):
         cpu = ops.ldr_flip(a, b, 67.0, space, 1e-15)
-        for fwd in (fma_emulator.ldr_flip_fused, fma_emulator.ldr_flip):
+        for fwd in (emulator.ldr_flip_fused, emulator.ldr_flip):
             assert within_promise(fwd(a, b, 67.0, space, 1e-15), cpu, dtype)
         want = ops.ldr_flip_backward(g, a, b, 67.0, space, 1e-15, [True, True])
-        tiled = fma_emulator.ldr_flip_backward_tiled(g, a, b, 67.0, space, 1e-15, [True, True], SMALLEST)
-        rows = fma_emulator.ldr_flip_backward(g, a, b, 67.0, space, 1e-15, [True, True])
+        tiled = emulator.ldr_flip_backward_tiled(g, a, b, 67.0, space, 1e-15, [True, True], SMALLEST)
+        rows = emulator.ldr_flip_backward(g, a, b, 67.0, space, 1e-15, [True, True])
         for x, r, y in zip(tiled, rows, want):
             assert within_promise(x, y, dtype, grad=True) and within_promise(r, y, dtype, grad=True)
-    # The contraction did change the bits (else this test would test nothing).
+    # The fused multiply-adds did change the bits (else this test would test nothing).
     if dtype == torch.float32:
         assert not torch.equal(
-            fma_emulator.ldr_flip_fused(a, b, 67.0, "srgb", 1e-15), emulator.ldr_flip_fused(a, b, 67.0, "srgb", 1e-15)
+            emulator.ldr_flip_fused(a, b, 67.0, "srgb", 1e-15), ops.ldr_flip(a, b, 67.0, "srgb", 1e-15)
         )
     gen = torch.Generator().manual_seed(14)
     ref = torch.exp2(6 * torch.rand(2, 3, 21, 45, generator=gen, dtype=dtype) - 3)
@@ -504,10 +615,10 @@ def test_contracted_arithmetic_stays_within_the_gpu_promise(ops, emulator, fma_e
     ex = torch.tensor([[-2.0, 0.0, 1.5], [0.0, 1.0, 1.0]], dtype=dtype)
     counts = torch.tensor([3, 2])
     cpu = ops.hdr_flip(test, ref, ex, counts, 30.0, "aces", 1e-15)
-    got = fma_emulator.hdr_flip_fused(test, ref, ex, counts, 30.0, "aces", 1e-15)
+    got = emulator.hdr_flip_fused(test, ref, ex, counts, 30.0, "aces", 1e-15)
     assert within_promise(got[0], cpu[0], dtype)
     assert (got[2] != cpu[2]).float().mean().item() < 1e-3  # near-ties may pick the other exposure
     hg = torch.rand(2, 1, 21, 45, generator=gen, dtype=dtype)
     args = (hg, test, ref, ex, counts, cpu[2], 30.0, "aces", 1e-15, [True, True])
-    for x, y in zip(fma_emulator.hdr_flip_backward_tiled(*args, SMALLEST), ops.hdr_flip_backward(*args)):
+    for x, y in zip(emulator.hdr_flip_backward_tiled(*args, SMALLEST), ops.hdr_flip_backward(*args)):
         assert within_promise(x, y, dtype, grad=True)

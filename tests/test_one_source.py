@@ -110,6 +110,25 @@ def test_one_set_of_cuda_architectures():
     assert f"default `{arch_list}`" in readme
 
 
+def test_one_set_of_nvcc_flags():
+    """The CMake package compiles the CUDA kernels with setup.py's nvcc flags (its definitions apart,
+    which CMake sets on their own): -fmad=false above all, the device's floating-point contract
+    (docs/algorithm.md §9.2)."""
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    setup = next(
+        ast.literal_eval(v)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Dict)
+        for k, v in zip(node.keys, node.values)
+        if isinstance(k, ast.Constant) and k.value == "nvcc"
+    )
+    cmake = re.search(r"\$<\$<COMPILE_LANGUAGE:CUDA>:([^>]*)>", (ROOT / "CMakeLists.txt").read_text()).group(1)
+    assert "-fmad=false" in setup
+    assert cmake.split() == [f for f in setup if not f.startswith("-D")]
+
+
 def test_one_oldest_torch_pin():
     """The oldest supported release is what CI builds and tests against (requirements-oldest-torch.txt)
     and what an isolated build compiles against (pyproject.toml); the development pin is the newest."""

@@ -4,8 +4,10 @@ rules for H100/H200, and the check that a kernel's loops match the trip-count ta
 disassembly needs no tool; a compiled kernel with a known loop nest needs nvcc and nvdisasm
 (pip install -r benchmarks/requirements-sass.txt) and skips without them."""
 
+import collections
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -345,3 +347,94 @@ def test_the_report_matches_the_current_kernels(tmp_path):
     # the fused forward and runs both kernels in bands, which overlap.
     fwd, kept, recomputing = (by_name[k] for k in ("forward", "forward+backward", "forward+backward, recomputing"))
     assert fwd < kept and recomputing > kept + fwd
+
+
+# ---- the device's floating-point contract (docs/algorithm.md §9.2) ----
+
+ARITHMETIC = ("FFMA", "FMUL", "FADD", "DFMA", "DMUL", "DADD")
+# The per-pixel maths, where a product fused into one image's difference and not into the other's
+# costs the exact zero of identical images and the symmetry of the map.
+PER_PIXEL = ("color.h", "pixel.h", "hdr_pixel.h", "fastmath.h")
+# A division, or a call of a maths function: nvcc's IEEE division and square root and CUDA's maths
+# functions are made of fused multiply-adds of their own, which the line table puts on that line.
+LIBRARY = re.compile(r"[^/]/[^/]|\b(sqrt|cbrt|pow|log|exp2)\(")
+
+
+def arithmetic(disassembly, source):
+    """Per kernel (sass_report.kernel_key): the count of each opcode of ARITHMETIC, "asked": the
+    multiply-adds on a line of FLIP_FMADD (what the source asks for), and "unexplained": the lines
+    of the per-pixel maths holding multiply-adds that no division or maths function explains."""
+    out = {}
+    for mangled, fn in sa.parse_nvdisasm(disassembly).items():
+        key = sr.kernel_key(mangled)
+        if key is None:
+            continue
+        counts = collections.Counter()
+        unexplained = set()
+        for x in fn.instructions:
+            if x.base not in ARITHMETIC:
+                continue
+            counts[x.base] += 1
+            if x.base not in sa.FMA_OPCODES or not x.file:
+                continue
+            code = source.line(x.file, x.line).split("//")[0]
+            if "FLIP_FMADD(" in code:
+                counts["asked"] += 1
+            elif os.path.basename(x.file) in PER_PIXEL and not LIBRARY.search(code):
+                unexplained.add(f"{os.path.basename(x.file)}:{x.line}: {code}")
+        out[key] = (counts, unexplained)
+    return out
+
+
+@pytest.mark.slow
+@needs_tools
+def test_nvcc_fuses_only_the_multiply_adds_the_source_asks_for(tmp_path):
+    """kernels.cu compiled for sm_90 with setup.py's nvcc flags (the report's compile, shared through
+    build/sass) and with the same flags but nvcc's default contraction: the shipped build fuses only
+    the filter taps' multiply-adds (FLIP_FMADD) and those inside divisions, square roots and maths
+    functions; everything else nvcc would fuse by default it leaves as the separate roundings the
+    source writes, which is what keeps identical images at exactly 0 and the map symmetric. (The
+    two builds cannot have equal counts: the default's whole difference is the fusing.)"""
+    flags = sr.setup_nvcc_flags()
+    assert "-fmad=false" in flags and not any("fast_math" in f for f in flags)
+    source = sr.Source()
+    shipped, default = (
+        arithmetic(
+            subprocess.run(
+                [NVDISASM, "-c", "-g", sr.compile_kernels(NVCC, str(tmp_path), [], flags=f)[0]],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout,
+            source,
+        )
+        for f in (flags, [f for f in flags if f != "-fmad=false"])
+    )
+    assert shipped.keys() == default.keys() and ("fused_ldr_kernel<10,9>", "float32") in shipped
+    fused = {}
+    for kernel, (a, unexplained) in shipped.items():
+        b = default[kernel][0]
+        # The fused multiply-adds the source asks for are in both builds, as many.
+        assert a["asked"] == b["asked"], kernel
+        # The default only fuses: more multiply-adds, fewer multiplies and adds, in float and
+        # double alike (mostly one each per multiply-add; a product that feeds two sums can go
+        # into both).
+        for p in "FD":
+            n = b[p + "FMA"] - a[p + "FMA"]
+            assert n >= 0 and a[p + "MUL"] >= b[p + "MUL"] and a[p + "ADD"] >= b[p + "ADD"], (kernel, p, a, b)
+            fused[kernel] = fused.get(kernel, 0) + n
+        # Every other multiply-add of the per-pixel maths in the shipped build is a division's, a
+        # square root's or a maths function's.
+        assert unexplained == set(), (kernel, sorted(unexplained))
+    # The default would fuse in every kernel but those whose only products are the taps' (vt) or
+    # feed no sum (the kept sensitivities times the gradient)...
+    assert {k for k, n in fused.items() if n == 0} == {
+        ("vt_kernel", "float32"),
+        ("vt_kernel", "float64"),
+        ("ldr_kept_grad_kernel", "float32"),
+        ("ldr_kept_grad_kernel", "float64"),
+    }
+    # ... and the line check sees it: in the per-pixel maths, HyAB's differences among them (the
+    # products of one image fused into the difference with the other's rounded ones).
+    lines = set().union(*(u for _, u in default.values()))
+    assert any("s.da = hr[1] - ht[1];" in line for line in lines), sorted(lines)

@@ -23,8 +23,8 @@
 //
 // float on GPUs whose double arithmetic runs at half the float rate (sm_80, sm_90: A100, H100,
 // H200): x^1.4 and x^0.7 as on the host (FLIP_FASTMATH_ON_DEVICE), about a third of the
-// instructions of CUDA's powf, and the CPU's values (up to the rounding of nvcc's contraction in
-// the Newton steps, which the double correction absorbs). Double, and everything else in device
+// instructions of CUDA's powf, and the CPU's values: the same IEEE operations, since device code
+// is compiled with -fmad=false (docs/algorithm.md §9.2). Double, and everything else in device
 // code: the standard library (CUDA's own pow/cbrt/log on the GPU).
 #pragma once
 

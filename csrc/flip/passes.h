@@ -32,6 +32,7 @@
 // no atomics, the same result on every run.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -83,8 +84,26 @@ struct FilterBank {
 template <class T>
 using TapsView = FilterBank<FilterView<T>>;
 
-// sum_k w[k] x(k) for the filter f in form F (see Form); x(k) is the sample at offset k. The
-// transposed filters call it with x(k) = the gradient at -k.
+// FLIP_FMADD(T, a, b, c): a * b + c in type T, rounded once: the one fused multiply-add of the GPU
+// code, used by the filter taps' sums below and nowhere else. Device code is compiled with
+// -fmad=false (setup.py), so nvcc fuses nothing on its own: every other product and sum is
+// rounded as written, as on the CPU, and an expression the two images go through alike (the
+// colour transforms, HyAB's differences) rounds alike for both, which keeps identical images at
+// exactly 0 and the map symmetric (docs/algorithm.md §9.2). A tap's fused multiply-add is computed
+// per image, from that image's samples only, so it keeps both properties, and a flat
+// neighbourhood's exactly zero differences (§7.11) still add exactly 0. The emulator
+// (tests/emulator) gets the same single rounding from std::fma; the CPU kernels never include
+// this file. A macro, not a function: the device builtins (__fmaf_rn, __fma_rn, never split or
+// merged by nvcc) then sit on the line of the sum, where the SASS line table puts their FFMA or
+// DFMA (benchmarks/sass_report.py finds an unrolled filter loop's pieces by that line).
+#if defined(__CUDA_ARCH__)
+#define FLIP_FMADD(T, a, b, c) (sizeof(T) == sizeof(float) ? T(__fmaf_rn(a, b, c)) : T(__fma_rn(a, b, c)))
+#else
+#define FLIP_FMADD(T, a, b, c) T(std::fma(T(a), T(b), T(c)))
+#endif
+
+// sum_k w[k] x(k) for the filter f in form F (see Form); x(k) is the sample at offset k, each tap
+// one fused multiply-add (FLIP_FMADD). The transposed filters call it with x(k) = the gradient at -k.
 template <Form F, class Filter, class Sample>
 FLIP_HD typename Filter::value_type correlate(const Filter& f, const Sample& x) {
   using T = typename Filter::value_type;
@@ -93,22 +112,22 @@ FLIP_HD typename Filter::value_type correlate(const Filter& f, const Sample& x) 
     constexpr int r = Filter::r;
     if constexpr (F == Form::kPlain) {
       FLIP_UNROLL
-      for (int k = -r; k <= r; ++k) acc += f.w[k + r] * x(k);
+      for (int k = -r; k <= r; ++k) acc = FLIP_FMADD(T, f.w[k + r], x(k), acc);
     } else if constexpr (F == Form::kOdd) {
       FLIP_UNROLL
-      for (int i = 1; i <= r; ++i) acc += f.w[r - i] * (x(-i) - x(i));
+      for (int i = 1; i <= r; ++i) acc = FLIP_FMADD(T, f.w[r - i], x(-i) - x(i), acc);
     } else {
       const T c = x(0);
       FLIP_UNROLL
-      for (int i = 1; i <= r; ++i) acc += f.w[r + i] * ((x(i) - c) + (x(-i) - c));
+      for (int i = 1; i <= r; ++i) acc = FLIP_FMADD(T, f.w[r + i], (x(i) - c) + (x(-i) - c), acc);
     }
   } else if constexpr (F == Form::kPlain) {
-    for (int k = -f.r; k <= f.r; ++k) acc += f.w[k + f.r] * x(k);
+    for (int k = -f.r; k <= f.r; ++k) acc = FLIP_FMADD(T, f.w[k + f.r], x(k), acc);
   } else if constexpr (F == Form::kOdd) {
-    for (int i = 1; i <= f.r; ++i) acc += f.w[f.r - i] * (x(-i) - x(i));
+    for (int i = 1; i <= f.r; ++i) acc = FLIP_FMADD(T, f.w[f.r - i], x(-i) - x(i), acc);
   } else {
     const T c = x(0);
-    for (int i = 1; i <= f.r; ++i) acc += f.w[f.r + i] * ((x(i) - c) + (x(-i) - c));
+    for (int i = 1; i <= f.r; ++i) acc = FLIP_FMADD(T, f.w[f.r + i], (x(i) - c) + (x(-i) - c), acc);
   }
   return acc;
 }
@@ -297,9 +316,9 @@ FLIP_HD T vsum_t(const T* gp, const Geometry& g, int64_t y, int64_t x, const Fil
   });
   const int64_t m = f.r < g.h ? f.r : g.h;
   if (y == 0)
-    for (int64_t i = 0; i < m; ++i) acc += f.left[i] * gp[i * g.w + x];
+    for (int64_t i = 0; i < m; ++i) acc = FLIP_FMADD(T, f.left[i], gp[i * g.w + x], acc);
   if (y == g.h - 1)
-    for (int64_t d = 0; d < m; ++d) acc += f.right[d] * gp[(g.h - 1 - d) * g.w + x];
+    for (int64_t d = 0; d < m; ++d) acc = FLIP_FMADD(T, f.right[d], gp[(g.h - 1 - d) * g.w + x], acc);
   return acc;
 }
 
@@ -376,9 +395,9 @@ FLIP_HD typename Filter::value_type tsum(P c, int stride, int64_t pos, int64_t l
   T acc = correlate<F>(f, [c, stride](int k) { return c[-k * stride]; });
   const int64_t m = f.r < len ? f.r : len;
   if (pos == 0)
-    for (int64_t i = 0; i < m; ++i) acc += f.left[i] * c[i * stride];
+    for (int64_t i = 0; i < m; ++i) acc = FLIP_FMADD(T, f.left[i], c[i * stride], acc);
   if (pos == len - 1)
-    for (int64_t d = 0; d < m; ++d) acc += f.right[d] * c[-d * stride];
+    for (int64_t d = 0; d < m; ++d) acc = FLIP_FMADD(T, f.right[d], c[-d * stride], acc);
   return acc;
 }
 

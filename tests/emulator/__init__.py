@@ -9,6 +9,7 @@ checker's own tests."""
 
 import fcntl
 import functools
+import platform
 import shutil
 from pathlib import Path
 
@@ -20,8 +21,24 @@ from flip_loss.torch_releases import target_version_macro
 HERE = Path(__file__).resolve().parent
 BUILD_DIR = build_dir("FLIP_LOSS_EMULATOR_BUILD_DIR", "emulator")
 
-# As setup.py compiles the shipped kernels: the same rounding (no contraction into FMA), and the
-# stable ABI of the oldest supported torch (the headers the shared op glue, csrc/ops, is written for).
+
+def has_fma():
+    """Whether this CPU has fused multiply-add instructions (x86 FMA3; always on aarch64)."""
+    if platform.machine() in ("aarch64", "arm64"):
+        return True
+    try:
+        return " fma " in open("/proc/cpuinfo").read().replace("\n", " ")
+    except OSError:
+        return False
+
+
+# The arithmetic of the device code (docs/algorithm.md §9.2): nvcc compiles it with -fmad=false,
+# so it rounds every product and sum as written, and fuses the filter taps' multiply-adds that
+# the source asks for (FLIP_FMADD, csrc/flip/passes.h). Here the same: -ffp-contract=off (GCC
+# contracts nothing either), and std::fma for those taps, which is the same single rounding with
+# or without -mfma; -mfma (where the CPU has it) only makes it an instruction instead of a call
+# into the C library. Also the stable ABI of the oldest supported torch (the headers the shared
+# op glue, csrc/ops, is written for).
 CXX_FLAGS = [
     "-O3",
     "-fno-math-errno",
@@ -29,6 +46,8 @@ CXX_FLAGS = [
     "-ffp-contract=off",
     f"-DTORCH_TARGET_VERSION={target_version_macro()}",
 ]
+if has_fma() and platform.machine() not in ("aarch64", "arm64"):
+    CXX_FLAGS.append("-mfma")
 
 
 SOURCES = ["ops.cpp", "emulate.cpp", "block_runner.cpp"]
@@ -63,33 +82,6 @@ def _load(name, build_dir, include_dir, defines=(), flags=CXX_FLAGS):
 def ops():
     """torch.ops.flip_emulator, built (or brought up to date) and loaded on the first call."""
     return _load("flip_emulator", BUILD_DIR, ROOT / "csrc")
-
-
-def has_fma():
-    """Whether this CPU has fused multiply-add instructions (x86 FMA3; always on aarch64)."""
-    import platform
-
-    if platform.machine() in ("aarch64", "arm64"):
-        return True
-    try:
-        return " fma " in open("/proc/cpuinfo").read().replace("\n", " ")
-    except OSError:
-        return False
-
-
-@functools.cache
-def fma_ops():
-    """torch.ops.flip_emulator_fma: the emulator compiled with floating-point contraction (a * b + c
-    into one fused multiply-add wherever the compiler likes, as nvcc does by default), which
-    perturbs the float32 arithmetic the way the GPU's does. Needs has_fma(); kept in
-    build/torch-<release>/emulator-fma."""
-    flags = [f for f in CXX_FLAGS if not f.startswith("-ffp-contract")] + ["-ffp-contract=fast"]
-    import platform
-
-    if platform.machine() not in ("aarch64", "arm64"):
-        flags.append("-mfma")
-    build_dir = BUILD_DIR.parent / (BUILD_DIR.name + "-fma")
-    return _load("flip_emulator_fma", build_dir, ROOT / "csrc", ["FLIP_EMULATOR_LIBRARY=flip_emulator_fma"], flags)
 
 
 def _mutated(text, mutations, path):
