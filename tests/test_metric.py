@@ -289,7 +289,7 @@ def test_torchmetric_forward_reset_compute_cycles():
     compute() is over every batch since the last reset, epoch after epoch."""
     data = [(t, r) for t, r, _ in batches(seed=13)]
     metric = torchmetric(bins=512)
-    for epoch in range(2):
+    for _epoch in range(2):
         for i, (t, r) in enumerate(data):
             assert_same_result(metric(t, r), plain_result([(t, r)], bins=512))
             assert_same_result(metric.compute(), plain_result(data[: i + 1], bins=512))
