@@ -485,11 +485,21 @@ class LDRFLIPLoss(torch.nn.Module):
         look = not self._looked_at_device_inputs
         if is_device_call(test):
             self._looked_at_device_inputs = True
-        error = ldr_flip_with_look(test, reference, ppd, "srgb", self.eps, 1.0, look)
+        error = ldr_flip_with_look(test, reference, ppd, "srgb", options.eps(self.eps), 1.0, look)
         return weighted_reduce(error, None, "mean")
 
     def extra_repr(self) -> str:
         return f"eps={self.eps:g}"
+
+
+def _max_value(value) -> Optional[float]:
+    """HDRFLIPLoss's ``max_value``: None, or a positive finite number (as a float)."""
+    if value is None:
+        return None
+    v = options.real_number("max_value", value)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"flip_loss: max_value must be a positive finite number or None, got {v!r}")
+    return v
 
 
 class HDRFLIPLoss(torch.nn.Module):
@@ -516,11 +526,7 @@ class HDRFLIPLoss(torch.nn.Module):
     def __init__(self, *, median: str = "lower", max_value: Optional[float] = HDR_INPUT_MAX, eps: float = DEFAULT_EPS):
         super().__init__()
         self.median = options.median_rule(median)
-        if max_value is not None:
-            max_value = options.real_number("max_value", max_value)
-            if not (math.isfinite(max_value) and max_value > 0):
-                raise ValueError(f"flip_loss: max_value must be a positive finite number or None, got {max_value!r}")
-        self.max_value = max_value
+        self.max_value = _max_value(max_value)
         self.eps = options.eps(eps)
 
     def forward(
@@ -535,10 +541,14 @@ class HDRFLIPLoss(torch.nn.Module):
         test, reference = checked_pair(test, reference)
         ppd = _pixels_per_degree(pixels_per_degree)
         tm = _tone_mapper(tone_mapper)
+        # The options are checked again here, by the constructor's rules: they may have been set
+        # after construction (a max_value of -1 would clamp every value away).
         rule = options.median_rule(self.median)
+        max_value = _max_value(self.max_value)
+        eps = options.eps(self.eps)
         t, r = as_batch(test), as_batch(reference)
-        if self.max_value is not None:
-            t, r = _clamp_above(t, self.max_value), _clamp_above(r, self.max_value)
+        if max_value is not None:
+            t, r = _clamp_above(t, max_value), _clamp_above(r, max_value)
         n = r.shape[0]
         if start_exposure is None or stop_exposure is None:
             anchor = _ANCHORS[(rule, tm)]
@@ -558,9 +568,9 @@ class HDRFLIPLoss(torch.nn.Module):
         counts, count_max = automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)
         exposures = exposure_grid(s, e, counts, count_max)
         if kernels_serve("hdr_flip", t, r):
-            error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, self.eps)[0]
+            error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)[0]
         else:
-            error = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, self.eps)[0]
+            error = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, eps)[0]
         return weighted_reduce(error, None, "mean")
 
     def extra_repr(self) -> str:
