@@ -28,8 +28,8 @@ options (pixels per degree, input space, data range, bins, alpha, background) ex
 value: torchmetrics' ``MetricCollection`` merges metrics into one compute group only when all their
 states are equal, so metrics with the same options share one evaluation and metrics with different
 options never do. The ``settings`` state also travels in a state dict (``persistent(True)``): a
-state loaded from a metric with other options is refused (``ValueError``) at the next ``update`` or
-``compute``, as is a sync between ranks whose metrics have different options.
+state dict of a metric with other options is refused (``ValueError``) when loaded, and so is a
+sync between ranks whose metrics have different options.
 """
 
 import functools
@@ -158,18 +158,23 @@ class FLIPTorchMetric(Metric):
         this._dtype = torch.float64
         return this
 
-    def _check_settings(self) -> None:
+    def _check_settings(self, have) -> None:
+        """``have`` (a ``settings`` state) must be this metric's own options."""
         want = settings_code(
             self.pixels_per_degree, self.input_space, self.data_range, self.bins, self.alpha, self.background
         )
-        have = self.settings
         if not isinstance(have, torch.Tensor) or have.shape != want.shape or not torch.equal(have.cpu(), want):
             raise ValueError(
-                f"{_WHO}: the metric's state comes from a metric with other options (a state dict of "
-                "another FLIPTorchMetric, or ranks with different options); load states only into a "
+                f"{_WHO}: the state comes from a metric with other options; load states only into a "
                 "metric built with the same pixels_per_degree, input_space, data_range, bins, alpha "
                 "and background"
             )
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Checked before anything is loaded: a refused state leaves this metric as it was.
+        if prefix + "settings" in state_dict:
+            self._check_settings(state_dict[prefix + "settings"])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _statistics(self) -> Statistics:
         return Statistics(self.count, self.limbs, self.bin_min, self.bin_max, self.min_value, self.max_value)
@@ -177,7 +182,6 @@ class FLIPTorchMetric(Metric):
     def update(self, test: torch.Tensor, reference: torch.Tensor) -> None:
         """Evaluates LDR-FLIP between ``test`` and ``reference`` (as :meth:`flip_loss.FLIPMetric.update`)
         and accumulates the maps."""
-        self._check_settings()
         with torch.no_grad():
             error = metric_error_map(self, test, reference)
             e = checked_error_batch(error, _WHO).to(self.count.device)
@@ -203,7 +207,7 @@ class FLIPTorchMetric(Metric):
         """The pooled values and per-image means, as :meth:`flip_loss.FLIPMetric.compute` returns
         them (over every rank's images when torchmetrics syncs). Raises ``RuntimeError`` when no
         image was seen."""
-        self._check_settings()
+        self._check_settings(self.settings)
         means = self.per_image_means
         if isinstance(means, list):
             means = torch.cat(means) if means else torch.zeros(0, dtype=torch.float64)
