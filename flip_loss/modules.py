@@ -422,9 +422,14 @@ class FLIPLoss(torch.nn.Module):
         if torch.jit.is_scripting():
             # TorchScript (and C++ programs loading the module) call the ops directly, after the
             # checks eager makes in Python (the ops check the scalar options and the values).
-            options.check_alpha_value(self.alpha, self.background)
-            alpha = self.alpha
-            background = self.background
+            # Every option attribute is normalised and checked as eager does (names in any case),
+            # since it may have been set after construction: an assignment to a scripted module
+            # cannot be intercepted, so the one rule for all three paths is "when it runs".
+            alpha = options.name_value(self.alpha)
+            background = options.background_value(self.background)
+            options.check_alpha_value(alpha, background)
+            input_space = options.input_space_value(self.input_space)
+            options.check_eps_value(self.eps)
             check_image_pair(test, reference, alpha is not None)
             # The ops require only ppd > 0; the Python API's limits (and the weights) are checked here.
             ppds, weights = options.checked_scales(self.pixels_per_degree, self.ppd_weights)
@@ -437,7 +442,8 @@ class FLIPLoss(torch.nn.Module):
                     test = composite(test, alpha, background, True)
                     reference = composite(reference, alpha, background, True)
                 ref = reference if reference.dim() == 4 else reference.unsqueeze(0)
-                if self.tone_mapper not in self.exposure_anchors:
+                tone_mapper = self.tone_mapper.lower()
+                if tone_mapper not in self.exposure_anchors:
                     raise ValueError(
                         "flip_loss: tone_mapper must be one of '"
                         + "', '".join(list(self.exposure_anchors.keys()))
@@ -445,7 +451,7 @@ class FLIPLoss(torch.nn.Module):
                         + self.tone_mapper
                         + "'"
                     )
-                anchor = self.exposure_anchors[self.tone_mapper]
+                anchor = self.exposure_anchors[tone_mapper]
                 start = self.start_exposure
                 stop = self.stop_exposure
                 num = self.num_exposures
@@ -466,7 +472,7 @@ class FLIPLoss(torch.nn.Module):
                         ref, anchor, _scripted_number(start), _scripted_number(stop), _scripted_int(num)
                     )
                 maps = [
-                    torch.ops.flip.hdr_flip(test, reference, exposures, counts, ppd, self.tone_mapper, self.eps)[0]
+                    torch.ops.flip.hdr_flip(test, reference, exposures, counts, ppd, tone_mapper, self.eps)[0]
                     for ppd in ppds
                 ]
                 error = weighted_sum(maps, weights)
@@ -477,16 +483,18 @@ class FLIPLoss(torch.nn.Module):
                     low, high = self.data_range
                     options.check_background_value(background, low, high)
                     unit = unit_background(background, low, high)
-                    linear = self.input_space == "linear"
+                    linear = input_space == "linear"
                     test = composite(test, alpha, unit, linear)
                     reference = composite(reference, alpha, unit, linear)
                 # As ldr_flip: one _ldr_flip_multiscale call on the CPU, else one ldr_flip per scale.
                 if len(ppds) > 1 and multiscale_op_serves(test.device):
-                    error = multiscale_op(test, reference, ppds, weights, self.input_space, self.eps)
+                    error = multiscale_op(test, reference, ppds, weights, input_space, self.eps)
                 else:
-                    maps = [torch.ops.flip.ldr_flip(test, reference, ppd, self.input_space, self.eps) for ppd in ppds]
+                    maps = [torch.ops.flip.ldr_flip(test, reference, ppd, input_space, self.eps) for ppd in ppds]
                     error = weighted_sum(maps, weights)
         else:
+            if not isinstance(self.hdr, bool):  # a scripted module's attribute is a bool by its type
+                raise TypeError("flip_loss: hdr must be True or False, got " + str(self.hdr))
             if self.hdr:
                 error = hdr_flip(
                     test,

@@ -745,9 +745,10 @@ class HDRFLIPLoss(_FLIPConstants):
         ppd = _pixels_per_degree(pixels_per_degree)
         tm = _tone_mapper(tone_mapper)
         rule = self.median
+        max_value, eps = self.max_value, self.eps  # checked when they were set
         t, r = as_batch(test), as_batch(reference)
-        if self.max_value is not None:
-            t, r = _clamp_above(t, self.max_value), _clamp_above(r, self.max_value)
+        if max_value is not None:
+            t, r = _clamp_above(t, max_value), _clamp_above(r, max_value)
         n = r.shape[0]
         if start_exposure is None or stop_exposure is None:
             x_start, x_stop = self._start_anchors[(rule, tm)], self._stop_anchors[(rule, tm)]
@@ -769,9 +770,9 @@ class HDRFLIPLoss(_FLIPConstants):
             _warn_if_mixed_counts(counts)
         exposures = exposure_grid(s, e, counts, count_max)
         if kernels_serve("hdr_flip", t, r):
-            error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, self.eps)[0]
+            error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)[0]
         else:
-            error = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, self.eps)[0]
+            error = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, eps)[0]
         return weighted_reduce(error, None, "mean")
 
     def extra_repr(self) -> str:
@@ -781,11 +782,11 @@ class HDRFLIPLoss(_FLIPConstants):
         )
 
 
-@torch.compiler.disable
 def _warn_if_mixed_counts(counts: torch.Tensor) -> None:
     """The one place where HDRFLIPLoss's value differs from NVIDIA's by design: a batch whose images
     need different exposure counts. Said, not left silent (one more small read-back per call of a
-    batch; run eagerly under torch.compile, where the counts are read back anyway)."""
+    batch; under torch.compile a graph break, where the counts are read back anyway). Not wrapped in
+    torch.compiler.disable: that decorator imports torch._dynamo when the module is imported."""
     rows = host_rows(counts.to(torch.float64).unsqueeze(0))
     if rows is not None and min(rows[0]) != max(rows[0]):
         warnings.warn(

@@ -17,7 +17,7 @@ import torch
 
 from . import alpha as alpha_rule
 from . import constants
-from .constants import MAX_EPS, MAX_EXPOSURES
+from .constants import MAX_EXPOSURES
 
 INPUT_SPACES = ("srgb", "linear")
 TONE_MAPPERS = constants.TONE_MAPPERS
@@ -133,12 +133,20 @@ def checked_scales(value: Union[float, List[float]], weights: Optional[List[floa
 
 def eps(value) -> float:
     v = real_number("eps", value)
-    if not (is_finite(v) and 0 <= v <= MAX_EPS):
-        raise ValueError(
-            f"flip_loss: eps must be a finite number from 0 to {MAX_EPS:g} (it only regularises "
-            f"the gradient; larger values change the metric itself), got {v!r}"
-        )
+    check_eps_value(v)
     return v
+
+
+def check_eps_value(eps: float) -> None:
+    """TorchScript-compatible: a scripted ``FLIPLoss`` checks its eps on every call (the attribute
+    can be changed after construction, and the ops would only say that it is out of range)."""
+    if not (is_finite(eps) and 0 <= eps <= constants.MAX_EPS):
+        raise ValueError(
+            "flip_loss: eps must be a finite number from 0 to "
+            + str(constants.MAX_EPS)
+            + " (it only regularises the gradient; larger values change the metric itself), got "
+            + str(eps)
+        )
 
 
 def _name(option: str, value, choices: Tuple[str, ...]) -> str:
@@ -151,6 +159,30 @@ def _name(option: str, value, choices: Tuple[str, ...]) -> str:
 
 def input_space(value) -> str:
     return _name("input_space", value, INPUT_SPACES)
+
+
+def input_space_value(value: str) -> str:
+    """TorchScript-compatible form of ``input_space`` for a string: the name in lower case, checked
+    (a scripted ``FLIPLoss`` normalises its attribute on every call, as eager does)."""
+    name = value.lower()
+    if name != "srgb" and name != "linear":
+        raise ValueError("flip_loss: input_space must be one of ('srgb', 'linear') (any case), got '" + value + "'")
+    return name
+
+
+def name_value(value: Optional[str]) -> Optional[str]:
+    """TorchScript-compatible: a name option (``tone_mapper``, ``alpha``, ``background``) as the
+    checks compare it, in lower case (names are taken in any case); None stays None."""
+    if value is None:
+        return None
+    return value.lower()
+
+
+def background_value(value: Union[str, List[float]]) -> Union[str, List[float]]:
+    """TorchScript-compatible: a background name in lower case; an (r, g, b) triple as it is."""
+    if isinstance(value, str):
+        return value.lower()
+    return value
 
 
 def tone_mapper(value) -> str:

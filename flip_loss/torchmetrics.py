@@ -20,6 +20,16 @@ images.
 
 In a ``LightningModule``: update it in ``validation_step`` and log
 ``self.metric.compute().pooled.mean`` in ``on_validation_epoch_end``, then ``reset()``.
+
+The states keep their dtypes (int64 and float64: exact sums and exact extremes) whatever the module
+is converted to: ``.to(torch.bfloat16)`` (Lightning's ``bf16-true``), ``.half()``, ``.double()`` or
+``set_dtype`` move them to the new device only. One more state, ``settings``, holds the metric's
+options (pixels per degree, input space, data range, bins, alpha, background) exactly, 16 bits per
+value: torchmetrics' ``MetricCollection`` merges metrics into one compute group only when all their
+states are equal, so metrics with the same options share one evaluation and metrics with different
+options never do. The ``settings`` state also travels in a state dict (``persistent(True)``): a
+state dict of a metric with other options is refused (``ValueError``) when loaded, and so is a
+sync between ranks whose metrics have different options.
 """
 
 import functools
@@ -52,13 +62,48 @@ __all__ = ["FLIPTorchMetric"]
 
 _WHO = "flip_loss.torchmetrics.FLIPTorchMetric"
 
+_SPACES = ("srgb", "linear")
+_ALPHAS = (None, "straight", "premultiplied")
+_BACKGROUNDS = ("black", "white", "checkerboard")
+
+
+def settings_code(ppd: float, input_space: str, data_range, bins: int, alpha, background) -> torch.Tensor:
+    """The options as an int64 tensor of 16-bit pieces (each value's float64 bits, four pieces per
+    value): torchmetrics compares states with ``allclose``, whose tolerance is below 1 for values up
+    to 65535, so two codes compare equal exactly when every option is equal."""
+    named = isinstance(background, str)
+    values = [
+        float(ppd),
+        float(_SPACES.index(input_space)),
+        float(data_range[0]),
+        float(data_range[1]),
+        float(bins),
+        float(_ALPHAS.index(alpha)),
+        float(_BACKGROUNDS.index(background)) if named else -1.0,
+    ] + ([0.0, 0.0, 0.0] if named else [float(v) for v in background])
+    bits = torch.tensor(values, dtype=torch.float64).view(torch.int64)
+    return torch.stack([(bits >> (16 * k)) & 0xFFFF for k in range(4)], dim=1)
+
+
+def _same_settings(stacked: torch.Tensor) -> torch.Tensor:
+    """The ``settings`` state's reduction (across ranks, and in ``forward``): every rank's metric
+    must have the same options."""
+    if not bool((stacked == stacked[0]).all()):
+        raise ValueError(
+            f"{_WHO}: the ranks' metrics have different options (pixels_per_degree, input_space, "
+            "data_range, bins, alpha, background); give every rank the same"
+        )
+    return stacked[0]
+
 
 class FLIPTorchMetric(Metric):
     """LDR-FLIP accumulated over ``update(test, reference)`` calls as a torchmetrics metric.
     ``pixels_per_degree``, ``input_space``, ``data_range``, ``bins``, ``alpha`` and ``background``
     are those of :class:`flip_loss.FLIPMetric`; other keyword arguments go to ``torchmetrics.Metric``
     (``sync_on_compute``, ``process_group``, ...). The states are int64 and float64 by design:
-    do not change them with ``set_dtype``."""
+    converting the module (``.to(dtype)``, ``set_dtype``, Lightning's precisions) moves them to its
+    device but keeps their dtypes. Metrics with different options are never merged into one
+    compute group of a ``MetricCollection`` (their ``settings`` states differ)."""
 
     is_differentiable = False
     higher_is_better = False
@@ -94,6 +139,42 @@ class FLIPTorchMetric(Metric):
         self.add_state("min_value", torch.tensor(float("inf"), dtype=torch.float64), dist_reduce_fx="min")
         self.add_state("max_value", torch.tensor(float("-inf"), dtype=torch.float64), dist_reduce_fx="max")
         self.add_state("per_image_means", [], dist_reduce_fx="cat")
+        self.add_state(
+            "settings",
+            settings_code(
+                self.pixels_per_degree, self.input_space, self.data_range, self.bins, self.alpha, self.background
+            ),
+            dist_reduce_fx=_same_settings,
+        )
+
+    def _apply(self, fn, exclude_state=()):
+        # torchmetrics applies a module conversion to the states too (``.to(torch.bfloat16)``, as
+        # Lightning's bf16-true does, would make the extremes bfloat16 and break the next update);
+        # here every conversion moves the states (and a cached result) to its device only, keeping
+        # the dtypes they are made for.
+        this = super()._apply(functools.partial(_on_device_of, fn), exclude_state=exclude_state)
+        # The placeholder of a rank without per-image means, when torchmetrics syncs, is made in
+        # this dtype: it must stay that of the means.
+        this._dtype = torch.float64
+        return this
+
+    def _check_settings(self, have) -> None:
+        """``have`` (a ``settings`` state) must be this metric's own options."""
+        want = settings_code(
+            self.pixels_per_degree, self.input_space, self.data_range, self.bins, self.alpha, self.background
+        )
+        if not isinstance(have, torch.Tensor) or have.shape != want.shape or not torch.equal(have.cpu(), want):
+            raise ValueError(
+                f"{_WHO}: the state comes from a metric with other options; load states only into a "
+                "metric built with the same pixels_per_degree, input_space, data_range, bins, alpha "
+                "and background"
+            )
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Checked before anything is loaded: a refused state leaves this metric as it was.
+        if prefix + "settings" in state_dict:
+            self._check_settings(state_dict[prefix + "settings"])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _statistics(self) -> Statistics:
         return Statistics(self.count, self.limbs, self.bin_min, self.bin_max, self.min_value, self.max_value)
@@ -126,9 +207,16 @@ class FLIPTorchMetric(Metric):
         """The pooled values and per-image means, as :meth:`flip_loss.FLIPMetric.compute` returns
         them (over every rank's images when torchmetrics syncs). Raises ``RuntimeError`` when no
         image was seen."""
+        self._check_settings(self.settings)
         means = self.per_image_means
         if isinstance(means, list):
             means = torch.cat(means) if means else torch.zeros(0, dtype=torch.float64)
         if int(self.count.sum()) == 0:
             raise RuntimeError(f"{_WHO}: compute() called before any update()")
         return result_of(self._statistics(), means)
+
+
+def _on_device_of(fn, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on the device ``fn`` (a module conversion) moves tensors to, in its own dtype."""
+    device = fn(torch.empty(0, dtype=tensor.dtype, device=tensor.device)).device
+    return tensor.to(device)

@@ -151,6 +151,10 @@ def metric_worker(rank, world_size):
     mismatched = FLIPMetric(bins=256 if rank == 0 else 512)
     mismatched.update_error_map(maps[rank])
     out["bins_mismatch"] = _outcome(mismatched.compute)
+    # torchmetrics' sync: ranks whose metrics have different options (equal state shapes).
+    other_options = FLIPTorchMetric(pixels_per_degree=40.0 if rank == 0 else 41.0)
+    other_options.update(*pair_of(rank))
+    out["torchmetrics_options_mismatch"] = _outcome(other_options.compute)
     return out
 
 

@@ -9,7 +9,10 @@
   takes it) is refused with a message saying where pixels per degree goes;
 * FLIPLoss takes the per-image exposure tensors that hdr_flip takes, eager, compiled and scripted;
 * tensors without values (meta, FakeTensor) and functorch transforms (vmap) work, and no result
-  depends on what was called before (the once-per-process out-of-range warning included).
+  depends on what was called before (the once-per-process out-of-range warning included);
+* one rule for FLIPLoss's options set after construction, eager, scripted and compiled alike: the
+  attribute holds what was assigned, and the module normalises (names in any case) and checks it
+  when it runs, with the constructor's rules.
 """
 
 import io
@@ -470,3 +473,193 @@ def test_vmapped_checks_cover_every_example():
     bad[2, 0, 1, 1] = math.nan
     with pytest.raises(ValueError, match="image 2 is undefined"):
         torch.func.vmap(flip_loss.hdr_flip)(t, bad)
+
+
+# --- options set after construction: one rule on every path -------------------------------------------
+
+
+def _option_inputs(kind):
+    g = torch.Generator().manual_seed(40)
+    if kind == "hdr":
+        ref = torch.exp2(4 * torch.rand(1, 3, 12, 12, generator=g) - 2)
+        return ref * 1.1, ref
+    ref = torch.rand(1, 4 if kind == "rgba" else 3, 12, 12, generator=g)
+    test = (ref + 0.1 * torch.randn(ref.shape, generator=g)).clamp(0, 1)
+    if kind == "rgba":
+        test[:, 3] = ref[:, 3]
+    if kind == "ldr255":
+        return test * 255, ref * 255
+    return test, ref
+
+
+# option: (constructor options, inputs, a valid value in another spelling than the constructor's,
+# the constructor options it stands for, an invalid value, the message).
+SETTABLE = {
+    "pixels_per_degree": ({}, "ldr", [30.0], {"pixels_per_degree": 30.0}, -1.0, "pixels_per_degree must be"),
+    "ppd_weights": (
+        {"pixels_per_degree": [30.0, 40.0]},
+        "ldr",
+        [2.0, 6.0],
+        {"pixels_per_degree": [30.0, 40.0], "ppd_weights": [1.0, 3.0]},
+        [-1.0, 1.0],
+        "ppd_weights must be finite and non-negative",
+    ),
+    "input_space": ({}, "ldr", "LINEAR", {"input_space": "linear"}, "rgb", "input_space must be one of"),
+    "reduction": ({}, "ldr", "per_image", {"reduction": "per_image"}, "SUM", "reduction must be one of"),
+    "eps": ({}, "ldr", -0.0, {"eps": 0.0}, -1.0, "eps must be a finite number from 0 to"),
+    "data_range": ({}, "ldr255", (0.0, 255.0), {"data_range": 255}, (1.0, 0.0), "data_range must be finite"),
+    "tone_mapper": (
+        {"hdr": True},
+        "hdr",
+        "HaBlE",
+        {"hdr": True, "tone_mapper": "hable"},
+        "filmic",
+        "tone_mapper must be one of",
+    ),
+    "start_exposure": (
+        {"hdr": True},
+        "hdr",
+        torch.tensor([-2.0]),
+        {"hdr": True, "start_exposure": -2.0},
+        math.nan,
+        "start_exposure must be a finite number",
+    ),
+    "stop_exposure": (
+        {"hdr": True},
+        "hdr",
+        torch.tensor([2.0]),
+        {"hdr": True, "stop_exposure": 2.0},
+        math.inf,
+        "stop_exposure must be a finite number",
+    ),
+    "num_exposures": (
+        {"hdr": True},
+        "hdr",
+        torch.tensor([3]),
+        {"hdr": True, "num_exposures": 3},
+        1,
+        "num_exposures must be",
+    ),
+    "alpha": (
+        {"alpha": "straight"},
+        "rgba",
+        "PreMultiplied",
+        {"alpha": "premultiplied"},
+        "sideways",
+        "alpha must be",
+    ),
+    "background": (
+        {"alpha": "straight"},
+        "rgba",
+        "White",
+        {"alpha": "straight", "background": "white"},
+        "grey",
+        "background must be",
+    ),
+    "hdr": ({}, "hdr", True, {"hdr": True}, None, None),  # a bool: nothing to misspell, see below
+}
+PATHS = ("eager", "scripted", "compiled")
+
+
+def _on_path(module, path):
+    if path == "scripted":
+        return torch.jit.script(module)
+    if path == "compiled":
+        torch._dynamo.reset()
+        return torch.compile(module, backend="eager")
+    return module
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    return a == b and type(a) is type(b)
+
+
+def test_every_option_of_flip_loss_is_in_the_table():
+    loss = flip_loss.FLIPLoss()
+    settable = set(flip_loss.FLIPLoss.__annotations__) - {"exposure_anchors"}
+    assert settable == set(SETTABLE)
+    assert all(hasattr(loss, name) for name in settable)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", list(SETTABLE))
+def test_an_option_set_after_construction_holds_the_value_and_runs_as_the_constructors(name, path):
+    options, kind, value, canonical, _, _ = SETTABLE[name]
+    test, reference = _option_inputs(kind)
+    module = _on_path(flip_loss.FLIPLoss(**options), path)
+    setattr(module, name, value)
+    # The attribute holds what was assigned (scripted too: one value whatever the path) ...
+    assert _same(getattr(module, name), value)
+    # ... and the module runs as one built with the value in the constructor's spelling.
+    want = flip_loss.FLIPLoss(**canonical)(test, reference)
+    torch.testing.assert_close(module(test, reference), want, rtol=1e-6, atol=1e-7)
+    assert _same(getattr(module, name), value)
+
+
+@pytest.mark.parametrize("name", [n for n, row in SETTABLE.items() if row[4] is not None])
+def test_an_invalid_option_set_after_construction_is_refused_alike_on_every_path(name):
+    options, kind, _, _, bad, message = SETTABLE[name]
+    test, reference = _option_inputs(kind)
+    refused = {}
+    for path in PATHS:
+        module = _on_path(flip_loss.FLIPLoss(**options), path)
+        setattr(module, name, bad)
+        with pytest.raises(Exception) as info:
+            module(test, reference)
+        refused[path] = info.value
+        assert message in str(info.value), (path, str(info.value))
+    # The same class: TorchScript carries the Python exception's class in its torch.jit.Error.
+    assert type(refused["eager"]) is type(refused["compiled"]) is ValueError
+    assert str(refused["eager"]) == str(refused["compiled"])
+    assert isinstance(refused["scripted"], torch.jit.Error)
+    assert "builtins.ValueError: flip_loss: " + message in str(refused["scripted"])
+
+
+def test_an_option_of_the_wrong_type_is_refused_on_every_path():
+    """A value of the wrong type: eager and compiled refuse it when the module runs (hdr="no" would
+    otherwise switch HDR-FLIP on), TorchScript when it is assigned (the attribute's type)."""
+    test, reference = _option_inputs("ldr")
+    for path in ("eager", "compiled"):
+        module = _on_path(flip_loss.FLIPLoss(), path)
+        module.hdr = "no"
+        with pytest.raises(TypeError, match="hdr must be True or False, got no"):
+            module(test, reference)
+        module.tone_mapper = 5
+        module.hdr = True
+        with pytest.raises(TypeError, match="tone_mapper must be a string"):
+            module(*_option_inputs("hdr"))
+    scripted = torch.jit.script(flip_loss.FLIPLoss())
+    for name, value in (("hdr", "no"), ("tone_mapper", 5)):
+        with pytest.raises(RuntimeError, match=f"Could not cast attribute '{name}'"):
+            setattr(scripted, name, value)
+
+
+NVIDIA_SETTABLE = [
+    # (class, option, a valid value in another spelling, the constructor options it stands for,
+    # an invalid value, the message)
+    ("LDRFLIPLoss", "eps", -0.0, {"eps": 0.0}, -1.0, "eps must be a finite number from 0 to"),
+    ("HDRFLIPLoss", "eps", -0.0, {"eps": 0.0}, 1.0, "eps must be a finite number from 0 to"),
+    ("HDRFLIPLoss", "median", "UPPER", {"median": "upper"}, "middle", "median must be one of"),
+    ("HDRFLIPLoss", "max_value", 2, {"max_value": 2.0}, -1.0, "max_value must be a positive finite number"),
+]
+
+
+@pytest.mark.parametrize("path", ["eager", "compiled"])
+@pytest.mark.parametrize("cls, name, value, canonical, bad, message", NVIDIA_SETTABLE)
+def test_nvidia_losses_check_options_set_after_construction(cls, name, value, canonical, bad, message, path):
+    """NVIDIA's loss modules check an option set after construction by the constructor's rules, at
+    the assignment (their options are properties, as NVIDIA's attributes are plain attributes): the
+    value is normalised, a bad one is refused and leaves the option as it was (before: a max_value
+    of -1 set on an HDRFLIPLoss clamped every value away and returned a number)."""
+    make = getattr(flip_loss, cls)
+    test, reference = _option_inputs("hdr" if cls == "HDRFLIPLoss" else "ldr")
+    module = _on_path(make(), path)
+    setattr(module, name, value)
+    assert _same(getattr(module, name), canonical[name])
+    torch.testing.assert_close(module(test, reference), make(**canonical)(test, reference), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match=message):
+        setattr(module, name, bad)
+    assert _same(getattr(module, name), canonical[name])
+    torch.testing.assert_close(module(test, reference), make(**canonical)(test, reference), rtol=1e-6, atol=1e-7)

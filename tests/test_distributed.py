@@ -123,6 +123,9 @@ def test_same_error_on_every_rank(metric_runs):
         assert "before any update() on any rank" in run["nothing"][1][1]
         assert run["bins_mismatch"][0] is None and run["bins_mismatch"][1][0] == "ValueError"
         assert "different bins (256, 512" in run["bins_mismatch"][1][1]
+        assert run["torchmetrics_options_mismatch"][0] is None
+        assert run["torchmetrics_options_mismatch"][1][0] == "ValueError"
+        assert "ranks' metrics have different options" in run["torchmetrics_options_mismatch"][1][1]
 
 
 def test_no_sync_without_a_process_group():

@@ -155,3 +155,195 @@ def test_pixel_capacity():
     with pytest.raises(ValueError, match="2\\*\\*39 pixels"):
         metric.update_error_map(torch.rand(1, 1, 4, 5))
     assert metric.compute().pooled == before
+
+
+# --- FLIPTorchMetric as torchmetrics and Lightning use it ------------------------------------------
+
+STATE_DTYPES = {
+    "count": torch.int64,
+    "limbs": torch.int64,
+    "bin_min": torch.float64,
+    "bin_max": torch.float64,
+    "min_value": torch.float64,
+    "max_value": torch.float64,
+    "settings": torch.int64,
+}
+
+
+def torchmetric(**options):
+    pytest.importorskip("torchmetrics")
+    from flip_loss.torchmetrics import FLIPTorchMetric
+
+    return FLIPTorchMetric(**options)
+
+
+def plain_result(pairs, **options):
+    """FLIPMetric's result over ``pairs`` (the reference the torchmetrics form must equal)."""
+    metric = FLIPMetric(**options)
+    for t, r in pairs:
+        metric.update(t, r)
+    return metric.compute()
+
+
+def assert_same_result(got, want):
+    assert got.pooled == want.pooled
+    assert torch.equal(got.per_image_means, want.per_image_means)
+    assert (got.num_images, got.num_pixels) == (want.num_images, want.num_pixels)
+
+
+def assert_state_dtypes(metric):
+    for name, dtype in STATE_DTYPES.items():
+        assert getattr(metric, name).dtype == dtype, name
+        assert metric._defaults[name].dtype == dtype, name
+    assert all(m.dtype == torch.float64 for m in metric.per_image_means)
+
+
+CONVERSIONS = {
+    "to(bfloat16)": lambda m: m.to(torch.bfloat16),  # Lightning's bf16-true
+    "to(float16)": lambda m: m.to(torch.float16),  # 16-true
+    "to(float64)": lambda m: m.to(torch.float64),  # 64-true
+    "half()": lambda m: m.half(),
+    "double()": lambda m: m.double(),
+    "bfloat16()": lambda m: m.bfloat16(),
+    "float()": lambda m: m.float(),
+    "set_dtype(bfloat16)": lambda m: m.set_dtype(torch.bfloat16),
+    "parent.to(bfloat16)": lambda m: torch.nn.ModuleDict({"metric": m}).to(torch.bfloat16)["metric"],
+    "to(cpu, float16)": lambda m: m.to("cpu", torch.float16),
+}
+
+
+@pytest.mark.parametrize("conversion", list(CONVERSIONS))
+def test_torchmetric_states_keep_their_dtypes_under_every_precision(conversion):
+    """A module conversion (what Lightning's precision settings do to the LightningModule and its
+    metrics) leaves the states' dtypes as they are made: the statistics before it are kept exactly,
+    and later updates, in float32 or in the converted dtype, accumulate as FLIPMetric's do."""
+    data = [(t, r) for t, r, _ in batches(seed=11, sizes=((2, 12, 14), (1, 12, 14)))]
+    metric = torchmetric(bins=256)
+    metric.update(*data[0])
+    before = metric.compute()
+    metric = CONVERSIONS[conversion](metric)
+    assert_state_dtypes(metric)
+    assert metric.dtype == torch.float64
+    assert_same_result(metric.compute(), before)
+    low = torch.bfloat16 if "bfloat16" in conversion else torch.float16
+    narrow = tuple(x.to(low) for x in data[1])
+    metric.update(*data[1])
+    metric.update(*narrow)
+    assert_state_dtypes(metric)
+    assert_same_result(metric.compute(), plain_result([data[0], data[1], narrow], bins=256))
+    # reset() brings back the defaults, in their own dtypes too.
+    metric.reset()
+    assert_state_dtypes(metric)
+    metric.update(*data[1])
+    assert_same_result(metric.compute(), plain_result([data[1]], bins=256))
+
+
+# Each option alone differs between the two metrics; the first batch is a pair of identical images,
+# whose map is 0 whatever the options, so that every statistic of the two metrics is equal after it.
+OPTION_PAIRS = [
+    ({"pixels_per_degree": 30.0}, {"pixels_per_degree": 30.0001}),
+    ({"input_space": "srgb"}, {"input_space": "linear"}),
+    ({"data_range": 1.0}, {"data_range": (0.0, 1.0000001)}),
+    ({"alpha": "straight"}, {"alpha": "premultiplied"}),
+    ({"alpha": "straight", "background": "white"}, {"alpha": "straight", "background": [1.0, 1.0, 0.999]}),
+]
+
+
+@pytest.mark.parametrize("first, second", OPTION_PAIRS)
+def test_collection_never_merges_metrics_with_different_options(first, second):
+    from torchmetrics import MetricCollection
+
+    channels = 4 if "alpha" in first else 3
+    g = torch.Generator().manual_seed(12)
+    same = torch.rand(1, channels, 10, 12, generator=g)
+    ref = torch.rand(2, channels, 10, 12, generator=g)
+    test = (ref + 0.3 * torch.randn(2, channels, 10, 12, generator=g)).clamp(0, 1)
+    pairs = [(same, same), (test, ref)]
+    collection = MetricCollection(
+        {
+            "a": torchmetric(bins=128, **first),
+            "b": torchmetric(bins=128, **second),
+            "c": torchmetric(bins=128, **first),
+        },
+        compute_groups=True,
+    )
+    for t, r in pairs:
+        collection.update(t, r)
+    # The metrics with equal options share one evaluation; the other is evaluated on its own.
+    assert sorted(sorted(g) for g in collection.compute_groups.values()) == [["a", "c"], ["b"]]
+    results = collection.compute()
+    assert_same_result(results["a"], plain_result(pairs, bins=128, **first))
+    assert_same_result(results["c"], plain_result(pairs, bins=128, **first))
+    assert_same_result(results["b"], plain_result(pairs, bins=128, **second))
+    assert results["a"].pooled.mean != results["b"].pooled.mean
+    # reset and a second epoch: the groups stand, the values start afresh.
+    collection.reset()
+    collection.update(test, ref)
+    results = collection.compute()
+    assert_same_result(results["b"], plain_result([(test, ref)], bins=128, **second))
+    assert_same_result(results["c"], plain_result([(test, ref)], bins=128, **first))
+
+
+def test_torchmetric_forward_reset_compute_cycles():
+    """forward (Lightning's self.metric(test, reference)) returns the batch's result and accumulates;
+    compute() is over every batch since the last reset, epoch after epoch."""
+    data = [(t, r) for t, r, _ in batches(seed=13)]
+    metric = torchmetric(bins=512)
+    for _epoch in range(2):
+        for i, (t, r) in enumerate(data):
+            assert_same_result(metric(t, r), plain_result([(t, r)], bins=512))
+            assert_same_result(metric.compute(), plain_result(data[: i + 1], bins=512))
+        assert_same_result(metric.compute(), plain_result(data, bins=512))
+        metric.reset()
+        with pytest.raises(RuntimeError, match="before any update"):
+            metric.compute()
+
+
+def test_torchmetric_state_dict_round_trip():
+    data = [(t, r) for t, r, _ in batches(seed=14)]
+    metric = torchmetric(pixels_per_degree=40.0, bins=64)
+    metric.persistent(True)
+    metric.update(*data[0])
+    metric.update(*data[1])
+    state = metric.state_dict()
+    assert set(STATE_DTYPES) | {"per_image_means"} <= set(state)
+    restored = torchmetric(pixels_per_degree=40.0, bins=64)
+    restored.load_state_dict(state)
+    assert_same_result(restored.compute(), metric.compute())
+    restored.update(*data[2])
+    assert_same_result(restored.compute(), plain_result(data, pixels_per_degree=40.0, bins=64))
+    # A state of a metric with other options: refused, not mixed in (bins equal, so every shape
+    # fits), and nothing of it loaded.
+    other = torchmetric(pixels_per_degree=41.0, bins=64)
+    other.update(*data[2])
+    with pytest.raises(ValueError, match="comes from a metric with other options"):
+        other.load_state_dict(state)
+    assert_same_result(other.compute(), plain_result([data[2]], pixels_per_degree=41.0, bins=64))
+    # Not persistent (torchmetrics' default): the state dict holds no state.
+    assert torchmetric().state_dict() == {}
+
+
+def test_torchmetric_sync_through_a_dist_sync_fn():
+    """compute() syncs through torchmetrics' dist_sync_fn: two ranks that saw the same images give
+    the result of one process that saw them twice, rank 0's per-image means first; ranks whose
+    metrics have different options are refused."""
+    data = [(t, r) for t, r, _ in batches(seed=15, sizes=((2, 10, 12), (1, 10, 12)))]
+
+    def two_ranks(tensor, group=None):
+        return [tensor, tensor.clone()]
+
+    metric = torchmetric(bins=256, dist_sync_fn=two_ranks, distributed_available_fn=lambda: True)
+    for t, r in data:
+        metric.update(t, r)
+    assert_same_result(metric.compute(), plain_result(data + data, bins=256))
+    # compute() left the local state as it was.
+    assert metric.count.sum() == sum(t[:, 0].numel() for t, _ in data)
+    other = torchmetric(pixels_per_degree=30.0, bins=256)
+
+    def other_options_on_rank_1(tensor, group=None):
+        return [tensor, other.settings if tensor is mismatched.settings else tensor.clone()]
+
+    mismatched = torchmetric(bins=256, dist_sync_fn=other_options_on_rank_1, distributed_available_fn=lambda: True)
+    mismatched.update(*data[0])
+    with pytest.raises(ValueError, match="ranks' metrics have different options"):
+        mismatched.compute()

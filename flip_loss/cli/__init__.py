@@ -38,7 +38,7 @@ import traceback
 from typing import Optional, Sequence
 
 from ..distributed import LAUNCH_OVERRIDE, launch_inherited, launched_world
-from .arguments import build_parser, command_of
+from .arguments import build_parser, parse_arguments
 from .errors import (
     EXIT_CODES,
     EXIT_GATE,
@@ -145,9 +145,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     with interrupts_handled():
         try:
-            parser = build_parser()
-            args = parser.parse_args(argv)
-            if command_of(parser, args) == "psychophysics":
+            # Every option is checked here, before anything runs (on every rank of a torchrun launch).
+            _, args = parse_arguments(argv)
+            if args.command == "psychophysics":
                 return _run_psychophysics(args.argv)
             return _evaluate(args, t_start)
         except UsageError as exc:

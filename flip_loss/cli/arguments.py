@@ -1,11 +1,17 @@
 """Argument parsing of ``flip-loss``: NVIDIA's flags at the top level (the plain ``flip-loss -r
 ref -t test`` form), the ``psychophysics`` command, the checks of option values (the API's own,
-``flip_loss.options``) and of their combinations."""
+``flip_loss.options``) and of their combinations.
+
+Every option is checked when the command line is parsed (:func:`parse_arguments`), before any
+image is read or any rank does anything: a value by its argparse ``type``, the combinations by
+:func:`check_arguments`; each problem is a :class:`UsageError` naming the option (exit code 2).
+What runs afterwards may meet files, images and devices, but no bad option value: an exception
+there is an internal error."""
 
 import argparse
 import math
 import os
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .. import options
 from ..alpha import ALPHA_MODES, BACKGROUNDS
@@ -49,6 +55,17 @@ class _PassThroughParser(UsageErrorParser):
 
 # The option values are checked by the API's own checks (flip_loss.options), so that the command
 # line and the API accept the same values; the messages speak of the command line's text.
+
+
+def path_text(text: str) -> str:
+    """A file or folder name: not empty (an empty name would silently mean the current directory)
+    and without a NUL character (which no file name holds); whether the file can be read or written
+    is checked where it is used."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a file or folder name, got an empty string")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError(f"expected a file or folder name, got {text!r} (a NUL character)")
+    return text
 
 
 def _ppd_value(text: str) -> float:
@@ -181,16 +198,26 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     inputs = p.add_argument_group("inputs")
-    inputs.add_argument("-r", "--reference", metavar="REFERENCE", help="reference image file")
+    inputs.add_argument("-r", "--reference", metavar="REFERENCE", type=path_text, help="reference image file")
     inputs.add_argument(
-        "-t", "--test", metavar="TEST", nargs="+", help="one or more test image files, each the size of the reference"
+        "-t",
+        "--test",
+        metavar="TEST",
+        nargs="+",
+        type=path_text,
+        help="one or more test image files, each the size of the reference",
     )
     inputs.add_argument(
-        "--reference-dir", metavar="DIR", default=None, help="folder mode: folder of reference images (with --test-dir)"
+        "--reference-dir",
+        metavar="DIR",
+        type=path_text,
+        default=None,
+        help="folder mode: folder of reference images (with --test-dir)",
     )
     inputs.add_argument(
         "--test-dir",
         metavar="DIR",
+        type=path_text,
         default=None,
         help="folder mode: folder of test images, paired with the references by file name without extension",
     )
@@ -246,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-d",
         "--directory",
         metavar="DIR",
+        type=path_text,
         default=None,
         help="directory for the error maps, text files and histograms (created if "
         "needed; default: the current directory)",
@@ -255,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         metavar="MAP.png",
+        type=path_text,
         default=None,
         help="file name of the error map (one test image only; relative names are "
         "placed in --directory when it is given)",
@@ -280,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-c",
         "--csv",
         metavar="FILE",
+        type=path_text,
         default=None,
         help="append one row per test image (Reference, Test, Mean, Weighted median, "
         "1st and 3rd weighted quartile, Min, Max, Status, Gate; with --timing also "
@@ -289,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--report",
         metavar="DIR",
+        type=path_text,
         default=None,
         help="write an HTML report into DIR (created if needed): index.html, a page that opens "
         "from disk with no network, and its pictures in DIR/pairs/; a summary, the pairs "
@@ -436,6 +467,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the psychophysics suite: 'flip-loss psychophysics --help' for its options",
     )
     return p
+
+
+def parse_arguments(argv: Sequence[str]) -> Tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The parser and the parsed, checked ``argv``: for the evaluator every option value and
+    combination is checked here (:func:`check_arguments`), for a command only that no evaluator
+    option comes before it (its own options are its own program's). Raises :class:`UsageError`."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    if command_of(parser, args) is None:
+        check_arguments(args)
+    return parser, args
+
+
+def check_arguments(args) -> None:
+    """The evaluator's checks of option combinations and of the values argparse cannot check alone
+    (the gate, the pixels per degree of --viewing-conditions); sets ``args.gate``
+    (:func:`parse_gate`)."""
+    check_options(args)
+    args.gate = parse_gate(args)
+    ppd_of(args)
 
 
 def command_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[str]:

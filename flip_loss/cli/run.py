@@ -9,7 +9,7 @@ import time
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..constants import TONE_MAPPER_DISPLAY_NAMES
-from .arguments import check_options, gate_failures, hdr_option_flags, parse_gate
+from .arguments import gate_failures, hdr_option_flags
 from .console import Console
 from .errors import EXIT_GATE, EXIT_OK, EXIT_PAIRS_FAILED, UsageError
 from .evaluate import Exposures, Result, resolve_device
@@ -54,9 +54,9 @@ class Run:
     before any output is checked."""
 
     def __init__(self, args, console: Console, staging: Staging, device=None):
-        check_options(args)
+        # ``args`` come from arguments.parse_arguments, which has checked every option.
         self.args, self.console, self.staging = args, console, staging
-        self.gate = parse_gate(args)
+        self.gate = args.gate
         self.folder_mode = args.reference_dir is not None
         pairing = pairs_of(args)
         self.pairs = pairing.pairs

@@ -12,10 +12,11 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from ..cli.arguments import path_text as _path
 from ..cli.errors import UsageError as _UsageError
 from ..cli.errors import UsageErrorParser as _Parser
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "parse_options"]
 
 _PROG = "flip-loss psychophysics"
 
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         "On a loaded machine --threads 1 can be much faster than the default.\n"
         "exit codes: 0 success, 2 an error you can act on, 1 an internal error",
     )
-    p.add_argument("--out", "-o", required=True, metavar="DIR", help="output folder (created if missing)")
+    p.add_argument("--out", "-o", required=True, metavar="DIR", type=_path, help="output folder (created if missing)")
     p.add_argument(
         "--metrics",
         "-m",
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="N",
         help="CPU threads for torch (default: torch's default, one per core)",
@@ -81,52 +82,98 @@ def build_parser() -> argparse.ArgumentParser:
 def _split(values):
     out = []
     for v in values or []:
-        out += [s for s in v.split(",") if s.strip()]
+        out += [s.strip() for s in v.split(",") if s.strip()]
     return out
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got '{text}'")
+    return value
+
+
+def _once_each(option: str, values, key=lambda v: v) -> None:
+    seen = {}
+    for v in values:
+        if key(v) in seen:
+            raise _UsageError(f"{option}: {v!r} is given twice (as {seen[key(v)]!r} first); give each once")
+        seen[key(v)] = v
+
+
+def parse_options(argv: Sequence[str]):
+    """Parses and checks every option before anything runs (each problem a :class:`UsageError`
+    naming its option, so that no user mistake reaches the suite, where an exception is an internal
+    error): returns the parsed arguments, the preset's settings, the torch device, the metrics, the
+    notes on metrics skipped and the tests."""
+    import torch
+
+    from . import metrics as metrics_mod
+    from . import suite
+
+    args = build_parser().parse_args(list(argv))
+    if args.quick and args.preset not in (None, "quick"):
+        raise _UsageError(f"--quick conflicts with --preset {args.preset}")
+    settings = suite.PRESETS["quick" if args.quick else (args.preset or "full")]
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as e:
+        raise _UsageError(f"bad --device {args.device!r}: {e}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise _UsageError(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise _UsageError(f"--device {args.device}: CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise _UsageError(
+                f"--device {args.device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                f"cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            )
+    if args.metrics is not None:
+        names = _split(args.metrics)
+        if not names:
+            raise _UsageError(f"--metrics: no metric name given; choose from {', '.join(metrics_mod.METRIC_NAMES)}")
+        for name in names:
+            if name.lower() not in metrics_mod.METRIC_NAMES:
+                raise _UsageError(
+                    f"unknown metric {name!r} in --metrics; choose from {', '.join(metrics_mod.METRIC_NAMES)}"
+                )
+        _once_each("--metrics", names, key=str.lower)
+    else:
+        names = list(metrics_mod.DEFAULT_METRICS)
+    metrics, notes = metrics_mod.build_metrics(names)
+    if not metrics:
+        raise _UsageError("--metrics: no metric available: " + "; ".join(notes))
+    if args.tests is not None:
+        _once_each("--tests", args.tests)
+    try:
+        tests = suite.select_tests(args.tests)
+    except ValueError as e:
+        raise _UsageError(f"--tests: {e}") from None
+    return args, settings, device, metrics, notes, tests
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     threads_before = None  # --threads changes torch's process-wide thread count for the run only
     try:
-        args = build_parser().parse_args(argv)
+        args, settings, device, metrics, notes, tests = parse_options(argv)
         import torch
 
-        from . import metrics as metrics_mod
         from . import report, suite
 
-        if args.quick and args.preset not in (None, "quick"):
-            raise _UsageError(f"--quick conflicts with --preset {args.preset}")
-        settings = suite.PRESETS["quick" if args.quick else (args.preset or "full")]
-        try:
-            device = torch.device(args.device)
-        except RuntimeError as e:
-            raise _UsageError(f"bad --device {args.device!r}: {e}") from None
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise _UsageError(f"--device {args.device}: CUDA is not available on this machine")
-        if args.threads is not None:
-            if args.threads < 1:
-                raise _UsageError(f"--threads must be >= 1, got {args.threads}")
-            threads_before = torch.get_num_threads()
-            torch.set_num_threads(args.threads)
-        explicit = args.metrics is not None
-        names = _split(args.metrics) if explicit else list(metrics_mod.DEFAULT_METRICS)
-        try:
-            metrics, notes = metrics_mod.build_metrics(names)
-        except ValueError as e:
-            raise _UsageError(str(e)) from None
-        if not metrics:
-            raise _UsageError("no metric available: " + "; ".join(notes))
-        try:
-            tests = suite.select_tests(args.tests)
-        except ValueError as e:
-            raise _UsageError(str(e)) from None
         try:
             os.makedirs(args.out, exist_ok=True)
         except OSError as e:
             raise _UsageError(f"cannot create --out {args.out!r}: {e.strerror}") from None
         if not os.access(args.out, os.W_OK):
             raise _UsageError(f"--out {args.out!r} is not writable")
+        if args.threads is not None:
+            threads_before = torch.get_num_threads()
+            torch.set_num_threads(args.threads)
         for note in notes:
             print(f"{_PROG}: {note}", file=sys.stderr)
         start = time.perf_counter()

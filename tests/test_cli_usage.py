@@ -1,0 +1,199 @@
+"""Every user mistake on every command of ``flip-loss`` is a usage error: exit code 2, one
+``error:`` line naming the option, no traceback, nothing written. Each option of each command has
+rows of bad values below, and a test holds the tables to the parsers, so that a new option comes
+with its own rows."""
+
+import os
+
+import pytest
+
+from flip_loss.cli import example_paths, main
+from flip_loss.cli.arguments import build_parser
+from flip_loss.psychophysics import cli as psychophysics_cli
+
+REF, TEST = (str(p) for p in example_paths())
+
+# The evaluator (no command): option dest -> argument lists, each a mistake about that option.
+# "{d}" is a folder that exists. The lists come after "-r REF -t TEST -v 0" unless they give
+# their own images (-r, -t, --example or a folder).
+EVALUATOR = {
+    "reference": [["-r", ""], ["-r", "a\0b.png"], ["-t", TEST, "-r"]],
+    "test": [["-t", ""], ["-r", REF, "-t"], ["-r", REF, "-t", TEST, "nul\0.png"]],
+    "reference_dir": [
+        ["--reference-dir", ""],
+        ["--reference-dir", "{d}"],
+        ["--reference-dir", "{d}", "--test-dir", "{d}", "-r", REF],
+    ],
+    "test_dir": [
+        ["--test-dir", ""],
+        ["--test-dir", "{d}"],
+        ["--reference-dir", "{d}", "--test-dir", "{d}", "-t", TEST],
+    ],
+    "example": [["--example=yes"], ["--example", "-r", REF]],
+    "alpha": [["--alpha", "opaque"], ["--alpha", "STRAIGHTER"], ["--alpha", "ignore", "--background", "white"]],
+    "background": [["--background", "grey"], ["--background", "checkerboard", "--alpha", "ignore"]],
+    "ppd": [
+        ["--ppd", "x"],
+        ["--ppd", "-1"],
+        ["--ppd", "0"],
+        ["--ppd", "nan"],
+        ["--ppd", "1e9"],
+        ["--ppd", "60", "-vc", "1", "1", "1"],
+    ],
+    "viewing_conditions": [
+        ["-vc", "0.7", "0.7"],
+        ["-vc", "0.7", "0", "3840"],
+        ["-vc", "-1", "1", "1"],
+        ["-vc", "x", "1", "1"],
+        ["-vc", "1e-300", "1e300", "1"],
+    ],
+    "directory": [["-d", ""], ["-d", "a\0b"], ["-d"]],
+    "output": [
+        ["-o", ""],
+        ["-o", "map.jpg"],
+        ["-o", "map.png", "--no-error-map"],
+        ["-r", REF, "-t", TEST, TEST, "-o", "map.png"],
+    ],
+    "basename": [
+        ["-b", ""],
+        ["-b", "sub/name"],
+        ["-b", ".."],
+        ["-b", "x", "-o", "x.png"],
+        ["-r", REF, "-t", TEST, TEST, "-b", "x"],
+    ],
+    "no_magma": [["--no-magma=1"]],
+    "no_error_map": [["--no-error-map=1"]],
+    "textfile": [["--textfile=1"]],
+    "csv": [["-c", ""], ["-c", "a\0b.csv"]],
+    "report": [["--report", ""], ["--report", "a\0b"]],
+    "verbosity": [["-v", "3"], ["-v", "-1"], ["-v", "x"]],
+    "no_progress": [["--no-progress=1"]],
+    "timing": [["--timing=1"]],
+    "tone_mapper": [["-tm", "filmic"], ["-tm", ""]],
+    "start_exposure": [["-cstart", "x"], ["-cstart", "nan"], ["-cstart", "2", "-cstop", "1"], ["-cstart=-1e300"]],
+    "stop_exposure": [["-cstop", "inf"], ["-cstop", "1e39"]],
+    "num_exposures": [["-n", "-3"], ["-n", "0"], ["-n", "1"], ["-n", "2.5"], ["-n", "257"], ["-n", "x"]],
+    "no_exposure_map": [["--no-exposure-map=1"]],
+    "histogram": [["--histogram=1"]],
+    "log": [["--log"], ["--log=1", "-hist"]],
+    "y_max": [["--y-max", "2"], ["-hist", "--y-max", "-1"], ["-hist", "--y-max", "inf"], ["-hist", "--y-max", "x"]],
+    "exclude_pooled_values": [["--exclude-pooled-values"]],
+    "fail_above": [
+        ["--fail-above", "mean"],
+        ["--fail-above", "median", "0.1"],
+        ["--fail-above", "mean", "-0.1"],
+        ["--fail-above", "max", "nan"],
+        ["--fail-above", "mean", "0.1", "--fail-above", "MEAN", "0.2"],
+    ],
+    "exit_on_test": [["--exit-on-test=1"]],
+    "allow_unmatched": [["--allow-unmatched"]],
+    "device": [["--device", "tpu"], ["--device", ""]],
+    "dist_timeout": [
+        ["--dist-timeout", "-1"],
+        ["--dist-timeout", "0"],
+        ["--dist-timeout", "1e9"],
+        ["--dist-timeout", "nan"],
+    ],
+    "command": [["bogus"], ["-v", "1", "psychophysics"]],
+}
+# How the error line names each option without a long form of its own.
+EVALUATOR_NAMES = {"command": ("COMMAND", "--verbosity")}
+
+# The psychophysics suite: "{out}" is a folder that does not exist yet, "{file}" a file.
+PSYCHOPHYSICS = {
+    "out": [["--out", ""], ["--out", "a\0b"], ["--out"], ["--out", "{file}"]],
+    "metrics": [
+        ["--metrics", "ldr-flip", "LDR-FLIP"],
+        ["--metrics", "psnr,hyab,psnr"],
+        ["--metrics", "lpips"],
+        ["--metrics", ","],
+        ["--metrics"],
+    ],
+    "quick": [["--quick=1"], ["--quick", "--preset", "full"]],
+    "preset": [["--preset", "fastest"], ["--preset", "medium", "--quick"]],
+    "tests": [["--tests", "flicker"], ["--tests", "matching_sf", "matching_sf"], ["--tests", ""], ["--tests"]],
+    "device": [["--device", "meta"], ["--device", "tpu"], ["--device", "cuda:99"], ["--device", ""]],
+    "threads": [["--threads", "0"], ["--threads", "-2"], ["--threads", "1.5"], ["--threads", "x"]],
+    "no_progress": [["--no-progress=1"]],
+    "no_plots": [["--no-plots=1"]],
+}
+
+
+def _dests(parser):
+    return {a.dest for a in parser._actions if a.dest != "help"}
+
+
+def _names(parser, dest):
+    """The option strings of ``dest`` the error line may name (the long forms)."""
+    (action,) = [a for a in parser._actions if a.dest == dest]
+    return tuple(s for s in action.option_strings if s.startswith("--"))
+
+
+def test_every_option_of_every_command_has_rows():
+    assert _dests(build_parser()) == set(EVALUATOR)
+    assert _dests(psychophysics_cli.build_parser()) == set(PSYCHOPHYSICS)
+    assert all(EVALUATOR.values()) and all(PSYCHOPHYSICS.values())
+
+
+def assert_usage_error(code, captured, prefix, names):
+    assert code == 2, captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith(prefix + ": error: ") and lines[0].count("error:") == 1, lines[0]
+    assert any(name in lines[0] for name in names), (names, lines[0])
+
+
+@pytest.mark.parametrize(
+    "dest, argv", [(dest, argv) for dest, rows in EVALUATOR.items() for argv in rows], ids=lambda v: repr(v)[:60]
+)
+def test_evaluator_option_mistakes_are_usage_errors(dest, argv, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv = [a.format(d=tmp_path) for a in argv]
+    own_images = any(a in argv for a in ("-r", "-t", "--example", "--reference-dir", "--test-dir", "bogus"))
+    base = [] if own_images or dest == "command" else ["-r", REF, "-t", TEST]
+    code = main(base + argv + (["-v", "0"] if dest not in ("verbosity", "command") else []))
+    names = EVALUATOR_NAMES.get(dest) or _names(build_parser(), dest)
+    assert_usage_error(code, capsys.readouterr(), "flip-loss", names)
+    assert os.listdir(work) == []
+
+
+@pytest.mark.parametrize("entry", ["flip-loss psychophysics", "python -m flip_loss.psychophysics"])
+@pytest.mark.parametrize(
+    "dest, argv", [(dest, argv) for dest, rows in PSYCHOPHYSICS.items() for argv in rows], ids=lambda v: repr(v)[:60]
+)
+def test_psychophysics_option_mistakes_are_usage_errors(entry, dest, argv, tmp_path, capsys):
+    out, file = tmp_path / "out", tmp_path / "file"
+    file.write_text("not a folder")
+    argv = [a.format(out=out, file=file) for a in argv]
+    # A small run, should a mistake slip through: every row below overrides what it is about.
+    base = ["--out", str(out), "--preset", "smoke", "--tests", "matching_sf", "--metrics", "psnr"]
+    base += ["--no-progress", "--no-plots"]
+    args = base + argv
+    if entry == "flip-loss psychophysics":
+        code = main(["psychophysics", *args])
+    else:
+        code = psychophysics_cli.main(args)
+    assert_usage_error(
+        code, capsys.readouterr(), "flip-loss psychophysics", _names(psychophysics_cli.build_parser(), dest)
+    )
+    assert not out.exists() and file.read_text() == "not a folder"
+
+
+def test_psychophysics_checks_every_option_before_the_suite_runs(monkeypatch, capsys):
+    """The options are checked when they are parsed: a run that passes them reaches the suite with
+    unique, known metrics and tests (a duplicate used to reach it and end as an internal error)."""
+    args, settings, device, metrics, notes, tests = psychophysics_cli.parse_options(
+        ["--out", "x", "--metrics", "ldr-flip,PSNR", "hyab", "--tests", "matching_*", "--threads", "2", "--quick"]
+    )
+    assert [m.name for m in metrics] == ["LDR-FLIP", "PSNR", "HyAB"]
+    assert [t.key for t in tests] == ["matching_sf", "matching_colour"]
+    assert str(device) == "cpu" and args.threads == 2 and settings is psychophysics_cli_presets()["quick"]
+
+
+def psychophysics_cli_presets():
+    from flip_loss.psychophysics.suite import PRESETS
+
+    return PRESETS
