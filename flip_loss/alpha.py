@@ -9,7 +9,8 @@ composite 8-bit images; linear values for linear and HDR input):
 * premultiplied alpha (colour already multiplied by alpha; OpenEXR's): ``rgb + bg * (1 - a)``;
 
 with ``a`` clamped to [0, 1] as FLIP clamps colour values: the gradient passes on the closed interval
-(a = 0 and a = 1 included) and is 0 beyond (docs/algorithm.md §7.4). An opaque pixel
+(a = 0 and a = 1 included) and is 0 beyond (docs/algorithm.md §7.4). A NaN or infinite alpha makes
+its pixel NaN, which the ops refuse as they refuse a non-finite colour. An opaque pixel
 (a = 1) keeps its colour exactly, so an all-opaque RGBA image gives the RGB image's map bit for
 bit. The background is ``"black"`` (0), ``"white"`` (1: the top of the data range, or linear 1.0
 for HDR), ``"checkerboard"`` (see :func:`checkerboard`) or an (r, g, b) triple given in the image's
@@ -71,9 +72,15 @@ def composite(image: torch.Tensor, alpha: str, background: Union[str, List[float
     if image.shape[-3] != 4:
         return image
     rgb = image.narrow(-3, 0, 3)
-    a = clamp(image.narrow(-3, 3, 1), 0.0, 1.0)
+    raw = image.narrow(-3, 3, 1)
+    a = clamp(raw, 0.0, 1.0)
+    # A non-finite alpha means nothing (the clamp would read +Inf as opaque and -Inf as
+    # transparent, and a NaN vanishes where the rule does not multiply by alpha): raw - raw is 0
+    # for a finite alpha (with zero gradient) and NaN otherwise, so the composite of such a pixel
+    # is NaN, which the ops refuse as they refuse a non-finite colour, on every path.
+    invalid = raw - raw
     straight = alpha == "straight"
-    colour = rgb * a if straight else rgb
+    colour = (rgb * a if straight else rgb) + invalid
     if isinstance(background, str):
         if background == "black":
             return colour

@@ -195,7 +195,8 @@ def _png16_samples(path, rawmode, high, keep_alpha: bool):
                 planes.append(low[..., 2].astype(np.uint16) * 256 + low[..., 3])
             return np.stack(planes, axis=2)
         channels = 4 if keep_alpha and rawmode == "RGBA;16B" else 3
-        return (high[..., :channels].astype(np.uint16) * 256 + low[..., :channels]).astype(np.uint16)
+        samples = (high[..., :channels].astype(np.uint16) * 256 + low[..., :channels]).astype(np.uint16)
+        return _with_key_alpha(samples, im, keep_alpha) if rawmode == "RGB;16B" else samples
     except Exception:  # noqa: BLE001 - any decoder difference means: keep the 8-bit values
         return None
     finally:
@@ -208,6 +209,21 @@ def _has_alpha(im) -> bool:
     return "A" in im.getbands() or "transparency" in im.info
 
 
+def _with_key_alpha(samples: np.ndarray, im, keep_alpha: bool) -> np.ndarray:
+    """H x W x 3 16-bit ``samples`` (grey repeated, or RGB) of a PNG, with an alpha channel of 0 or
+    65535 appended when ``keep_alpha`` and the file names a transparent colour (a tRNS chunk, which
+    Pillow reads as ``info["transparency"]``: one 16-bit grey level, or an (r, g, b) triple of
+    16-bit samples): the pixels of exactly that colour are transparent, as the 8-bit forms are."""
+    key = im.info.get("transparency") if keep_alpha else None
+    if key is None:
+        return samples
+    key = np.asarray(key if isinstance(key, tuple) else (key, key, key), dtype=np.int64)
+    if key.shape != (3,):
+        return samples
+    opaque = ~np.all(samples.astype(np.int64) == key, axis=2, keepdims=True)
+    return np.concatenate([samples, np.where(opaque, 65535, 0).astype(samples.dtype)], axis=2)
+
+
 def _to_float(path, im, keep_alpha: bool) -> np.ndarray:
     """H x W x C float32 in [0, 1] from an opened, loaded Pillow image: C = 3 (RGB), or 4 (RGBA)
     for an image with alpha when ``keep_alpha``."""
@@ -216,8 +232,8 @@ def _to_float(path, im, keep_alpha: bool) -> np.ndarray:
         a = np.asarray(im)
         if mode == "I" and (a.min() < 0 or a.max() > 65535):
             raise ValueError(f"cannot read image '{path}': 32-bit integer images are not supported")
-        a = a.astype(np.float32) / np.float32(65535.0)
-        return np.repeat(a[..., None], 3, axis=2)
+        grey = np.repeat(a[..., None], 3, axis=2)
+        return _with_key_alpha(grey, im, keep_alpha).astype(np.float32) / np.float32(65535.0)
     if mode in ("F",) or mode.startswith("F;"):
         raise ValueError(
             f"cannot read image '{path}': floating-point images in this format are not "

@@ -4,6 +4,8 @@ image loading with alpha and the command line's --alpha and --background."""
 
 import re
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -428,6 +430,47 @@ def test_load_16_bit_png_alpha(tmp_path, colour_type, channels):
     colour = s[..., :3] if channels == 4 else np.repeat(s[..., :1], 3, axis=2)
     want = np.concatenate([colour, s[..., -1:]], axis=2)
     np.testing.assert_array_equal(np.round(t.numpy().transpose(1, 2, 0) * 65535).astype(int), want)
+
+
+@pytest.mark.parametrize("colour_type,channels", [(0, 1), (2, 3)])
+def test_a_16_bit_png_with_a_transparent_colour_is_composited_like_the_8_bit_forms(tmp_path, colour_type, channels):
+    """A tRNS chunk in a 16-bit grey or RGB PNG names one colour in 16-bit samples: exactly the
+    pixels of that colour are transparent (alpha 0), every other one opaque, also one whose high
+    bytes alone match the key; the colours are the file's 16-bit values either way."""
+    s = np.random.default_rng(colour_type).integers(0, 65536, (6, 9, channels)).astype(np.uint16)
+    key = s[1, 2].copy()
+    s[4, 5] = key
+    s[0, 0] = key ^ 1  # differs from the key in the low byte only
+    _write_png16(tmp_path / "key16.png", s, colour_type, 1, transparent=key if channels == 3 else key[0])
+    t = imageio.load_image(tmp_path / "key16.png", keep_alpha=True)
+    assert t.shape == (4, 6, 9)
+    colour = s if channels == 3 else np.repeat(s, 3, axis=2)
+    np.testing.assert_array_equal(np.round(t[:3].numpy().transpose(1, 2, 0) * 65535).astype(int), colour)
+    transparent = np.all(s == key, axis=2)
+    assert transparent.sum() == 2 and not transparent[0, 0]
+    np.testing.assert_array_equal(t[3].numpy(), np.where(transparent, 0.0, 1.0).astype(np.float32))
+    assert torch.equal(imageio.load_image(tmp_path / "key16.png"), t[:3])
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+@pytest.mark.parametrize("mode", ["straight", "premultiplied"])
+def test_a_non_finite_alpha_is_refused_on_every_path(bad, mode):
+    """+Inf would read as opaque and -Inf as transparent after the clamp, and a NaN would vanish
+    where the rule does not multiply by alpha: a non-finite alpha is refused like a non-finite
+    colour, by ldr_flip, hdr_flip and FLIPLoss eager, scripted and compiled."""
+    t, r = rgba_pair((1, 4, 12, 12))
+    t[0, 3, 5, 6] = bad
+    with pytest.raises(RuntimeError, match="NaN or infinite"):
+        flip_loss.ldr_flip(t, r, alpha=mode)
+    with pytest.raises(RuntimeError, match="NaN or infinite"):
+        flip_loss.hdr_flip(4 * t, 4 * r, alpha=mode)
+    loss = flip_loss.FLIPLoss(alpha=mode)
+    for module in (loss, torch.jit.script(flip_loss.FLIPLoss(alpha=mode))):
+        with pytest.raises(RuntimeError, match="NaN or infinite"):
+            module(t, r)
+    # A finite alpha outside [0, 1] is clamped, as before (gradient 0 beyond).
+    t[0, 3, 5, 6] = 7.0
+    assert torch.isfinite(flip_loss.ldr_flip(t, r, alpha=mode)).all()
 
 
 def test_load_exr_keeps_alpha_on_request(tmp_path):

@@ -385,8 +385,9 @@ def test_example_files():
     assert 0 < d.mean() < 10  # a mild, visible distortion
 
 
-def _write_png16(path, samples, colour_type, filter_type=0):
-    """A minimal 16-bit PNG writer (no Pillow support for 16-bit colour), filters 0, 1 or 4."""
+def _write_png16(path, samples, colour_type, filter_type=0, transparent=None):
+    """A minimal 16-bit PNG writer (no Pillow support for 16-bit colour), filters 0, 1 or 4;
+    ``transparent``: the 16-bit grey level or (r, g, b) of a tRNS chunk (colour types 0 and 2)."""
     h, w = samples.shape[:2]
     raw = samples.reshape(h, -1).astype(">u2").view(np.uint8).reshape(h, -1).astype(np.int64)
     bpp = raw.shape[1] // w
@@ -411,9 +412,12 @@ def _write_png16(path, samples, colour_type, filter_type=0):
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
     ihdr = struct.pack(">IIBBBBB", w, h, 16, colour_type, 0, 0, 0)
+    key = () if transparent is None else np.atleast_1d(transparent)
+    trns = chunk(b"tRNS", struct.pack(f">{len(key)}H", *(int(v) for v in key))) if len(key) else b""
     Path(path).write_bytes(
         b"\x89PNG\r\n\x1a\n"
         + chunk(b"IHDR", ihdr)
+        + trns
         + chunk(b"IDAT", zlib.compress(b"".join(rows)))
         + chunk(b"IEND", b"")
     )
