@@ -3,7 +3,7 @@ one policy (csrc/flip/bounded_cache.h: at most kTapCacheEntries entries, clear w
 entries, values that outlive their entry while a call holds them) checked on the host by
 tests/cpp/bounded_cache.cpp, compiled here with g++; maps computed after a sweep over many ppd
 values are those computed before it, bit for bit (CPU, and CUDA where a GPU is present, with the
-device memory of large-radius taps bounded)."""
+device memory of large-radius taps bounded and a captured graph's taps kept)."""
 
 import shutil
 import subprocess
@@ -97,3 +97,21 @@ def test_cuda_taps_memory_stays_bounded_under_a_sweep_of_large_ppd_values():
     sweep(ppds[CAPACITY:])
     assert used() - start <= 2 * one_cacheful + (4 << 20)
     _sweep_keeps_the_maps("cuda", [2500.5, 3000.25, 260.0] + ppds[::3])
+
+
+@pytest.mark.cuda
+def test_a_captured_graph_keeps_its_taps_through_a_sweep():
+    # The graph reads ppd 400's float32 taps from device memory at every replay: the cache pins the
+    # entry a capture used, so sweeps that empty the cache several times leave it in place.
+    a, b = _images("cuda", shape=(1, 3, 24, 30))
+    torch.ops.flip.ldr_flip(a, b, 400.0, "srgb", 0.0)  # the warm-up before capturing
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = torch.ops.flip.ldr_flip(a, b, 400.0, "srgb", 0.0)
+    for p in [1000.0 + 3.5 * k for k in range(4 * CAPACITY)]:
+        torch.ops.flip.ldr_flip(a, b, p, "srgb", 0.0)
+    out.zero_()
+    graph.replay()
+    torch.testing.assert_close(
+        out.cpu(), torch.ops.flip.ldr_flip(a.cpu(), b.cpu(), 400.0, "srgb", 0.0), rtol=1e-5, atol=1e-5
+    )

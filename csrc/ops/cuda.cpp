@@ -83,11 +83,10 @@ class DeviceTaps {
     if (memory_ == nullptr) return;
     int current = 0;
     if (cudaGetDevice(&current) != cudaSuccess) return;  // the runtime is gone (process exit): nothing to free
-    // Errors are ignored: a destructor cannot report them, and an earlier kernel's failure that a
-    // call here would return is reported by the next op's launch check.
-    cudaSetDevice(device_);
-    cudaDeviceSynchronize();
-    cudaFree(memory_);
+    // A destructor cannot report errors. Where the synchronisation fails (a broken context, or a
+    // capture in another thread in cudaStreamCaptureModeGlobal, which forbids it as it forbids the
+    // upload's cudaMalloc) the memory is left allocated rather than freed under running kernels.
+    if (cudaSetDevice(device_) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess) cudaFree(memory_);
     cudaSetDevice(current);
   }
 
@@ -129,8 +128,9 @@ std::shared_ptr<const CachedTaps<T>> kernel_taps(double ppd, const Tensor& like,
       std::ostringstream os;
       os << "flip: pixels_per_degree=" << ppd << " needs its " << host.size() * sizeof(T)
          << " bytes of filter taps in device memory, uploaded once per device and "
-            "dtype, and this first call for it came during a CUDA graph capture, where the upload cannot "
-            "happen. Call the op once with this pixels_per_degree before capturing (a warm-up).";
+            "dtype (and again after the taps cache, which keeps 64 ppd values, has dropped them), and this "
+            "call for it came during a CUDA graph capture, where the upload cannot happen. Call the op once "
+            "with this pixels_per_degree right before capturing (a warm-up).";
       throw std::runtime_error(os.str());
     }
     void* memory = nullptr;
