@@ -269,14 +269,20 @@ def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
 
 def weighted_sum(maps: List[torch.Tensor], weights: List[float]) -> torch.Tensor:
     """Multi-scale FLIP's map: maps[0] * weights[0] + maps[1] * weights[1] + ..., in that order (the
-    order _ldr_flip_multiscale adds in); one map of weight 1 is returned unchanged. The weights sum
-    to 1 (options.checked_scales). TorchScript-compatible: a scripted FLIPLoss sums alike."""
+    order _ldr_flip_multiscale adds in), values past 1 then 1; one map of weight 1 is returned
+    unchanged. The weights sum to 1 (options.checked_scales), but each rounded to the maps' dtype
+    (and each partial sum) may round up, so that maps of 1 at every scale could sum to 1 + 1 ulp
+    (ten equal float32 weights do). The cap subtracts the excess as a constant, so the gradient
+    stays that of the weighted mean, as the op's (which caps alike for weights that sum to 1, and
+    whose backward never reads the map).
+    TorchScript-compatible: a scripted FLIPLoss sums alike."""
     if len(maps) == 1 and weights[0] == 1.0:
         return maps[0]
     total = maps[0] * weights[0]
     for k in range(1, len(maps)):
         total = total + maps[k] * weights[k]
-    return total
+    # Exact: total - (total - 1) is 1 for totals in [1, 2] (Sterbenz), and total - 0 is total.
+    return total - (total - 1.0).clamp(min=0.0).detach()
 
 
 def multiscale_op_serves(device: torch.device) -> bool:

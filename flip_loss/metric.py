@@ -114,13 +114,32 @@ def checked_error_batch(error_map, who: str) -> torch.Tensor:
     e = error_map.detach().to(torch.float64).reshape(error_map.shape[0], -1)
     nonfinite, outside = torch.stack([~torch.isfinite(e).all(), ((e < 0) | (e > 1)).any()]).tolist()
     if nonfinite:
-        raise ValueError(f"{who}: the error map contains NaN or infinite values")
+        raise ValueError(
+            f"{who}: the error map contains NaN or infinite values ({_first_bad(e, ~torch.isfinite(e), error_map)})"
+        )
     if outside:
         raise ValueError(
-            f"{who}: the error map has values outside [0, 1] (from {float(e.min()):.6g} to "
-            f"{float(e.max()):.6g}); FLIP error maps lie in [0, 1]"
+            f"{who}: the error map has values outside [0, 1] ({_first_bad(e, (e < 0) | (e > 1), error_map)}); "
+            "FLIP error maps lie in [0, 1]"
         )
     return e
+
+
+def _first_bad(e: torch.Tensor, bad: torch.Tensor, error_map: torch.Tensor) -> str:
+    """Where the refused values of an error map are, for its message: how many, and the first one
+    with its image and pixel, the value written in full (a value 1 ulp past 1 reads as 1 in six
+    digits). Only on the way to an error, so its read-backs cost nothing on the accepted path."""
+    count = int(bad.sum())
+    first = int(bad.reshape(-1).nonzero()[0, 0])
+    hw = e.shape[1]
+    width = error_map.shape[-1]
+    image, pixel = divmod(first, hw)
+    y, x = divmod(pixel, width)
+    value = float(e.reshape(-1)[first])
+    return (
+        f"{count} {'value' if count == 1 else 'values'}, the first {value!r} at image {image}, row {y}, "
+        f"column {x}, of a {str(error_map.dtype).replace('torch.', '')} map"
+    )
 
 
 def carry(limbs: torch.Tensor) -> None:

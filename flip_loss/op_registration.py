@@ -25,8 +25,12 @@ TorchScript — raises the same error before any kernel runs.
   own losses) and the result stays float32.
 
 A Python exception raised by a signal handler inside a long CPU loop (Ctrl-C) reaches the kernel
-as a C++ exception, which the stable ABI carries as a RuntimeError; the kernels here re-raise the
-original exception (``_C.take_interrupt``).
+as a C++ exception, which the stable ABI carries as a RuntimeError. The ops whose CPU kernels poll
+for signals (``INTERRUPTIBLE_OPS``) have a BackendSelect kernel here that re-raises the original
+exception (``_C.catch_interrupts``, ``_C.take_interrupt``): BackendSelect is on every call's path,
+with or without autograd, under ``torch.inference_mode`` (which skips the Autograd kernels), from
+TorchScript and through raw ``torch.ops.flip.*`` calls, and the exception is kept per thread and
+taken back on every exit, so nothing of an interrupted call is left for a later one.
 """
 
 import torch
@@ -44,13 +48,27 @@ def _op(name):
 def _run(name, keyset, *args):
     """Runs op ``name`` below autograd (the CPU/CUDA kernel, or what a tracing mode puts there)."""
     with _torch_C._AutoDispatchBelowAutograd():
+        return _op(name).redispatch(keyset & _torch_C._after_autograd_keyset, *args)
+
+
+def _interruptible(name):
+    """The BackendSelect kernel of op ``name``, whose CPU kernel may stop for a Python signal
+    handler's exception (KeyboardInterrupt from Ctrl-C): the op runs with this thread's exceptions
+    kept (``_C.catch_interrupts``) and the one its handler raised, if any, is taken back on every
+    exit and raised instead of the RuntimeError that carried it out of the kernel."""
+    op = _op(name)
+    backend_select = _torch_C.DispatchKey.BackendSelect
+
+    def kernel(keyset, *args):
+        _C.catch_interrupts()
         try:
-            return _op(name).redispatch(keyset & _torch_C._after_autograd_keyset, *args)
-        except RuntimeError:
+            return op.redispatch(keyset.remove(backend_select), *args)
+        finally:
             interrupt = _C.take_interrupt()
             if interrupt is not None:
                 raise interrupt from None
-            raise
+
+    return kernel
 
 
 def _wants_grad(*tensors) -> bool:
@@ -398,6 +416,10 @@ AUTOGRAD_KERNELS = {
     "feature_difference_backward": _backward_autograd("feature_difference_backward"),
 }
 
+# The ops whose CPU kernels poll for Python signals between steps (csrc/flip/cpu/hdr_flip.inc, the
+# exposures), each with a BackendSelect kernel (_interruptible) that re-raises a handler's exception.
+INTERRUPTIBLE_OPS = ("hdr_flip", "hdr_flip_backward")
+
 # The forward ops, cast to float32 under torch.autocast (floating inputs only: counts stay integers);
 # _ldr_flip_multiscale too, which the Python API calls directly.
 AUTOCAST_OPS = ("ldr_flip", "_ldr_flip_multiscale", "hdr_flip", "csf_filter", "hunt_hyab", "feature_difference")
@@ -425,6 +447,8 @@ def register() -> None:
         torch.library.register_fake(f"flip::{name}", _with_defaults(name, fake, False), lib=_LIB)
     for name, kernel in AUTOGRAD_KERNELS.items():
         _LIB.impl(name, _with_defaults(name, kernel, True), "Autograd", with_keyset=True)
+    for name in INTERRUPTIBLE_OPS:
+        _LIB.impl(name, _with_defaults(name, _interruptible(name), True), "BackendSelect", with_keyset=True)
     for name in AUTOCAST_OPS:
         for device in ("cpu", "cuda"):
             torch.library.register_autocast(f"flip::{name}", device, torch.float32, lib=_LIB)

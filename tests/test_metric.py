@@ -125,6 +125,29 @@ def test_options_and_bad_input():
     assert not metric.update(x, r).requires_grad
 
 
+def test_a_refused_error_map_is_named_by_its_first_bad_value_and_where_it_is():
+    # 1 + 2^-23 (a float32 map 1 ulp past 1) used to be reported as "from 0 to 1".
+    metric = FLIPMetric()
+    e = torch.zeros(3, 1, 4, 5)
+    e[1, 0, 2, 3] = 1 + 2**-23
+    e[2, 0, 0, 0] = -0.5
+    message = (
+        r"2 values, the first 1\.0000001192092896 at image 1, row 2, column 3, of a float32 map\); "
+        r"FLIP error maps lie in \[0, 1\]"
+    )
+    with pytest.raises(ValueError, match=message):
+        metric.update_error_map(e)
+    nan = torch.zeros(1, 4, 5, dtype=torch.float64)  # one image, CHW
+    nan[0, 3, 4] = float("nan")
+    with pytest.raises(
+        ValueError, match=r"NaN or infinite values \(1 value, the first nan at image 0, row 3, column 4"
+    ):
+        metric.update_error_map(nan)
+    # Nothing of either map was kept.
+    assert metric.update_error_map(torch.ones(1, 1, 2, 2)).tolist() == [1.0]
+    assert metric.compute().num_pixels == 4
+
+
 def test_exact_sums_do_not_depend_on_batches_or_order():
     """The bucket sums are exact integers: any split into batches, in any order, gives the same
     pooled values bit for bit, and the mean is the exact mean of the values rounded once."""

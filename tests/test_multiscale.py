@@ -303,3 +303,95 @@ def test_the_meta_device_gives_the_shape():
     a, b = (t.to("meta") for t in images())
     out = flip_loss.ldr_flip(a, b, PPDS)
     assert out.device.type == "meta" and out.shape == (2, 1, 18, 23)
+
+
+# ---- the documented range and invariants, for every weight list, dtype and scale count ----
+
+
+def _weight_lists():
+    """(ppds, ppd_weights) pairs: equal weights (None and explicit) over 1 to 12 scales, and seeded
+    random weights, zeros included, over 2 to 12."""
+    g = torch.Generator().manual_seed(11)
+    lists = []
+    for n in range(1, 13):
+        ppds = SCALES[:n]
+        lists += [(ppds, None), (ppds, [3.0] * n)]
+        if n > 1:
+            w = torch.rand(n, generator=g, dtype=torch.float64)
+            w[torch.rand(n, generator=g) < 0.2] = 0.0
+            w[0] += 0.01  # not all zero
+            lists.append((ppds, w.tolist()))
+    return lists
+
+
+# Twelve ppd values at each of which _maximal_pair's map is exactly 1 in float32 and float64 (at
+# some others the filtered colours round 1 ulp off and the map is 1 - 1 ulp).
+SCALES = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 18.0, 19.0, 20.0, 21.0, 8.0]
+WEIGHT_LISTS = _weight_lists()
+
+
+def _maximal_pair(dtype, shape=(2, 3, 5, 6)):
+    """Uniform green against uniform blue: FLIP's largest colour difference (cmax), no feature
+    difference, so every scale's map is exactly 1 at every pixel."""
+    green, blue = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+    green[:, 1] = 1
+    blue[:, 2] = 1
+    return green, blue
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_maps_of_one_at_every_scale_stay_within_one_for_every_weight_list(dtype):
+    # Ten equal float32 weights (0.1 rounded up) used to sum maps of 1 to 1 + 2^-23, nine or eleven
+    # float64 ones to 1 + 2^-52, which FLIPMetric then refused.
+    green, blue = _maximal_pair(dtype)
+    metric = flip_loss.FLIPMetric()
+    for ppds, weights in WEIGHT_LISTS:
+        for p in ppds:
+            assert torch.all(flip_loss.ldr_flip(green, blue, p, eps=0.0) == 1)
+        got = flip_loss.ldr_flip(green, blue, ppds, eps=0.0, ppd_weights=weights)
+        assert got.dtype == dtype
+        assert got.max().item() <= 1 and got.min().item() >= 1 - 16 * torch.finfo(dtype).eps, (ppds, weights)
+        metric.update_error_map(got)
+        # The Python sum (CUDA, HDR-FLIP and the oracle's loop) keeps the range alike.
+        norm = flip_loss.options.pixels_per_degree_scales(ppds, weights)[1]
+        ones = [torch.ones(2, 1, 5, 6, dtype=dtype)] * len(ppds)
+        assert flip_loss.functional.weighted_sum(ones, norm).max().item() <= 1, (ppds, weights)
+    assert metric.compute().pooled.max <= 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_op_and_the_python_sum_agree_bit_for_bit_where_the_cap_applies(dtype):
+    ppds = SCALES[:10]
+    green, blue = _maximal_pair(dtype)
+    a, b = images(dtype, shape=(2, 3, 5, 6))
+    # Half the batch at the largest error, half ordinary: the cap changes only the former.
+    t, r = torch.cat([green[:1], a[:1]]), torch.cat([blue[:1], b[:1]])
+    for weights in (None, [1.0] * 9 + [2.0]):
+        norm = flip_loss.options.pixels_per_degree_scales(ppds, weights)[1]
+        maps = [ops.ldr_flip(t, r, p, "srgb", 0.0) for p in ppds]
+        expected = flip_loss.functional.weighted_sum(maps, norm)
+        assert torch.equal(ops._ldr_flip_multiscale(t, r, ppds, norm, "srgb", 0.0, [False, False])[0], expected)
+        assert torch.equal(flip_loss.ldr_flip(t, r, ppds, eps=0.0, ppd_weights=weights), expected)
+
+
+def test_the_cap_keeps_the_gradient_of_the_weighted_mean():
+    # Where the float32 sum of ten maps of 1 rounds past 1 the cap subtracts the excess as a
+    # constant: each map's gradient is still its weight, as the op's backward gives it.
+    weights = flip_loss.options.pixels_per_degree_scales([1.0] * 10, None)[1]
+    maps = [torch.ones(1, 1, 2, 2, requires_grad=True) for _ in weights]
+    total = flip_loss.functional.weighted_sum(maps, weights)
+    assert torch.all(total == 1)
+    grads = torch.autograd.grad(total.sum(), maps)
+    for g, w in zip(grads, weights):
+        assert torch.equal(g, torch.full_like(g, torch.tensor(w, dtype=torch.float32).item()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_identical_images_give_zero_and_the_map_is_symmetric_for_every_weight_list(dtype):
+    a, b = images(dtype, shape=(1, 3, 9, 11))
+    for ppds, weights in WEIGHT_LISTS:
+        zero = flip_loss.ldr_flip(a, a, ppds, eps=0.0, ppd_weights=weights)
+        assert torch.all(zero == 0), (ppds, weights)
+        ab = flip_loss.ldr_flip(a, b, ppds, ppd_weights=weights)
+        assert torch.equal(ab, flip_loss.ldr_flip(b, a, ppds, ppd_weights=weights)), (ppds, weights)
+        assert 0 <= ab.min().item() and ab.max().item() <= 1

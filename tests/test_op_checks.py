@@ -9,6 +9,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -523,6 +524,122 @@ def test_ctrl_c_stops_a_long_hdr_call(direction):
     assert proc.returncode == 0, out
     lines = out.splitlines()
     assert lines[0].startswith("interrupted after") and lines[1] == "usable", out
+
+
+# Ctrl-C in every mode a call can run in: the Autograd kernels (eager, no_grad, a gradient wanted),
+# torch.inference_mode (which skips them), the Python API and TorchScript. Each interrupted call must
+# raise KeyboardInterrupt (from TorchScript, which turns every exception into a RuntimeError, one
+# that names it) and leave nothing behind: afterwards a call that fails in the kernel (NaN
+# input: RuntimeError) or in the Python API's checks (ppd -1: ValueError) raises its own error, in
+# this thread and in another one, and no exception is left pending in the extension.
+MODES_INTERRUPT_SCRIPT = r"""
+import contextlib, sys, threading, torch, flip_loss
+n, h, w, e = 8, 320, 320, flip_loss._C.limits()["max_exposures"]
+g = torch.Generator().manual_seed(0)
+ref = torch.exp2(8 * torch.rand(n, 3, h, w, generator=g) - 4)
+test = ref * (1 + 0.2 * torch.rand(ref.shape, generator=g))
+exposures = torch.linspace(-10, 10, e).expand(n, e).contiguous()
+counts = torch.full((n,), e)
+api_exposures = dict(start_exposure=-10.0, stop_exposure=10.0, num_exposures=e)
+# A scripted FLIPLoss calls torch.ops.flip.hdr_flip from TorchScript.
+scripted = torch.jit.script(flip_loss.FLIPLoss(hdr=True, reduction="none", **api_exposures))
+runs = {
+    "eager": (contextlib.nullcontext, lambda: torch.ops.flip.hdr_flip(test, ref, exposures, counts, 30.0, "aces", 0.0)),
+    "no_grad": (torch.no_grad, lambda: torch.ops.flip.hdr_flip(test, ref, exposures, counts, 30.0, "aces", 0.0)),
+    "autograd": (contextlib.nullcontext,
+                 lambda: torch.ops.flip.hdr_flip(test.requires_grad_(), ref, exposures, counts, 30.0, "aces", 0.0)),
+    "inference_mode": (torch.inference_mode,
+                       lambda: torch.ops.flip.hdr_flip(test, ref, exposures, counts, 30.0, "aces", 0.0)),
+    "api_inference_mode": (torch.inference_mode, lambda: flip_loss.hdr_flip(test, ref, **api_exposures)),
+    "script_inference_mode": (torch.inference_mode, lambda: scripted(test, ref)),
+    # The CPU kernel without flip_loss's kernels above it: its RuntimeError names the exception,
+    # which nobody is left to re-raise, so it is dropped.
+    "cpu_kernel_alone": (contextlib.nullcontext, lambda: torch.ops.flip.hdr_flip.default.redispatch(
+        torch._C.DispatchKeySet(torch._C.DispatchKey.CPU), test, ref, exposures, counts, 30.0, "aces", 0.0)),
+}
+small = torch.rand(1, 3, 8, 8, generator=g)
+nan = small.clone()
+nan[0, 0, 0, 0] = float("nan")
+failing = {
+    "RuntimeError": lambda: torch.ops.flip.ldr_flip(nan, small, 30.0, "srgb", 0.0),
+    "ValueError": lambda: flip_loss.ldr_flip(small, small, -1.0),
+}
+
+
+def outcome(context, call):
+    try:
+        with context():
+            call()
+        return "returned"
+    except BaseException as exc:  # noqa: BLE001 (what the call raised is the result)
+        # TorchScript turns every exception into a RuntimeError that names it.
+        named = not isinstance(exc, KeyboardInterrupt) and "KeyboardInterrupt" in str(exc)
+        return type(exc).__name__ + ("(KeyboardInterrupt)" if named else "")
+
+
+def in_thread(context, call):
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(outcome(context, call)))
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+for mode, (context, run) in runs.items():
+    test.requires_grad_(False)
+    print("started", mode, flush=True)
+    results = [outcome(context, run)]
+    for expected, call in failing.items():
+        results += [outcome(context, call), in_thread(context, call), in_thread(contextlib.nullcontext, call)]
+    results.append("pending" if flip_loss._C.take_interrupt() is not None else "clear")
+    print(mode, *results, flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT")
+def test_ctrl_c_in_every_mode_raises_keyboard_interrupt_and_leaves_nothing():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MODES_INTERRUPT_SCRIPT],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    results, lines = {}, []
+    # Blocking reads (select would not see lines already in the reader's buffer); a hang is killed.
+    watchdog = threading.Timer(600, proc.kill)
+    watchdog.start()
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            words = line.split()
+            if words[:1] == ["started"]:
+                time.sleep(1.0)  # well inside the call, which runs for over a minute uninterrupted
+                proc.send_signal(signal.SIGINT)
+            elif words and words[0] in MODES:
+                results[words[0]] = words[1:]
+        proc.wait(timeout=60)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert proc.returncode == 0, "".join(lines)
+    own = ["RuntimeError"] * 3 + ["ValueError"] * 3
+    expected = {mode: ["KeyboardInterrupt", *own, "clear"] for mode in MODES}
+    expected["script_inference_mode"][0] = expected["cpu_kernel_alone"][0] = "RuntimeError(KeyboardInterrupt)"
+    assert results == expected, "".join(lines)
+
+
+MODES = (
+    "eager",
+    "no_grad",
+    "autograd",
+    "inference_mode",
+    "api_inference_mode",
+    "script_inference_mode",
+    "cpu_kernel_alone",
+)
 
 
 # ---- the Python side of the ops and their C++ kernels reject alike ----

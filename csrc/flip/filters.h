@@ -3,12 +3,11 @@
 #pragma once
 
 #include <cmath>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "bounded_cache.h"
 #include "constants.h"
 #include "plane_counts.h"
 
@@ -157,18 +156,12 @@ FeatureTaps<T> build_feature_taps(double ppd) {
   return t;
 }
 
-// Taps are rebuilt only when a new pixels-per-degree value is seen.
+// Taps are rebuilt only when a new pixels-per-degree value is seen; at most kTapCacheEntries per
+// bank and dtype are kept (bounded_cache.h), so a caller that sweeps ppd keeps bounded memory.
 template <class Taps, class Build>
 std::shared_ptr<const Taps> cached_taps(double ppd, Build build) {
-  static std::mutex mu;
-  static std::map<double, std::shared_ptr<const Taps>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(ppd);
-  if (it != cache.end()) return it->second;
-  if (cache.size() > 64) cache.clear();  // bound memory when a caller sweeps ppd
-  auto taps = std::make_shared<const Taps>(build(ppd));
-  cache.emplace(ppd, taps);
-  return taps;
+  static BoundedCache<double, Taps> cache(kTapCacheEntries);
+  return cache.get(ppd, [&] { return build(ppd); });
 }
 
 template <class T>

@@ -1,7 +1,8 @@
 // STABLE_TORCH_LIBRARY_IMPL(flip, CUDA): device guard, current stream, the taps launch argument,
 // scratch planes from the caching allocator, then the launchers of csrc/flip/cuda/kernels.cu.
-// Built only with FLIP_LOSS_CUDA (setup.py / CMake). No host synchronisation, except the one-time
-// upload of taps too large to pass by value (kernel_taps).
+// Built only with FLIP_LOSS_CUDA (setup.py / CMake). No host synchronisation, except the upload of
+// taps too large to pass by value and, when the taps cache drops such taps, the synchronisation
+// before their memory is freed (kernel_taps, DeviceTaps).
 #include <cuda_runtime_api.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
@@ -15,11 +16,13 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
 #include "../flip/cuda/kernels.h"
+#include "../flip/bounded_cache.h"
 #include "../flip/filters.h"
 #include "checks.h"
 #include "common.h"
@@ -55,44 +58,90 @@ cudaStream_t current_stream(const Tensor& like) {
   return static_cast<cudaStream_t>(stream);
 }
 
-// The launch argument of the taps for (ppd, dtype, device), built once and kept for the life of the
-// process. Taps that fit travel by value in every launch (kernels.h, KernelTaps): nothing is
-// allocated or copied, so the first call may come inside a CUDA graph capture or torch.compile's
-// cudagraph warm-up. Larger radii (float32 ppd > ~203, float64 ppd > ~97) live in device memory
-// taken with cudaMalloc, outside PyTorch's caching allocator (whose blocks would otherwise belong
-// to whichever graph pool was active at the first call), uploaded once with a blocking copy and
-// never freed; that first call must therefore come outside any capture, which is checked.
+// Device memory holding taps too large to pass by value, taken with cudaMalloc (outside PyTorch's
+// caching allocator, whose blocks would otherwise belong to whichever graph pool was active at the
+// first call) and freed by its last owner. The taps are read by kernels queued asynchronously, on
+// whatever stream was current for the call, possibly several streams at once, and the stable ABI
+// offers no record_stream to tell an allocator about them; so the free is ordered after all of
+// them by synchronising the buffer's device first (every kernel queued on any of its streams has
+// then finished). It happens only when the cache drops an entry that holds device memory (a sweep
+// over more than kTapCacheEntries ppd values, large radii among them) once its last caller has
+// queued its launches; never during a graph capture (the cache is told not to drop then) nor for
+// an entry a capture has used (pinned: a graph may replay its launches at any later time).
+class DeviceTaps {
+ public:
+  DeviceTaps() = default;
+  DeviceTaps(void* memory, int device) : memory_(memory), device_(device) {}
+  DeviceTaps(DeviceTaps&& o) noexcept : memory_(std::exchange(o.memory_, nullptr)), device_(o.device_) {}
+  DeviceTaps& operator=(DeviceTaps&& o) noexcept {
+    std::swap(memory_, o.memory_);  // what this held is freed with `o`
+    std::swap(device_, o.device_);
+    return *this;
+  }
+  DeviceTaps(const DeviceTaps&) = delete;
+  ~DeviceTaps() {
+    if (memory_ == nullptr) return;
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) return;  // the runtime is gone (process exit): nothing to free
+    // A destructor cannot report errors. Where the synchronisation fails (a broken context, or a
+    // capture in another thread in cudaStreamCaptureModeGlobal, which forbids it as it forbids the
+    // upload's cudaMalloc) the memory is left allocated rather than freed under running kernels.
+    if (cudaSetDevice(device_) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess) cudaFree(memory_);
+    cudaSetDevice(current);
+  }
+
+ private:
+  void* memory_ = nullptr;
+  int device_ = -1;
+};
+
+// One cached launch argument: what kernels get (`launch`) and the device memory it points into.
 template <class T>
-flip::cuda::KernelTaps<T> kernel_taps(double ppd, const Tensor& like, cudaStream_t stream) {
+struct CachedTaps {
+  flip::cuda::KernelTaps<T> launch;
+  DeviceTaps memory;
+};
+
+// The launch argument of the taps for (ppd, dtype, device), built once and kept in a cache of at
+// most flip::kTapCacheEntries entries per dtype (the CPU taps' policy and bound, bounded_cache.h).
+// The caller holds the returned entry until its launches are queued, so that the entry's device
+// memory (if any) outlives them however the cache drops it meanwhile. Taps that fit travel by
+// value in every launch (kernels.h, KernelTaps): nothing is allocated or copied, so the first call
+// may come inside a CUDA graph capture or torch.compile's cudagraph warm-up. Larger radii (float32
+// ppd > ~203, float64 ppd > ~97) live in device memory (DeviceTaps), uploaded once per entry with
+// a blocking copy; that first call must therefore come outside any capture, which is checked.
+template <class T>
+std::shared_ptr<const CachedTaps<T>> kernel_taps(double ppd, const Tensor& like, cudaStream_t stream) {
   using Taps = flip::cuda::KernelTaps<T>;
-  static std::mutex mu;
-  static std::map<std::pair<double, int>, std::unique_ptr<Taps>> cache;
+  // Never destroyed: at process exit the CUDA runtime may already be gone.
+  static auto* cache = new flip::BoundedCache<std::pair<double, int>, CachedTaps<T>>(flip::kTapCacheEntries);
   const int dev = like.get_device_index();
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[{ppd, dev}];
-  if (slot) return *slot;
-  auto entry = std::make_unique<Taps>();
-  const std::vector<T> host = flip::cuda::pack_taps(*flip::csf_taps<T>(ppd), *flip::feature_taps<T>(ppd), *entry);
-  if (host.size() > static_cast<size_t>(Taps::kInlineCapacity)) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    FLIP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FLIP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  auto make = [&] {
+    CachedTaps<T> entry;
+    const std::vector<T> host =
+        flip::cuda::pack_taps(*flip::csf_taps<T>(ppd), *flip::feature_taps<T>(ppd), entry.launch);
+    if (host.size() <= static_cast<size_t>(Taps::kInlineCapacity)) return entry;
+    if (capturing) {
       std::ostringstream os;
       os << "flip: pixels_per_degree=" << ppd << " needs its " << host.size() * sizeof(T)
          << " bytes of filter taps in device memory, uploaded once per device and "
-            "dtype, and this first call for it came during a CUDA graph capture, where the upload cannot "
-            "happen. Call the op once with this pixels_per_degree before capturing (a warm-up).";
+            "dtype (and again after the taps cache, which keeps 64 ppd values, has dropped them), and this "
+            "call for it came during a CUDA graph capture, where the upload cannot happen. Call the op once "
+            "with this pixels_per_degree right before capturing (a warm-up).";
       throw std::runtime_error(os.str());
     }
     void* memory = nullptr;
     FLIP_CUDA_CHECK(cudaMalloc(&memory, host.size() * sizeof(T)));
-    const cudaError_t copied = cudaMemcpy(memory, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-    if (copied != cudaSuccess) cudaFree(memory);
-    FLIP_CUDA_CHECK(copied);
-    entry->device = static_cast<const T*>(memory);
-  }
-  slot = std::move(entry);
-  return *slot;
+    DeviceTaps owned(memory, dev);
+    FLIP_CUDA_CHECK(cudaMemcpy(memory, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    entry.launch.device = static_cast<const T*>(memory);
+    entry.memory = std::move(owned);
+    return entry;
+  };
+  return cache->get({ppd, dev}, make, /*pin=*/capturing, /*may_drop=*/!capturing);
 }
 
 // FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 sends the LDR and HDR forwards and backwards through the row
@@ -222,9 +271,9 @@ void run_composite_backward(flip::cuda::Params<T>& p, const Geometry& g, const T
 
 // LDR-FLIP's parameters for the images t and r (compute dtype, contiguous).
 template <class T>
-flip::cuda::Params<T> ldr_params(const Geometry& g, const Tensor& t, const Tensor& r, double ppd, double eps, bool srgb,
-                                 cudaStream_t stream) {
-  auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
+flip::cuda::Params<T> ldr_params(const Geometry& g, const Tensor& t, const Tensor& r, const CachedTaps<T>& taps,
+                                 double eps, bool srgb) {
+  auto p = params<T>(g, taps.launch, eps);
   p.srgb = srgb;
   p.test = ptr<T>(t);
   p.ref = ptr<T>(r);
@@ -240,7 +289,8 @@ Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string s
   const cudaStream_t stream = current_stream(t);
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = ldr_params<T>(g, t, r, ppd, eps, srgb, stream);
+    const auto taps = kernel_taps<T>(ppd, t, stream);  // held until the launches are queued
+    auto p = ldr_params<T>(g, t, r, *taps, eps, srgb);
     p.out = ptr<T>(out);
     // The fused forward: one kernel, no planes in global memory.
     tiled_or_rows(p, g, t, stream, use_fused_forward(p.taps), false, flip::cuda::ldr_flip_forward_fused<T>,
@@ -264,7 +314,8 @@ Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
   if (!mask[0] && !mask[1]) return cast_back(gb, test, ref);  // nothing asked, nothing launched
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = ldr_params<T>(g, t, r, ppd, eps, srgb, stream);
+    const auto taps = kernel_taps<T>(ppd, t, stream);  // held until the launches are queued
+    auto p = ldr_params<T>(g, t, r, *taps, eps, srgb);
     p.grad = ptr<T>(gr);
     p.g_test = ptr_or_null<T>(gb[0]);
     p.g_ref = ptr_or_null<T>(gb[1]);
@@ -290,7 +341,8 @@ Pair ldr_flip_with_sensitivities(const Tensor& test, const Tensor& ref, double p
   const cudaStream_t stream = current_stream(t);
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = ldr_params<T>(g, t, r, ppd, eps, srgb, stream);
+    const auto taps = kernel_taps<T>(ppd, t, stream);  // held until the launches are queued
+    auto p = ldr_params<T>(g, t, r, *taps, eps, srgb);
     p.out = ptr<T>(out);
     p.sensitivities = ptr<T>(sens);
     p.plan = flip::whole_batch_plan(g, (mask[0] ? 1 : 0) | (mask[1] ? 2 : 0), p.taps.rmax);
@@ -316,7 +368,8 @@ Pair ldr_flip_backward_from_sensitivities(const Tensor& grad, const Tensor& sens
   const cudaStream_t stream = current_stream(t);
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = ldr_params<T>(g, t, r, ppd, 0.0, srgb, stream);  // eps 0: this op has no eps argument
+    const auto taps = kernel_taps<T>(ppd, t, stream);   // held until the launches are queued
+    auto p = ldr_params<T>(g, t, r, *taps, 0.0, srgb);  // eps 0: this op has no eps argument
     p.grad = ptr<T>(gr);
     p.g_test = ptr_or_null<T>(gb[0]);
     p.g_ref = ptr_or_null<T>(gb[1]);
@@ -350,7 +403,8 @@ Triple hdr_flip(const Tensor& test, const Tensor& ref, const Tensor& exposures, 
   const cudaStream_t stream = current_stream(t);
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
+    const auto taps = kernel_taps<T>(ppd, t, stream);  // held until the launches are queued
+    auto p = params<T>(g, taps->launch, eps);
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
     p.exposures = ptr<T>(ex);
@@ -387,7 +441,8 @@ Pair hdr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
   if (!mask[0] && !mask[1]) return cast_back(gb, test, ref);  // nothing asked, nothing launched
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
+    const auto taps = kernel_taps<T>(ppd, t, stream);  // held until the launches are queued
+    auto p = params<T>(g, taps->launch, eps);
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
@@ -415,7 +470,8 @@ Tensor csf_filter(const Tensor& opp, double ppd) {
   const cudaStream_t stream = current_stream(o);
   dispatch_compute_dtype(o.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = params<T>(g, kernel_taps<T>(ppd, o, stream), 0.0);
+    const auto taps = kernel_taps<T>(ppd, o, stream);  // held until the launches are queued
+    auto p = params<T>(g, taps->launch, 0.0);
     check_shared_memory(p.taps, g.planes());
     p.test = ptr<T>(o);
     p.out = ptr<T>(out);
@@ -439,7 +495,8 @@ Tensor csf_filter_backward(const Tensor& grad, const Tensor& opp, double ppd) {
   const cudaStream_t stream = current_stream(o);
   dispatch_compute_dtype(o.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = params<T>(g, kernel_taps<T>(ppd, o, stream), 0.0);
+    const auto taps = kernel_taps<T>(ppd, o, stream);  // held until the launches are queued
+    auto p = params<T>(g, taps->launch, 0.0);
     check_shared_memory(p.taps, g.planes());
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(o);
@@ -505,7 +562,8 @@ Tensor feature_difference(const Tensor& test, const Tensor& ref, double ppd, dou
   const cudaStream_t stream = current_stream(t);
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
+    const auto taps = kernel_taps<T>(ppd, t, stream);  // held until the launches are queued
+    auto p = params<T>(g, taps->launch, eps);
     check_shared_memory(p.taps, g.planes());
     p.test = ptr<T>(t);
     p.ref = ptr<T>(r);
@@ -532,7 +590,8 @@ Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const T
   const cudaStream_t stream = current_stream(t);
   dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
     using T = decltype(zero);
-    auto p = params<T>(g, kernel_taps<T>(ppd, t, stream), eps);
+    const auto taps = kernel_taps<T>(ppd, t, stream);  // held until the launches are queued
+    auto p = params<T>(g, taps->launch, eps);
     check_shared_memory(p.taps, g.planes());
     p.grad = ptr<T>(gr);
     p.test = ptr<T>(t);

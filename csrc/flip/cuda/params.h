@@ -46,7 +46,8 @@ struct KernelTaps {
   int radius[kBankFilters] = {};
   int rmax = 0;
   // Null: the taps are in `inline_taps`. Else: memory owned by the caller (csrc/ops/cuda.cpp:
-  // device memory outside the caching allocator, alive for the process) holding the same layout.
+  // device memory outside the caching allocator, alive while the taps cache or a call holds it)
+  // holding the same layout.
   const T* device = nullptr;
   T inline_taps[kInlineCapacity] = {};
 
