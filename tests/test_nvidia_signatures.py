@@ -686,7 +686,9 @@ def test_the_functions_on_cuda_give_the_cpu_values():
 
 
 def test_every_row_of_docs_nvidia_md_names_a_test_here():
-    rows = [line for line in (ROOT / "docs" / "nvidia.md").read_text().splitlines() if line.startswith("| `")]
+    text = (ROOT / "docs" / "nvidia.md").read_text()
+    table = text[text.index("## Function by function") :]  # the migration guide above has tables of its own
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
     assert len(rows) >= 20
     defined = set()
     for name in ("test_nvidia_signatures.py", "test_nvidia_compat.py"):
