@@ -16,6 +16,7 @@ import sys
 import sysconfig
 import tarfile
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -69,7 +70,11 @@ def test_sdist_has_every_tracked_file_but_the_repository_plumbing(sdist):
     assert not [n for n in names if n.endswith((".so", ".o", ".pyc"))], "the sdist carries build products"
 
 
-def test_readme_install_in_a_fresh_venv_from_the_sdist(sdist, tmp_path):
+@pytest.fixture(scope="module")
+def fresh_install(sdist, tmp_path_factory):
+    """The README's own-environment commands in a fresh venv: (venv, its site-packages, the
+    environment the commands ran in, the wheel pip built from the sdist on the way)."""
+    tmp_path = tmp_path_factory.mktemp("fresh")
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path)
     py = venv / "bin" / "python"
@@ -97,6 +102,13 @@ def test_readme_install_in_a_fresh_venv_from_the_sdist(sdist, tmp_path):
         env,
     )
     (wheel,) = wheels.glob("flip_loss-*.whl")
+    _run(pip + [str(wheel)], tmp_path, env)
+    return venv, site, env, wheel
+
+
+def test_readme_install_in_a_fresh_venv_from_the_sdist(fresh_install, tmp_path):
+    venv, site, env, wheel = fresh_install
+    py = venv / "bin" / "python"
     assert wheel.name.endswith("-cp310-abi3-linux_x86_64.whl"), wheel.name
     with zipfile.ZipFile(wheel) as zf:
         (metadata,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
@@ -106,7 +118,6 @@ def test_readme_install_in_a_fresh_venv_from_the_sdist(sdist, tmp_path):
     assert len(requires) == 1 and Requirement(requires[0].split(": ", 1)[1]).specifier == SpecifierSet(
         torch_releases.requirement().removeprefix("torch")
     ), requires
-    _run(pip + [str(wheel)], tmp_path, env)
 
     # From another directory: the installed copy, with its compiled extension and its torch pin.
     check = (
@@ -129,3 +140,31 @@ def test_readme_install_in_a_fresh_venv_from_the_sdist(sdist, tmp_path):
     cli = _run([str(venv / "bin" / "flip-loss"), "--example", "-d", str(tmp_path / "maps"), "-v", "1"], tmp_path, env)
     assert "Mean:" in cli.stdout
     assert any(p.suffix == ".png" for p in (tmp_path / "maps").iterdir())
+
+
+def test_the_wheel_built_next_to_this_torch_runs_next_to_the_oldest(fresh_install, tmp_path):
+    """The stable-ABI binary targets the oldest supported release whichever supported torch compiles
+    it: the wheel the fresh venv built (next to this environment's torch, the newest under
+    scripts/test.sh) loads and computes next to the oldest (.venv-oldest-torch, which
+    scripts/setup.sh --with-oldest-torch creates) the value it computes here."""
+    oldest = Path(ROOT) / ".venv-oldest-torch" / "bin" / "python"
+    if not oldest.exists():
+        pytest.skip("no .venv-oldest-torch (scripts/setup.sh --with-oldest-torch creates it)")
+    if torch_releases.release_of(torch.__version__) == torch_releases.MIN_TORCH:
+        pytest.skip("this environment has the oldest supported torch already")
+    venv, site, env, _ = fresh_install
+    value = (
+        "import torch, flip_loss;"
+        "assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR;"
+        "print(flip_loss.__file__); print(torch.__version__);"
+        "g = torch.Generator().manual_seed(0);"
+        "t, r = torch.rand(1, 3, 16, 16, generator=g), torch.rand(1, 3, 16, 16, generator=g);"
+        "print(repr(flip_loss.ldr_flip(t, r).mean().item()))"
+    )
+    here = _run([str(venv / "bin" / "python"), "-c", value], tmp_path, env).stdout.splitlines()
+    # PYTHONPATH, not the venv: the oldest environment's own torch, the fresh venv's flip_loss
+    there = _run([str(oldest), "-c", value], tmp_path, dict(env, PYTHONPATH=site)).stdout.splitlines()
+    assert there[0] == here[0] and there[0].startswith(str(venv)), (here, there)
+    assert torch_releases.release_of(there[1]) == torch_releases.MIN_TORCH
+    assert torch_releases.release_of(here[1]) > torch_releases.MIN_TORCH
+    assert there[2] == here[2]
