@@ -330,7 +330,11 @@ sanitize() {  # sanitize NAME LIMIT MIN [ENV=VALUE...]
 (logs/$name.log)" "$([ "$found" -gt 0 ] && echo failed || echo skipped)"
   else
     show "$log" 8
-    result "$name" "FINDINGS or failure (rc $RC): ${errors:-no ERROR SUMMARY line} (logs/$name.log)" failed
+    # Whose kernels the findings name: flip's, or PyTorch's own (a finding there is not flip's).
+    local ours
+    ours=$(grep -cE '^=========[[:space:]]+at .*flip::' "$log")
+    result "$name" "FINDINGS or failure (rc $RC): ${errors:-no ERROR SUMMARY line}, $ours stack lines in \
+flip:: (logs/$name.log)" failed
   fi
 }
 if [ "$BUILD_OK" = 1 ] && [ "$DRY" != 1 ] && ! command -v compute-sanitizer > /dev/null; then

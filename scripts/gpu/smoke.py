@@ -65,6 +65,16 @@ class ContextLost(Exception):
     pass
 
 
+def context_alive():
+    """Whether CUDA still works after an error: a refused launch ("flip: CUDA error in a kernel
+    launch") leaves the context usable, an execution error (an illegal address) does not, and then
+    every later call fails too."""
+    try:
+        return torch.ones(4, device=DEV).sum().item() == 4.0
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def sync():
     if ON_CUDA:
         torch.cuda.synchronize()
@@ -84,7 +94,7 @@ def run(promise, formulation, what, fn):
     except Exception as e:  # noqa: BLE001 - every failure is reported, with its words
         msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         line(promise, False, formulation, what, f"raised {msg}")
-        if ON_CUDA and ("CUDA error" in str(e) or "CUDA kernel errors" in str(e) or "illegal" in str(e)):
+        if ON_CUDA and not context_alive():
             raise ContextLost(msg) from e
 
 
