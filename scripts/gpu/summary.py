@@ -179,8 +179,8 @@ MEASURED = re.compile(r"([0-9.]+(?:e[+-]?[0-9]+)?|inf) of scale \(bound ([0-9.e+
 
 
 def read_results(path):
-    """gpu_check.sh's results: {step: (status, text)}, status ok, failed, skipped or planned (a dry
-    run: confirms nothing)."""
+    """gpu_check.sh's results: {step: (status, text)}, status ok, failed, skipped, left-out
+    (GPU_CHECK_SKIP) or planned (a dry run); only ok confirms and only failed breaks a promise."""
     results = {}
     try:
         with open(path) as f:
