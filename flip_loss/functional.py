@@ -1,6 +1,7 @@
 """Functional API: ``ldr_flip``, the image checks shared by every entry point, the LDR data range
 and the out-of-range warning."""
 
+import math
 import warnings
 from typing import List, Optional, Tuple
 
@@ -213,6 +214,7 @@ def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_
             if table is None:  # no values (meta, FakeTensor): nothing to warn about, nothing used up
                 return
             lo, hi = float(table[0].min()), float(table[1].max())
+    refuse_non_finite(lo, hi, test.device.type)
     if lo < -OUT_OF_RANGE_TOLERANCE or hi > 1.0 + OUT_OF_RANGE_TOLERANCE:
         _out_of_range_warned = True
         warnings.warn(
@@ -222,6 +224,16 @@ def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_
             UserWarning,
             stacklevel=_caller_stacklevel(),
         )
+
+
+def refuse_non_finite(lo: float, hi: float, device_type: str) -> None:
+    """The CPU kernels refuse NaN or infinite inputs on every call; on other devices the kernels
+    pass them through (a check there would synchronise the host on every call, docs/algorithm.md
+    §7.12), so the look at device inputs, which reads their extremes back anyway, refuses them with
+    the CPU kernels' error: on the first look only, not a guarantee for every call. ``lo`` and
+    ``hi`` are the inputs' extremes (NaN when any value is NaN)."""
+    if device_type != "cpu" and not (math.isfinite(lo) and math.isfinite(hi)):
+        raise RuntimeError("flip::ldr_flip: an input contains NaN or infinite values")
 
 
 def _range_advice(lo: float, hi: float) -> str:

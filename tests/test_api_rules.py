@@ -663,3 +663,30 @@ def test_nvidia_losses_check_options_set_after_construction(cls, name, value, ca
         setattr(module, name, bad)
     assert _same(getattr(module, name), canonical[name])
     torch.testing.assert_close(module(test, reference), make(**canonical)(test, reference), rtol=1e-6, atol=1e-7)
+
+
+def test_non_finite_inputs_the_rule_on_every_device(ops):
+    # The CPU kernels refuse NaN/Inf inputs on every call. On a GPU the kernels pass them through
+    # (refusing there would synchronise the host on every call, docs/algorithm.md §7.12); the look
+    # at device inputs, which reads their extremes back anyway, refuses them with the CPU kernels'
+    # own error.
+    x = torch.rand(1, 3, 8, 8)
+    nan = x.clone()
+    nan[0, 1, 2, 3] = float("nan")
+    with pytest.raises(RuntimeError) as cpu_error:
+        ops.ldr_flip(nan, x, 67.0, "srgb", 1e-15)
+    for lo, hi in ((float("nan"), float("nan")), (0.0, float("inf")), (float("-inf"), 1.0)):
+        with pytest.raises(RuntimeError) as device_error:
+            functional.refuse_non_finite(lo, hi, "cuda")
+        assert str(device_error.value) == str(cpu_error.value)  # the same words on every device
+        functional.refuse_non_finite(lo, hi, "cpu")  # the CPU kernels refuse them themselves
+    functional.refuse_non_finite(-5.0, 300.0, "cuda")  # out of range is a warning, not an error
+    # Fake CUDA tensors (torch.compile's tracing, shape propagation) have no values to look at:
+    # nothing is refused, and the map's shape comes back.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        test = torch.full((2, 3, 8, 8), float("nan"), device="cuda")
+        ref = torch.zeros(2, 3, 8, 8, device="cuda")
+        out = flip_loss.ldr_flip(test, ref)
+    assert out.shape == (2, 1, 8, 8) and out.device.type == "cuda"
