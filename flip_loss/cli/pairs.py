@@ -32,9 +32,9 @@ def _list_names(names: Sequence[str], limit: int = 5) -> str:
 
 
 def uses_hdr(pairs: Sequence[Pair]) -> bool:
-    """True when the run is HDR-FLIP: as in NVIDIA's tool an OpenEXR reference selects HDR-FLIP.
-    Every pair must be of one kind (an .exr reference with .exr test images, or LDR images only);
-    Radiance .hdr and .pfm files are not supported."""
+    """True when a run of one reference (``-r``/``-t``) is HDR-FLIP: as in NVIDIA's tool an OpenEXR
+    reference selects HDR-FLIP, and its test images must be of its kind (UsageError otherwise);
+    Radiance .hdr and .pfm files are not supported. (Folder mode gives each pair its own kind.)"""
     from ..imageio import UNSUPPORTED_HDR_EXTENSIONS, is_exr_path
 
     for path in (p for pair in pairs for p in pair):
@@ -48,16 +48,7 @@ def uses_hdr(pairs: Sequence[Pair]) -> bool:
         mismatch = kind_mismatch(ref, test)
         if mismatch is not None:
             raise UsageError(mismatch)
-    kinds = {is_exr_path(ref) for ref, _ in pairs}
-    if len(kinds) > 1:
-        hdr_ref = next(ref for ref, _ in pairs if is_exr_path(ref))
-        ldr_ref = next(ref for ref, _ in pairs if not is_exr_path(ref))
-        raise UsageError(
-            f"cannot mix HDR and LDR images in one run: '{hdr_ref}' is an OpenEXR (HDR) "
-            f"image but '{ldr_ref}' is not; evaluate them in separate runs (e.g. separate "
-            "folders)"
-        )
-    return kinds == {True}
+    return any(is_exr_path(ref) for ref, _ in pairs)
 
 
 def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, List[str]], List[str], List[str]]:
