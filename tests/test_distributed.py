@@ -322,6 +322,35 @@ def test_pair_failing_on_one_rank_and_the_gate_over_all_pairs(tmp_path, monkeypa
     assert rows[2][8].startswith("not evaluated: ") and rows[2][9] == "fail"
 
 
+def test_cli_folder_mode_with_ldr_and_hdr_pairs_under_torchrun(tmp_path, monkeypatch, capsys):
+    """A golden folder of PNG and EXR images under torchrun: each pair of its own kind, a name shared
+    by a PNG and an EXR image that pair's error, the outputs and the account those of one process."""
+    from flip_loss.imageio import save_exr
+
+    references, tests = cases.make_folders(str(tmp_path / "images"), SIZES[:3])
+    g = torch.Generator().manual_seed(7)
+    for i in range(3):
+        reference = torch.rand(3, 24, 32, generator=g) ** 2 * (4.0 + 8 * i)
+        save_exr(Path(references) / f"x{i}.exr", reference)
+        save_exr(Path(tests) / f"x{i}.exr", reference * (1 + 0.3 * torch.rand(3, 24, 32, generator=g)))
+    save_exr(Path(tests) / "p2.exr", torch.rand(3, 40, 30, generator=g))  # beside p2.png
+    argv = folder_argv(references, tests) + ["--fail-above", "mean", "0.5"]
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    code, out, err = single_process(argv, tmp_path / "one", monkeypatch, capsys)
+    assert code == 4, err
+    assert out.startswith("Invoking LDR-FLIP (LDR pairs) and HDR-FLIP (OpenEXR pairs)")
+    assert out.splitlines()[-1] == "gate: FAIL (5 evaluated, 0 over the gate, 1 not evaluated)"
+    ranks = launch_ranks(argv, tmp_path / "two")
+    assert [rank[0] for rank in ranks] == [4, 0], ranks[0][2] + ranks[1][2]
+    assert without_times(ranks[0][1]) == without_times(out)
+    assert ranks[0][2] == err and "2 images named 'p2'" in err
+    assert_same_outputs(tmp_path / "one", tmp_path / "two")
+    rows = csv_rows_without_times(tmp_path / "two" / "out" / "summary.csv")
+    assert [row[8] == "evaluated" for row in rows[1:]] == [True, True, False, True, True, True]
+    assert len(list((tmp_path / "two" / "out").glob("exposure_map.*"))) == 3
+
+
 def test_an_error_on_one_rank_stops_every_rank(tmp_path):
     """An unexpected error while rank 1 evaluates: rank 0 reports it (exit code 3), both ranks
     stop after that round, nothing is written."""

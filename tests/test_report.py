@@ -202,9 +202,11 @@ def test_table_worst_first_with_the_gate_marked_and_the_failed_pair(run):
         assert r["data-state"] == ("over" if run.pooled[name].mean > run.threshold else "ok")
     assert sum(r["data-state"] == "over" for r in rows) == 2
     text = " ".join("".join(run.parsed.text).split())
-    assert "failed: 2 of 4 pair(s) with the mean above" in text
-    assert f"{run.threshold:g}" in text
-    assert "4 of 5 evaluated" in text and "1 failed" in text
+    # the run's account in the words the terminal prints (flip_loss.cli.account): "failed" is only
+    # the gate's verdict, a pair that could not be evaluated is "not evaluated"
+    assert "gate: FAIL (4 evaluated, 2 over the gate, 1 not evaluated)" in text
+    assert f"2 over the gate (2 with the mean above {run.threshold:g})" in text
+    assert "5 pair(s) found: 4 evaluated, 1 not evaluated (1 with an error)" in text
     assert f"{W // 2}x{H // 2}" in text and "same size" in text  # why the pair failed
     assert "67.0206 pixels per degree" in text and f"flip-loss {flip_loss.__version__}" in text
 
@@ -277,7 +279,8 @@ def test_multi_test_mode_and_an_earlier_report_is_replaced(run, tmp_path, capsys
     assert [int(r["data-index"]) for r in rows] == [i + 1 for i in np.argsort(medians)[::-1]]
     assert [a["data-sort-key"] for t, a in page.tags if t == "th" and a.get("aria-sort")] == ["weighted-median"]
     assert all(r["data-state"] == "ok" for r in rows)
-    assert "passed: no pair with the weighted median above 1.000000" in " ".join("".join(page.text).split())
+    assert "gate: PASS (3 evaluated, 0 over the gate)" in " ".join("".join(page.text).split())
+    assert "0 over the gate (0 with the weighted median above 1)" in " ".join("".join(page.text).split())
     # an earlier report is replaced; the user's other files there stay
     (report / "notes.txt").write_text("mine")
     first = (report / "index.html").read_text()

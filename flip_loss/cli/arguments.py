@@ -121,11 +121,11 @@ def _exposure_count(text: str) -> int:
 _EPILOG = f"""\
 The reference and the test images must have the same size. LDR images (PNG, JPEG, BMP, TGA) are
 read as 8- or 16-bit sRGB-encoded values and evaluated with LDR-FLIP. An OpenEXR (.exr) reference
-selects HDR-FLIP, as in NVIDIA's tool: the test images must then be .exr files too (linear
-values; NaN or infinite values are an error); mixing LDR and HDR images is an error. Radiance
-.hdr and .pfm files are not supported (convert them to OpenEXR). Images of more than
-{MAX_IMAGE_PIXELS} pixels (e.g. 16384x8192) are refused. The default pixels per degree, 67
-(67.0206...), is a 0.7 m wide 4K display seen from 0.7 m; {MIN_PPD:g} to {MAX_PPD:g} are accepted.
+selects HDR-FLIP, as in NVIDIA's tool: its test images must then be .exr files too (linear
+values; NaN or infinite values are an error). Radiance .hdr and .pfm files are not supported
+(convert them to OpenEXR). Images of more than {MAX_IMAGE_PIXELS} pixels (e.g. 16384x8192) are
+refused. The default pixels per degree, 67 (67.0206...), is a 0.7 m wide 4K display seen from
+0.7 m; {MIN_PPD:g} to {MAX_PPD:g} are accepted.
 
 An image with an alpha channel (RGBA or grey+alpha PNG, a PNG with a transparent colour, an EXR
 with an A channel) is composited over --background (black unless given) before FLIP, in its own
@@ -164,9 +164,13 @@ to temporary files and renamed into place at the end: an interrupted or failed r
 folder mode: --reference-dir R --test-dir T evaluates every image in T against the image of
 the same name (stem; any of {" ".join(FOLDER_EXTENSIONS)}) in R, warns about unmatched files,
 writes the maps to --directory and a summary CSV (--csv, default <directory>/summary.csv) with
-a row for every pair and every unmatched image. For .exr pairs the exposures are computed per
-reference. A pair that cannot be evaluated (an unreadable image, different sizes) is reported
-and skipped; the others are evaluated and written, and the exit code is 4.
+a row for every pair and every unmatched image. Each pair is evaluated with its own kind, so a
+folder of PNG and EXR images is one run: LDR-FLIP for LDR pairs, HDR-FLIP for .exr pairs (the
+exposures computed per reference; the HDR-FLIP options apply to the .exr pairs only). A pair that
+cannot be evaluated (an unreadable image, different sizes, a name two images of one folder share,
+an .exr image paired with an LDR one) is reported and skipped; the others are evaluated and
+written, and the exit code is 4. The last lines count the pairs found, evaluated, not evaluated
+and over the gate, as the report does.
 
 torchrun: torchrun --nproc_per_node=K -m flip_loss --reference-dir R --test-dir T ... shares the
 pairs out among K processes (on one or several machines; each on cuda:LOCAL_RANK when it has
@@ -174,9 +178,10 @@ GPUs), balanced by pixel count; rank 0 prints, shows the progress of all and wri
 the same files as one process. Other modes run on rank 0 alone.
 
 regression gate: --fail-above mean|weighted-median|max THRESHOLD exits with code 1 when any
-test image's value is above THRESHOLD (in [0, 1]); every image is still evaluated. Give it once
-per quantity to gate on several: every one applies. In a gated folder run an image without a
-partner of the same name fails the run (exit code 4) unless --allow-unmatched.
+test image's value (LDR-FLIP or HDR-FLIP) is above THRESHOLD (in [0, 1]); every image is still
+evaluated. Give it once per quantity to gate on several: every one applies. The last line on
+stdout is the verdict: 'gate: PASS (...)' or 'gate: FAIL (...)'. In a gated folder run an image
+without a partner of the same name fails the run (exit code 4) unless --allow-unmatched.
 
 flip-loss psychophysics ... runs the psychophysics suite (see 'flip-loss psychophysics --help').
 
@@ -348,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and the report; without it, two runs on the same inputs write the same files",
     )
 
-    hdr = p.add_argument_group("HDR-FLIP (OpenEXR inputs only)")
+    hdr = p.add_argument_group("HDR-FLIP (OpenEXR inputs only; in folder mode its .exr pairs)")
     hdr.add_argument(
         "-tm",
         "--tone-mapper",

@@ -52,6 +52,14 @@ class Result(NamedTuple):
     notes: List[str]
 
 
+def is_hdr_pair(reference: str) -> bool:
+    """Whether the pair of ``reference`` is evaluated with HDR-FLIP: as in NVIDIA's tool, an
+    OpenEXR reference selects it."""
+    from ..imageio import is_exr_path
+
+    return is_exr_path(reference)
+
+
 def _too_many_exposures(start: float, stop: float) -> UsageError:
     return UsageError(
         f"the exposures from {start:g} to {stop:g} stops would need more than {MAX_EXPOSURES} "
@@ -100,16 +108,16 @@ def _alpha_note(mode: str, background: str) -> str:
 
 
 class FlipEvaluator:
-    """Loads images on the run's device and evaluates FLIP on pairs with the run's settings. Keeps
-    the last reference (and its exposures) so that the test images of one reference share it.
-    ``given`` holds the exposure options (start, stop, count; None where not given) of an HDR-FLIP
-    run. ``alpha`` (``--alpha``: None for each file format's convention, a rule of
+    """Loads images on the run's device and evaluates FLIP on pairs with the run's settings: each
+    pair with its own kind, HDR-FLIP for an OpenEXR reference, LDR-FLIP otherwise (the pairs'
+    kinds were checked: an .exr reference has an .exr test image). Keeps the last reference (and
+    its exposures) so that the test images of one reference share it. ``given`` holds the exposure
+    options (start, stop, count; None where not given), which apply to the HDR-FLIP pairs. ``alpha`` (``--alpha``: None for each file format's convention, a rule of
     ``flip_loss.alpha.ALPHA_MODES``, or "ignore") and ``background`` say how an image with alpha
     becomes the RGB image evaluated (``flip_loss.alpha.composite``)."""
 
     def __init__(
         self,
-        hdr: bool,
         tone_mapper: str,
         ppd: float,
         device,
@@ -117,7 +125,7 @@ class FlipEvaluator:
         alpha: Optional[str] = None,
         background: str = "black",
     ):
-        self.hdr, self.tone_mapper, self.ppd, self.device, self.given = hdr, tone_mapper, ppd, device, given
+        self.tone_mapper, self.ppd, self.device, self.given = tone_mapper, ppd, device, given
         self.alpha, self.background = alpha, background
         self._reference = (None, None, None)
         # What loading images had to say, handed to the next evaluated pair's result.
@@ -156,7 +164,7 @@ class FlipEvaluator:
         """(image, exposures) of the reference ``path``; exposures None for LDR-FLIP."""
         if self._reference[0] != path:
             image = self.load(path)
-            self._reference = (path, image, self._exposures_of(path, image) if self.hdr else None)
+            self._reference = (path, image, self._exposures_of(path, image) if is_hdr_pair(path) else None)
         return self._reference[1], self._reference[2]
 
     def _exposures_of(self, reference: str, image) -> Exposures:
@@ -202,15 +210,16 @@ class FlipEvaluator:
         from ..hdr import hdr_flip
 
         ref_image, exposures = self.reference(reference)
+        hdr = exposures is not None
         if test_image is None:
             test_image = self.load(test)
         exposure_np = None
         # The CLI's LDR inputs are in [0, 1], so the only warning of flip_loss's own that the
         # evaluation can give is the fallback's, taken over here; any other goes its normal way.
-        caught = _fallback_warnings("hdr_flip" if self.hdr else "ldr_flip", test_image.device)
+        caught = _fallback_warnings("hdr_flip" if hdr else "ldr_flip", test_image.device)
         t0 = time.perf_counter()
         with torch.no_grad():  # eps=0: the metric itself, no gradient regulariser
-            if self.hdr:
+            if hdr:
                 error_map, exposure_map = hdr_flip(
                     test_image,
                     ref_image,

@@ -9,7 +9,7 @@ import os
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from .arguments import ppd_of
-from .evaluate import Exposures, FlipEvaluator, Result
+from .evaluate import Exposures, FlipEvaluator, Result, is_hdr_pair
 from .histogram import histogram_writer, import_matplotlib
 from .outputs import Names, Output, dynamic_range, output_names, pooled_lines, write_png, write_text_file
 from .pairs import check_sizes
@@ -24,21 +24,23 @@ class PairSettings(NamedTuple):
     """What the pairs of a run share. Under torchrun rank 0 sends its own to every rank."""
 
     args: argparse.Namespace  # the parsed options (output names, map colours, histogram, report)
-    hdr: bool
+    hdr: bool  # some pair is evaluated with HDR-FLIP (an OpenEXR reference)
+    ldr: bool  # some pair is evaluated with LDR-FLIP
     tone_mapper: str
     ppd: float
     directory: str  # where the maps, text files and histograms go
     write_maps: bool
-    write_exposure_maps: bool
+    write_exposure_maps: bool  # for the HDR-FLIP pairs
     pair_histograms: bool  # a histogram of each pair (not the one overlapped histogram of two)
 
 
-def pair_settings(args, hdr: bool, overlapped: bool) -> PairSettings:
-    """The settings of a run of checked ``args``; ``overlapped``: the run draws one histogram of its
-    two pairs instead of one per pair."""
+def pair_settings(args, ldr: bool, hdr: bool, overlapped: bool) -> PairSettings:
+    """The settings of a run of checked ``args`` whose pairs are of the kinds ``ldr`` and ``hdr``;
+    ``overlapped``: the run draws one histogram of its two pairs instead of one per pair."""
     return PairSettings(
         args,
         hdr,
+        ldr,
         args.tone_mapper or "aces",
         ppd_of(args),
         args.directory if args.directory is not None else ".",
@@ -72,7 +74,6 @@ class PairWork:
         if args.histogram:
             import_matplotlib()
         self.evaluator = FlipEvaluator(
-            settings.hdr,
             settings.tone_mapper,
             settings.ppd,
             device,
@@ -95,6 +96,7 @@ class PairWork:
         claims its outputs; raises UsageError for anything wrong with the pair. ``keep_test``: the
         prepared pair holds the decoded test image (else it is read again when evaluated)."""
         s, args = self.settings, self.settings.args
+        hdr = is_hdr_pair(reference)
         self.check_sizes(reference, test)
         exposures = self.reference_exposures(reference)
         test_image = self.evaluator.load(test)
@@ -103,7 +105,7 @@ class PairWork:
             (kind, path, what)
             for kind, path, what, wanted in (
                 ("map", names.map, "error map", s.write_maps),
-                ("exposure_map", names.exposure_map, "exposure map", s.write_exposure_maps),
+                ("exposure_map", names.exposure_map, "exposure map", s.write_exposure_maps and hdr),
                 ("text", names.text, "pooled values file", args.textfile),
                 ("histogram", names.histogram, "histogram", s.pair_histograms),
             )
@@ -112,7 +114,7 @@ class PairWork:
         if args.report is not None:
             wanted += [
                 (f"report.{kind}", os.path.join(args.report, relative), what)
-                for kind, relative, what in picture_files(index, test, s.hdr, self._sizes[test])
+                for kind, relative, what in picture_files(index, test, hdr, self._sizes[test])
             ]
         outputs = self.claim(wanted)
         return PreparedPair(index, reference, test, test_image if keep_test else None, names, outputs)
@@ -157,6 +159,6 @@ class PairWork:
             result,
             self.evaluator.reference(p.reference)[0],
             test_image,
-            s.hdr,
+            result.exposures is not None,
             s.tone_mapper,
         )

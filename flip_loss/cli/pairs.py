@@ -3,7 +3,7 @@ bundled example, or two folders paired by file name), whether they are LDR or HD
 their sizes from the headers."""
 
 import os
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .errors import UsageError
 
@@ -32,9 +32,9 @@ def _list_names(names: Sequence[str], limit: int = 5) -> str:
 
 
 def uses_hdr(pairs: Sequence[Pair]) -> bool:
-    """True when the run is HDR-FLIP: as in NVIDIA's tool an OpenEXR reference selects HDR-FLIP.
-    Every pair must be of one kind (an .exr reference with .exr test images, or LDR images only);
-    Radiance .hdr and .pfm files are not supported."""
+    """True when a run of one reference (``-r``/``-t``) is HDR-FLIP: as in NVIDIA's tool an OpenEXR
+    reference selects HDR-FLIP, and its test images must be of its kind (UsageError otherwise);
+    Radiance .hdr and .pfm files are not supported. (Folder mode gives each pair its own kind.)"""
     from ..imageio import UNSUPPORTED_HDR_EXTENSIONS, is_exr_path
 
     for path in (p for pair in pairs for p in pair):
@@ -45,28 +45,16 @@ def uses_hdr(pairs: Sequence[Pair]) -> bool:
                 "the image to OpenEXR (.exr), which selects HDR-FLIP"
             )
     for ref, test in pairs:
-        if is_exr_path(ref) != is_exr_path(test):
-            hdr_file, ldr_file = (ref, test) if is_exr_path(ref) else (test, ref)
-            raise UsageError(
-                f"cannot mix HDR and LDR images: '{hdr_file}' is an OpenEXR (HDR) image "
-                f"but '{ldr_file}' is not; an .exr reference (HDR-FLIP) needs .exr test "
-                "images, an LDR reference LDR test images"
-            )
-    kinds = {is_exr_path(ref) for ref, _ in pairs}
-    if len(kinds) > 1:
-        hdr_ref = next(ref for ref, _ in pairs if is_exr_path(ref))
-        ldr_ref = next(ref for ref, _ in pairs if not is_exr_path(ref))
-        raise UsageError(
-            f"cannot mix HDR and LDR images in one run: '{hdr_ref}' is an OpenEXR (HDR) "
-            f"image but '{ldr_ref}' is not; evaluate them in separate runs (e.g. separate "
-            "folders)"
-        )
-    return kinds == {True}
+        mismatch = kind_mismatch(ref, test)
+        if mismatch is not None:
+            raise UsageError(mismatch)
+    return any(is_exr_path(ref) for ref, _ in pairs)
 
 
-def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, str], List[str], List[str]]:
-    """{stem: path} of the supported images in ``directory`` (not recursive; hidden files are
-    ignored), plus the names of unsupported HDR files (.hdr, .pfm) and of other files that were
+def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, List[str]], List[str], List[str]]:
+    """{stem: [paths]} of the supported images in ``directory`` (not recursive; hidden files are
+    ignored; more than one path under a stem, e.g. ``a.png`` beside ``a.exr``, makes that name
+    ambiguous), plus the names of unsupported HDR files (.hdr, .pfm) and of other files that were
     skipped."""
     from ..imageio import is_hdr_path
 
@@ -78,7 +66,7 @@ def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, str], List[str], 
         entries = sorted(os.listdir(directory))
     except OSError as exc:
         raise UsageError(f"cannot list {what} '{directory}': {exc.strerror or exc}") from None
-    found: Dict[str, str] = {}
+    found: Dict[str, List[str]] = {}
     hdr: List[str] = []
     other: List[str] = []
     for name in entries:
@@ -87,19 +75,37 @@ def _scan_folder(directory: str, what: str) -> Tuple[Dict[str, str], List[str], 
             continue
         ext = os.path.splitext(name)[1].lower()
         if ext in FOLDER_EXTENSIONS:
-            stem = os.path.splitext(name)[0]
-            if stem in found:
-                raise UsageError(
-                    f"{what} '{directory}' has two images named '{stem}' "
-                    f"({os.path.basename(found[stem])} and {name}); the pairing by "
-                    "name would be ambiguous: rename or remove one"
-                )
-            found[stem] = path
+            found.setdefault(os.path.splitext(name)[0], []).append(path)
         elif is_hdr_path(name):
             hdr.append(name)
         else:
             other.append(name)
     return found, hdr, other
+
+
+def _ambiguous(paths: Sequence[str], directory: str, what: str) -> str:
+    """Why a name with more than one image in one folder is not evaluated."""
+    stem_ = stem(paths[0])
+    return (
+        f"the {what} '{directory}' has {len(paths)} images named '{stem_}' "
+        f"({', '.join(os.path.basename(p) for p in paths)}); the pairing by name would be "
+        "ambiguous: rename or remove all but one"
+    )
+
+
+def kind_mismatch(reference: str, test: str) -> Optional[str]:
+    """Why a pair of an OpenEXR (HDR) image and an LDR image cannot be evaluated, or None: an .exr
+    reference selects HDR-FLIP and needs an .exr test image, an LDR reference an LDR one."""
+    from ..imageio import is_exr_path
+
+    if is_exr_path(reference) == is_exr_path(test):
+        return None
+    hdr_file, ldr_file = (reference, test) if is_exr_path(reference) else (test, reference)
+    return (
+        f"cannot mix HDR and LDR images: '{hdr_file}' is an OpenEXR (HDR) image but "
+        f"'{ldr_file}' is not; an .exr reference (HDR-FLIP) needs an .exr test image, an LDR "
+        "reference an LDR test image"
+    )
 
 
 class Unmatched(NamedTuple):
@@ -116,11 +122,15 @@ class Pairing(NamedTuple):
     warnings: List[str]  # files left out that are not images of a pair
     unmatched: List[Unmatched]  # folder mode: images without a partner, in file-name order
     unmatched_lines: List[str]  # the same, summed up for the console (one line per folder)
+    # folder mode: the pairs that cannot be evaluated whatever their pixels hold, by 1-based position
+    # among ``pairs``, with the reason (a name shared by two images of one folder, an OpenEXR image
+    # paired with an LDR one): each is that pair's error, not the run's
+    refused: Dict[int, str] = {}
 
 
 def _pair_folders(reference_dir: str, test_dir: str) -> Pairing:
-    """The pairs of images of the same name, the images without a partner, and warnings about the
-    other files left out."""
+    """The pairs of images of the same name (with the reasons of those that cannot be evaluated),
+    the images without a partner, and warnings about the other files left out."""
     refs, ref_hdr, ref_other = _scan_folder(reference_dir, "reference folder")
     tests, test_hdr, test_other = _scan_folder(test_dir, "test folder")
     stems = sorted(set(refs) & set(tests))
@@ -131,16 +141,16 @@ def _pair_folders(reference_dir: str, test_dir: str) -> Pairing:
     if only_ref:
         lines.append(
             f"{len(only_ref)} reference image(s) without a test image of the same name in "
-            f"'{test_dir}': {_list_names([os.path.basename(refs[s]) for s in only_ref])}"
+            f"'{test_dir}': {_list_names([os.path.basename(p) for s in only_ref for p in refs[s]])}"
         )
     if only_test:
         lines.append(
             f"{len(only_test)} test image(s) without a reference image of the same name in "
-            f"'{reference_dir}': {_list_names([os.path.basename(tests[s]) for s in only_test])}"
+            f"'{reference_dir}': {_list_names([os.path.basename(p) for s in only_test for p in tests[s]])}"
         )
     unmatched = sorted(
-        [Unmatched(refs[s], "", f"no test image of the same name in '{test_dir}'") for s in only_ref]
-        + [Unmatched("", tests[s], f"no reference image of the same name in '{reference_dir}'") for s in only_test],
+        [Unmatched(refs[s][0], "", f"no test image of the same name in '{test_dir}'") for s in only_ref]
+        + [Unmatched("", tests[s][0], f"no reference image of the same name in '{reference_dir}'") for s in only_test],
         key=lambda u: os.path.basename(u.reference or u.test),
     )
     hdr = ref_hdr + test_hdr
@@ -161,7 +171,29 @@ def _pair_folders(reference_dir: str, test_dir: str) -> Pairing:
             f"in '{reference_dir}' (pairs are matched by file name without extension; "
             f"supported extensions: {' '.join(FOLDER_EXTENSIONS)})"
         )
-    return Pairing([(refs[s], tests[s]) for s in stems], warnings, unmatched, lines)
+    pairs: List[Pair] = []
+    refused: Dict[int, str] = {}
+    for index, s in enumerate(stems, 1):
+        reference, test = refs[s][0], tests[s][0]
+        reasons = [
+            _ambiguous(paths, directory, what)
+            for paths, directory, what in (
+                (refs[s], reference_dir, "reference folder"),
+                (tests[s], test_dir, "test folder"),
+            )
+            if len(paths) > 1
+        ]
+        if len(refs[s]) == 1 and len(tests[s]) > 1:  # the reference's kind picks the test image named
+            test = next((t for t in tests[s] if kind_mismatch(reference, t) is None), test)
+        elif len(tests[s]) == 1 and len(refs[s]) > 1:
+            reference = next((r for r in refs[s] if kind_mismatch(r, test) is None), reference)
+        mismatch = kind_mismatch(reference, test)
+        if mismatch is not None and not reasons:
+            reasons.append(mismatch)
+        pairs.append((reference, test))
+        if reasons:
+            refused[index] = "; ".join(reasons)
+    return Pairing(pairs, warnings, unmatched, lines, refused)
 
 
 def pairs_of(args) -> Pairing:

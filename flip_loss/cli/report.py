@@ -32,6 +32,7 @@ import re
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote
 
+from .account import Account, Outcome, account_of
 from .arguments import gate_failures
 from .console import readable
 from .errors import UsageError
@@ -102,7 +103,7 @@ class ReportSettings(NamedTuple):
     """What the run's pairs share, for the page's summary."""
 
     ppd: float
-    hdr: bool
+    hdr: bool  # some pair is evaluated with HDR-FLIP
     tone_mapper: str
     gate: Optional[Tuple[Tuple[str, float], ...]]  # (quantity, threshold) of each --fail-above
     inputs: Tuple[Tuple[str, str], ...]  # (what, path), e.g. ("Reference folder", "refs/")
@@ -111,6 +112,15 @@ class ReportSettings(NamedTuple):
     created: str  # date and time, ISO 8601
     timing: bool = False  # --timing: each pair's evaluation time is shown
     unmatched_fail: bool = True  # an image without a partner fails the gate
+    ldr: Optional[bool] = None  # some pair is evaluated with LDR-FLIP (None: not hdr)
+
+    @property
+    def metric(self) -> str:
+        """The metric of the run's pairs in words."""
+        ldr = not self.hdr if self.ldr is None else self.ldr
+        if self.hdr and ldr:
+            return f"LDR-FLIP for the LDR pairs, HDR-FLIP (tone mapper {self.tone_mapper}) for the OpenEXR (.exr) pairs"
+        return f"HDR-FLIP, tone mapper {self.tone_mapper}" if self.hdr else "LDR-FLIP"
 
 
 def creation_time() -> str:
@@ -126,13 +136,21 @@ def creation_time() -> str:
 
 
 def settings_now(
-    ppd: float, hdr: bool, tone_mapper: str, gate, inputs, pairs: int, timing: bool = False, unmatched_fail: bool = True
+    ppd: float,
+    hdr: bool,
+    tone_mapper: str,
+    gate,
+    inputs,
+    pairs: int,
+    timing: bool = False,
+    unmatched_fail: bool = True,
+    ldr: Optional[bool] = None,
 ) -> ReportSettings:
     """The settings of a report written now, by this version of flip-loss."""
     from .. import __version__
 
     return ReportSettings(
-        ppd, hdr, tone_mapper, gate, tuple(inputs), pairs, __version__, creation_time(), timing, unmatched_fail
+        ppd, hdr, tone_mapper, gate, tuple(inputs), pairs, __version__, creation_time(), timing, unmatched_fail, ldr
     )
 
 
@@ -411,42 +429,33 @@ def default_order(records: Sequence[PairRecord], gate) -> List[PairRecord]:
     )
 
 
-def _quantity_text(quantity: str) -> str:
-    return _COLUMN_BY_KEY[quantity].label.lower()
+def record_account(records: Sequence[PairRecord], settings: ReportSettings) -> Account:
+    """The account (account.account_of) of a run from its report records."""
+    outcomes = [
+        Outcome(r.failure is None, r.failure is not None and is_unmatched(r), tuple(_over(r, settings.gate)))
+        for r in records
+    ]
+    return account_of(outcomes, settings.gate, settings.unmatched_fail)
 
 
-def _summary(records: Sequence[PairRecord], settings: ReportSettings) -> str:
-    evaluated = [r for r in records if r.failure is None]
-    failed = len(records) - len(evaluated)
-    rows = []
-    pairs_text = (
-        f'{len(evaluated)} of {settings.pairs} evaluated, <strong class="bad">{failed} failed</strong>'
-        if failed
-        else f"{len(evaluated)} evaluated"
-    )
-    rows.append(("Pairs", pairs_text))
+def _summary(records: Sequence[PairRecord], settings: ReportSettings, account: Optional[Account] = None) -> str:
+    """The summary section: the run's account (``account``, or counted from ``records``) in the
+    words the terminal prints, the gate's verdict and the settings."""
+    account = record_account(records, settings) if account is None else account
+    rows = [("Pairs", f'<span id="pair-counts">{_esc(account.counts_text())}</span>')]
     if settings.gate is None:
         rows.append(("Gate", "none (no --fail-above)"))
     else:
-        over = sum(_is_over(r, settings.gate) for r in evaluated)
-        missing = sum(_fails_gate(r, settings) for r in records if r.failure is not None)
-        what = " or ".join(f"the {_quantity_text(q)} above {t:.6f}" for q, t in settings.gate)
-        if over or missing:
-            reasons = ([f"{over} of {len(evaluated)} pair(s) with {what}"] if over else []) + (
-                [f"{missing} not evaluated"] if missing else []
-            )
-            verdict = f'<strong class="bad">failed</strong>: {"; ".join(reasons)}'
-        else:
-            verdict = f'<strong class="good">passed</strong>: no pair with {what}'
         flags = " ".join(f"--fail-above {_esc(q)} {t:g}" for q, t in settings.gate)
+        verdict, cls = ("passed", "good") if account.passed else ("failed", "bad")
         rows.append(
             (
                 "Gate",
-                f'<span id="gate-verdict" data-verdict="{"failed" if over or missing else "passed"}">'
-                f"{verdict}</span> ({flags})",
+                f'<strong id="gate-verdict" class="{cls}" data-verdict="{verdict}">{_esc(account.verdict_text())}'
+                f"</strong> ({flags})",
             )
         )
-    rows.append(("Metric", "HDR-FLIP, tone mapper " + _esc(settings.tone_mapper) if settings.hdr else "LDR-FLIP"))
+    rows.append(("Metric", _esc(settings.metric)))
     rows.append(("Viewing conditions", f"{settings.ppd:.4f} pixels per degree"))
     for what, path in settings.inputs:
         rows.append((_esc(what), f"<code>{_esc(path)}</code>"))
@@ -476,11 +485,11 @@ def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
     heads.append('<th scope="col">Status</th>')
     body = []
     for r in ordered:
-        attrs = [f'data-index="{r.index}"', f'data-test="{_esc(os.path.basename(r.test))}"']
+        attrs = [f'data-index="{r.index}"', f'data-test="{_esc(shown_name(r))}"']
         cells = [
             f'<td class="num">{r.index}</td>',
-            f'<th scope="row"><a href="#pair-{r.index}" title="{_esc(r.test)}">'
-            f"{_esc(os.path.basename(r.test))}</a></th>",
+            f'<th scope="row"><a href="#pair-{r.index}" title="{_esc(r.test or r.reference)}">'
+            f"{_esc(shown_name(r))}</a></th>",
             f'<td title="{_esc(r.reference)}">{_esc(os.path.basename(r.reference))}</td>',
         ]
         if r.failure is None:
@@ -491,9 +500,9 @@ def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
                 cells.append(f'<td class="num">{v:.4f}</td>')
             over = _is_over(r, settings.gate)
             status = (
-                '<span class="badge bad">over threshold</span>'
+                '<span class="badge bad">over the gate</span>'
                 if over
-                else '<span class="badge good">within</span>'
+                else '<span class="badge good">within the gate</span>'
                 if settings.gate is not None
                 else "evaluated"
             )
@@ -502,9 +511,9 @@ def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
             # the reason in place of the values, where there is room for it
             cells.append(f'<td colspan="{len(COLUMNS)}" class="why">not evaluated: {_esc(r.failure)}</td>')
             status = (
-                '<span class="badge bad">failed</span>'
+                '<span class="badge bad">not evaluated</span>'
                 if settings.gate is None or _fails_gate(r, settings)
-                else '<span class="badge">skipped</span>'
+                else '<span class="badge">not evaluated</span> (gate: skipped)'
             )
             state = "failed"
         attrs.append(f'data-state="{state}"')
@@ -514,7 +523,7 @@ def _table(ordered: Sequence[PairRecord], settings: ReportSettings) -> str:
     return (
         f'<section aria-labelledby="pairs-title">\n<h2 id="pairs-title">Pairs</h2>\n'
         f'<p id="sort-help" class="hint">Sort by a column with its heading button; again to reverse. '
-        f"Failed pairs count as worst.</p>\n"
+        f"Pairs not evaluated count as worst.</p>\n"
         f'<table id="pairs-table" data-sort-key="{key}" data-sort-descending="true">\n'
         f'<caption>Pairs sorted by <span id="sort-status" aria-live="polite">{sorted_by}</span></caption>\n'
         f"<thead><tr>{''.join(heads)}</tr></thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody>\n</table>\n</section>"
@@ -617,19 +626,29 @@ def _figure(
     )
 
 
+def shown_name(record: PairRecord) -> str:
+    """The name a pair goes by on the page: its test image's, or, for a reference whose test image
+    is missing, the reference's (the file that is there)."""
+    return os.path.basename(record.test or record.reference)
+
+
+def _path_text(what: str, path: str) -> str:
+    return f"{what} <code>{_esc(path)}</code>" if path else f"no {what} image"
+
+
 def _card(record: PairRecord, settings: ReportSettings) -> str:
-    test_name = os.path.basename(record.test)
+    test_name = shown_name(record)
     title_id = f"pair-{record.index}-title"
     head = (
         f'<article class="pair" id="pair-{record.index}" tabindex="-1" aria-labelledby="{title_id}" '
         f'data-flipped="false" data-full="false">'
         f'<h3 id="{title_id}"><span class="num">{record.index}.</span> {_esc(test_name)}</h3>'
-        f'<p class="paths">test <code>{_esc(record.test)}</code>, '
-        f"reference <code>{_esc(record.reference)}</code></p>"
+        f'<p class="paths">{_path_text("test", record.test)}, {_path_text("reference", record.reference)}</p>'
     )
     if record.failure is not None:
+        badge = "bad" if settings.gate is None or _fails_gate(record, settings) else ""
         return (
-            head + f'<p class="failure"><span class="badge bad">failed</span> not evaluated: '
+            head + f'<p class="failure"><span class="badge {badge}">not evaluated</span> '
             f"{_esc(record.failure)}</p></article>"
         )
     pooled = _pooled(record)
@@ -640,7 +659,7 @@ def _card(record: PairRecord, settings: ReportSettings) -> str:
         for c in COLUMNS
     ]
     values.insert(4, f"<span>Min <strong>{pooled.min:.6f}</strong></span>")
-    status = '<span class="badge bad">over threshold</span> ' if over else ""
+    status = '<span class="badge bad">over the gate</span> ' if over else ""
     details = [f"{record.size[0]} &times; {record.size[1]} pixels"]
     if settings.timing:
         details.append(f"evaluated in {record.seconds:.3f} s")
@@ -689,10 +708,13 @@ def _card(record: PairRecord, settings: ReportSettings) -> str:
     )
 
 
-def render_page(records: Sequence[PairRecord], settings: ReportSettings) -> str:
-    """The report page (HTML text) of ``records`` (any order; each pair once)."""
+def render_page(records: Sequence[PairRecord], settings: ReportSettings, account: Optional[Account] = None) -> str:
+    """The report page (HTML text) of ``records`` (any order; each pair once); ``account``: the
+    run's (counted from ``records`` when not given)."""
     ordered = default_order(records, settings.gate)
     title = f"FLIP report: {len(records)} pair(s)"
+    ldr = not settings.hdr if settings.ldr is None else settings.ldr
+    heading = "FLIP report" if settings.hdr and ldr else f"{'HDR' if settings.hdr else 'LDR'}-FLIP report"
     cards = "\n".join(_card(r, settings) for r in ordered)
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -707,9 +729,9 @@ def render_page(records: Sequence[PairRecord], settings: ReportSettings) -> str:
 </head>
 <body>
 <a class="skip" href="#pairs-table">Skip to the pairs table</a>
-<header><h1>{"HDR" if settings.hdr else "LDR"}-FLIP report</h1></header>
+<header><h1>{_esc(heading)}</h1></header>
 <main>
-{_summary(records, settings)}
+{_summary(records, settings, account)}
 {_table(ordered, settings)}
 <section aria-labelledby="details-title">
 <h2 id="details-title">Pictures</h2>
@@ -730,7 +752,13 @@ test image in place of the reference in the pair that has the focus.</p>
 """
 
 
-def stage_page(staging: Staging, out: Output, records: Sequence[PairRecord], settings: ReportSettings) -> None:
+def stage_page(
+    staging: Staging,
+    out: Output,
+    records: Sequence[PairRecord],
+    settings: ReportSettings,
+    account: Optional[Account] = None,
+) -> None:
     """Stages ``index.html`` (claimed as ``out``) for ``records``: every pair of the run, evaluated
-    or failed."""
-    staging.write(out, write_text_file(render_page(records, settings)))
+    or not; ``account``: the run's (counted from ``records`` when not given)."""
+    staging.write(out, write_text_file(render_page(records, settings, account)))

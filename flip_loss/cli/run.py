@@ -9,10 +9,11 @@ import time
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..constants import TONE_MAPPER_DISPLAY_NAMES
+from .account import Account, Outcome, account_of
 from .arguments import gate_failures, hdr_option_flags
 from .console import Console
 from .errors import EXIT_GATE, EXIT_OK, EXIT_PAIRS_FAILED, UsageError
-from .evaluate import Exposures, Result, resolve_device
+from .evaluate import Exposures, Result, is_hdr_pair, resolve_device
 from .histogram import histogram_writer, import_matplotlib
 from .outputs import (
     Output,
@@ -67,25 +68,34 @@ class Run:
         # rows of the CSV file and of the report.
         self.unmatched = pairing.unmatched
         self.unmatched_fail = self.gate is not None and not args.allow_unmatched
-        for line in pairing.unmatched_lines:
-            if self.unmatched_fail:
-                console.error(f"{line} (a gated run needs every pair; --allow-unmatched lets it pass)")
-            else:
-                console.warning(f"{line}, not evaluated")
-        hdr = uses_hdr(self.pairs)
+        # Folder mode: the pairs that cannot be evaluated whatever their pixels hold (an ambiguous
+        # name, an OpenEXR image paired with an LDR one), by 1-based position, with the reason.
+        self.refused: Dict[int, str] = dict(pairing.refused)
+        if self.folder_mode:
+            # Each pair is evaluated with its own kind: HDR-FLIP for an .exr reference, LDR-FLIP
+            # otherwise; the HDR-FLIP options apply to the HDR-FLIP pairs.
+            kinds = {is_hdr_pair(ref) for i, (ref, _) in enumerate(self.pairs, 1) if i not in self.refused}
+            hdr, ldr = True in kinds, False in kinds
+        else:
+            hdr = uses_hdr(self.pairs)
+            ldr = not hdr
         if not hdr:
             flags = hdr_option_flags(args)
             if flags:
                 raise UsageError(
                     f"{', '.join(flags)}: HDR-FLIP option(s) given for LDR images; they apply "
                     "only to OpenEXR (.exr) inputs"
+                    + (" and there is no pair of .exr images to evaluate" if self.folder_mode else "")
                 )
         self.device = resolve_device(args.device) if device is None else device
         self.overlapped = args.histogram and not self.folder_mode and len(self.pairs) == 2
-        self.settings = s = pair_settings(args, hdr, self.overlapped)
+        self.settings = s = pair_settings(args, ldr, hdr, self.overlapped)
         if args.histogram:
             import_matplotlib()
         self.failures: List[Tuple[str, str]] = []
+        # What became of each pair, in pair order (the images without a partner are added at the
+        # end): the run's account (account.account_of) is counted from them.
+        self.outcomes: List[Outcome] = []
         # What the pairs contribute, in pair order: CSV rows (of evaluated and failed pairs), the
         # results the overlapped histogram draws, the gate's failures (test, [(quantity, value,
         # threshold), ...]).
@@ -121,6 +131,13 @@ class Run:
             self.guard.claim((page_path(args.report), "HTML report"))[0] if args.report is not None else None
         )
         self.overlapped_output: Optional[Output] = None
+        # Every check above has passed: only now are the images without a partner reported, so
+        # that a run refused as a whole says so in one error line.
+        for line in pairing.unmatched_lines:
+            if self.unmatched_fail:
+                console.error(f"{line} (a gated run needs every pair; --allow-unmatched lets it pass)")
+            else:
+                console.warning(f"{line}, not evaluated")
 
     # --- before anything is written ------------------------------------------------------------
 
@@ -143,6 +160,7 @@ class Run:
     def record_failure(self, index: int, reference: str, test: str, message: str) -> None:
         """Folder mode: pair ``index`` could not be evaluated; it is reported and skipped."""
         self.failures.append((reference, test))
+        self.outcomes.append(Outcome(False))
         self.rows.append(
             csv_skipped_row(reference, test, message, "fail" if self.gate is not None else "", self.args.timing)
         )
@@ -159,7 +177,14 @@ class Run:
         if self.report_page is not None:
             self.staging.make_directory(os.path.join(self.args.report, IMAGE_FOLDER))
         if self.console.verbosity >= 2:
-            lines = [f"Invoking {'HDR' if s.hdr else 'LDR'}-FLIP", f"     Pixels per degree: {round_half_up(s.ppd)}"]
+            metric = (
+                "LDR-FLIP (LDR pairs) and HDR-FLIP (OpenEXR pairs)"
+                if s.hdr and s.ldr
+                else "HDR-FLIP"
+                if s.hdr
+                else "LDR-FLIP"
+            )
+            lines = [f"Invoking {metric}", f"     Pixels per degree: {round_half_up(s.ppd)}"]
             if s.hdr:
                 lines.append(f"     Assumed tone mapper: {TONE_MAPPER_DISPLAY_NAMES[s.tone_mapper]}")
                 if not self.folder_mode:  # one reference: its exposures, as the tool prints them
@@ -179,7 +204,7 @@ class Run:
             lines.append(f"     Mean: {result.pooled.mean:.6f}")
         if verbosity >= 2:
             lines += ["     " + line for line in pooled_lines(result.pooled)[1:]]
-            if self.settings.hdr and self.folder_mode:  # exposures per reference
+            if result.exposures is not None and self.folder_mode:  # exposures per reference
                 lines += _exposure_lines(result.exposures)
             lines.append(f"     Evaluation time: {result.seconds:.4f} seconds")
             if "map" in p.outputs:
@@ -206,6 +231,7 @@ class Run:
             len(self.pairs) + len(self.unmatched),
             a.timing,
             self.unmatched_fail,
+            s.ldr,
         )
 
     def record_result(self, p: PreparedPair, result: Result, record: Optional[PairRecord]) -> None:
@@ -224,18 +250,26 @@ class Run:
         self.evaluated += 1
         if self.overlapped:
             self.kept.append(result)
+        self.outcomes.append(Outcome(True, over=tuple(q for q, _, _ in failed)))
         if failed:
             self.gate_failures.append((result.test, failed))
         self.console.lines(self.result_lines(p, result, first=self.evaluated == 1))
 
+    def account(self) -> Account:
+        """The run's account: every pair's outcome, the images without a partner last."""
+        outcomes = self.outcomes + [Outcome(False, unmatched=True) for _ in self.unmatched]
+        return account_of(outcomes, self.gate, self.unmatched_fail)
+
     def finish(self, t_start: float) -> int:
         """Every pair has run: writes the CSV file, the overlapped histogram and the report page,
-        publishes every output, prints the summary and returns the exit code."""
+        publishes every output, prints the account and the gate's verdict (the last line on
+        stdout) and returns the exit code."""
         unmatched_verdict = "" if self.gate is None else "fail" if self.unmatched_fail else "skipped"
         rows = self.rows + [
             csv_skipped_row(u.reference, u.test, u.reason, unmatched_verdict, self.args.timing) for u in self.unmatched
         ]
         gate_failures = self.gate_failures
+        account = self.account()
         self.console.close()
 
         if self.overlapped_output is not None:
@@ -247,30 +281,27 @@ class Run:
             self.report_records.extend(
                 failed_record(first + k, u.reference, u.test, u.reason) for k, u in enumerate(self.unmatched)
             )
-            stage_page(self.staging, self.report_page, self.report_records, self.report_settings())
+            stage_page(self.staging, self.report_page, self.report_records, self.report_settings(), account)
         self.staging.commit()
 
-        if self.console.verbosity >= 1:
-            lines = [""]
-            if self.folder_mode:
-                done = (
-                    f"{self.evaluated} of {len(self.pairs)} pair(s), {len(self.failures)} failed (see the errors above)"
-                    if self.failures
-                    else f"{self.evaluated} pair(s)"
-                )
-                if self.unmatched:
-                    done += f"; {len(self.unmatched)} image(s) without a partner"
-                lines.append(f"Evaluated {done}; summary CSV: {self.csv_output.path}")
-            if self.report_page is not None:
-                lines.append(f"HTML report: {self.report_page.path}")
-            lines.append(f"Total time: {time.perf_counter() - t_start:.4f} seconds")
-            self.console.lines(lines)
         for test, failed in gate_failures:
             for quantity, value, threshold in failed:
                 self.console.gate_failure(
                     f"the {quantity} FLIP error of test image <{test}> is {value:.6f}, "
                     f"above the threshold {threshold:.6f}"
                 )
+        if self.console.verbosity >= 1:
+            lines = [""]
+            if self.folder_mode:
+                lines.append(account.counts_text())
+                lines.append(f"Summary CSV: {self.csv_output.path}")
+            if self.report_page is not None:
+                lines.append(f"HTML report: {self.report_page.path}")
+            lines.append(f"Total time: {time.perf_counter() - t_start:.4f} seconds")
+            verdict = account.verdict_text()
+            if verdict is not None:
+                lines.append(verdict)
+            self.console.lines(lines)
         if self.failures or (self.unmatched and self.unmatched_fail):
             return EXIT_PAIRS_FAILED
         return EXIT_GATE if gate_failures else EXIT_OK
@@ -299,6 +330,8 @@ def _prepared_pairs(run: Run, work: PairWork) -> Iterator[PreparedPair]:
         run.console.start_progress(len(pairs))
     for index, (reference, test) in enumerate(pairs, 1):
         try:
+            if index in run.refused:
+                raise UsageError(run.refused[index])
             prepared = work.prepare(index, reference, test, keep_test=True)
         except UsageError as exc:
             run.record_failure(index, reference, test, str(exc))

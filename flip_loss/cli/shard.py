@@ -58,6 +58,7 @@ class Plan(NamedTuple):
     pairs: List[Pair]  # in file-name order; pair i has index i + 1
     shards: List[List[int]]  # per rank, the 0-based positions of its pairs, in evaluation order
     settings: PairSettings  # rank 0's, which every rank evaluates with
+    refused: Dict[int, str]  # the pairs that cannot be evaluated (1-based index: why), as Run.refused
 
 
 class Stop(NamedTuple):
@@ -175,9 +176,12 @@ class RankWorker:
             self.captured.close()
             raise
 
-    def pair(self, position: int, reference: str, test: str):
-        """Pair ``position`` (0-based) as an :class:`Evaluated` or :class:`Failed`."""
+    def pair(self, position: int, reference: str, test: str, refused: Optional[str] = None):
+        """Pair ``position`` (0-based) as an :class:`Evaluated` or :class:`Failed` (``refused``: why
+        the pair cannot be evaluated, known beforehand)."""
         index = position + 1
+        if refused is not None:
+            return Failed(index, reference, test, refused)
         try:
             p = self.work.prepare(index, reference, test, keep_test=True)
         except UsageError as exc:
@@ -421,8 +425,9 @@ def run_sharded(args, t_start: float, world: LaunchedWorld) -> int:
 
 
 def _plan(run: Run, world_size: int) -> Plan:
-    pixels = [_pixels(test) for _, test in run.pairs]
-    return Plan(list(run.pairs), balanced_shards(pixels, world_size), run.settings)
+    # A refused pair costs nothing to evaluate: it weighs nothing in the balance.
+    pixels = [0 if i in run.refused else _pixels(test) for i, (_, test) in enumerate(run.pairs, 1)]
+    return Plan(list(run.pairs), balanced_shards(pixels, world_size), run.settings, dict(run.refused))
 
 
 def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> int:
@@ -469,7 +474,7 @@ def _run_rounds(args, t_start: float, world: LaunchedWorld, group: _Group) -> in
             if payload is None and worker is not None and r < len(mine):
                 position = mine[r]
                 try:
-                    payload = worker.pair(position, *plan.pairs[position])
+                    payload = worker.pair(position, *plan.pairs[position], plan.refused.get(position + 1))
                 except BaseException as exc:  # noqa: BLE001 - sent to rank 0
                     payload = _broken(rank, exc)
                     _heard(group, exc)
