@@ -48,7 +48,7 @@ import torch
 from . import options
 from .constants import DEFAULT_PPD
 from .functional import is_device_call, ldr_flip_with_look
-from .pooling import PooledValues
+from .pooling import PERCENTILES, PooledValues, pooled_values
 
 __all__ = ["FLIPMetric", "FLIPMetricResult"]
 
@@ -229,16 +229,9 @@ def result_of(stats: Statistics, per_image_means: torch.Tensor) -> FLIPMetricRes
     sums = torch.zeros(count.numel(), dtype=torch.float64)
     for i in range(LIMBS):
         sums += limbs[i].double() * 2.0 ** (-LIMB_BITS * (i + 1))
-    median, q1, q3 = _percentiles(count, sums, stats.bin_min.cpu(), stats.bin_max.cpu(), (0.5, 0.25, 0.75))
+    percentiles = _percentiles(count, sums, stats.bin_min.cpu(), stats.bin_max.cpu(), PERCENTILES)
     mean = _fixed_point(limbs.sum(1).tolist()) / (num_pixels << (LIMB_BITS * LIMBS))
-    pooled = PooledValues(
-        mean=mean,
-        weighted_median=median,
-        weighted_quartile_1=q1,
-        weighted_quartile_3=q3,
-        min=float(stats.min),
-        max=float(stats.max),
-    )
+    pooled = pooled_values(mean, percentiles, float(stats.min), float(stats.max))
     means = per_image_means.to("cpu", torch.float64)
     return FLIPMetricResult(pooled=pooled, per_image_means=means, num_images=int(means.numel()), num_pixels=num_pixels)
 

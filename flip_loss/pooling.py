@@ -23,22 +23,50 @@ Two deliberate deviations from the evaluator:
 """
 
 import math
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["PooledValues", "pool", "weighted_percentile", "weighted_histogram"]
+__all__ = ["PooledValues", "STATISTICS", "Statistic", "pool", "weighted_percentile", "weighted_histogram"]
 
 
-class PooledValues(NamedTuple):
-    """The six pooled values of an error map, as Python floats."""
+class Statistic(NamedTuple):
+    """One pooled value of an error map, in every vocabulary that names it."""
 
-    mean: float
-    weighted_median: float
-    weighted_quartile_1: float
-    weighted_quartile_3: float
-    min: float
-    max: float
+    field: str  # the PooledValues field (Python)
+    key: str  # the command line's name (--fail-above QUANTITY, the report's columns)
+    label: str  # the heading: terminal lines, CSV columns, the report
+    percentile: Optional[float]  # the weighted percentile p it is, or None (mean, min, max)
+    gate: bool  # whether --fail-above takes it
+    report_column: bool  # whether the report's pairs table shows it
+
+
+# The one table of the pooled values, in their order everywhere (PooledValues, the terminal's lines,
+# the CSV's columns, the report's): pool() and FLIPMetric compute the percentiles it lists, and the
+# command line's gates, CSV, summary and report read their names here. A new percentile is one row.
+STATISTICS = (
+    Statistic("mean", "mean", "Mean", None, gate=True, report_column=True),
+    Statistic("weighted_median", "weighted-median", "Weighted median", 0.5, gate=True, report_column=True),
+    Statistic(
+        "weighted_quartile_1", "weighted-quartile-1", "1st weighted quartile", 0.25, gate=False, report_column=True
+    ),
+    Statistic(
+        "weighted_quartile_3", "weighted-quartile-3", "3rd weighted quartile", 0.75, gate=False, report_column=True
+    ),
+    Statistic("min", "min", "Min", None, gate=False, report_column=False),
+    Statistic("max", "max", "Max", None, gate=True, report_column=True),
+)
+PERCENTILES = tuple(s.percentile for s in STATISTICS if s.percentile is not None)
+
+# The pooled values of an error map, as Python floats: one field per row of STATISTICS.
+PooledValues = NamedTuple("PooledValues", [(s.field, float) for s in STATISTICS])
+
+
+def pooled_values(mean: float, percentiles: Sequence[float], low: float, high: float) -> PooledValues:
+    """PooledValues from the mean, the values of PERCENTILES (in that order), the min and the max."""
+    found = dict(zip(PERCENTILES, percentiles))
+    extremes = {"mean": mean, "min": low, "max": high}
+    return PooledValues(*(found[s.percentile] if s.percentile is not None else extremes[s.field] for s in STATISTICS))
 
 
 def _as_flat_array(error_map) -> np.ndarray:
@@ -117,16 +145,8 @@ def pool(error_map) -> PooledValues:
     Raises ``ValueError`` for an empty map or one with NaN/inf values.
     """
     flat = _as_flat_array(error_map)
-    median, q1, q3 = _weighted_percentiles(flat, (0.5, 0.25, 0.75))
     mean = float(np.sum(flat, dtype=np.float64) / flat.size)
-    return PooledValues(
-        mean=mean,
-        weighted_median=median,
-        weighted_quartile_1=q1,
-        weighted_quartile_3=q3,
-        min=float(flat.min()),
-        max=float(flat.max()),
-    )
+    return pooled_values(mean, _weighted_percentiles(flat, PERCENTILES), float(flat.min()), float(flat.max()))
 
 
 def weighted_histogram(error_map, bins: int = 100):

@@ -247,3 +247,28 @@ def test_histogram_matches_the_flip_tool(tmp_path):
     expected = counts * ((np.arange(100) + 0.5) * 0.01)
     expected /= num_pixels / (1024 * 1024)
     np.testing.assert_array_equal(weighted_histogram(emap)[1], expected)
+
+
+def test_one_table_names_every_pooled_value_everywhere():
+    """pooling.STATISTICS is the one table of the pooled values: PooledValues' fields, the
+    percentiles pool() computes, the terminal's lines, the CSV's columns, the report's columns and
+    the gates' quantities all come from it, in its order."""
+    from flip_loss import pooling
+    from flip_loss.cli import CSV_HEADER, arguments, outputs, report
+
+    table = pooling.STATISTICS
+    assert pooling.PooledValues._fields == tuple(s.field for s in table)
+    x = torch.rand(3, 1, 17, 23, generator=torch.Generator().manual_seed(5))
+    pooled = pooling.pool(x)
+    for s in table:
+        if s.percentile is not None:
+            assert getattr(pooled, s.field) == pooling.weighted_percentile(x, s.percentile), s
+    assert (pooled.mean, pooled.min, pooled.max) == pytest.approx(
+        (x.double().mean().item(), x.min().item(), x.max().item())
+    )
+    assert CSV_HEADER[2 : 2 + len(table)] == tuple(s.label for s in table)
+    assert [line.split(":")[0] for line in outputs.pooled_lines(pooled)] == [s.label for s in table]
+    assert len(outputs.csv_skipped_row("r", "t", "why", "", False)) == len(CSV_HEADER)
+    assert [c.key for c in report.COLUMNS] == [s.key for s in table if s.report_column]
+    assert arguments.GATE_QUANTITIES == tuple(s.key for s in table if s.gate)
+    assert all(s.report_column for s in table if s.gate)  # the report sorts by a gate's quantity

@@ -25,10 +25,11 @@ from ..constants import (
     pixels_per_degree,
 )
 from ..imageio import MAX_IMAGE_PIXELS
+from ..pooling import STATISTICS
 from .errors import PROG, UsageError, UsageErrorParser, exit_code_lines
 from .pairs import FOLDER_EXTENSIONS
 
-GATE_QUANTITIES = ("mean", "weighted-median", "max")
+GATE_QUANTITIES = tuple(s.key for s in STATISTICS if s.gate)
 # Under torchrun, the longest a rank waits for the others (seconds): one pair's evaluation on the
 # slowest rank plus rank 0's writing, with a wide margin for huge HDR pairs on CPUs.
 DEFAULT_DIST_TIMEOUT = 1800.0
@@ -177,7 +178,7 @@ pairs out among K processes (on one or several machines; each on cuda:LOCAL_RANK
 GPUs), balanced by pixel count; rank 0 prints, shows the progress of all and writes every output,
 the same files as one process. Other modes run on rank 0 alone.
 
-regression gate: --fail-above mean|weighted-median|max THRESHOLD exits with code 1 when any
+regression gate: --fail-above {"|".join(GATE_QUANTITIES)} THRESHOLD exits with code 1 when any
 test image's value (LDR-FLIP or HDR-FLIP) is above THRESHOLD (in [0, 1]); every image is still
 evaluated. Give it once per quantity to gate on several: every one applies. The last line on
 stdout is the verdict: 'gate: PASS (...)' or 'gate: FAIL (...)'. In a gated folder run an image
@@ -316,8 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         type=path_text,
         default=None,
-        help="append one row per test image (Reference, Test, Mean, Weighted median, "
-        "1st and 3rd weighted quartile, Min, Max, Status, Gate; with --timing also "
+        help=f"append one row per test image ({', '.join(('Reference', 'Test', *(s.label for s in STATISTICS)))}, "
+        "Status, Gate; with --timing also "
         "Evaluation time) to FILE; the header is written when FILE is new, and a FILE "
         "with another header is refused",
     )
@@ -424,8 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar=("QUANTITY", "THRESHOLD"),
         default=None,
-        help="exit with code 1 if, for any test image, QUANTITY (mean, weighted-median "
-        "or max) is above THRESHOLD (a number in [0, 1]); give it once per quantity "
+        help=f"exit with code 1 if, for any test image, QUANTITY ({', '.join(GATE_QUANTITIES)}) "
+        "is above THRESHOLD (a number in [0, 1]); give it once per quantity "
         "to gate on several (every one applies)",
     )
     gate.add_argument(

@@ -14,6 +14,7 @@ import shutil
 import stat
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from ..pooling import STATISTICS
 from .errors import UsageError
 from .evaluate import Exposures, Result
 from .pairs import stem
@@ -22,18 +23,7 @@ from .signals import interrupts_deferred
 # The CSV layout: NVIDIA's columns (less its evaluation time, which would make two runs on the same
 # inputs differ), then whether the pair was evaluated and the gate's verdict on it. --timing adds
 # the evaluation time as the last column.
-CSV_HEADER = (
-    "Reference",
-    "Test",
-    "Mean",
-    "Weighted median",
-    "1st weighted quartile",
-    "3rd weighted quartile",
-    "Min",
-    "Max",
-    "Status",
-    "Gate",
-)
+CSV_HEADER = ("Reference", "Test", *(s.label for s in STATISTICS), "Status", "Gate")
 TIMING_COLUMN = "Evaluation time"
 EVALUATED = "evaluated"
 
@@ -108,14 +98,7 @@ def overlapped_histogram_name(
 
 
 def pooled_lines(pooled) -> List[str]:
-    return [
-        f"Mean: {pooled.mean:.6f}",
-        f"Weighted median: {pooled.weighted_median:.6f}",
-        f"1st weighted quartile: {pooled.weighted_quartile_1:.6f}",
-        f"3rd weighted quartile: {pooled.weighted_quartile_3:.6f}",
-        f"Min: {pooled.min:.6f}",
-        f"Max: {pooled.max:.6f}",
-    ]
+    return [f"{s.label}: {getattr(pooled, s.field):.6f}" for s in STATISTICS]
 
 
 def csv_row(result: Result, verdict: str, timing: bool) -> List[str]:
@@ -127,7 +110,7 @@ def csv_row(result: Result, verdict: str, timing: bool) -> List[str]:
 
 def csv_skipped_row(reference: str, test: str, reason: str, verdict: str, timing: bool) -> List[str]:
     """The CSV row of a pair that was not evaluated (an empty name: the image has no partner)."""
-    return [reference, test] + [""] * 6 + [f"not evaluated: {reason}", verdict] + ([""] if timing else [])
+    return [reference, test] + [""] * len(STATISTICS) + [f"not evaluated: {reason}", verdict] + ([""] if timing else [])
 
 
 def _csv_text(header: Sequence[str], rows: Sequence[Sequence[str]], with_header: bool) -> bytes:

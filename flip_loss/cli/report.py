@@ -32,6 +32,7 @@ import re
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote
 
+from ..pooling import STATISTICS
 from .account import Account, Outcome, account_of
 from .arguments import gate_failures
 from .console import readable
@@ -61,13 +62,7 @@ class Column(NamedTuple):
     field: str
 
 
-COLUMNS = (
-    Column("mean", "Mean", "mean"),
-    Column("weighted-median", "Weighted median", "weighted_median"),
-    Column("weighted-quartile-1", "1st weighted quartile", "weighted_quartile_1"),
-    Column("weighted-quartile-3", "3rd weighted quartile", "weighted_quartile_3"),
-    Column("max", "Max", "max"),
-)
+COLUMNS = tuple(Column(s.key, s.label, s.field) for s in STATISTICS if s.report_column)
 _COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
 
 # The pictures of a pair, in the order they are shown: (kind, caption).
