@@ -17,10 +17,18 @@ PyPI wheels on sys.path (nvidia-cuda-nvdisasm, nvidia-cuda-cuobjdump).
 
 What the numbers are: issued warp-instructions (benchmarks/sass_analysis.py states the counting
 rules) divided by the GPU's issue rate, 132 SMs x 4 schedulers x 1 warp-instruction per clock x
-1.98 GHz on an H200. That ignores memory bandwidth and latency, dual issue limits and the tail of
-partial waves: it is the time if the kernels were issue-bound with every scheduler busy every
-clock, a lower bound on their time when they are not; the occupancy column says how many warps
-there are to hide latency with. An estimate, never a measurement.
+1.98 GHz on an H200: the time if the kernels were issue-bound with every scheduler busy every
+clock. Then the stricter bound: the same path's cost on every pipe that can limit a kernel
+(issue slots, the FMA and ALU pipes, float64, the special-function/conversion unit, the
+shared-memory and L1 data paths: sass_analysis.PIPES states their rates and where they come from),
+the busiest pipe on the busiest SM (the partial last wave too; and with every partial wave charged
+as a full one), against the kernel's compulsory global-memory bytes at the HBM's 4.8 TB/s; the
+larger is the launch's bound, and which pipe (or memory) sets it is reported. "phased" runs the
+phases of a tiled kernel (its innermost loops, between barriers) one after another, each at its
+own busiest pipe. All of it ignores latency, bank conflicts and dual-issue limits: lower bounds on
+the time of kernels that do not keep their busiest pipe busy; the occupancy column says how many
+warps there are to hide latency with. An estimate, never a measurement; benchmarks/
+blur_model_check.py checks the same rules on blurs whose limits first principles know.
 
 If a kernel's loops no longer match the trip-count table (TRIP_TABLE) the report says so on
 stderr, prints no estimate for that kernel (nor the totals that need it) and exits with status 3:
