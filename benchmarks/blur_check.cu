@@ -13,15 +13,15 @@
 // All loops have compile-time trip counts and are unrolled: the kernels are straight-line code,
 // which the model costs without a trip-count table.
 constexpr int kW = 1920, kH = 1080, kR = 10, kTaps = 2 * kR + 1;
-constexpr int kRowBlock = 256;            // blur_h_smem: outputs per block, along a row
-constexpr int kTileX = 32, kTileY = 8;    // blur_v_smem: a 32 x 8 tile of outputs
-constexpr int kStrip = 64;                // blur_v_regs: rows per thread
+constexpr int kRowBlock = 256;          // blur_h_smem: outputs per block, along a row
+constexpr int kTileX = 32, kTileY = 8;  // blur_v_smem: a 32 x 8 tile of outputs
+constexpr int kStrip = 64;              // blur_v_regs: rows per thread
 __constant__ float c_w[kTaps];
 
 __device__ __forceinline__ int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-extern "C" __global__ void __launch_bounds__(kRowBlock) blur_h_smem(const float* __restrict__ in,
-                                                                   float* __restrict__ out) {
+extern "C" __global__ void __launch_bounds__(kRowBlock)
+    blur_h_smem(const float* __restrict__ in, float* __restrict__ out) {
   __shared__ float s[kRowBlock + 2 * kR];
   const int y = blockIdx.y, x0 = blockIdx.x * kRowBlock, t = threadIdx.x;
   const float* row = in + y * kW;
@@ -37,8 +37,8 @@ extern "C" __global__ void __launch_bounds__(kRowBlock) blur_h_smem(const float*
   if (x0 + t < kW) out[y * kW + x0 + t] = acc;
 }
 
-extern "C" __global__ void __launch_bounds__(kTileX* kTileY) blur_v_smem(const float* __restrict__ in,
-                                                                        float* __restrict__ out) {
+extern "C" __global__ void __launch_bounds__(kTileX* kTileY)
+    blur_v_smem(const float* __restrict__ in, float* __restrict__ out) {
   __shared__ float s[kTileY + 2 * kR][kTileX];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int x = blockIdx.x * kTileX + tx, y0 = blockIdx.y * kTileY;

@@ -413,7 +413,7 @@ def heaviest_path(
 # Programming Guide's ("Arithmetic Instructions", table "Throughput of Native Arithmetic
 # Instructions", results per clock cycle per multiprocessor, compute capability 9.0 column), which
 # the H100 whitepaper's SM (NVIDIA H100 Tensor Core GPU Architecture: per SM 128 FP32, 64 INT32 and
-# 64 FP64 lanes, 16 special-function lanes, 4 sub-partitions of one scheduler each) agrees with:
+# 64 FP64 lanes in 4 sub-partitions of one scheduler each) agrees with:
 #
 # * issue: 4 schedulers, one warp-instruction each per clock: 1/4 clock. Every instruction.
 # * fma: 32-bit float add, multiply, multiply-add 128 per clock (1/4); 32-bit integer multiply and
