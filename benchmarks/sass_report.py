@@ -940,11 +940,12 @@ def kernel_cost(cfg, ctx, table, source):
             (weight(b) for b in out.steps.get(where, [])), sa.Counts()
         )
         out.issued[where] = out.pipes[where]["instructions"]
-    # The phases: the innermost loops of the table (their only inner loops a filter's taps), which
-    # barriers separate in the tiled kernels; what is left of the kernel is one more.
+    # The phases: the innermost loops of the table (their only inner loops a filter's taps, which
+    # are part of the phase, not phases of their own), which barriers separate in the tiled
+    # kernels; what is left of the kernel is one more.
     rest = out.total
     for where, e, _, _, _ in out.rows:
-        if all(c.cascade for c in e.children):
+        if not e.cascade and all(c.cascade for c in e.children):
             out.phases.append((where, out.pipes[where]))
             rest = rest + out.pipes[where] * -1.0
     out.phases.append(("the rest", sa.Counts({k: max(v, 0.0) for k, v in rest.items()})))

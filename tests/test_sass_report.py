@@ -310,6 +310,20 @@ def test_pipe_counts_follow_the_issue_heaviest_path(tmp_path):
     assert sr.phase_clocks(a.phases) == max(3 * 5 * 4 * 0.25, 15 * 0.25) + max(
         (total - 60) * 0.25, 6 * 0.25, 9 * 0.5, 1.0
     )
+    # A filter's taps (an unrolled cascade) are part of the loop around them: that loop is the phase,
+    # the taps are not counted again as one of their own.
+    table = (
+        sr.Expect(
+            "rows",
+            "r < rows; ++r",
+            lambda c: 3,
+            "three rows",
+            children=(sr.Expect("taps", "k < n; ++k", lambda c: 5, "five taps", cascade=True),),
+        ),
+    )
+    total, a = sr.kernel_cost(cfg, None, table, sr.Source())
+    assert [w for w, _ in a.phases] == ["rows", "the rest"]
+    assert sum((c for _, c in a.phases), sa.Counts())["instructions"] == total
 
 
 def test_waves_and_launch_clocks():
