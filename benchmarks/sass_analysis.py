@@ -338,12 +338,19 @@ class LoopCount:
     entry: float = 1.0
 
 
+def primary(value) -> float:
+    """What heaviest_path compares paths by: the number itself, or a Counts' issued instructions."""
+    return value["instructions"] if isinstance(value, Counts) else value
+
+
 def heaviest_path(
     cfg: Cfg, loop: Optional[Loop], weight: Callable[[int], float], loop_cost: Callable[[Loop], float]
 ) -> float:
     """The largest total weight of a path through one iteration of `loop` (None: the function
     body from its entry to an exit), nested loops taken as single nodes of weight loop_cost(child).
-    The graph of one iteration is acyclic when the control flow is reducible."""
+    The graph of one iteration is acyclic when the control flow is reducible. Weights may be
+    numbers or Counts (per-pipe costs): a path is then chosen by its issued instructions and its
+    Counts summed along it, so every pipe is counted on the path that issues the most."""
     if loop is None:
         members = set(cfg.reachable)
         children = cfg.loops
@@ -395,8 +402,149 @@ def heaviest_path(
     visit(start)
     best = {}
     for n in order:  # reverse topological order: successors first
-        best[n] = node_weight(n) + max((best[m] for m in succ[n]), default=0.0)
+        best[n] = node_weight(n) + max((best[m] for m in succ[n]), default=0.0, key=primary)
     return best[start]
+
+
+# ---- the pipes ------------------------------------------------------------------------------
+
+# What one warp-instruction costs each pipe of an sm_90 SM (H100 and H200 have the same SM), in
+# SM-clocks: 32 lanes over the pipe's results per clock per SM. The rates are the CUDA C++
+# Programming Guide's ("Arithmetic Instructions", table "Throughput of Native Arithmetic
+# Instructions", results per clock cycle per multiprocessor, compute capability 9.0 column), which
+# the H100 whitepaper's SM (NVIDIA H100 Tensor Core GPU Architecture: per SM 128 FP32, 64 INT32 and
+# 64 FP64 lanes in 4 sub-partitions of one scheduler each) agrees with:
+#
+# * issue: 4 schedulers, one warp-instruction each per clock: 1/4 clock. Every instruction.
+# * fma: 32-bit float add, multiply, multiply-add 128 per clock (1/4); 32-bit integer multiply and
+#   multiply-add 64 (1/2): IMAD in all its forms (IMAD.MOV, IMAD.SHL, IMAD.IADD are the compiler's
+#   moves and adds on this pipe). Both are counted on one pipe.
+# * alu: 32-bit integer add, shift, bitwise, compare, minimum and maximum 64 per clock (1/2): IADD3,
+#   LOP3, SHF, LEA, ISETP, SEL and the like, and the float compares, selects and min/max (FSETP,
+#   FSEL, FMNMX), which the Nsight Compute documentation puts on the same ALU pipe.
+# * fp64: 64-bit float add, multiply, multiply-add 64 per clock (1/2): DFMA, DADD, DMUL, DSETP,
+#   DMNMX. Half the float32 rate: an H100/H200 SXM's 67 TFLOPS float32 against 34 float64.
+# * xu (special functions and conversions): reciprocal, square root, log2, exp2, sine, cosine
+#   (MUFU) and type conversions 16 per clock (2 clocks: 8 clocks of one sub-partition's 4 lanes,
+#   the four sub-partitions in parallel): MUFU, F2F, F2I, I2F, FRND, POPC, FLO, BREV.
+# * shared: the shared-memory data path delivers 128 bytes per clock per SM (32 banks of 4 bytes).
+#   A warp's access without bank conflicts takes one wavefront per 128 bytes it moves: 32-bit (and
+#   narrower) LDS/STS/ATOMS 1, .64 2, .128 4; LDSM (ldmatrix) .x1/.x2/.x4 1/2/4. One clock each.
+#   Bank conflicts add wavefronts: none are assumed, so this is a lower bound.
+# * l1: the same data path with the global, local and generic loads and stores added (LDG, STG,
+#   LD, ST, LDL, STL, LDGSTS, ATOM, RED), by the same width rule: coalesced 4-byte lanes fill one
+#   128-byte wavefront.
+#
+# Instructions on no listed pipe (MOV, S2R, BRA, BAR, the uniform datapath's U* instructions, ...)
+# cost issue slots only. The classification is a lower bound per pipe: an instruction it misses
+# would only add to a pipe, never take away.
+PIPES = ("issue", "fma", "alu", "fp64", "xu", "shared", "l1")
+_FP32 = {"FFMA", "FADD", "FMUL", "FFMA32I", "FADD32I", "FMUL32I", "HFMA2", "HADD2", "HMUL2", "FSWZADD"}
+_IMAD = {"IMAD", "IMUL", "IMAD32I", "IMUL32I"}
+_ALU = {
+    "IADD3", "IADD", "IADD32I", "LOP3", "LOP", "LOP32I", "SHF", "SHL", "SHR", "LEA", "ISETP", "FSETP",
+    "SEL", "FSEL", "FMNMX", "IMNMX", "VIMNMX", "IABS", "BMSK", "SGXT", "PLOP3", "P2R", "R2P", "PRMT",
+    "CSET", "CSETP", "FSET", "ISET", "ICMP", "FCMP",
+}  # fmt: skip
+_FP64 = {"DFMA", "DADD", "DMUL", "DSETP", "DMNMX", "DSET"}
+_XU = {"MUFU", "F2F", "F2I", "I2F", "FRND", "POPC", "FLO", "BREV", "I2I"}
+_SHARED = {"LDS", "STS", "LDSM", "ATOMS"}
+_GLOBAL = {"LDG", "STG", "LD", "ST", "LDL", "STL", "LDGSTS", "ATOM", "ATOMG", "RED"}
+CLOCKS = {"issue": 0.25, "fp32": 0.25, "imad": 0.5, "alu": 0.5, "fp64": 0.5, "xu": 2.0, "wavefront": 1.0}
+
+
+class Counts(dict):
+    """Per-pipe costs (SM-clocks, PIPES) of some code, with "instructions" (issued warp-instructions)
+    and raw counts ("lds", "sts": shared loads and stores; "wavefronts"; "dp": float64 arithmetic;
+    "mufu"). Adds and scales as a vector; missing keys are zero."""
+
+    def __add__(self, other):
+        out = Counts(self)
+        if isinstance(other, dict):
+            for k, v in other.items():
+                out[k] = out.get(k, 0.0) + v
+        elif other:
+            raise TypeError("Counts add only to Counts or zero")
+        return out
+
+    __radd__ = __add__
+
+    def __mul__(self, factor):
+        return Counts({k: v * factor for k, v in self.items()})
+
+    __rmul__ = __mul__
+
+    def __missing__(self, key):
+        return 0.0
+
+
+def wavefronts(x: Instruction) -> int:
+    """128-byte wavefronts of one warp's shared or global access without bank conflicts (the width
+    rule above); 0 for an instruction that is no such access."""
+    if x.base not in _SHARED and x.base not in _GLOBAL:
+        return 0
+    mods = x.opcode.split(".")[1:]
+    if x.base == "LDSM":
+        return 4 if "4" in mods else 2 if "2" in mods else 1
+    return 4 if "128" in mods else 2 if "64" in mods else 1
+
+
+def pipe_counts(x: Instruction) -> Counts:
+    """What one instruction costs each pipe (SM-clocks per warp-instruction) and the raw counts."""
+    c = Counts(instructions=1.0, issue=CLOCKS["issue"])
+    b = x.base
+    if b in _FP32:
+        c["fma"] = CLOCKS["fp32"]
+    elif b in _IMAD:
+        c["fma"] = CLOCKS["imad"]
+    elif b in _ALU:
+        c["alu"] = CLOCKS["alu"]
+    elif b in _FP64:
+        c["fp64"] = CLOCKS["fp64"]
+        c["dp"] = 1.0
+    elif b in _XU:
+        c["xu"] = CLOCKS["xu"]
+        if b == "MUFU":
+            c["mufu"] = 1.0
+    w = wavefronts(x)
+    if w:
+        c["l1"] = w * CLOCKS["wavefront"]
+        if b in _SHARED:
+            c["shared"] = w * CLOCKS["wavefront"]
+            c["wavefronts"] = float(w)
+            if b in ("LDS", "LDSM"):
+                c["lds"] = 1.0
+            elif b == "STS":
+                c["sts"] = 1.0
+    return c
+
+
+def block_counts(instructions: Iterable[Instruction]) -> Counts:
+    total = Counts()
+    for x in instructions:
+        total = total + pipe_counts(x)
+    return total
+
+
+def waves(blocks: int, sms: int, blocks_per_sm: int) -> tuple:
+    """(waves, whole waves): a launch's blocks over the resident-block slots of all SMs, and that
+    rounded up."""
+    slots = sms * blocks_per_sm
+    return blocks / slots, -(-blocks // slots)
+
+
+def launch_clocks(blocks: int, sms: int, blocks_per_sm: int, block_clocks: float, whole_waves: bool = False) -> float:
+    """SM-clocks of a launch of `blocks` equal blocks, each costing its SM block_clocks (its busiest
+    pipe's clocks; co-resident blocks share the pipe, so a full wave of blocks_per_sm blocks costs
+    blocks_per_sm x block_clocks). The launch lasts as long as its busiest SM: the block scheduler
+    hands every SM floor or ceil(blocks / sms) blocks, so ceil(blocks / sms) x block_clocks, the
+    partial last wave costing only the blocks its busiest SM runs (e.g. 4080 blocks, 3 per SM, 132
+    SMs: 10.3 waves, 31 block-times). whole_waves: every wave, the partial last one too, costs a
+    full one (11 waves, 33 block-times): right when a block's time is set by latency, which its
+    co-resident blocks do not slow, rather than by a pipe they share."""
+    if whole_waves:
+        return waves(blocks, sms, blocks_per_sm)[1] * blocks_per_sm * block_clocks
+    return -(-blocks // sms) * block_clocks
 
 
 # ---- occupancy ------------------------------------------------------------------------------

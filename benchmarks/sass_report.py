@@ -17,10 +17,18 @@ PyPI wheels on sys.path (nvidia-cuda-nvdisasm, nvidia-cuda-cuobjdump).
 
 What the numbers are: issued warp-instructions (benchmarks/sass_analysis.py states the counting
 rules) divided by the GPU's issue rate, 132 SMs x 4 schedulers x 1 warp-instruction per clock x
-1.98 GHz on an H200. That ignores memory bandwidth and latency, dual issue limits and the tail of
-partial waves: it is the time if the kernels were issue-bound with every scheduler busy every
-clock, a lower bound on their time when they are not; the occupancy column says how many warps
-there are to hide latency with. An estimate, never a measurement.
+1.98 GHz on an H200: the time if the kernels were issue-bound with every scheduler busy every
+clock. Then the stricter bound: the same path's cost on every pipe that can limit a kernel
+(issue slots, the FMA and ALU pipes, float64, the special-function/conversion unit, the
+shared-memory and L1 data paths: sass_analysis.PIPES states their rates and where they come from),
+the busiest pipe on the busiest SM (the partial last wave too; and with every partial wave charged
+as a full one), against the kernel's compulsory global-memory bytes at the HBM's 4.8 TB/s; the
+larger is the launch's bound, and which pipe (or memory) sets it is reported. "phased" runs the
+phases of a tiled kernel (its innermost loops, between barriers) one after another, each at its
+own busiest pipe. All of it ignores latency, bank conflicts and dual-issue limits: lower bounds on
+the time of kernels that do not keep their busiest pipe busy; the occupancy column says how many
+warps there are to hide latency with. An estimate, never a measurement; benchmarks/
+blur_model_check.py checks the same rules on blurs whose limits first principles know.
 
 If a kernel's loops no longer match the trip-count table (TRIP_TABLE) the report says so on
 stderr, prints no estimate for that kernel (nor the totals that need it) and exits with status 3:
@@ -54,6 +62,8 @@ GPU_NAME = "H200 SXM"
 GPU_SMS = 132
 GPU_SCHEDULERS_PER_SM = 4  # each issues one warp-instruction per clock
 GPU_CLOCK_HZ = 1.98e9  # boost clock
+# HBM3e bandwidth of an H200 SXM (NVIDIA's H200 datasheet: 4.8 TB/s; an H100 SXM's HBM3: 3.35 TB/s).
+GPU_HBM_BYTES_PER_S = 4.8e12
 
 # The speed targets (float32, batch 1, 1920x1080; scripts/gpu/summary.py judges the measured ones).
 TARGETS_MS = {"forward": 0.25, "forward+backward": 0.5, "hdr forward+backward": 10.0}
@@ -307,6 +317,7 @@ class Ctx:
     hdr: bool  # HDR-FLIP (one exposure per launch)
     computes: bool  # HDR-FLIP: this exposure won pixels in the tile (False: the skip path)
     band: Optional[dict] = None
+    kept: bool = False  # the launches of an autograd that keeps the sensitivities
 
     @property
     def threads(self):
@@ -810,6 +821,9 @@ class Assignment:
     rows: list = dataclasses.field(default_factory=list)  # (path, expect, group, trips, entry)
     steps: dict = dataclasses.field(default_factory=dict)  # path -> a filter loop's straight-line blocks
     issued: dict = dataclasses.field(default_factory=dict)  # path -> warp-instructions per warp, inclusive
+    pipes: dict = dataclasses.field(default_factory=dict)  # path -> sa.Counts per warp, inclusive
+    total: Optional[sa.Counts] = None  # per warp of a block, the whole kernel
+    phases: list = dataclasses.field(default_factory=list)  # (path, sa.Counts): see phase_clocks
 
 
 def cascade_steps(cfg, groups, cascades, own_blocks):
@@ -877,7 +891,8 @@ def assign(cfg, ctx, expects, loops, own_blocks, source, out, path=""):
 
 
 def kernel_cost(cfg, ctx, table, source):
-    """Issued warp-instructions per warp of one block of the kernel, with the table's assignment."""
+    """Issued warp-instructions per warp of one block of the kernel, with the table's assignment
+    (whose `total` holds the per-pipe costs of the same path, sass_analysis.Counts)."""
     out = Assignment()
     if cfg.problems:
         out.problems.extend(cfg.problems)
@@ -887,24 +902,27 @@ def kernel_cost(cfg, ctx, table, source):
     if out.problems:
         return None, out
     memo = {}
+    counted = {}
 
     def weight(b):
         if cfg.calls_slow_path(b):
-            return 0.0
-        return (cfg.blocks[b].end - cfg.blocks[b].start) * out.block_weight.get(b, 1.0)
+            return sa.Counts()
+        if b not in counted:
+            counted[b] = sa.block_counts(cfg.instructions([b]))
+        return counted[b] * out.block_weight.get(b, 1.0)
 
     def loop_cost(lp):
         count = out.counts.get(lp.header)
         if count is None:  # a loop the table does not know: cannot happen once assign() matched
             raise KeyError(f"loop at {cfg.address(lp.header):#x} has no trip count")
         if count.trips == 0 or count.entry == 0:
-            return 0.0
+            return sa.Counts()
         if lp.header not in memo:
             memo[lp.header] = sa.heaviest_path(cfg, lp, weight, loop_cost)
         return count.entry * count.trips * memo[lp.header]
 
     try:
-        total = sa.heaviest_path(cfg, None, weight, loop_cost)
+        out.total = sa.heaviest_path(cfg, None, weight, loop_cost)
     except ValueError as exc:
         out.problems.append(str(exc))
         return None, out
@@ -918,10 +936,28 @@ def kernel_cost(cfg, ctx, table, source):
 
     for where, _, g, _, _ in out.rows:  # what each source loop issues, inner loops included
         around = enclosing(g.loops[0])
-        out.issued[where] = sum(enclosing(lp) * loop_cost(lp) for lp in g.loops) + around * sum(
-            weight(b) for b in out.steps.get(where, [])
+        out.pipes[where] = sum((enclosing(lp) * loop_cost(lp) for lp in g.loops), sa.Counts()) + around * sum(
+            (weight(b) for b in out.steps.get(where, [])), sa.Counts()
         )
-    return total, out
+        out.issued[where] = out.pipes[where]["instructions"]
+    # The phases: the innermost loops of the table (their only inner loops a filter's taps, which
+    # are part of the phase, not phases of their own), which barriers separate in the tiled
+    # kernels; what is left of the kernel is one more.
+    rest = out.total
+    for where, e, _, _, _ in out.rows:
+        if not e.cascade and all(c.cascade for c in e.children):
+            out.phases.append((where, out.pipes[where]))
+            rest = rest + out.pipes[where] * -1.0
+    out.phases.append(("the rest", sa.Counts({k: max(v, 0.0) for k, v in rest.items()})))
+    return out.total["instructions"], out
+
+
+def phase_clocks(phases):
+    """SM-clocks per warp if the phases ran one after another, each at its own busiest pipe: the sum
+    of the phases' maxima, never less than the maximum of their sums (what a whole kernel whose
+    phases overlap perfectly needs). Between the two lies the truth for blocks whose phases end at
+    barriers while another block on the SM may be in a different phase."""
+    return sum(max(c[p] for p in sa.PIPES) for _, c in phases)
 
 
 # ---- the report -----------------------------------------------------------------------------
@@ -984,8 +1020,86 @@ def analyse(args):
     )
 
 
+def launch_bytes(kernel, ctx, elem=4):
+    """Bytes one launch reads from and writes to global memory at least (each input, output and
+    scratch element once; the halos' re-reads of neighbouring tiles are left to the 50 MB L2), from
+    the launch geometry and what csrc/flip/cuda/blocks.h reads and writes: (read, written)."""
+    f, w, h = ctx.facts, ctx.width, ctx.height
+    hw, planes = w * h, f["grad_planes"]
+    index = 4  # HDR-FLIP's winning index: int32
+    name = base_name(kernel)
+    if name == "fused_ldr_kernel":
+        read = 2 * 3 * hw * elem  # both images, 3 channels
+        written = hw * elem  # the map
+        if ctx.hdr:  # the running maximum: map, exposure map and index, read and written
+            read += hw * (2 * elem + index)
+            written += hw * (elem + index)
+        return read, written
+    b = ctx.band
+    items = b["n1"] - b["n0"]
+    grows = b["g1"] - b["g0"]  # gradient-plane rows
+    orows = b["y1"] - b["y0"]  # output rows
+    kept = ctx.kept
+    if name == "tiled_grad_kernel":
+        inrows = min(b["g1"] + f["R"], h) - max(b["g0"] - f["R"], 0)
+        read = items * 2 * 3 * inrows * w * elem if ctx.computes else 0
+        written = items * b["images"] * planes * grows * w * elem  # the planes (zero when skipped)
+        if kept:
+            written += items * grows * w * elem  # the map
+        else:
+            read += items * grows * w * elem  # the incoming gradient
+        if ctx.hdr:
+            read += items * grows * w * index
+        return read, written
+    if name == "tiled_transpose_kernel":
+        per_image = items * b["images"]
+        read = per_image * ((planes * grows + 3 * orows) * w * elem if ctx.computes else 0)
+        if kept:
+            read += per_image * grows * w * elem  # the incoming gradient, times the kept planes
+        written = per_image * 3 * orows * w * elem if ctx.computes else 0
+        if ctx.hdr:  # accumulated over the exposures: read too; the index decides the skip
+            read += written + per_image * grows * w * index
+        return read, written
+    raise KeyError(f"no byte count for {kernel}")
+
+
+def launch_bounds(k, blocks, per_warp, nbytes, phased=None):
+    """Each pipe's time for a launch (seconds; blocks spread evenly over the SMs, partial waves as
+    fractions), the launch's compute time in whole waves of its busiest pipe, its memory time, and
+    the larger: the estimate of the launch, with the pipe (or "memory") that sets it. phased:
+    SM-clocks per warp with the phases serialised (phase_clocks): the same in whole waves, as
+    "phased_s", a higher estimate."""
+    warps = -(-k["threads"] // 32)
+    bps = k["occupancy"]["blocks_per_sm"]
+    block = per_warp * warps  # SM-clocks of one block, per pipe
+    pipes = {p: blocks * block[p] / GPU_SMS / GPU_CLOCK_HZ for p in sa.PIPES}
+    busiest = max(sa.PIPES, key=lambda p: block[p])
+    waves, whole_waves = sa.waves(blocks, GPU_SMS, bps)
+    compute = sa.launch_clocks(blocks, GPU_SMS, bps, block[busiest]) / GPU_CLOCK_HZ
+    whole = sa.launch_clocks(blocks, GPU_SMS, bps, block[busiest], whole_waves=True) / GPU_CLOCK_HZ
+    memory = sum(nbytes) / GPU_HBM_BYTES_PER_S
+    return {
+        "pipes_s": pipes,
+        "busiest_pipe": busiest,
+        "waves": waves,
+        "whole_waves": whole_waves,
+        "compute_s": compute,
+        "bytes_read": nbytes[0],
+        "bytes_written": nbytes[1],
+        "memory_s": memory,
+        "bound_s": max(compute, memory),
+        "whole_waves_s": max(whole, memory),
+        "limited_by": busiest if compute >= memory else "memory",
+        "phased_s": max(
+            memory,
+            sa.launch_clocks(blocks, GPU_SMS, bps, max(block[busiest], (phased or 0.0) * warps)) / GPU_CLOCK_HZ,
+        ),
+    }
+
+
 def estimate(facts, kernels, source, size, exposures):
-    """Warp-instructions of the launches of each scenario (float32, batch 1)."""
+    """Warp-instructions of the launches of each scenario (float32, batch 1), and each launch's
+    bound by every pipe, by its whole waves and by memory (launch_bounds)."""
     width, height = size
     tiles_x = -(-width // facts["tile_w"])
     tiles_y = -(-height // facts["tile_h"])
@@ -1011,13 +1125,15 @@ def estimate(facts, kernels, source, size, exposures):
         if a.problems:
             problems.setdefault(kernel, a.problems)
             return None
-        rows.setdefault((kernel, ctx.hdr, ctx.computes), [(*r, a.issued[r[0]]) for r in a.rows])
+        rows.setdefault((kernel, ctx.hdr, ctx.computes), [(*r, a.issued[r[0]], a.pipes[r[0]]) for r in a.rows])
         warps = -(-k["threads"] // 32)
         return {
             "kernel": kernel,
             "blocks": blocks,
             "warp_instructions_per_warp": per_warp,
             "warp_instructions": blocks * warps * per_warp,
+            "per_warp": a.total,
+            "bounds": launch_bounds(k, blocks, a.total, launch_bytes(kernel, ctx), phase_clocks(a.phases)),
         }
 
     fused = {
@@ -1040,7 +1156,7 @@ def estimate(facts, kernels, source, size, exposures):
     # ldr_flip's autograd keeping the sensitivities: kernel 1 (the forward) and kernel 2 (the
     # backward) over the whole batch as one band.
     kb = facts["kept_band"]
-    kctx = Ctx(facts, width, height, False, True, kb)
+    kctx = Ctx(facts, width, height, False, True, kb, True)
     kept = [
         launch("tiled_grad_kernel", kctx, tiles_x * walks(kb["grad_tiles_y"]) * (kb["n1"] - kb["n0"])),
         launch(
@@ -1050,8 +1166,10 @@ def estimate(facts, kernels, source, size, exposures):
         ),
     ]
 
-    def total(launches):
-        return None if any(x is None for x in launches) else sum(x["warp_instructions"] for x in launches)
+    def total(launches, what="warp_instructions"):
+        if any(x is None for x in launches):
+            return None
+        return sum(x[what] if what == "warp_instructions" else x["bounds"][what] for x in launches)
 
     rate = sa.issue_rate(GPU_SMS, GPU_SCHEDULERS_PER_SM, GPU_CLOCK_HZ)
     pixels = width * height
@@ -1061,7 +1179,10 @@ def estimate(facts, kernels, source, size, exposures):
     hdr_bwd_full = total(backward[(True, True)])
     hdr_bwd_skip = total(backward[(True, False)])
 
-    def scen(name, instructions, target, launches, assumption):
+    def scen(name, instructions, target, launches, assumption, groups=None):
+        limit = None if groups is None else bound(*groups)
+        phased = None if groups is None else bound(*groups, what="phased_s")
+        waved = None if groups is None else bound(*groups, what="whole_waves_s")
         if (width, height) != TARGET_SIZE:
             target = None
         return {
@@ -1070,9 +1191,19 @@ def estimate(facts, kernels, source, size, exposures):
             "warp_instructions": instructions,
             "per_pixel": None if instructions is None else instructions / pixels,
             "issue_bound_ms": None if instructions is None else instructions / rate * 1e3,
+            "pipe_bound_ms": None if limit is None else limit * 1e3,
+            "phased_bound_ms": None if phased is None else phased * 1e3,
+            "whole_waves_bound_ms": None if waved is None else waved * 1e3,
             "target_ms": target,
             "assumption": assumption,
         }
+
+    def launched(*groups):  # (launches, times run) of a scenario
+        return groups
+
+    def bound(*groups, what="bound_s"):  # the launches' bounds summed: (launches, times run)
+        parts = [total(launches, what) for launches, _ in groups]
+        return None if None in parts else sum(p * times for p, (_, times) in zip(parts, groups))
 
     e = exposures
     whose = "the test image" if facts["bands"][0]["images"] == 1 else "both images"
@@ -1088,8 +1219,18 @@ def estimate(facts, kernels, source, size, exposures):
             if facts["keeps_sensitivities"]
             else f" (its {facts['kept_bytes'] / 2**20:.1f} MiB of sensitivities are past what CUDA keeps)"
         ),
+        launched(([fused[False]], 1), (backward[(False, True)], 1)),
     )
-    scenarios = [scen("forward", fwd, TARGETS_MS["forward"], 1, "ldr_flip: the fused forward, one launch")]
+    scenarios = [
+        scen(
+            "forward",
+            fwd,
+            TARGETS_MS["forward"],
+            1,
+            "ldr_flip: the fused forward, one launch",
+            launched(([fused[False]], 1)),
+        )
+    ]
     if facts["keeps_sensitivities"]:
         scenarios.append(
             scen(
@@ -1099,6 +1240,7 @@ def estimate(facts, kernels, source, size, exposures):
                 2,
                 f"autograd keeping the sensitivities of {whose} ({facts['kept_bytes'] / 2**20:.1f} MiB): kernel 1 "
                 "over the whole image as the forward, kernel 2 as the backward",
+                launched((kept, 1)),
             )
         )
     scenarios += [
@@ -1109,6 +1251,7 @@ def estimate(facts, kernels, source, size, exposures):
             TARGETS_MS["hdr forward+backward"],
             e * (1 + len(backward[(True, True)])),
             "upper bound: no tile skips an exposure in the backward",
+            launched(([fused[True]], e), (backward[(True, True)], e)),
         ),
         scen(
             f"hdr forward+backward, {e} exposures, each tile won by one",
@@ -1118,16 +1261,25 @@ def estimate(facts, kernels, source, size, exposures):
             TARGETS_MS["hdr forward+backward"],
             e * (1 + len(backward[(True, True)])),
             "lower bound: the backward computes each tile for one exposure and skips it for the others",
+            launched(([fused[True]], e), (backward[(True, True)], 1), (backward[(True, False)], e - 1)),
         ),
     ]
     per_kernel = {}
     for x in [fused[False], *(kept if facts["keeps_sensitivities"] else backward[(False, True)])]:
         if x is not None:
             d = per_kernel.setdefault(
-                x["kernel"], {"blocks": 0, "warp_instructions": 0.0, "per_warp": x["warp_instructions_per_warp"]}
+                x["kernel"],
+                {
+                    "blocks": 0,
+                    "warp_instructions": 0.0,
+                    "per_warp": x["warp_instructions_per_warp"],
+                    "pipes_per_warp": dict(x["per_warp"]),
+                    "launches": [],
+                },
             )
             d["blocks"] += x["blocks"]
             d["warp_instructions"] += x["warp_instructions"]
+            d["launches"].append(x["bounds"])
     return {
         "scenarios": scenarios,
         "per_kernel": per_kernel,
@@ -1175,13 +1327,17 @@ def main(argv=None):
     est = estimate(facts, kernels, source, size, args.exposures)
     report = {
         "estimate": True,
-        "what": "static estimate from SASS, no GPU: issued warp-instructions / issue rate; ignores memory and latency",
+        "what": "static estimate from SASS, no GPU: issued warp-instructions / issue rate (issue_bound_ms), and "
+        "the larger of the busiest pipe in whole waves and the bytes over HBM bandwidth (pipe_bound_ms); "
+        "ignores latency and bank conflicts",
         "gpu": {
             "name": GPU_NAME,
             "sms": GPU_SMS,
             "schedulers_per_sm": GPU_SCHEDULERS_PER_SM,
             "clock_hz": GPU_CLOCK_HZ,
             "issue_rate_per_s": est["issue_rate"],
+            "hbm_bytes_per_s": GPU_HBM_BYTES_PER_S,
+            "pipe_clocks": sa.CLOCKS,
             "limits": dataclasses.asdict(sa.H200),
         },
         "tools": versions,
@@ -1205,8 +1361,9 @@ def main(argv=None):
                     "entry": en,
                     "why": e.why,
                     "issued_per_warp": i,
+                    "pipes_per_warp": dict(pc),
                 }
-                for w, e, g, t, en, i in r
+                for w, e, g, t, en, i, pc in r
             ]
             for k, r in est["rows"].items()
         },
@@ -1310,6 +1467,7 @@ def print_report(report, est, kernels, args):
         )
     for s in report["scenarios"]:
         print(f"  {s['scenario']}: {s['assumption']}")
+    print_bounds(report, est)
     if args.loops:
         print()
         print("The trip-count table as matched to the SASS: trips per entry and warp, the probability of")
@@ -1317,10 +1475,71 @@ def print_report(report, est, kernels, args):
         for key, rows in report["loops"].items():
             print(f"  {key}:")
             for r in rows:
+                pc = r["pipes_per_warp"]
                 print(
                     f"    {r['loop']:52} {r['trips']:7.3f} {r['entry']:7.4f} {r['sass_loops']:2} "
                     f"{r['issued_per_warp']:9.1f}  ({r['why']})"
                 )
+                if r["issued_per_warp"]:
+                    print(
+                        f"    {'':52} shared loads {pc.get('lds', 0):.0f} "
+                        f"({100 * pc.get('lds', 0) / r['issued_per_warp']:.0f}%), stores {pc.get('sts', 0):.0f}, "
+                        f"wavefronts {pc.get('wavefronts', 0):.0f}; float64 {pc.get('dp', 0):.0f}; "
+                        f"MUFU {pc.get('mufu', 0):.0f}; busiest pipe "
+                        f"{max(sa.PIPES, key=lambda p: pc.get(p, 0))}"
+                    )
+
+
+def print_bounds(report, est):
+    """Each kernel's time by every pipe, by waves and by memory: the stricter estimate."""
+    print()
+    print(
+        f"Bounds per pipe (an ESTIMATE), float32, batch 1, LDR-FLIP forward+backward, ms. Each pipe's time with the "
+        f"blocks spread evenly over the {GPU_SMS} SMs (SM-clocks per warp-instruction: issue 1/4, fma 1/4, "
+        "IMAD 1/2, alu 1/2, fp64 1/2, xu 2; shared and l1: one per 128-byte wavefront, no bank conflicts); "
+        "compute: the busiest pipe on the busiest SM (ceil(blocks / SMs) blocks); waves: whole waves, "
+        "each a full one; memory: compulsory bytes (MB) at "
+        f"{GPU_HBM_BYTES_PER_S / 1e12:.1f} TB/s; bound: the larger of compute and memory; phased: the "
+        "phases one after another, each at its own busiest pipe:"
+    )
+    print(
+        f"{'kernel':30} "
+        + " ".join(f"{p:>6}" for p in sa.PIPES)
+        + f" {'waves':>9} {'compute':>7} {'MB':>6} {'memory':>6} {'bound':>6} {'waves':>6} {'phased':>6}  limited by"
+    )
+    for name, d in est["per_kernel"].items():
+        ls = d["launches"]
+
+        def tot(key, ls=ls):
+            return sum(x[key] for x in ls) * 1e3
+
+        pipes = {p: sum(x["pipes_s"][p] for x in ls) * 1e3 for p in sa.PIPES}
+        waves = "+".join(f"{x['waves']:.1f}" for x in ls) + "->" + str(sum(x["whole_waves"] for x in ls))
+        print(
+            f"{name:30} " + " ".join(f"{pipes[p]:6.3f}" for p in sa.PIPES) + f" {waves:>9} {tot('compute_s'):7.3f} "
+            f"{sum(x['bytes_read'] + x['bytes_written'] for x in ls) / 1e6:6.1f} {tot('memory_s'):6.3f} "
+            f"{tot('bound_s'):6.3f} {tot('whole_waves_s'):6.3f} {tot('phased_s'):6.3f}  "
+            + ", ".join(sorted({x["limited_by"] for x in ls}))
+        )
+    print()
+    print(f"Pipe-bound time on an {GPU_NAME} (an ESTIMATE; the issue-bound time above for comparison):")
+    cols = ("issue_bound_ms", "pipe_bound_ms", "whole_waves_bound_ms", "phased_bound_ms")
+    print(f"{'scenario':58} {'issue':>9} {'bound':>9} {'waves':>9} {'phased':>9} {'target':>8}")
+    for s in report["scenarios"]:
+        target = f"{s['target_ms']:>5} ms" if s["target_ms"] is not None else f"{'-':>8}"
+        if s["pipe_bound_ms"] is None:
+            print(f"{s['scenario']:58} " + " ".join(f"{'-':>9}" for _ in cols) + f" {target}")
+            continue
+        verdict = ""
+        if s["target_ms"] is not None:
+            verdict = "  " + "/".join("met" if s[k] <= s["target_ms"] else "MISSED" for k in cols[1:])
+        print(f"{s['scenario']:58} " + " ".join(f"{s[k]:>6.3f} ms" for k in cols) + f" {target}{verdict}")
+    print(
+        "  bound: each kernel at its busiest pipe (its phases overlapping perfectly) on its busiest SM, or its "
+        "memory time if longer;\n  waves: the same with every partial wave costing a full one; phased: the "
+        "phases (the table's innermost loops, between barriers) one after another, each at its own busiest "
+        "pipe;\n  verdicts: bound/waves/phased"
+    )
 
 
 if __name__ == "__main__":

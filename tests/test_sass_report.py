@@ -223,6 +223,166 @@ def test_warp_iterations_and_issue_rate():
     assert sa.issue_rate(132, 4, 1.98e9) == pytest.approx(1.04544e12)
 
 
+# ---- the pipes ----------------------------------------------------------------------------------
+
+PIPE_SNIPPET = """\
+.text.pipes:
+        /*0000*/                   LDS R0, [R1] ;
+        /*0010*/                   LDS.U8 R2, [R1+0x4] ;
+        /*0020*/                   LDS.64 R2, [R1+0x8] ;
+        /*0030*/                   LDS.128 R4, [R1+0x10] ;
+        /*0040*/                   STS.128 [R1+0x20], R4 ;
+        /*0050*/                   LDSM.16.M88.4 R8, [R1+0x40] ;
+        /*0060*/                   LDG.E.128 R12, desc[UR4][R16.64] ;
+        /*0070*/                   STG.E desc[UR4][R16.64], R0 ;
+        /*0080*/                   DFMA R18, R18, R20, R22 ;
+        /*0090*/                   DADD R18, R18, R20 ;
+        /*00a0*/               @P0 DMUL R18, R18, R20 ;
+        /*00b0*/                   MUFU.RCP R0, R0 ;
+        /*00c0*/                   F2F.F64.F32 R18, R0 ;
+        /*00d0*/                   FFMA R0, R0, R2, R3 ;
+        /*00e0*/                   IMAD.MOV.U32 R3, RZ, RZ, R0 ;
+        /*00f0*/                   IADD3 R1, R1, 0x4, RZ ;
+        /*0100*/                   MOV R5, R0 ;
+        /*0110*/                   EXIT ;
+"""
+
+
+def pipe_instructions():
+    return sa.parse_nvdisasm(PIPE_SNIPPET)["pipes"].instructions
+
+
+def test_shared_memory_wavefronts_by_width():
+    # 128 bytes per clock per SM: a warp's 32-bit (or narrower) access is one wavefront, 64-bit two,
+    # 128-bit four; ldmatrix .x4 four.
+    ins = pipe_instructions()
+    assert [sa.wavefronts(x) for x in ins[:8]] == [1, 1, 2, 4, 4, 4, 4, 1]
+    assert all(sa.wavefronts(x) == 0 for x in ins[8:])
+    c = sa.block_counts(ins[:8])
+    assert c["shared"] == 1 + 1 + 2 + 4 + 4 + 4 and c["wavefronts"] == 16
+    assert c["lds"] == 5 and c["sts"] == 1
+    # The global load and store use the same data path: l1 counts them too, shared does not.
+    assert c["l1"] == 16 + 4 + 1
+    assert c["instructions"] == 8 and c["issue"] == 8 / 4
+
+
+def test_float64_special_function_and_arithmetic_pipes():
+    ins = pipe_instructions()
+    c = sa.block_counts(ins)
+    assert c["instructions"] == len(ins) == 18 and c["issue"] == 18 * 0.25
+    # DFMA, DADD and a predicated DMUL (a warp issues it all the same): 64 float64 results per
+    # clock per SM, half the float32 rate: half a clock each.
+    assert c["dp"] == 3 and c["fp64"] == 3 * 0.5
+    # MUFU and the conversion: 16 results per clock per SM, 2 clocks a warp-instruction.
+    assert c["mufu"] == 1 and c["xu"] == 2 * 2.0
+    # FFMA a quarter clock, IMAD (the compiler's move) half; IADD3 half on the ALU; MOV no pipe.
+    assert c["fma"] == 0.25 + 0.5 and c["alu"] == 0.5
+    only_mov = sa.pipe_counts(ins[16])
+    assert ins[16].base == "MOV" and {k for k, v in only_mov.items() if v} == {"instructions", "issue"}
+    # Counts add and scale as vectors, missing keys zero.
+    assert (c * 2)["fp64"] == 3.0 and (c + sa.Counts(fp64=1.0))["fp64"] == 2.5 and c["nothing"] == 0.0
+    assert 0.0 + c == c and sum([c, c], sa.Counts())["xu"] == 8.0
+
+
+def test_pipe_counts_follow_the_issue_heaviest_path(tmp_path):
+    cfg = synthetic_cfg(tmp_path)
+    table = (
+        sr.Expect(
+            "rows",
+            "r < rows; ++r",
+            lambda c: 3,
+            "three rows",
+            children=(sr.Expect("taps", "k < n; ++k", lambda c: 5, "five taps"),),
+        ),
+    )
+    total, a = sr.kernel_cost(cfg, None, table, sr.Source())
+    assert a.total["instructions"] == total == 5 + 3 * (9 + 4 * 5)
+    # The inner loop's FFMA 15 times, the heavier branch's two FMUL 3 times (not the FADD).
+    assert a.total["fma"] == (15 + 6) * 0.25
+    # IADD3 + ISETP per inner iteration, the branch's ISETP and the latch's IADD3 + ISETP per row.
+    assert a.total["alu"] == (15 * 2 + 3 * 3) * 0.5
+    assert a.total["l1"] == 1  # the final STG
+    assert a.pipes["rows/taps"]["instructions"] == 3 * 5 * 4 and a.pipes["rows/taps"]["fma"] == 15 * 0.25
+    # The phases: the innermost loop, and the rest; they add up to the whole.
+    names = [w for w, _ in a.phases]
+    assert names == ["rows/taps", "the rest"]
+    assert sum((c for _, c in a.phases), sa.Counts())["instructions"] == total
+    assert sr.phase_clocks(a.phases) == max(3 * 5 * 4 * 0.25, 15 * 0.25) + max(
+        (total - 60) * 0.25, 6 * 0.25, 9 * 0.5, 1.0
+    )
+    # A filter's taps (an unrolled cascade) are part of the loop around them: that loop is the phase,
+    # the taps are not counted again as one of their own.
+    table = (
+        sr.Expect(
+            "rows",
+            "r < rows; ++r",
+            lambda c: 3,
+            "three rows",
+            children=(sr.Expect("taps", "k < n; ++k", lambda c: 5, "five taps", cascade=True),),
+        ),
+    )
+    total, a = sr.kernel_cost(cfg, None, table, sr.Source())
+    assert [w for w, _ in a.phases] == ["rows", "the rest"]
+    assert sum((c for _, c in a.phases), sa.Counts())["instructions"] == total
+
+
+def test_waves_and_launch_clocks():
+    # The fused forward at 1080p: 1020 blocks, 2 per SM: 3.9 waves, 4 whole ones; the busiest SM runs
+    # ceil(1020 / 132) = 8 blocks, the same 4 waves of 2.
+    assert sa.waves(1020, 132, 2) == (1020 / 264, 4)
+    assert sa.launch_clocks(1020, 132, 2, 100.0) == 800.0
+    assert sa.launch_clocks(1020, 132, 2, 100.0, whole_waves=True) == 800.0
+    # Kernel 2: 4080 blocks, 3 per SM: 10.3 waves; the busiest SM runs 31 blocks, 11 whole waves
+    # would charge 33.
+    assert sa.waves(4080, 132, 3)[1] == 11
+    assert sa.launch_clocks(4080, 132, 3, 10.0) == 310.0
+    assert sa.launch_clocks(4080, 132, 3, 10.0, whole_waves=True) == 330.0
+    # Less than a wave: 255 blocks of which the busiest SM runs 2, a whole wave would be 5.
+    assert sa.launch_clocks(255, 132, 5, 1.0) == 2.0 and sa.launch_clocks(255, 132, 5, 1.0, True) == 5.0
+    # Exactly full waves: no tail.
+    assert sa.launch_clocks(264, 132, 2, 1.0) == sa.launch_clocks(264, 132, 2, 1.0, True) == 2.0
+
+
+def test_launch_bounds_take_the_busiest_pipe_or_memory():
+    k = {"threads": 256, "occupancy": {"blocks_per_sm": 2}}
+    per_warp = sa.Counts(instructions=400.0, issue=100.0, shared=150.0, fp64=20.0)
+    b = sr.launch_bounds(k, 1020, per_warp, (0, 0))
+    # 8 warps per block; the busiest SM runs 8 blocks; shared is the busiest pipe.
+    assert b["busiest_pipe"] == "shared" and b["limited_by"] == "shared"
+    assert b["compute_s"] == pytest.approx(8 * 8 * 150.0 / sr.GPU_CLOCK_HZ)
+    assert b["pipes_s"]["issue"] == pytest.approx(1020 * 8 * 100.0 / sr.GPU_SMS / sr.GPU_CLOCK_HZ)
+    assert b["bound_s"] == b["compute_s"] and b["whole_waves"] == 4
+    # Enough bytes and memory limits: bytes over the bandwidth.
+    big = (10**9, 2 * 10**8)
+    b = sr.launch_bounds(k, 1020, per_warp, big)
+    assert b["limited_by"] == "memory" and b["bound_s"] == pytest.approx(1.2e9 / sr.GPU_HBM_BYTES_PER_S)
+    # Serialised phases never undercut the overlapped bound.
+    b = sr.launch_bounds(k, 1020, per_warp, (0, 0), phased=200.0)
+    assert b["phased_s"] == pytest.approx(8 * 8 * 200.0 / sr.GPU_CLOCK_HZ)
+    assert sr.launch_bounds(k, 1020, per_warp, (0, 0), phased=1.0)["phased_s"] == b["compute_s"]
+
+
+def test_launch_bytes_from_the_geometry():
+    w, h, e = 1920, 1080, 4
+    hw = w * h
+    kept_band = {"n0": 0, "n1": 1, "y0": 0, "y1": h, "g0": 0, "g1": h, "images": 1, "grad_tiles_y": 68}
+    facts = {"grad_planes": 7, "R": 10, "kept_band": kept_band}
+    ctx = sr.Ctx(facts, w, h, False, True)
+    # The forward: both images' 3 channels read, the map written.
+    assert sr.launch_bytes("fused_ldr_kernel<10,9>", ctx) == (6 * hw * e, hw * e)
+    kept = sr.Ctx(facts, w, h, False, True, kept_band, True)
+    # Kernel 1 keeping the sensitivities: the images read; 7 planes of the test image and the map
+    # written. Kernel 2: the planes, the incoming gradient and the test image read, its gradient
+    # written.
+    assert sr.launch_bytes("tiled_grad_kernel<10,9>", kept) == (6 * hw * e, 8 * hw * e)
+    assert sr.launch_bytes("tiled_transpose_kernel<10,9>", kept) == ((7 + 1 + 3) * hw * e, 3 * hw * e)
+    # A band of the recomputing backward: rows 0-543 with gradient rows 0-553 and input rows 0-563.
+    band = {"n0": 0, "n1": 1, "y0": 0, "y1": 544, "g0": 0, "g1": 554, "images": 1, "grad_tiles_y": 35}
+    b1 = sr.Ctx(facts, w, h, False, True, band)
+    assert sr.launch_bytes("tiled_grad_kernel", b1) == ((6 * 564 + 554) * w * e, 7 * 554 * w * e)
+    assert sr.launch_bytes("tiled_transpose_kernel", b1) == ((7 * 554 + 3 * 544) * w * e, 3 * 544 * w * e)
+
+
 # ---- with the tools -----------------------------------------------------------------------------
 
 NVCC = sr.find_tool("nvcc")
@@ -322,6 +482,27 @@ def test_a_compiled_loop_nest(tmp_path):
     assert sr.kernel_cost(cfg, None, wrong, source)[0] is None
 
 
+@needs_tools
+def test_the_model_on_blurs_whose_limits_are_known():
+    """benchmarks/blur_check.cu (a few seconds' compile): the register-window vertical blur comes out
+    memory-bound, at its bytes over the HBM's bandwidth; the textbook shared-memory blurs (21 shared
+    loads per output) come out limited on the SM, their shared-memory path alone slower than their
+    bytes."""
+    import blur_model_check as bm
+
+    res = bm.model(NVCC, NVDISASM)
+    assert set(res) == set(bm.LAUNCHES)
+    for name, r in res.items():
+        assert bm.as_expected(r), (name, r["bounds"])
+    regs = res["blur_v_regs"]
+    assert regs["bounds"]["bound_s"] == pytest.approx(2 * 1920 * 1080 * 4 / sr.GPU_HBM_BYTES_PER_S)
+    assert regs["per_warp"].get("lds", 0) == 0 and regs["static_smem"] == 0
+    for name in ("blur_h_smem", "blur_v_smem"):
+        pw = res[name]["per_warp"]
+        # 21 taps, each an LDS of 4 bytes per lane: one wavefront each, plus the tile's stores.
+        assert pw["lds"] == 21 and pw["wavefronts"] >= 22 and pw["fma"] >= 21 * 0.25
+
+
 @pytest.mark.slow
 @needs_tools
 def test_the_report_matches_the_current_kernels(tmp_path):
@@ -341,6 +522,14 @@ def test_the_report_matches_the_current_kernels(tmp_path):
     assert {k["kernel"] for k in report["kernels"]} >= set(sr.TRIP_TABLE)
     for s in report["scenarios"]:
         assert s["warp_instructions"] > 0 and s["issue_bound_ms"] > 0
+        # The pipe bounds: never below the issue bound (the issue pipe is one of them), the whole
+        # waves and the serialised phases never below the bound.
+        assert s["pipe_bound_ms"] >= s["issue_bound_ms"] * (1 - 1e-9)
+        assert s["whole_waves_bound_ms"] >= s["pipe_bound_ms"] * (1 - 1e-9)
+        assert s["phased_bound_ms"] >= s["pipe_bound_ms"] * (1 - 1e-9)
+    for d in report["per_kernel"].values():
+        assert d["launches"] and all(x["limited_by"] in (*sa.PIPES, "memory") for x in d["launches"])
+        assert d["pipes_per_warp"]["instructions"] == pytest.approx(d["per_warp"])
     by_name = {s["scenario"]: s["warp_instructions"] for s in report["scenarios"]}
     # At 1080p autograd keeps the test image's sensitivities: its forward+backward is kernel 1 (the
     # fused forward plus the adjoint) and kernel 2 over the whole image; the recomputing one adds
