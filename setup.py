@@ -116,6 +116,14 @@ def compiler_is_gcc():
 
 if compiler_is_gcc():
     cxx_flags += ["-fno-tree-pre", "-fschedule-insns", "-fsched-pressure"]
+# On glibc Linux the binary asks for no glibc symbol newer than 2.28, so that a release wheel can be
+# tagged manylinux_2_28 whatever glibc builds it (csrc/compat says which symbols and how; the
+# nvcc-compiled code references none of them). csrc/compat comes first on the include path for
+# its <sys/single_threaded.h>.
+include_dirs = []
+if sys.platform.startswith("linux"):
+    include_dirs.append(os.path.join(ROOT, "csrc", "compat"))
+    cxx_flags += ["-include", os.path.join(ROOT, "csrc", "compat", "glibc_2_28.h")]
 # The CPU kernels are compiled for every x86-64 instruction-set level and picked at run time
 # (csrc/flip/cpu/isa.h), so the default binary runs on any CPU at full speed. -march=native only
 # on request: such a binary may crash with an illegal instruction on another machine.
@@ -127,6 +135,7 @@ ext_modules = [
     CppExtension(
         "flip_loss._C",
         cpp_sources,
+        include_dirs=include_dirs,
         extra_compile_args={"cxx": cxx_flags},
         extra_link_args=link_flags,
         py_limited_api=True,
@@ -145,6 +154,7 @@ if want_cuda():
         CUDAExtension(
             "flip_loss._C_cuda",
             cuda_sources,
+            include_dirs=include_dirs,
             extra_compile_args={
                 "cxx": cxx_flags + ["-DFLIP_WITH_CUDA", "-DUSE_CUDA"],
                 "nvcc": ["-O3", "-lineinfo", "-fmad=false", "-DFLIP_WITH_CUDA"],

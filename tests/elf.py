@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 _SHT_DYNAMIC = 6
 _SHT_DYNSYM = 11
+_SHT_GNU_VERNEED = 0x6FFFFFFE
 _DT_NULL = 0
 _DT_NEEDED = 1
 _SHN_UNDEF = 0
@@ -18,6 +19,7 @@ class DynamicInfo:
     needed: tuple  # DT_NEEDED entries, in order
     imported: frozenset  # undefined, non-weak dynamic symbols (what must be found elsewhere)
     weak_imported: frozenset  # undefined weak ones (may stay unresolved)
+    versions: dict  # library -> the symbol versions needed from it (GLIBC_2.17, GLIBCXX_3.4.21, ...)
 
 
 def read(source) -> DynamicInfo:
@@ -40,7 +42,7 @@ def read(source) -> DynamicInfo:
         start = sections[table][4] + offset
         return data[start : data.index(b"\0", start)].decode()
 
-    needed, imported, weak = [], set(), set()
+    needed, imported, weak, versions = [], set(), set(), {}
     for _, kind, _, _, offset, size, link, _, _, entsize in sections:
         if kind == _SHT_DYNAMIC:
             for pos in range(offset, offset + size, entsize):
@@ -54,4 +56,19 @@ def read(source) -> DynamicInfo:
                 name, info, _, shndx = struct.unpack_from("<IBBH", data, pos)
                 if shndx == _SHN_UNDEF and name:
                     (weak if info >> 4 == _STB_WEAK else imported).add(string(link, name))
-    return DynamicInfo(tuple(needed), frozenset(imported), frozenset(weak))
+        elif kind == _SHT_GNU_VERNEED:
+            entry = offset
+            while True:
+                _, count, library, aux, following = struct.unpack_from("<HHIII", data, entry)
+                names = versions.setdefault(string(link, library), set())
+                at = entry + aux
+                for _ in range(count):
+                    _, _, _, name, next_aux = struct.unpack_from("<IHHII", data, at)
+                    names.add(string(link, name))
+                    at += next_aux
+                if not following:
+                    break
+                entry += following
+    return DynamicInfo(
+        tuple(needed), frozenset(imported), frozenset(weak), {lib: frozenset(v) for lib, v in versions.items()}
+    )

@@ -1,7 +1,8 @@
 """One wheel for CPU-only and CUDA builds of torch: flip_loss._C (the ops' schemas and CPU kernels)
 needs no CUDA library, so it loads where torch has none (PyTorch's CPU wheels, macOS, most
 aarch64); the CUDA kernels live in flip_loss._C_cuda, loaded only with a CUDA build of torch, and
-its failure to load leaves the CPU kernels working and says why, once."""
+its failure to load leaves the CPU kernels working and says why, once. Both ask for no glibc or
+libstdc++ symbol newer than manylinux_2_28 allows, whatever glibc built them (csrc/compat)."""
 
 import importlib.machinery
 import os
@@ -57,6 +58,34 @@ def test_cuda_module_holds_the_cuda_dependencies():
     if torch.version.cuda is not None and os.environ.get("FLIP_LOSS_CUDA_KERNELS", "1") == "1":
         assert "flip_loss._C_cuda" in sys.modules and _ops.CUDA_IMPORT_ERROR is None
         assert "cuda" in _ops.KERNEL_DEVICES["ldr_flip"]
+
+
+# The newest symbol version manylinux_2_28 allows from each system library family (auditwheel's
+# policy for x86_64 and aarch64; the tag's promise: every distribution with glibc 2.28 and GCC 8's
+# libstdc++ on).
+MANYLINUX_2_28 = {"GLIBC": (2, 28), "GLIBCXX": (3, 4, 24), "CXXABI": (1, 3, 11), "GCC": (4, 8, 0)}
+
+
+@pytest.mark.parametrize("module", ["_C", "_C_cuda"])
+def test_modules_need_no_symbol_newer_than_manylinux_2_28(module):
+    """Built on a newer glibc (Debian 12: 2.36), exp, exp2, log, pow (GLIBC_2.29), dlsym (2.34) and
+    libstdc++'s __libc_single_threaded (2.32) would otherwise be asked for at their newest
+    versions; csrc/compat binds them to their oldest."""
+    if not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("manylinux is for glibc Linux on x86_64 and aarch64")
+    path = extension_path(module)
+    if path is None:
+        pytest.skip(f"flip_loss.{module} is not built")
+    info = elf.read(path)
+    too_new = []
+    for library, versions in info.versions.items():
+        for version in versions:
+            family, _, number = version.partition("_")
+            if family in MANYLINUX_2_28 and tuple(map(int, number.split("."))) > MANYLINUX_2_28[family]:
+                too_new.append(f"{library}: {version}")
+    assert too_new == []
+    assert "GLIBC_2.2.5" in info.versions.get("libc.so.6", ()) or "GLIBC_2.17" in info.versions.get("libc.so.6", ())
+    assert "__libc_single_threaded" not in info.imported | info.weak_imported
 
 
 def test_cpu_module_loads_without_torch_cuda(tmp_path):
