@@ -69,8 +69,9 @@ def want_cuda():
 # every CPython from 3.10 on. Two modules, so that one wheel serves CPU-only and CUDA builds of
 # torch alike: _C holds the schemas and the CPU kernels and links only libc10 and libtorch_cpu
 # (present in every torch); _C_cuda registers the CUDA kernels of the same ops and alone links
-# libtorch_cuda and the CUDA runtime, which a CPU-only torch lacks. The ops' Autograd, Autocast and fake (Meta) kernels are registered
-# from Python (flip_loss/op_registration.py): the stable ABI has no C++ counterpart for them. The
+# libtorch_cuda and the CUDA runtime, which a CPU-only torch lacks. The ops' Autograd, Autocast
+# and fake (Meta) kernels are registered from Python (flip_loss/op_registration.py): the stable
+# ABI has no C++ counterpart for them. The
 # LibTorch CMake package (CMakeLists.txt) compiles the same schema and kernels and keeps C++
 # Autograd and Autocast kernels (csrc/ops/autograd.cpp, autocast.cpp).
 cpp_sources = sources("csrc/flip/cpu/*.cpp") + [
@@ -166,14 +167,19 @@ if want_cuda():
 
 
 class BuildExt(BuildExtension.with_options(use_ninja=True)):
-    """torch's build_ext; an in-place build without CUDA also removes a _C_cuda left by an earlier
-    CUDA build, which would otherwise register stale CUDA kernels for the new schemas."""
+    """torch's build_ext; a build without CUDA also removes a _C_cuda left by an earlier CUDA build,
+    in place and in the build directory a wheel is packed from, which would otherwise register stale
+    CUDA kernels for the new schemas (or ship them in a CPU-only wheel)."""
 
     def run(self):
-        if self.inplace and not want_cuda():
-            for stale in glob.glob(os.path.join(ROOT, "flip_loss", "_C_cuda*.so")):
-                print(f"flip-loss: removing {os.path.relpath(stale, ROOT)} (this build has no CUDA kernels)")
-                os.remove(stale)
+        if not want_cuda():
+            folders = [os.path.join(self.build_lib, "flip_loss")]
+            if self.inplace:
+                folders.append(os.path.join(ROOT, "flip_loss"))
+            for folder in folders:
+                for stale in glob.glob(os.path.join(folder, "_C_cuda*.so")):
+                    print(f"flip-loss: removing {stale} (this build has no CUDA kernels)")
+                    os.remove(stale)
         super().run()
 
 
