@@ -1,14 +1,17 @@
-"""Builds flip_loss._C, the operator library behind torch.ops.flip.*.
+"""Builds the operator library behind torch.ops.flip.*: flip_loss._C (the ops' schemas and CPU
+kernels; links no CUDA library, so it loads with a CPU-only torch too) and, with CUDA,
+flip_loss._C_cuda (the CUDA kernels of the same ops; flip_loss imports it only with a CUDA torch).
 
 Switches (environment variables):
-  FLIP_LOSS_CUDA=0|1   build the CUDA kernels (default: 1 when nvcc and a CUDA build of torch exist)
+  FLIP_LOSS_CUDA=0|1   build flip_loss._C_cuda, the CUDA kernels (default: 1 when nvcc and a CUDA
+                       build of torch exist)
   TORCH_CUDA_ARCH_LIST GPU targets (default "8.0;8.6;9.0")
   FLIP_LOSS_NATIVE=0|1 compile everything for this machine's CPU (-march=native, default 0: a
                        portable binary whose CPU kernels pick AVX-512, AVX2 or baseline at run time)
   MAX_JOBS=N           parallel compile jobs (ninja)
-  FLIP_LOSS_PREBUILT=1 install without building: the extension flip_loss/_C*.so in this checkout was
-                       built already (scripts/setup.sh builds it in the oldest-torch environment and
-                       installs the same checkout into .venv this way)
+  FLIP_LOSS_PREBUILT=1 install without building: the extension flip_loss/_C.*.so (and _C_cuda.*.so)
+                       in this checkout was built already (scripts/setup.sh builds it in the
+                       oldest-torch environment and installs the same checkout into .venv this way)
 """
 
 import functools
@@ -63,8 +66,12 @@ def want_cuda():
 
 # The extension is written against PyTorch's stable C++ ABI (torch/csrc/stable, torch/headeronly)
 # and Python's limited API, so that one binary runs with every torch release from MIN_TORCH on and
-# every CPython from 3.10 on. The ops' Autograd, Autocast and fake (Meta) kernels are registered
-# from Python (flip_loss/op_registration.py): the stable ABI has no C++ counterpart for them. The
+# every CPython from 3.10 on. Two modules, so that one wheel serves CPU-only and CUDA builds of
+# torch alike: _C holds the schemas and the CPU kernels and links only libc10 and libtorch_cpu
+# (present in every torch); _C_cuda registers the CUDA kernels of the same ops and alone links
+# libtorch_cuda and the CUDA runtime, which a CPU-only torch lacks. The ops' Autograd, Autocast
+# and fake (Meta) kernels are registered from Python (flip_loss/op_registration.py): the stable
+# ABI has no C++ counterpart for them. The
 # LibTorch CMake package (CMakeLists.txt) compiles the same schema and kernels and keeps C++
 # Autograd and Autocast kernels (csrc/ops/autograd.cpp, autocast.cpp).
 cpp_sources = sources("csrc/flip/cpu/*.cpp") + [
@@ -72,7 +79,7 @@ cpp_sources = sources("csrc/flip/cpu/*.cpp") + [
     "csrc/ops/cpu.cpp",
     "csrc/ops/python_module.cpp",
 ]
-cuda_sources = ["csrc/ops/cuda.cpp"] + sources("csrc/flip/cuda/*.cu")
+cuda_sources = ["csrc/ops/cuda.cpp", "csrc/ops/cuda_module.cpp"] + sources("csrc/flip/cuda/*.cu")
 # -ffp-contract=off: vector and scalar loop paths must round alike, so that identical images give
 # exactly zero error and the map is symmetric in its arguments.
 # -fno-trapping-math (FP exception flags are never read here; no value changes) and, for GCC,
@@ -110,6 +117,14 @@ def compiler_is_gcc():
 
 if compiler_is_gcc():
     cxx_flags += ["-fno-tree-pre", "-fschedule-insns", "-fsched-pressure"]
+# On glibc Linux the binary asks for no glibc symbol newer than 2.28, so that a release wheel can be
+# tagged manylinux_2_28 whatever glibc builds it (csrc/compat says which symbols and how; the
+# nvcc-compiled code references none of them). csrc/compat comes first on the include path for
+# its <sys/single_threaded.h>.
+include_dirs = []
+if sys.platform.startswith("linux"):
+    include_dirs.append(os.path.join(ROOT, "csrc", "compat"))
+    cxx_flags += ["-include", os.path.join(ROOT, "csrc", "compat", "glibc_2_28.h")]
 # The CPU kernels are compiled for every x86-64 instruction-set level and picked at run time
 # (csrc/flip/cpu/isa.h), so the default binary runs on any CPU at full speed. -march=native only
 # on request: such a binary may crash with an illegal instruction on another machine.
@@ -117,6 +132,16 @@ if os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", "", "false", "off", "no"
     cxx_flags.append("-march=native")
 link_flags = []
 
+ext_modules = [
+    CppExtension(
+        "flip_loss._C",
+        cpp_sources,
+        include_dirs=include_dirs,
+        extra_compile_args={"cxx": cxx_flags},
+        extra_link_args=link_flags,
+        py_limited_api=True,
+    )
+]
 if want_cuda():
     # Without a GPU to detect, build for the common data-centre and desktop targets (A100/RTX 30xx,
     # H100/H200); set TORCH_CUDA_ARCH_LIST=9.0 on an H200 for a quicker build.
@@ -126,24 +151,36 @@ if want_cuda():
     # fuse an operation of one image and not of the other (in HyAB's differences, for one), so
     # identical images would not give exactly 0 nor swapped ones the same map. The filter taps
     # are fused multiply-adds on purpose (flip::fmadd, csrc/flip/passes.h); docs/algorithm.md §9.2.
-    ext = CUDAExtension(
-        "flip_loss._C",
-        cpp_sources + cuda_sources,
-        extra_compile_args={
-            "cxx": cxx_flags + ["-DFLIP_WITH_CUDA", "-DUSE_CUDA"],
-            "nvcc": ["-O3", "-lineinfo", "-fmad=false", "-DFLIP_WITH_CUDA"],
-        },
-        extra_link_args=link_flags,
-        py_limited_api=True,
+    ext_modules.append(
+        CUDAExtension(
+            "flip_loss._C_cuda",
+            cuda_sources,
+            include_dirs=include_dirs,
+            extra_compile_args={
+                "cxx": cxx_flags + ["-DFLIP_WITH_CUDA", "-DUSE_CUDA"],
+                "nvcc": ["-O3", "-lineinfo", "-fmad=false", "-DFLIP_WITH_CUDA"],
+            },
+            extra_link_args=link_flags,
+            py_limited_api=True,
+        )
     )
-else:
-    ext = CppExtension(
-        "flip_loss._C",
-        cpp_sources,
-        extra_compile_args={"cxx": cxx_flags},
-        extra_link_args=link_flags,
-        py_limited_api=True,
-    )
+
+
+class BuildExt(BuildExtension.with_options(use_ninja=True)):
+    """torch's build_ext; a build without CUDA also removes a _C_cuda left by an earlier CUDA build,
+    in place and in the build directory a wheel is packed from, which would otherwise register stale
+    CUDA kernels for the new schemas (or ship them in a CPU-only wheel)."""
+
+    def run(self):
+        if not want_cuda():
+            folders = [os.path.join(self.build_lib, "flip_loss")]
+            if self.inplace:
+                folders.append(os.path.join(ROOT, "flip_loss"))
+            for folder in folders:
+                for stale in glob.glob(os.path.join(folder, "_C_cuda*.so")):
+                    print(f"flip-loss: removing {stale} (this build has no CUDA kernels)")
+                    os.remove(stale)
+        super().run()
 
 
 def torch_requirement():
@@ -155,15 +192,15 @@ def torch_requirement():
 def prebuilt():
     if os.environ.get("FLIP_LOSS_PREBUILT", "0") in ("0", "", "false", "off", "no"):
         return False
-    if not glob.glob(os.path.join(ROOT, "flip_loss", "_C*.so")):
-        sys.exit("flip-loss: FLIP_LOSS_PREBUILT=1, but flip_loss/_C*.so is not built in this checkout")
+    if not glob.glob(os.path.join(ROOT, "flip_loss", "_C.*so")):
+        sys.exit("flip-loss: FLIP_LOSS_PREBUILT=1, but flip_loss/_C.*.so is not built in this checkout")
     return True
 
 
 # Metadata lives in pyproject.toml; the version in flip_loss/__init__.py.
 setup(
-    ext_modules=[] if prebuilt() else [ext],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    ext_modules=[] if prebuilt() else ext_modules,
+    cmdclass={"build_ext": BuildExt},
     install_requires=[torch_requirement(), "numpy", "pillow"],
     # abi3: one wheel for every CPython from 3.10 on (the extension uses the limited API only).
     options={"bdist_wheel": {"py_limited_api": "cp310"}},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything flip-loss needs on a fresh Debian/Ubuntu machine with Python >= 3.10:
 # system build tools (apt-get, when missing), a virtual environment in .venv with the pinned
-# Python packages, and the compiled extension flip_loss._C (built in place, editable install).
+# Python packages, and the compiled extension flip_loss._C (built in place, editable install; with
+# the CUDA kernels in flip_loss._C_cuda when nvcc and a CUDA torch are there).
 #
 #   FLIP_LOSS_CUDA=0|1   force the CUDA kernels off/on (default: on when nvcc and CUDA torch exist)
 #   MAX_JOBS=N           parallel compile jobs (default 2)
@@ -93,6 +94,8 @@ if not flip_loss.HAS_EXTENSION:
     raise SystemExit(0)
 if "cuda" in flip_loss._ops.KERNEL_DEVICES["ldr_flip"]:
     kernels = "compiled, " + ("a GPU is available" if torch.cuda.is_available() else "no GPU on this machine")
+elif flip_loss._ops.CUDA_IMPORT_ERROR is not None:
+    kernels = f"not loaded: {flip_loss._ops.CUDA_IMPORT_ERROR}"
 else:
     kernels = "not compiled (CPU kernels only)"
 print("flip_loss", flip_loss.__version__, "| torch", torch.__version__, "| CUDA kernels:", kernels)
@@ -168,8 +171,9 @@ else
   export MAX_JOBS="${MAX_JOBS:-2}"
   rm -f "$STAMP_FILE"
   # A per-Python binary from an older build would be imported before the abi3 one (Python tries
-  # the .cpython-3XX suffix first).
-  rm -f flip_loss/_C.cpython-*.so
+  # the .cpython-3XX suffix first); a CUDA module from an earlier build must not outlive a build
+  # without one.
+  rm -f flip_loss/_C.cpython-*.so flip_loss/_C_cuda.*so
   $BUILD_PY -m pip install -q --no-build-isolation --no-deps -e .
   if [ "$BUILD_PY" != "$PY" ]; then
     # The same checkout, installed in .venv too, with the binary just built (no second build).

@@ -9,6 +9,7 @@ run unchanged. The build is CPU-only (FLIP_LOSS_CUDA=0): CUDA compilation is cov
 main build."""
 
 import ast
+import io
 import os
 import re
 import subprocess
@@ -25,6 +26,8 @@ import flip_loss
 from flip_loss import torch_releases
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+
+import elf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -115,6 +118,13 @@ def test_readme_install_in_a_fresh_venv_from_the_sdist(fresh_install, tmp_path):
         requires = [
             line for line in zf.read(metadata).decode().splitlines() if re.match(r"Requires-Dist: torch[<>=!~ ;]", line)
         ]
+        # FLIP_LOSS_CUDA=0: the CPU module alone, which needs no CUDA library (tests/test_cpu_only_torch.py)
+        modules = sorted(n for n in zf.namelist() if n.endswith(".so"))
+        assert modules == ["flip_loss/_C.abi3.so"], modules
+        needed = elf.read(io.BytesIO(zf.read(modules[0]))).needed
+    assert "libtorch_cpu.so" in needed and not [lib for lib in needed if "cuda" in lib or lib.startswith("libcu")], (
+        needed
+    )
     assert len(requires) == 1 and Requirement(requires[0].split(": ", 1)[1]).specifier == SpecifierSet(
         torch_releases.requirement().removeprefix("torch")
     ), requires

@@ -45,8 +45,10 @@ ON_CUDA = DEV.startswith("cuda")
 if not flip_loss.HAS_EXTENSION:
     sys.exit(f"smoke: flip_loss._C did not load: {flip_loss._ops.IMPORT_ERROR}")
 if ON_CUDA:
+    if flip_loss._ops.CUDA_IMPORT_ERROR is not None:
+        sys.exit(f"smoke: {flip_loss._ops.CUDA_IMPORT_ERROR}")
     if not torch._C._dispatch_has_kernel_for_dispatch_key("flip::ldr_flip", "CUDA"):
-        sys.exit("smoke: flip_loss._C has no CUDA kernels (built without FLIP_LOSS_CUDA=1?)")
+        sys.exit("smoke: no CUDA kernels: flip_loss._C_cuda is not built (built without FLIP_LOSS_CUDA=1?)")
     if not torch.cuda.is_available():
         sys.exit("smoke: torch sees no CUDA device")
     where = f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
