@@ -67,7 +67,7 @@ def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
     let the caller fall back to the pure-PyTorch oracle (flip_loss.oracle)."""
     if not HAS_EXTENSION:
         warn_once(
-            "no-ext", f"flip_loss: {IMPORT_ERROR}; falling back to the slow pure-PyTorch reference implementation"
+            "no-ext", f"flip_loss: {IMPORT_ERROR}; falling back to the slow pure-PyTorch oracle (flip_loss.oracle)"
         )
         return False
     for t in tensors:
@@ -75,10 +75,19 @@ def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
             warn_once(
                 f"dev-{op}-{t.device.type}",
                 f"flip_loss: no compiled {op} kernels for device '{t.device.type}' in this build; "
-                "using the pure-PyTorch reference implementation",
+                "using the pure-PyTorch oracle (flip_loss.oracle)",
             )
             return False
     return True
+
+
+def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
+    """Whether the compiled ``op`` serves these tensors: on a device with kernels (``use_extension``), or on
+    the meta device, where the ops' Meta kernels give the result's shape and dtype (the
+    pure-PyTorch oracle would work too, but slowly and with a warning)."""
+    if HAS_EXTENSION and all(t.device.type == "meta" for t in tensors):
+        return True
+    return use_extension(*tensors, op=op)
 
 
 def _devices_with_kernels():

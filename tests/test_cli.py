@@ -17,7 +17,8 @@ from PIL import Image
 
 from flip_loss.cli import CSV_HEADER, example_paths, main
 from flip_loss.colormaps import MAGMA, apply_colormap, to_grey_uint8
-from flip_loss.constants import DEFAULT_PPD, TONE_MAPPER_DISPLAY_NAMES, TONE_MAPPERS, pixels_per_degree
+from flip_loss.constants import DEFAULT_PPD, TONE_MAPPER_DISPLAY_NAMES, TONE_MAPPERS
+from flip_loss.options import pixels_per_degree
 from flip_loss.functional import ldr_flip
 from flip_loss.imageio import load_image, save_png
 from flip_loss.pooling import pool

@@ -14,23 +14,42 @@
 
 namespace flip {
 
-// The evaluator's coefficients of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5), rounded to
-// float as it computes them (parity); Reinhard's row is x / (1 + x), used only by the exposure solve.
-FLIP_CONSTFN float tone_coef(ToneMapper tm, int j) {
-  return tm == ToneMapper::kReinhard ? (j == 1 || j == 4 || j == 5 ? 1.0f : 0.0f)
-         : tm == ToneMapper::kAces   ? (j == 0   ? 0.6f * 0.6f * 2.51f
-                                        : j == 1 ? 0.6f * 0.03f
-                                        : j == 2 ? 0.0f
-                                        : j == 3 ? 0.6f * 0.6f * 2.43f
-                                        : j == 4 ? 0.6f * 0.59f
-                                                 : 0.14f)
-                                     : (j == 0   ? 0.231683f
-                                        : j == 1 ? 0.013791f
-                                        : j == 2 ? 0.0f
-                                        : j == 3 ? 0.18f
-                                        : j == 4 ? 0.3f
-                                                 : 0.018f);
+// The coefficients (k0..k5) of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5).
+struct ToneCoefficients {
+  float k[6];
+};
+
+// Each tone mapper's coefficients: NVIDIA's evaluator's, rounded to float as it computes them
+// (parity; docs/algorithm.md §5.3). Reinhard's row is x / (1 + x), used only by the exposure solve
+// (hdr_to_ldr applies Reinhard to the luminance). flip_loss._C.limits() exports the table, which
+// flip_loss.constants.tone_coefficients must equal bit for bit (tests/test_one_source.py). A switch
+// rather than an array, so that device code can read it. The switch has no default: a tone mapper
+// without a row is a compiler warning (-Wswitch) and leaves the all-zero row below, which the
+// static_assert refuses.
+FLIP_CONSTFN ToneCoefficients tone_coefficients(ToneMapper tm) {
+  switch (tm) {
+    case ToneMapper::kReinhard:
+      return {{0.0f, 1.0f, 0.0f, 0.0f, 1.0f, 1.0f}};
+    case ToneMapper::kAces:
+      return {{0.6f * 0.6f * 2.51f, 0.6f * 0.03f, 0.0f, 0.6f * 0.6f * 2.43f, 0.6f * 0.59f, 0.14f}};
+    case ToneMapper::kHable:
+      return {{0.231683f, 0.013791f, 0.0f, 0.18f, 0.3f, 0.018f}};
+  }
+  return {{0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}};  // no such tone mapper: the ops' parse refuses it
 }
+
+// Every value of the enum below kToneMapperCount has a name and a row (its constant term k5 is
+// nonzero: T(0) is finite). Qualified names: the CPU kernels include this file inside their
+// variant namespaces (cpu/isa.h), tone_mapper.h outside them.
+constexpr bool every_tone_mapper_is_complete() {
+  for (int i = 0; i < ::flip::kToneMapperCount; ++i) {
+    if (::flip::kToneMapperNames[i] == nullptr || tone_coefficients(static_cast<ToneMapper>(i)).k[5] == 0.0f) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(every_tone_mapper_is_complete(), "each ToneMapper needs a name and a row of tone_coefficients");
 
 // Exposed values beyond this saturate every tone curve (T(x) is within 1e-15 of its limit), and
 // squaring them stays finite in float: larger inputs are capped here, with zero gradient.
@@ -65,11 +84,12 @@ FLIP_HD void hdr_to_ldr(const T v[3], T scale, ToneMapper tm, T out[3]) {
     for (int c = 0; c < 3; ++c) out[c] = clamp01(x[c] * f);
     return;
   }
+  const ToneCoefficients tc = tone_coefficients(tm);
   FLIP_UNROLL
   for (int c = 0; c < 3; ++c) {
     const T xx = x[c] * x[c];
-    const T num = xx * T(tone_coef(tm, 0)) + x[c] * T(tone_coef(tm, 1)) + T(tone_coef(tm, 2));
-    const T den = xx * T(tone_coef(tm, 3)) + x[c] * T(tone_coef(tm, 4)) + T(tone_coef(tm, 5));
+    const T num = xx * T(tc.k[0]) + x[c] * T(tc.k[1]) + T(tc.k[2]);
+    const T den = xx * T(tc.k[3]) + x[c] * T(tc.k[4]) + T(tc.k[5]);
     out[c] = clamp01(num / den);
   }
 }
@@ -94,13 +114,14 @@ FLIP_HD void hdr_to_ldr_vjp(const T v[3], T scale, ToneMapper tm, const T g[3], 
     for (int j = 0; j < 3; ++j) g_v[j] = (gm[j] * f - s * w[j] * f * f) * dx[j];
     return;
   }
+  const ToneCoefficients tc = tone_coefficients(tm);
   FLIP_UNROLL
   for (int c = 0; c < 3; ++c) {
     const T xx = x[c] * x[c];
-    const T num = xx * T(tone_coef(tm, 0)) + x[c] * T(tone_coef(tm, 1)) + T(tone_coef(tm, 2));
-    const T den = xx * T(tone_coef(tm, 3)) + x[c] * T(tone_coef(tm, 4)) + T(tone_coef(tm, 5));
-    const T dnum = T(2) * x[c] * T(tone_coef(tm, 0)) + T(tone_coef(tm, 1));
-    const T dden = T(2) * x[c] * T(tone_coef(tm, 3)) + T(tone_coef(tm, 4));
+    const T num = xx * T(tc.k[0]) + x[c] * T(tc.k[1]) + T(tc.k[2]);
+    const T den = xx * T(tc.k[3]) + x[c] * T(tc.k[4]) + T(tc.k[5]);
+    const T dnum = T(2) * x[c] * T(tc.k[0]) + T(tc.k[1]);
+    const T dden = T(2) * x[c] * T(tc.k[3]) + T(tc.k[4]);
     const T q = num / den;
     // (N/D)' = (N' - (N/D) D') / D: no D^2, which overflows float for bright pixels.
     g_v[c] = dx[c] != T(0) ? g[c] * inside01(q) * ((dnum - q * dden) / den) * dx[c] : T(0);
