@@ -3,8 +3,8 @@ scripts/gpu/gpu_check.sh (a correctness workload, so not in benchmarks/): every 
 backward in both dtypes on odd sizes that leave partial tiles, HDR-FLIP forward and backward, an
 image tall enough for the grid-striding loops, a non-default stream and a second GPU when there is
 one. LDR/HDR-FLIP forwards take the fused kernel and backwards the tiled kernels (both gradients,
-and each alone); LDR-FLIP under autograd takes the pair that keeps the sensitivities (kernel 1 over
-the whole batch, then kernel 2 on them); with FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 all take the
+and each alone); LDR-FLIP under autograd takes the pair that keeps the sensitivities (kTiledGrad over
+the whole batch, then kTiledTranspose on them); with FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1 all take the
 row-pass fallback instead,
 and with FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> small, the tiled backward splits even these images
 into bands (both read once per process). Each section prints one labelled line when it is done, so
