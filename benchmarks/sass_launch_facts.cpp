@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\n  ],\n");
   // What ldr_flip's autograd runs on CUDA when it keeps the sensitivities (their bytes within
-  // kCudaKeptSensitivitiesBytes, as csrc/ops/autograd.cpp decides): kernel 1 and kernel 2 over the
+  // kCudaKeptSensitivitiesBytes, as csrc/ops/autograd.cpp decides): kTiledGrad and kTiledTranspose over the
   // whole batch as one band.
   const flip::BackwardBand k = flip::whole_batch_plan(g, wanted, R).band(g, 0);
   const long long kept_bytes = static_cast<long long>(k.images()) * flip::kResponsePlanesPerImage * n * h * w * elem;

@@ -341,7 +341,7 @@ class Ctx:
 
     @property
     def walk_rows(self):
-        """The tile rows the fused forward (whole image) or kernel 1 (the band's gradient-plane rows)
+        """The tile rows the fused forward (whole image) or kTiledGrad (the band's gradient-plane rows)
         walks down, kWalkTiles to a walk."""
         th = self.facts["tile_h"]
         return -(-self.height // th) if self.band is None else self.band["grad_tiles_y"]
@@ -484,7 +484,7 @@ ONE = lambda c: 1.0  # noqa: E731
 def _fused_phases():
     """One tile of a walk (tile_forward_block, blocks.h): the kept rows moved up (all but the first
     tile of a walk), fused_load and fused_horizontal of each image's new rows, then fused_vertical
-    of both images: the fused forward's and the tiled backward's kernel 1."""
+    of both images: the fused forward's and the tiled backward's kTiledGrad."""
     return (
         Expect(
             "kept rows",
@@ -1107,7 +1107,7 @@ def estimate(facts, kernels, source, size, exposures):
     problems = {}
     rows = {}
 
-    def walks(tile_rows):  # the fused forward and kernel 1: one block per walk (passes.h)
+    def walks(tile_rows):  # the fused forward and kTiledGrad: one block per walk (passes.h)
         return -(-tile_rows // facts["walk_tiles"])
 
     def launch(kernel, ctx, blocks):
@@ -1153,7 +1153,7 @@ def estimate(facts, kernels, source, size, exposures):
             )
             launches += [k1, k2]
         backward[(hdr, computes)] = launches
-    # ldr_flip's autograd keeping the sensitivities: kernel 1 (the forward) and kernel 2 (the
+    # ldr_flip's autograd keeping the sensitivities: kTiledGrad (the forward) and kTiledTranspose (the
     # backward) over the whole batch as one band.
     kb = facts["kept_band"]
     kctx = Ctx(facts, width, height, False, True, kb, True)
@@ -1212,7 +1212,7 @@ def estimate(facts, kernels, source, size, exposures):
         None if fwd is None or bwd is None else fwd + bwd,
         TARGETS_MS["forward+backward"] if not facts["keeps_sensitivities"] else None,
         1 + len(backward[(False, True)]),
-        f"the fused forward, then the tiled backward: {len(facts['bands'])} bands x (kernel 1 + kernel 2), "
+        f"the fused forward, then the tiled backward: {len(facts['bands'])} bands x (kTiledGrad + kTiledTranspose), "
         f"gradient of {whose}"
         + (
             ""
@@ -1238,8 +1238,8 @@ def estimate(facts, kernels, source, size, exposures):
                 total(kept),
                 TARGETS_MS["forward+backward"],
                 2,
-                f"autograd keeping the sensitivities of {whose} ({facts['kept_bytes'] / 2**20:.1f} MiB): kernel 1 "
-                "over the whole image as the forward, kernel 2 as the backward",
+                f"autograd keeping the sensitivities of {whose} ({facts['kept_bytes'] / 2**20:.1f} MiB): kTiledGrad "
+                "over the whole image as the forward, kTiledTranspose as the backward",
                 launched((kept, 1)),
             )
         )

@@ -19,7 +19,8 @@ if _torch_releases.unsupported_reason(_torch.__version__):
     raise ImportError(_torch_releases.unsupported_reason(_torch.__version__))
 
 from . import _ops
-from .constants import DEFAULT_PPD, pixels_per_degree
+from .constants import DEFAULT_PPD
+from .options import pixels_per_degree
 from .functional import ldr_flip
 from .hdr import exposure_range, hdr_flip
 from .metric import FLIPMetric, FLIPMetricResult

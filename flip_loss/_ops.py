@@ -23,7 +23,7 @@ _C_BUILT_BUT_BROKEN = False
 
 
 def _fallback_message() -> str:
-    return f"flip_loss: {IMPORT_ERROR}; falling back to the slow pure-PyTorch reference implementation"
+    return f"flip_loss: {IMPORT_ERROR}; falling back to the slow pure-PyTorch oracle (flip_loss.oracle)"
 
 
 def _explain_missing_extension(exc: ImportError) -> str:
@@ -104,7 +104,7 @@ def _load_cuda_kernels() -> None:
             f"than torch {torch.__version__}'s (CUDA {torch.version.cuda}): rebuild with an nvcc of "
             "that release ('pip install --no-build-isolation .'), or set FLIP_LOSS_CUDA_KERNELS=0 "
             "to skip them. The CPU kernels are unaffected; CUDA tensors use the slow pure-PyTorch "
-            "reference implementation",
+            "oracle (flip_loss.oracle)",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -131,10 +131,19 @@ def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
                 reason = CUDA_IMPORT_ERROR
             warn_once(
                 f"dev-{op}-{t.device.type}",
-                f"flip_loss: {reason}; using the pure-PyTorch reference implementation",
+                f"flip_loss: {reason}; using the pure-PyTorch oracle (flip_loss.oracle)",
             )
             return False
     return True
+
+
+def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
+    """Whether the compiled ``op`` serves these tensors: on a device with kernels (``use_extension``), or on
+    the meta device, where the ops' Meta kernels give the result's shape and dtype (the
+    pure-PyTorch oracle would work too, but slowly and with a warning)."""
+    if HAS_EXTENSION and all(t.device.type == "meta" for t in tensors):
+        return True
+    return use_extension(*tensors, op=op)
 
 
 def _devices_with_kernels():

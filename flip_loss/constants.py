@@ -6,30 +6,14 @@ from typing import Tuple
 import numpy as np
 
 
-def pixels_per_degree(distance_m: float, display_width_m: float, display_width_px: float) -> float:
-    """Pixels per degree of visual angle for a display of ``display_width_px`` pixels spanning
-    ``display_width_m`` metres, seen from ``distance_m`` metres (small-angle approximation)."""
-    from .options import real_number  # options imports this module
-
-    values = []
-    for name, v in (
-        ("distance_m", distance_m),
-        ("display_width_m", display_width_m),
-        ("display_width_px", display_width_px),
-    ):
-        x = real_number(name, v)  # Python, NumPy and 0-dim tensor numbers alike; TypeError otherwise
-        if not (math.isfinite(x) and x > 0):
-            raise ValueError(f"flip_loss: {name} must be a positive finite number, got {v!r}")
-        values.append(x)
-    return _ppd(*values)
-
-
-def _ppd(distance_m: float, display_width_m: float, display_width_px: float) -> float:
+def display_ppd(distance_m: float, display_width_m: float, display_width_px: float) -> float:
+    """The pixels per degree of a display (small-angle approximation), unchecked: the formula of
+    ``flip_loss.pixels_per_degree`` (options.py, which checks its arguments first)."""
     return distance_m * (display_width_px / display_width_m) * (math.pi / 180.0)
 
 
 # A 0.7 m wide 4K display seen from 0.7 m: 67.0206...
-DEFAULT_PPD = _ppd(0.7, 0.7, 3840.0)
+DEFAULT_PPD = display_ppd(0.7, 0.7, 3840.0)
 
 QC = 0.7
 PC = 0.4
@@ -78,21 +62,37 @@ CHECKERBOARD_SRGB = (0.4, 0.6)
 CHECKERBOARD_LINEAR = tuple(((v + 0.055) / 1.055) ** 2.4 for v in CHECKERBOARD_SRGB)
 
 
+# Each tone mapper's (k0..k5) of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5): NVIDIA's
+# evaluator's, rounded to float32 as it computes them (docs/algorithm.md §5.3); Reinhard's row
+# (x / (1 + x)) is used only by the exposure solve. The kernels' table is tone_coefficients in
+# csrc/flip/hdr_pixel.h; this copy serves the pure-PyTorch oracle and the exposure solve, which must
+# work without the extension, and tests/test_one_source.py holds it to the kernels' bit for bit.
+_f32 = np.float32
+TONE_COEFFICIENTS = {
+    "reinhard": (0.0, 1.0, 0.0, 0.0, 1.0, 1.0),
+    "aces": tuple(
+        float(v)
+        for v in (
+            _f32(0.6) * _f32(0.6) * _f32(2.51),
+            _f32(0.6) * _f32(0.03),
+            _f32(0.0),
+            _f32(0.6) * _f32(0.6) * _f32(2.43),
+            _f32(0.6) * _f32(0.59),
+            _f32(0.14),
+        )
+    ),
+    "hable": tuple(float(_f32(v)) for v in (0.231683, 0.013791, 0.0, 0.18, 0.3, 0.018)),
+}
+
+
 def tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:
-    """NVIDIA's evaluator's (k0..k5) of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5), rounded to
-    float32 as it computes them (docs/algorithm.md §5.3); Reinhard's row (x / (1 + x)) is used only
-    by the exposure solve."""
-    f = np.float32
-    table = {
-        "reinhard": (0.0, 1.0, 0.0, 0.0, 1.0, 1.0),
-        "aces": (
-            f(0.6) * f(0.6) * f(2.51),
-            f(0.6) * f(0.03),
-            0.0,
-            f(0.6) * f(0.6) * f(2.43),
-            f(0.6) * f(0.59),
-            f(0.14),
-        ),
-        "hable": (f(0.231683), f(0.013791), 0.0, f(0.18), f(0.3), f(0.018)),
-    }
-    return tuple(float(v) for v in table[tone_mapper.lower()])
+    """(k0..k5) of ``tone_mapper``'s curve (any case; ``TONE_COEFFICIENTS``); ValueError for a name
+    that is not one of ``TONE_MAPPERS``, never another tone mapper's row."""
+    if not isinstance(tone_mapper, str):
+        raise TypeError(
+            f"flip_loss: tone_mapper must be a string, one of {TONE_MAPPERS}, got {type(tone_mapper).__name__}"
+        )
+    row = TONE_COEFFICIENTS.get(tone_mapper.lower())
+    if row is None:
+        raise ValueError(f"flip_loss: tone_mapper must be one of {TONE_MAPPERS} (any case), got {tone_mapper!r}")
+    return row

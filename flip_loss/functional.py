@@ -1,5 +1,6 @@
-"""Functional API: ``ldr_flip``, the image checks shared by every entry point, the LDR data range
-and the out-of-range warning."""
+"""Functional API: ``ldr_flip``, the LDR data range and the out-of-range warning. (The image checks
+every entry point shares are in image_checks.py, what a call may read of its tensors in
+host_values.py, multi-scale FLIP's sum in multiscale.py.)"""
 
 import math
 import warnings
@@ -7,8 +8,12 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from . import _ops, alpha as alpha_rule, options
+from . import alpha as alpha_rule, options
+from ._ops import kernels_serve
 from .constants import DEFAULT_EPS, DEFAULT_PPD
+from .host_values import host_table, is_compiling, is_device_call, is_plain_tensor
+from .image_checks import checked_pair
+from .multiscale import multiscale_op, multiscale_op_serves, weighted_sum
 
 __all__ = ["INPUT_SPACES", "OUT_OF_RANGE_TOLERANCE", "ldr_flip"]
 
@@ -18,80 +23,6 @@ INPUT_SPACES = options.INPUT_SPACES
 # images do, while a network's output (or an optimised image) that overshoots by a little is
 # clamped without a word, as the evaluator does.
 OUT_OF_RANGE_TOLERANCE = 0.25
-
-
-def check_image(name: str, t: torch.Tensor, rgba: bool = False) -> None:
-    """The checks of one image that need no data: a float dtype, N x 3 x H x W or 3 x H x W (with
-    ``rgba``, 4 channels too), not empty. TorchScript-compatible."""
-    if not t.is_floating_point():
-        raise TypeError(
-            "flip_loss: "
-            + name
-            + " must have a floating-point dtype, got "
-            + str(t.dtype)
-            + "; convert 8-bit images with .float() / 255 (or pass data_range=255)"
-        )
-    if (t.dim() == 3 or t.dim() == 4) and t.shape[-3] == 4 and not rgba:
-        # Whoever passes RGBA must say what alpha means: guessing straight or premultiplied would
-        # silently change the result for half of the images.
-        raise ValueError(
-            "flip_loss: " + name + " has 4 channels (RGBA, shape " + str(list(t.shape)) + "), and FLIP "
-            "compares RGB images: ldr_flip, hdr_flip, FLIPLoss and FLIPMetric composite it over "
-            "background= (default 'black') given alpha='straight' (colour not multiplied by alpha, "
-            "as PNG stores it) or alpha='premultiplied' (colour multiplied by alpha, as OpenEXR "
-            "stores it); or drop alpha with " + name + "[..., :3, :, :]"
-        )
-    if (t.dim() != 3 and t.dim() != 4) or (t.shape[-3] != 3 and not (rgba and t.shape[-3] == 4)):
-        layout = "N x 3 x H x W or 3 x H x W (RGB)"
-        if rgba:
-            layout = "N x C x H x W or C x H x W with C = 3 (RGB) or 4 (RGBA)"
-        raise ValueError("flip_loss: " + name + " must be " + layout + ", got shape " + str(list(t.shape)))
-    if t.numel() == 0:
-        raise ValueError("flip_loss: " + name + " is empty (shape " + str(list(t.shape)) + ")")
-
-
-def _without_channels(t: torch.Tensor) -> List[int]:
-    shape: List[int] = t.shape
-    return shape[:-3] + shape[-2:]
-
-
-def check_image_pair(test: torch.Tensor, reference: torch.Tensor, rgba: bool = False) -> None:
-    """The checks of an image pair that need no data (dtype, layout, emptiness, matching shapes and
-    devices); with ``rgba`` each image may have an alpha channel (4 channels), and the shapes must
-    match but for the channels (an RGB image beside an RGBA one is opaque). TorchScript-compatible:
-    a scripted ``FLIPLoss`` makes them too."""
-    check_image("test", test, rgba)
-    check_image("reference", reference, rgba)
-    if rgba:
-        same_shape = _without_channels(test) == _without_channels(reference)
-    else:
-        same_shape = test.shape == reference.shape
-    if not same_shape:
-        raise ValueError(
-            "flip_loss: test and reference shapes differ: "
-            + str(list(test.shape))
-            + " vs "
-            + str(list(reference.shape))
-        )
-    if test.device != reference.device:
-        raise ValueError(
-            "flip_loss: test and reference are on different devices: "
-            + str(test.device)
-            + " vs "
-            + str(reference.device)
-        )
-
-
-def checked_pair(test, reference, rgba: bool = False):
-    """Checks an image pair (see check_image_pair) and promotes both to a common dtype."""
-    for name, t in (("test", test), ("reference", reference)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"flip_loss: {name} must be a torch.Tensor, got {type(t).__name__}")
-    check_image_pair(test, reference, rgba)
-    if test.dtype != reference.dtype:
-        common = torch.promote_types(test.dtype, reference.dtype)
-        test, reference = test.to(common), reference.to(common)
-    return test, reference
 
 
 def _float32_exact(v: float) -> bool:
@@ -129,11 +60,6 @@ def to_unit_range(x: torch.Tensor, data_range: Tuple[float, float]) -> torch.Ten
     return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
-def is_compiling() -> bool:
-    compiler = getattr(torch, "compiler", None)
-    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
-
-
 # The out-of-range warning is shown at most once per process. CPU inputs are looked at on every
 # call until it has been shown (a min/max pass, negligible next to FLIP); inputs on another device
 # only when the caller allows it (a module's first call, the first such call of ldr_flip), since
@@ -141,61 +67,6 @@ def is_compiling() -> bool:
 # not looked at.
 _out_of_range_warned = False
 _device_inputs_looked_at = False
-
-
-def is_device_call(test) -> bool:
-    """Whether an eager call with ``test`` counts as its owner's look at inputs on a device (not one
-    with inputs without values, meta tensors or FakeTensors, which cannot be looked at)."""
-    return (
-        isinstance(test, torch.Tensor)
-        and test.device.type != "cpu"
-        and not is_compiling()
-        and (is_plain_tensor(test) or _unwrapped_has_values(test))
-    )
-
-
-def _unwrapped(t: torch.Tensor) -> torch.Tensor:
-    """``t`` without its functorch wrappers (vmap, grad, ...): the tensor that holds the values."""
-    functorch = torch._C._functorch
-    while functorch.is_functorch_wrapped_tensor(t):
-        t = functorch.get_unwrapped(t)
-    return t
-
-
-def is_plain_tensor(t: torch.Tensor) -> bool:
-    """A tensor that holds its values itself: not a subclass (FakeTensor), not functorch-wrapped,
-    not on the meta device."""
-    return (
-        type(t) is torch.Tensor and t.device.type != "meta" and not torch._C._functorch.is_functorch_wrapped_tensor(t)
-    )
-
-
-def _unwrapped_has_values(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import is_fake
-
-    t = _unwrapped(t)
-    return t.device.type != "meta" and not is_fake(t)
-
-
-def host_table(table: torch.Tensor) -> Optional[torch.Tensor]:
-    """The values of a small table (rows of flags or per-image values, computed for a check) as a
-    float64 CPU tensor of ``table.shape[0]`` rows, for the checks that read values back; None when
-    there are no values to read (meta tensors, FakeTensors: the check is skipped, and nothing in the
-    result depends on it). Under functorch transforms (vmap, grad, ...) the table is unwrapped, and
-    the values of every vmapped example are read: row i then holds row i of every example (each
-    vmap level's batch dimension moved last and flattened into the row), so a check covers all of
-    them, whatever was called before. Not for traced code (torch.compile, TorchScript)."""
-    t = table
-    functorch = torch._C._functorch
-    while functorch.is_functorch_wrapped_tensor(t):
-        if functorch.is_batchedtensor(t):
-            bdim = functorch.maybe_get_bdim(t)
-            t = functorch.get_unwrapped(t).movedim(bdim, -1)
-        else:
-            t = functorch.get_unwrapped(t)
-    if not _unwrapped_has_values(t):
-        return None
-    return t.detach().to("cpu", torch.float64).reshape(table.shape[0], -1)
 
 
 def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_device: bool) -> None:
@@ -268,51 +139,6 @@ def _caller_stacklevel() -> int:
             return level
         frame, level = frame.f_back, level + 1
     return 1
-
-
-def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
-    """Whether the compiled ``op`` serves these tensors: on a device with kernels (see _ops), or on
-    the meta device, where the ops' Meta kernels give the result's shape and dtype (the
-    pure-PyTorch oracle would work too, but slowly and with a warning)."""
-    if _ops.HAS_EXTENSION and all(t.device.type == "meta" for t in tensors):
-        return True
-    return _ops.use_extension(*tensors, op=op)
-
-
-def weighted_sum(maps: List[torch.Tensor], weights: List[float]) -> torch.Tensor:
-    """Multi-scale FLIP's map: maps[0] * weights[0] + maps[1] * weights[1] + ..., in that order (the
-    order _ldr_flip_multiscale adds in), values past 1 then 1; one map of weight 1 is returned
-    unchanged. The weights sum to 1 (options.checked_scales), but each rounded to the maps' dtype
-    (and each partial sum) may round up, so that maps of 1 at every scale could sum to 1 + 1 ulp
-    (ten equal float32 weights do). The cap subtracts the excess as a constant, so the gradient
-    stays that of the weighted mean, as the op's (which caps alike for weights that sum to 1, and
-    whose backward never reads the map).
-    TorchScript-compatible: a scripted FLIPLoss sums alike."""
-    if len(maps) == 1 and weights[0] == 1.0:
-        return maps[0]
-    total = maps[0] * weights[0]
-    for k in range(1, len(maps)):
-        total = total + maps[k] * weights[k]
-    # Exact: total - (total - 1) is 1 for totals in [1, 2] (Sterbenz), and total - 0 is total.
-    return total - (total - 1.0).clamp(min=0.0).detach()
-
-
-def multiscale_op_serves(device: torch.device) -> bool:
-    """Whether multi-scale LDR-FLIP runs as one op, ``_ldr_flip_multiscale``, which converts the
-    inputs once for all scales: on the CPU (and the meta device), where it has kernels; elsewhere
-    each scale is an ``ldr_flip`` call. TorchScript-compatible."""
-    return device.type == "cpu" or device.type == "meta"
-
-
-def multiscale_op(
-    test: torch.Tensor, reference: torch.Tensor, ppds: List[float], weights: List[float], space: str, eps: float
-) -> torch.Tensor:
-    """The weighted mean of the maps at each scale from ``_ldr_flip_multiscale``, which keeps the
-    sensitivities of the inputs a gradient will be taken for (TorchScript-compatible: a scripted
-    FLIPLoss calls it too, so that both give the same bits)."""
-    grad = torch.is_grad_enabled()
-    keep = [grad and test.requires_grad, grad and reference.requires_grad]
-    return torch.ops.flip._ldr_flip_multiscale(test, reference, ppds, weights, space, eps, keep)[0]
 
 
 def ldr_flip_with_look(

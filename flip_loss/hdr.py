@@ -9,7 +9,10 @@ import torch
 from . import alpha as alpha_rule
 from . import constants, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD, tone_coefficients
-from .functional import check_image, checked_pair, host_table, is_compiling, kernels_serve, weighted_sum
+from ._ops import kernels_serve
+from .host_values import host_table, is_compiling
+from .image_checks import check_image, checked_pair
+from .multiscale import weighted_sum
 
 __all__ = ["TONE_MAPPERS", "exposure_anchor", "exposure_range", "exposures_for", "hdr_flip"]
 

@@ -47,7 +47,8 @@ import torch
 
 from . import options
 from .constants import DEFAULT_PPD
-from .functional import is_device_call, ldr_flip_with_look
+from .functional import ldr_flip_with_look
+from .host_values import is_device_call
 from .pooling import PERCENTILES, PooledValues, pooled_values
 
 __all__ = ["FLIPMetric", "FLIPMetricResult"]
@@ -353,7 +354,7 @@ class FLIPMetric:
         bins = options.bins(bins, "flip_loss.FLIPMetric")
         if not isinstance(sync_on_compute, bool):
             raise TypeError(f"flip_loss.FLIPMetric: sync_on_compute must be True or False, got {sync_on_compute!r}")
-        self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
+        self.pixels_per_degree = options.checked_pixels_per_degree(pixels_per_degree)
         self.input_space = options.input_space(input_space)
         self.data_range = options.data_range(data_range)
         self.alpha, self.background = options.alpha_options(alpha, background)

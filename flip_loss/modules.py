@@ -10,18 +10,10 @@ import torch
 from . import _ops, options
 from .alpha import composite, unit_background
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .functional import (
-    check_image_pair,
-    host_table,
-    is_compiling,
-    is_device_call,
-    is_plain_tensor,
-    ldr_flip_with_look,
-    multiscale_op,
-    multiscale_op_serves,
-    to_unit_range,
-    weighted_sum,
-)
+from .functional import ldr_flip_with_look, to_unit_range
+from .host_values import host_table, is_compiling, is_device_call, is_plain_tensor
+from .image_checks import check_image_pair
+from .multiscale import multiscale_op, multiscale_op_serves, weighted_sum
 from .hdr import (
     check_range_rows,
     count_values,

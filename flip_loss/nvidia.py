@@ -32,18 +32,13 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from . import options
+from . import constants, options
 from . import oracle
 from .constants import DEFAULT_EPS, PC, PT, QC, QF
-from .functional import (
-    _caller_stacklevel,
-    checked_pair,
-    host_table,
-    is_compiling,
-    is_device_call,
-    kernels_serve,
-    ldr_flip_with_look,
-)
+from ._ops import kernels_serve
+from .functional import _caller_stacklevel, ldr_flip_with_look
+from .host_values import host_table, is_compiling, is_device_call
+from .image_checks import checked_pair
 from .hdr import (
     as_batch,
     automatic_counts,
@@ -89,7 +84,7 @@ def _pixels_per_degree(value) -> float:
     """A ppd as NVIDIA's users pass it: a number, a 0-dim tensor, or a one-element tensor."""
     if isinstance(value, torch.Tensor) and value.dim() > 0 and value.numel() == 1:
         value = value.reshape(())
-    return options.pixels_per_degree(value)
+    return options.checked_pixels_per_degree(value)
 
 
 def _tone_mapper(value) -> str:
@@ -150,11 +145,15 @@ def _one_of(name: str, value, alias: str, alias_value) -> Tuple[str, object]:
 
 
 def _exact_tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:
-    """(k0..k5) of the tone curve T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5) in double
-    precision, Hable's derived from its parameters at full precision (docs/algorithm.md §5.3; the
-    kernels use flip-evaluator's six-digit rounding of them)."""
+    """(k0..k5) of the tone curve T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5) as NVIDIA's loss
+    computes them, in double precision: ACES's products and Hable's coefficients derived from its
+    parameters at full precision (docs/algorithm.md §5.3; the kernels use flip-evaluator's float32
+    rounding of them, ``constants.TONE_COEFFICIENTS``). Reinhard's row is exact in either, so it is
+    the shared one. ValueError for any other name, never another tone mapper's row."""
     if tone_mapper == "reinhard":
-        return (0.0, 1.0, 0.0, 0.0, 1.0, 1.0)
+        return constants.tone_coefficients(tone_mapper)
+    if tone_mapper == "aces":
+        return (0.6 * 0.6 * 2.51, 0.6 * 0.03, 0.0, 0.6 * 0.6 * 2.43, 0.6 * 0.59, 0.14)
     if tone_mapper == "hable":
         a, b, c, d, e, f, white = 0.15, 0.50, 0.10, 0.20, 0.02, 0.30, 11.2
         num = (a * f - a * e, c * b * f - b * e, 0.0)
@@ -162,7 +161,9 @@ def _exact_tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:
         scale = (den[0] * white * white + den[1] * white + den[2]) / (num[0] * white * white + num[1] * white)
         # White point normalisation, then the exposure bias of 2 (x -> 2x).
         return (4.0 * num[0] * scale, 2.0 * num[1] * scale, 0.0, 4.0 * den[0], 2.0 * den[1], den[2])
-    return (0.6 * 0.6 * 2.51, 0.6 * 0.03, 0.0, 0.6 * 0.6 * 2.43, 0.6 * 0.59, 0.14)
+    raise ValueError(
+        f"flip_loss: tone_mapper must be one of {constants.TONE_MAPPERS} (lower case here), got {tone_mapper!r}"
+    )
 
 
 def _nvidia_anchor(tone_mapper: str, target: float) -> float:

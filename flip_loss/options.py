@@ -48,7 +48,24 @@ def real_number(name: str, value) -> float:
         return math.inf if value > 0 else -math.inf
 
 
-def pixels_per_degree(value) -> float:
+def pixels_per_degree(distance_m: float, display_width_m: float, display_width_px: float) -> float:
+    """Pixels per degree of visual angle for a display of ``display_width_px`` pixels spanning
+    ``display_width_m`` metres, seen from ``distance_m`` metres (small-angle approximation)."""
+    values = []
+    for name, v in (
+        ("distance_m", distance_m),
+        ("display_width_m", display_width_m),
+        ("display_width_px", display_width_px),
+    ):
+        x = real_number(name, v)  # Python, NumPy and 0-dim tensor numbers alike; TypeError otherwise
+        if not (math.isfinite(x) and x > 0):
+            raise ValueError(f"flip_loss: {name} must be a positive finite number, got {v!r}")
+        values.append(x)
+    return constants.display_ppd(*values)
+
+
+def checked_pixels_per_degree(value) -> float:
+    """A pixels-per-degree option, checked (``pixels_per_degree`` computes one from a display)."""
     v = real_number("pixels_per_degree", value)
     check_pixels_per_degree_value(v)
     return v

@@ -83,6 +83,7 @@ SRGB_DECODE_T = 0.04045
 _SRGB_ENCODE_T = 0.0031308
 LAB_DELTA = 6.0 / 29.0
 LAB_T = LAB_DELTA**3  # 0.008856...
+LAB_LIN_OFFSET = 4.0 / 29.0  # f(t) = t / (3 delta^2) + 4/29 below LAB_T
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,7 +283,7 @@ def xyz_to_lab(X, Y, Z):
 
     def f(t):
         cube_root = torch.pow(clamp(t, low=LAB_T), 1.0 / 3.0)
-        return torch.where(t > LAB_T, cube_root, t / (3.0 * LAB_DELTA**2) + 4.0 / 29.0)
+        return torch.where(t > LAB_T, cube_root, t / (3.0 * LAB_DELTA**2) + LAB_LIN_OFFSET)
 
     fx, fy, fz = f(X * INV_WHITE[0]), f(Y * INV_WHITE[1]), f(Z * INV_WHITE[2])
     return 116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)
@@ -493,17 +494,17 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
 # --------------------------------------------------------------------------------------------
 
 _HDR_CAP = 1e15  # exposed values beyond this saturate every curve; capped so x^2 stays finite
+# The luminance weights of Reinhard's curve, the evaluator's (and the kernels') float32 values.
+_LUMINANCE_WEIGHTS = tuple(float(torch.tensor(v, dtype=torch.float32)) for v in (0.2126, 0.7152, 0.0722))
 
 
 def hdr_to_ldr(x, scale, tone_mapper):
     """Expose (x * scale, negatives clamped to 0), tone map and clamp to [0, 1]; x is N x 3 x H x W,
     scale broadcastable to N x 1 x 1 x 1."""
-    import numpy as np
-
     e = clamp(x, low=0.0) * scale
     e = torch.where(e < _HDR_CAP, e, torch.full_like(e, _HDR_CAP))  # the cap itself passes nothing
     if tone_mapper == "reinhard":
-        w = [float(np.float32(v)) for v in (0.2126, 0.7152, 0.0722)]  # the evaluator's float weights
+        w = _LUMINANCE_WEIGHTS
         lum = w[0] * e[:, 0:1] + w[1] * e[:, 1:2] + w[2] * e[:, 2:3]
         return clamp(e / (1.0 + lum), 0.0, 1.0)
     k = tone_coefficients(tone_mapper)

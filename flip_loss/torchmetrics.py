@@ -121,7 +121,7 @@ class FLIPTorchMetric(Metric):
     ):
         super().__init__(**kwargs)
         bins = options.bins(bins, _WHO)
-        self.pixels_per_degree = options.pixels_per_degree(pixels_per_degree)
+        self.pixels_per_degree = options.checked_pixels_per_degree(pixels_per_degree)
         self.input_space = options.input_space(input_space)
         self.data_range = options.data_range(data_range)
         self.alpha, self.background = options.alpha_options(alpha, background)

@@ -17,7 +17,8 @@ from PIL import Image
 
 from flip_loss.cli import CSV_HEADER, example_paths, main
 from flip_loss.colormaps import MAGMA, apply_colormap, to_grey_uint8
-from flip_loss.constants import DEFAULT_PPD, TONE_MAPPER_DISPLAY_NAMES, TONE_MAPPERS, pixels_per_degree
+from flip_loss.constants import DEFAULT_PPD, TONE_MAPPER_DISPLAY_NAMES, TONE_MAPPERS
+from flip_loss.options import pixels_per_degree
 from flip_loss.functional import ldr_flip
 from flip_loss.imageio import load_image, save_png
 from flip_loss.pooling import pool
@@ -510,7 +511,7 @@ def test_fallback_warning_is_one_stderr_line(pair, capsys, monkeypatch):
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("flip-loss: warning: ")
-    assert "reference" in lines[0]
+    assert "pure-PyTorch oracle" in lines[0]
     assert printed_values(captured.out)["Mean"] == [f"{pool(expected_map(*pair)).mean:.6f}"] * 2
     monkeypatch.setattr(_ops, "_warned", set())
     assert main(["-r", str(pair[0]), "-t", str(pair[1]), "-nerm", "-v", "0"]) == 0

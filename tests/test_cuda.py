@@ -180,8 +180,8 @@ def test_opcheck_cuda(ops):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("mask", [(True, True), (True, False), (False, True)], ids=str)
 def test_cuda_autograd_keeps_the_sensitivities_within_its_budget(ops, dtype, mask):
-    # Within kCudaKeptSensitivitiesBytes the CUDA forward keeps them (kernel 1 for a unit gradient)
-    # and the backward is kernel 2 on them; the same map, and the CPU's gradients.
+    # Within kCudaKeptSensitivitiesBytes the CUDA forward keeps them (kTiledGrad for a unit gradient)
+    # and the backward is kTiledTranspose on them; the same map, and the CPU's gradients.
     a, b = inputs((2, 3, 37, 53), dtype)
     w = torch.rand(2, 1, 37, 53, generator=torch.Generator().manual_seed(3), dtype=dtype)
     x, y = a.cuda().requires_grad_(mask[0]), b.cuda().requires_grad_(mask[1])
@@ -369,8 +369,8 @@ def test_large_ppd_backward_matches_cpu(ops, dtype):
 def test_grid_striding_tiles_match_cpu(ops, shape):
     # More than 65535 blocks down the grid's y (4.3 M rows: 268750 tiles of 16 rows, 67188 walks of
     # 4; one band: a single-column image's gradient planes fit the scratch) or items along its z:
-    # the fused forward, both tiled backward kernels and autograd's kept pair (kernel 1 over the
-    # whole batch, kernel 2 on the kept sensitivities: 120 MB here) stride over them. Only the
+    # the fused forward, both tiled backward kernels and autograd's kept pair (kTiledGrad over the
+    # whole batch, kTiledTranspose on the kept sensitivities: 120 MB here) stride over them. Only the
     # test image's gradient, as a loss has.
     a, b = inputs(shape)
     w = torch.linspace(-1, 1, a[:, :1].numel()).view(a[:, :1].shape)

@@ -125,7 +125,7 @@ RUNS = {
 # The barriers whose removal changes nothing, by (block function, n-th barrier in it), as the
 # checker finds them: the barrier after the vertical pass of the tile forward (the per-pixel tails
 # read, for each pixel, the values the same thread wrote: the loops share their index mapping),
-# and the last barrier of kernel 2's tile loop (the next tile's first phase writes only the
+# and the last barrier of kTiledTranspose's tile loop (the next tile's first phase writes only the
 # gradient-plane region of shared memory, which no thread reads after the barrier before the
 # transposed vertical pass, and all threads meet at the next barrier before anything else is
 # written). They stay as guards for layouts that alias regions, which must then show them needed
@@ -158,7 +158,7 @@ def test_every_block_function_with_barriers_has_a_run():
 
 @pytest.mark.parametrize("line, function, k, kind", barriers(), ids=lambda v: str(v))
 def test_each_barrier_left_out_is_caught_or_is_redundant(ops, emulator, line, function, k, kind):
-    # Caught: by at least one of the function's runs (kernel 1's barrier after the tail only by
+    # Caught: by at least one of the function's runs (kTiledGrad's barrier after the tail only by
     # LDR-FLIP's: in HDR-FLIP's the next tile's __syncthreads_or is a barrier before any write).
     runs = RUNS[function]
     with configured(emulator, **TINY_GRID):
@@ -255,9 +255,9 @@ def test_results_do_not_depend_on_the_order_of_blocks_and_threads(ops, emulator,
 
 
 def test_a_band_whose_gradient_planes_were_not_written_poisons_the_gradient(ops, emulator):
-    # The tiled backward: kernel 1 of each band writes the gradient planes kernel 2 reads; the
-    # scratch is NaN before each band. Left out, band 1's kernel 1 (launch 2: band 0 is launches 0
-    # and 1) leaves kernel 2 reading NaN, in band 1's rows and no others.
+    # The tiled backward: kTiledGrad of each band writes the gradient planes kTiledTranspose reads; the
+    # scratch is NaN before each band. Left out, band 1's kTiledGrad (launch 2: band 0 is launches 0
+    # and 1) leaves kTiledTranspose reading NaN, in band 1's rows and no others.
     a, b, g = images(shape=(1, 3, 40, 45))
     want = ops.ldr_flip_backward(g, a, b, 30.0, "srgb", 1e-15, [True, True])
     with configured(emulator, skip_launch=2):
@@ -308,11 +308,11 @@ def test_settings_are_taken_when_a_call_starts(ops, emulator):
 MUTATIONS = (
     # The fused forward's input tile one column off: its halo shifted.
     ("flip/passes.h", "clampi(x0 - R + at.col, 0, g.w - 1)", "clampi(x0 - R + 1 + at.col, 0, g.w - 1)"),
-    # Kernel 2's gradient-plane tile read one row off.
+    # kTiledTranspose's gradient-plane tile read one row off.
     ("flip/passes.h", "gp[q * stride + off]", "gp[q * stride + off + g.w]"),
     # A band holding one gradient-plane row too few above it.
     ("flip/passes.h", "b.g0 = b.y0 - R > 0 ? b.y0 - R : 0;", "b.g0 = b.y0 - R + 1 > 0 ? b.y0 - R + 1 : 0;"),
-    # Kernel 1 skipping the test image's gradient planes in the last row of its band.
+    # kTiledGrad skipping the test image's gradient planes in the last row of its band.
     (
         "flip/passes.h",
         "if (out_t) store_pixel_gradients(out_t, stride, q, gFt, gft);",
@@ -322,7 +322,7 @@ MUTATIONS = (
     ("flip/passes.h", "(i / kTileW) * cols + i % kTileW + R", "(i / kTileW) * cols + i % kTileW + R + 1"),
     # The row pass H's tile and halo one column off.
     ("flip/passes.h", "clampi(x0 - R + i, 0, g.w - 1)", "clampi(x0 - R + i + 1, 0, g.w - 1)"),
-    # Kernel 2 judging whether an exposure won a tile by the band's output rows instead of the
+    # kTiledTranspose judging whether an exposure won a tile by the band's output rows instead of the
     # gradient-plane rows it reads (a winning pixel just above the band is missed).
     (
         "flip/cuda/blocks.h",
@@ -355,7 +355,7 @@ MUTATIONS = (
     ("flip/passes.h", "gmap[off]", "gmap[off + (x + 1 < g.w ? 1 : 0)]"),
     # The forward that keeps them doing so for a gradient of 2 instead of 1.
     ("flip/passes.h", "unit_gradient<T>()", "T(2)"),
-    # Kernel 1 going on with the walk after a tile it skipped, on rows of the tile before that.
+    # kTiledGrad going on with the walk after a tile it skipped, on rows of the tile before that.
     (
         "flip/cuda/blocks.h",
         "tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);\n          fresh = true;",
@@ -412,7 +412,7 @@ def run_hdr_counts(ops, em):
 
 
 def run_hdr_walk_after_a_skip(ops, em):
-    """HDR-FLIP's kernel 1 where exposure 1 wins pixels in tile rows 0, 2 and 3 of one column: the
+    """HDR-FLIP's kTiledGrad where exposure 1 wins pixels in tile rows 0, 2 and 3 of one column: the
     walk computes tile 0, skips tile 1 and must then compute tile 2 from scratch, not from the rows
     tile 0 left in shared memory."""
     gen = torch.Generator().manual_seed(15)

@@ -131,8 +131,8 @@ def test_fused_hdr_forward_matches_cpu_kernels(ops, emulator, dtype, tm):
     ).float().mean() < gpu_agreement.HDR_INDEX_MISMATCH  # float32 near-ties may pick the other exposure
 
 
-# ---- the tiled backward (passes.h: kernel 1 = fused forward + adjoint into banded gradient planes,
-# kernel 2 = transposed filters on a tile + halo in shared memory) ----
+# ---- the tiled backward (passes.h: kTiledGrad = fused forward + adjoint into banded gradient planes,
+# kTiledTranspose = transposed filters on a tile + halo in shared memory) ----
 
 MASKS = [[True, True], [True, False], [False, True]]
 ONE_BAND = 1 << 25  # the kernels' budget: every case below fits in one band
@@ -191,9 +191,9 @@ KEPT_SHAPES = [(2, 3, 23, 31), (1, 3, 1, 1), (1, 3, 17, 65)]
 @pytest.mark.parametrize("shape", KEPT_SHAPES, ids=str)
 @pytest.mark.parametrize("ppd", [10.0, DEFAULT_PPD])
 def test_kept_sensitivities_match_cpu_kernels(ops, emulator, dtype, shape, ppd):
-    # The CUDA autograd's pair (cuda.cpp): the forward that keeps the sensitivities (tiled: kernel 1
+    # The CUDA autograd's pair (cuda.cpp): the forward that keeps the sensitivities (tiled: kTiledGrad
     # over the whole batch, for a unit gradient; rows: H, then V with the tail and its adjoint) and
-    # the backward from them (tiled: kernel 2 scaling them by the gradient; rows: that product, then
+    # the backward from them (tiled: kTiledTranspose scaling them by the gradient; rows: that product, then
     # VT and HT). Against the CPU's pair, whose layout they share, and bit for bit tiled against
     # rows. float32 at DEFAULT_PPD runs the build compiled for its radii.
     a, b = inputs(shape, dtype, seed=12)
@@ -231,7 +231,7 @@ def test_tiled_backward_plan_has_the_bands_the_tests_ask_for(emulator):
 def test_tiled_backward_halo_crosses_tiles_and_bands(ops, emulator):
     # One pixel's incoming gradient, on the last row of a 16-row band and the last column of a
     # 32-wide tile: its input gradient spreads R = 10 pixels into the next band and the next tile,
-    # which only the halos (the next band's recomputed rows above it, kernel 2's R-pixel ring)
+    # which only the halos (the next band's recomputed rows above it, kTiledTranspose's R-pixel ring)
     # carry there.
     a, b = inputs((1, 3, 70, 75), torch.float64, seed=8)
     g = torch.zeros(1, 1, 70, 75, dtype=torch.float64)
@@ -266,7 +266,7 @@ def test_tiled_hdr_backward_matches_cpu_kernels(ops, emulator, dtype, tm, budget
 @pytest.mark.parametrize("budget", ["one band", "row bands"])
 def test_tiled_hdr_backward_skips_tiles_an_exposure_does_not_win(ops, emulator, dtype, budget):
     # Brightness rising 14 stops from left to right: each exposure wins in a vertical strip, so
-    # kernel 1 skips the forward of the 32 x 16 tiles outside it and kernel 2 the tiles whose halo
+    # kTiledGrad skips the forward of the 32 x 16 tiles outside it and kTiledTranspose the tiles whose halo
     # (R = 3 at ppd 20) does not reach it. The gradients stay those of the CPU kernels and, bit for
     # bit, of the row passes, which skip nothing.
     test, ref, ex, counts, g = exposure_strips(dtype)
@@ -400,7 +400,7 @@ def test_a_lock_left_by_a_killed_build_does_not_stall_the_next_load(emulator, tm
 @pytest.mark.parametrize("spot", ["band edge", "R left of a tile", "last column"])
 def test_tiled_hdr_backward_single_winning_pixels(ops, emulator, budget, spot):
     # One pixel wins exposure 1, every other exposure 0: whether a tile computes exposure 1 then
-    # hangs on that pixel alone, at the edges of tile_won's reach (kernel 1 without halo, kernel 2
+    # hangs on that pixel alone, at the edges of tile_won's reach (kTiledGrad without halo, kTiledTranspose
     # with R; bands of 16 rows; the last column). Random or striped winners cannot tell an edge
     # one pixel off.
     h, w, ppd = 48, 96, 20.0

@@ -49,7 +49,7 @@ def test_fallback_warning_repeats_the_reason(monkeypatch):
     monkeypatch.setattr(_ops, "HAS_EXTENSION", False)
     monkeypatch.setattr(_ops, "IMPORT_ERROR", "the compiled extension flip_loss._C is not built in DIR")
     monkeypatch.setattr(_ops, "_warned", set())
-    with pytest.warns(RuntimeWarning, match="not built in DIR.*pure-PyTorch reference"):
+    with pytest.warns(RuntimeWarning, match="not built in DIR.*pure-PyTorch oracle"):
         assert not _ops.use_extension(torch.zeros(1))
 
 

@@ -1,10 +1,12 @@
 """Facts the code states in more than one place, because each language or build system needs its
 own copy, are equal everywhere: the options' limits and the tone mappers (C++ limits.h and
-tone_mapper.h, which the ops enforce, against flip_loss.constants and the command line), the
-default pixels per degree, the version (Python package, CMake package, C++ header), the CUDA
+tone_mapper.h, which the ops enforce, against flip_loss.constants and the command line), the tone
+mappers' coefficients and FLIP's constants (the kernels' C++, exported by flip_loss._C, against
+flip_loss.constants and the oracle, bit for bit), the default pixels per degree and eps, the version (Python package, CMake package, C++ header), the CUDA
 architectures of a build, the oldest supported torch release (the Python extension's and the CMake
 package's stable-ABI target)."""
 
+import math
 import re
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 import torch
 
 import flip_loss
-from flip_loss import constants, op_checks, options, torch_releases
+from flip_loss import constants, hdr, nvidia, op_checks, options, oracle, torch_releases
 from flip_loss.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,12 +49,12 @@ def test_the_ops_refuse_what_the_limits_refuse(ops, limits):
     x = torch.rand(1, 3, 8, 8)
     for ppd in (limits["min_ppd"], limits["max_ppd"]):
         assert ops.ldr_flip(x, x, ppd, "srgb", 0.0).shape == (1, 1, 8, 8)
-        options.pixels_per_degree(ppd)
+        options.checked_pixels_per_degree(ppd)
     for ppd in (limits["min_ppd"] * 0.999, limits["max_ppd"] * 1.001):
         with pytest.raises(ValueError, match="pixels_per_degree"):
             ops.ldr_flip(x, x, ppd, "srgb", 0.0)
         with pytest.raises(ValueError, match="pixels_per_degree"):
-            options.pixels_per_degree(ppd)
+            options.checked_pixels_per_degree(ppd)
 
 
 def test_one_list_of_tone_mappers(ops, limits):
@@ -70,12 +72,90 @@ def test_one_list_of_tone_mappers(ops, limits):
         ops.hdr_flip(x, x, exposures, counts, 67.0, "filmic", 0.0)
 
 
+def bits(values):
+    """The exact bits of a float or a nested tuple of floats (== would take -0.0 for 0.0)."""
+    if isinstance(values, (tuple, list)):
+        return [bits(v) for v in values]
+    return float(values).hex()
+
+
+def test_one_table_of_tone_coefficients(limits):
+    """The kernels' coefficients (tone_coefficients, csrc/flip/hdr_pixel.h, by ToneMapper value) are
+    the Python package's, which the oracle and the exposure solve use, bit for bit."""
+    assert len(limits["tone_coefficients"]) == len(limits["tone_mappers"])
+    for name, row in zip(limits["tone_mappers"], limits["tone_coefficients"]):
+        assert len(row) == 6
+        assert bits(row) == bits(constants.tone_coefficients(name)), name
+    assert sorted(constants.TONE_COEFFICIENTS) == sorted(constants.TONE_MAPPERS)
+    assert oracle.tone_coefficients is constants.tone_coefficients
+    # NVIDIA's loss computes ACES's and Hable's in double (nvidia._exact_tone_coefficients);
+    # Reinhard's row is exact in both, and the same.
+    assert nvidia._exact_tone_coefficients("reinhard") == constants.tone_coefficients("reinhard")
+
+
+def test_an_unknown_tone_mapper_has_no_coefficients():
+    """No copy of the table falls back to another tone mapper's row for a name it does not know."""
+    x = torch.rand(1, 3, 4, 4)
+    for coefficients_of in (
+        constants.tone_coefficients,
+        nvidia._exact_tone_coefficients,
+        hdr.exposure_anchor,
+        lambda name: oracle.hdr_to_ldr(x, 1.0, name),
+    ):
+        with pytest.raises(ValueError, match="tone_mapper must be one of .*'filmic'"):
+            coefficients_of("filmic")
+    with pytest.raises(TypeError, match="tone_mapper must be a string"):
+        constants.tone_coefficients(None)
+    assert constants.tone_coefficients("HABLE") == constants.tone_coefficients("hable")
+
+
+def test_one_set_of_flip_constants(ops):
+    """Every constant of csrc/flip/constants.h (and HDR-FLIP's luminance weights and cap,
+    hdr_pixel.h) that the Python package also states is the same double, bit for bit."""
+    cpp = flip_loss._C.constants()
+    python = {
+        "qc": constants.QC,
+        "pc": constants.PC,
+        "pt": constants.PT,
+        "gw": constants.GW,
+        "qf": constants.QF,
+        "csf_a1": oracle._CSF_A1,
+        "csf_b1": oracle._CSF_B1,
+        "csf_a2": oracle._CSF_A2,
+        "csf_b2": oracle._CSF_B2,
+        "csf_b_max": max(oracle._CSF_B1 + oracle._CSF_B2),
+        "pi": math.pi,
+        "lab_delta3": oracle.LAB_T,
+        "lab_lin_offset": oracle.LAB_LIN_OFFSET,
+        "srgb_knee": oracle.SRGB_DECODE_T,
+        "rgb_to_xyz": oracle.RGB_TO_XYZ,
+        "xyz_to_rgb": oracle.XYZ_TO_RGB,
+        "white": oracle.WHITE,
+        "inv_white": oracle.INV_WHITE,
+        "luminance_weights": oracle._LUMINANCE_WEIGHTS,
+        "hdr_cap": oracle._HDR_CAP,
+    }
+    for name, value in python.items():
+        assert bits(cpp[name]) == bits(value), name
+    # The one constant the oracle does not state: the kernels multiply by 1 / (3 delta^2) = 841/108
+    # where the oracle divides by 3 delta^2 (the same value to an ulp).
+    assert set(cpp) - set(python) == {"lab_lin_slope"}
+    assert cpp["lab_lin_slope"] == 841.0 / 108.0
+    assert cpp["lab_lin_slope"] == pytest.approx(1.0 / (3.0 * oracle.LAB_DELTA**2), rel=1e-15)
+
+
+def test_one_default_eps(ops):
+    for op in (torch.ops.flip.ldr_flip.default, torch.ops.flip.hdr_flip.default):
+        (eps,) = [a.default_value for a in op._schema.arguments if a.name == "eps"]
+        assert eps == constants.DEFAULT_EPS
+
+
 def test_one_default_pixels_per_degree(ops):
     schema_default = torch.ops.flip.ldr_flip.default._schema.arguments[2].default_value
     assert schema_default == constants.DEFAULT_PPD
     header = (ROOT / "csrc" / "include" / "flip_loss" / "flip_loss.h").read_text()
     assert float(re.search(r"kDefaultPpd = ([0-9.]+);", header).group(1)) == constants.DEFAULT_PPD
-    assert constants.DEFAULT_PPD == constants.pixels_per_degree(0.7, 0.7, 3840)
+    assert constants.DEFAULT_PPD == flip_loss.pixels_per_degree(0.7, 0.7, 3840)
 
 
 def test_one_table_of_op_signatures(ops):

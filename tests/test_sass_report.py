@@ -531,8 +531,8 @@ def test_the_report_matches_the_current_kernels(tmp_path):
         assert d["launches"] and all(x["limited_by"] in (*sa.PIPES, "memory") for x in d["launches"])
         assert d["pipes_per_warp"]["instructions"] == pytest.approx(d["per_warp"])
     by_name = {s["scenario"]: s["warp_instructions"] for s in report["scenarios"]}
-    # At 1080p autograd keeps the test image's sensitivities: its forward+backward is kernel 1 (the
-    # fused forward plus the adjoint) and kernel 2 over the whole image; the recomputing one adds
+    # At 1080p autograd keeps the test image's sensitivities: its forward+backward is kTiledGrad (the
+    # fused forward plus the adjoint) and kTiledTranspose over the whole image; the recomputing one adds
     # the fused forward and runs both kernels in bands, which overlap.
     fwd, kept, recomputing = (by_name[k] for k in ("forward", "forward+backward", "forward+backward, recomputing"))
     assert fwd < kept and recomputing > kept + fwd

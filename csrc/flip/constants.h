@@ -16,21 +16,26 @@ namespace flip {
 
 // The colour matrices as functions, so that device code can use them (constexpr arrays cannot be
 // indexed there). Linear sRGB (D65) -> CIE XYZ: the exact rationals of the reference
-// implementation; XYZ -> linear sRGB: their exact inverse (the published 9-decimal table rounds it;
-// both give the same float32 values); white: XYZ of RGB (1, 1, 1), i.e. the row sums
-// (0.950428545, 1, 1.088900371).
+// implementation, row i's numerators over one denominator; XYZ -> linear sRGB: their exact inverse
+// (the published 9-decimal table rounds it; both give the same float32 values); white: XYZ of RGB
+// (1, 1, 1), i.e. the row sums (0.950428545, 1, 1.088900371), each rounded once (a row's numerators
+// add exactly), as flip_loss/oracle.py computes them from the rationals.
 FLIP_CONSTFN double pick3(int j, double a, double b, double c) { return j == 0 ? a : (j == 1 ? b : c); }
-FLIP_CONSTFN double rgb_to_xyz_m(int i, int j) {
-  return i == 0   ? pick3(j, 10135552.0 / 24577794.0, 8788810.0 / 24577794.0, 4435075.0 / 24577794.0)
-         : i == 1 ? pick3(j, 2613072.0 / 12288897.0, 8788810.0 / 12288897.0, 887015.0 / 12288897.0)
-                  : pick3(j, 1425312.0 / 73733382.0, 8788810.0 / 73733382.0, 70074185.0 / 73733382.0);
+FLIP_CONSTFN double rgb_to_xyz_num(int i, int j) {
+  return i == 0   ? pick3(j, 10135552.0, 8788810.0, 4435075.0)
+         : i == 1 ? pick3(j, 2613072.0, 8788810.0, 887015.0)
+                  : pick3(j, 1425312.0, 8788810.0, 70074185.0);
 }
+FLIP_CONSTFN double rgb_to_xyz_den(int i) { return pick3(i, 24577794.0, 12288897.0, 73733382.0); }
+FLIP_CONSTFN double rgb_to_xyz_m(int i, int j) { return rgb_to_xyz_num(i, j) / rgb_to_xyz_den(i); }
 FLIP_CONSTFN double xyz_to_rgb_m(int i, int j) {
   return i == 0   ? pick3(j, 3.2410032329763587, -1.5373989694887855, -0.4986158819963629)
          : i == 1 ? pick3(j, -0.9692242522025166, 1.875929983695176, 0.041554226340084724)
                   : pick3(j, 0.055639419851975444, -0.20401120612390997, 1.0571489771875335);
 }
-FLIP_CONSTFN double white(int i) { return rgb_to_xyz_m(i, 0) + rgb_to_xyz_m(i, 1) + rgb_to_xyz_m(i, 2); }
+FLIP_CONSTFN double white(int i) {
+  return (rgb_to_xyz_num(i, 0) + rgb_to_xyz_num(i, 1) + rgb_to_xyz_num(i, 2)) / rgb_to_xyz_den(i);
+}
 FLIP_CONSTFN double inv_white(int i) { return 1.0 / white(i); }
 
 constexpr double kQc = 0.7;    // exponent on the HyAB colour difference

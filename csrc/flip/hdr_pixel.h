@@ -14,22 +14,56 @@
 
 namespace flip {
 
-// The evaluator's coefficients of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5), rounded to
-// float as it computes them (parity); Reinhard's row is x / (1 + x), used only by the exposure solve.
+// The coefficients (k0..k5) of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5).
+struct ToneCoefficients {
+  float k[6];
+};
+
+// Each tone mapper's coefficients: NVIDIA's evaluator's, rounded to float as it computes them
+// (parity; docs/algorithm.md §5.3). Reinhard's row is x / (1 + x), used only by the exposure solve
+// (hdr_to_ldr applies Reinhard to the luminance). flip_loss._C.limits() exports the table, which
+// flip_loss.constants.tone_coefficients must equal bit for bit (tests/test_one_source.py). A switch
+// rather than an array, so that device code can read it. The switch has no default: a tone mapper
+// without a row is a compiler warning (-Wswitch) and leaves the all-zero row below, which the
+// static_assert refuses.
+FLIP_CONSTFN ToneCoefficients tone_coefficients(ToneMapper tm) {
+  switch (tm) {
+    case ToneMapper::kReinhard:
+      return {{0.0f, 1.0f, 0.0f, 0.0f, 1.0f, 1.0f}};
+    case ToneMapper::kAces:
+      return {{0.6f * 0.6f * 2.51f, 0.6f * 0.03f, 0.0f, 0.6f * 0.6f * 2.43f, 0.6f * 0.59f, 0.14f}};
+    case ToneMapper::kHable:
+      return {{0.231683f, 0.013791f, 0.0f, 0.18f, 0.3f, 0.018f}};
+  }
+  return {{0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}};  // no such tone mapper: the ops' parse refuses it
+}
+
+// Every value of the enum below kToneMapperCount has a name and a row (its constant term k5 is
+// nonzero: T(0) is finite). Qualified names: the CPU kernels include this file inside their
+// variant namespaces (cpu/isa.h), tone_mapper.h outside them.
+constexpr bool every_tone_mapper_is_complete() {
+  for (int i = 0; i < ::flip::kToneMapperCount; ++i) {
+    if (::flip::kToneMapperNames[i] == nullptr || tone_coefficients(static_cast<ToneMapper>(i)).k[5] == 0.0f) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(every_tone_mapper_is_complete(), "each ToneMapper needs a name and a row of tone_coefficients");
+
+// Coefficient j of tone mapper tm for the per-pixel code, as selects between the table's
+// constants: the last tone mapper's row unless tm is an earlier one (every value the ops' parse
+// gives is below kToneMapperCount). Selects on a loop-invariant tm let GCC vectorise the CPU
+// kernels' loops; a switch there, or a compare for every row, keeps them scalar (hdr_to_ldr 2.6x
+// slower on its own, a CPU hdr_flip about 25% slower).
 FLIP_CONSTFN float tone_coef(ToneMapper tm, int j) {
-  return tm == ToneMapper::kReinhard ? (j == 1 || j == 4 || j == 5 ? 1.0f : 0.0f)
-         : tm == ToneMapper::kAces   ? (j == 0   ? 0.6f * 0.6f * 2.51f
-                                        : j == 1 ? 0.6f * 0.03f
-                                        : j == 2 ? 0.0f
-                                        : j == 3 ? 0.6f * 0.6f * 2.43f
-                                        : j == 4 ? 0.6f * 0.59f
-                                                 : 0.14f)
-                                     : (j == 0   ? 0.231683f
-                                        : j == 1 ? 0.013791f
-                                        : j == 2 ? 0.0f
-                                        : j == 3 ? 0.18f
-                                        : j == 4 ? 0.3f
-                                                 : 0.018f);
+  constexpr int last = ::flip::kToneMapperCount - 1;
+  float k = tone_coefficients(static_cast<ToneMapper>(last)).k[j];
+  FLIP_UNROLL
+  for (int i = last - 1; i >= 0; --i) {
+    k = static_cast<int>(tm) == i ? tone_coefficients(static_cast<ToneMapper>(i)).k[j] : k;
+  }
+  return k;
 }
 
 // Exposed values beyond this saturate every tone curve (T(x) is within 1e-15 of its limit), and

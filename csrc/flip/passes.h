@@ -12,13 +12,13 @@
 //                   the 2R horizontal-output rows two tiles share kept between them; writes the map
 //                   only.
 //   tiled backward  per band of rows (plan_backward, scratch within kBackwardScratchBytes):
-//                   kernel 1 = the fused forward's phases + the per-pixel adjoint, writing the
-//                   gradient planes of the images whose gradient is wanted; kernel 2 = those planes'
+//                   kTiledGrad = the fused forward's phases + the per-pixel adjoint, writing the
+//                   gradient planes of the images whose gradient is wanted; kTiledTranspose = those planes'
 //                   tile + R halo, transposed vertical and horizontal filters in shared memory, the
 //                   chain to the input. Nothing runs for an image whose gradient is not wanted,
 //                   nor (HDR-FLIP) for a tile that the exposure won nowhere near (tile_won).
-//   kept            LDR-FLIP's autograd keeping the sensitivities (whole_batch_plan): kernel 1
-//                   over the whole batch for a unit gradient, writing them and the map; kernel 2
+//   kept            LDR-FLIP's autograd keeping the sensitivities (whole_batch_plan): kTiledGrad
+//                   over the whole batch for a unit gradient, writing them and the map; kTiledTranspose
 //                   on them times the incoming gradient.
 // Row passes (every op's single stages, and LDR/HDR-FLIP where the tiles' shared memory does not
 // fit or FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1; each a launch; planes in global memory, H x W each):
@@ -710,10 +710,10 @@ FLIP_HD void ht_store(const Geometry& g, Input mode, int64_t p, const T g_opp[3]
 }
 
 // ---- Tiled LDR-/HDR-FLIP backward: two kernels per band --------------------------------------
-// Kernel 1 (one block per walk of kWalkTiles tiles, as the fused forward): the fused forward's phases
+// kTiledGrad (one block per walk of kWalkTiles tiles, as the fused forward): the fused forward's phases
 // 1-3 for both images, then the per-pixel adjoint, which writes the 7 gradient planes (gF0..2,
 // gdx, gdy, gddx, gddy: store_pixel_gradients) of each image whose gradient is wanted, and of no
-// other, into a scratch buffer. Kernel 2 (one block per tile and wanted image): the tile plus an
+// other, into a scratch buffer. kTiledTranspose (one block per tile and wanted image): the tile plus an
 // R-pixel halo of that image's gradient planes into shared memory, the transposed vertical filters
 // there, the transposed horizontal ones (ht_pixel), the chain to the input (ht_store).
 // Every gradient value is written by one thread, once (HDR-FLIP: at most once per exposure, in exposure
@@ -845,7 +845,7 @@ FLIP_HD void ldr_kept_grad_pixel(const T* grad, const T* kept, T* gplanes, const
   }
 }
 
-// Kernel 1 runs tiles over rows [b.g0, b.g1): tile ty starts at row b.g0 + ty * kTileH.
+// kTiledGrad runs tiles over rows [b.g0, b.g1): tile ty starts at row b.g0 + ty * kTileH.
 FLIP_HD int64_t tiled_grad_tiles_y(const BackwardBand& b) { return (b.g1 - b.g0 + kTileH - 1) / kTileH; }
 
 // The incoming gradient for which the kept sensitivities are computed.
@@ -854,7 +854,7 @@ FLIP_HD constexpr T unit_gradient() {
   return T(1);
 }
 
-// Kernel 1, phase 4 (after fused_load, fused_horizontal, fused_vertical of both images): the
+// kTiledGrad, phase 4 (after fused_load, fused_horizontal, fused_vertical of both images): the
 // per-pixel adjoint of the tile's pixels in rows below b.g1 into the wanted images' gradient planes.
 // grad and index point at item n's map; with hs (HDR-FLIP, one exposure) only the pixels this
 // exposure won pass their incoming gradient. With map instead of grad (LDR-FLIP's forward that
@@ -893,9 +893,9 @@ FLIP_HD void tiled_tail_vjp(const Geometry& g, const BackwardBand& b, int64_t n,
 // HDR-FLIP, one exposure i: whether this thread's share of the pixels in rows [y0 - halo, y0 +
 // kTileH + halo) within [r0, r1) and columns [x0 - halo, x0 + kTileW + halo) within the image won
 // exposure i (index: the item's map). The kernels OR it over the block: where no pixel of a tile
-// (kernel 1, halo 0) won it, the tile's gradient planes are exactly zero and kernel 1 writes them
+// (kTiledGrad, halo 0) won it, the tile's gradient planes are exactly zero and kTiledGrad writes them
 // without the forward (tiled_zero_planes); where no pixel of the tile and its R halo won it
-// (kernel 2, halo R), the tile's input gradient gains nothing and kernel 2 skips it. With
+// (kTiledTranspose, halo R), the tile's input gradient gains nothing and kTiledTranspose skips it. With
 // automatic exposures each pixel is won by one exposure, mostly in large regions, so most tiles
 // skip most exposures.
 FLIP_HD bool tile_won(const int32_t* index, const Geometry& g, int64_t i, int64_t y0, int64_t x0, int64_t r0,
@@ -910,7 +910,7 @@ FLIP_HD bool tile_won(const int32_t* index, const Geometry& g, int64_t i, int64_
   return won;
 }
 
-// Kernel 1 for a tile no pixel of which won this exposure: zero gradient planes, as the adjoint of
+// kTiledGrad for a tile no pixel of which won this exposure: zero gradient planes, as the adjoint of
 // a zero incoming gradient gives, for the tile's pixels below b.g1.
 template <class T>
 FLIP_HD void tiled_zero_planes(const Geometry& g, const BackwardBand& b, int64_t n, int64_t y0, int64_t x0, int tid,
@@ -928,13 +928,13 @@ FLIP_HD void tiled_zero_planes(const Geometry& g, const BackwardBand& b, int64_t
   }
 }
 
-// Kernel 2's shared memory: the gradient planes over the tile and its halo, then the transposed
+// kTiledTranspose's shared memory: the gradient planes over the tile and its halo, then the transposed
 // vertical outputs over the tile's rows and the halo's columns.
 FLIP_HD int tiled_t_smem_len(int R) {
   return kResponsePlanesPerImage * fused_rows(R) * fused_cols(R) + kHorizontalPlanesPerImage * kTileH * fused_cols(R);
 }
 
-// Kernel 2, phase 1: rows [y0 - R, y0 + kTileH + R) and columns [x0 - R, x0 + kTileW + R) of one
+// kTiledTranspose, phase 1: rows [y0 - R, y0 + kTileH + R) and columns [x0 - R, x0 + kTileW + R) of one
 // image's gradient planes gp (band b) into shared memory, zero outside the image's columns and
 // outside the rows the band holds. Where the band reaches the image's border those are the zeros
 // of the transposed filter; elsewhere the rows the band lacks feed only rows it does not output.
@@ -957,7 +957,7 @@ FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g,
   }
 }
 
-// Kernel 2, phase 2: the transposed vertical filters (vt_values) of the tile's rows below y_end,
+// kTiledTranspose, phase 2: the transposed vertical filters (vt_values) of the tile's rows below y_end,
 // every column of the halo included (zero outside the image).
 template <class Bank, class S>
 FLIP_HD void tiled_vertical_t(const Geometry& g, const Bank& t, int64_t y0, int64_t y_end, int R, int tid, int nthreads,
@@ -982,7 +982,7 @@ FLIP_HD void tiled_vertical_t(const Geometry& g, const Bank& t, int64_t y0, int6
   }
 }
 
-// Kernel 2, phase 3: the transposed horizontal filters of the tile's pixels (rows below y_end)
+// kTiledTranspose, phase 3: the transposed horizontal filters of the tile's pixels (rows below y_end)
 // and the chain to the input, stored by ht_store (src, out, scale, tm as there).
 template <class Bank, class S, class T = typename Bank::value_type>
 FLIP_HD void tiled_horizontal_t(const Geometry& g, const Bank& t, int64_t y0, int64_t y_end, int64_t x0, int R, int tid,

@@ -1,6 +1,8 @@
 // The tone mappers of HDR-FLIP, on their own so that the CPU kernels' entry points (cpu/kernels.h)
 // can name the type outside the per-instruction-set variants (cpu/isa.h): one type for every
-// backend and the ops' argument check (csrc/ops/checks.h, which maps the names to it).
+// backend and the ops' argument check (csrc/ops/checks.h, which maps the names to it). A tone
+// mapper is its enum value and name here and its coefficients (tone_coefficients, hdr_pixel.h,
+// which is compiled inside each variant); docs/development.md, "Adding a tone mapper".
 #pragma once
 
 namespace flip {

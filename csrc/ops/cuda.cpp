@@ -176,8 +176,8 @@ int64_t backward_scratch_budget() {
 }
 
 // FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH=1 fills the tiled backward's scratch with NaN before each band
-// (and, in HDR-FLIP, before each exposure of a band; kernels.cu, launch_tiled_band). Kernel 2 of a
-// band must read only gradient planes kernel 1 of the same band wrote; a read of anything else (a
+// (and, in HDR-FLIP, before each exposure of a band; kernels.cu, launch_tiled_band). kTiledTranspose of a
+// band must read only gradient planes kTiledGrad of the same band wrote; a read of anything else (a
 // halo row left out, a row left over from the band before) would otherwise take stale but finite
 // values, which compute-sanitizer's initcheck cannot tell from written ones. With the switch such a
 // read turns the gradient NaN, so the CUDA tests' backward cases catch it (scripts/gpu/gpu_check.sh
@@ -327,7 +327,7 @@ Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
 
 // LDR-FLIP's forward that keeps the sensitivities (the CUDA autograd's forward when they fit its
 // budget, flip::kCudaKeptSensitivitiesBytes): the map and, for a unit gradient, the sensitivities
-// of the images in mask, laid out as the CPU's (N x 7k x H x W). Tiled: kernel 1 of the tiled
+// of the images in mask, laid out as the CPU's (N x 7k x H x W). Tiled: kTiledGrad of the tiled
 // backward over the whole batch; else the row passes with a tail that keeps them.
 Pair ldr_flip_with_sensitivities(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps,
                                  MaskArg mask_arg) {

@@ -2,8 +2,8 @@
 // static STABLE_TORCH_LIBRARY registrations. The module is written against Python's limited API
 // (one binary for every Python from 3.10 on) and links no part of torch's Python bindings.
 // Everything goes through torch.ops.flip; the module's functions say which instruction-set level
-// the CPU kernels run with (for benchmarks and bug reports), the limits the kernels enforce, and
-// carry a Python exception raised during a long CPU loop (Ctrl-C) back to Python.
+// the CPU kernels run with (for benchmarks and bug reports), the limits and constants the kernels
+// use, and carry a Python exception raised during a long CPU loop (Ctrl-C) back to Python.
 #include <Python.h>
 
 #include <atomic>
@@ -11,7 +11,9 @@
 #include <string>
 
 #include "../flip/cpu/interrupt.h"
+#include "../flip/constants.h"
 #include "../flip/cpu/kernels.h"
+#include "../flip/hdr_pixel.h"
 #include "../flip/plane_counts.h"
 #include "../flip/tone_mapper.h"
 #include "../include/flip_loss/limits.h"
@@ -103,24 +105,85 @@ PyObject* stop_polling(PyObject*, PyObject*) {
 
 PyObject* cpu_capability(PyObject*, PyObject*) { return PyUnicode_FromString(flip::cpu::capability()); }
 
-// The ops' argument limits and tone mappers (limits.h, tone_mapper.h), so that the Python package's
-// copies of them (flip_loss/constants.py) can be checked against the ones the ops enforce.
-PyObject* limits(PyObject*, PyObject*) {
-  PyObject* names = PyTuple_New(flip::kToneMapperCount);
-  if (names == nullptr) return nullptr;
-  for (int i = 0; i < flip::kToneMapperCount; ++i) {
-    PyObject* name = PyUnicode_FromString(flip::kToneMapperNames[i]);
-    if (name == nullptr || PyTuple_SetItem(names, i, name) != 0) {
-      Py_DECREF(names);
+// A tuple of the n objects item(0), ..., item(n - 1) (new references, which it takes), or nullptr
+// with the Python error set.
+template <class Item>
+PyObject* tuple_of(int n, Item item) {
+  PyObject* t = PyTuple_New(n);
+  if (t == nullptr) return nullptr;
+  for (int i = 0; i < n; ++i) {
+    PyObject* v = item(i);
+    if (v == nullptr || PyTuple_SetItem(t, i, v) != 0) {
+      Py_DECREF(t);
       return nullptr;
     }
   }
-  return Py_BuildValue("{s:d,s:d,s:d,s:L,s:L,s:N,s:L,s:L}", "min_ppd", flip_loss::kMinPpd, "max_ppd",
-                       flip_loss::kMaxPpd, "max_eps", flip_loss::kMaxEps, "min_exposures",
-                       static_cast<long long>(flip_loss::kMinExposures), "max_exposures",
-                       static_cast<long long>(flip_loss::kMaxExposures), "tone_mappers", names,
-                       "sensitivity_planes_per_image", static_cast<long long>(flip::kResponsePlanesPerImage),
-                       "cuda_kept_sensitivities_bytes", flip::kCudaKeptSensitivitiesBytes);
+  return t;
+}
+
+template <class Value>
+PyObject* doubles(int n, Value value) {
+  return tuple_of(n, [&](int i) { return PyFloat_FromDouble(static_cast<double>(value(i))); });
+}
+
+template <class Entry>
+PyObject* matrix3(Entry m) {
+  return tuple_of(3, [&](int i) { return doubles(3, [&](int j) { return m(i, j); }); });
+}
+
+// The ops' argument limits and tone mappers (limits.h, tone_mapper.h: the names and coefficients
+// by ToneMapper value), so that the Python package's copies of them (flip_loss/constants.py) can
+// be checked against the ones the ops enforce.
+PyObject* limits(PyObject*, PyObject*) {
+  PyObject* names =
+      tuple_of(flip::kToneMapperCount, [](int i) { return PyUnicode_FromString(flip::kToneMapperNames[i]); });
+  PyObject* coefficients = tuple_of(flip::kToneMapperCount, [](int i) {
+    const flip::ToneCoefficients row = flip::tone_coefficients(static_cast<flip::ToneMapper>(i));
+    return doubles(6, [&](int j) { return row.k[j]; });
+  });
+  if (names == nullptr || coefficients == nullptr) {
+    Py_XDECREF(names);
+    Py_XDECREF(coefficients);
+    return nullptr;
+  }
+  return Py_BuildValue(
+      "{s:d,s:d,s:d,s:L,s:L,s:N,s:N,s:L,s:L}", "min_ppd", flip_loss::kMinPpd, "max_ppd", flip_loss::kMaxPpd, "max_eps",
+      flip_loss::kMaxEps, "min_exposures", static_cast<long long>(flip_loss::kMinExposures), "max_exposures",
+      static_cast<long long>(flip_loss::kMaxExposures), "tone_mappers", names, "tone_coefficients", coefficients,
+      "sensitivity_planes_per_image", static_cast<long long>(flip::kResponsePlanesPerImage),
+      "cuda_kept_sensitivities_bytes", flip::kCudaKeptSensitivitiesBytes);
+}
+
+// FLIP's published constants (csrc/flip/constants.h) and HDR-FLIP's luminance weights and cap
+// (hdr_pixel.h) as the kernels use them, so that the Python package's copies (flip_loss/constants.py,
+// flip_loss/oracle.py) can be checked against them.
+PyObject* constants(PyObject*, PyObject*) {
+  PyObject* parts[] = {doubles(3, [](int i) { return flip::kCsfA1[i]; }),
+                       doubles(3, [](int i) { return flip::kCsfB1[i]; }),
+                       doubles(3, [](int i) { return flip::kCsfA2[i]; }),
+                       doubles(3, [](int i) { return flip::kCsfB2[i]; }),
+                       matrix3([](int i, int j) { return flip::rgb_to_xyz_m(i, j); }),
+                       matrix3([](int i, int j) { return flip::xyz_to_rgb_m(i, j); }),
+                       doubles(3, [](int i) { return flip::white(i); }),
+                       doubles(3, [](int i) { return flip::inv_white(i); }),
+                       doubles(3, [](int i) {  // the luminance weights, as the kernels' floats
+                         float unit[3] = {0.0f, 0.0f, 0.0f};
+                         unit[i] = 1.0f;
+                         return flip::luminance(unit);
+                       })};
+  for (PyObject* part : parts) {
+    if (part == nullptr) {
+      for (PyObject* p : parts) Py_XDECREF(p);
+      return nullptr;
+    }
+  }
+  return Py_BuildValue("{s:d,s:d,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:N,s:d}", "qc",
+                       flip::kQc, "pc", flip::kPc, "pt", flip::kPt, "gw", flip::kGw, "qf", flip::kQf, "csf_a1",
+                       parts[0], "csf_b1", parts[1], "csf_a2", parts[2], "csf_b2", parts[3], "csf_b_max",
+                       flip::kCsfBMax, "pi", flip::kPi, "lab_delta3", flip::kLabDelta3, "lab_lin_slope",
+                       flip::kLabLinSlope, "lab_lin_offset", flip::kLabLinOffset, "srgb_knee", flip::kSrgbKnee,
+                       "rgb_to_xyz", parts[4], "xyz_to_rgb", parts[5], "white", parts[6], "inv_white", parts[7],
+                       "luminance_weights", parts[8], "hdr_cap", flip::hdr_cap<double>());
 }
 
 PyMethodDef methods[] = {
@@ -129,7 +192,11 @@ PyMethodDef methods[] = {
     {"limits", &limits, METH_NOARGS,
      "The ops' argument limits (min_ppd, max_ppd, max_eps, min_exposures, max_exposures), tone mapper "
      "names, the planes per image of the kept sensitivities and the most bytes of them CUDA keeps, as "
-     "the C++ kernels use them."},
+     "the C++ kernels use them; the tone mappers' coefficients (k0..k5) by tone mapper, in the names' order."},
+    {"constants", &constants, METH_NOARGS,
+     "FLIP's published constants as the C++ kernels use them (csrc/flip/constants.h): qc, pc, pt, gw, qf, the CSF "
+     "parameters, the Lab and sRGB break points, the colour matrices, the white point, HDR-FLIP's luminance weights "
+     "and cap."},
     {"catch_interrupts", &catch_interrupts, METH_NOARGS,
      "Until the matching take_interrupt(), keeps the exception a Python signal handler raises inside this "
      "thread's ops for take_interrupt() (else the op's RuntimeError names it and it is dropped)."},

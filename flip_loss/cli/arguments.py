@@ -22,7 +22,6 @@ from ..constants import (
     MAX_EXPOSURES,
     MAX_PPD,
     MIN_PPD,
-    pixels_per_degree,
 )
 from ..imageio import MAX_IMAGE_PIXELS
 from ..pooling import STATISTICS
@@ -71,7 +70,7 @@ def path_text(text: str) -> str:
 
 def _ppd_value(text: str) -> float:
     try:
-        return options.pixels_per_degree(float(text))
+        return options.checked_pixels_per_degree(float(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number from {MIN_PPD:g} to {MAX_PPD:g}, got '{text}'") from None
 
@@ -602,9 +601,9 @@ def ppd_of(args) -> float:
     """The pixels per degree of the run: --ppd, or from --viewing-conditions (checked against the
     same limit as --ppd: extreme conditions give 0 or infinitely many), or the default."""
     if args.viewing_conditions is not None:
-        ppd = pixels_per_degree(*args.viewing_conditions)
+        ppd = options.pixels_per_degree(*args.viewing_conditions)
         try:
-            return options.pixels_per_degree(ppd)
+            return options.checked_pixels_per_degree(ppd)
         except ValueError:
             given = " ".join(f"{v:g}" for v in args.viewing_conditions)
             raise UsageError(

@@ -69,7 +69,7 @@ def _too_many_exposures(start: float, stop: float) -> UsageError:
 
 def _fallback_warnings(op: str, device) -> List[str]:
     """The warning ``flip_loss._ops.use_extension`` gives once per process when ``op`` on ``device``
-    falls back to the pure-PyTorch reference, taken over as the run's own warning line (and so
+    falls back to the pure-PyTorch oracle, taken over as the run's own warning line (and so
     marked as given, as the library would mark it). Catching it instead, with
     ``warnings.catch_warnings``, would swap the process-wide warning filters while the pair is
     evaluated, which another thread's warnings (or its own catch_warnings) would then run into."""
@@ -77,12 +77,12 @@ def _fallback_warnings(op: str, device) -> List[str]:
 
     if not _ops.HAS_EXTENSION:
         key = "no-ext"
-        message = f"flip_loss: {_ops.IMPORT_ERROR}; falling back to the slow pure-PyTorch reference implementation"
+        message = f"flip_loss: {_ops.IMPORT_ERROR}; falling back to the slow pure-PyTorch oracle (flip_loss.oracle)"
     elif device.type not in _ops.KERNEL_DEVICES.get(op, ()):
         key = f"dev-{op}-{device.type}"
         message = (
             f"flip_loss: no compiled {op} kernels for device '{device.type}' in this build; using the "
-            "pure-PyTorch reference implementation"
+            "pure-PyTorch oracle (flip_loss.oracle)"
         )
     else:
         return []

@@ -99,7 +99,7 @@ FLIP_HD void vt_block(B& b, const Params<T>& p, const Step<T>& s) {
 }
 
 // The fused forward's phases 1-3 for both images of item n's tile at (y0, x0), as the fused
-// forward and the tiled backward's kernel 1 run them: afterwards shared memory holds both images'
+// forward and the tiled backward's kTiledGrad run them: afterwards shared memory holds both images'
 // vertical outputs (fused_vertical_offset). `fresh`: the tile computes all its horizontal-output
 // rows; else it follows the tile above it in a walk, whose bottom 2R rows it keeps
 // (fused_keep_rows), and computes its kTileH new ones. Rad: the radii (params.h, AnyRadius or
@@ -154,7 +154,7 @@ FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
   }
 }
 
-// Tiled backward, kernel 1 (passes.h): for each tile of band s.band's gradient-plane rows (walks
+// Tiled backward, kTiledGrad (passes.h): for each tile of band s.band's gradient-plane rows (walks
 // of kWalkTiles tiles, as the fused forward), the fused forward of both images, then the adjoint into the wanted images' gradient planes in
 // p.scratch. s.mode as in fused_block (kHdr: exposure s.hs, gradient only where p.index names it; a
 // tile without such a pixel writes zero planes and skips the rest). s.kept (LDR-FLIP's forward
@@ -194,7 +194,7 @@ FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
   }
 }
 
-// Tiled backward, kernel 2: for each tile of band s.band's output rows and each wanted image (z),
+// Tiled backward, kTiledTranspose: for each tile of band s.band's output rows and each wanted image (z),
 // the gradient planes with their halo into shared memory, the transposed filters, the chain into
 // p.g_test / p.g_ref (kHdr: accumulated, one exposure per launch; a tile whose pixels and halo
 // the exposure won nowhere adds nothing and is skipped). s.kept: the planes are p.sensitivities,

@@ -194,8 +194,8 @@ struct Params {
   // them reads them (with grad) in place of the tiled backward's scratch.
   T* sensitivities = nullptr;
   // A debugging aid (FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH, csrc/ops/cuda.cpp; always on in the
-  // emulator): fill the scratch with NaN before each band's kernel 1, so that kernel 2 reading a
-  // value kernel 1 did not write gives NaN.
+  // emulator): fill the scratch with NaN before each band's kTiledGrad, so that kTiledTranspose reading a
+  // value kTiledGrad did not write gives NaN.
   bool nan_scratch = false;
 };
 
@@ -212,8 +212,8 @@ struct Step {
   int wanted = 0;                      // VT: bit im set when image im's gradient is wanted
   HdrStep<T> hs = HdrStep<T>::none();  // HDR-FLIP: the exposure
   BackwardBand band{};                 // the tiled backward's band
-  // The tiled kernels on kept sensitivities (p.sensitivities, band: the whole batch): kernel 1
-  // writes them for a unit gradient and the map into p.out; kernel 2 multiplies them by p.grad.
+  // The tiled kernels on kept sensitivities (p.sensitivities, band: the whole batch): kTiledGrad
+  // writes them for a unit gradient and the map into p.out; kTiledTranspose multiplies them by p.grad.
   bool kept = false;
 };
 
@@ -235,8 +235,8 @@ enum class Kernel : int {
   kHuntHyab,
   kHuntHyabVjp,
   kFused,           // the fused forward
-  kTiledGrad,       // the tiled backward's kernel 1
-  kTiledTranspose,  // and kernel 2
+  kTiledGrad,       // the tiled backward's first kernel: forward + adjoint into gradient planes
+  kTiledTranspose,  // its second: the transposed filters on those planes
 };
 
 // A launch's grid (CUDA's dim3 without CUDA's headers).
@@ -268,8 +268,8 @@ inline Dim3 row_grid(const Geometry& g, const GridLimits& l) {
               grid_dim(g.n * g.images, l.max_z)};
 }
 
-// The tiled kernels: one block per kTileW column tile, `y` tile rows (kernel 2) or walks of them
-// (the fused forward and kernel 1, passes.h) and `z` items (or item-images); rows and z stride in
+// The tiled kernels: one block per kTileW column tile, `y` tile rows (kTiledTranspose) or walks of them
+// (the fused forward and kTiledGrad, passes.h) and `z` items (or item-images); rows and z stride in
 // the kernel past the limits.
 inline Dim3 tile_grid(const Geometry& g, int64_t y, int64_t z, const GridLimits& l) {
   return Dim3{static_cast<unsigned>((g.w + kTileW - 1) / kTileW), grid_dim(y, l.max_y), grid_dim(z, l.max_z)};
@@ -284,12 +284,12 @@ template <class T>
 size_t ht_smem_bytes(int R, int planes) {
   return sizeof(T) * ht_smem_len(kBlock, R, planes);
 }
-// The fused forward and the tiled backward's kernel 1 (the same layout).
+// The fused forward and the tiled backward's kTiledGrad (the same layout).
 template <class T>
 size_t fused_smem_bytes(int R) {
   return sizeof(T) * fused_smem_len(R);
 }
-// The tiled backward's kernel 2.
+// The tiled backward's kTiledTranspose.
 template <class T>
 size_t tiled_t_smem_bytes(int R) {
   return sizeof(T) * tiled_t_smem_len(R);

@@ -80,7 +80,7 @@ void fused(L& l, const Params<T>& p, Input mode, HdrStep<T> hs) {
                                fused_smem_bytes<T>(p.taps.rmax), p, s);
 }
 
-// The tiled backward's kernel 1 and kernel 2 over band s.band.
+// The tiled backward's kTiledGrad and kTiledTranspose over band s.band.
 template <class T, class L>
 void tiled_grad(L& l, const Params<T>& p, const Step<T>& s) {
   const BackwardBand& b = s.band;
@@ -95,12 +95,12 @@ void tiled_transpose(L& l, const Params<T>& p, const Step<T>& s) {
       tiled_t_smem_bytes<T>(p.taps.rmax), p, s);
 }
 
-// One band of the tiled backward for one step (LDR-FLIP: hs none; HDR-FLIP: one exposure): kernel 1
-// writes the band's gradient planes, kernel 2, queued after it, reads them.
+// One band of the tiled backward for one step (LDR-FLIP: hs none; HDR-FLIP: one exposure): kTiledGrad
+// writes the band's gradient planes, kTiledTranspose, queued after it, reads them.
 template <class T, class L>
 void tiled_band(L& l, const Params<T>& p, const BackwardBand& b, Input mode, HdrStep<T> hs) {
   const int R = p.taps.rmax;
-  // Kernel 1 writes every gradient-plane value kernel 2 of the same band reads (zeros in the tiles
+  // kTiledGrad writes every gradient-plane value kTiledTranspose of the same band reads (zeros in the tiles
   // an exposure won nowhere), so nothing may come from a band or exposure before: with the whole
   // scratch NaN a read of anything else poisons the gradient.
   if (p.nan_scratch) l.fill_nan(p.scratch, static_cast<size_t>(p.plan.scratch_elems(p.g)));
@@ -155,7 +155,7 @@ Step<T> kept_step(const Params<T>& p) {
 }
 
 // LDR-FLIP's forward that keeps the sensitivities of the images p.plan.wanted names: the map into
-// p.out, the sensitivities into p.sensitivities. Tiled: kernel 1 of the tiled backward over the
+// p.out, the sensitivities into p.sensitivities. Tiled: kTiledGrad of the tiled backward over the
 // whole batch, for a unit gradient; rows: H, then V with the tail and its adjoint.
 template <class T, class L>
 void ldr_flip_forward_keep_tiled(L& l, const Params<T>& p) {
@@ -170,7 +170,7 @@ void ldr_flip_forward_keep(L& l, const Params<T>& p) {
 }
 
 // The backward from the kept sensitivities of the images p.plan.wanted names, which are the ones
-// p.g_test and p.g_ref ask for: grad -> g_test, g_ref. Tiled: kernel 2 of the tiled backward over
+// p.g_test and p.g_ref ask for: grad -> g_test, g_ref. Tiled: kTiledTranspose of the tiled backward over
 // the whole batch, multiplying the sensitivities by grad; rows: that product into the gradient
 // planes, then VT and HT.
 template <class T, class L>

@@ -1,0 +1,69 @@
+"""What a call may read of its tensors on the host: whether it is traced (torch.compile), whether
+its tensors hold values at all (not meta tensors or FakeTensors, seen through functorch's wrappers),
+and a small table of them read back for the checks that need values (``ldr_flip``, ``hdr_flip``,
+``FLIPLoss``, ``FLIPMetric`` and NVIDIA's API share them)."""
+
+from typing import Optional
+
+import torch
+
+
+def is_compiling() -> bool:
+    """Whether torch.compile is tracing the call (its values are symbolic)."""
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+
+
+def is_device_call(test) -> bool:
+    """Whether an eager call with ``test`` counts as its owner's look at inputs on a device (not one
+    with inputs without values, meta tensors or FakeTensors, which cannot be looked at)."""
+    return (
+        isinstance(test, torch.Tensor)
+        and test.device.type != "cpu"
+        and not is_compiling()
+        and (is_plain_tensor(test) or _unwrapped_has_values(test))
+    )
+
+
+def _unwrapped(t: torch.Tensor) -> torch.Tensor:
+    """``t`` without its functorch wrappers (vmap, grad, ...): the tensor that holds the values."""
+    functorch = torch._C._functorch
+    while functorch.is_functorch_wrapped_tensor(t):
+        t = functorch.get_unwrapped(t)
+    return t
+
+
+def is_plain_tensor(t: torch.Tensor) -> bool:
+    """A tensor that holds its values itself: not a subclass (FakeTensor), not functorch-wrapped,
+    not on the meta device."""
+    return (
+        type(t) is torch.Tensor and t.device.type != "meta" and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    )
+
+
+def _unwrapped_has_values(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    t = _unwrapped(t)
+    return t.device.type != "meta" and not is_fake(t)
+
+
+def host_table(table: torch.Tensor) -> Optional[torch.Tensor]:
+    """The values of a small table (rows of flags or per-image values, computed for a check) as a
+    float64 CPU tensor of ``table.shape[0]`` rows, for the checks that read values back; None when
+    there are no values to read (meta tensors, FakeTensors: the check is skipped, and nothing in the
+    result depends on it). Under functorch transforms (vmap, grad, ...) the table is unwrapped, and
+    the values of every vmapped example are read: row i then holds row i of every example (each
+    vmap level's batch dimension moved last and flattened into the row), so a check covers all of
+    them, whatever was called before. Not for traced code (torch.compile, TorchScript)."""
+    t = table
+    functorch = torch._C._functorch
+    while functorch.is_functorch_wrapped_tensor(t):
+        if functorch.is_batchedtensor(t):
+            bdim = functorch.maybe_get_bdim(t)
+            t = functorch.get_unwrapped(t).movedim(bdim, -1)
+        else:
+            t = functorch.get_unwrapped(t)
+    if not _unwrapped_has_values(t):
+        return None
+    return t.detach().to("cpu", torch.float64).reshape(table.shape[0], -1)

@@ -1,0 +1,80 @@
+"""The image checks shared by every entry point (``ldr_flip``, ``hdr_flip``, ``FLIPLoss``, NVIDIA's
+API): dtype, shape and matching sizes, with a TypeError or ValueError that names the argument."""
+
+from typing import List
+
+import torch
+
+
+def check_image(name: str, t: torch.Tensor, rgba: bool = False) -> None:
+    """The checks of one image that need no data: a float dtype, N x 3 x H x W or 3 x H x W (with
+    ``rgba``, 4 channels too), not empty. TorchScript-compatible."""
+    if not t.is_floating_point():
+        raise TypeError(
+            "flip_loss: "
+            + name
+            + " must have a floating-point dtype, got "
+            + str(t.dtype)
+            + "; convert 8-bit images with .float() / 255 (or pass data_range=255)"
+        )
+    if (t.dim() == 3 or t.dim() == 4) and t.shape[-3] == 4 and not rgba:
+        # Whoever passes RGBA must say what alpha means: guessing straight or premultiplied would
+        # silently change the result for half of the images.
+        raise ValueError(
+            "flip_loss: " + name + " has 4 channels (RGBA, shape " + str(list(t.shape)) + "), and FLIP "
+            "compares RGB images: ldr_flip, hdr_flip, FLIPLoss and FLIPMetric composite it over "
+            "background= (default 'black') given alpha='straight' (colour not multiplied by alpha, "
+            "as PNG stores it) or alpha='premultiplied' (colour multiplied by alpha, as OpenEXR "
+            "stores it); or drop alpha with " + name + "[..., :3, :, :]"
+        )
+    if (t.dim() != 3 and t.dim() != 4) or (t.shape[-3] != 3 and not (rgba and t.shape[-3] == 4)):
+        layout = "N x 3 x H x W or 3 x H x W (RGB)"
+        if rgba:
+            layout = "N x C x H x W or C x H x W with C = 3 (RGB) or 4 (RGBA)"
+        raise ValueError("flip_loss: " + name + " must be " + layout + ", got shape " + str(list(t.shape)))
+    if t.numel() == 0:
+        raise ValueError("flip_loss: " + name + " is empty (shape " + str(list(t.shape)) + ")")
+
+
+def _without_channels(t: torch.Tensor) -> List[int]:
+    shape: List[int] = t.shape
+    return shape[:-3] + shape[-2:]
+
+
+def check_image_pair(test: torch.Tensor, reference: torch.Tensor, rgba: bool = False) -> None:
+    """The checks of an image pair that need no data (dtype, layout, emptiness, matching shapes and
+    devices); with ``rgba`` each image may have an alpha channel (4 channels), and the shapes must
+    match but for the channels (an RGB image beside an RGBA one is opaque). TorchScript-compatible:
+    a scripted ``FLIPLoss`` makes them too."""
+    check_image("test", test, rgba)
+    check_image("reference", reference, rgba)
+    if rgba:
+        same_shape = _without_channels(test) == _without_channels(reference)
+    else:
+        same_shape = test.shape == reference.shape
+    if not same_shape:
+        raise ValueError(
+            "flip_loss: test and reference shapes differ: "
+            + str(list(test.shape))
+            + " vs "
+            + str(list(reference.shape))
+        )
+    if test.device != reference.device:
+        raise ValueError(
+            "flip_loss: test and reference are on different devices: "
+            + str(test.device)
+            + " vs "
+            + str(reference.device)
+        )
+
+
+def checked_pair(test, reference, rgba: bool = False):
+    """Checks an image pair (see check_image_pair) and promotes both to a common dtype."""
+    for name, t in (("test", test), ("reference", reference)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"flip_loss: {name} must be a torch.Tensor, got {type(t).__name__}")
+    check_image_pair(test, reference, rgba)
+    if test.dtype != reference.dtype:
+        common = torch.promote_types(test.dtype, reference.dtype)
+        test, reference = test.to(common), reference.to(common)
+    return test, reference
