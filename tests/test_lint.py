@@ -54,7 +54,7 @@ def test_cxx_is_formatted():
 
 
 # Compiled modules of the package: imported like a sibling, with no Python source to follow.
-EXTENSION_MODULES = {"flip_loss._C"}
+EXTENSION_MODULES = {"flip_loss._C", "flip_loss._C_cuda"}  # compiled: they import no Python module of the package
 
 
 def package_imports():

@@ -86,6 +86,6 @@ def test_a_binary_that_does_not_load_is_said_at_import_once(tmp_path):
     (message,) = ast.literal_eval(lines[2])
     assert f"flip_loss._C in {package} could not be loaded" in message
     assert "invalid ELF header" in message or "file too short" in message
-    assert "pip install --no-build-isolation ." in message and "pure-PyTorch reference" in message
+    assert "pip install --no-build-isolation ." in message and "pure-PyTorch oracle" in message
     assert ast.literal_eval(lines[3]) == []  # the fallback itself warns no more
-    assert 0.0 < float(lines[4]) <= 1.0  # the pure-PyTorch reference computed it
+    assert 0.0 < float(lines[4]) <= 1.0  # the pure-PyTorch oracle computed it
