@@ -59,7 +59,7 @@ run_tests() {
 pytest_args=("$@")
 logs="$(mktemp -d)"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$logs"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$logs"' EXIT
 for i in "${!runs[@]}"; do
   [ "$i" = 0 ] && continue
   run_tests "${runs[$i]%%:*}" "${runs[$i]#*:}" "$logs/$i.status" > "$logs/$i.log" 2>&1 &
