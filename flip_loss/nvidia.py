@@ -565,6 +565,18 @@ def compute_ldrflip(
 # --------------------------------------------------------------------------------------------
 
 
+def _published_property(name: str) -> property:
+    """The property of one of NVIDIA's tunable constants (``_PUBLISHED``): it reads FLIP's
+    published value; an assignment is checked by ``_published_constant`` (another value raises)."""
+
+    def setter(self, value) -> None:
+        _published_constant(name, value)
+
+    return property(
+        lambda self: _PUBLISHED[name], setter, doc=f"FLIP's published {name} (read-only but for that value)"
+    )
+
+
 class _FLIPConstants(torch.nn.Module):
     """The attributes NVIDIA's losses carry, as properties: ``qc``, ``qf``, ``pc``, ``pt`` read FLIP's
     published constants, and assigning that value is accepted, another raises ``ValueError`` at the
@@ -583,37 +595,10 @@ class _FLIPConstants(torch.nn.Module):
     def eps(self, value) -> None:
         self._eps = options.eps(value)
 
-    @property
-    def qc(self) -> float:
-        return QC
-
-    @qc.setter
-    def qc(self, value) -> None:
-        _published_constant("qc", value)
-
-    @property
-    def qf(self) -> float:
-        return QF
-
-    @qf.setter
-    def qf(self, value) -> None:
-        _published_constant("qf", value)
-
-    @property
-    def pc(self) -> float:
-        return PC
-
-    @pc.setter
-    def pc(self, value) -> None:
-        _published_constant("pc", value)
-
-    @property
-    def pt(self) -> float:
-        return PT
-
-    @pt.setter
-    def pt(self, value) -> None:
-        _published_constant("pt", value)
+    qc = _published_property("qc")
+    qf = _published_property("qf")
+    pc = _published_property("pc")
+    pt = _published_property("pt")
 
 
 class LDRFLIPLoss(_FLIPConstants):
