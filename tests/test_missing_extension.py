@@ -15,6 +15,20 @@ import flip_loss
 from flip_loss import _ops
 
 
+def _run_with_the_copy(tmp_path, code):
+    """The lines ``code`` prints in a child whose first path entry is ``tmp_path`` (the copy of the
+    package there); the first must be the imported flip_loss's file, else the test skips."""
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    if not lines[0].startswith(str(tmp_path)):
+        pytest.skip(f"this environment imports flip_loss from {lines[0]} even with the copy first on the path")
+    return lines
+
+
 def test_message_for_an_unbuilt_checkout(tmp_path):
     package = tmp_path / "flip_loss"
     shutil.copytree(os.path.dirname(flip_loss.__file__), package, ignore=shutil.ignore_patterns("_C.*", "__pycache__"))
@@ -26,14 +40,7 @@ def test_message_for_an_unbuilt_checkout(tmp_path):
         "import flip_loss; print(flip_loss.__file__); print(flip_loss.HAS_EXTENSION); "
         "print(flip_loss._ops.IMPORT_ERROR)"
     )
-    env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    if not lines[0].startswith(str(tmp_path)):
-        pytest.skip(f"this environment imports flip_loss from {lines[0]} even with the copy first on the path")
+    lines = _run_with_the_copy(tmp_path, code)
     assert lines[1] == "False"
     assert "not built" in lines[2] and str(package) in lines[2] and "pip install --no-build-isolation -e ." in lines[2]
 
@@ -74,14 +81,7 @@ def test_a_binary_that_does_not_load_is_said_at_import_once(tmp_path):
         "print(flip_loss.__file__); print(flip_loss.HAS_EXTENSION); print(repr(at_import)); print(repr(later)); "
         "print(value)\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    if not lines[0].startswith(str(tmp_path)):
-        pytest.skip(f"this environment imports flip_loss from {lines[0]} even with the copy first on the path")
+    lines = _run_with_the_copy(tmp_path, code)
     assert lines[1] == "False"
     (message,) = ast.literal_eval(lines[2])
     assert f"flip_loss._C in {package} could not be loaded" in message
