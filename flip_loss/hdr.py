@@ -182,14 +182,15 @@ def check_range_rows(rows: List[List[float]], start_given: bool, stop_given: boo
 
 def automatic_counts(
     start: torch.Tensor, stop: torch.Tensor, start_given: bool, stop_given: bool
-) -> Tuple[torch.Tensor, int]:
+) -> Tuple[torch.Tensor, int, int]:
     """Checks the ranges (as check_range_rows) and returns the automatic counts max(2, ceil(stop -
-    start)) (int64, on the device) and their maximum, which must not exceed MAX_EXPOSURES. Without
-    values to read (meta tensors) the maximum is taken as MAX_EXPOSURES, a bound of every count."""
+    start)) (int64, on the device), their maximum, which must not exceed MAX_EXPOSURES, and their
+    minimum (read in the same copy to the host). Without values to read (meta tensors) both are
+    taken as MAX_EXPOSURES, a bound of every count (and no sign of counts that differ)."""
     counts = torch.clamp(torch.ceil(stop - start), min=2.0)
     rows = host_rows(torch.stack([start, stop, counts]))
     if rows is None:
-        return counts.to(torch.int64), constants.MAX_EXPOSURES
+        return counts.to(torch.int64), constants.MAX_EXPOSURES, constants.MAX_EXPOSURES
     check_range_rows(rows, start_given, stop_given)
     count_max = 0
     for i in range(len(rows[2])):
@@ -215,7 +216,7 @@ def automatic_counts(
                 + "), or start_exposure and stop_exposure for a narrower range"
             )
         count_max = max(count_max, count)
-    return counts.to(torch.int64), count_max
+    return counts.to(torch.int64), count_max, int(min(rows[2]))
 
 
 def exposures_from_numbers(
@@ -255,7 +256,7 @@ def exposures_from_numbers(
         else:
             e = torch.full([n], stop, dtype=torch.float32, device=ref.device)
     if num is None:
-        counts, count_max = automatic_counts(s, e, start is not None, stop is not None)
+        counts, count_max, _ = automatic_counts(s, e, start is not None, stop is not None)
     else:
         rows = host_rows(torch.stack([s, e]))
         if rows is not None:
@@ -336,7 +337,7 @@ def exposures_from_tensors(
         else:
             e = exposure_values(stop, n, ref.device, "stop_exposure")
     if num is None:
-        counts, count_max = automatic_counts(s, e, start is not None, stop is not None)
+        counts, count_max, _ = automatic_counts(s, e, start is not None, stop is not None)
     else:
         counts, count_max = count_values(num, n, ref.device)
         rows = host_rows(torch.stack([s, e]))

@@ -46,7 +46,6 @@ from .hdr import (
     exposure_anchor,
     exposure_grid,
     exposure_values,
-    host_rows,
     luminance_max_median,
     option_tensor,
 )
@@ -751,9 +750,8 @@ class HDRFLIPLoss(_FLIPConstants):
         )
         # The checks of hdr_flip (finite, ordered ranges; given bounds within [-149, 127]; at most
         # 256 exposures) and the per-image counts.
-        counts, count_max = automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)
-        if n > 1:
-            _warn_if_mixed_counts(counts)
+        counts, count_max, count_min = automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)
+        _warn_if_mixed_counts(count_min, count_max)
         exposures = exposure_grid(s, e, counts, count_max)
         if kernels_serve("hdr_flip", t, r):
             error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)[0]
@@ -768,16 +766,14 @@ class HDRFLIPLoss(_FLIPConstants):
         )
 
 
-def _warn_if_mixed_counts(counts: torch.Tensor) -> None:
+def _warn_if_mixed_counts(count_min: int, count_max: int) -> None:
     """The one place where HDRFLIPLoss's value differs from NVIDIA's by design: a batch whose images
-    need different exposure counts. Said, not left silent (one more small read-back per call of a
-    batch; under torch.compile a graph break, where the counts are read back anyway). Not wrapped in
-    torch.compiler.disable: that decorator imports torch._dynamo when the module is imported."""
-    rows = host_rows(counts.to(torch.float64).unsqueeze(0))
-    if rows is not None and min(rows[0]) != max(rows[0]):
+    need different exposure counts (the smallest and the largest, as automatic_counts read them).
+    Said, not left silent."""
+    if count_min != count_max:
         warnings.warn(
             f"flip_loss: HDRFLIPLoss: the images of this batch need different numbers of exposures "
-            f"({int(min(rows[0]))} to {int(max(rows[0]))}); each image gets its own, the value it has "
+            f"({count_min} to {count_max}); each image gets its own, the value it has "
             f"alone. NVIDIA's loss runs every image to the batch's largest count (past its stop exposure) "
             f"and gives another value.",
             UserWarning,
