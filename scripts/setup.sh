@@ -60,7 +60,7 @@ PY=.venv/bin/python
 # upgrades nothing. The editable flip-loss itself is left out (its line names the git commit).
 requirements_stamp() {
   {
-    sha256sum requirements.txt requirements-test.txt benchmarks/requirements-sass.txt
+    sha256sum requirements.txt requirements-test.txt requirements-release.txt benchmarks/requirements-sass.txt
     $PY --version
     $PY -m pip freeze --all --exclude-editable
   } | sha256sum | cut -d' ' -f1

@@ -12,6 +12,7 @@ import ast
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -178,3 +179,57 @@ def test_the_wheel_built_next_to_this_torch_runs_next_to_the_oldest(fresh_instal
     assert torch_releases.release_of(there[1]) == torch_releases.MIN_TORCH
     assert torch_releases.release_of(here[1]) > torch_releases.MIN_TORCH
     assert there[2] == here[2]
+
+
+def _sections(path):
+    """Section names of an ELF file, as binutils' readelf lists them."""
+    out = _run(["readelf", "-S", "-W", str(path)], ROOT).stdout
+    return set(re.findall(r"^\s*\[\s*\d+\]\s+(\S+)", out, flags=re.M))
+
+
+def test_the_release_steps_finish_the_wheel(fresh_install, tmp_path):
+    """scripts/build_wheel.sh's release steps on the wheel pip built from the sdist (docs/install.md,
+    "Release wheels"): tagged manylinux_2_28 and abi3, nothing grafted in, the modules without their
+    debug sections (kept apart, named by a debug link, still holding the debug information), and the
+    result installs and computes what the raw wheel computes."""
+    if not shutil.which("readelf") or not shutil.which("objcopy"):
+        pytest.skip("binutils (readelf, objcopy) missing")
+    auditwheel = Path(sys.executable).parent / "auditwheel"
+    if not auditwheel.exists():
+        pytest.skip("auditwheel missing: pip install -r requirements-release.txt (requirements-test.txt has it)")
+    venv, site, env, raw = fresh_install
+    out = tmp_path / "release"
+    env = dict(env, PYTHON=str(venv / "bin" / "python"), AUDITWHEEL=str(auditwheel))
+    _run(["bash", "scripts/build_wheel.sh", "--from-wheel", str(raw), str(out)], ROOT, env)
+    (wheel,) = out.glob("flip_loss-*.whl")
+    assert wheel.name.endswith("-cp310-abi3-manylinux_2_28_x86_64.whl"), wheel.name
+    unpacked = tmp_path / "unpacked"
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        assert not [n for n in names if ".libs/" in n], names  # torch's libraries stay torch's
+        zf.extractall(unpacked)
+    with zipfile.ZipFile(raw) as zf:
+        assert sorted(n for n in names if n.endswith(".so")) == sorted(n for n in zf.namelist() if n.endswith(".so"))
+    for module in unpacked.glob("flip_loss/*.so"):
+        debug = out / "debug" / (module.name + ".debug")
+        assert "debug_info" in {s.lstrip(".") for s in _sections(debug)}, debug
+        kept = _sections(module)
+        assert ".gnu_debuglink" in kept and not [s for s in kept if s.startswith(".debug")], kept
+        assert module.stat().st_size < debug.stat().st_size
+
+    # Installed over the raw wheel in a copy of the fresh venv's site: the same value.
+    value = (
+        "import torch, flip_loss;"
+        "assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR;"
+        "print(flip_loss.__file__);"
+        "g = torch.Generator().manual_seed(0);"
+        "t, r = torch.rand(1, 3, 16, 16, generator=g), torch.rand(1, 3, 16, 16, generator=g);"
+        "print(repr(flip_loss.ldr_flip(t, r).mean().item()))"
+    )
+    target = tmp_path / "target"
+    py = str(venv / "bin" / "python")
+    _run([py, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], tmp_path, env)
+    released = _run([py, "-c", value], tmp_path, dict(env, PYTHONPATH=str(target))).stdout.splitlines()
+    built = _run([py, "-c", value], tmp_path, env).stdout.splitlines()
+    assert released[0].startswith(str(target)) and built[0].startswith(str(venv)), (released, built)
+    assert released[1] == built[1]
