@@ -165,3 +165,28 @@ def test_the_first_launch_path_makes_only_calls_a_capture_allows():
     for name in on_every_call:
         assert name in functions, name
         assert set(_calls(functions[name])) <= CAPTURE_SAFE, (name, _calls(functions[name]))
+
+
+@pytest.mark.cuda
+def test_an_error_left_by_earlier_work_is_reported_as_not_flips_on_a_gpu():
+    # A failed cudaMalloc of someone else's, unchecked, leaves its error in the thread's error
+    # variable of the runtime the CUDA kernels use. The next flip op raises it, saying whose it is,
+    # before launching anything (float32 contiguous inputs: no torch kernel runs before flip's); the
+    # error is taken, so the op then runs.
+    import ctypes
+
+    import torch
+
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("flip::hunt_hyab", "CUDA"):
+        pytest.skip("built without CUDA kernels")
+    a, b = torch.rand(1, 3, 8, 8, device="cuda"), torch.rand(1, 3, 8, 8, device="cuda")
+    cudart = [line.split()[-1] for line in open("/proc/self/maps") if "libcudart" in line]
+    if not cudart:
+        pytest.skip("no shared CUDA runtime loaded (linked statically)")
+    runtime = ctypes.CDLL(cudart[0])
+    memory = ctypes.c_void_p()
+    assert runtime.cudaMalloc(ctypes.byref(memory), ctypes.c_size_t(1 << 62)) != 0
+    with pytest.raises(RuntimeError, match=r"pending on this thread before flip's hunt_hyab_forward launched anything"):
+        torch.ops.flip.hunt_hyab(a, b, 0.0)
+    got = torch.ops.flip.hunt_hyab(a, b, 0.0).cpu()
+    torch.testing.assert_close(got, torch.ops.flip.hunt_hyab(a.cpu(), b.cpu(), 0.0), rtol=1e-5, atol=1e-6)
