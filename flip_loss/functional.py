@@ -85,7 +85,8 @@ def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_
             if table is None:  # no values (meta, FakeTensor): nothing to warn about, nothing used up
                 return
             lo, hi = float(table[0].min()), float(table[1].max())
-    refuse_non_finite(lo, hi, test.device.type)
+    if warn_non_finite_on_device(lo, hi, test.device.type):
+        return
     if lo < -OUT_OF_RANGE_TOLERANCE or hi > 1.0 + OUT_OF_RANGE_TOLERANCE:
         _out_of_range_warned = True
         warnings.warn(
@@ -97,14 +98,31 @@ def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_
         )
 
 
-def refuse_non_finite(lo: float, hi: float, device_type: str) -> None:
-    """The CPU kernels refuse NaN or infinite inputs on every call; on other devices the kernels
-    pass them through (a check there would synchronise the host on every call, docs/algorithm.md
-    §7.12), so the look at device inputs, which reads their extremes back anyway, refuses them with
-    the CPU kernels' error: on the first look only, not a guarantee for every call. ``lo`` and
-    ``hi`` are the inputs' extremes (NaN when any value is NaN)."""
-    if device_type != "cpu" and not (math.isfinite(lo) and math.isfinite(hi)):
-        raise RuntimeError("flip::ldr_flip: an input contains NaN or infinite values")
+# The warning below, like the out-of-range one, is shown at most once per process.
+_non_finite_warned = False
+
+
+def warn_non_finite_on_device(lo: float, hi: float, device_type: str) -> bool:
+    """Whether the look at inputs on a device other than the CPU found NaN or infinite values
+    (``lo`` and ``hi``: the inputs' extremes, NaN when any value is NaN); warns the first time.
+    The rule is one per device, the same on every path and every call: the CPU kernels refuse such
+    inputs (RuntimeError); the other devices' kernels pass them through, the map NaN around them,
+    since refusing there would synchronise the host on every call (docs/algorithm.md §7.12). The
+    look, which reads the extremes back anyway but only on some calls, therefore only warns: an
+    error there would make a call's outcome depend on the calls before it."""
+    global _non_finite_warned
+    if device_type == "cpu" or (math.isfinite(lo) and math.isfinite(hi)):
+        return False
+    if not _non_finite_warned:
+        _non_finite_warned = True
+        warnings.warn(
+            f"flip_loss: LDR-FLIP inputs on {device_type} hold NaN or infinite values. The {device_type} kernels do "
+            "not refuse them (the CPU kernels do): the map, and a loss over it, is NaN around them "
+            "(docs/algorithm.md §7.12). (Shown once per process.)",
+            UserWarning,
+            stacklevel=_caller_stacklevel(),
+        )
+    return True
 
 
 def _range_advice(lo: float, hi: float) -> str:

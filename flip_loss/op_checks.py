@@ -1,9 +1,10 @@
 """The argument checks of ``torch.ops.flip.*`` on the Python side of the ops: their fake kernels
-(torch.compile, torch.export, FakeTensor tracing, with symbolic sizes) and their Autograd kernels
-(which run them before any kernel does) — see ``flip_loss/op_registration.py``.
+(torch.compile, torch.export, FakeTensor tracing, with symbolic sizes), their Autograd kernels
+(which run them before any kernel does) and, for calls that skip autograd (``torch.inference_mode``,
+inference tensors), their BackendSelect kernels — see ``flip_loss/op_registration.py``.
 
 The C++ kernels check the same rules with the same messages (``csrc/ops/checks.h``); they are what
-the C++ API and calls that skip autograd (``torch.inference_mode``) meet. Across the stable ABI a
+the C++ API meets. Across the stable ABI a
 C++ exception keeps no class that every torch release agrees on, so the C++ checks raise
 RuntimeError; here a wrong dtype raises TypeError and any other bad argument ValueError, as PyTorch's
 own ops do. The values of exposures and counts are checked here for real host tensors only, as the

@@ -24,13 +24,19 @@ TorchScript — raises the same error before any kernel runs.
 * Under ``torch.autocast`` the image inputs of every forward op are cast to float32 (like PyTorch's
   own losses) and the result stays float32.
 
-A Python exception raised by a signal handler inside a long CPU loop (Ctrl-C) reaches the kernel
-as a C++ exception, which the stable ABI carries as a RuntimeError. The ops whose CPU kernels poll
-for signals (``INTERRUPTIBLE_OPS``) have a BackendSelect kernel here that re-raises the original
-exception (``_C.catch_interrupts``, ``_C.take_interrupt``): BackendSelect is on every call's path,
-with or without autograd, under ``torch.inference_mode`` (which skips the Autograd kernels), from
-TorchScript and through raw ``torch.ops.flip.*`` calls, and the exception is kept per thread and
-taken back on every exit, so nothing of an interrupted call is left for a later one.
+Every op also has a BackendSelect kernel here (``_backend_select``). BackendSelect is on every
+call's path, with or without autograd, under ``torch.inference_mode``, from TorchScript and through
+raw ``torch.ops.flip.*`` calls. It does two things:
+
+* Calls that skip the Autograd kernels (under ``torch.inference_mode``, or with inference tensors
+  only) get the Python checks there, so a bad argument raises the same TypeError or ValueError,
+  with the same message, on every path; the C++ checks' RuntimeError is left to the C++ API.
+  Calls that went through an Autograd kernel are not checked twice.
+* A Python exception raised by a signal handler inside a long CPU loop (Ctrl-C) reaches the kernel
+  as a C++ exception, which the stable ABI carries as a RuntimeError. For the ops whose CPU kernels
+  poll for signals (``INTERRUPTIBLE_OPS``) the kernel re-raises the original exception
+  (``_C.catch_interrupts``, ``_C.take_interrupt``); the exception is kept per thread and taken back
+  on every exit, so nothing of an interrupted call is left for a later one.
 """
 
 import torch
@@ -51,24 +57,51 @@ def _run(name, keyset, *args):
         return _op(name).redispatch(keyset & _torch_C._after_autograd_keyset, *args)
 
 
-def _interruptible(name):
-    """The BackendSelect kernel of op ``name``, whose CPU kernel may stop for a Python signal
-    handler's exception (KeyboardInterrupt from Ctrl-C): the op runs with this thread's exceptions
-    kept (``_C.catch_interrupts``) and the one its handler raised, if any, is taken back on every
-    exit and raised instead of the RuntimeError that carried it out of the kernel."""
+def _skipped_autograd(first) -> bool:
+    """Whether a call reaching BackendSelect came past no Autograd kernel (which checks the
+    arguments): under inference mode, or with inference tensors, which carry no Autograd key. Every
+    op's first argument is a tensor: when it is an inference tensor and another argument is not,
+    the call did pass an Autograd kernel, and checking it again is harmless."""
+    return _torch_C.is_inference_mode_enabled() or (isinstance(first, torch.Tensor) and first.is_inference())
+
+
+def _backend_select(name):
+    """The BackendSelect kernel of op ``name`` (see the module's docstring): the Python checks for a
+    call that skipped autograd, then the op. For an op of ``INTERRUPTIBLE_OPS``, whose CPU kernel may
+    stop for a Python signal handler's exception (KeyboardInterrupt from Ctrl-C), the op runs with
+    this thread's exceptions kept (``_C.catch_interrupts``) and the one its handler raised, if any,
+    is taken back on every exit and raised instead of the RuntimeError that carried it out of the
+    kernel. The arguments go on as the caller gave them; only the checks need the defaults filled
+    in (``_with_defaults``), and only they pay for it."""
     op = _op(name)
+    check = _with_defaults(name, getattr(op_checks, name.lstrip("_")), False)
     backend_select = _torch_C.DispatchKey.BackendSelect
 
-    def kernel(keyset, *args):
+    if name not in INTERRUPTIBLE_OPS:
+
+        def kernel(keyset, *args, **kwargs):
+            if _skipped_autograd(args[0] if args else kwargs.get(_first_argument(name))):
+                check(*args, **kwargs)
+            return op.redispatch(keyset.remove(backend_select), *args, **kwargs)
+
+        return kernel
+
+    def interruptible(keyset, *args, **kwargs):
+        if _skipped_autograd(args[0] if args else kwargs.get(_first_argument(name))):
+            check(*args, **kwargs)
         _C.catch_interrupts()
         try:
-            return op.redispatch(keyset.remove(backend_select), *args)
+            return op.redispatch(keyset.remove(backend_select), *args, **kwargs)
         finally:
             interrupt = _C.take_interrupt()
             if interrupt is not None:
                 raise interrupt from None
 
-    return kernel
+    return interruptible
+
+
+def _first_argument(name) -> str:
+    return _op(name)._schema.arguments[0].name
 
 
 def _wants_grad(*tensors) -> bool:
@@ -417,7 +450,7 @@ AUTOGRAD_KERNELS = {
 }
 
 # The ops whose CPU kernels poll for Python signals between steps (csrc/flip/cpu/hdr_flip.inc, the
-# exposures), each with a BackendSelect kernel (_interruptible) that re-raises a handler's exception.
+# exposures), whose BackendSelect kernels (_backend_select) re-raise a handler's exception.
 INTERRUPTIBLE_OPS = ("hdr_flip", "hdr_flip_backward")
 
 # The forward ops, cast to float32 under torch.autocast (floating inputs only: counts stay integers);
@@ -447,8 +480,8 @@ def register() -> None:
         torch.library.register_fake(f"flip::{name}", _with_defaults(name, fake, False), lib=_LIB)
     for name, kernel in AUTOGRAD_KERNELS.items():
         _LIB.impl(name, _with_defaults(name, kernel, True), "Autograd", with_keyset=True)
-    for name in INTERRUPTIBLE_OPS:
-        _LIB.impl(name, _with_defaults(name, _interruptible(name), True), "BackendSelect", with_keyset=True)
+    for name in FAKE_KERNELS:  # every op
+        _LIB.impl(name, _backend_select(name), "BackendSelect", with_keyset=True)
     for name in AUTOCAST_OPS:
         for device in ("cpu", "cuda"):
             torch.library.register_autocast(f"flip::{name}", device, torch.float32, lib=_LIB)

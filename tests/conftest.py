@@ -26,6 +26,7 @@ def fresh_warning(monkeypatch):
     from flip_loss import functional
 
     monkeypatch.setattr(functional, "_out_of_range_warned", False)
+    monkeypatch.setattr(functional, "_non_finite_warned", False)
     monkeypatch.setattr(functional, "_device_inputs_looked_at", False)
 
 

@@ -17,6 +17,7 @@
 
 import io
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -25,6 +26,8 @@ import torch
 import flip_loss
 from flip_loss import functional, hdr
 from flip_loss.constants import (
+    DEFAULT_EPS,
+    DEFAULT_PPD,
     MAX_EPS,
     MAX_EXPOSURE_STOPS,
     MAX_EXPOSURES,
@@ -665,22 +668,27 @@ def test_nvidia_losses_check_options_set_after_construction(cls, name, value, ca
     torch.testing.assert_close(module(test, reference), make(**canonical)(test, reference), rtol=1e-6, atol=1e-7)
 
 
-def test_non_finite_inputs_the_rule_on_every_device(ops):
-    # The CPU kernels refuse NaN/Inf inputs on every call. On a GPU the kernels pass them through
-    # (refusing there would synchronise the host on every call, docs/algorithm.md §7.12); the look
-    # at device inputs, which reads their extremes back anyway, refuses them with the CPU kernels'
-    # own error.
+def test_non_finite_inputs_the_rule_on_every_device(ops, fresh_warning):
+    # One rule per device, the same on every path and every call (docs/algorithm.md §7.12): the CPU
+    # kernels refuse NaN/Inf inputs; a GPU's pass them through (refusing there would synchronise
+    # the host on every call), the map NaN around them. The look at device inputs, which reads
+    # their extremes back on some calls only, warns (once per process) instead of refusing, so that
+    # no call's outcome depends on the calls before it.
     x = torch.rand(1, 3, 8, 8)
     nan = x.clone()
     nan[0, 1, 2, 3] = float("nan")
-    with pytest.raises(RuntimeError) as cpu_error:
-        ops.ldr_flip(nan, x, 67.0, "srgb", 1e-15)
-    for lo, hi in ((float("nan"), float("nan")), (0.0, float("inf")), (float("-inf"), 1.0)):
-        with pytest.raises(RuntimeError) as device_error:
-            functional.refuse_non_finite(lo, hi, "cuda")
-        assert str(device_error.value) == str(cpu_error.value)  # the same words on every device
-        functional.refuse_non_finite(lo, hi, "cpu")  # the CPU kernels refuse them themselves
-    functional.refuse_non_finite(-5.0, 300.0, "cuda")  # out of range is a warning, not an error
+    for _ in range(2):  # every call
+        with pytest.raises(RuntimeError, match="flip::ldr_flip: an input contains NaN or infinite values"):
+            ops.ldr_flip(nan, x, 67.0, "srgb", 1e-15)
+    bad_ranges = ((float("nan"), float("nan")), (0.0, float("inf")), (float("-inf"), 1.0))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for lo, hi in bad_ranges:
+            assert functional.warn_non_finite_on_device(lo, hi, "cuda")
+            assert not functional.warn_non_finite_on_device(lo, hi, "cpu")  # the CPU kernels refuse them
+        assert not functional.warn_non_finite_on_device(-5.0, 300.0, "cuda")  # out of range: the other warning
+    assert len(seen) == 1 and "inputs on cuda hold NaN or infinite values" in str(seen[0].message)
+    assert "the map, and a loss over it, is NaN around them" in str(seen[0].message)
     # Fake CUDA tensors (torch.compile's tracing, shape propagation) have no values to look at:
     # nothing is refused, and the map's shape comes back.
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -690,3 +698,23 @@ def test_non_finite_inputs_the_rule_on_every_device(ops):
         ref = torch.zeros(2, 3, 8, 8, device="cuda")
         out = flip_loss.ldr_flip(test, ref)
     assert out.shape == (2, 1, 8, 8) and out.device.type == "cuda"
+
+
+@pytest.mark.cuda
+def test_non_finite_cuda_inputs_give_nan_on_every_path_and_call(fresh_warning):
+    # The first eager call (the look: a warning), a later one, FLIPLoss's first call, the raw op,
+    # TorchScript and torch.compile: the same NaN map, never an error.
+    x = torch.rand(1, 3, 16, 16, device="cuda")
+    nan = x.clone()
+    nan[0, 1, 8, 8] = float("nan")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        maps = [flip_loss.ldr_flip(nan, x), flip_loss.ldr_flip(nan, x)]
+        maps.append(flip_loss.FLIPLoss(reduction="none")(nan, x))
+    assert len(seen) == 1 and "NaN or infinite" in str(seen[0].message)
+    maps.append(torch.ops.flip.ldr_flip(nan, x, DEFAULT_PPD, "srgb", DEFAULT_EPS))
+    maps.append(torch.jit.script(flip_loss.FLIPLoss(reduction="none"))(nan, x))
+    maps.append(torch.compile(flip_loss.ldr_flip, backend="aot_eager")(nan, x))
+    assert bool(maps[0][0, 0, 8, 8].isnan())
+    for m in maps[1:]:
+        torch.testing.assert_close(m, maps[0], equal_nan=True)

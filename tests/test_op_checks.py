@@ -3,6 +3,7 @@ and in the test-only GPU emulator (tests/emulator); the shipped library register
 ops only, each with every kernel; first-order-only backward ops; stopping a long HDR call with
 Ctrl-C."""
 
+import contextlib
 import math
 import os
 import select
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import pytest
 import torch
@@ -704,15 +706,64 @@ def _bad_calls():
     }
 
 
+@contextlib.contextmanager
+def kernels_alone():
+    """flip_loss's BackendSelect kernels replaced by fallthroughs for the block: a call under
+    inference_mode then meets the C++ kernels' checks alone, as the C++ API does; the kernels
+    registered before are back after it."""
+    lib = torch.library.Library("flip", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+        for name in PRODUCT_OPS:
+            lib.impl(name, torch.library.fallthrough_kernel, "BackendSelect", allow_override=True)
+    try:
+        yield
+    finally:
+        lib._destroy()
+
+
 @pytest.mark.parametrize("label", sorted(_bad_calls()))
 def test_the_kernels_reject_what_the_python_side_rejects_with_the_same_message(label):
-    # A call from Python meets the Python checks (op_checks.py) in the op's Autograd kernel first;
-    # under inference_mode (no Autograd kernel) and from C++ it meets the kernel's own (checks.h).
-    # The C++ checks raise RuntimeError on every torch release (checks.h says why); the message
-    # is the same.
+    # A call from Python meets the Python checks (op_checks.py) on every path: in the op's Autograd
+    # kernel, or, where autograd is skipped (torch.inference_mode; inference tensors outside it),
+    # in its BackendSelect kernel: the same class and message. The C++ kernel alone (checks.h, what
+    # the C++ API meets) raises RuntimeError on every torch release (checks.h says why) with the
+    # same message.
     bad = _bad_calls()[label]
     with pytest.raises((TypeError, ValueError)) as python_side:
         bad()
-    with torch.inference_mode(), pytest.raises(RuntimeError) as kernel:
+    with torch.inference_mode():
+        inference_bad = _bad_calls()[label]  # its tensors are inference tensors
+        with pytest.raises(type(python_side.value)) as inference:
+            bad()
+    assert str(inference.value) == str(python_side.value)
+    with pytest.raises(type(python_side.value)) as inference_tensors:
+        inference_bad()
+    assert str(inference_tensors.value) == str(python_side.value)
+    with kernels_alone(), torch.inference_mode(), pytest.raises(RuntimeError) as kernel:
         bad()
-    assert str(kernel.value) == str(python_side.value)
+    assert type(kernel.value) is RuntimeError and str(kernel.value) == str(python_side.value)
+    with torch.inference_mode(), pytest.raises(type(python_side.value)):
+        bad()  # the BackendSelect kernels are back
+
+
+def test_inference_mode_keeps_the_errors_of_torchscript_and_torch_compile():
+    # A scripted call meets the same Python check in and out of inference_mode (TorchScript names
+    # the class in its RuntimeError), a compiled one the fake kernel's, which checks first on
+    # either side; a good call under inference_mode gives the eager map.
+    a, b = tensors_for("ldr_flip")
+
+    def f(x, y, ppd: float):
+        return torch.ops.flip.ldr_flip(x, y, ppd, "srgb", 0.0)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script is deprecated in newer releases
+        scripted = torch.jit.script(f)
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    message = "ValueError.*flip: pixels_per_degree must be a finite number"
+    for context in (contextlib.nullcontext, torch.inference_mode):
+        for fn in (scripted, compiled):
+            with context(), pytest.raises(RuntimeError, match=message):
+                fn(a, b, -1.0)
+            with context():
+                assert torch.equal(fn(a, b, 30.0), f(a, b, 30.0))

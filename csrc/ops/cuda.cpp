@@ -32,14 +32,17 @@ namespace {
 
 using flip::Geometry;
 
-// A CUDA runtime error as an exception (RuntimeError in Python), with the runtime's own words.
+// A CUDA runtime error as an exception (RuntimeError in Python), with the runtime's own words. A
+// failing call also leaves its error in the thread's error variable, which the next launch check
+// (PyTorch's or flip's own, csrc/flip/cuda/launch_check.h) would blame on its own kernel: it is
+// cleared here (an execution error, sticky, stays whatever is done). The launches are checked by
+// the launchers (kernels.h), one by one.
 void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("flip: CUDA error in ") + what + ": " + cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  throw std::runtime_error(std::string("flip: CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 #define FLIP_CUDA_CHECK(expr) cuda_check((expr), #expr)
-// What C10_CUDA_KERNEL_LAUNCH_CHECK does: a launch's configuration error, at once.
-#define FLIP_CUDA_LAUNCH_CHECK() cuda_check(cudaGetLastError(), "a kernel launch")
 
 // The device's opt-in shared memory per block (the current device: the guard has set it).
 size_t shared_memory_per_block() {
@@ -85,8 +88,11 @@ class DeviceTaps {
     if (cudaGetDevice(&current) != cudaSuccess) return;  // the runtime is gone (process exit): nothing to free
     // A destructor cannot report errors. Where the synchronisation fails (a broken context, or a
     // capture in another thread in cudaStreamCaptureModeGlobal, which forbids it as it forbids the
-    // upload's cudaMalloc) the memory is left allocated rather than freed under running kernels.
-    if (cudaSetDevice(device_) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess) cudaFree(memory_);
+    // upload's cudaMalloc) the memory is left allocated rather than freed under running kernels,
+    // and the failure's error is cleared, not left for the next launch check to blame on others.
+    const bool freed = cudaSetDevice(device_) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
+                       cudaFree(memory_) == cudaSuccess;
+    if (!freed) cudaGetLastError();
     cudaSetDevice(current);
   }
 
@@ -109,7 +115,8 @@ struct CachedTaps {
 // value in every launch (kernels.h, KernelTaps): nothing is allocated or copied, so the first call
 // may come inside a CUDA graph capture or torch.compile's cudagraph warm-up. Larger radii (float32
 // ppd > ~203, float64 ppd > ~97) live in device memory (DeviceTaps), uploaded once per entry with
-// a blocking copy; that first call must therefore come outside any capture, which is checked.
+// a copy the host waits for; that first call must therefore come outside any capture, which is
+// checked (tests/test_launch_check.py holds the first-use path to the calls a capture allows).
 template <class T>
 std::shared_ptr<const CachedTaps<T>> kernel_taps(double ppd, const Tensor& like, cudaStream_t stream) {
   using Taps = flip::cuda::KernelTaps<T>;
@@ -136,7 +143,13 @@ std::shared_ptr<const CachedTaps<T>> kernel_taps(double ppd, const Tensor& like,
     void* memory = nullptr;
     FLIP_CUDA_CHECK(cudaMalloc(&memory, host.size() * sizeof(T)));
     DeviceTaps owned(memory, dev);
-    FLIP_CUDA_CHECK(cudaMemcpy(memory, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    // Not cudaMemcpy: from pageable memory it returns once the taps are staged, and its transfer
+    // to the device runs on the legacy default stream, which a non-blocking stream (every stream
+    // of PyTorch's pool) does not wait for, so a kernel there could read the taps half-written.
+    // Copied on this call's stream instead, and waited for, so that any stream's later kernels
+    // (the entry is shared) find them complete.
+    FLIP_CUDA_CHECK(cudaMemcpyAsync(memory, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+    FLIP_CUDA_CHECK(cudaStreamSynchronize(stream));
     entry.launch.device = static_cast<const T*>(memory);
     entry.memory = std::move(owned);
     return entry;
@@ -296,7 +309,6 @@ Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string s
     tiled_or_rows(p, g, t, stream, use_fused_forward(p.taps), false, flip::cuda::ldr_flip_forward_fused<T>,
                   flip::cuda::ldr_flip_forward<T>);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return to_dtype(out, test.scalar_type());
 }
 
@@ -321,7 +333,6 @@ Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
     p.g_ref = ptr_or_null<T>(gb[1]);
     run_composite_backward(p, g, t, stream, flip::cuda::ldr_flip_backward_tiled<T>, flip::cuda::ldr_flip_backward<T>);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
 }
 
@@ -349,7 +360,6 @@ Pair ldr_flip_with_sensitivities(const Tensor& test, const Tensor& ref, double p
     tiled_or_rows(p, g, t, stream, use_tiled_backward(p.taps), false, flip::cuda::ldr_flip_forward_keep_tiled<T>,
                   flip::cuda::ldr_flip_forward_keep<T>);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return {to_dtype(out, test.scalar_type()), sens};
 }
 
@@ -378,7 +388,6 @@ Pair ldr_flip_backward_from_sensitivities(const Tensor& grad, const Tensor& sens
     tiled_or_rows(p, g, t, stream, use_tiled_backward(p.taps), true, flip::cuda::ldr_flip_backward_kept_tiled<T>,
                   flip::cuda::ldr_flip_backward_kept<T>);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
 }
 
@@ -417,7 +426,6 @@ Triple hdr_flip(const Tensor& test, const Tensor& ref, const Tensor& exposures, 
     tiled_or_rows(p, g, t, stream, use_fused_forward(p.taps), false, flip::cuda::hdr_flip_forward_fused<T>,
                   flip::cuda::hdr_flip_forward<T>);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return {to_dtype(out, test.scalar_type()), to_dtype(emap, test.scalar_type()), idx};
 }
 
@@ -456,7 +464,6 @@ Pair hdr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref
     // The tiled formulation uses the same scratch whatever the number of exposures.
     run_composite_backward(p, g, t, stream, flip::cuda::hdr_flip_backward_tiled<T>, flip::cuda::hdr_flip_backward<T>);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
 }
 
@@ -478,7 +485,6 @@ Tensor csf_filter(const Tensor& opp, double ppd) {
     p.planes = ptr<T>(planes);
     flip::cuda::csf_filter_forward<T>(p, stream);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return to_dtype(out, opp.scalar_type());
 }
 
@@ -505,7 +511,6 @@ Tensor csf_filter_backward(const Tensor& grad, const Tensor& opp, double ppd) {
     p.gplanes = ptr<T>(gplanes);
     flip::cuda::csf_filter_backward<T>(p, stream);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return to_dtype(out, opp.scalar_type());
 }
 
@@ -524,7 +529,6 @@ Tensor hunt_hyab(const Tensor& test, const Tensor& ref, double eps) {
     p.out = ptr<T>(out);
     flip::cuda::hunt_hyab_forward<T>(p, stream);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return to_dtype(out, test.scalar_type());
 }
 
@@ -548,7 +552,6 @@ Pair hunt_hyab_backward(const Tensor& grad, const Tensor& test, const Tensor& re
     p.g_ref = ptr_or_null<T>(gb[1]);
     flip::cuda::hunt_hyab_backward<T>(p, stream);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
 }
 
@@ -571,7 +574,6 @@ Tensor feature_difference(const Tensor& test, const Tensor& ref, double ppd, dou
     p.planes = ptr<T>(planes);
     flip::cuda::feature_difference_forward<T>(p, stream);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return to_dtype(out, test.scalar_type());
 }
 
@@ -602,7 +604,6 @@ Pair feature_difference_backward(const Tensor& grad, const Tensor& test, const T
     p.gplanes = ptr<T>(gplanes);
     flip::cuda::feature_difference_backward<T>(p, stream);
   });
-  FLIP_CUDA_LAUNCH_CHECK();
   return cast_back(gb, test, ref);
 }
 

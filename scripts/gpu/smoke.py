@@ -68,8 +68,8 @@ class ContextLost(Exception):
 
 
 def context_alive():
-    """Whether CUDA still works after an error: a refused launch ("flip: CUDA error in a kernel
-    launch") leaves the context usable, an execution error (an illegal address) does not, and then
+    """Whether CUDA still works after an error: a refused launch ("flip: launching <kernel> ...
+    failed") leaves the context usable, an execution error (an illegal address) does not, and then
     every later call fails too."""
     try:
         return torch.ones(4, device=DEV).sum().item() == 4.0

@@ -20,48 +20,6 @@ using flip::cuda::Step;
 
 namespace {
 
-std::string kernel_name(Kernel k) {
-  switch (k) {
-    case Kernel::kH:
-      return "h_kernel";
-    case Kernel::kHt:
-      return "ht_kernel";
-    case Kernel::kVt:
-      return "vt_kernel";
-    case Kernel::kVLdr:
-      return "v_ldr_kernel";
-    case Kernel::kVLdrVjp:
-      return "v_ldr_vjp_kernel";
-    case Kernel::kVCsf:
-      return "v_csf_kernel";
-    case Kernel::kVCsfVjp:
-      return "v_csf_vjp_kernel";
-    case Kernel::kVFeat:
-      return "v_feat_kernel";
-    case Kernel::kVFeatVjp:
-      return "v_feat_vjp_kernel";
-    case Kernel::kVHdr:
-      return "v_hdr_kernel";
-    case Kernel::kVHdrVjp:
-      return "v_hdr_vjp_kernel";
-    case Kernel::kVLdrKeep:
-      return "v_ldr_keep_kernel";
-    case Kernel::kLdrKeptGrad:
-      return "ldr_kept_grad_kernel";
-    case Kernel::kHuntHyab:
-      return "hunt_hyab_kernel";
-    case Kernel::kHuntHyabVjp:
-      return "hunt_hyab_vjp_kernel";
-    case Kernel::kFused:
-      return "fused_ldr_kernel";
-    case Kernel::kTiledGrad:
-      return "tiled_grad_kernel";
-    case Kernel::kTiledTranspose:
-      return "tiled_transpose_kernel";
-  }
-  return "?";
-}
-
 // "" for the kernels that read the radii at run time, "<Rc,Rf>" for those compiled for them.
 template <class Rad>
 std::string radii_name() {
@@ -80,7 +38,7 @@ struct HostLauncher {
 
   template <Kernel K, class Rad, class T>
   void launch(Dim3 grid, int threads, size_t smem, const Params<T>& p, const Step<T>& s) {
-    const std::string name = kernel_name(K) + radii_name<Rad>();
+    const std::string name = flip::cuda::kernel_name(K) + radii_name<Rad>();
     if (threads < 1 || threads > 1024)
       throw std::runtime_error("flip_emulator: " + name + " launched with " + std::to_string(threads) + " threads");
     if (smem > flip::cuda::kSm90SharedMemoryPerBlock)

@@ -1,7 +1,7 @@
 // CUDA kernels of the FLIP ops: __global__ wrappers that run the block code of blocks.h with a
 // block context of the hardware's indices and barriers, and a launcher that puts the launch
 // sequences of sequences.h (shared with the test-only host emulator, tests/emulator) on the
-// caller's stream. Nothing synchronises with the host.
+// caller's stream, each launch checked (launch_check.h). Nothing synchronises with the host.
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -10,6 +10,7 @@
 
 #include "blocks.h"
 #include "kernels.h"
+#include "launch_check.h"
 #include "sequences.h"
 
 namespace flip {
@@ -162,15 +163,32 @@ struct StreamLauncher {
     check_cuda(cudaMemsetAsync(data, 0xFF, n * sizeof(T), stream),
                "cudaMemsetAsync (FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH)");
   }
+  // For a failed launch's message (launch_check.h): whether it came during a capture.
+  std::string failure_note() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+      cudaGetLastError();  // the launch's error is the one to report
+      return "";
+    }
+    return status == cudaStreamCaptureStatusNone ? "" : kCaptureNote;
+  }
+};
+
+// launch_check.h's error interface on the CUDA runtime.
+struct CudaErrors {
+  using Error = cudaError_t;
+  static Error take() { return cudaGetLastError(); }
+  static bool ok(Error e) { return e == cudaSuccess; }
+  static const char* name(Error e) { return cudaGetErrorName(e); }
+  static const char* text(Error e) { return cudaGetErrorString(e); }
 };
 
 }  // namespace
 
-#define FLIP_ENTRY(name)                               \
-  template <class T>                                   \
-  void name(const Params<T>& p, cudaStream_t stream) { \
-    StreamLauncher l{stream};                          \
-    seq::name(l, p);                                   \
+#define FLIP_ENTRY(name)                                                                       \
+  template <class T>                                                                           \
+  void name(const Params<T>& p, cudaStream_t stream) {                                         \
+    run_checked<CudaErrors>(StreamLauncher{stream}, #name, [&](auto& l) { seq::name(l, p); }); \
   }
 FLIP_ENTRY(ldr_flip_forward_fused)
 FLIP_ENTRY(ldr_flip_forward)

@@ -1,7 +1,8 @@
 // Launchers of the CUDA kernels (kernels.cu) on raw device pointers and a stream: the launch
 // sequences of sequences.h on the GPU. No torch here: csrc/ops/cuda.cpp allocates the planes,
 // builds the taps argument (params.h) and calls these. A launcher throws std::runtime_error when a
-// CUDA runtime call it makes fails (kernel launches themselves are checked by the caller).
+// CUDA runtime call it makes fails, when an error of earlier work is pending before its first
+// launch, or when a launch fails (launch_check.h); it leaves no error of its own pending.
 #pragma once
 
 #include <cuda_runtime_api.h>

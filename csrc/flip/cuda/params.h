@@ -239,6 +239,50 @@ enum class Kernel : int {
   kTiledTranspose,  // its second: the transposed filters on those planes
 };
 
+// Each kernel's name, that of its __global__ wrapper in kernels.cu (which profilers and the SASS
+// report, benchmarks/sass_report.py, show): for the launch checks' messages and the emulator's.
+inline const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::kH:
+      return "h_kernel";
+    case Kernel::kHt:
+      return "ht_kernel";
+    case Kernel::kVt:
+      return "vt_kernel";
+    case Kernel::kVLdr:
+      return "v_ldr_kernel";
+    case Kernel::kVLdrVjp:
+      return "v_ldr_vjp_kernel";
+    case Kernel::kVCsf:
+      return "v_csf_kernel";
+    case Kernel::kVCsfVjp:
+      return "v_csf_vjp_kernel";
+    case Kernel::kVFeat:
+      return "v_feat_kernel";
+    case Kernel::kVFeatVjp:
+      return "v_feat_vjp_kernel";
+    case Kernel::kVHdr:
+      return "v_hdr_kernel";
+    case Kernel::kVHdrVjp:
+      return "v_hdr_vjp_kernel";
+    case Kernel::kVLdrKeep:
+      return "v_ldr_keep_kernel";
+    case Kernel::kLdrKeptGrad:
+      return "ldr_kept_grad_kernel";
+    case Kernel::kHuntHyab:
+      return "hunt_hyab_kernel";
+    case Kernel::kHuntHyabVjp:
+      return "hunt_hyab_vjp_kernel";
+    case Kernel::kFused:
+      return "fused_ldr_kernel";
+    case Kernel::kTiledGrad:
+      return "tiled_grad_kernel";
+    case Kernel::kTiledTranspose:
+      return "tiled_transpose_kernel";
+  }
+  return "?";
+}
+
 // A launch's grid (CUDA's dim3 without CUDA's headers).
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;

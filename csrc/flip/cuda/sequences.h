@@ -99,7 +99,6 @@ void tiled_transpose(L& l, const Params<T>& p, const Step<T>& s) {
 // writes the band's gradient planes, kTiledTranspose, queued after it, reads them.
 template <class T, class L>
 void tiled_band(L& l, const Params<T>& p, const BackwardBand& b, Input mode, HdrStep<T> hs) {
-  const int R = p.taps.rmax;
   // kTiledGrad writes every gradient-plane value kTiledTranspose of the same band reads (zeros in the tiles
   // an exposure won nowhere), so nothing may come from a band or exposure before: with the whole
   // scratch NaN a read of anything else poisons the gradient.
