@@ -637,28 +637,62 @@ FLIP_HD typename Filter::value_type vsum_tile(P h, const Filter& f) {  // h poin
   return correlate<F>(f, [h](int k) { return h[k * kTileW]; });
 }
 
-// Phase 3 (image im, after both images' phase 2, in the input tile's place): the vertical outputs
-// F0, F1, F2, dx, dy, ddx, ddy of every tile pixel.
+// Phase 3's register blocking: with radii fixed at compile time (FixedFilter) a thread filters
+// kVerticalRows rows of one column, whose outputs share all but 2r of their samples: each plane
+// costs it kVerticalRows + 2r shared-memory loads instead of kVerticalRows (2r + 1). The filter
+// loops are unrolled, so the samples are registers that the rows' sums (each still its own
+// correlate, in its own order: the same bits) read in turn. With radii read at run time the loops
+// stay loops and a thread filters one row.
+constexpr int kVerticalRows = 4;
+
+// Phase 3 (after both images' phase 2, in the input tile's place): the vertical outputs F0, F1,
+// F2, dx, dy, ddx, ddy of every tile pixel of both images, a column of rows per thread.
 template <class Bank, class S>
-FLIP_HD void fused_vertical(const Bank& t, int R, int im, int tid, int nthreads, S smem) {
-  const int n = fused_rows(R) * kTileW, np = kTileH * kTileW;
-  const S h = smem + fused_h_offset(R, im), v = smem + fused_vertical_offset(R, im);
-  for (int i = tid; i < np; i += nthreads) {
-    const int c = (i / kTileW + R) * kTileW + i % kTileW;
-    // All before any store, so that dy and ddy share their samples' loads (as fused_horizontal).
-    const auto F0 = vsum_tile(h + c, t.y), F1 = vsum_tile(h + n + c, t.cx);
-    const auto F2 = vsum_tile(h + 2 * n + c, t.cz1) + vsum_tile(h + 3 * n + c, t.cz2);
-    const auto dx = vsum_tile(h + 5 * n + c, t.g);                     // horizontal dg, vertical g
-    const auto dy = vsum_tile<Form::kOdd>(h + 4 * n + c, t.dg);        // horizontal g, vertical dg
-    const auto ddx = vsum_tile(h + 6 * n + c, t.g);                    // horizontal ddg, vertical g
-    const auto ddy = vsum_tile<Form::kCentred>(h + 4 * n + c, t.ddg);  // horizontal g, vertical ddg
-    v[i] = F0;
-    v[np + i] = F1;
-    v[2 * np + i] = F2;
-    v[3 * np + i] = dx;
-    v[4 * np + i] = dy;
-    v[5 * np + i] = ddx;
-    v[6 * np + i] = ddy;
+FLIP_HD void fused_vertical(const Bank& t, int R, int tid, int nthreads, S smem) {
+  using T = typename Bank::value_type;
+  constexpr int K = decltype(t.y)::kFixedRadius ? kVerticalRows : 1, np = kTileH * kTileW;
+  constexpr int columns = np / K;  // per image: kTileH / K row groups x kTileW columns
+  static_assert(kTileH % K == 0, "whole row groups");
+  const int n = fused_rows(R) * kTileW;
+  for (int i = tid; i < 2 * columns; i += nthreads) {
+    const int im = i / columns, j = i % columns;
+    const int o = (j / kTileW) * K * kTileW + j % kTileW;  // the column's first output pixel
+    const S h = smem + fused_h_offset(R, im) + o + R * kTileW, v = smem + fused_vertical_offset(R, im) + o;
+    // Plane by plane, each one's outputs before their stores: a store in between (to memory the
+    // compiler cannot tell apart from the samples) would force the samples' loads to be repeated.
+    // dy and ddy read the same plane, and so do cz1 and cz2 (F2).
+    T a[K], b[K];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) a[k] = vsum_tile(h + k * kTileW, t.y);
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) v[k * kTileW] = a[k];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) a[k] = vsum_tile(h + n + k * kTileW, t.cx);
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) v[np + k * kTileW] = a[k];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k)
+      a[k] = vsum_tile(h + 2 * n + k * kTileW, t.cz1) + vsum_tile(h + 3 * n + k * kTileW, t.cz2);
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) v[2 * np + k * kTileW] = a[k];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) a[k] = vsum_tile(h + 5 * n + k * kTileW, t.g);  // horizontal dg, vertical g
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) v[3 * np + k * kTileW] = a[k];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) {
+      a[k] = vsum_tile<Form::kOdd>(h + 4 * n + k * kTileW, t.dg);       // horizontal g, vertical dg
+      b[k] = vsum_tile<Form::kCentred>(h + 4 * n + k * kTileW, t.ddg);  // horizontal g, vertical ddg
+    }
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) {
+      v[4 * np + k * kTileW] = a[k];
+      v[6 * np + k * kTileW] = b[k];
+    }
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) a[k] = vsum_tile(h + 6 * n + k * kTileW, t.g);  // horizontal ddg, vertical g
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) v[5 * np + k * kTileW] = a[k];
   }
 }
 
