@@ -328,28 +328,29 @@ using FormTag = std::integral_constant<Form, F>;
 
 // The transposed vertical filters of one pixel (docs/algorithm.md §8.2): from the gradient planes
 // (per image: CSF gF0..2 at 0-2 when csf; feature gdx, gdy, gddx, gddy after) to the
-// transposed-vertical values (CSF t0..t3 at 0-3; feature A, B, C after), in g.planes() values.
-// vsum(q, f, FormTag<F>{}) is the transposed vertical correlation of gradient plane q with f in
-// form F at the pixel: the row passes read global memory (vt_pixel), the tiled backward a tile in
-// shared memory (tiled_vertical_t).
-template <class Bank, class VSum>
-FLIP_HD void vt_values(const Geometry& g, const Bank& t, const VSum& vsum,
-                       typename Bank::value_type v[kHorizontalPlanesPerImage]) {
-  using T = typename Bank::value_type;
+// transposed-vertical values (CSF t0..t3 at 0-3; feature A, B, C after), g.planes() values, each
+// passed to emit(q, value) as soon as it is computed (but t2 and t3, which filter the same plane:
+// both first, so that they share its samples' loads). vsum(q, f, FormTag<F>{}) is the transposed
+// vertical correlation of gradient plane q with f in form F at the pixel: the row passes read
+// global memory (vt_pixel), the tiled backward a tile in shared memory (tiled_vertical_t, K rows
+// at once: Rows<T, K> values).
+template <class Bank, class VSum, class Emit>
+FLIP_HD void vt_values(const Geometry& g, const Bank& t, const VSum& vsum, const Emit& emit) {
   int gi = 0;
   if (g.csf) {
-    v[0] = vsum(0, t.y, FormTag<Form::kPlain>{});
-    v[1] = vsum(1, t.cx, FormTag<Form::kPlain>{});
-    v[2] = vsum(2, t.cz1, FormTag<Form::kPlain>{});
-    v[3] = vsum(2, t.cz2, FormTag<Form::kPlain>{});
+    emit(0, vsum(0, t.y, FormTag<Form::kPlain>{}));
+    emit(1, vsum(1, t.cx, FormTag<Form::kPlain>{}));
+    const auto t2 = vsum(2, t.cz1, FormTag<Form::kPlain>{}), t3 = vsum(2, t.cz2, FormTag<Form::kPlain>{});
+    emit(2, t2);
+    emit(3, t3);
     gi = 3;
   }
   if (g.feat) {
-    T* f = v + g.feat0();
-    f[0] = vsum(gi, t.g, FormTag<Form::kPlain>{});      // A = V_g^T gdx: to be dg-transposed
-    f[1] = vsum(gi + 2, t.g, FormTag<Form::kPlain>{});  // B = V_g^T gddx: to be ddg-transposed
-    f[2] = vsum(gi + 1, t.dg, FormTag<Form::kOdd>{}) +  // C: to be g-transposed
-           vsum(gi + 3, t.ddg, FormTag<Form::kCentred>{});
+    const int f = g.feat0();
+    emit(f, vsum(gi, t.g, FormTag<Form::kPlain>{}));          // A = V_g^T gdx: to be dg-transposed
+    emit(f + 1, vsum(gi + 2, t.g, FormTag<Form::kPlain>{}));  // B = V_g^T gddx: to be ddg-transposed
+    emit(f + 2, vsum(gi + 1, t.dg, FormTag<Form::kOdd>{}) +   // C: to be g-transposed
+                    vsum(gi + 3, t.ddg, FormTag<Form::kCentred>{}));
   }
 }
 
@@ -361,7 +362,7 @@ FLIP_HD void vt_pixel(const T* gpl, T* tpl, const Geometry& g, const TapsView<T>
   vt_values(
       g, t,
       [&](int q, const FilterView<T>& f, auto form) { return vsum_t<decltype(form)::value>(gpl + q * hw, g, y, x, f); },
-      v);
+      [&](int q, T value) { v[q] = value; });
   FLIP_UNROLL
   for (int q = 0; q < kHorizontalPlanesPerImage; ++q)  // a constant bound keeps v in registers
     if (q < g.planes()) tpl[q * hw + p] = v[q];
@@ -384,6 +385,22 @@ FLIP_HD void ht_load(const T* tpl, const Geometry& g, int64_t y, int64_t x0, int
   }
 }
 
+// K values of one type, with the sum of two taken value by value: the outputs of K consecutive
+// positions of a line, computed together (tsum_rows).
+template <class T, int K>
+struct Rows {
+  T v[K];
+  FLIP_HD T& operator[](int k) { return v[k]; }
+  FLIP_HD const T& operator[](int k) const { return v[k]; }
+};
+template <class T, int K>
+FLIP_HD Rows<T, K> operator+(const Rows<T, K>& a, const Rows<T, K>& b) {
+  Rows<T, K> s;
+  FLIP_UNROLL
+  for (int k = 0; k < K; ++k) s[k] = a[k] + b[k];
+  return s;
+}
+
 // Transposed clamp-to-edge correlation at position pos of a line of len samples (a row, stride 1,
 // or a column of a tile, stride = the tile's width): the filter in its form on the reversed
 // samples, plus the samples the forward clamped onto the first and last positions. c points at
@@ -399,6 +416,39 @@ FLIP_HD typename Filter::value_type tsum(P c, int stride, int64_t pos, int64_t l
   if (pos == len - 1)
     for (int64_t d = 0; d < m; ++d) acc = FLIP_FMADD(T, f.right[d], c[-d * stride], acc);
   return acc;
+}
+
+// tsum at positions pos, ..., pos + K - 1 (pos >= 0) of the same line, c pointing at pos's
+// sample. With the filter loops unrolled (FixedFilter) the K sums share their samples' loads; each
+// is still the sum of one position alone, in tsum's order, folds included. Only the first of the
+// K positions can be the line's first, and one at most its last.
+template <int K, Form F = Form::kPlain, class Filter, class P>
+FLIP_HD Rows<typename Filter::value_type, K> tsum_rows(P c, int stride, int64_t pos, int64_t len, const Filter& f) {
+  using T = typename Filter::value_type;
+  Rows<T, K> out;
+  if constexpr (K == 1) {
+    out[0] = tsum<F>(c, stride, pos, len, f);
+  } else {
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) out[k] = correlate<F>(f, [c, stride, k](int j) { return c[(k - j) * stride]; });
+    const int64_t m = f.r < len ? f.r : len;
+    if (pos == 0) {
+      T acc = out[0];
+      for (int64_t i = 0; i < m; ++i) acc = FLIP_FMADD(T, f.left[i], c[i * stride], acc);
+      out[0] = acc;
+    }
+    const int64_t last = len - 1 - pos;  // the line's last position among the K, if it is one
+    if (last >= 0 && last < K) {
+      T acc = out[0];
+      FLIP_UNROLL
+      for (int k = 1; k < K; ++k) acc = last == k ? out[k] : acc;
+      const P e = c + static_cast<int>(last) * stride;
+      for (int64_t d = 0; d < m; ++d) acc = FLIP_FMADD(T, f.right[d], e[-d * stride], acc);
+      FLIP_UNROLL
+      for (int k = 0; k < K; ++k) out[k] = last == k ? acc : out[k];
+    }
+  }
+  return out;
 }
 
 // The transposed horizontal filters of one pixel: gradient w.r.t. the opponent channels (g_opp,
@@ -992,27 +1042,33 @@ FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g,
 }
 
 // kTiledTranspose, phase 2: the transposed vertical filters (vt_values) of the tile's rows below y_end,
-// every column of the halo included (zero outside the image).
+// every column of the halo included (zero outside the image). With the radii compiled in, a thread
+// filters kVerticalRows rows of one column (tsum_rows: the rows share their samples' loads, as in
+// fused_vertical); rows of its last group at or below y_end are filtered too and never read.
 template <class Bank, class S>
 FLIP_HD void tiled_vertical_t(const Geometry& g, const Bank& t, int64_t y0, int64_t y_end, int R, int tid, int nthreads,
                               S smem) {
   using T = typename Bank::value_type;
-  const int cols = fused_cols(R), rc = fused_rows(R) * cols, n = kTileH * cols;
+  constexpr int K = decltype(t.y)::kFixedRadius ? kVerticalRows : 1;
+  static_assert(kTileH % K == 0, "whole row groups");
+  const int cols = fused_cols(R), rc = fused_rows(R) * cols, n = kTileH * cols, tasks = n / K;
   const S in = smem, out = smem + kResponsePlanesPerImage * rc;
   TileWalk at(tid, nthreads, cols);
-  for (int i = tid; i < n; i += nthreads, at.next()) {
-    const int r = at.row;
+  for (int i = tid; i < tasks; i += nthreads, at.next()) {
+    const int r = at.row * K;  // the first of the thread's rows
     const int64_t y = y0 + r;
     if (y >= y_end) continue;
-    const int c = (r + R) * cols + at.col;
-    T v[kHorizontalPlanesPerImage];
+    const int c = (r + R) * cols + at.col, o = r * cols + at.col;
+    // Each plane's K values stored as soon as they are computed: fewer registers live.
     vt_values(
         g, t,
-        [&](int q, const auto& f, auto form) { return tsum<decltype(form)::value>(in + q * rc + c, cols, y, g.h, f); },
-        v);
-    FLIP_UNROLL
-    for (int q = 0; q < kHorizontalPlanesPerImage; ++q)  // a constant bound keeps v in registers
-      if (q < g.planes()) out[q * n + i] = v[q];
+        [&](int q, const auto& f, auto form) {
+          return tsum_rows<K, decltype(form)::value>(in + q * rc + c, cols, y, g.h, f);
+        },
+        [&](int q, const Rows<T, K>& v) {
+          FLIP_UNROLL
+          for (int k = 0; k < K; ++k) out[q * n + o + k * cols] = v[k];
+        });
   }
 }
 
