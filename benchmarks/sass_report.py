@@ -744,6 +744,12 @@ def table_for(kernel):
             if e.name == "kept rows":  # the loop over the chunks of 2R rows unrolls too
                 out += unrolled_keep_rows(e, halo)
                 continue
+            if e.name == "fused_horizontal":  # register-blocked: kHorizontalColumns columns a thread
+                e = dataclasses.replace(
+                    e,
+                    trips=lambda c: c.loaded(c.facts["tile_w"] // c.facts["horizontal_columns"]),
+                    why="(16+2R) or 16 new rows x 32 columns, kHorizontalColumns columns each",
+                )
             if e.name == "fused_vertical":  # register-blocked: kVerticalRows rows a thread
                 e = dataclasses.replace(
                     e,

@@ -319,7 +319,7 @@ MUTATIONS = (
         "if (out_t && y != b.g1 - 1) store_pixel_gradients(out_t, stride, q, gFt, gft);",
     ),
     # The fused horizontal pass centred one column right in shared memory.
-    ("flip/passes.h", "(i / kTileW) * cols + i % kTileW + R", "(i / kTileW) * cols + i % kTileW + R + 1"),
+    ("flip/passes.h", "row * stride + col + R", "row * stride + col + R + 1"),
     # The row pass H's tile and halo one column off.
     ("flip/passes.h", "clampi(x0 - R + i, 0, g.w - 1)", "clampi(x0 - R + i + 1, 0, g.w - 1)"),
     # kTiledTranspose judging whether an exposure won a tile by the band's output rows instead of the

@@ -587,12 +587,16 @@ constexpr int kWalkTiles = 4;
 
 FLIP_HD int fused_rows(int R) { return kTileH + 2 * R; }
 FLIP_HD int fused_cols(int R) { return kTileW + 2 * R; }
+// The converted input tile's row stride: fused_cols rounded up to an odd number, so that two rows'
+// samples at the same column fall in different banks of shared memory (fused_horizontal).
+FLIP_HD int fused_stride(int R) { return fused_cols(R) | 1; }
 // Image im's horizontal outputs: 7 planes of fused_rows x kTileW.
 FLIP_HD int fused_h_offset(int R, int im) { return im * kHorizontalPlanesPerImage * fused_rows(R) * kTileW; }
-// The converted input tile, 4 planes of fused_rows x fused_cols; later the vertical outputs.
+// The converted input tile, 4 planes of fused_rows x fused_cols (rows fused_stride apart); later
+// the vertical outputs.
 FLIP_HD int fused_input_offset(int R) { return fused_h_offset(R, 2); }
 FLIP_HD int fused_smem_len(int R) {
-  const int input = 4 * fused_rows(R) * fused_cols(R), vertical = 2 * kResponsePlanesPerImage * kTileH * kTileW;
+  const int input = 4 * fused_rows(R) * fused_stride(R), vertical = 2 * kResponsePlanesPerImage * kTileH * kTileW;
   return fused_input_offset(R) + (input > vertical ? input : vertical);
 }
 
@@ -619,8 +623,9 @@ FLIP_HD void fused_keep_rows(int R, int c, int tid, int nthreads, S smem) {
 template <class T, class S>
 FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0, int64_t x0, int R, int r0, int tid,
                         int nthreads, S smem, T scale, ToneMapper tm) {
-  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols, n = (rows - r0) * cols;
-  const S in = smem + fused_input_offset(R) + r0 * cols;
+  const int rows = fused_rows(R), cols = fused_cols(R), stride = fused_stride(R), rc = rows * stride;
+  const int n = (rows - r0) * cols;
+  const S in = smem + fused_input_offset(R) + r0 * stride;
   const int64_t hw = g.hw();
   bool ok = true;
   TileWalk at(tid, nthreads, cols);
@@ -634,37 +639,62 @@ FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0,
     else
       for (int c = 0; c < 3; ++c) lin[c] = input_to_linear(v[c], mode == Input::kSrgb);
     linear_to_opponent(lin, opp);
-    in[i] = opp[0];
-    in[rc + i] = opp[1];
-    in[2 * rc + i] = opp[2];
-    in[3 * rc + i] = achromatic(opp);
+    const int j = at.row * stride + at.col;
+    in[j] = opp[0];
+    in[rc + j] = opp[1];
+    in[2 * rc + j] = opp[2];
+    in[3 * rc + j] = achromatic(opp);
   }
   return ok;
 }
+
+// Phase 2's register blocking: with radii fixed at compile time (FixedFilter) a thread filters
+// kHorizontalColumns adjacent columns of a row, whose sums share all but one of their samples:
+// 2r + 2 shared-memory loads per plane instead of 2(2r + 1). A warp then takes two rows, 16 column
+// pairs each. The input tile's rows are an odd number of floats apart (fused_stride), so that the
+// two rows' loads fall in different banks; the lanes of odd rows store their two columns in the
+// other order, so that the two rows' stores do too. Each output is still its own sum, in its order.
+constexpr int kHorizontalColumns = 2;
 
 // Phase 2 (image im): the 7 horizontal outputs of the input tile's rows [r0, kTileH + 2R) (halo
 // included) and every tile column.
 template <class Bank, class S>
 FLIP_HD void fused_horizontal(const Bank& t, int R, int r0, int im, int tid, int nthreads, S smem) {
-  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols, plane = rows * kTileW;
-  const int n = (rows - r0) * kTileW;
-  const S in = smem + fused_input_offset(R) + r0 * cols, h = smem + fused_h_offset(R, im) + r0 * kTileW;
+  using T = typename Bank::value_type;
+  constexpr int K = decltype(t.y)::kFixedRadius ? kHorizontalColumns : 1, per_row = kTileW / K;
+  static_assert(kTileW % K == 0 && (K & (K - 1)) == 0, "whole column groups, a power of two");
+  const int rows = fused_rows(R), stride = fused_stride(R), rc = rows * stride, plane = rows * kTileW;
+  const int n = (rows - r0) * per_row;
+  const S in = smem + fused_input_offset(R) + r0 * stride, h = smem + fused_h_offset(R, im) + r0 * kTileW;
   for (int i = tid; i < n; i += nthreads) {
-    const int c = (i / kTileW) * cols + i % kTileW + R;  // the centre sample in the input tile
-    // All seven before any store: the filters of one channel (cz1 and cz2; g, dg and ddg) then
-    // share their samples' loads, which a store in between (to memory the compiler cannot tell
-    // apart from the input) would force to be repeated.
-    const auto y = hsum(in + c, t.y), cx = hsum(in + rc + c, t.cx);
-    const auto cz1 = hsum(in + 2 * rc + c, t.cz1), cz2 = hsum(in + 2 * rc + c, t.cz2);
-    const auto g = hsum(in + 3 * rc + c, t.g), dg = hsum<Form::kOdd>(in + 3 * rc + c, t.dg),
-               ddg = hsum<Form::kCentred>(in + 3 * rc + c, t.ddg);
-    h[i] = y;
-    h[plane + i] = cx;
-    h[2 * plane + i] = cz1;
-    h[3 * plane + i] = cz2;
-    h[4 * plane + i] = g;
-    h[5 * plane + i] = dg;
-    h[6 * plane + i] = ddg;
+    const int row = i / per_row, col = i % per_row * K;  // the thread's first pixel
+    const int c = row * stride + col + R;                // its centre sample in the input tile
+    // All before any store: the filters of one channel (cz1 and cz2; g, dg and ddg) and the K
+    // columns then share their samples' loads, which a store in between (to memory the compiler
+    // cannot tell apart from the input) would force to be repeated.
+    T v[kHorizontalPlanesPerImage][K];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) {
+      v[0][k] = hsum(in + c + k, t.y);
+      v[1][k] = hsum(in + rc + c + k, t.cx);
+      v[2][k] = hsum(in + 2 * rc + c + k, t.cz1);
+      v[3][k] = hsum(in + 2 * rc + c + k, t.cz2);
+      v[4][k] = hsum(in + 3 * rc + c + k, t.g);
+      v[5][k] = hsum<Form::kOdd>(in + 3 * rc + c + k, t.dg);
+      v[6][k] = hsum<Form::kCentred>(in + 3 * rc + c + k, t.ddg);
+    }
+    const int turn = row & (K - 1);  // odd rows: the columns in the other order (K = 2)
+    FLIP_UNROLL
+    for (int q = 0; q < kHorizontalPlanesPerImage; ++q) {
+      FLIP_UNROLL
+      for (int s = 0; s < K; ++s) {
+        const int k = s ^ turn;
+        T value = v[q][0];  // v[q][k] by selects: an index known at run time would put v in memory
+        FLIP_UNROLL
+        for (int j = 1; j < K; ++j) value = k == j ? v[q][j] : value;
+        h[q * plane + row * kTileW + col + k] = value;
+      }
+    }
   }
 }
 
@@ -688,7 +718,7 @@ FLIP_HD typename Filter::value_type vsum_tile(P h, const Filter& f) {  // h poin
 }
 
 // Phase 3's register blocking: with radii fixed at compile time (FixedFilter) a thread filters
-// kVerticalRows rows of one column, whose outputs share all but 2r of their samples: each plane
+// kVerticalRows rows of one column, whose outputs' sample windows overlap: each plane
 // costs it kVerticalRows + 2r shared-memory loads instead of kVerticalRows (2r + 1). The filter
 // loops are unrolled, so the samples are registers that the rows' sums (each still its own
 // correlate, in its own order: the same bits) read in turn. With radii read at run time the loops
