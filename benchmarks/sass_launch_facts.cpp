@@ -30,8 +30,9 @@ int main(int argc, char** argv) {
   std::printf("  \"ppd\": %.17g, \"r_csf\": %d, \"r_feat\": %d, \"R\": %d,\n", ppd, r_csf, r_feat, R);
   std::printf(
       "  \"tile_w\": %d, \"tile_h\": %d, \"walk_tiles\": %d, \"fused_threads\": %d, \"block\": %d, "
-      "\"grad_planes\": %d,\n",
-      flip::kTileW, flip::kTileH, flip::kWalkTiles, flip::kFusedThreads, flip::kBlock, flip::kResponsePlanesPerImage);
+      "\"grad_planes\": %d, \"vertical_rows\": %d, \"horizontal_columns\": %d,\n",
+      flip::kTileW, flip::kTileH, flip::kWalkTiles, flip::kFusedThreads, flip::kBlock, flip::kResponsePlanesPerImage,
+      flip::kVerticalRows, flip::kHorizontalColumns);
   std::printf("  \"planes\": %d, \"gplanes\": %d,\n", g.planes(), g.gplanes());
   std::printf("  \"smem_elems\": {\"fused\": %d, \"tiled_t\": %d, \"h\": %d, \"ht\": %d},\n", flip::fused_smem_len(R),
               flip::tiled_t_smem_len(R), flip::h_smem_len(flip::kBlock, R),

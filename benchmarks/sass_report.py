@@ -420,10 +420,18 @@ def taps(filt, form):
     )
 
 
-def fold_fraction(ctx, axis, which):
+ONE = lambda c: 1.0  # noqa: E731
+ONE_ROW = lambda c: 1  # noqa: E731
+# The rows of a column a thread of the register-blocked vertical filters takes (kVerticalRows).
+VERTICAL_ROWS = lambda c: c.facts["vertical_rows"]  # noqa: E731
+
+
+def fold_fraction(ctx, axis, which, rows=1):
     """The fraction of the transposed filters' warp-iterations in which some lane is on the first
     (which=0) or last (1) row (axis "y": tiled_vertical_t) or column (axis "x": tiled_horizontal_t)
-    of the image: tsum's border folds run only there, for the whole warp."""
+    of the image: tsum's border folds run only there, for the whole warp. rows: the rows of a
+    column each lane of tiled_vertical_t filters (tsum_rows); the first fold runs for a lane whose
+    first row is the image's first, the last for one whose rows include its last."""
     f = ctx.facts
     b = ctx.band
     th, tw, cols = f["tile_h"], f["tile_w"], ctx.cols
@@ -431,15 +439,18 @@ def fold_fraction(ctx, axis, which):
     tiles_x = -(-ctx.width // tw)
     hit = total = 0
     if axis == "y":
-        n = th * cols
-        edge = 0 if which == 0 else ctx.height - 1
+        n = th // rows * cols
         for ty in range(tiles_y):
             y0 = b["y0"] + ty * th
             for start in range(0, n, 32):  # one warp-iteration: 32 consecutive i
-                ys = [y0 + i // cols for i in range(start, min(start + 32, n)) if y0 + i // cols < b["y1"]]
+                ys = [y0 + i // cols * rows for i in range(start, min(start + 32, n))]
+                ys = [y for y in ys if y < b["y1"]]
                 if ys:
                     total += 1
-                    hit += edge in ys
+                    if which == 0:
+                        hit += 0 in ys
+                    else:
+                        hit += any(0 <= ctx.height - 1 - y < rows for y in ys)
         return hit / total if total else 0.0
     n = th * tw
     edge = 0 if which == 0 else ctx.width - 1
@@ -453,9 +464,10 @@ def fold_fraction(ctx, axis, which):
     return hit / total if total else 0.0
 
 
-def transposed(filt, form, axis):
+def transposed(filt, form, axis, rows=ONE_ROW):
     """A transposed filter (tsum): its correlation, then the folds of the clamped border samples,
-    each r taps (min(r, the line's length)), entered only by warps on the image's border."""
+    each r taps (min(r, the line's length)), entered only by warps on the image's border. rows:
+    ctx -> the rows of a column a lane filters (fold_fraction)."""
     size = "height" if axis == "y" else "width"
     return (
         taps(filt, form),
@@ -464,7 +476,7 @@ def transposed(filt, form, axis):
             FOLD_FIRST,
             lambda c: min(c.radius(filt), getattr(c, size)),
             "min(r, line length) taps",
-            entry=lambda c: fold_fraction(c, axis, 0),
+            entry=lambda c: fold_fraction(c, axis, 0, rows(c)),
             cascade=True,
         ),
         Expect(
@@ -472,19 +484,16 @@ def transposed(filt, form, axis):
             FOLD_LAST,
             lambda c: min(c.radius(filt), getattr(c, size)),
             "min(r, line length) taps",
-            entry=lambda c: fold_fraction(c, axis, 1),
+            entry=lambda c: fold_fraction(c, axis, 1, rows(c)),
             cascade=True,
         ),
     )
 
 
-ONE = lambda c: 1.0  # noqa: E731
-
-
 def _fused_phases():
     """One tile of a walk (tile_forward_block, blocks.h): the kept rows moved up (all but the first
     tile of a walk), fused_load and fused_horizontal of each image's new rows, then fused_vertical
-    of both images: the fused forward's and the tiled backward's kTiledGrad."""
+    of both images in one loop: the fused forward's and the tiled backward's kTiledGrad."""
     return (
         Expect(
             "kept rows",
@@ -534,32 +543,44 @@ def _fused_phases():
             ),
         ),
         Expect(
-            "vertical images",
-            "im < 2; ++im) fused_vertical",
-            lambda c: 2.0 if c.computes else 0.0,
-            "test, then reference",
-            children=(
-                Expect(
-                    "fused_vertical",
-                    "i < np; i += nthreads",
-                    lambda c: c.per_warp(c.tile),
-                    "16 x 32 pixels",
-                    children=tuple(
-                        taps(f, form)
-                        for f, form in (
-                            ("y", "plain"),
-                            ("cx", "plain"),
-                            ("cz1", "plain"),
-                            ("cz2", "plain"),
-                            ("g", "plain"),
-                            ("dg", "odd"),
-                            ("g", "plain"),
-                            ("ddg", "centred"),
-                        )
-                    ),
-                ),
+            "fused_vertical",
+            "i < 2 * columns; i += nthreads",
+            lambda c: c.per_warp(2 * c.tile) if c.computes else 0.0,
+            "both images' 16 x 32 pixels, a row each (radii read at run time)",
+            children=tuple(
+                taps(f, form)
+                for f, form in (
+                    ("y", "plain"),
+                    ("cx", "plain"),
+                    ("cz1", "plain"),
+                    ("cz2", "plain"),
+                    ("g", "plain"),
+                    ("dg", "odd"),
+                    ("ddg", "centred"),
+                    ("g", "plain"),
+                )
             ),
         ),
+    )
+
+
+def _vertical_t_folds(rows):
+    """tiled_vertical_t's transposed filters (vt_values' order), each lane filtering rows(ctx) rows."""
+    return sum(
+        (
+            transposed(f, form, "y", rows)
+            for f, form in (
+                ("y", "plain"),
+                ("cx", "plain"),
+                ("cz1", "plain"),
+                ("cz2", "plain"),
+                ("g", "plain"),
+                ("g", "plain"),
+                ("dg", "odd"),
+                ("ddg", "centred"),
+            )
+        ),
+        (),
     )
 
 
@@ -672,25 +693,10 @@ TRIP_TABLE = {
                         ),
                         Expect(
                             "tiled_vertical_t",
-                            "i < n; i += nthreads",
+                            "i < tasks; i += nthreads",
                             lambda c: c.per_warp(c.facts["tile_h"] * c.cols) if c.computes else 0.0,
-                            "16 rows x (32+2R) columns",
-                            children=sum(
-                                (
-                                    transposed(f, form, "y")
-                                    for f, form in (
-                                        ("y", "plain"),
-                                        ("cx", "plain"),
-                                        ("cz1", "plain"),
-                                        ("cz2", "plain"),
-                                        ("g", "plain"),
-                                        ("g", "plain"),
-                                        ("dg", "odd"),
-                                        ("ddg", "centred"),
-                                    )
-                                ),
-                                (),
-                            ),
+                            "16 rows x (32+2R) columns, a row each (radii read at run time)",
+                            children=_vertical_t_folds(ONE_ROW),
                         ),
                         Expect(
                             "tiled_horizontal_t",
@@ -738,6 +744,25 @@ def table_for(kernel):
             if e.name == "kept rows":  # the loop over the chunks of 2R rows unrolls too
                 out += unrolled_keep_rows(e, halo)
                 continue
+            if e.name == "fused_horizontal":  # register-blocked: kHorizontalColumns columns a thread
+                e = dataclasses.replace(
+                    e,
+                    trips=lambda c: c.loaded(c.facts["tile_w"] // c.facts["horizontal_columns"]),
+                    why="(16+2R) or 16 new rows x 32 columns, kHorizontalColumns columns each",
+                )
+            if e.name == "fused_vertical":  # register-blocked: kVerticalRows rows a thread
+                e = dataclasses.replace(
+                    e,
+                    trips=lambda c: c.per_warp(2 * c.tile // VERTICAL_ROWS(c)) if c.computes else 0.0,
+                    why="both images' 16 x 32 pixels, kVerticalRows rows of a column each",
+                )
+            if e.name == "tiled_vertical_t":  # register-blocked, as fused_vertical
+                e = dataclasses.replace(
+                    e,
+                    trips=lambda c: c.per_warp(c.facts["tile_h"] // VERTICAL_ROWS(c) * c.cols) if c.computes else 0.0,
+                    why="16 rows x (32+2R) columns, kVerticalRows rows of a column each",
+                    children=_vertical_t_folds(VERTICAL_ROWS),
+                )
             out.append(dataclasses.replace(e, children=fixed(e.children)))
         return tuple(out)
 

@@ -319,7 +319,7 @@ MUTATIONS = (
         "if (out_t && y != b.g1 - 1) store_pixel_gradients(out_t, stride, q, gFt, gft);",
     ),
     # The fused horizontal pass centred one column right in shared memory.
-    ("flip/passes.h", "(i / kTileW) * cols + i % kTileW + R", "(i / kTileW) * cols + i % kTileW + R + 1"),
+    ("flip/passes.h", "row * stride + col + R", "row * stride + col + R + 1"),
     # The row pass H's tile and halo one column off.
     ("flip/passes.h", "clampi(x0 - R + i, 0, g.w - 1)", "clampi(x0 - R + i + 1, 0, g.w - 1)"),
     # kTiledTranspose judging whether an exposure won a tile by the band's output rows instead of the
@@ -361,6 +361,11 @@ MUTATIONS = (
         "tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);\n          fresh = true;",
         "tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);",
     ),
+    # The vertical filters of the build for fixed radii (a thread takes 4 rows of a column) centred
+    # one row low.
+    ("flip/passes.h", "o + R * kTileW", "o + (R + 1) * kTileW"),
+    # ... and the transposed ones folding the image's last row's clamped samples into the row above.
+    ("flip/passes.h", "len - 1 - pos", "len - 2 - pos"),
     # The fused forward writing each pixel's error into its right neighbour too: a global-memory
     # race between threads and between blocks (the last column of a tile is the next one's first).
     ("flip/passes.h", "out[p] = err;", "out[p] = err; if (x + 1 < g.w) out[p + 1] = err;"),
@@ -471,6 +476,8 @@ MUTANT_RUNS = [
     run_kept,
     run_kept,
     run_hdr_walk_after_a_skip,
+    run_default_ppd,
+    run_default_ppd,
     run_fused_both_orders,
 ]
 

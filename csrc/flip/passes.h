@@ -328,28 +328,29 @@ using FormTag = std::integral_constant<Form, F>;
 
 // The transposed vertical filters of one pixel (docs/algorithm.md §8.2): from the gradient planes
 // (per image: CSF gF0..2 at 0-2 when csf; feature gdx, gdy, gddx, gddy after) to the
-// transposed-vertical values (CSF t0..t3 at 0-3; feature A, B, C after), in g.planes() values.
-// vsum(q, f, FormTag<F>{}) is the transposed vertical correlation of gradient plane q with f in
-// form F at the pixel: the row passes read global memory (vt_pixel), the tiled backward a tile in
-// shared memory (tiled_vertical_t).
-template <class Bank, class VSum>
-FLIP_HD void vt_values(const Geometry& g, const Bank& t, const VSum& vsum,
-                       typename Bank::value_type v[kHorizontalPlanesPerImage]) {
-  using T = typename Bank::value_type;
+// transposed-vertical values (CSF t0..t3 at 0-3; feature A, B, C after), g.planes() values, each
+// passed to emit(q, value) as soon as it is computed (but t2 and t3, which filter the same plane:
+// both first, so that they share its samples' loads). vsum(q, f, FormTag<F>{}) is the transposed
+// vertical correlation of gradient plane q with f in form F at the pixel: the row passes read
+// global memory (vt_pixel), the tiled backward a tile in shared memory (tiled_vertical_t, K rows
+// at once: Rows<T, K> values).
+template <class Bank, class VSum, class Emit>
+FLIP_HD void vt_values(const Geometry& g, const Bank& t, const VSum& vsum, const Emit& emit) {
   int gi = 0;
   if (g.csf) {
-    v[0] = vsum(0, t.y, FormTag<Form::kPlain>{});
-    v[1] = vsum(1, t.cx, FormTag<Form::kPlain>{});
-    v[2] = vsum(2, t.cz1, FormTag<Form::kPlain>{});
-    v[3] = vsum(2, t.cz2, FormTag<Form::kPlain>{});
+    emit(0, vsum(0, t.y, FormTag<Form::kPlain>{}));
+    emit(1, vsum(1, t.cx, FormTag<Form::kPlain>{}));
+    const auto t2 = vsum(2, t.cz1, FormTag<Form::kPlain>{}), t3 = vsum(2, t.cz2, FormTag<Form::kPlain>{});
+    emit(2, t2);
+    emit(3, t3);
     gi = 3;
   }
   if (g.feat) {
-    T* f = v + g.feat0();
-    f[0] = vsum(gi, t.g, FormTag<Form::kPlain>{});      // A = V_g^T gdx: to be dg-transposed
-    f[1] = vsum(gi + 2, t.g, FormTag<Form::kPlain>{});  // B = V_g^T gddx: to be ddg-transposed
-    f[2] = vsum(gi + 1, t.dg, FormTag<Form::kOdd>{}) +  // C: to be g-transposed
-           vsum(gi + 3, t.ddg, FormTag<Form::kCentred>{});
+    const int f = g.feat0();
+    emit(f, vsum(gi, t.g, FormTag<Form::kPlain>{}));          // A = V_g^T gdx: to be dg-transposed
+    emit(f + 1, vsum(gi + 2, t.g, FormTag<Form::kPlain>{}));  // B = V_g^T gddx: to be ddg-transposed
+    emit(f + 2, vsum(gi + 1, t.dg, FormTag<Form::kOdd>{}) +   // C: to be g-transposed
+                    vsum(gi + 3, t.ddg, FormTag<Form::kCentred>{}));
   }
 }
 
@@ -361,7 +362,7 @@ FLIP_HD void vt_pixel(const T* gpl, T* tpl, const Geometry& g, const TapsView<T>
   vt_values(
       g, t,
       [&](int q, const FilterView<T>& f, auto form) { return vsum_t<decltype(form)::value>(gpl + q * hw, g, y, x, f); },
-      v);
+      [&](int q, T value) { v[q] = value; });
   FLIP_UNROLL
   for (int q = 0; q < kHorizontalPlanesPerImage; ++q)  // a constant bound keeps v in registers
     if (q < g.planes()) tpl[q * hw + p] = v[q];
@@ -384,6 +385,22 @@ FLIP_HD void ht_load(const T* tpl, const Geometry& g, int64_t y, int64_t x0, int
   }
 }
 
+// K values of one type, with the sum of two taken value by value: the outputs of K consecutive
+// positions of a line, computed together (tsum_rows).
+template <class T, int K>
+struct Rows {
+  T v[K];
+  FLIP_HD T& operator[](int k) { return v[k]; }
+  FLIP_HD const T& operator[](int k) const { return v[k]; }
+};
+template <class T, int K>
+FLIP_HD Rows<T, K> operator+(const Rows<T, K>& a, const Rows<T, K>& b) {
+  Rows<T, K> s;
+  FLIP_UNROLL
+  for (int k = 0; k < K; ++k) s[k] = a[k] + b[k];
+  return s;
+}
+
 // Transposed clamp-to-edge correlation at position pos of a line of len samples (a row, stride 1,
 // or a column of a tile, stride = the tile's width): the filter in its form on the reversed
 // samples, plus the samples the forward clamped onto the first and last positions. c points at
@@ -399,6 +416,39 @@ FLIP_HD typename Filter::value_type tsum(P c, int stride, int64_t pos, int64_t l
   if (pos == len - 1)
     for (int64_t d = 0; d < m; ++d) acc = FLIP_FMADD(T, f.right[d], c[-d * stride], acc);
   return acc;
+}
+
+// tsum at positions pos, ..., pos + K - 1 (pos >= 0) of the same line, c pointing at pos's
+// sample. With the filter loops unrolled (FixedFilter) the K sums share their samples' loads; each
+// is still the sum of one position alone, in tsum's order, folds included. Only the first of the
+// K positions can be the line's first, and one at most its last.
+template <int K, Form F = Form::kPlain, class Filter, class P>
+FLIP_HD Rows<typename Filter::value_type, K> tsum_rows(P c, int stride, int64_t pos, int64_t len, const Filter& f) {
+  using T = typename Filter::value_type;
+  Rows<T, K> out;
+  if constexpr (K == 1) {
+    out[0] = tsum<F>(c, stride, pos, len, f);
+  } else {
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) out[k] = correlate<F>(f, [c, stride, k](int j) { return c[(k - j) * stride]; });
+    const int64_t m = f.r < len ? f.r : len;
+    if (pos == 0) {
+      T acc = out[0];
+      for (int64_t i = 0; i < m; ++i) acc = FLIP_FMADD(T, f.left[i], c[i * stride], acc);
+      out[0] = acc;
+    }
+    const int64_t last = len - 1 - pos;  // the line's last position among the K, if it is one
+    if (last >= 0 && last < K) {
+      T acc = out[0];
+      FLIP_UNROLL
+      for (int k = 1; k < K; ++k) acc = last == k ? out[k] : acc;
+      const P e = c + static_cast<int>(last) * stride;
+      for (int64_t d = 0; d < m; ++d) acc = FLIP_FMADD(T, f.right[d], e[-d * stride], acc);
+      FLIP_UNROLL
+      for (int k = 0; k < K; ++k) out[k] = last == k ? acc : out[k];
+    }
+  }
+  return out;
 }
 
 // The transposed horizontal filters of one pixel: gradient w.r.t. the opponent channels (g_opp,
@@ -537,12 +587,16 @@ constexpr int kWalkTiles = 4;
 
 FLIP_HD int fused_rows(int R) { return kTileH + 2 * R; }
 FLIP_HD int fused_cols(int R) { return kTileW + 2 * R; }
+// The converted input tile's row stride: fused_cols rounded up to an odd number, so that two rows'
+// samples at the same column fall in different banks of shared memory (fused_horizontal).
+FLIP_HD int fused_stride(int R) { return fused_cols(R) | 1; }
 // Image im's horizontal outputs: 7 planes of fused_rows x kTileW.
 FLIP_HD int fused_h_offset(int R, int im) { return im * kHorizontalPlanesPerImage * fused_rows(R) * kTileW; }
-// The converted input tile, 4 planes of fused_rows x fused_cols; later the vertical outputs.
+// The converted input tile, 4 planes of fused_rows x fused_cols (rows fused_stride apart); later
+// the vertical outputs.
 FLIP_HD int fused_input_offset(int R) { return fused_h_offset(R, 2); }
 FLIP_HD int fused_smem_len(int R) {
-  const int input = 4 * fused_rows(R) * fused_cols(R), vertical = 2 * kResponsePlanesPerImage * kTileH * kTileW;
+  const int input = 4 * fused_rows(R) * fused_stride(R), vertical = 2 * kResponsePlanesPerImage * kTileH * kTileW;
   return fused_input_offset(R) + (input > vertical ? input : vertical);
 }
 
@@ -569,8 +623,9 @@ FLIP_HD void fused_keep_rows(int R, int c, int tid, int nthreads, S smem) {
 template <class T, class S>
 FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0, int64_t x0, int R, int r0, int tid,
                         int nthreads, S smem, T scale, ToneMapper tm) {
-  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols, n = (rows - r0) * cols;
-  const S in = smem + fused_input_offset(R) + r0 * cols;
+  const int rows = fused_rows(R), cols = fused_cols(R), stride = fused_stride(R), rc = rows * stride;
+  const int n = (rows - r0) * cols;
+  const S in = smem + fused_input_offset(R) + r0 * stride;
   const int64_t hw = g.hw();
   bool ok = true;
   TileWalk at(tid, nthreads, cols);
@@ -584,37 +639,62 @@ FLIP_HD bool fused_load(const T* src, const Geometry& g, Input mode, int64_t y0,
     else
       for (int c = 0; c < 3; ++c) lin[c] = input_to_linear(v[c], mode == Input::kSrgb);
     linear_to_opponent(lin, opp);
-    in[i] = opp[0];
-    in[rc + i] = opp[1];
-    in[2 * rc + i] = opp[2];
-    in[3 * rc + i] = achromatic(opp);
+    const int j = at.row * stride + at.col;
+    in[j] = opp[0];
+    in[rc + j] = opp[1];
+    in[2 * rc + j] = opp[2];
+    in[3 * rc + j] = achromatic(opp);
   }
   return ok;
 }
+
+// Phase 2's register blocking: with radii fixed at compile time (FixedFilter) a thread filters
+// kHorizontalColumns adjacent columns of a row, whose sums share all but one of their samples:
+// 2r + 2 shared-memory loads per plane instead of 2(2r + 1). A warp then takes two rows, 16 column
+// pairs each. The input tile's rows are an odd number of floats apart (fused_stride), so that the
+// two rows' loads fall in different banks; the lanes of odd rows store their two columns in the
+// other order, so that the two rows' stores do too. Each output is still its own sum, in its order.
+constexpr int kHorizontalColumns = 2;
 
 // Phase 2 (image im): the 7 horizontal outputs of the input tile's rows [r0, kTileH + 2R) (halo
 // included) and every tile column.
 template <class Bank, class S>
 FLIP_HD void fused_horizontal(const Bank& t, int R, int r0, int im, int tid, int nthreads, S smem) {
-  const int rows = fused_rows(R), cols = fused_cols(R), rc = rows * cols, plane = rows * kTileW;
-  const int n = (rows - r0) * kTileW;
-  const S in = smem + fused_input_offset(R) + r0 * cols, h = smem + fused_h_offset(R, im) + r0 * kTileW;
+  using T = typename Bank::value_type;
+  constexpr int K = decltype(t.y)::kFixedRadius ? kHorizontalColumns : 1, per_row = kTileW / K;
+  static_assert(kTileW % K == 0 && (K & (K - 1)) == 0, "whole column groups, a power of two");
+  const int rows = fused_rows(R), stride = fused_stride(R), rc = rows * stride, plane = rows * kTileW;
+  const int n = (rows - r0) * per_row;
+  const S in = smem + fused_input_offset(R) + r0 * stride, h = smem + fused_h_offset(R, im) + r0 * kTileW;
   for (int i = tid; i < n; i += nthreads) {
-    const int c = (i / kTileW) * cols + i % kTileW + R;  // the centre sample in the input tile
-    // All seven before any store: the filters of one channel (cz1 and cz2; g, dg and ddg) then
-    // share their samples' loads, which a store in between (to memory the compiler cannot tell
-    // apart from the input) would force to be repeated.
-    const auto y = hsum(in + c, t.y), cx = hsum(in + rc + c, t.cx);
-    const auto cz1 = hsum(in + 2 * rc + c, t.cz1), cz2 = hsum(in + 2 * rc + c, t.cz2);
-    const auto g = hsum(in + 3 * rc + c, t.g), dg = hsum<Form::kOdd>(in + 3 * rc + c, t.dg),
-               ddg = hsum<Form::kCentred>(in + 3 * rc + c, t.ddg);
-    h[i] = y;
-    h[plane + i] = cx;
-    h[2 * plane + i] = cz1;
-    h[3 * plane + i] = cz2;
-    h[4 * plane + i] = g;
-    h[5 * plane + i] = dg;
-    h[6 * plane + i] = ddg;
+    const int row = i / per_row, col = i % per_row * K;  // the thread's first pixel
+    const int c = row * stride + col + R;                // its centre sample in the input tile
+    // All before any store: the filters of one channel (cz1 and cz2; g, dg and ddg) and the K
+    // columns then share their samples' loads, which a store in between (to memory the compiler
+    // cannot tell apart from the input) would force to be repeated.
+    T v[kHorizontalPlanesPerImage][K];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) {
+      v[0][k] = hsum(in + c + k, t.y);
+      v[1][k] = hsum(in + rc + c + k, t.cx);
+      v[2][k] = hsum(in + 2 * rc + c + k, t.cz1);
+      v[3][k] = hsum(in + 2 * rc + c + k, t.cz2);
+      v[4][k] = hsum(in + 3 * rc + c + k, t.g);
+      v[5][k] = hsum<Form::kOdd>(in + 3 * rc + c + k, t.dg);
+      v[6][k] = hsum<Form::kCentred>(in + 3 * rc + c + k, t.ddg);
+    }
+    const int turn = row & (K - 1);  // odd rows: the columns in the other order (K = 2)
+    FLIP_UNROLL
+    for (int q = 0; q < kHorizontalPlanesPerImage; ++q) {
+      FLIP_UNROLL
+      for (int s = 0; s < K; ++s) {
+        const int k = s ^ turn;
+        T value = v[q][0];  // v[q][k] by selects: an index known at run time would put v in memory
+        FLIP_UNROLL
+        for (int j = 1; j < K; ++j) value = k == j ? v[q][j] : value;
+        h[q * plane + row * kTileW + col + k] = value;
+      }
+    }
   }
 }
 
@@ -637,28 +717,62 @@ FLIP_HD typename Filter::value_type vsum_tile(P h, const Filter& f) {  // h poin
   return correlate<F>(f, [h](int k) { return h[k * kTileW]; });
 }
 
-// Phase 3 (image im, after both images' phase 2, in the input tile's place): the vertical outputs
-// F0, F1, F2, dx, dy, ddx, ddy of every tile pixel.
+// Phase 3's register blocking: with radii fixed at compile time (FixedFilter) a thread filters
+// kVerticalRows rows of one column, whose outputs' sample windows overlap: each plane
+// costs it kVerticalRows + 2r shared-memory loads instead of kVerticalRows (2r + 1). The filter
+// loops are unrolled, so the samples are registers that the rows' sums (each still its own
+// correlate, in its own order: the same bits) read in turn. With radii read at run time the loops
+// stay loops and a thread filters one row.
+constexpr int kVerticalRows = 4;
+
+// Phase 3 (after both images' phase 2, in the input tile's place): the vertical outputs F0, F1,
+// F2, dx, dy, ddx, ddy of every tile pixel of both images, a column of rows per thread.
 template <class Bank, class S>
-FLIP_HD void fused_vertical(const Bank& t, int R, int im, int tid, int nthreads, S smem) {
-  const int n = fused_rows(R) * kTileW, np = kTileH * kTileW;
-  const S h = smem + fused_h_offset(R, im), v = smem + fused_vertical_offset(R, im);
-  for (int i = tid; i < np; i += nthreads) {
-    const int c = (i / kTileW + R) * kTileW + i % kTileW;
-    // All before any store, so that dy and ddy share their samples' loads (as fused_horizontal).
-    const auto F0 = vsum_tile(h + c, t.y), F1 = vsum_tile(h + n + c, t.cx);
-    const auto F2 = vsum_tile(h + 2 * n + c, t.cz1) + vsum_tile(h + 3 * n + c, t.cz2);
-    const auto dx = vsum_tile(h + 5 * n + c, t.g);                     // horizontal dg, vertical g
-    const auto dy = vsum_tile<Form::kOdd>(h + 4 * n + c, t.dg);        // horizontal g, vertical dg
-    const auto ddx = vsum_tile(h + 6 * n + c, t.g);                    // horizontal ddg, vertical g
-    const auto ddy = vsum_tile<Form::kCentred>(h + 4 * n + c, t.ddg);  // horizontal g, vertical ddg
-    v[i] = F0;
-    v[np + i] = F1;
-    v[2 * np + i] = F2;
-    v[3 * np + i] = dx;
-    v[4 * np + i] = dy;
-    v[5 * np + i] = ddx;
-    v[6 * np + i] = ddy;
+FLIP_HD void fused_vertical(const Bank& t, int R, int tid, int nthreads, S smem) {
+  using T = typename Bank::value_type;
+  constexpr int K = decltype(t.y)::kFixedRadius ? kVerticalRows : 1, np = kTileH * kTileW;
+  constexpr int columns = np / K;  // per image: kTileH / K row groups x kTileW columns
+  static_assert(kTileH % K == 0, "whole row groups");
+  const int n = fused_rows(R) * kTileW;
+  for (int i = tid; i < 2 * columns; i += nthreads) {
+    const int im = i / columns, j = i % columns;
+    const int o = (j / kTileW) * K * kTileW + j % kTileW;  // the column's first output pixel
+    const S h = smem + fused_h_offset(R, im) + o + R * kTileW, v = smem + fused_vertical_offset(R, im) + o;
+    // Plane by plane, each one's outputs before their stores: a store in between (to memory the
+    // compiler cannot tell apart from the samples) would force the samples' loads to be repeated.
+    // dy and ddy read the same plane, and so do cz1 and cz2 (F2).
+    T a[K], b[K];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) a[k] = vsum_tile(h + k * kTileW, t.y);
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) v[k * kTileW] = a[k];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) a[k] = vsum_tile(h + n + k * kTileW, t.cx);
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) v[np + k * kTileW] = a[k];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k)
+      a[k] = vsum_tile(h + 2 * n + k * kTileW, t.cz1) + vsum_tile(h + 3 * n + k * kTileW, t.cz2);
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) v[2 * np + k * kTileW] = a[k];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) a[k] = vsum_tile(h + 5 * n + k * kTileW, t.g);  // horizontal dg, vertical g
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) v[3 * np + k * kTileW] = a[k];
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) {
+      a[k] = vsum_tile<Form::kOdd>(h + 4 * n + k * kTileW, t.dg);       // horizontal g, vertical dg
+      b[k] = vsum_tile<Form::kCentred>(h + 4 * n + k * kTileW, t.ddg);  // horizontal g, vertical ddg
+    }
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) {
+      v[4 * np + k * kTileW] = a[k];
+      v[6 * np + k * kTileW] = b[k];
+    }
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) a[k] = vsum_tile(h + 6 * n + k * kTileW, t.g);  // horizontal ddg, vertical g
+    FLIP_UNROLL
+    for (int k = 0; k < K; ++k) v[5 * np + k * kTileW] = a[k];
   }
 }
 
@@ -958,27 +1072,33 @@ FLIP_HD void tiled_load_t(const T* gp, const BackwardBand& b, const Geometry& g,
 }
 
 // kTiledTranspose, phase 2: the transposed vertical filters (vt_values) of the tile's rows below y_end,
-// every column of the halo included (zero outside the image).
+// every column of the halo included (zero outside the image). With the radii compiled in, a thread
+// filters kVerticalRows rows of one column (tsum_rows: the rows share their samples' loads, as in
+// fused_vertical); rows of its last group at or below y_end are filtered too and never read.
 template <class Bank, class S>
 FLIP_HD void tiled_vertical_t(const Geometry& g, const Bank& t, int64_t y0, int64_t y_end, int R, int tid, int nthreads,
                               S smem) {
   using T = typename Bank::value_type;
-  const int cols = fused_cols(R), rc = fused_rows(R) * cols, n = kTileH * cols;
+  constexpr int K = decltype(t.y)::kFixedRadius ? kVerticalRows : 1;
+  static_assert(kTileH % K == 0, "whole row groups");
+  const int cols = fused_cols(R), rc = fused_rows(R) * cols, n = kTileH * cols, tasks = n / K;
   const S in = smem, out = smem + kResponsePlanesPerImage * rc;
   TileWalk at(tid, nthreads, cols);
-  for (int i = tid; i < n; i += nthreads, at.next()) {
-    const int r = at.row;
+  for (int i = tid; i < tasks; i += nthreads, at.next()) {
+    const int r = at.row * K;  // the first of the thread's rows
     const int64_t y = y0 + r;
     if (y >= y_end) continue;
-    const int c = (r + R) * cols + at.col;
-    T v[kHorizontalPlanesPerImage];
+    const int c = (r + R) * cols + at.col, o = r * cols + at.col;
+    // Each plane's K values stored as soon as they are computed: fewer registers live.
     vt_values(
         g, t,
-        [&](int q, const auto& f, auto form) { return tsum<decltype(form)::value>(in + q * rc + c, cols, y, g.h, f); },
-        v);
-    FLIP_UNROLL
-    for (int q = 0; q < kHorizontalPlanesPerImage; ++q)  // a constant bound keeps v in registers
-      if (q < g.planes()) out[q * n + i] = v[q];
+        [&](int q, const auto& f, auto form) {
+          return tsum_rows<K, decltype(form)::value>(in + q * rc + c, cols, y, g.h, f);
+        },
+        [&](int q, const Rows<T, K>& v) {
+          FLIP_UNROLL
+          for (int k = 0; k < K; ++k) out[q * n + o + k * cols] = v[k];
+        });
   }
 }
 

@@ -122,7 +122,7 @@ FLIP_HD void tile_forward_block(B& b, const Params<T>& p, const Step<T>& s, S sm
     fused_horizontal(Rad::view(p.taps), R, r0, im, b.tid(), b.threads(), smem);
     b.sync();
   }
-  for (int im = 0; im < 2; ++im) fused_vertical(Rad::view(p.taps), R, im, b.tid(), b.threads(), smem);
+  fused_vertical(Rad::view(p.taps), R, b.tid(), b.threads(), smem);
   b.sync();
 }
 

@@ -73,8 +73,9 @@ struct DeviceBlock {
     run_block<Kernel::K, Rad>(b, p, s);                                                                   \
   }
 // Kernel 2's shared memory leaves room for three blocks per SM in float32 at the default radii,
-// which its 256 threads get at 80 registers or fewer. The build for fixed radii fits that without
-// spilling when asked to; the float32 run-time-radius build would spill there, so it is held to two
+// which its 256 threads get at 80 registers or fewer. The build for fixed radii fits that when
+// asked to, spilling only a few of its block's loop-invariant values (48 bytes, reloaded once a
+// tile, not in the filter loops); the float32 run-time-radius build would spill there, so it is held to two
 // (128 registers; left alone, the compiler takes more and gets one). In float64 shared memory
 // allows one block at these radii: no bound to buy.
 template <class T, class Rad>
