@@ -7,7 +7,7 @@
 #   FLIP_LOSS_CUDA=0|1   force the CUDA kernels off/on (default: on when nvcc and CUDA torch exist)
 #   MAX_JOBS=N           parallel compile jobs (default 2)
 #   --with-browser       also install Chromium (Debian's chromium package), which the tests of the
-#                        HTML report (tests/test_report.py) drive; scripts/test.sh passes it, the
+#                        HTML report (tests/cli/test_report.py) drive; scripts/test.sh passes it, the
 #                        main-job command does not
 #   --with-oldest-torch  also a second environment, .venv-oldest-torch, with the oldest supported
 #                        torch (requirements-oldest-torch.txt) and the same test packages. The
@@ -46,7 +46,7 @@ if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null && ! command -v c
   echo "== installing chromium (browser tests of the HTML report)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   if ! { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; then
-    echo "setup.sh: warning: could not install chromium; the browser tests of tests/test_report.py will skip" >&2
+    echo "setup.sh: warning: could not install chromium; the browser tests of tests/cli/test_report.py will skip" >&2
   fi
 fi
 

@@ -1,10 +1,19 @@
 import signal
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import flip_loss
-from tiers import in_torch_release_tier
+
+# The tests sit in folders by what they cover (docs/layout.md); the modules they share sit in
+# tests/helpers, imported by name (``import conformance``) from every folder. tests/ itself is on
+# the path already (pytest puts this file's folder there), for the emulator package.
+HELPERS = Path(__file__).resolve().parent / "helpers"
+sys.path.insert(0, str(HELPERS))
+
+from tiers import in_torch_release_tier  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -44,7 +53,7 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "torch_release: can differ between torch releases (tests/tiers.py); the tier that "
+        "torch_release: can differ between torch releases (tests/helpers/tiers.py); the tier that "
         "scripts/test.sh runs with the oldest supported torch too",
     )
 
