@@ -264,3 +264,14 @@ def test_submodules_are_reachable_from_the_package_alone():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True"]
+
+
+def test_flip_loss_under_autocast_is_float32():
+    # FLIPLoss under torch.autocast: a bfloat16 input and a float32 one give a float32 loss (the
+    # ops' Autocast kernels; every op's own check: tests/ops/test_op_tester.py).
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand((2, 3, 16, 20), generator=g)
+    b = (a + 0.1 * torch.randn((2, 3, 16, 20), generator=g)).clamp(0, 1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = a.to(torch.bfloat16)
+        assert flip_loss.FLIPLoss()(low, b).dtype == torch.float32

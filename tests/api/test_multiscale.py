@@ -4,7 +4,7 @@ one value in a list is the single-scale call, bit for bit; every bad list or wei
 the same message on every path. On the CPU the LDR map comes from one op, _ldr_flip_multiscale,
 which converts the inputs once for all scales: its map is the loop's, bit for bit (float16 and
 bfloat16: the float32 loop's, rounded once), its gradients the loop's to rounding, and it passes
-gradcheck and opcheck."""
+gradcheck and opcheck (tests/ops/test_op_tester.py, with every op)."""
 
 import pytest
 import torch
@@ -237,29 +237,6 @@ def test_one_gradient_of_two_kept():
     (gx,) = torch.autograd.grad(out.sum(), [x])
     (expected,) = torch.autograd.grad(loop(x, y, PPDS, [1.0, 1.0, 1.0]).sum(), [x])
     assert (gx - expected).abs().max().item() < 1e-13
-
-
-def test_gradcheck_and_opcheck_of_the_op():
-    g = torch.Generator().manual_seed(3)
-    a = (0.1 + 0.8 * torch.rand(1, 3, 7, 9, generator=g, dtype=torch.float64)).requires_grad_()
-    b = (0.1 + 0.8 * torch.rand(1, 3, 7, 9, generator=g, dtype=torch.float64)).requires_grad_()
-    assert torch.autograd.gradcheck(
-        lambda p, q: ops._ldr_flip_multiscale(p, q, [3.0, 5.0], [0.4, 0.6], "srgb", 1e-15, [True, True])[0],
-        (a, b),
-        eps=1e-7,
-        atol=1e-6,
-    )
-    torch.library.opcheck(ops._ldr_flip_multiscale.default, (a, b, [3.0, 5.0], [0.4, 0.6], "srgb", 1e-15, [True, True]))
-    torch.library.opcheck(
-        ops._ldr_flip_multiscale.default, (a.detach(), b.detach(), [3.0], [1.0], "linear", 0.0, [False, False])
-    )
-    _, sens = ops._ldr_flip_multiscale(a.detach(), b.detach(), [3.0, 5.0], [0.4, 0.6], "srgb", 1e-15, [False, True])
-    grad = torch.rand(1, 1, 7, 9, dtype=torch.float64)
-    torch.library.opcheck(
-        ops._ldr_flip_multiscale_backward.default,
-        (grad, sens, a.detach(), b.detach(), [3.0, 5.0], [0.4, 0.6], "srgb", [False, True]),
-        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
-    )
 
 
 def test_the_op_refuses_to_leave_out_an_input_that_requires_grad():

@@ -8,16 +8,17 @@ autograd, autocast and fake kernels (registered from Python against each release
 ``torch.library``), opcheck and gradcheck with the gradient at each kink, torch.compile,
 TorchScript, torch.export and AOTInductor, the C++ link and the wheel's metadata.
 
-A test belongs to the ``torch_release`` tier when its module is in ``TORCH_RELEASE_MODULES`` or its
+A test belongs to the ``torch_release`` tier when its module (the file name without ``.py``;
+unique across the folders of tests/) is in ``TORCH_RELEASE_MODULES`` or its
 name contains one of ``TORCH_RELEASE_WORDS`` (the test names say which face of torch they drive).
 ``scripts/test.sh --tier`` selects the tiers (docs/development.md, "Test tiers")."""
 
 # Every test of these modules drives what a torch release provides.
 TORCH_RELEASE_MODULES = frozenset(
     {
-        "test_ops",  # registration, gradcheck, opcheck, the kink rules
+        "test_op_tester",  # every op: gradcheck, opcheck, autocast, meta/fake, the oracle
+        "test_ops",  # the kink rules, dtypes and layouts of the registered ops
         "test_op_checks",  # the C++ checks' errors as each release translates them; registered op list
-        "test_autocast",  # Autocast kernels registered from Python
         "test_sensitivities",  # the Autograd kernel's choice of the internal ops, under compile too
         "test_torch_releases",  # the supported range, at build and import
         "test_missing_extension",  # import, fallback and torch.jit.script without the extension

@@ -157,40 +157,12 @@ def test_internal_forward_without_an_input_that_requires_grad_still_differentiat
     torch.testing.assert_close(gy, expected[1], rtol=0, atol=0)
 
 
-def test_gradcheck_through_the_kept_sensitivities():
-    test, ref, _ = images(shape=(1, 3, 6, 7), dtype=torch.float64)
-    a, b = test.clamp(0.05, 0.95).requires_grad_(), ref.clamp(0.05, 0.95).requires_grad_()
-    assert torch.autograd.gradcheck(
-        lambda p, q: torch.ops.flip._ldr_flip_with_sensitivities(p, q, 4.0, "srgb", 1e-15, [True, True])[0],
-        (a, b),
-        eps=1e-7,
-        atol=1e-6,
-    )
-
-
 def test_double_backward_raises():
     test, ref, _ = images(dtype=torch.float64)
     x = test.clone().requires_grad_()
     (g,) = torch.autograd.grad(torch.ops.flip.ldr_flip(x, ref, PPD, "srgb", 1e-15).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward.*_ldr_flip_backward_from_sensitivities"):
         torch.autograd.grad(g.sum(), x)
-
-
-def test_opcheck_both_ops():
-    test, ref, weight = images(shape=(2, 3, 6, 7))
-    torch.library.opcheck(
-        torch.ops.flip._ldr_flip_with_sensitivities.default,
-        (test.clone().requires_grad_(), ref.clone().requires_grad_(), PPD, "srgb", 1e-15, [True, True]),
-    )
-    torch.library.opcheck(
-        torch.ops.flip._ldr_flip_with_sensitivities.default, (test, ref, PPD, "linear", 1e-15, [False, True])
-    )
-    _, sens = torch.ops.flip._ldr_flip_with_sensitivities(test, ref, PPD, "srgb", 1e-15, [True, False])
-    torch.library.opcheck(
-        torch.ops.flip._ldr_flip_backward_from_sensitivities.default,
-        (weight, sens, test, ref, PPD, "srgb", [True, False]),
-        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
-    )
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
