@@ -177,3 +177,11 @@ def test_meta_and_fake_tensors_give_the_shapes_and_dtypes(ops, entry):
         for got, want in zip(outputs, real):
             assert got.device.type == device
             assert (got.shape, got.dtype) == (want.shape, want.dtype)
+
+
+def test_every_registered_op_runs_through_the_tester(ops):
+    # Each op of the library is an entry of the registry or one of the ops an entry's opchecks
+    # call (its backward ops): a new op without an entry fails here.
+    registered = {name.split("::", 1)[1] for name in torch._C._dispatch_get_all_op_names() if name.startswith("flip::")}
+    covered = {entry.name for entry in OPS} | {check.op for entry in OPS for check in entry.opchecks}
+    assert registered == covered
