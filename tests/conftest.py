@@ -41,7 +41,7 @@ def fresh_warning(monkeypatch):
 def pytest_configure(config):
     # A shell without job control starts a background job (`cmd &`) with SIGINT ignored, and what
     # it runs inherits that: the command line then rightly leaves Ctrl-C alone, and the tests of
-    # what Ctrl-C does (test_cli, test_op_checks, test_process_state) could deliver none. The suite
+    # what Ctrl-C does (test_cli_user_files, test_op_checks, test_process_state) could deliver none. The suite
     # runs with SIGINT as a terminal delivers it: Python's own handler, which children get too.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
