@@ -132,7 +132,7 @@ def torch_nvcc_flags():
 
 
 # Compiled cubins and their ptxas logs, by a hash of the compile (below): the report and the tests
-# (tests/test_sass_report.py) that compile the same kernels with the same flags share one compile.
+# (tests/gpu/test_sass_report.py) that compile the same kernels with the same flags share one compile.
 CACHE_DIR = os.path.join(ROOT, "build", "sass")
 
 

@@ -66,7 +66,7 @@ CHECKERBOARD_LINEAR = tuple(((v + 0.055) / 1.055) ** 2.4 for v in CHECKERBOARD_S
 # evaluator's, rounded to float32 as it computes them (docs/algorithm.md §5.3); Reinhard's row
 # (x / (1 + x)) is used only by the exposure solve. The kernels' table is tone_coefficients in
 # csrc/flip/hdr_pixel.h; this copy serves the pure-PyTorch oracle and the exposure solve, which must
-# work without the extension, and tests/test_one_source.py holds it to the kernels' bit for bit.
+# work without the extension, and tests/tooling/test_one_source.py holds it to the kernels' bit for bit.
 _f32 = np.float32
 TONE_COEFFICIENTS = {
     "reinhard": (0.0, 1.0, 0.0, 0.0, 1.0, 1.0),

@@ -1,10 +1,10 @@
 """The promised agreement of the CUDA kernels with the CPU kernels, defined once (README, "GPU and CPU
-agreement"; docs/algorithm.md §9.2). tests/test_cuda.py, tests/test_cuda_graphs.py,
-tests/test_gpu_emulation.py and scripts/gpu/smoke.py (the GPU machine's first check) all measure
-against these numbers; tests/test_one_source.py holds the documents and those files to them.
+agreement"; docs/algorithm.md §9.2). tests/gpu/test_cuda.py, tests/gpu/test_cuda_graphs.py,
+tests/gpu/test_gpu_emulation.py and scripts/gpu/smoke.py (the GPU machine's first check) all measure
+against these numbers; tests/tooling/test_one_source.py holds the documents and those files to them.
 
 How the numbers are derived (measured through the test-only emulator, which performs the device's
-arithmetic but for CUDA's own maths functions, tests/test_gpu_emulation.py):
+arithmetic but for CUDA's own maths functions, tests/gpu/test_gpu_emulation.py):
 
 * float32 gradients, 5e-4 of their scale: each device's float32 gradient lies within about 2e-4 of
   the float64 one (the CPU kernels' up to 1.6e-4 on HDR inputs; the emulated device's within

@@ -9,7 +9,7 @@ C++ exception keeps no class that every torch release agrees on, so the C++ chec
 RuntimeError; here a wrong dtype raises TypeError and any other bad argument ValueError, as PyTorch's
 own ops do. The values of exposures and counts are checked here for real host tensors only, as the
 CPU kernels check them (reading device tensors would synchronise the device; a traced call has no
-values). ``tests/test_op_checks.py`` holds the two sets of checks to each other.
+values). ``tests/ops/test_op_checks.py`` holds the two sets of checks to each other.
 """
 
 import math
@@ -221,11 +221,11 @@ def multiscale_sensitivities_shape(like, mask, scales: int) -> list:
 
 
 # The gradient of a pixel's error w.r.t. each of its filtered responses, per image
-# (csrc/flip/plane_counts.h, kResponsePlanesPerImage; tests/test_one_source.py compares them).
+# (csrc/flip/plane_counts.h, kResponsePlanesPerImage; tests/tooling/test_one_source.py compares them).
 SENSITIVITY_PLANES_PER_IMAGE = 7
 
 # The most bytes of them that autograd keeps on a CUDA device from an LDR-FLIP forward to its
-# backward (csrc/flip/plane_counts.h, kCudaKeptSensitivitiesBytes: why; tests/test_one_source.py).
+# backward (csrc/flip/plane_counts.h, kCudaKeptSensitivitiesBytes: why; tests/tooling/test_one_source.py).
 CUDA_KEPT_SENSITIVITIES_BYTES = 256 << 20
 
 

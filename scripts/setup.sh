@@ -7,10 +7,10 @@
 #   FLIP_LOSS_CUDA=0|1   force the CUDA kernels off/on (default: on when nvcc and CUDA torch exist)
 #   MAX_JOBS=N           parallel compile jobs (default 2)
 #   --with-browser       also install Chromium (Debian's chromium package), which the tests of the
-#                        HTML report (tests/test_report.py) drive; scripts/test.sh passes it, the
+#                        HTML report (tests/cli/test_report.py) drive; scripts/test.sh passes it, the
 #                        main-job command does not
 #   --with-aarch64       also the aarch64 cross compiler and qemu-user (Debian's g++-aarch64-linux-gnu
-#                        and qemu-user; about 70 MB, 21 s), with which tests/test_aarch64.py builds
+#                        and qemu-user; about 70 MB, 21 s), with which tests/cpu/test_aarch64.py builds
 #                        the CPU kernels for aarch64 and runs them; scripts/test.sh passes it for
 #                        the full tier
 #   --with-oldest-torch  also a second environment, .venv-oldest-torch, with the oldest supported
@@ -52,17 +52,17 @@ if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null && ! command -v c
   echo "== installing chromium (browser tests of the HTML report)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   if ! { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; then
-    echo "setup.sh: warning: could not install chromium; the browser tests of tests/test_report.py will skip" >&2
+    echo "setup.sh: warning: could not install chromium; the browser tests of tests/cli/test_report.py will skip" >&2
   fi
 fi
 
-# The aarch64 cross compiler and qemu-user, likewise on their own: without them tests/test_aarch64.py
+# The aarch64 cross compiler and qemu-user, likewise on their own: without them tests/cpu/test_aarch64.py
 # skips, saying what is missing.
 if [ "$with_aarch64" = 1 ] && { ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/dev/null; }; then
-  echo "== installing the aarch64 cross compiler and qemu-user (tests/test_aarch64.py)"
+  echo "== installing the aarch64 cross compiler and qemu-user (tests/cpu/test_aarch64.py)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   if ! { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++-aarch64-linux-gnu qemu-user; }; then
-    echo "setup.sh: warning: could not install g++-aarch64-linux-gnu and qemu-user; tests/test_aarch64.py will skip" >&2
+    echo "setup.sh: warning: could not install g++-aarch64-linux-gnu and qemu-user; tests/cpu/test_aarch64.py will skip" >&2
   fi
 fi
 

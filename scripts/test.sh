@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh, with Chromium for the browser tests of the HTML report and a second
 # environment with the oldest supported torch) and runs the tests: Python (pytest) and C++ (built
-# with CMake and run from pytest, tests/test_cpp.py). CUDA tests skip cleanly without a GPU.
+# with CMake and run from pytest, tests/packaging/test_cpp.py). CUDA tests skip cleanly without a GPU.
 #
 #   bash scripts/test.sh [--tier full|fast|release] [pytest arguments...]
 #
 #   full     (default; .ci/run) every test with the newest supported torch (.venv, the development
 #            pin) and, at the same time, the torch_release tier with the oldest (.venv-oldest-torch):
-#            what can differ between releases (tests/tiers.py). Both runs use the one extension
+#            what can differ between releases (tests/helpers/tiers.py). Both runs use the one extension
 #            binary, built against the oldest.
 #   fast     every test not marked slow, with the newest torch only (the edit-test loop)
 #   release  the torch_release tier with both torches
 #
-# What the tests compile against torch goes to one build tree per release (tests/build_dirs.py).
+# What the tests compile against torch goes to one build tree per release (tests/helpers/build_dirs.py).
 # Every run of the tier runs; the exit status is non-zero when any failed. Each step prints the time
 # since the start, each run its slowest tests, and the end a table of the runs and their times.
 set -euo pipefail

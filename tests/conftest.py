@@ -1,10 +1,19 @@
 import signal
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import flip_loss
-from tiers import in_torch_release_tier
+
+# The tests sit in folders by what they cover (docs/layout.md); the modules they share sit in
+# tests/helpers, imported by name (``import conformance``) from every folder. tests/ itself is on
+# the path already (pytest puts this file's folder there), for the emulator package.
+HELPERS = Path(__file__).resolve().parent / "helpers"
+sys.path.insert(0, str(HELPERS))
+
+from tiers import in_torch_release_tier  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -33,7 +42,7 @@ def fresh_warning(monkeypatch):
 def pytest_configure(config):
     # A shell without job control starts a background job (`cmd &`) with SIGINT ignored, and what
     # it runs inherits that: the command line then rightly leaves Ctrl-C alone, and the tests of
-    # what Ctrl-C does (test_cli, test_op_checks, test_process_state) could deliver none. The suite
+    # what Ctrl-C does (test_cli_user_files, test_op_checks, test_process_state) could deliver none. The suite
     # runs with SIGINT as a terminal delivers it: Python's own handler, which children get too.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -45,7 +54,7 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "torch_release: can differ between torch releases (tests/tiers.py); the tier that "
+        "torch_release: can differ between torch releases (tests/helpers/tiers.py); the tier that "
         "scripts/test.sh runs with the oldest supported torch too",
     )
 

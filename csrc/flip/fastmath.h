@@ -16,7 +16,7 @@
 // x^1.4's and x^0.7's are the correctly rounded float unless the exact value lies within 4e-7 ulp
 // of a tie; pow's subnormal results are rounded twice, up to 0.78 ulp, and one at the very top of
 // the float range may give FLT_MAX where the exact value rounds to infinity);
-// tests/test_fastmath.py checks this over the ranges FLIP uses and the whole float range, with the
+// tests/cpu/test_fastmath.py checks this over the ranges FLIP uses and the whole float range, with the
 // standard library's special values. Only IEEE +, -, *, / and conversions, never contracted
 // (-ffp-contract=off): scalar and vector code, and every CPU instruction-set level, give identical
 // bits. docs/algorithm.md §7.13 says why this route (and not SLEEF, Highway or at::vec).

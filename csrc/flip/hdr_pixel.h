@@ -22,7 +22,7 @@ struct ToneCoefficients {
 // Each tone mapper's coefficients: NVIDIA's evaluator's, rounded to float as it computes them
 // (parity; docs/algorithm.md §5.3). Reinhard's row is x / (1 + x), used only by the exposure solve
 // (hdr_to_ldr applies Reinhard to the luminance). flip_loss._C.limits() exports the table, which
-// flip_loss.constants.tone_coefficients must equal bit for bit (tests/test_one_source.py). A switch
+// flip_loss.constants.tone_coefficients must equal bit for bit (tests/tooling/test_one_source.py). A switch
 // rather than an array, so that device code can read it. The switch has no default: a tone mapper
 // without a row is a compiler warning (-Wswitch) and leaves the all-zero row below, which the
 // static_assert refuses.

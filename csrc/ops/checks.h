@@ -3,7 +3,7 @@
 // check_grad), so that every kernel rejects the same arguments. Messages say what to fix. The
 // Python side of the ops (flip_loss/op_checks.py: their fake kernels, and their Autograd kernels,
 // which check before any kernel runs) applies the same rules with the same messages, raising
-// TypeError for a wrong dtype and ValueError for any other bad argument; tests/test_op_checks.py
+// TypeError for a wrong dtype and ValueError for any other bad argument; tests/ops/test_op_checks.py
 // holds the two to each other. Across the stable ABI an exception's class is not kept alike by
 // every torch release (2.11 keeps std::invalid_argument as ValueError, 2.15 makes it RuntimeError),
 // so every failed check here throws std::runtime_error, a RuntimeError on every release, as NaN/Inf

@@ -116,7 +116,7 @@ struct CachedTaps {
 // may come inside a CUDA graph capture or torch.compile's cudagraph warm-up. Larger radii (float32
 // ppd > ~203, float64 ppd > ~97) live in device memory (DeviceTaps), uploaded once per entry with
 // a copy the host waits for; that first call must therefore come outside any capture, which is
-// checked (tests/test_launch_check.py holds the first-use path to the calls a capture allows).
+// checked (tests/gpu/test_launch_check.py holds the first-use path to the calls a capture allows).
 template <class T>
 std::shared_ptr<const CachedTaps<T>> kernel_taps(double ppd, const Tensor& like, cudaStream_t stream) {
   using Taps = flip::cuda::KernelTaps<T>;

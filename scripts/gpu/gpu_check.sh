@@ -33,7 +33,7 @@
 #                              missing or refuses the device (memcheck's log), the others are skipped
 #   gpu_bench        90 / 20   benchmarks/gpu_bench.py --quick (LDR; oracle.py on the same GPU)
 #   hdr_bench        60 / 15   benchmarks/hdr_bench.py --device cuda --quick (HDR, automatic exposures)
-#   tests           150 / 30   tests/test_cuda.py, tests/test_cuda_graphs.py but the torch.compile
+#   tests           150 / 30   tests/gpu/test_cuda.py, tests/gpu/test_cuda_graphs.py but the torch.compile
 #                              tests, launches asynchronous as users run them (pytest-xdist and
 #                              pytest-timeout, 60 s a test, where installed)
 #   nan_scratch      60 / 20   their backward cases with FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH=1 and a
@@ -62,7 +62,7 @@
 # step with the seconds it would be given, assuming each step takes all of them plus the kill grace
 # (a slow GPU; GPU_CHECK_DRY_RUN_TAKES=<s>: each step takes that long instead, if less), and writes
 # the outputs' skeleton; GPU_CHECK_DRY_RUN_SNAPSHOTS=<folder> keeps a copy of SUMMARY.txt as written
-# after each step there. tests/test_gpu_check_script.py runs it in CI.
+# after each step there. tests/gpu/test_gpu_check_script.py runs it in CI.
 #
 # Environment: PYTHON (default python3), OUT, MAX_JOBS (16), TORCH_CUDA_ARCH_LIST (9.0),
 # GPU_CHECK_DEADLINE_S, GPU_CHECK_RESERVE_S, GPU_CHECK_SKIP, GPU_CHECK_TEST_WORKERS (pytest-xdist
@@ -379,7 +379,7 @@ checkpoint
 
 # ---- (5) the CUDA tests, the torch.compile ones last (a cold inductor cache takes minutes)
 pytest_cmd() {  # pytest_cmd CACHE_NAME: the pytest command line, its cache (--lf's record) apart
-  PYTEST=("$PY" -m pytest tests/test_cuda.py tests/test_cuda_graphs.py -q -rfEs -o "cache_dir=$WORK/pytest_cache_$1")
+  PYTEST=("$PY" -m pytest tests/gpu/test_cuda.py tests/gpu/test_cuda_graphs.py -q -rfEs -o "cache_dir=$WORK/pytest_cache_$1")
 }
 PARALLEL=()
 TIMEOUT=()

@@ -15,7 +15,7 @@ partial tiles, so that each kernel runs a few blocks and the sanitizers' cost st
 With FLIP_LOSS_CUDA_BACKWARD_SCRATCH=<bytes> small (read once per process), the tiled backward splits
 even these images into bands. Each section prints one ``sanitize_case: <section>: done`` line, so a
 run stopped at its time limit still tells how far it got. ``--device cpu`` runs the same calls on
-the CPU (tests/test_gpu_check_script.py: the script itself, without a GPU)."""
+the CPU (tests/gpu/test_gpu_check_script.py: the script itself, without a GPU)."""
 
 import argparse
 import os
@@ -113,7 +113,7 @@ def main():
     if args.tall:
         # 70000 rows > 65535 grid rows: the row passes stride over rows; the fused forward and the
         # tiled backward run 4375 tiles down the image (more than 65535 tiles, 1.1 M rows, is
-        # tests/test_cuda.py's job: too slow under the sanitizers).
+        # tests/gpu/test_cuda.py's job: too slow under the sanitizers).
         a, b = pair((1, 3, 70000, 2), torch.float32, device)
         ops.ldr_flip(a, b, PPD, "srgb", 1e-15).sum().backward()
         a, b = pair((1, 3, 70000, 2), torch.float32, device)

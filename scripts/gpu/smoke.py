@@ -5,7 +5,7 @@ both gradients, float32 and float64, in one formulation per process:
 
     python scripts/gpu/smoke.py           # fused forward, tiled backward, kept sensitivities, autograd
     python scripts/gpu/smoke.py --rows    # the same through the row passes (FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1)
-    python scripts/gpu/smoke.py --device cpu   # the script itself, without a GPU (tests/test_gpu_check_script.py)
+    python scripts/gpu/smoke.py --device cpu   # the script itself, without a GPU (tests/gpu/test_gpu_check_script.py)
 
 Each check prints one line as it finishes (so a run stopped at its time limit keeps what it did):
 
@@ -136,7 +136,7 @@ def srgb_decode(x):
 
 def lifted(x, lo, hi):
     """An sRGB image linearised and scaled by an exposure ramp from 2^lo to 2^hi across its width
-    (as tests/hdr_cases.py lifts the crops into HDR)."""
+    (as tests/helpers/hdr_cases.py lifts the crops into HDR)."""
     ramp = torch.exp2(torch.linspace(lo, hi, x.shape[-1], dtype=torch.float64))
     return (srgb_decode(x.double()) * ramp).float()
 

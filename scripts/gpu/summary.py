@@ -170,7 +170,7 @@ PROMISES = [
     ("no shared-memory data race in any kernel (racecheck)", ("steps", ("racecheck",))),
     ("no barrier misuse in any kernel (synccheck)", ("steps", ("synccheck",))),
     ("the speed targets on one H200 (README, Speed)", ("targets",)),
-    ("tests/test_cuda.py and tests/test_cuda_graphs.py pass on a GPU", ("steps", ("tests", "tests_compile"))),
+    ("tests/gpu/test_cuda.py and tests/gpu/test_cuda_graphs.py pass on a GPU", ("steps", ("tests", "tests_compile"))),
     ("the tiled backward reads only the scratch its band wrote (NaN-filled scratch)", ("steps", ("nan_scratch",))),
 ]
 SMOKE_STEPS = ("smoke", "smoke_rows")

@@ -1,7 +1,7 @@
 // The taps caches' policy (csrc/flip/bounded_cache.h), on the host: the bound under a sweep of
 // keys, clear when full, pinned entries and calls that may not drop, values that outlive their
 // entry while a caller holds them and are destroyed once, outside the lock, by their last holder,
-// a failing make(), and many threads at once. Compiled with g++ and run by tests/test_tap_cache.py;
+// a failing make(), and many threads at once. Compiled with g++ and run by tests/gpu/test_tap_cache.py;
 // prints "ALL CHECKED" and exits 0 when every check holds, else names the first that failed.
 #include <atomic>
 #include <cstdio>

@@ -25,7 +25,7 @@
 #include "flip/fastmath.h"
 
 // The kernels' threading seam (parallel.h): one thread, the whole range at once. The kernels' bits
-// do not depend on how a range is split (tests/test_cpu_dispatch.py and the ops run threaded).
+// do not depend on how a range is split (tests/cpu/test_cpu_dispatch.py and the ops run threaded).
 namespace flip {
 namespace cpu {
 void parallel_for(int64_t begin, int64_t end, int64_t, const std::function<void(int64_t, int64_t)>& fn) {
@@ -381,7 +381,7 @@ void fastmath() {
   }
   record("fastmath.pow.unit_pairs", unit);
   record("fastmath.pow.wide_pairs", wide);
-  // The special values (the standard library's, tests/test_fastmath.py).
+  // The special values (the standard library's, tests/cpu/test_fastmath.py).
   const float specials[] = {0.0f, -0.0f, 1e-45f, 1e-40f, 1.0f, INFINITY, -INFINITY, std::nanf(""), -1.0f, 2.0f};
   std::vector<float> sp;
   for (float x : specials) {

@@ -4,7 +4,7 @@
 // infinities, NaN), which must match the standard library's. Also checks that a loop the compiler
 // vectorises gives the same bits as one it may not.
 //
-// Built and run by tests/test_fastmath.py; prints one line per check, "name worst_ulp count", and
+// Built and run by tests/cpu/test_fastmath.py; prints one line per check, "name worst_ulp count", and
 // "special name ok|FAIL detail" lines.
 #include <cfloat>
 #include <cmath>

@@ -5,7 +5,7 @@
 // Checked: an error left by earlier work is reported as not flip's before anything is launched;
 // a failing launch, whichever of a sequence's launches it is, is reported naming that kernel, with
 // no later launch queued, even where a later runtime call would have cleared the error; nothing is
-// left pending. Compiled with g++ and run by tests/test_launch_check.py; prints "ALL CHECKED" and
+// left pending. Compiled with g++ and run by tests/gpu/test_launch_check.py; prints "ALL CHECKED" and
 // exits 0 when every check holds, else names the first that failed.
 #include <cstdio>
 #include <cstdlib>

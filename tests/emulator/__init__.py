@@ -2,7 +2,7 @@
 block code (csrc/flip/cuda/sequences.h, blocks.h) run on the CPU, one fiber per CUDA thread with
 barriers and shared memory checked (ops.cpp, emulate.cpp, block_runner.cpp). It is not part of
 flip_loss: the test suite compiles it on first use into one build directory
-(FLIP_LOSS_EMULATOR_BUILD_DIR, default build/torch-<release>/emulator, tests/build_dirs.py), which
+(FLIP_LOSS_EMULATOR_BUILD_DIR, default build/torch-<release>/emulator, tests/helpers/build_dirs.py), which
 ninja keeps up to date, so a test run compiles it at most once and later runs (and child
 processes) only load it. mutant_ops() builds a second copy from mutated sources, for the
 checker's own tests."""

@@ -24,7 +24,7 @@
 
 namespace flip_emulator {
 
-// Run-time settings of the emulator, for the checker's own tests (tests/test_emulator_checks.py),
+// Run-time settings of the emulator, for the checker's own tests (tests/gpu/test_emulator_checks.py),
 // which mutate the kernels without recompiling them: a barrier to leave out (its source line in
 // csrc/flip/cuda/blocks.h; 0: none), a launch of each op call to leave out (its index in the
 // launch sequence; -1: none), and the grid limits (0: CUDA's), which small images need to reach

@@ -6,7 +6,7 @@
 // * Every system header is included here, *before* the target pragma, so the standard library's
 //   inline functions and templates are compiled for the baseline. A function compiled for AVX2
 //   outside a variant namespace could be the copy the linker keeps for every caller and crash an
-//   older CPU; tests/test_cpu_dispatch.py disassembles the library to check that none exists.
+//   older CPU; tests/cpu/test_cpu_dispatch.py disassembles the library to check that none exists.
 // * The variant namespaces make every symbol of the kernels distinct per level; the only shared
 //   pieces are the types and the seams named below.
 #pragma once

@@ -67,7 +67,7 @@ struct Context {
 // vectorises them across pixels at every instruction-set level (-fno-trapping-math lets it
 // if-convert the selects; -fno-tree-pre keeps it from merging them into forms it cannot vectorise;
 // see setup.py and docs/algorithm.md §7.13). Each is a function of its own (FLIP_LOOP: never
-// inlined; one call per row costs nothing), so that tests/test_cpu_dispatch.py can find it in the
+// inlined; one call per row costs nothing), so that tests/cpu/test_cpu_dispatch.py can find it in the
 // disassembly and check that it stayed vectorised.
 #define FLIP_LOOP __attribute__((noinline))
 

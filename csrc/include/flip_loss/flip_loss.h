@@ -36,7 +36,7 @@
 namespace flip_loss {
 
 // Version of the C++ API: flip_loss.__version__ of the Python package, which is also the CMake
-// package's version (tests/test_one_source.py checks all three).
+// package's version (tests/tooling/test_one_source.py checks all three).
 constexpr int kVersionMajor = 0;
 constexpr int kVersionMinor = 1;
 constexpr int kVersionPatch = 0;

@@ -1,6 +1,6 @@
 // flip_loss/limits.h: the argument limits that every flip op checks (CPU, CUDA and meta kernels,
 // and the C++ API in flip_loss.h), and why they are where they are. The Python package states
-// the same numbers (flip_loss/constants.py; tests/test_one_source.py checks them against
+// the same numbers (flip_loss/constants.py; tests/tooling/test_one_source.py checks them against
 // flip_loss._C.limits(), which exports these); docs/api.md explains them ("Limits of the options and errors").
 // Dependency-free, so that it can be installed and included anywhere.
 #pragma once
