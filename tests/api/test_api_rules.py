@@ -700,6 +700,33 @@ def test_non_finite_inputs_the_rule_on_every_device(ops, fresh_warning):
     assert out.shape == (2, 1, 8, 8) and out.device.type == "cuda"
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+@pytest.mark.parametrize("api", ["ldr_flip", "FLIPLoss", "FLIPMetric"])
+def test_a_refused_infinite_input_leaves_the_out_of_range_warning_unused(api, value, fresh_warning):
+    # An infinite CPU input is refused by the kernels; it is no range to advise on, so the call
+    # shows no "far outside [0, 1]" warning and does not use up the once-per-process one: the next
+    # call with 0-255 values still gets it, with its advice.
+    def run(test, ref):
+        if api == "ldr_flip":
+            return flip_loss.ldr_flip(test, ref)
+        if api == "FLIPLoss":
+            return flip_loss.FLIPLoss()(test, ref)
+        metric = flip_loss.FLIPMetric()
+        metric.update(test, ref)
+        return metric.compute()
+
+    x = torch.rand(1, 3, 8, 8)
+    bad = x.clone()
+    bad[0, 2, 1, 1] = value
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="flip::ldr_flip: an input contains NaN or infinite values"):
+            run(bad, x)
+        assert [str(w.message) for w in seen] == []
+        run(x * 255, x.flip(-1) * 255)
+    assert len(seen) == 1 and "If these are 0-255 images, pass data_range=255." in str(seen[0].message)
+
+
 @pytest.mark.cuda
 def test_non_finite_cuda_inputs_give_nan_on_every_path_and_call(fresh_warning):
     # The first eager call (the look: a warning), a later one, FLIPLoss's first call, the raw op,

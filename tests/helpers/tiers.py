@@ -39,6 +39,7 @@ RELEASE_FREE_MODULES = frozenset(
         "test_emulator_checks",
         "test_sass_report",
         "test_gpu_check_script",
+        "test_build_wheel_script",
         "test_fastmath",
         "test_cpu_dispatch",
         "test_lint",
