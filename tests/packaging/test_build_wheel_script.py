@@ -3,7 +3,7 @@ flip_loss wheel whose one module is a tiny shared library compiled with debug in
 that no build is needed: a bad command line is refused with status 2 and writes nothing, a
 released wheel is never finished again into its own folder (which wrote over it and emptied its
 debug file), and OUTDIR gets the wheel and its debug files together or not at all. The release
-steps on the real wheel: tests/test_packaging.py."""
+steps on the real wheel: tests/packaging/test_packaging.py."""
 
 import hashlib
 import os
