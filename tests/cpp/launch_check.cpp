@@ -166,7 +166,7 @@ int main() {
     std::string message = run(seq, RecordingLauncher{&log});
     CHECK(log.empty());
     CHECK(contains(message, std::string("before flip's ") + seq.name + " launched anything"));
-    CHECK(contains(message, "cudaErrorMemoryAllocation") && contains(message, "not flip's"));
+    CHECK(contains(message, "cudaErrorMemoryAllocation") && contains(message, "did not come from this call's"));
     CHECK(Runtime::last == Err::kSuccess);
     CHECK(run(seq, RecordingLauncher{&log}).empty() && log == all);
 

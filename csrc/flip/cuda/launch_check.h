@@ -8,8 +8,8 @@
 // PyTorch's own, would blame flip for an error that earlier, unchecked work of the thread left
 // there, and could lose a launch error of flip's to a later runtime call that clears the variable
 // (the caching allocator does when it retries a failed allocation). So:
-// * before an op's first launch the variable is read (and so cleared): an error there is not flip's
-//   and is raised saying so, before anything is queued: the work that left it may not have run,
+// * before an op's first launch the variable is read (and so cleared): an error there did not come
+//   from this call's launches and is raised saying so, before anything is queued: the work that left it may not have run,
 //   and its outputs, perhaps this op's inputs, not been written;
 // * after every launch it is read again: an error there belongs to that launch and is raised
 //   naming the kernel and its configuration, and no later launch of the sequence is queued.
@@ -38,8 +38,9 @@ inline constexpr const char* kAsynchronousErrorNote =
 inline std::string pending_error_message(const char* sequence, const char* name, const char* text) {
   std::ostringstream os;
   os << "flip: a CUDA error was pending on this thread before flip's " << sequence << " launched anything: " << name
-     << " (" << text << "). Earlier CUDA work left it unchecked; it is not flip's, and that work may not "
-     << "have run (its outputs, perhaps this call's inputs, unwritten). Nothing was launched. Note: "
+     << " (" << text << "). Earlier CUDA work on this thread left it unchecked (it did not come from this call's "
+     << "launches; an execution error may come from any earlier kernel, flip's included), and that work may "
+     << "not have run (its outputs, perhaps this call's inputs, unwritten). Nothing was launched. Note: "
      << kAsynchronousErrorNote << ".";
   return os.str();
 }
