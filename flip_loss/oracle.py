@@ -109,16 +109,23 @@ def mix3(m, c0, c1, c2):
 # --- The gradient at every kink (docs/algorithm.md §7.4), each from explicit conditions ---------
 
 
-def clamp(x: torch.Tensor, low: Optional[float] = None, high: Optional[float] = None) -> torch.Tensor:
-    """clamp(x, low, high) whose gradient is 1 on the closed interval [low, high] (a value on a
-    bound passes it) and 0 outside, as the kernels' clamps. TorchScript compiles it (flip_loss.alpha
-    clamps alpha with it inside a scripted FLIPLoss)."""
+def clamp(
+    x: torch.Tensor, low: Optional[float] = None, high: Optional[float] = None, slack: float = 0.0
+) -> torch.Tensor:
+    """clamp(x, low, high) whose gradient is 1 on the closed interval [low - slack, high + slack] (a
+    value on a bound passes it) and 0 outside, as the kernels' clamps; the value is clamped to [low,
+    high] exactly. TorchScript compiles it (flip_loss.alpha clamps alpha with it inside a scripted
+    FLIPLoss)."""
     inside = torch.ones_like(x, dtype=torch.bool)
     if low is not None:
-        inside = inside & (x >= low)
+        inside = inside & (x >= low - slack)
     if high is not None:
-        inside = inside & (x <= high)
-    return torch.where(inside, x, torch.clamp(x, low, high).detach())
+        inside = inside & (x <= high + slack)
+    clamped = torch.clamp(x, low, high)
+    if slack == 0.0:
+        return torch.where(inside, x, clamped.detach())
+    # x + (clamped - x) is clamped exactly (x itself inside, the bound in the slack: Sterbenz).
+    return torch.where(inside, x + (clamped - x).detach(), clamped.detach())
 
 
 def _abs(d):
@@ -401,7 +408,13 @@ def csf_filter(opponent, pixels_per_degree):
     Cxf = _separable(Cx, tcx, tcx)
     Czf = _separable(Cz, tcz1, tcz1) + _separable(Cz, tcz2, tcz2)
     r, g, b = _opponent_to_rgb(Yf[:, 0], Cxf[:, 0], Czf[:, 0])
-    return clamp(torch.stack((r, g, b), dim=1), 0.0, 1.0).to(dt)
+    return clamp(torch.stack((r, g, b), dim=1), 0.0, 1.0, GAMUT_GRADIENT_SLACK).to(dt)
+
+
+# How far outside the RGB cube the gamut clamp still passes the gradient, for every dtype: about 10x
+# float32's rounding of the colour round trip, so that a flat channel at 0 or 1 passes it on every
+# device (the kernels' gamut_gradient_slack, csrc/flip/color.h; docs/algorithm.md §7.4).
+GAMUT_GRADIENT_SLACK = 1e-5
 
 
 @functools.lru_cache(maxsize=None)

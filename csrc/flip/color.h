@@ -38,6 +38,25 @@ FLIP_HD T inside01(T v) {  // derivative of clamp01: the closed interval passes 
   return (v >= T(0) && v <= T(1)) ? T(1) : T(0);
 }
 
+// The gamut clamp's derivative (clamp #2, after the colour round trip YCxCz -> linear RGB). A flat
+// channel at 0 or 1 (black, white, a saturated colour) lands on the RGB cube's face only in exact
+// arithmetic: rounding puts it up to ~1e-6 (float32) or ~1e-15 (float64) to either side, and the
+// side depends on the implementation (CPU or GPU library functions, operation order). So the
+// gradient passes within a slack of about 10x float32's noise outside the cube too: every device
+// and dtype then passes a flat saturated channel its gradient, as the exact value on the face
+// would (docs/algorithm.md §7.4). The same slack for every dtype, so that float32 and float64
+// disagree only within rounding of the slack's edge, where nothing piles up, rather than at the
+// face, where every flat saturated channel lies. The value is clamped exactly.
+template <class T>
+FLIP_HD constexpr T gamut_gradient_slack() {
+  return T(1e-5);
+}
+
+template <class T>
+FLIP_HD T inside_gamut(T v) {
+  return (v >= -gamut_gradient_slack<T>() && v <= T(1) + gamut_gradient_slack<T>()) ? T(1) : T(0);
+}
+
 // |(u, v)|: HyAB's chroma distance, and the edge and point magnitudes of the feature responses.
 template <class T>
 FLIP_HD T magnitude(T u, T v) {

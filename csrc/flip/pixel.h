@@ -65,7 +65,7 @@ FLIP_HD void lab_state_vjp(const LabState<T>& s, const T g[3], T g_F[3]) {
   T g_lin[3];
   hunt_lab_state_vjp(s.lab, g, g_lin);
   FLIP_UNROLL
-  for (int j = 0; j < 3; ++j) g_lin[j] *= inside01(s.pre[j]);
+  for (int j = 0; j < 3; ++j) g_lin[j] *= inside_gamut(s.pre[j]);
   opponent_to_linear_vjp(g_lin, g_F);
 }
 
@@ -115,7 +115,7 @@ template <class T>
 FLIP_HD void csf_output_vjp(const T F[3], const T g[3], T gF[3]) {
   T lin[3], gl[3];
   opponent_to_linear(F, lin);
-  for (int c = 0; c < 3; ++c) gl[c] = g[c] * inside01(lin[c]);
+  for (int c = 0; c < 3; ++c) gl[c] = g[c] * inside_gamut(lin[c]);
   opponent_to_linear_vjp(gl, gF);
 }
 

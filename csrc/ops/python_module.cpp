@@ -177,13 +177,14 @@ PyObject* constants(PyObject*, PyObject*) {
       return nullptr;
     }
   }
-  return Py_BuildValue("{s:d,s:d,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:N,s:d}", "qc",
-                       flip::kQc, "pc", flip::kPc, "pt", flip::kPt, "gw", flip::kGw, "qf", flip::kQf, "csf_a1",
+  return Py_BuildValue("{s:d,s:d,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:N,s:d,s:d}",
+                       "qc", flip::kQc, "pc", flip::kPc, "pt", flip::kPt, "gw", flip::kGw, "qf", flip::kQf, "csf_a1",
                        parts[0], "csf_b1", parts[1], "csf_a2", parts[2], "csf_b2", parts[3], "csf_b_max",
                        flip::kCsfBMax, "pi", flip::kPi, "lab_delta3", flip::kLabDelta3, "lab_lin_slope",
                        flip::kLabLinSlope, "lab_lin_offset", flip::kLabLinOffset, "srgb_knee", flip::kSrgbKnee,
                        "rgb_to_xyz", parts[4], "xyz_to_rgb", parts[5], "white", parts[6], "inv_white", parts[7],
-                       "luminance_weights", parts[8], "hdr_cap", flip::hdr_cap<double>());
+                       "luminance_weights", parts[8], "hdr_cap", flip::hdr_cap<double>(), "gamut_gradient_slack",
+                       flip::gamut_gradient_slack<double>());
 }
 
 PyMethodDef methods[] = {

@@ -43,7 +43,7 @@ def test_ldr_flip_passes_match_cpu_kernels(ops, emulator, dtype, shape, ppd):
     a, b = inputs(shape, dtype)
     for space in ("srgb", "linear"):
         close(emulator.ldr_flip(a, b, ppd, space, 1e-15), ops.ldr_flip(a, b, ppd, space, 1e-15), dtype)
-        g = torch.rand(shape[0], 1, *shape[2:], dtype=dtype)
+        g = torch.rand(shape[0], 1, *shape[2:], dtype=dtype, generator=torch.Generator().manual_seed(2))
         expected = ops.ldr_flip_backward(g, a, b, ppd, space, 1e-15, [True, True])
         for x, y in zip(emulator.ldr_flip_backward(g, a, b, ppd, space, 1e-15, [True, True]), expected):
             close(x, y, dtype, grad=True)
@@ -56,6 +56,42 @@ def test_ldr_flip_passes_match_cpu_kernels(ops, emulator, dtype, shape, ppd):
         close(g_ref, expected[1], dtype, grad=True)
 
 
+def saturated_flat_pairs(count=24, seed=5):
+    """Flat 1 x 3 x 6 x 7 image pairs whose channels are 0, 1 or a random value: the colour round
+    trip puts a channel at 0 or 1 within rounding of the RGB cube's face, on a side that depends on
+    the implementation (docs/algorithm.md §7.4, the gamut clamp)."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(count):
+        pair = []
+        for _ in range(2):
+            choice = torch.randint(0, 3, (3,), generator=g)
+            value = torch.where(
+                choice == 0, 0.0, torch.where(choice == 1, 1.0, torch.rand(3, generator=g, dtype=torch.float64))
+            )
+            pair.append(value.view(1, 3, 1, 1).expand(1, 3, 6, 7).contiguous())
+        yield pair
+
+
+@pytest.mark.parametrize("ppd", [10.0, 67.0])
+def test_flat_saturated_channels_get_the_same_gradient_everywhere(ops, emulator, ppd):
+    """A flat channel at 0 or 1 passes its colour gradient on every implementation and dtype (the
+    gamut clamp's slack): the emulated device's float32 gradient meets the promised agreement with
+    the CPU's, and both follow float64's. Without the slack the two sides of the cube's face gave
+    gradients apart by the channel's whole colour gradient."""
+    for t64, r64 in saturated_flat_pairs():
+        for space in ("srgb", "linear"):
+            g64 = torch.ones(1, 1, 6, 7, dtype=torch.float64)
+            want = ops.ldr_flip_backward(g64, t64, r64, ppd, space, 1e-15, [True, True])
+            t, r, g = t64.float(), r64.float(), g64.float()
+            cpu = ops.ldr_flip_backward(g, t, r, ppd, space, 1e-15, [True, True])
+            emulated = emulator.ldr_flip_backward(g, t, r, ppd, space, 1e-15, [True, True])
+            emulated64 = emulator.ldr_flip_backward(g64, t64, r64, ppd, space, 1e-15, [True, True])
+            for x, y, z, w in zip(emulated, cpu, emulated64, want):
+                assert within_promise(x, y, torch.float32, grad=True), (t64[0, :, 0, 0], r64[0, :, 0, 0], space)
+                assert within_promise(y, w, torch.float32, grad=True), (t64[0, :, 0, 0], r64[0, :, 0, 0], space)
+                assert within_promise(z, w, torch.float64, grad=True), (t64[0, :, 0, 0], r64[0, :, 0, 0], space)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_stage_passes_match_cpu_kernels(ops, emulator, dtype, shape):
@@ -63,11 +99,11 @@ def test_stage_passes_match_cpu_kernels(ops, emulator, dtype, shape):
     ppd = 30.0
     opp = oracle.linear_rgb_to_opponent(a)
     close(emulator.csf_filter(opp, ppd), ops.csf_filter(opp, ppd), dtype)
-    g3 = torch.rand(shape, dtype=dtype)
+    g3 = torch.rand(shape, dtype=dtype, generator=torch.Generator().manual_seed(3))
     close(emulator.csf_filter_backward(g3, opp, ppd), ops.csf_filter_backward(g3, opp, ppd), dtype, True)
     ya, yb = a[:, 1:2], b[:, 1:2]
     close(emulator.feature_difference(ya, yb, ppd, 1e-15), ops.feature_difference(ya, yb, ppd, 1e-15), dtype)
-    g1 = torch.rand(ya.shape, dtype=dtype)
+    g1 = torch.rand(ya.shape, dtype=dtype, generator=torch.Generator().manual_seed(4))
     expected = ops.feature_difference_backward(g1, ya, yb, ppd, 1e-15, [True, True])
     for x, y in zip(emulator.feature_difference_backward(g1, ya, yb, ppd, 1e-15, [True, True]), expected):
         close(x, y, dtype, grad=True)

@@ -133,6 +133,7 @@ def test_one_set_of_flip_constants(ops):
         "white": oracle.WHITE,
         "inv_white": oracle.INV_WHITE,
         "luminance_weights": oracle._LUMINANCE_WEIGHTS,
+        "gamut_gradient_slack": oracle.GAMUT_GRADIENT_SLACK,
         "hdr_cap": oracle._HDR_CAP,
     }
     for name, value in python.items():
