@@ -170,9 +170,11 @@ def _read(path):
 
 
 @pytest.fixture(scope="module")
-def outputs():
+def outputs(tmp_path_factory):
     """{(arch, libm[, level]): records} of both builds run on the same inputs: libm "own" (each
-    platform's C library) or "same" (the same cbrt and exp2), x86-64's "own" at every level."""
+    platform's C library) or "same" (the same cbrt and exp2), x86-64's "own" at every level. The
+    programs stay in the build directory (reused while their inputs are unchanged); what they write
+    (about 100 MB) goes to a temporary directory."""
     why = _missing()
     if why:
         pytest.skip(why)
@@ -188,22 +190,23 @@ def outputs():
             _link(compilers[arch], out)
             (out / "inputs.sha256").write_text(digest)
     x86_dir, arm_dir = builds["x86_64"][0], builds["aarch64"][0]
+    written = tmp_path_factory.mktemp("aarch64_outputs")
     results = {}
     for name in NAMES:
         for level in X86_LEVELS if name == "own" else ("",):
-            path = x86_dir / f"{name}{level}.bin"
+            path = written / f"x86_64_{name}{level}.bin"
             env = dict(os.environ, FLIP_LOSS_CPU_CAPABILITY=level) if level else None
             log = _run([x86_dir / f"core_outputs_{name}", path], env=env)
             # The level that ran (the variable can only lower it), for each run of the program.
             results[("x86_64", name) + ((log.split()[1],) if level else ())] = _read(path)
     # Both aarch64 programs at once: qemu runs each on one core.
     qemu_env = dict(os.environ, QEMU_LD_PREFIX=str(SYSROOT))
-    runs = [[_qemu(), arm_dir / f"core_outputs_{name}", arm_dir / f"{name}.bin"] for name in NAMES]
+    runs = [[_qemu(), arm_dir / f"core_outputs_{name}", written / f"aarch64_{name}.bin"] for name in NAMES]
     with ThreadPoolExecutor(max_workers=len(runs)) as pool:
         logs = list(pool.map(lambda cmd: _run(cmd, env=qemu_env), runs))
     for name, log in zip(NAMES, logs):
         assert log.split()[:2] == ["capability", "baseline"], log[:200]
-        results[("aarch64", name)] = _read(arm_dir / f"{name}.bin")
+        results[("aarch64", name)] = _read(written / f"aarch64_{name}.bin")
     return results
 
 
