@@ -405,7 +405,13 @@ PLAIN, ODD, CENTRED = "k <= f.r; ++k", "acc = FLIP_FMADD(T, f.w[f.r - i]", "acc 
 FOLD_FIRST, FOLD_LAST = "acc = FLIP_FMADD(T, f.left[i]", "acc = FLIP_FMADD(T, f.right[d]"
 
 
-def taps(filt, form):
+# Each filter's form in correlate and tsum (passes.h): the Gaussians plain, the first derivative
+# odd, the second centred.
+FORMS = {"y": "plain", "cx": "plain", "cz1": "plain", "cz2": "plain", "g": "plain", "dg": "odd", "ddg": "centred"}
+
+
+def taps(filt):
+    form = FORMS[filt]
     text = {"plain": PLAIN, "odd": ODD, "centred": CENTRED}[form]
     if form == "plain":
         return Expect(
@@ -464,13 +470,13 @@ def fold_fraction(ctx, axis, which, rows=1):
     return hit / total if total else 0.0
 
 
-def transposed(filt, form, axis, rows=ONE_ROW):
+def transposed(filt, axis, rows=ONE_ROW):
     """A transposed filter (tsum): its correlation, then the folds of the clamped border samples,
     each r taps (min(r, the line's length)), entered only by warps on the image's border. rows:
     ctx -> the rows of a column a lane filters (fold_fraction)."""
     size = "height" if axis == "y" else "width"
     return (
-        taps(filt, form),
+        taps(filt),
         Expect(
             f"{filt} first-{axis} fold",
             FOLD_FIRST,
@@ -527,18 +533,7 @@ def _fused_phases():
                     "i < n; i += nthreads",
                     lambda c: c.loaded(c.facts["tile_w"]),
                     "(16+2R) or 16 new rows x 32 columns",
-                    children=tuple(
-                        taps(f, form)
-                        for f, form in (
-                            ("y", "plain"),
-                            ("cx", "plain"),
-                            ("cz1", "plain"),
-                            ("cz2", "plain"),
-                            ("g", "plain"),
-                            ("dg", "odd"),
-                            ("ddg", "centred"),
-                        )
-                    ),
+                    children=tuple(taps(f) for f in ("y", "cx", "cz1", "cz2", "g", "dg", "ddg")),
                 ),
             ),
         ),
@@ -547,41 +542,14 @@ def _fused_phases():
             "i < 2 * columns; i += nthreads",
             lambda c: c.per_warp(2 * c.tile) if c.computes else 0.0,
             "both images' 16 x 32 pixels, a row each (radii read at run time)",
-            children=tuple(
-                taps(f, form)
-                for f, form in (
-                    ("y", "plain"),
-                    ("cx", "plain"),
-                    ("cz1", "plain"),
-                    ("cz2", "plain"),
-                    ("g", "plain"),
-                    ("dg", "odd"),
-                    ("ddg", "centred"),
-                    ("g", "plain"),
-                )
-            ),
+            children=tuple(taps(f) for f in ("y", "cx", "cz1", "cz2", "g", "dg", "ddg", "g")),
         ),
     )
 
 
 def _vertical_t_folds(rows):
     """tiled_vertical_t's transposed filters (vt_values' order), each lane filtering rows(ctx) rows."""
-    return sum(
-        (
-            transposed(f, form, "y", rows)
-            for f, form in (
-                ("y", "plain"),
-                ("cx", "plain"),
-                ("cz1", "plain"),
-                ("cz2", "plain"),
-                ("g", "plain"),
-                ("g", "plain"),
-                ("dg", "odd"),
-                ("ddg", "centred"),
-            )
-        ),
-        (),
-    )
+    return sum((transposed(f, "y", rows) for f in ("y", "cx", "cz1", "cz2", "g", "g", "dg", "ddg")), ())
 
 
 def _walks(what, children):
@@ -703,21 +671,7 @@ TRIP_TABLE = {
                             "i < kTileH * kTileW; i += nthreads",
                             lambda c: c.per_warp(c.tile) if c.computes else 0.0,
                             "16 x 32 pixels",
-                            children=sum(
-                                (
-                                    transposed(f, form, "x")
-                                    for f, form in (
-                                        ("y", "plain"),
-                                        ("cx", "plain"),
-                                        ("cz1", "plain"),
-                                        ("cz2", "plain"),
-                                        ("dg", "odd"),
-                                        ("ddg", "centred"),
-                                        ("g", "plain"),
-                                    )
-                                ),
-                                (),
-                            ),
+                            children=sum((transposed(f, "x") for f in ("y", "cx", "cz1", "cz2", "dg", "ddg", "g")), ()),
                         ),
                     ),
                 ),
