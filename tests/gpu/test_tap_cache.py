@@ -5,12 +5,11 @@ tests/cpp/bounded_cache.cpp, compiled here with g++; maps computed after a sweep
 values are those computed before it, bit for bit (CPU, and CUDA where a GPU is present, with the
 device memory of large-radius taps bounded and a captured graph's taps kept)."""
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from host_checks import run_host_check
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "tests" / "cpp" / "bounded_cache.cpp"
@@ -18,22 +17,9 @@ CAPACITY = 64  # flip::kTapCacheEntries (bounded_cache.cpp checks the constant)
 
 
 def test_the_cache_policy_holds_on_the_host(tmp_path):
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no g++")
-    exe = tmp_path / "bounded_cache"
-    build = subprocess.run(
-        [cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-I", str(ROOT / "csrc"), str(SOURCE)]
-        + ["-o", str(exe)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=600,
-    )
-    assert build.returncode == 0, build.stdout
-    # A value destroyed under the cache's lock deadlocks the program: the timeout catches it.
-    run = subprocess.run([str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-    assert run.returncode == 0 and run.stdout.strip().splitlines()[-1] == "ALL CHECKED", run.stdout
+    # A value destroyed under the cache's lock deadlocks the program: run_host_check's timeout
+    # catches it.
+    run_host_check(SOURCE, tmp_path, ("-O2", "-pthread"))
 
 
 def _images(device, dtype=torch.float32, shape=(1, 3, 12, 14)):
