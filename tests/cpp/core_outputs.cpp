@@ -1,6 +1,6 @@
 // Every CPU kernel of the framework-free core (csrc/flip/cpu/kernels.h) and the float functions of
 // fastmath.h on fixed inputs, without PyTorch, writing their outputs' raw bytes to one file, so that
-// builds for different architectures can be compared bit for bit. tests/test_aarch64.py builds it
+// builds for different architectures can be compared bit for bit. tests/cpu/test_aarch64.py builds it
 // for x86-64 (natively) and for aarch64 (Debian's cross compiler; run under qemu-user) and compares.
 //
 //   core_outputs OUT     writes OUT and prints one line per record ("name type count")
@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,19 +23,14 @@
 #include "flip/cpu/parallel.h"
 #include "flip/fastmath.h"
 
-// The kernels' threading seam (parallel.h): one thread, the whole range at once. The kernels' bits
-// do not depend on how a range is split (tests/cpu/test_cpu_dispatch.py and the ops run threaded).
-namespace flip {
-namespace cpu {
-void parallel_for(int64_t begin, int64_t end, int64_t, const std::function<void(int64_t, int64_t)>& fn) {
-  if (begin < end) fn(begin, end);
-}
-}  // namespace cpu
-}  // namespace flip
+// The kernels' threading seam (parallel.h), as the standalone benchmarks fill it: one thread, the
+// whole range at once. The kernels' bits do not depend on how a range is split
+// (tests/cpu/test_cpu_dispatch.py and the ops run threaded).
+#include "../../benchmarks/serial_parallel_for.h"
 
 // The same cbrt and exp2 on both architectures, which the C library's are not: glibc's x86-64 and
 // aarch64 builds differ on FLIP's inputs by up to 4 ulp (cbrt) and 1 ulp (exp2), aarch64's
-// contracting its own a * b + c into fused multiply-adds. tests/test_aarch64.py links a second
+// contracting its own a * b + c into fused multiply-adds. tests/cpu/test_aarch64.py links a second
 // program whose kernel objects call these instead (objcopy --redefine-sym): the kernels' own
 // arithmetic must then give the same float64 bits on both. Defined through pow, which both
 // builds compute alike on these inputs (the "libm." records show it).

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_DIR = Path(os.environ.get("FLIP_LOSS_AARCH64_BUILD_DIR", ROOT / "build" / "aarch64"))
 PROGRAM = ROOT / "tests" / "cpp" / "core_outputs.cpp"
+SERIAL_SEAM = ROOT / "benchmarks" / "serial_parallel_for.h"  # which PROGRAM includes
 # The sources setup.py compiles into the CPU kernels (csrc/flip/cpu/*.cpp), with its flags for GCC
 # (the rounding rules and the vectoriser's switches) and its glibc compatibility header. aarch64's
 # build takes setup.py's -O3, the code users run; x86-64's, the reference, -O2 to save time: the
@@ -97,12 +98,12 @@ def _run(cmd, env=None):
 
 
 def _inputs_digest(cxx, flags):
-    """A digest of what the objects are built from: the core's sources, the program, the flags and
-    the compiler."""
+    """A digest of what the objects are built from: the core's sources, the program and the header it
+    includes, the flags and the compiler."""
     h = hashlib.sha256()
     h.update(" ".join(flags).encode())
     h.update(_run([cxx, "--version"]).encode())
-    files = [*(ROOT / "csrc" / "flip").rglob("*"), *(ROOT / "csrc" / "compat").rglob("*"), PROGRAM]
+    files = [*(ROOT / "csrc" / "flip").rglob("*"), *(ROOT / "csrc" / "compat").rglob("*"), PROGRAM, SERIAL_SEAM]
     for path in sorted(p for p in files if p.is_file()):
         h.update(str(path.relative_to(ROOT)).encode())
         h.update(path.read_bytes())
