@@ -153,6 +153,18 @@ def test_readme_install_in_a_fresh_venv_from_the_sdist(fresh_install, tmp_path):
     assert any(p.suffix == ".png" for p in (tmp_path / "maps").iterdir())
 
 
+# A program that prints which flip_loss it imported, torch's version and one LDR-FLIP value of fixed
+# inputs: the same value from two installs means the same kernels.
+VALUE_SCRIPT = (
+    "import torch, flip_loss;"
+    "assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR;"
+    "print(flip_loss.__file__); print(torch.__version__);"
+    "g = torch.Generator().manual_seed(0);"
+    "t, r = torch.rand(1, 3, 16, 16, generator=g), torch.rand(1, 3, 16, 16, generator=g);"
+    "print(repr(flip_loss.ldr_flip(t, r).mean().item()))"
+)
+
+
 def test_the_wheel_built_next_to_this_torch_runs_next_to_the_oldest(fresh_install, tmp_path):
     """The stable-ABI binary targets the oldest supported release whichever supported torch compiles
     it: the wheel the fresh venv built (next to this environment's torch, the newest under
@@ -164,17 +176,9 @@ def test_the_wheel_built_next_to_this_torch_runs_next_to_the_oldest(fresh_instal
     if torch_releases.release_of(torch.__version__) == torch_releases.MIN_TORCH:
         pytest.skip("this environment has the oldest supported torch already")
     venv, site, env, _ = fresh_install
-    value = (
-        "import torch, flip_loss;"
-        "assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR;"
-        "print(flip_loss.__file__); print(torch.__version__);"
-        "g = torch.Generator().manual_seed(0);"
-        "t, r = torch.rand(1, 3, 16, 16, generator=g), torch.rand(1, 3, 16, 16, generator=g);"
-        "print(repr(flip_loss.ldr_flip(t, r).mean().item()))"
-    )
-    here = _run([str(venv / "bin" / "python"), "-c", value], tmp_path, env).stdout.splitlines()
+    here = _run([str(venv / "bin" / "python"), "-c", VALUE_SCRIPT], tmp_path, env).stdout.splitlines()
     # PYTHONPATH, not the venv: the oldest environment's own torch, the fresh venv's flip_loss
-    there = _run([str(oldest), "-c", value], tmp_path, dict(env, PYTHONPATH=site)).stdout.splitlines()
+    there = _run([str(oldest), "-c", VALUE_SCRIPT], tmp_path, dict(env, PYTHONPATH=site)).stdout.splitlines()
     assert there[0] == here[0] and there[0].startswith(str(venv)), (here, there)
     assert torch_releases.release_of(there[1]) == torch_releases.MIN_TORCH
     assert torch_releases.release_of(here[1]) > torch_releases.MIN_TORCH
@@ -217,19 +221,11 @@ def test_the_release_steps_finish_the_wheel(fresh_install, tmp_path):
         assert ".gnu_debuglink" in kept and not [s for s in kept if s.startswith(".debug")], kept
         assert module.stat().st_size < debug.stat().st_size
 
-    # Installed over the raw wheel in a copy of the fresh venv's site: the same value.
-    value = (
-        "import torch, flip_loss;"
-        "assert flip_loss.HAS_EXTENSION, flip_loss._ops.IMPORT_ERROR;"
-        "print(flip_loss.__file__);"
-        "g = torch.Generator().manual_seed(0);"
-        "t, r = torch.rand(1, 3, 16, 16, generator=g), torch.rand(1, 3, 16, 16, generator=g);"
-        "print(repr(flip_loss.ldr_flip(t, r).mean().item()))"
-    )
+    # Installed into a folder of its own, ahead of the raw wheel's install on PYTHONPATH: the same value.
     target = tmp_path / "target"
     py = str(venv / "bin" / "python")
     _run([py, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], tmp_path, env)
-    released = _run([py, "-c", value], tmp_path, dict(env, PYTHONPATH=str(target))).stdout.splitlines()
-    built = _run([py, "-c", value], tmp_path, env).stdout.splitlines()
+    released = _run([py, "-c", VALUE_SCRIPT], tmp_path, dict(env, PYTHONPATH=str(target))).stdout.splitlines()
+    built = _run([py, "-c", VALUE_SCRIPT], tmp_path, env).stdout.splitlines()
     assert released[0].startswith(str(target)) and built[0].startswith(str(venv)), (released, built)
-    assert released[1] == built[1]
+    assert released[2] == built[2]
