@@ -76,19 +76,14 @@ def _backend_select(name):
     op = _op(name)
     check = _with_defaults(name, getattr(op_checks, name.lstrip("_")), False)
     backend_select = _torch_C.DispatchKey.BackendSelect
+    first = op._schema.arguments[0].name
+    interruptible = name in INTERRUPTIBLE_OPS
 
-    if name not in INTERRUPTIBLE_OPS:
-
-        def kernel(keyset, *args, **kwargs):
-            if _skipped_autograd(args[0] if args else kwargs.get(_first_argument(name))):
-                check(*args, **kwargs)
-            return op.redispatch(keyset.remove(backend_select), *args, **kwargs)
-
-        return kernel
-
-    def interruptible(keyset, *args, **kwargs):
-        if _skipped_autograd(args[0] if args else kwargs.get(_first_argument(name))):
+    def kernel(keyset, *args, **kwargs):
+        if _skipped_autograd(args[0] if args else kwargs.get(first)):
             check(*args, **kwargs)
+        if not interruptible:
+            return op.redispatch(keyset.remove(backend_select), *args, **kwargs)
         _C.catch_interrupts()
         try:
             return op.redispatch(keyset.remove(backend_select), *args, **kwargs)
@@ -97,11 +92,7 @@ def _backend_select(name):
             if interrupt is not None:
                 raise interrupt from None
 
-    return interruptible
-
-
-def _first_argument(name) -> str:
-    return _op(name)._schema.arguments[0].name
+    return kernel
 
 
 def _wants_grad(*tensors) -> bool:
