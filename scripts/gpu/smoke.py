@@ -1,22 +1,19 @@
-"""The GPU machine's correctness check, run by scripts/gpu/gpu_check.sh right after the build: the
-CUDA kernels against the CPU kernels on real images (the example pair of flip_loss/data, the
-committed test crops of tests/data, and HDR images lifted from them), LDR and HDR, forward and
-both gradients, float32 and float64, in one formulation per process:
+"""The CUDA kernels against the CPU kernels on real images (flip_loss/data's example pair, the crops of
+tests/data, HDR images lifted from them): LDR and HDR, maps and both gradients, float32 and float64,
+one formulation per process. scripts/gpu/gpu_check.sh runs it after the build.
 
-    python scripts/gpu/smoke.py           # fused forward, tiled backward, kept sensitivities, autograd
-    python scripts/gpu/smoke.py --rows    # the same through the row passes (FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1)
-    python scripts/gpu/smoke.py --device cpu   # the script itself, without a GPU (tests/gpu/test_gpu_check_script.py)
+    python scripts/gpu/smoke.py                # fused forward, tiled backward, kept sensitivities, autograd
+    python scripts/gpu/smoke.py --rows         # the row passes (FLIP_LOSS_CUDA_FORCE_ROW_PASSES=1)
+    python scripts/gpu/smoke.py --device cpu   # this script itself, without a GPU (CI)
 
-Each check prints one line as it finishes (so a run stopped at its time limit keeps what it did):
+Each check prints one line as it finishes (a stopped run keeps what it did):
 
     CHECK <promise> PASS|FAIL <formulation> <what>: <measured> (<bound>)
 
-with <promise> one of maps, gradients, hdr_index, zero, symmetry: the promises of the README's "GPU
-and CPU agreement", whose bounds are defined once in flip_loss/gpu_agreement.py. scripts/gpu/summary.py
-turns these lines into one CONFIRMED/BROKEN line per promise. Every check ends in a
-synchronisation, so an asynchronous CUDA error is reported by the check that caused it; after one
-the CUDA context is lost, so the script stops there (the sanitizer steps then name the kernel).
-Exit status 0 when every check passed, 1 otherwise."""
+with <promise> one of maps, gradients, hdr_index, zero, symmetry (the README's "GPU and CPU
+agreement"; bounds from flip_loss/gpu_agreement.py). Every check ends in a synchronisation, so an
+asynchronous CUDA error is reported by the check that caused it; the CUDA context is then lost and
+the script stops (the sanitizers name the kernel). Exit status 0 when every check passed."""
 
 import argparse
 import os

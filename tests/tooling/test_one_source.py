@@ -271,7 +271,7 @@ def test_one_gpu_and_cpu_agreement():
         path = ROOT / name
         assert "gpu_agreement" in path.read_text(), name
         assert ga.GRADIENT_TOLERANCE[f32] not in _float_constants(path), f"{name} repeats the gradient bound"
-    for name in ("scripts/gpu/smoke.py", "scripts/gpu/summary.py"):
+    for name in ("scripts/gpu/smoke.py", "scripts/gpu/gpu_check.py"):
         path = ROOT / name
         assert not bounds & _float_constants(path), f"{name} has a bound of its own"
     assert "gpu_agreement" in (ROOT / "scripts" / "gpu" / "smoke.py").read_text()
