@@ -749,32 +749,43 @@ def _open_exr(path: str, header_only: bool):
     return part
 
 
-def _select_channels(path: str, names):
-    """Which stored channels give R, G and B: a list of three channel names or None (zero), from the
-    channel names of an EXR file. R, G and B are matched by name (case-insensitive); without them, a
-    single non-alpha channel is grey and two non-alpha channels are R and G (B = 0). Alpha (A) is
-    not a colour channel (see _alpha_channel)."""
+def _select_channels(path: str, names) -> Tuple[list, Optional[str]]:
+    """(the stored channels that give R, G and B: three names, None for a channel of zeros; the
+    alpha channel or None) from the channel names of an EXR file, by the rule of :func:`load_exr`.
+    Raises ValueError for a file with no colour channel this rule finds, or one it cannot tell."""
     by_lower = {}
     for n in names:
+        if n.lower() in ("r", "g", "b", "a") and n.lower() in by_lower:
+            raise ValueError(
+                f"cannot read image '{path}': the OpenEXR file has two channels named "
+                f"'{by_lower[n.lower()]}' and '{n}'; which one is meant cannot be told"
+            )
         by_lower.setdefault(n.lower(), n)
+    alpha = by_lower.get("a", by_lower.get("alpha"))
     rgb = [by_lower.get(c) for c in ("r", "g", "b")]
-    if any(rgb):
-        return rgb
-    colour = [n for n in names if n.lower() not in _ALPHA_NAMES]
-    if len(colour) == 1:
-        return [colour[0]] * 3
-    if len(colour) == 2:
-        return [colour[0], colour[1], None]
+    found = [n for n in rgb if n is not None]
+    if len(found) == 1:  # one colour channel is a grey image, whatever its name says
+        return found * 3, alpha
+    if found:
+        return rgb, alpha
+    others = [n for n in names if n.lower() not in _ALPHA_NAMES]
+    if len(others) == 1:
+        return others * 3, alpha
+    if len(names) == 1:  # an alpha channel alone is the only picture there is
+        return list(names) * 3, None
     listed = ", ".join(names) if names else "none"
-    if not colour:
+    if not others:
         raise ValueError(
-            f"cannot read image '{path}': the OpenEXR file has no colour channel (channels: "
-            f"{listed}); expected R, G, B (or one grey channel)"
+            f"cannot read image '{path}': the OpenEXR file has no colour channel (channels: {listed})"
+        )
+    if {"ry", "by"} & set(by_lower):
+        raise ValueError(
+            f"cannot read image '{path}': luminance/chroma OpenEXR images (channels: {listed}) are "
+            "not supported; convert the image to R, G, B channels"
         )
     raise ValueError(
-        f"cannot read image '{path}': the OpenEXR file has no R, G, B channels (channels: "
-        f"{listed}); expected R, G, B by name (layered files are not supported), one grey "
-        "channel, or two channels"
+        f"cannot read image '{path}': the OpenEXR file has no R, G, B channels (channels: {listed}); "
+        "expected R, G and/or B by name or a single grey channel (layered files are not supported)"
     )
 
 
@@ -792,37 +803,33 @@ def exr_size(path):
     return width, height
 
 
-def _alpha_channel(names) -> Optional[str]:
-    """The stored alpha channel of an EXR file (A, or alpha, any case), or None."""
-    for n in names:
-        if n.lower() in _ALPHA_NAMES:
-            return n
-    return None
-
-
 def load_exr(path, keep_alpha: bool = False) -> torch.Tensor:
     """Loads an OpenEXR file as a 3 x H x W float32 CPU tensor of its linear values (the data window
     of the first part; the display window is ignored).
 
-    Channels R, G and B are taken by name (case-insensitive); a file with a single (non-alpha)
-    channel is read as grey in all three, one with two channels as (first, second, 0) in channel-name
-    order; alpha is ignored, or with ``keep_alpha=True`` returned as a fourth channel (4 x H x W)
-    when the file has one (A or alpha, any case; premultiplied by OpenEXR's convention, see
-    :func:`alpha_convention`); half, float and uint channels are converted to float32. Negative
-    values are kept (HDR-FLIP counts them as 0).
+    The colour channels are R, G and B by name (the whole name, any case: ``diffuse.R`` is not R):
+    all three, two with the third 0, or one of them alone, read as grey (its value in all three).
+    A file without R, G and B is grey from its one channel other than alpha (any name: Y, Z, ...),
+    or from its only channel. Alpha (A, or alpha, any case) is ignored, or with ``keep_alpha=True``
+    returned as a fourth channel (4 x H x W) when the file has one beside its colour (premultiplied
+    by OpenEXR's convention, see :func:`alpha_convention`). Half, float and uint channels become
+    float32 values; negative values are kept (HDR-FLIP counts them as 0). Tiled and mipmapped files
+    give their full-resolution level. docs/cli.md says where NVIDIA's evaluator reads otherwise.
 
     Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` if it cannot be read:
-    not an OpenEXR file, damaged or truncated, deep or with subsampled channels, no colour channel,
-    or NaN / infinite values in the channels used (the message names the file and counts them:
-    HDR-FLIP needs finite values, and replacing them silently would change the result).
+    not an OpenEXR file, damaged or truncated, deep, subsampled colour or alpha channels, no colour
+    channel by the rule above (two or more other channels, layers alone, luminance/chroma images),
+    two channels named alike but for case (R and r), or NaN / infinite values in the channels used
+    (the message names the file and counts them: HDR-FLIP needs finite values, and replacing them
+    silently would change the result).
     """
     path = os.fspath(path)
     exr_size(path)  # the header's checks (channels, pixel count) before the pixels are decoded
     part = _open_exr(path, header_only=False)
     channels = part.channels
     names = sorted(channels.keys())
-    chosen = _select_channels(path, names)
-    alpha = _alpha_channel(names) if keep_alpha else None
+    chosen, alpha = _select_channels(path, names)
+    alpha = alpha if keep_alpha else None
     if alpha is not None:
         chosen = chosen + [alpha]
     arrays = {}
