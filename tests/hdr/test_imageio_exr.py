@@ -16,7 +16,9 @@ def hdr_values(shape, seed=0):
 
 
 def write_channels(path, channels):
-    OpenEXR.File({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}, dict(channels)).write(str(path))
+    OpenEXR.File({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}, dict(channels)).write(
+        str(path)
+    )
 
 
 def test_round_trip_float32_is_exact(tmp_path):
@@ -120,7 +122,9 @@ READ_SENSIBLY = [
 ]
 
 
-@pytest.mark.parametrize("names,sources,alpha", READ_SENSIBLY, ids=lambda v: "+".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "names,sources,alpha", READ_SENSIBLY, ids=lambda v: "+".join(v) if isinstance(v, list) else None
+)
 def test_channel_layouts_nvidia_cannot_read(tmp_path, names, sources, alpha):
     values = layout_values(names)
     write_channels(tmp_path / "x.exr", values)
