@@ -317,12 +317,14 @@ def _tga_alpha(path: str) -> Optional[str]:
             header = f.read(18)
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            if len(header) != 18 or size < 44:
+            if len(header) != 18:
                 return None
             image_type, depth, alpha_bits = header[2], header[16], header[17] & 0x0F
             colour32 = image_type in (2, 10) and depth == 32
             if alpha_bits == 0 or not (colour32 or (image_type in (3, 11) and depth == 16)):
                 return None
+            if size < 18 + 26:
+                return "straight"
             f.seek(size - 26)
             footer = f.read(26)
             if footer[8:] != b"TRUEVISION-XFILE.\0":
@@ -358,8 +360,8 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
 
     Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` if it is not a
     readable image (a directory, a damaged or truncated file, an unsupported format such as GIF,
-    TIFF, CMYK JPEG, Radiance ``.hdr`` or ``.pfm``, an EXR file without colour channels or with NaN/Inf values, more
-    than ``MAX_IMAGE_PIXELS`` pixels).
+    TIFF, CMYK JPEG, Radiance ``.hdr`` or ``.pfm``, an EXR file without colour channels or with
+    NaN/Inf values, more than ``MAX_IMAGE_PIXELS`` pixels).
     """
     path = os.fspath(path)
     check_file(path)
