@@ -306,6 +306,22 @@ def _to_float(path, im, keep_alpha: bool, key: Optional[_PngKey] = None) -> np.n
     return colour.astype(np.float32) / np.float32(255.0)
 
 
+# 16-bit BMP pixels: the bits of each of R, G and B, by Pillow's raw mode. Pillow widens an n-bit
+# value v to 8 bits as floor(v * 255 / (2^n - 1)); NVIDIA's evaluator (and most decoders) repeat its
+# bits, (v << (8 - n)) | (v >> (2n - 8)), which differs by 1 for some values.
+_BMP16_BITS = {"BGR;15": (5, 5, 5), "BGR;16": (5, 6, 5)}
+
+
+def _bmp16_as_nvidia(a: np.ndarray, bits: Tuple[int, int, int]) -> np.ndarray:
+    """H x W x 3 float32 colour of a 16-bit BMP as Pillow widened it -> as NVIDIA's evaluator does."""
+    out = a.copy()
+    for c, n in enumerate(bits):
+        code = np.rint(a[..., c] * 255).astype(np.int64)
+        v = -(-code * (2**n - 1) // 255)  # the stored value: Pillow's widening is one-to-one
+        out[..., c] = ((v << (8 - n)) | (v >> (2 * n - 8))).astype(np.float32) / np.float32(255.0)
+    return out
+
+
 def _tga_alpha(path: str) -> Optional[str]:
     """Whether a TGA file has alpha, by its header and the TGA 2.0 extension area: None (no alpha),
     "straight" or "premultiplied". Its header must give alpha bits, and only 32-bit colour and
@@ -375,7 +391,7 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
     try:
         with im:
             rawmode = None
-            if im.format == "PNG" and len(im.tile) == 1:
+            if im.format in ("PNG", "BMP") and len(im.tile) == 1:
                 args = im.tile[0][3]
                 rawmode = args[0] if isinstance(args, tuple) else args
             key = _png_key(path) if im.format == "PNG" else None
@@ -387,7 +403,7 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
                 raise ValueError(f"cannot read image '{path}': the file is damaged or truncated ({exc})") from None
             if im.width == 0 or im.height == 0:
                 raise ValueError(f"cannot read image '{path}': it has no pixels")
-            if rawmode in _PNG16_LOW_BYTE_RAWMODE:
+            if im.format == "PNG" and rawmode in _PNG16_LOW_BYTE_RAWMODE:
                 samples = _png16_samples(path, rawmode, np.asarray(im), keep_alpha, key and key.samples)
                 if samples is None:
                     warnings.warn(
@@ -403,6 +419,8 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
                     a = samples.astype(np.float32) / np.float32(65535.0)
             else:
                 a = _to_float(path, im, keep_alpha, key)
+                if im.format == "BMP" and rawmode in _BMP16_BITS:
+                    a = _bmp16_as_nvidia(a, _BMP16_BITS[rawmode])
     except ValueError:
         raise
     except (OSError, SyntaxError) as exc:  # decoder errors Pillow raises lazily

@@ -250,6 +250,44 @@ def test_tga_alpha_only_where_the_header_gives_alpha(tmp_path):
         np.testing.assert_array_equal(t.numpy().transpose(1, 2, 0), nvidia)
 
 
+def write_bmp(path, pixels: bytes, width, height, bpp, masks=None, header_size=40):
+    """A bottom-up BMP; ``masks``: the R, G, B (and A) bit masks of BI_BITFIELDS, after a 40-byte
+    header or inside a larger (V4) one."""
+    compression = 0 if masks is None else 3
+    in_header = struct.pack(f"<{len(masks)}I", *masks) if masks is not None and header_size > 40 else b""
+    after = struct.pack(f"<{len(masks)}I", *masks) if masks is not None and header_size == 40 else b""
+    info = struct.pack("<IiiHHIIiiII", header_size, width, height, 1, bpp, compression, len(pixels), 2835, 2835, 0, 0)
+    info += in_header.ljust(header_size - 40, b"\0")
+    offset = 14 + header_size + len(after)
+    Path(path).write_bytes(b"BM" + struct.pack("<IHHI", offset + len(pixels), 0, 0, offset) + info + after + pixels)
+
+
+def test_bmp_16_bit_values_are_widened_by_repeating_their_bits(tmp_path):
+    """A 5- or 6-bit BMP value v becomes the 8-bit (v << 3) | (v >> 2) (or (v << 2) | (v >> 4)), as
+    NVIDIA's evaluator and most decoders widen it (Pillow's floor(v * 255 / 31) is 1 lower for some);
+    masks after a 40-byte header are read as such (NVIDIA's evaluator misreads that file)."""
+    words = np.arange(1 << 16, dtype=np.uint32).reshape(256, 256)
+    for name, masks, header, bits in (
+        ("555.bmp", None, 40, (5, 5, 5)),
+        ("565.bmp", (0xF800, 0x7E0, 0x1F, 0), 108, (5, 6, 5)),
+        ("565v3.bmp", (0xF800, 0x7E0, 0x1F), 40, (5, 6, 5)),
+    ):
+        stored = words & 0x7FFF if masks is None else words
+        write_bmp(tmp_path / name, stored.astype("<u2").tobytes(), 256, 256, 16, masks, header)
+        top_first = stored[::-1].astype(np.int64)
+        want = []
+        shift = 0
+        for n in bits[::-1]:  # blue in the low bits
+            v = (top_first >> shift) & (2**n - 1)
+            want.insert(0, ((v << (8 - n)) | (v >> (2 * n - 8))) / 255)
+            shift += n
+        t = load_image(tmp_path / name).numpy()
+        np.testing.assert_allclose(t, np.stack(want), rtol=0, atol=1e-7)
+        nvidia = nvidia_load(tmp_path / name) if header > 40 or masks is None else None
+        if nvidia is not None:
+            np.testing.assert_array_equal(t.transpose(1, 2, 0), nvidia)
+
+
 @pytest.mark.parametrize("fmt,mode", [("GIF", "P"), ("TIFF", "RGB"), ("TIFF", "F"), ("WEBP", "RGB"), ("PPM", "RGB")])
 def test_formats_nvidia_does_not_read_are_refused(tmp_path, fmt, mode):
     """NVIDIA's evaluator reads PNG, BMP, TGA (and OpenEXR); JPEG is read too, any other format
