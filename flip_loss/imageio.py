@@ -1,26 +1,23 @@
 """Loading images as tensors (LDR with Pillow, OpenEXR with the ``openexr`` package) and saving
 8-bit PNGs and OpenEXR files.
 
-``load_image`` dispatches on the file extension. For LDR files it returns a 3 x H x W float32 tensor
-of the stored code values scaled to [0, 1] (code / 255 for 8-bit, code / 65535 for 16-bit images),
-i.e. still sRGB-encoded, as NVIDIA's evaluator loads PNGs; colour profiles, gamma chunks and EXIF
-orientation are ignored. Grey images are repeated into three channels; alpha is dropped, or kept
-as a fourth channel with ``keep_alpha=True`` (for the caller to composite, see flip_loss.alpha).
-PNG, JPEG, BMP and TGA are the supported formats; other 8-bit formats Pillow reads also load. ``.exr`` files are read by ``load_exr`` (linear HDR values, see there). Radiance ``.hdr`` and
-``.pfm`` files are rejected with a clear message: they are not supported (convert them to OpenEXR).
-Images of more than ``MAX_IMAGE_PIXELS`` pixels (2^27, e.g. 16384 x 8192) are refused from their
-header, before any pixel is decoded (see there).
+``load_image`` dispatches on the file extension. PNG, JPEG, BMP and TGA files give a 3 x H x W
+float32 tensor of the stored code values / (2^depth - 1), still sRGB-encoded, as NVIDIA's evaluator
+loads them (colour chunks and EXIF orientation ignored); grey is repeated into three channels;
+alpha is dropped, or kept as a fourth channel with ``keep_alpha=True`` (see flip_loss.alpha), by
+each format's specification: a PNG's transparent colour is matched in the file's own samples, a
+TGA has alpha where its header says so. Other formats are refused, so are more than
+``MAX_IMAGE_PIXELS`` pixels (from the header). ``.exr`` files are read by ``load_exr``.
 
-Pillow reduces 16-bit-per-channel colour PNGs to 8 bits when it decodes them. ``load_image`` keeps
-the full 16 bits by decoding such files twice with Pillow's own PNG decoder, once for the high and
-once for the low byte of every sample; if that is not possible with the installed Pillow it falls
-back to the 8-bit values with a warning.
+Pillow reduces 16-bit colour PNGs to 8 bits; ``load_image`` keeps all 16 by decoding such files
+twice with Pillow's PNG decoder, for the high and for the low byte of every sample (falling back to
+8 bits with a warning where this Pillow cannot).
 
 Every function here may be called from several threads at once and changes no process-wide state
 (file descriptors, ``sys.stdout``/``sys.stderr``, warning filters, library settings): Pillow's
-decompression-bomb warning is avoided rather than caught (:func:`_pillow_open`), and a damaged or
-truncated OpenEXR file is recognised from its layout before OpenEXR reads its pixels (see "the
-layout of an OpenEXR file" below), so that OpenEXR's library has nothing to print about it.
+decompression-bomb warning is avoided rather than caught (:func:`_pillow_open`), and a damaged
+OpenEXR file is recognised from its layout before OpenEXR reads its pixels (see "the layout of an
+OpenEXR file" below), so that OpenEXR's library has nothing to print about it.
 """
 
 import os
@@ -124,8 +121,14 @@ def _pillow_open(path: str):
     raise UnidentifiedImageError(f"cannot identify image file {path!r}")
 
 
+# The formats read with Pillow: NVIDIA's evaluator reads PNG, BMP and TGA; JPEG is read as well
+# (MPO: a JPEG with further pictures, of which the first is read). Others are refused rather than
+# read in whatever form Pillow gives them (floating-point TIFF, CMYK, animations).
+_PILLOW_FORMATS = ("PNG", "JPEG", "MPO", "BMP", "TGA")
+
+
 def _open(path):
-    """Opens ``path`` with Pillow (the header only) and checks its pixel count."""
+    """Opens ``path`` with Pillow (the header only), checks its format and its pixel count."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -138,6 +141,14 @@ def _open(path):
         ) from None
     except OSError as exc:
         raise ValueError(f"cannot read image '{path}': {exc.strerror or exc}") from None
+    except ValueError as exc:  # a damaged header chunk (e.g. a PNG's tRNS) Pillow reads on opening
+        raise ValueError(f"cannot read image '{path}': the file is damaged ({exc})") from None
+    if im.format not in _PILLOW_FORMATS:
+        im.close()
+        raise ValueError(
+            f"cannot read image '{path}': {im.format} images are not supported (supported: PNG, "
+            "JPEG, BMP, TGA and OpenEXR)"
+        )
     try:
         pillow_limit = Image.MAX_IMAGE_PIXELS
         if pillow_limit is not None and max(1, im.width) * max(1, im.height) > 2 * pillow_limit:
@@ -170,10 +181,11 @@ def image_size(path):
 _PNG16_LOW_BYTE_RAWMODE = {"RGB;16B": "RGB;16L", "RGBA;16B": "RGBA;16L", "LA;16B": "RGBA"}
 
 
-def _png16_samples(path, rawmode, high, keep_alpha: bool):
+def _png16_samples(path, rawmode, high, keep_alpha: bool, key):
     """H x W x C uint16 samples of a 16-bit colour PNG whose high bytes ``high`` Pillow decoded
-    (C = 3, or 4 with the alpha channel of a file that has one when ``keep_alpha``), obtained by
-    decoding the file again with Pillow for the low bytes; None if not possible."""
+    (C = 3, or 4 with the alpha channel of a file that has one, or the transparent colour ``key``,
+    when ``keep_alpha``), obtained by decoding the file again with Pillow for the low bytes; None
+    if not possible."""
     im = _open(path)
     try:
         t = im.tile[0]
@@ -196,54 +208,97 @@ def _png16_samples(path, rawmode, high, keep_alpha: bool):
             return np.stack(planes, axis=2)
         channels = 4 if keep_alpha and rawmode == "RGBA;16B" else 3
         samples = (high[..., :channels].astype(np.uint16) * 256 + low[..., :channels]).astype(np.uint16)
-        return _with_key_alpha(samples, im, keep_alpha) if rawmode == "RGB;16B" else samples
+        return _with_key_alpha(samples, samples, key if keep_alpha and rawmode == "RGB;16B" else None)
     except Exception:  # noqa: BLE001 - any decoder difference means: keep the 8-bit values
         return None
     finally:
         im.close()
 
 
+class _PngKey(NamedTuple):
+    """The transparent colour of a grey or RGB PNG (its tRNS chunk): the key in the file's own
+    samples (grey repeated), and the step between the samples of one 8-bit level Pillow decodes."""
+
+    samples: Tuple[int, int, int]
+    step: int  # 255 // (2^depth - 1) for a depth of 1, 2, 4 or 8 bits; 1 for 16 bits
+
+
+def _png_key(path: str) -> Optional[_PngKey]:
+    """The transparent colour a grey or RGB PNG names in a tRNS chunk, read from the file itself:
+    Pillow keeps the key of a 2- or 4-bit grey image unscaled beside samples it scales to 8 bits,
+    and gives 255 for any non-zero key of a 1-bit one; the PNG specification compares the key with
+    the file's own samples. None for other files (and for files Pillow will refuse anyway)."""
+    header = None
+    try:
+        with open(path, "rb") as f:
+            if f.read(8) != b"\x89PNG\r\n\x1a\n":
+                return None
+            while True:
+                length, tag = struct.unpack(">I4s", f.read(8))
+                if tag in (b"IDAT", b"IEND") or length > 1 << 24:
+                    return None
+                data = f.read(length)
+                f.seek(4, os.SEEK_CUR)  # the CRC
+                if tag == b"IHDR" and length == 13:
+                    header = data[8], data[9]  # bit depth, colour type
+                elif tag == b"tRNS" and header is not None:
+                    depth, colour_type = header
+                    if colour_type not in (0, 2) or depth not in (1, 2, 4, 8, 16):
+                        return None  # a palette's alpha (colour type 3) is Pillow's to apply
+                    if len(data) != (2 if colour_type == 0 else 6):
+                        return None
+                    values = struct.unpack(f">{len(data) // 2}H", data)
+                    step = 1 if depth == 16 else 255 // (2**depth - 1)
+                    return _PngKey(values * 3 if colour_type == 0 else values, step)
+    except (OSError, struct.error):
+        return None
+
+
 def _has_alpha(im) -> bool:
-    """Whether an opened Pillow image has an alpha channel or a transparent colour (a palette or
-    grey PNG with a tRNS chunk)."""
+    """Whether an opened Pillow image has an alpha channel or a transparent colour (a palette PNG
+    with a tRNS chunk; grey and RGB PNGs are read by :func:`_png_key`)."""
     return "A" in im.getbands() or "transparency" in im.info
 
 
-def _with_key_alpha(samples: np.ndarray, im, keep_alpha: bool) -> np.ndarray:
-    """H x W x 3 16-bit ``samples`` (grey repeated, or RGB) of a PNG, with an alpha channel of 0 or
-    65535 appended when ``keep_alpha`` and the file names a transparent colour (a tRNS chunk, which
-    Pillow reads as ``info["transparency"]``: one 16-bit grey level, or an (r, g, b) triple of
-    16-bit samples): the pixels of exactly that colour are transparent, as the 8-bit forms are."""
-    key = im.info.get("transparency") if keep_alpha else None
+def _with_key_alpha(colour: np.ndarray, samples: np.ndarray, key: Optional[Tuple[int, int, int]]) -> np.ndarray:
+    """H x W x 3 ``colour`` with an alpha channel appended where ``key`` (the transparent colour of
+    a PNG) is given: 0 where the file's own H x W x 3 ``samples`` are that colour, 1 (the largest
+    value of ``colour``'s type) elsewhere."""
     if key is None:
-        return samples
-    key = np.asarray(key if isinstance(key, tuple) else (key, key, key), dtype=np.int64)
-    if key.shape != (3,):
-        return samples
-    opaque = ~np.all(samples.astype(np.int64) == key, axis=2, keepdims=True)
-    return np.concatenate([samples, np.where(opaque, 65535, 0).astype(samples.dtype)], axis=2)
+        return colour
+    opaque = ~np.all(samples.astype(np.int64) == np.asarray(key, np.int64), axis=2, keepdims=True)
+    one = 65535 if colour.dtype == np.uint16 else 255
+    return np.concatenate([colour, np.where(opaque, one, 0).astype(colour.dtype)], axis=2)
 
 
-def _to_float(path, im, keep_alpha: bool) -> np.ndarray:
+def _to_float(path, im, keep_alpha: bool, key: Optional[_PngKey] = None) -> np.ndarray:
     """H x W x C float32 in [0, 1] from an opened, loaded Pillow image: C = 3 (RGB), or 4 (RGBA)
-    for an image with alpha when ``keep_alpha``."""
+    for an image with alpha (or the transparent colour ``key`` of a grey or RGB PNG) when
+    ``keep_alpha``."""
     mode = im.mode
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
         a = np.asarray(im)
         if mode == "I" and (a.min() < 0 or a.max() > 65535):
             raise ValueError(f"cannot read image '{path}': 32-bit integer images are not supported")
-        grey = np.repeat(a[..., None], 3, axis=2)
-        return _with_key_alpha(grey, im, keep_alpha).astype(np.float32) / np.float32(65535.0)
+        grey = np.repeat(a[..., None], 3, axis=2).astype(np.uint16)
+        with_alpha = _with_key_alpha(grey, grey, key.samples if key is not None and keep_alpha else None)
+        return with_alpha.astype(np.float32) / np.float32(65535.0)
     if mode in ("F",) or mode.startswith("F;"):
         raise ValueError(
             f"cannot read image '{path}': floating-point images in this format are not "
             "supported (HDR input is read from OpenEXR .exr files)"
         )
-    alpha = _has_alpha(im)
-    if mode in ("RGB", "RGBA", "L", "LA") and not (keep_alpha and "transparency" in im.info):
+    if mode not in ("1", "L", "LA", "P", "PA", "RGB", "RGBA"):
+        raise ValueError(f"cannot read image '{path}': {mode} images are not supported (convert it to RGB)")
+    if key is not None and mode in ("1", "L", "RGB"):  # the transparent colour, compared here
+        a = np.asarray(im.convert("L") if mode == "1" else im)
+        colour = np.repeat(a[..., None], 3, axis=2) if a.ndim == 2 else a
+        samples = colour.astype(np.int64) // key.step if key.step > 1 else colour
+        a = _with_key_alpha(colour, samples, key.samples if keep_alpha else None)
+    elif mode in ("RGB", "RGBA", "L", "LA"):
         a = np.asarray(im)
     else:
-        a = np.asarray(im.convert("RGBA" if alpha else "RGB"))
+        a = np.asarray(im.convert("RGBA" if _has_alpha(im) else "RGB"))
     a = a[..., None] if a.ndim == 2 else a
     colour = np.repeat(a[..., :1], 3, axis=2) if a.shape[2] in (1, 2) else a[..., :3]  # grey (+ alpha)
     if keep_alpha and a.shape[2] in (2, 4):
@@ -251,23 +306,78 @@ def _to_float(path, im, keep_alpha: bool) -> np.ndarray:
     return colour.astype(np.float32) / np.float32(255.0)
 
 
+# 16-bit BMP pixels: the bits of each of R, G and B, by Pillow's raw mode. Pillow widens an n-bit
+# value v to 8 bits as floor(v * 255 / (2^n - 1)); NVIDIA's evaluator (and most decoders) repeat its
+# bits, (v << (8 - n)) | (v >> (2n - 8)), which differs by 1 for some values.
+_BMP16_BITS = {"BGR;15": (5, 5, 5), "BGR;16": (5, 6, 5)}
+
+
+def _bmp16_as_nvidia(a: np.ndarray, bits: Tuple[int, int, int]) -> np.ndarray:
+    """H x W x 3 float32 colour of a 16-bit BMP as Pillow widened it -> as NVIDIA's evaluator does."""
+    out = a.copy()
+    for c, n in enumerate(bits):
+        code = np.rint(a[..., c] * 255).astype(np.int64)
+        v = -(-code * (2**n - 1) // 255)  # the stored value: Pillow's widening is one-to-one
+        out[..., c] = ((v << (8 - n)) | (v >> (2 * n - 8))).astype(np.float32) / np.float32(255.0)
+    return out
+
+
+def _tga_alpha(path: str) -> Optional[str]:
+    """Whether a TGA file has alpha, by its header and the TGA 2.0 extension area: None (no alpha),
+    "straight" or "premultiplied". Its header must give alpha bits, and only 32-bit colour and
+    16-bit grey images have alpha Pillow reads as such (the one bit of a 16-bit colour image is
+    read inverted by Pillow and ignored by NVIDIA's evaluator); the extension area, when there is
+    one, says whether those bits are alpha at all (attribute type 3: straight, 4: premultiplied)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(18)
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if len(header) != 18:
+                return None
+            image_type, depth, alpha_bits = header[2], header[16], header[17] & 0x0F
+            colour32 = image_type in (2, 10) and depth == 32
+            if alpha_bits == 0 or not (colour32 or (image_type in (3, 11) and depth == 16)):
+                return None
+            if size < 18 + 26:
+                return "straight"
+            f.seek(size - 26)
+            footer = f.read(26)
+            if footer[8:] != b"TRUEVISION-XFILE.\0":
+                return "straight"
+            extension = struct.unpack("<I", footer[:4])[0]
+            if extension == 0 or extension + 495 > size - 26:
+                return "straight"
+            f.seek(extension + 494)
+            kind = f.read(1)[0]
+    except OSError:
+        return None
+    return {3: "straight", 4: "premultiplied"}.get(kind)
+
+
 def alpha_convention(path) -> str:
     """How the colour of an image file with alpha relates to its alpha, by its format's
-    specification: ``"premultiplied"`` for OpenEXR, ``"straight"`` for the others (PNG, TGA, ...)."""
-    return "premultiplied" if is_exr_path(path) else "straight"
+    specification: ``"premultiplied"`` for OpenEXR (and a TGA file whose extension area says so),
+    ``"straight"`` for the others (PNG, TGA, ...)."""
+    path = os.fspath(path)
+    if is_exr_path(path):
+        return "premultiplied"
+    if os.path.splitext(path)[1].lower() == ".tga" and os.path.isfile(path):
+        return _tga_alpha(path) or "straight"
+    return "straight"
 
 
 def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
     """Loads an image file as a 3 x H x W float32 CPU tensor. LDR files (PNG, JPEG, BMP, TGA): values
-    in [0, 1] (code values / 255 or / 65535: they stay sRGB-encoded); grey images are repeated into
+    in [0, 1] (code values / (2^depth - 1): they stay sRGB-encoded); grey images are repeated into
     3 channels; alpha is dropped, or with ``keep_alpha=True`` returned as a fourth channel (4 x H x W,
     alpha in [0, 1], for files with an alpha channel or a transparent colour; see
     :func:`alpha_convention`). ``.exr`` files: linear HDR values, see :func:`load_exr`.
 
     Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` if it is not a
-    readable image (a directory, a damaged or truncated file, an unsupported format such as
-    Radiance ``.hdr`` or ``.pfm``, an EXR file without colour channels or with NaN/Inf values, more
-    than ``MAX_IMAGE_PIXELS`` pixels).
+    readable image (a directory, a damaged or truncated file, an unsupported format such as GIF,
+    TIFF, CMYK JPEG, Radiance ``.hdr`` or ``.pfm``, an EXR file without colour channels or with
+    NaN/Inf values, more than ``MAX_IMAGE_PIXELS`` pixels).
     """
     path = os.fspath(path)
     check_file(path)
@@ -281,17 +391,20 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
     try:
         with im:
             rawmode = None
-            if im.format == "PNG" and len(im.tile) == 1:
+            if im.format in ("PNG", "BMP") and len(im.tile) == 1:
                 args = im.tile[0][3]
                 rawmode = args[0] if isinstance(args, tuple) else args
+            key = _png_key(path) if im.format == "PNG" else None
+            if im.format == "TGA" and _tga_alpha(path) is None:
+                keep_alpha = False  # the fourth byte of its pixels is not alpha by the file's header
             try:
                 im.load()
             except (OSError, SyntaxError, ValueError) as exc:
                 raise ValueError(f"cannot read image '{path}': the file is damaged or truncated ({exc})") from None
             if im.width == 0 or im.height == 0:
                 raise ValueError(f"cannot read image '{path}': it has no pixels")
-            if rawmode in _PNG16_LOW_BYTE_RAWMODE:
-                samples = _png16_samples(path, rawmode, np.asarray(im), keep_alpha)
+            if im.format == "PNG" and rawmode in _PNG16_LOW_BYTE_RAWMODE:
+                samples = _png16_samples(path, rawmode, np.asarray(im), keep_alpha, key and key.samples)
                 if samples is None:
                     warnings.warn(
                         f"flip_loss: could not decode the 16-bit PNG '{path}' at full "
@@ -299,11 +412,15 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
                         RuntimeWarning,
                         stacklevel=2,
                     )
-                    a = _to_float(path, im, keep_alpha)
+                    # the 8-bit values are the high bytes: so is the transparent colour then
+                    key = key and _PngKey(tuple(v >> 8 for v in key.samples), 1)
+                    a = _to_float(path, im, keep_alpha, key)
                 else:
                     a = samples.astype(np.float32) / np.float32(65535.0)
             else:
-                a = _to_float(path, im, keep_alpha)
+                a = _to_float(path, im, keep_alpha, key)
+                if im.format == "BMP" and rawmode in _BMP16_BITS:
+                    a = _bmp16_as_nvidia(a, _BMP16_BITS[rawmode])
     except ValueError:
         raise
     except (OSError, SyntaxError) as exc:  # decoder errors Pillow raises lazily
@@ -749,32 +866,41 @@ def _open_exr(path: str, header_only: bool):
     return part
 
 
-def _select_channels(path: str, names):
-    """Which stored channels give R, G and B: a list of three channel names or None (zero), from the
-    channel names of an EXR file. R, G and B are matched by name (case-insensitive); without them, a
-    single non-alpha channel is grey and two non-alpha channels are R and G (B = 0). Alpha (A) is
-    not a colour channel (see _alpha_channel)."""
+def _select_channels(path: str, names) -> Tuple[list, Optional[str]]:
+    """(the stored channels that give R, G and B: three names, None for a channel of zeros; the
+    alpha channel or None) from the channel names of an EXR file, by the rule of :func:`load_exr`.
+    Raises ValueError for a file with no colour channel this rule finds, or one it cannot tell."""
     by_lower = {}
     for n in names:
+        if n.lower() in ("r", "g", "b", "a") and n.lower() in by_lower:
+            raise ValueError(
+                f"cannot read image '{path}': the OpenEXR file has two channels named "
+                f"'{by_lower[n.lower()]}' and '{n}'; which one is meant cannot be told"
+            )
         by_lower.setdefault(n.lower(), n)
+    alpha = by_lower.get("a", by_lower.get("alpha"))
     rgb = [by_lower.get(c) for c in ("r", "g", "b")]
-    if any(rgb):
-        return rgb
-    colour = [n for n in names if n.lower() not in _ALPHA_NAMES]
-    if len(colour) == 1:
-        return [colour[0]] * 3
-    if len(colour) == 2:
-        return [colour[0], colour[1], None]
+    found = [n for n in rgb if n is not None]
+    if len(found) == 1:  # one colour channel is a grey image, whatever its name says
+        return found * 3, alpha
+    if found:
+        return rgb, alpha
+    others = [n for n in names if n.lower() not in _ALPHA_NAMES]
+    if len(others) == 1:
+        return others * 3, alpha
+    if len(names) == 1:  # an alpha channel alone is the only picture there is
+        return list(names) * 3, None
     listed = ", ".join(names) if names else "none"
-    if not colour:
+    if not others:
+        raise ValueError(f"cannot read image '{path}': the OpenEXR file has no colour channel (channels: {listed})")
+    if {"ry", "by"} & set(by_lower):
         raise ValueError(
-            f"cannot read image '{path}': the OpenEXR file has no colour channel (channels: "
-            f"{listed}); expected R, G, B (or one grey channel)"
+            f"cannot read image '{path}': luminance/chroma OpenEXR images (channels: {listed}) are "
+            "not supported; convert the image to R, G, B channels"
         )
     raise ValueError(
-        f"cannot read image '{path}': the OpenEXR file has no R, G, B channels (channels: "
-        f"{listed}); expected R, G, B by name (layered files are not supported), one grey "
-        "channel, or two channels"
+        f"cannot read image '{path}': the OpenEXR file has no R, G, B channels (channels: {listed}); "
+        "expected R, G and/or B by name or a single grey channel (layered files are not supported)"
     )
 
 
@@ -792,37 +918,33 @@ def exr_size(path):
     return width, height
 
 
-def _alpha_channel(names) -> Optional[str]:
-    """The stored alpha channel of an EXR file (A, or alpha, any case), or None."""
-    for n in names:
-        if n.lower() in _ALPHA_NAMES:
-            return n
-    return None
-
-
 def load_exr(path, keep_alpha: bool = False) -> torch.Tensor:
     """Loads an OpenEXR file as a 3 x H x W float32 CPU tensor of its linear values (the data window
     of the first part; the display window is ignored).
 
-    Channels R, G and B are taken by name (case-insensitive); a file with a single (non-alpha)
-    channel is read as grey in all three, one with two channels as (first, second, 0) in channel-name
-    order; alpha is ignored, or with ``keep_alpha=True`` returned as a fourth channel (4 x H x W)
-    when the file has one (A or alpha, any case; premultiplied by OpenEXR's convention, see
-    :func:`alpha_convention`); half, float and uint channels are converted to float32. Negative
-    values are kept (HDR-FLIP counts them as 0).
+    The colour channels are R, G and B by name (the whole name, any case: ``diffuse.R`` is not R):
+    all three, two with the third 0, or one of them alone, read as grey (its value in all three).
+    A file without R, G and B is grey from its one channel other than alpha (any name: Y, Z, ...),
+    or from its only channel. Alpha (A, or alpha, any case) is ignored, or with ``keep_alpha=True``
+    returned as a fourth channel (4 x H x W) when the file has one beside its colour (premultiplied
+    by OpenEXR's convention, see :func:`alpha_convention`). Half, float and uint channels become
+    float32 values; negative values are kept (HDR-FLIP counts them as 0). Tiled and mipmapped files
+    give their full-resolution level. docs/cli.md says where NVIDIA's evaluator reads otherwise.
 
     Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` if it cannot be read:
-    not an OpenEXR file, damaged or truncated, deep or with subsampled channels, no colour channel,
-    or NaN / infinite values in the channels used (the message names the file and counts them:
-    HDR-FLIP needs finite values, and replacing them silently would change the result).
+    not an OpenEXR file, damaged or truncated, deep, subsampled colour or alpha channels, no colour
+    channel by the rule above (two or more other channels, layers alone, luminance/chroma images),
+    two channels named alike but for case (R and r), or NaN / infinite values in the channels used
+    (the message names the file and counts them: HDR-FLIP needs finite values, and replacing them
+    silently would change the result).
     """
     path = os.fspath(path)
     exr_size(path)  # the header's checks (channels, pixel count) before the pixels are decoded
     part = _open_exr(path, header_only=False)
     channels = part.channels
     names = sorted(channels.keys())
-    chosen = _select_channels(path, names)
-    alpha = _alpha_channel(names) if keep_alpha else None
+    chosen, alpha = _select_channels(path, names)
+    alpha = alpha if keep_alpha else None
     if alpha is not None:
         chosen = chosen + [alpha]
     arrays = {}

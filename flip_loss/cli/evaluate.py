@@ -92,13 +92,13 @@ def _fallback_warnings(op: str, device) -> List[str]:
     return [message]
 
 
-def _alpha_note(mode: str, background: str) -> str:
-    """The note of a run that composites an image's alpha by its format's convention."""
-    convention = (
-        "straight alpha (the convention of PNG and the other LDR formats)"
-        if mode == "straight"
-        else "premultiplied alpha (OpenEXR's convention)"
-    )
+def _alpha_note(mode: str, background: str, exr: bool = True) -> str:
+    """The note of a run that composites an image's alpha by its format's convention (``exr``:
+    premultiplied as an OpenEXR file, rather than as a TGA file that says so)."""
+    if mode == "straight":
+        convention = "straight alpha (the convention of PNG and the other LDR formats)"
+    else:
+        convention = "premultiplied alpha (" + ("OpenEXR's convention)" if exr else "as the TGA file says)")
     over = "the checkerboard" if background == "checkerboard" else background
     return (
         f"an input image has an alpha channel: it is composited over {over} as {convention} before "
@@ -143,8 +143,10 @@ class FlipEvaluator:
             raise UsageError(str(exc)) from None
         if image.shape[0] != 4:
             return image
+        if bool((image[3] >= 1.0).all()):  # opaque everywhere (e.g. a transparent colour no pixel has)
+            return image[:3]  # compositing would change nothing: none is done, and no note says so
         mode = self.alpha if self.alpha is not None else alpha_convention(path)
-        note = _alpha_note(mode, self.background)
+        note = _alpha_note(mode, self.background, is_exr_path(path))
         if self.alpha is None and note not in self._notes:
             self._notes.append(note)
         linear = is_exr_path(path)

@@ -1,7 +1,12 @@
-"""flip_loss.imageio: loading PNG (8 and 16 bits, every colour type and row filter), JPEG and BMP,
-the bundled example pair, loading errors and the PNG round trip."""
+"""flip_loss.imageio: loading PNG (every colour type and bit depth, row filters, interlacing,
+transparent colours), JPEG, BMP and TGA against the specifications and NVIDIA's evaluator, the
+formats refused, the bundled example pair, loading errors, the PNG round trip and the command
+line's note on compositing."""
 
 import os
+import re
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +14,10 @@ import pytest
 import torch
 from PIL import Image
 
-from flip_loss.cli import example_paths
-from flip_loss.imageio import load_image, save_png
-from png_files import write_png16
+import flip_loss
+from flip_loss.cli import example_paths, main
+from flip_loss.imageio import alpha_convention, image_size, load_image, save_png
+from png_files import write_png, write_png16
 
 
 # ----------------------------------------------------------------------------------------------
@@ -107,3 +113,246 @@ def test_save_png_round_trip(tmp_path):
         save_png(tmp_path / "f.png", a.astype(np.float32))
     with pytest.raises(ValueError):
         save_png(tmp_path / "f.png", a[..., :2])
+
+
+# ----------------------------------------------------------------------------------------------
+# Every PNG colour type and bit depth, transparent colours, the other formats
+# ----------------------------------------------------------------------------------------------
+
+# (colour type, bit depth): every pair the PNG specification allows.
+PNG_FORMATS = [(0, 1), (0, 2), (0, 4), (0, 8), (0, 16), (2, 8), (2, 16), (3, 1), (3, 2), (3, 4), (3, 8)]
+PNG_FORMATS += [(4, 8), (4, 16), (6, 8), (6, 16)]
+
+
+def nvidia_load(path):
+    """NVIDIA's evaluator's reading of ``path`` (H x W x 3), or None without flip-evaluator."""
+    try:
+        import flip_evaluator
+    except ImportError:
+        return None
+    return flip_evaluator.load(str(path))
+
+
+# Chunks that describe the colours: NVIDIA's evaluator ignores them (FLIP takes PNG values as
+# sRGB-encoded), and so does load_image.
+COLOUR_CHUNKS = [
+    (b"gAMA", struct.pack(">I", 100000)),
+    (b"cHRM", struct.pack(">8I", 31270, 32900, 64000, 33000, 30000, 60000, 15000, 6000)),
+    (b"sRGB", b"\x00"),
+    (b"iCCP", b"profile\x00\x00" + zlib.compress(bytes(128))),
+]
+
+
+@pytest.mark.parametrize("interlace", [False, True], ids=["progressive", "adam7"])
+@pytest.mark.parametrize("colour_type,depth", PNG_FORMATS)
+def test_png_every_colour_type_bit_depth_and_transparency(tmp_path, colour_type, depth, interlace):
+    """The colour is the file's samples / (2^depth - 1) (a palette's entries / 255), interlaced or
+    not, whatever its colour chunks say; NVIDIA's evaluator reads the same values (16-bit samples:
+    it keeps their high byte). The alpha is the file's alpha samples, or by a tRNS chunk: 0 exactly
+    where a grey or RGB pixel's own samples are the key (Pillow scales 1-, 2- and 4-bit grey
+    samples to 8 bits, but not the key), each palette entry's alpha (entries beyond it opaque)."""
+    rng = np.random.default_rng(colour_type * 100 + depth)
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[colour_type]
+    top = 2**depth if colour_type != 3 else min(2**depth, 6)
+    s = rng.integers(0, top, (7, 10, channels))
+    levels = np.arange(top) if top <= 16 else np.array([0, 1, top - 2, top - 1])
+    s.reshape(-1, channels)[: len(levels), 0] = levels  # every level (palette entry), or the extremes
+    s[-1, -1, 1:] = top - 1  # an opaque pixel (colour types 4 and 6)
+    palette = rng.integers(0, 256, (top, 3)) if colour_type == 3 else None
+    if colour_type == 3:
+        colour = palette[s[..., 0]] / 255
+        key = rng.integers(0, 256, top - 1)
+        alpha = np.append(key, 255)[s[..., 0]] / 255
+    else:
+        codes = s[..., :3] if colour_type in (2, 6) else np.repeat(s[..., :1], 3, axis=2)
+        colour = codes / (2**depth - 1)
+        key = s.reshape(-1, channels)[top - 2 if top <= 16 else 20] if colour_type in (0, 2) else None
+        if key is not None:
+            alpha = np.where(np.all(s == key, axis=2), 0.0, 1.0)
+            key = key if colour_type == 2 else key[0]
+        else:
+            alpha = s[..., -1] / (2**depth - 1)
+    assert 0 < (alpha < 1).sum() < alpha.size
+    path = tmp_path / "x.png"
+    write_png(path, s, colour_type, depth, 4, key, palette, interlace, COLOUR_CHUNKS)
+    t = load_image(path, keep_alpha=True).numpy().transpose(1, 2, 0).astype(np.float64)
+    assert t.shape[2] == 4
+    np.testing.assert_allclose(t[..., :3], colour, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(t[..., 3], alpha, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(load_image(path).numpy().transpose(1, 2, 0), t[..., :3].astype(np.float32))
+    nvidia = nvidia_load(path)
+    if nvidia is not None:
+        want = (codes >> 8) / 255 if depth == 16 else colour  # the high byte
+        np.testing.assert_allclose(nvidia, want, rtol=0, atol=1e-7)
+
+
+def test_png_transparent_colour_out_of_the_files_range_matches_nothing(tmp_path):
+    """A key beyond the bit depth names no sample (Pillow reads a 1-bit key of 2 as 1, and a
+    2-bit key of 85 as the level 1 it scales to 85)."""
+    levels = np.array([[0, 1, 2, 3]])
+    for depth, samples, key in ((1, levels % 2, 2), (2, levels, 85)):
+        write_png(tmp_path / "k.png", samples, 0, depth, transparent=key)
+        t = load_image(tmp_path / "k.png", keep_alpha=True)
+        assert t.shape[0] == 3 or bool((t[3] == 1).all()), (depth, key)
+
+
+def test_png_damaged_transparency_chunk_is_a_clear_error(tmp_path):
+    write_png(tmp_path / "k.png", np.array([[0, 1]]), 0, 8, transparent=1)
+    data = (tmp_path / "k.png").read_bytes()
+    at = data.index(b"tRNS") - 4
+    short = struct.pack(">I", 1) + b"tRNS\x00" + struct.pack(">I", zlib.crc32(b"tRNS\x00"))
+    (tmp_path / "k.png").write_bytes(data[:at] + short + data[at + 14 :])
+    with pytest.raises(ValueError, match=r"cannot read image '.*k.png': the file is damaged \(Truncated tRNS"):
+        load_image(tmp_path / "k.png", keep_alpha=True)
+
+
+def write_tga(path, pixels: bytes, width, height, depth, alpha_bits, image_type=2, attributes=None):
+    """A TGA file, top row first; ``attributes``: the TGA 2.0 extension area's attribute type."""
+    data = struct.pack("<BBBHHBHHHHBB", 0, 0, image_type, 0, 0, 0, 0, 0, width, height, depth, 0x20 | alpha_bits)
+    data += pixels
+    extension = 0
+    if attributes is not None:
+        extension = len(data)
+        data += struct.pack("<H", 495) + bytes(492) + bytes([attributes])
+    Path(path).write_bytes(data + struct.pack("<II", extension, 0) + b"TRUEVISION-XFILE.\0")
+
+
+def test_tga_alpha_only_where_the_header_gives_alpha(tmp_path):
+    """Only a TGA whose header gives alpha bits (32-bit colour, 16-bit grey) has alpha, and not
+    when its extension area says the bits are not alpha; a 16-bit colour image's one attribute
+    bit, which Pillow reads inverted, is not alpha; the colours are as NVIDIA's evaluator reads them."""
+    rng = np.random.default_rng(4)
+    bgra = rng.integers(0, 256, (3, 5, 4)).astype(np.uint8)
+    rgb = bgra[..., 2::-1].astype(np.float32) / 255
+    cases = [  # (file name, pixels, depth, alpha bits, attribute type, expected alpha convention)
+        ("a8.tga", bgra.tobytes(), 32, 8, None, "straight"),
+        ("a0.tga", bgra.tobytes(), 32, 0, None, None),
+        ("ext3.tga", bgra.tobytes(), 32, 8, 3, "straight"),
+        ("ext4.tga", bgra.tobytes(), 32, 8, 4, "premultiplied"),
+        ("ext0.tga", bgra.tobytes(), 32, 8, 0, None),
+        ("ext2.tga", bgra.tobytes(), 32, 8, 2, None),
+    ]
+    for name, pixels, depth, bits, attributes, convention in cases:
+        write_tga(tmp_path / name, pixels, 5, 3, depth, bits, attributes=attributes)
+        t = load_image(tmp_path / name, keep_alpha=True).numpy()
+        assert t.shape[0] == (3 if convention is None else 4), name
+        np.testing.assert_array_equal(t[:3].transpose(1, 2, 0), rgb)
+        if convention is not None:
+            np.testing.assert_array_equal(t[3], bgra[..., 3] / np.float32(255))
+            assert alpha_convention(tmp_path / name) == convention
+    # 16 bits: x RRRRR GGGGG BBBBB, the attribute bit set (transparent as Pillow reads it)
+    words = rng.integers(0, 1 << 15, (3, 5)).astype(np.uint16) | 0x8000
+    write_tga(tmp_path / "c16.tga", words.astype("<u2").tobytes(), 5, 3, 16, 1)
+    t = load_image(tmp_path / "c16.tga", keep_alpha=True)
+    assert t.shape[0] == 3
+    nvidia = nvidia_load(tmp_path / "c16.tga")
+    if nvidia is not None:
+        np.testing.assert_array_equal(t.numpy().transpose(1, 2, 0), nvidia)
+
+
+def write_bmp(path, pixels: bytes, width, height, bpp, masks=None, header_size=40):
+    """A bottom-up BMP; ``masks``: the R, G, B (and A) bit masks of BI_BITFIELDS, after a 40-byte
+    header or inside a larger (V4) one."""
+    compression = 0 if masks is None else 3
+    in_header = struct.pack(f"<{len(masks)}I", *masks) if masks is not None and header_size > 40 else b""
+    after = struct.pack(f"<{len(masks)}I", *masks) if masks is not None and header_size == 40 else b""
+    info = struct.pack("<IiiHHIIiiII", header_size, width, height, 1, bpp, compression, len(pixels), 2835, 2835, 0, 0)
+    info += in_header.ljust(header_size - 40, b"\0")
+    offset = 14 + header_size + len(after)
+    Path(path).write_bytes(b"BM" + struct.pack("<IHHI", offset + len(pixels), 0, 0, offset) + info + after + pixels)
+
+
+def test_bmp_16_bit_values_are_widened_by_repeating_their_bits(tmp_path):
+    """A 5- or 6-bit BMP value v becomes the 8-bit (v << 3) | (v >> 2) (or (v << 2) | (v >> 4)), as
+    NVIDIA's evaluator and most decoders widen it (Pillow's floor(v * 255 / 31) is 1 lower for some);
+    masks after a 40-byte header are read as such (NVIDIA's evaluator misreads that file)."""
+    words = np.arange(1 << 16, dtype=np.uint32).reshape(256, 256)
+    for name, masks, header, bits in (
+        ("555.bmp", None, 40, (5, 5, 5)),
+        ("565.bmp", (0xF800, 0x7E0, 0x1F, 0), 108, (5, 6, 5)),
+        ("565v3.bmp", (0xF800, 0x7E0, 0x1F), 40, (5, 6, 5)),
+    ):
+        stored = words & 0x7FFF if masks is None else words
+        write_bmp(tmp_path / name, stored.astype("<u2").tobytes(), 256, 256, 16, masks, header)
+        top_first = stored[::-1].astype(np.int64)
+        want = []
+        shift = 0
+        for n in bits[::-1]:  # blue in the low bits
+            v = (top_first >> shift) & (2**n - 1)
+            want.insert(0, ((v << (8 - n)) | (v >> (2 * n - 8))) / 255)
+            shift += n
+        t = load_image(tmp_path / name).numpy()
+        np.testing.assert_allclose(t, np.stack(want), rtol=0, atol=1e-7)
+        nvidia = nvidia_load(tmp_path / name) if header > 40 or masks is None else None
+        if nvidia is not None:
+            np.testing.assert_array_equal(t.transpose(1, 2, 0), nvidia)
+
+
+@pytest.mark.parametrize("fmt,mode", [("GIF", "P"), ("TIFF", "RGB"), ("TIFF", "F"), ("WEBP", "RGB"), ("PPM", "RGB")])
+def test_formats_nvidia_does_not_read_are_refused(tmp_path, fmt, mode):
+    """NVIDIA's evaluator reads PNG, BMP, TGA (and OpenEXR); JPEG is read too, any other format
+    Pillow knows is refused by name rather than read in whatever form Pillow gives it."""
+    im = Image.fromarray(np.random.default_rng(5).integers(0, 256, (4, 6, 3)).astype(np.uint8))
+    im = im.convert(mode) if mode != "P" else im.quantize(8)
+    path = tmp_path / f"x.{fmt.lower()}"
+    im.save(path, format=fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+    for read in (load_image, image_size):
+        with pytest.raises(ValueError, match=rf"x.{fmt.lower()}': {fmt} images are not supported"):
+            read(path)
+
+
+def test_jpeg_in_cmyk_is_refused(tmp_path):
+    Image.new("CMYK", (4, 3), (10, 20, 30, 40)).save(tmp_path / "cmyk.jpg")
+    with pytest.raises(ValueError, match=r"cmyk.jpg': CMYK images are not supported \(convert it to RGB\)"):
+        load_image(tmp_path / "cmyk.jpg")
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line's note that it composited
+# ----------------------------------------------------------------------------------------------
+
+COMPOSITED = re.compile(r"^flip-loss: note: an input image has an alpha channel: it is composited", re.M)
+
+
+def test_cli_composites_a_low_bit_depth_transparent_grey_and_says_so_only_then(tmp_path, capsys):
+    """A 2-bit grey PNG whose tRNS names a level its pixels have is composited (and the note says
+    so); one whose key no pixel has is opaque: nothing is composited and no note claims it."""
+    rng = np.random.default_rng(6)
+    levels = rng.integers(0, 4, (16, 20))
+    levels[0, :4] = np.arange(4)
+    Image.fromarray((levels * 85).astype(np.uint8)).convert("RGB").save(tmp_path / "ref.png")
+    write_png(tmp_path / "keyed.png", levels, 0, 2, transparent=2)
+    write_png(tmp_path / "unused.png", np.minimum(levels, 2), 0, 2, transparent=3)
+    reference = load_image(tmp_path / "ref.png")
+    keyed = load_image(tmp_path / "keyed.png", keep_alpha=True)
+    np.testing.assert_array_equal(keyed[3].numpy(), np.where(levels == 2, 0, 1))
+    with torch.no_grad():
+        composite = flip_loss.alpha.composite(keyed, "straight", "black", False)
+        want = f"{flip_loss.pool(flip_loss.ldr_flip(composite, reference, eps=0.0)[0]).mean:.6f}"
+    args = ["-r", str(tmp_path / "ref.png"), "-v", "1", "-nerm", "-t"]
+    assert main(args + [str(tmp_path / "keyed.png")]) == 0
+    out, err = capsys.readouterr()
+    assert re.findall(r"^     Mean: (\d+\.\d{6})$", out, flags=re.M) == [want]
+    assert COMPOSITED.search(err)
+    assert main(args + [str(tmp_path / "unused.png")]) == 0
+    out, err = capsys.readouterr()
+    assert not COMPOSITED.search(err), err
+
+
+def test_cli_composites_a_tga_as_premultiplied_where_its_extension_area_says_so(tmp_path, capsys):
+    rng = np.random.default_rng(7)
+    rgb = rng.integers(0, 256, (12, 16, 3)).astype(np.uint8)
+    alpha = rng.integers(0, 256, (12, 16, 1)).astype(np.uint8)
+    premultiplied = (rgb.astype(np.uint16) * alpha // 255).astype(np.uint8)
+    Image.fromarray(rgb).save(tmp_path / "ref.png")
+    bgra = np.concatenate([premultiplied[..., ::-1], alpha], axis=2)
+    write_tga(tmp_path / "test.tga", bgra.tobytes(), 16, 12, 32, 8, attributes=4)
+    image = load_image(tmp_path / "test.tga", keep_alpha=True)
+    with torch.no_grad():
+        composite = flip_loss.alpha.composite(image, "premultiplied", "white", False).clamp(max=1.0)
+        want = f"{flip_loss.pool(flip_loss.ldr_flip(composite, load_image(tmp_path / 'ref.png'), eps=0.0)[0]).mean:.6f}"
+    args = ["-r", str(tmp_path / "ref.png"), "-t", str(tmp_path / "test.tga"), "-v", "1", "-nerm"]
+    assert main(args + ["--background", "white"]) == 0
+    out, err = capsys.readouterr()
+    assert re.findall(r"^     Mean: (\d+\.\d{6})$", out, flags=re.M) == [want]
+    assert "composited over white as premultiplied alpha (as the TGA file says)" in err

@@ -1,5 +1,6 @@
-"""Writing PNG files that Pillow cannot write: 16 bits per sample, chosen row filters, a tRNS chunk
-(the image loading tests of the command line and of RGBA inputs)."""
+"""Writing PNG files that Pillow cannot write: every colour type at every bit depth the PNG
+specification allows (1 to 16 bits), chosen row filters, Adam7 interlacing, a tRNS chunk and other
+ancillary chunks (the image loading tests of the command line and of RGBA inputs)."""
 
 import struct
 import zlib
@@ -7,14 +8,35 @@ from pathlib import Path
 
 import numpy as np
 
+# The seven passes of Adam7 interlacing: (first column, first row, column step, row step).
+ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # samples per pixel by colour type
 
-def write_png16(path, samples, colour_type, filter_type=0, transparent=None):
-    """A minimal 16-bit PNG writer (no Pillow support for 16-bit colour), filters 0, 1 or 4;
-    ``transparent``: the 16-bit grey level or (r, g, b) of a tRNS chunk (colour types 0 and 2)."""
-    h, w = samples.shape[:2]
-    raw = samples.reshape(h, -1).astype(">u2").view(np.uint8).reshape(h, -1).astype(np.int64)
-    bpp = raw.shape[1] // w
-    rows = []
+
+def _chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
+def _rows(samples: np.ndarray, bit_depth: int, filter_type: int) -> bytes:
+    """The filtered scanlines of one (sub-)image of H x W x C samples."""
+    h, w, c = samples.shape
+    if h == 0 or w == 0:
+        return b""  # an empty pass has no scanlines
+    if bit_depth == 16:
+        raw = samples.reshape(h, -1).astype(">u2").view(np.uint8).reshape(h, -1)
+    elif bit_depth == 8:
+        raw = samples.reshape(h, -1).astype(np.uint8)
+    else:  # packed, the leftmost sample in the high bits, each row padded to a whole byte
+        per_byte = 8 // bit_depth
+        flat = samples.reshape(h, -1).astype(np.uint8)
+        padded = np.zeros((h, -(-flat.shape[1] // per_byte) * per_byte), np.uint8)
+        padded[:, : flat.shape[1]] = flat
+        groups = padded.reshape(h, -1, per_byte)
+        shifts = np.arange(per_byte - 1, -1, -1, dtype=np.uint8) * bit_depth
+        raw = np.bitwise_or.reduce(groups << shifts, axis=2).astype(np.uint8)
+    raw = raw.astype(np.int64)
+    bpp = max(1, c * bit_depth // 8)
+    out = []
     for y in range(h):
         cur = raw[y]
         prev = raw[y - 1] if y else np.zeros_like(cur)
@@ -29,18 +51,48 @@ def write_png16(path, samples, colour_type, filter_type=0, transparent=None):
             f = cur - pred
         else:
             f = cur
-        rows.append(bytes([filter_type]) + (f % 256).astype(np.uint8).tobytes())
+        out.append(bytes([filter_type]) + (f % 256).astype(np.uint8).tobytes())
+    return b"".join(out)
 
-    def chunk(tag, data):
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
-    ihdr = struct.pack(">IIBBBBB", w, h, 16, colour_type, 0, 0, 0)
-    key = () if transparent is None else np.atleast_1d(transparent)
-    trns = chunk(b"tRNS", struct.pack(f">{len(key)}H", *(int(v) for v in key))) if len(key) else b""
-    Path(path).write_bytes(
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", ihdr)
-        + trns
-        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
-        + chunk(b"IEND", b"")
-    )
+def write_png(
+    path,
+    samples,
+    colour_type: int,
+    bit_depth: int,
+    filter_type: int = 0,
+    transparent=None,
+    palette=None,
+    interlace: bool = False,
+    chunks=(),
+):
+    """A minimal PNG writer: ``samples`` H x W x C (or H x W for one sample per pixel) integers in
+    the file's own range (0 .. 2^bit_depth - 1; palette indices for colour type 3); filters 0, 1
+    or 4; ``transparent``: the tRNS chunk's content, a grey level or (r, g, b) in samples of the
+    file's bit depth (colour types 0 and 2) or the alpha of each palette entry (colour type 3);
+    ``palette``: N x 3 8-bit entries; ``chunks``: (tag, data) ancillary chunks before IDAT."""
+    samples = np.asarray(samples)
+    if samples.ndim == 2:
+        samples = samples[..., None]
+    h, w, c = samples.shape
+    assert c == CHANNELS[colour_type] and 0 <= samples.min() and samples.max() < 2**bit_depth
+    if interlace:
+        data = b"".join(_rows(samples[y0::dy, x0::dx], bit_depth, filter_type) for x0, y0, dx, dy in ADAM7)
+    else:
+        data = _rows(samples, bit_depth, filter_type)
+    body = _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, bit_depth, colour_type, 0, 0, int(interlace)))
+    body += b"".join(_chunk(tag, payload) for tag, payload in chunks)
+    if palette is not None:
+        body += _chunk(b"PLTE", np.asarray(palette, np.uint8).tobytes())
+    if transparent is not None:
+        key = np.atleast_1d(transparent)
+        fmt = f">{len(key)}B" if colour_type == 3 else f">{len(key)}H"
+        body += _chunk(b"tRNS", struct.pack(fmt, *(int(v) for v in key)))
+    body += _chunk(b"IDAT", zlib.compress(data)) + _chunk(b"IEND", b"")
+    Path(path).write_bytes(b"\x89PNG\r\n\x1a\n" + body)
+
+
+def write_png16(path, samples, colour_type, filter_type=0, transparent=None):
+    """A 16-bit PNG (Pillow writes none in colour), filters 0, 1 or 4; ``transparent``: the 16-bit
+    grey level or (r, g, b) of a tRNS chunk (colour types 0 and 2)."""
+    write_png(path, samples, colour_type, 16, filter_type, transparent)
