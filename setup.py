@@ -3,6 +3,10 @@ kernels; links no CUDA library, so it loads with a CPU-only torch too) and, with
 flip_loss._C_cuda (the CUDA kernels of the same ops; flip_loss imports it only with a CUDA torch).
 
 Switches (environment variables):
+  FLIP_LOSS_EXTENSION=0|1  0: install pure Python, without the compiled kernels (every device runs
+                       the portable path, flip_loss/oracle.py); 1: the kernels, or an error.
+                       Default: the kernels where they can be built (Linux, a C++ compiler, torch
+                       >= 2.11), else pure Python, saying why in one line
   FLIP_LOSS_CUDA=0|1   build flip_loss._C_cuda, the CUDA kernels (default: 1 when nvcc and a CUDA
                        build of torch exist)
   TORCH_CUDA_ARCH_LIST GPU targets (default "8.0;8.6;9.0")
@@ -20,8 +24,24 @@ import os
 import sys
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def switch(name):
+    """A FLIP_LOSS_* on/off variable: True, False, or None when unset."""
+    value = os.environ.get(name, "").strip().lower()
+    if value == "":
+        return None
+    if value in ("1", "true", "on", "yes"):
+        return True
+    if value in ("0", "false", "off", "no"):
+        return False
+    sys.exit(f"flip-loss: {name} must be 0 or 1 (or true/false, on/off, yes/no), got {os.environ[name]!r}")
+
+
+EXTENSION = switch("FLIP_LOSS_EXTENSION")
 
 
 @functools.cache
@@ -37,20 +57,61 @@ def torch_releases():
     return module
 
 
-try:
-    import torch
+def missing_compiler():
+    """The C++ compiler (CXX, else c++) or C compiler, which links (CC, else Python's), that is not
+    there, as a user would name it; None when both are. One that is there but fails is not looked
+    at: its build stops with its own error."""
+    import shlex
+    import shutil
+    import sysconfig
 
-    _too_old = torch_releases().unsupported_reason(torch.__version__)
-    if _too_old:
-        sys.exit(_too_old)
-    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
-except ImportError as exc:  # the build compiles against the installed torch, so it needs one
-    sys.exit(
-        f"flip-loss: building the extension needs PyTorch, which could not be imported ({exc}).\n"
-        "Install torch first (e.g. 'pip install torch'), then build against it without build "
-        "isolation: 'pip install --no-build-isolation .' (see README, 'Install into your own "
-        "environment')."
+    for variable, default in (("CXX", "c++"), ("CC", sysconfig.get_config_var("CC") or "cc")):
+        command = os.environ.get(variable) or default
+        try:
+            program = shlex.split(command)[0]
+        except (ValueError, IndexError):
+            program = ""
+        if not program or shutil.which(program) is None:
+            return f"{variable}={command}" if variable in os.environ else program
+    return None
+
+
+def without_kernels():
+    """Why this install is pure Python, without the compiled kernels; None to build them. With
+    FLIP_LOSS_EXTENSION=1 a reason to go without stops the build instead."""
+    if EXTENSION is False:
+        return "FLIP_LOSS_EXTENSION=0"
+    reason = torch_releases().kernels_unsupported_reason(torch.__version__)
+    if reason is None and not sys.platform.startswith("linux"):
+        reason = f"they are built and tested on Linux only, and this is {sys.platform}"
+    if reason is None and missing_compiler() is not None:
+        reason = f"no C++ compiler: {missing_compiler()} is not found"
+    if reason is not None and EXTENSION:
+        sys.exit(f"flip-loss: FLIP_LOSS_EXTENSION=1, but the compiled kernels cannot be built: {reason}")
+    return reason
+
+
+if EXTENSION is not False:  # the kernels are compiled against the installed torch, so it needs one
+    try:
+        import torch
+    except ImportError as exc:
+        sys.exit(
+            f"flip-loss: building the extension needs PyTorch, which could not be imported ({exc}).\n"
+            "Install torch first (e.g. 'pip install torch'), then build against it without build "
+            "isolation: 'pip install --no-build-isolation .' (see README, 'Install into your own "
+            "environment'), or install without the compiled kernels: FLIP_LOSS_EXTENSION=0."
+        )
+    if torch_releases().unsupported_reason(torch.__version__):
+        sys.exit(torch_releases().unsupported_reason(torch.__version__))
+WITHOUT_KERNELS = without_kernels()
+if WITHOUT_KERNELS is not None:
+    print(
+        f"flip-loss: installing without the compiled kernels ({WITHOUT_KERNELS}); every device will use "
+        "the portable pure-PyTorch path (flip_loss.oracle). docs/install.md says what the kernels need.",
+        file=sys.stderr,
     )
+else:
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 
 def sources(pattern):
@@ -58,6 +119,8 @@ def sources(pattern):
 
 
 def want_cuda():
+    if WITHOUT_KERNELS is not None:
+        return False
     flag = os.environ.get("FLIP_LOSS_CUDA")
     if flag is not None:
         return flag not in ("0", "", "false", "off", "no")
@@ -132,16 +195,18 @@ if os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", "", "false", "off", "no"
     cxx_flags.append("-march=native")
 link_flags = []
 
-ext_modules = [
-    CppExtension(
-        "flip_loss._C",
-        cpp_sources,
-        include_dirs=include_dirs,
-        extra_compile_args={"cxx": cxx_flags},
-        extra_link_args=link_flags,
-        py_limited_api=True,
+ext_modules = []
+if WITHOUT_KERNELS is None:
+    ext_modules.append(
+        CppExtension(
+            "flip_loss._C",
+            cpp_sources,
+            include_dirs=include_dirs,
+            extra_compile_args={"cxx": cxx_flags},
+            extra_link_args=link_flags,
+            py_limited_api=True,
+        )
     )
-]
 if want_cuda():
     # Without a GPU to detect, build for the common data-centre and desktop targets (A100/RTX 30xx,
     # H100/H200); set TORCH_CUDA_ARCH_LIST=9.0 on an H200 for a quicker build.
@@ -166,7 +231,7 @@ if want_cuda():
     )
 
 
-class BuildExt(BuildExtension.with_options(use_ninja=True)):
+class BuildExt(BuildExtension.with_options(use_ninja=True) if WITHOUT_KERNELS is None else object):
     """torch's build_ext; a build without CUDA also removes a _C_cuda left by an earlier CUDA build,
     in place and in the build directory a wheel is packed from, which would otherwise register stale
     CUDA kernels for the new schemas (or ship them in a CPU-only wheel)."""
@@ -183,10 +248,29 @@ class BuildExt(BuildExtension.with_options(use_ninja=True)):
         super().run()
 
 
+class BuildPy(build_py):
+    """setuptools' build_py; an install without the compiled kernels also records why (read by
+    flip_loss._ops, for its warning and flip_loss.info()) and drops a binary an earlier build left
+    in the build directory, which the wheel would otherwise carry."""
+
+    def run(self):
+        super().run()
+        if WITHOUT_KERNELS is None:
+            return
+        import json
+
+        package = os.path.join(self.build_lib, "flip_loss")
+        for stale in glob.glob(os.path.join(package, "_C*.so")) + glob.glob(os.path.join(package, "_C*.pyd")):
+            os.remove(stale)
+        with open(os.path.join(package, "_install.json"), "w", encoding="utf-8") as record:
+            json.dump({"why": WITHOUT_KERNELS}, record)
+
+
 def torch_requirement():
     """The binary uses only PyTorch's stable ABI, so it runs with every supported release
-    (flip_loss/torch_releases.py), not only the one it was compiled against."""
-    return torch_releases().requirement()
+    (flip_loss/torch_releases.py), not only the one it was compiled against; without it, every
+    release the portable path runs on."""
+    return torch_releases().requirement(kernels=WITHOUT_KERNELS is None)
 
 
 def prebuilt():
@@ -200,8 +284,8 @@ def prebuilt():
 # Metadata lives in pyproject.toml; the version in flip_loss/__init__.py.
 setup(
     ext_modules=[] if prebuilt() else ext_modules,
-    cmdclass={"build_ext": BuildExt},
+    cmdclass={"build_py": BuildPy} if WITHOUT_KERNELS else {"build_ext": BuildExt, "build_py": BuildPy},
     install_requires=[torch_requirement(), "numpy", "pillow"],
     # abi3: one wheel for every CPython from 3.10 on (the extension uses the limited API only).
-    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+    options={} if WITHOUT_KERNELS else {"bdist_wheel": {"py_limited_api": "cp310"}},
 )

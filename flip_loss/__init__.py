@@ -15,7 +15,8 @@ import torch as _torch
 from . import torch_releases as _torch_releases
 
 if _torch_releases.unsupported_reason(_torch.__version__):
-    # Before anything registers ops: an older torch would fail later with an AttributeError.
+    # Before anything else: an older torch would fail later with an AttributeError. (A torch older
+    # than the compiled kernels need gets the portable path: flip_loss._ops.)
     raise ImportError(_torch_releases.unsupported_reason(_torch.__version__))
 
 from . import _ops
@@ -46,6 +47,17 @@ from .pooling import PooledValues, pool, weighted_histogram
 
 HAS_EXTENSION = _ops.HAS_EXTENSION
 
+
+def info(*devices) -> dict:
+    """What this install computes with: ``flip_loss`` and ``torch`` (the versions), ``install`` (its
+    compiled kernels, or why it has none), ``cuda_architectures`` (the compute capabilities its CUDA
+    kernels are compiled for, or None), ``devices`` (per device, ``"compiled"`` or why the portable
+    path serves it instead) and ``portable_path``. ``devices`` names the devices to report
+    (``"cuda:1"``, ``"mps"``); by default the CPU, the current CUDA device and MPS where torch has
+    them. Asking about a CUDA device makes it decide, as its first call would."""
+    return _ops.info(*devices)
+
+
 __all__ = [
     "DEFAULT_PPD",
     "FLIPLoss",
@@ -64,6 +76,7 @@ __all__ = [
     "hdr_flip",
     "hunt_adjustment",
     "hyab",
+    "info",
     "ldr_flip",
     "pixels_per_degree",
     "pool",

@@ -101,14 +101,20 @@ def _eager_weight_flags(table: torch.Tensor) -> List[bool]:
 # used by the reduction, so it is neither traced into a graph break nor dropped as dead code, and
 # it raises the same ValueError as eager, on every device. (torch._assert_async would kill a CUDA
 # context instead of raising.) It reads flags back to the host, so CUDA graphs must not capture it.
-@torch.library.custom_op("flip_loss::weight_scale", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,))
-def _weight_scale_op(weight: torch.Tensor, per_image: bool, positive_total: bool) -> torch.Tensor:
-    return _weight_scale(weight, per_image, positive_total)
+# A torch older than the compiled kernels' (the portable path alone) may lack custom_op or the tag:
+# there torch.compile calls the checks themselves, a graph break at the flags' read-back.
+if hasattr(torch.library, "custom_op") and hasattr(torch.Tag, "cudagraph_unsafe"):
 
+    @torch.library.custom_op("flip_loss::weight_scale", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,))
+    def _weight_scale_op(weight: torch.Tensor, per_image: bool, positive_total: bool) -> torch.Tensor:
+        return _weight_scale(weight, per_image, positive_total)
 
-@_weight_scale_op.register_fake
-def _(weight, per_image, positive_total):
-    return weight.new_empty(weight.shape[:-3] if per_image else ())
+    @_weight_scale_op.register_fake
+    def _(weight, per_image, positive_total):
+        return weight.new_empty(weight.shape[:-3] if per_image else ())
+
+else:
+    _weight_scale_op = _weight_scale
 
 
 def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -24,6 +24,12 @@ TorchScript — raises the same error before any kernel runs.
 * Under ``torch.autocast`` the image inputs of every forward op are cast to float32 (like PyTorch's
   own losses) and the result stays float32.
 
+On a device whose compiled kernels cannot serve it (``flip_loss._ops.kernels_run_on``: MPS, XPU, a
+ROCm GPU, an NVIDIA GPU the build holds no code for), ``ldr_flip`` and ``hdr_flip`` compute with
+the portable path instead (``PORTABLE_OPS``, the pure-PyTorch ``flip_loss.oracle``, differentiated
+by autograd), in their Autograd kernels and, for calls that skip autograd, in BackendSelect: so
+TorchScript and raw ``torch.ops.flip`` calls follow the Python API's rule.
+
 Every op also has a BackendSelect kernel here (``_backend_select``). BackendSelect is on every
 call's path, with or without autograd, under ``torch.inference_mode``, from TorchScript and through
 raw ``torch.ops.flip.*`` calls. It does two things:
@@ -42,7 +48,7 @@ raw ``torch.ops.flip.*`` calls. It does two things:
 import torch
 from torch import _C as _torch_C
 
-from . import _C, op_checks
+from . import _C, _ops, op_checks
 
 _LIB = torch.library.Library("flip", "IMPL")  # kept alive for the process: the registrations' owner
 
@@ -65,6 +71,31 @@ def _skipped_autograd(first) -> bool:
     return _torch_C.is_inference_mode_enabled() or (isinstance(first, torch.Tensor) and first.is_inference())
 
 
+def _portable_ldr_flip(test, ref, ppd, space, eps):
+    from . import oracle
+
+    return oracle.ldr_flip(test, ref, ppd, space, eps)
+
+
+def _portable_hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps):
+    from . import oracle
+
+    if test.dim() == 3:  # the op takes one image as C x H x W, the oracle a batch
+        return tuple(
+            x.squeeze(0) for x in _portable_hdr_flip(test[None], ref[None], exposures, counts, ppd, tone_mapper, eps)
+        )
+    return oracle.hdr_flip(test, ref, ppd, tone_mapper, exposures, counts, eps)
+
+
+# The ops that compute with the portable path where their compiled kernels do not serve the device.
+PORTABLE_OPS = {"ldr_flip": _portable_ldr_flip, "hdr_flip": _portable_hdr_flip}
+
+
+def _kernels_serve(name, first) -> bool:
+    """Whether op ``name``'s compiled kernels serve its first tensor's device (else: warned once)."""
+    return name not in PORTABLE_OPS or _ops.kernels_run_on(name, first.device.type, first.device.index)
+
+
 def _backend_select(name):
     """The BackendSelect kernel of op ``name`` (see the module's docstring): the Python checks for a
     call that skipped autograd, then the op. For an op of ``INTERRUPTIBLE_OPS``, whose CPU kernel may
@@ -78,10 +109,13 @@ def _backend_select(name):
     backend_select = _torch_C.DispatchKey.BackendSelect
     first = op._schema.arguments[0].name
     interruptible = name in INTERRUPTIBLE_OPS
+    portable = _with_defaults(name, PORTABLE_OPS[name], False) if name in PORTABLE_OPS else None
 
     def kernel(keyset, *args, **kwargs):
         if _skipped_autograd(args[0] if args else kwargs.get(first)):
             check(*args, **kwargs)
+            if not _kernels_serve(name, args[0] if args else kwargs[first]):
+                return portable(*args, **kwargs)
         if not interruptible:
             return op.redispatch(keyset.remove(backend_select), *args, **kwargs)
         _C.catch_interrupts()
@@ -250,6 +284,8 @@ class _FeatureDifference(torch.autograd.Function):
 
 def _ldr_flip_autograd(keyset, test, ref, ppd, space, eps):
     op_checks.ldr_flip(test, ref, ppd, space, eps)
+    if not _kernels_serve("ldr_flip", test):
+        return _portable_ldr_flip(test, ref, ppd, space, eps)
     if not _wants_grad(test, ref):
         return _run("ldr_flip", keyset, test, ref, ppd, space, eps)
     if op_checks.keeps_sensitivities(test, ref):
@@ -282,6 +318,8 @@ def _forward_autograd(name, function, tensors):
 
     def kernel(keyset, *args):
         check(*args)
+        if not _kernels_serve(name, args[0]):
+            return PORTABLE_OPS[name](*args)
         if not _wants_grad(*args[:tensors]):
             return _run(name, keyset, *args)
         return function.apply(keyset, *args)

@@ -1,14 +1,16 @@
-"""The torch releases flip-loss supports: the one source for the build's refusal of an older torch
-(setup.py loads this file on its own, before the package can be imported), the import-time check
-and the documents. It imports nothing, so that setup.py can load it without torch's extension
-machinery.
+"""The torch releases flip-loss supports: the one source for the build's choice (setup.py loads this
+file on its own, before the package can be imported), the import-time check and the documents. It
+imports nothing, so that setup.py can load it without torch's extension machinery.
 
-MIN_TORCH is the oldest release the package works with: the Python layer registers ops with
-``torch.library`` features (custom-op tags such as ``cudagraph_unsafe``) that older releases lack,
-so there an import would fail half-way with an AttributeError. NEWEST_TORCH is the newest release
-the test suite has been run against."""
+MIN_TORCH is the oldest release the compiled kernels work with: they are built on PyTorch's stable
+ABI, and the Python layer that registers them uses ``torch.library`` features (custom-op tags such
+as ``cudagraph_unsafe``) that older releases lack. PORTABLE_MIN_TORCH is the oldest release the
+package works with at all: from there up to MIN_TORCH it is pure Python, and every device runs the
+portable path (flip_loss/oracle.py), whose operations torch 2.1 has. NEWEST_TORCH is the newest
+release the test suite has been run against."""
 
 MIN_TORCH = (2, 11)
+PORTABLE_MIN_TORCH = (2, 1)
 NEWEST_TORCH = (2, 15)
 
 
@@ -26,20 +28,35 @@ def spelled(release: tuple) -> str:
 
 
 def unsupported_reason(version: str):
-    """Why this torch cannot run flip-loss, in words a user can act on; None when it can."""
-    if release_of(version) < MIN_TORCH:
+    """Why this torch cannot run flip-loss at all, in words a user can act on; None when it can."""
+    if release_of(version) < PORTABLE_MIN_TORCH:
         return (
-            f"flip-loss needs torch >= {spelled(MIN_TORCH)} (tested up to {spelled(NEWEST_TORCH)}); "
-            f"this is torch {version}. Upgrade torch (pip install 'torch>={spelled(MIN_TORCH)}'), then "
-            "rebuild flip-loss against it (pip install --no-build-isolation .)"
+            f"flip-loss needs torch >= {spelled(PORTABLE_MIN_TORCH)} (its compiled kernels torch >= "
+            f"{spelled(MIN_TORCH)}; tested up to {spelled(NEWEST_TORCH)}); this is torch {version}. Upgrade "
+            f"torch (pip install 'torch>={spelled(MIN_TORCH)}'), then reinstall flip-loss against it "
+            "(pip install --no-build-isolation .)"
         )
     return None
 
 
-def requirement() -> str:
-    """The package's torch requirement: the supported range. The upper bound is the release after
+def kernels_unsupported_reason(version: str):
+    """Why the compiled kernels cannot run with this torch (the package then runs the portable
+    path on every device), in words a user can act on; None when they can."""
+    if release_of(version) < MIN_TORCH:
+        return (
+            f"flip-loss's compiled kernels need torch >= {spelled(MIN_TORCH)} (PyTorch's stable ABI); this is "
+            f"torch {version}. For them, upgrade torch (pip install 'torch>={spelled(MIN_TORCH)}') and "
+            "reinstall flip-loss against it (pip install --no-build-isolation .)"
+        )
+    return None
+
+
+def requirement(kernels: bool = True) -> str:
+    """The package's torch requirement: the supported range, from MIN_TORCH for a build with the
+    compiled kernels, from PORTABLE_MIN_TORCH for one without. The upper bound is the release after
     the newest one tested, so that pip refuses an untested torch instead of installing next to it."""
-    return f"torch>={spelled(MIN_TORCH)},<{NEWEST_TORCH[0]}.{NEWEST_TORCH[1] + 1}"
+    oldest = MIN_TORCH if kernels else PORTABLE_MIN_TORCH
+    return f"torch>={spelled(oldest)},<{NEWEST_TORCH[0]}.{NEWEST_TORCH[1] + 1}"
 
 
 def target_version_macro() -> str:

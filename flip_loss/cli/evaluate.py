@@ -75,17 +75,10 @@ def _fallback_warnings(op: str, device) -> List[str]:
     evaluated, which another thread's warnings (or its own catch_warnings) would then run into."""
     from .. import _ops
 
-    if not _ops.HAS_EXTENSION:
-        key = "no-ext"
-        message = f"flip_loss: {_ops.IMPORT_ERROR}; falling back to the slow pure-PyTorch oracle (flip_loss.oracle)"
-    elif device.type not in _ops.KERNEL_DEVICES.get(op, ()):
-        key = f"dev-{op}-{device.type}"
-        message = (
-            f"flip_loss: no compiled {op} kernels for device '{device.type}' in this build; using the "
-            "pure-PyTorch oracle (flip_loss.oracle)"
-        )
-    else:
+    notice = _ops.fallback_notice(op, device.type, device.index)
+    if notice is None:
         return []
+    key, message = notice
     if key in _ops._warned:
         return []
     _ops._warned.add(key)

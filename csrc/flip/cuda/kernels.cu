@@ -211,6 +211,38 @@ FLIP_ENTRY(hunt_hyab_forward)
 FLIP_ENTRY(hunt_hyab_backward)
 #undef FLIP_ENTRY
 
+#define FLIP_TEXT(x) #x
+#define FLIP_EXPANDED_TEXT(x) FLIP_TEXT(x)
+const char* compiled_architectures() {
+#ifdef __CUDA_ARCH_LIST__
+  return FLIP_EXPANDED_TEXT(__CUDA_ARCH_LIST__);
+#else
+  return "";
+#endif
+}
+#undef FLIP_EXPANDED_TEXT
+#undef FLIP_TEXT
+
+cudaError_t kernel_image(int device, int* binary_version, int* ptx_version) {
+  *binary_version = *ptx_version = 0;
+  int current = 0;
+  cudaError_t err = cudaGetDevice(&current);
+  const bool switched = err == cudaSuccess && current != device;
+  if (switched) err = cudaSetDevice(device);
+  if (err == cudaSuccess) {
+    // Every kernel is compiled for the same targets: one stands for them all.
+    cudaFuncAttributes attributes{};
+    err = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel_function<Kernel::kH, AnyRadius, float>()));
+    if (err == cudaSuccess) {
+      *binary_version = attributes.binaryVersion;
+      *ptx_version = attributes.ptxVersion;
+    }
+  }
+  if (switched) cudaSetDevice(current);
+  if (err != cudaSuccess) cudaGetLastError();  // not sticky: the next launch check must not see it
+  return err;
+}
+
 #define FLIP_INSTANTIATE(T)                                                      \
   template void ldr_flip_forward_fused<T>(const Params<T>&, cudaStream_t);       \
   template void ldr_flip_forward<T>(const Params<T>&, cudaStream_t);             \

@@ -64,5 +64,15 @@ void hunt_hyab_forward(const Params<T>& p, cudaStream_t s);
 template <class T>
 void hunt_hyab_backward(const Params<T>& p, cudaStream_t s);
 
+// Whether the GPU can run this build at all, asked before its first op there (flip_loss/_ops.py
+// sends a device that cannot to the portable path instead of failing mid-training).
+// The compute capabilities the kernels were compiled for, as nvcc lists them ("750,800,860").
+const char* compiled_architectures();
+// The CUDA runtime's answer for `device`: cudaSuccess when the kernels have an image it runs (SASS
+// of its generation or PTX it can JIT), with that image's SASS and PTX versions (major * 10 +
+// minor), else why not (cudaErrorNoKernelImageForDevice, ...). The current device is restored and
+// an error of this query is not left pending.
+cudaError_t kernel_image(int device, int* binary_version, int* ptx_version);
+
 }  // namespace cuda
 }  // namespace flip
