@@ -351,7 +351,8 @@ def info(*devices) -> dict:
         try:
             why = _why_not("ldr_flip", device.type, device.index)
         except RuntimeError as exc:  # the CUDA runtime could not answer (no such device)
-            why = ("", str(exc))
+            kernels[str(device)] = f"undecided: {exc}"
+            continue
         if why is None:
             kernels[str(device)] = "compiled kernels"
         else:

@@ -188,7 +188,7 @@ def test_fallback_to_the_oracle_warns(monkeypatch):
     expected = flip_loss.ldr_flip(a, b)
     monkeypatch.setattr(_ops, "HAS_EXTENSION", False)
     monkeypatch.setattr(_ops, "_warned", set())
-    with pytest.warns(RuntimeWarning, match="pure-PyTorch oracle"):
+    with pytest.warns(RuntimeWarning, match="portable pure-PyTorch path"):
         out = flip_loss.ldr_flip(a, b)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-5)
 

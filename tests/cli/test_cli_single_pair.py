@@ -281,7 +281,7 @@ def test_fallback_warning_is_one_stderr_line(pair, capsys, monkeypatch):
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("flip-loss: warning: ")
-    assert "pure-PyTorch oracle" in lines[0]
+    assert "portable pure-PyTorch path" in lines[0]
     assert printed_values(captured.out)["Mean"] == [f"{pool(expected_map(*pair)).mean:.6f}"] * 2
     monkeypatch.setattr(_ops, "_warned", set())
     assert main(["-r", str(pair[0]), "-t", str(pair[1]), "-nerm", "-v", "0"]) == 0

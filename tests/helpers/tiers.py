@@ -22,6 +22,7 @@ TORCH_RELEASE_MODULES = frozenset(
         "test_sensitivities",  # the Autograd kernel's choice of the internal ops, under compile too
         "test_torch_releases",  # the supported range, at build and import
         "test_missing_extension",  # import, fallback and torch.jit.script without the extension
+        "test_portable_fallback",  # the Autograd and BackendSelect kernels' portable route per device
         "test_cpu_only_torch",  # what the CPU module needs from the release's libtorch_cpu
         "test_cpp",  # the C++ programs link against the release's libtorch
         "test_deploy",  # torch.export, AOTInductor, the installed CMake package

@@ -56,7 +56,7 @@ def test_fallback_warning_repeats_the_reason(monkeypatch):
     monkeypatch.setattr(_ops, "HAS_EXTENSION", False)
     monkeypatch.setattr(_ops, "IMPORT_ERROR", "the compiled extension flip_loss._C is not built in DIR")
     monkeypatch.setattr(_ops, "_warned", set())
-    with pytest.warns(RuntimeWarning, match="not built in DIR.*pure-PyTorch oracle"):
+    with pytest.warns(RuntimeWarning, match="not built in DIR.*portable pure-PyTorch path"):
         assert not _ops.use_extension(torch.zeros(1))
 
 
@@ -86,6 +86,6 @@ def test_a_binary_that_does_not_load_is_said_at_import_once(tmp_path):
     (message,) = ast.literal_eval(lines[2])
     assert f"flip_loss._C in {package} could not be loaded" in message
     assert "invalid ELF header" in message or "file too short" in message
-    assert "pip install --no-build-isolation ." in message and "pure-PyTorch oracle" in message
+    assert "pip install --no-build-isolation ." in message and "portable pure-PyTorch path" in message
     assert ast.literal_eval(lines[3]) == []  # the fallback itself warns no more
     assert 0.0 < float(lines[4]) <= 1.0  # the pure-PyTorch oracle computed it
