@@ -19,20 +19,68 @@
 #                        binary without rebuilding it: built on PyTorch's stable ABI, one binary
 #                        serves every supported release. scripts/test.sh passes it and runs the
 #                        tests in both environments.
+#   --with-portable-floor-torch  also .venv-portable-floor: the oldest torch flip-loss runs on at all
+#                        (requirements-portable-floor.txt; pure Python there, the portable path on
+#                        every device) and only what tests/packaging/test_portable_floor.py needs.
+#                        PyPI's torch 2.1 brings 2.3 GB of CUDA libraries: 6 min to create on the
+#                        shared 2-core machine, seconds once it is there.
+#   --only-portable-floor-torch  that environment alone, nothing else: scripts/test.sh's full tier
+#                        runs it in the background, beside the tests, then that module there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 with_browser=0
 with_aarch64=0
 with_oldest_torch=0
+with_portable_floor=0
+only_portable_floor=0
 for arg in "$@"; do
   case "$arg" in
     --with-browser) with_browser=1 ;;
     --with-aarch64) with_aarch64=1 ;;
     --with-oldest-torch) with_oldest_torch=1 ;;
-    *) echo "setup.sh: unknown argument '$arg' (known: --with-browser, --with-aarch64, --with-oldest-torch)" >&2; exit 2 ;;
+    --with-portable-floor-torch) with_portable_floor=1 ;;
+    --only-portable-floor-torch) only_portable_floor=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (known: --with-browser, --with-aarch64, --with-oldest-torch, --with-portable-floor-torch, --only-portable-floor-torch)" >&2; exit 2 ;;
   esac
 done
+
+# .venv-portable-floor, pip run only when its pins, its Python or its packages changed (a stamp).
+# torch 2.1 has wheels for CPython 3.8-3.11 only.
+setup_portable_floor() {
+  local floor_py=.venv-portable-floor/bin/python stamp_file=.venv-portable-floor/.flip_loss_requirements_stamp
+  if [ ! -x "$floor_py" ]; then
+    local base=""
+    for candidate in python3.11 python3.10 python3; do
+      if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(not (3, 8) <= sys.version_info[:2] <= (3, 11))'; then
+        base="$candidate"; break
+      fi
+    done
+    if [ -z "$base" ]; then
+      echo "setup.sh: the portable floor's torch (requirements-portable-floor.txt) needs CPython 3.8-3.11, and none is on the PATH" >&2
+      return 1
+    fi
+    echo "== creating .venv-portable-floor (with $base)"
+    "$base" -m venv .venv-portable-floor
+  fi
+  floor_stamp() {
+    { sha256sum requirements-portable-floor.txt; $floor_py --version; $floor_py -m pip freeze --all; } | sha256sum | cut -d' ' -f1
+  }
+  if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$(floor_stamp)" ]; then
+    echo "== the portable floor's torch is installed in .venv-portable-floor"
+    return 0
+  fi
+  echo "== installing the portable floor's torch (requirements-portable-floor.txt) in .venv-portable-floor"
+  local started=$SECONDS
+  rm -f "$stamp_file"
+  $floor_py -m pip install -q -r requirements-portable-floor.txt
+  floor_stamp > "$stamp_file"
+  echo "== .venv-portable-floor ready ($((SECONDS - started)) s)"
+}
+if [ "$only_portable_floor" = 1 ]; then
+  setup_portable_floor
+  exit 0
+fi
 
 need_apt=()
 command -v g++ >/dev/null || need_apt+=(g++)
@@ -117,6 +165,8 @@ else:
 print("flip_loss", flip_loss.__version__, "| torch", torch.__version__, "| CUDA kernels:", kernels)
 PYEOF
 }
+
+if [ "$with_portable_floor" = 1 ]; then setup_portable_floor; fi
 
 # The build's Python: the oldest-torch environment's when there is one.
 BUILD_PY=$PY

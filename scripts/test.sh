@@ -8,7 +8,9 @@
 #   full     (default; .ci/run) every test with the newest supported torch (.venv, the development
 #            pin) and, at the same time, the torch_release tier with the oldest (.venv-oldest-torch):
 #            what can differ between releases (tests/helpers/tiers.py). Both runs use the one extension
-#            binary, built against the oldest.
+#            binary, built against the oldest. Beside them, tests/packaging/test_portable_floor.py with
+#            the oldest torch the package runs on at all (.venv-portable-floor, set up in that
+#            background run: pure Python, the portable path).
 #   fast     every test not marked slow, with the newest torch only (the edit-test loop)
 #   release  the torch_release tier with both torches
 #
@@ -27,8 +29,9 @@ elif [[ "${1:-}" == --tier=* ]]; then
   tier="${1#--tier=}"
   shift
 fi
+# A run: "environment:marks[:test paths]" (paths default: tests).
 case "$tier" in
-  full) runs=(".venv:" ".venv-oldest-torch:torch_release") ;;
+  full) runs=(".venv:" ".venv-oldest-torch:torch_release" ".venv-portable-floor::tests/packaging/test_portable_floor.py") ;;
   fast) runs=(".venv:not slow") ;;
   release) runs=(".venv:torch_release" ".venv-oldest-torch:torch_release") ;;
   *) echo "test.sh: unknown tier '$tier' (known: full, fast, release)" >&2; exit 2 ;;
@@ -44,13 +47,22 @@ summary=("set-up: ${SECONDS} s")
 # One pytest run: the environment, the marks selecting its tests, and where its status and time
 # go (a file, so that a run in the background can report them).
 run_tests() {
-  local env="$1" marks="$2" report="$3" select=() started=$SECONDS release result=passed
+  local env="$1" marks="$2" report="$3" paths="${4:-tests}" select=() started=$SECONDS release result=passed
   [ -n "$marks" ] && select=(-m "$marks")
+  if [ "$env" = .venv-portable-floor ]; then
+    # Set up here, beside the other runs: its 2.3 GB download would otherwise lengthen the set-up.
+    if ! bash scripts/setup.sh --only-portable-floor-torch; then
+      echo "$env: set-up FAILED after $((SECONDS - started)) s" > "$report"
+      return
+    fi
+    export FLIP_LOSS_KERNELS_PYTHON=.venv/bin/python  # the kernels' values to compare with
+  fi
   release="$("$env/bin/python" -c 'import torch; print(torch.__version__)')"
   echo "== running tests with torch $release ($env)${marks:+, tests marked: $marks}"
-  "$env/bin/python" -m pytest tests -q -p no:cacheprovider --durations=15 "${select[@]}" "${pytest_args[@]}" \
+  # shellcheck disable=SC2086  # paths: one or more, separated by spaces
+  "$env/bin/python" -m pytest $paths -q -p no:cacheprovider --durations=15 "${select[@]}" "${pytest_args[@]}" \
     || result=FAILED
-  echo "torch $release, ${marks:-every test}: $((SECONDS - started)) s, $result" > "$report"
+  echo "torch $release, ${marks:-every test}${4:+ of $paths}: $((SECONDS - started)) s, $result" > "$report"
   echo "== done with $env ($(since_start))"
 }
 
@@ -61,9 +73,17 @@ pytest_args=("$@")
 logs="$(mktemp -d)"
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$logs"' EXIT
+run_fields() {  # the run's environment, marks and paths, one per line
+  local run="$1"
+  echo "${run%%:*}"
+  run="${run#*:}"
+  echo "${run%%:*}"
+  [[ "$run" == *:* ]] && echo "${run#*:}" || echo ""
+}
 for i in "${!runs[@]}"; do
   [ "$i" = 0 ] && continue
-  run_tests "${runs[$i]%%:*}" "${runs[$i]#*:}" "$logs/$i.status" > "$logs/$i.log" 2>&1 &
+  mapfile -t fields < <(run_fields "${runs[$i]}")
+  run_tests "${fields[0]}" "${fields[1]}" "$logs/$i.status" "${fields[2]}" > "$logs/$i.log" 2>&1 &
   pids+=("$!")
   echo "== started the run with ${runs[$i]%%:*} in the background (its output follows the first run's)"
 done
