@@ -11,9 +11,7 @@
 
 namespace {
 
-PyObject* architectures(PyObject*, PyObject*) {
-  return PyUnicode_FromString(flip::cuda::compiled_architectures());
-}
+PyObject* architectures(PyObject*, PyObject*) { return PyUnicode_FromString(flip::cuda::compiled_architectures()); }
 
 PyObject* kernel_image(PyObject*, PyObject* arg) {
   const long device = PyLong_AsLong(arg);

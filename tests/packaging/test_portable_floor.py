@@ -11,7 +11,6 @@ come from a child process of the environment that has them: ``FLIP_LOSS_KERNELS_
 import json
 import os
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -87,9 +86,7 @@ def inputs(path):
 def test_the_oldest_torch_imports_the_package_and_says_why_there_are_no_kernels():
     assert not flip_loss.HAS_EXTENSION
     info = flip_loss.info()
-    assert info["install"].startswith("pure Python") and f">= {torch_releases.spelled(torch_releases.MIN_TORCH)}" in (
-        info["install"]
-    )
+    assert info["install"].startswith("pure Python") and torch.__version__ in info["install"]
     assert info["devices"]["cpu"] == "portable path"
 
 

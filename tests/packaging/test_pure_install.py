@@ -22,6 +22,8 @@ from flip_loss import torch_releases
 
 ROOT = Path(__file__).resolve().parents[2]
 MISSING = {"CC": "/nonexistent/bin/cc", "CXX": "/nonexistent/bin/c++"}
+# pip's wheel build from the sdist, verbose (pip shows the build's own lines only then), into a folder.
+PIP_WHEEL = ["-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w"]
 
 
 def run(cmd, cwd, env, check=True):
@@ -64,8 +66,9 @@ def test_without_a_compiler_the_sdist_installs_pure_python(sdist, venv, tmp_path
     py = venv / "bin" / "python"
     env = clean_env(**MISSING)
     wheels = tmp_path / "wheels"
-    built = run([py, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", wheels, sdist], tmp_path, env)
-    said = {line.strip() for line in (built.stdout + built.stderr).splitlines() if line.strip().startswith("flip-loss:")}
+    built = run([py, *PIP_WHEEL, wheels, sdist], tmp_path, env)
+    output = (built.stdout + built.stderr).splitlines()
+    said = {line.strip() for line in output if line.strip().startswith("flip-loss:")}
     assert len(said) == 1, said  # one line (pip shows the build's output with -v)
     (line,) = said
     assert "without the compiled kernels" in line and "CXX=/nonexistent/bin/c++ is not found" in line
@@ -109,12 +112,7 @@ def test_a_compiler_that_fails_stops_the_install_with_its_error(sdist, venv, tmp
     )
     failing.chmod(0o755)
     env = clean_env(CXX=str(failing))
-    built = run(
-        [venv / "bin" / "python", "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", tmp_path, sdist],
-        tmp_path,
-        env,
-        check=False,
-    )
+    built = run([venv / "bin" / "python", *PIP_WHEEL, tmp_path, sdist], tmp_path, env, check=False)
     assert built.returncode != 0
     assert "this compiler refuses every file" in built.stdout + built.stderr
     assert "without the compiled kernels" not in built.stdout + built.stderr

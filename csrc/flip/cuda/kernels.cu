@@ -232,7 +232,8 @@ cudaError_t kernel_image(int device, int* binary_version, int* ptx_version) {
   if (err == cudaSuccess) {
     // Every kernel is compiled for the same targets: one stands for them all.
     cudaFuncAttributes attributes{};
-    err = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel_function<Kernel::kH, AnyRadius, float>()));
+    err = cudaFuncGetAttributes(&attributes,
+                                reinterpret_cast<const void*>(kernel_function<Kernel::kH, AnyRadius, float>()));
     if (err == cudaSuccess) {
       *binary_version = attributes.binaryVersion;
       *ptx_version = attributes.ptxVersion;
