@@ -55,7 +55,7 @@ def info(*devices) -> dict:
     path serves it instead) and ``portable_path``. ``devices`` names the devices to report
     (``"cuda:1"``, ``"mps"``); by default the CPU, the current CUDA device and MPS where torch has
     them. Asking about a CUDA device makes it decide, as its first call would."""
-    return _ops.info(*devices)
+    return {"flip_loss": __version__, **_ops.info(*devices)}
 
 
 __all__ = [

@@ -150,11 +150,6 @@ def _load_cuda_kernels() -> None:
 
 _load_cuda_kernels()
 
-if HAS_EXTENSION:
-    from . import op_registration
-
-    op_registration.register()  # their fake, Autograd and Autocast kernels
-
 
 def _devices_with_kernels():
     use_cuda = _cuda_kernels_wanted()
@@ -317,6 +312,12 @@ def kernels_run_on(op: str, device_type: str, index: Optional[int]) -> bool:
     return False
 
 
+if HAS_EXTENSION:
+    from . import op_registration
+
+    op_registration.register(kernels_run_on)  # their fake, Autograd and Autocast kernels
+
+
 def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
     """True when the compiled kernels of ``op`` can serve these tensors; otherwise warn once and
     let the caller fall back to the portable path (flip_loss.oracle)."""
@@ -336,8 +337,6 @@ def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
 
 def info(*devices) -> dict:
     """What this install computes with, per device: see ``flip_loss.info``."""
-    from . import __version__
-
     if not devices:
         devices = ["cpu"]
         if torch.cuda.is_available():
@@ -363,7 +362,6 @@ def info(*devices) -> dict:
         install = f"pure Python, no compiled kernels: {IMPORT_ERROR}"
     cuda = compiled_architectures()
     return {
-        "flip_loss": __version__,
         "torch": torch.__version__,
         "install": install,
         "cuda_architectures": None if cuda is None else _spelled_capabilities(cuda),

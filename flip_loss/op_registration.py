@@ -48,7 +48,7 @@ raw ``torch.ops.flip.*`` calls. It does two things:
 import torch
 from torch import _C as _torch_C
 
-from . import _C, _ops, op_checks
+from . import _C, op_checks
 
 _LIB = torch.library.Library("flip", "IMPL")  # kept alive for the process: the registrations' owner
 
@@ -91,9 +91,14 @@ def _portable_hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps):
 PORTABLE_OPS = {"ldr_flip": _portable_ldr_flip, "hdr_flip": _portable_hdr_flip}
 
 
+# flip_loss._ops.kernels_run_on(op, device type, index), the package's one rule (register() is
+# handed it: _ops imports this module).
+_kernels_run_on = None
+
+
 def _kernels_serve(name, first) -> bool:
     """Whether op ``name``'s compiled kernels serve its first tensor's device (else: warned once)."""
-    return name not in PORTABLE_OPS or _ops.kernels_run_on(name, first.device.type, first.device.index)
+    return name not in PORTABLE_OPS or _kernels_run_on(name, first.device.type, first.device.index)
 
 
 def _backend_select(name):
@@ -503,8 +508,11 @@ def _with_defaults(name, kernel, with_keyset):
     return lambda *args, **kwargs: kernel(*full(args, kwargs))
 
 
-def register() -> None:
-    """Registers the kernels above for every op (once per process: flip_loss._ops calls it)."""
+def register(kernels_run_on) -> None:
+    """Registers the kernels above for every op (once per process: flip_loss._ops calls it, with
+    its rule for where the compiled kernels serve)."""
+    global _kernels_run_on
+    _kernels_run_on = kernels_run_on
     for name, fake in FAKE_KERNELS.items():
         torch.library.register_fake(f"flip::{name}", _with_defaults(name, fake, False), lib=_LIB)
     for name, kernel in AUTOGRAD_KERNELS.items():
