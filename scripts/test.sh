@@ -50,12 +50,14 @@ run_tests() {
   local env="$1" marks="$2" report="$3" paths="${4:-tests}" select=() started=$SECONDS release result=passed
   [ -n "$marks" ] && select=(-m "$marks")
   if [ "$env" = .venv-portable-floor ]; then
-    # Set up here, beside the other runs: its 2.3 GB download would otherwise lengthen the set-up.
-    if ! bash scripts/setup.sh --only-portable-floor-torch; then
+    # Set up here, beside the other runs: its 2.3 GB download (6-10 min on the shared machine, a
+    # few seconds once there) would otherwise lengthen the set-up; bounded, so that a stalled
+    # download cannot hold the tier.
+    if ! timeout 900 bash scripts/setup.sh --only-portable-floor-torch; then
       echo "$env: set-up FAILED after $((SECONDS - started)) s" > "$report"
       return
     fi
-    export FLIP_LOSS_KERNELS_PYTHON=.venv/bin/python  # the kernels' values to compare with
+    export FLIP_LOSS_KERNELS_PYTHON="${FLIP_LOSS_KERNELS_PYTHON:-.venv/bin/python}"  # the kernels' values to compare with
   fi
   release="$("$env/bin/python" -c 'import torch; print(torch.__version__)')"
   echo "== running tests with torch $release ($env)${marks:+, tests marked: $marks}"
