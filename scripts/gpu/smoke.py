@@ -48,6 +48,10 @@ if ON_CUDA:
         sys.exit("smoke: no CUDA kernels: flip_loss._C_cuda is not built (built without FLIP_LOSS_CUDA=1?)")
     if not torch.cuda.is_available():
         sys.exit("smoke: torch sees no CUDA device")
+    # Else every op below would take the portable path and agree with the CPU all the same.
+    notice = flip_loss._ops.fallback_notice("ldr_flip", "cuda", torch.cuda.current_device())
+    if notice is not None:
+        sys.exit(f"smoke: {notice[1]}")
     where = f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
 else:
     where = f"{DEV} against the CPU (a check of this script, not of the CUDA kernels)"

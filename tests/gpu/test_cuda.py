@@ -17,6 +17,16 @@ needs_kernels = pytest.mark.skipif(
 )
 
 
+@needs_kernels
+def test_the_kernels_run_on_this_gpu():
+    """Where they cannot, every op here would take the portable path and agree with the CPU all the
+    same: said here instead."""
+    from flip_loss import _ops
+
+    notice = _ops.fallback_notice("ldr_flip", "cuda", torch.cuda.current_device())
+    assert notice is None, notice[1]
+
+
 def inputs(shape, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
     a = torch.rand(shape, generator=g, dtype=dtype)
