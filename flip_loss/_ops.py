@@ -295,10 +295,13 @@ def fallback_notice(op: str, device_type: str, index: Optional[int] = None) -> O
 
 
 def _constant_under_compile(function):
-    # torch.compile calls the function while it traces and keeps its result as a constant: the
-    # decision (and its warning) happens then, and the compiled code has no branch on it.
-    assume = getattr(getattr(torch, "compiler", None), "assume_constant_result", None)
-    return function if assume is None else assume(function)
+    """torch.compile calls the function while it traces and keeps its result as a constant: the
+    decision (and its warning) happens then, and the compiled code has no branch on it. This is
+    what torch.compiler.assume_constant_result does (torch 2.1-2.15; tests/api/test_portable_fallback.py
+    holds the two alike) without importing torch._dynamo, which takes a second or more, into every
+    process that imports flip_loss."""
+    function._dynamo_marked_constant = True
+    return function
 
 
 @_constant_under_compile

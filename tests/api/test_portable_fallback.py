@@ -99,6 +99,14 @@ def test_the_decision_is_made_once_whatever_the_mode_of_the_first_call_compile(g
     assert gpus.asked == [0]
 
 
+def test_the_decision_is_marked_as_torch_compile_marks_a_constant():
+    def probe():
+        return None
+
+    marked = torch.compiler.assume_constant_result(probe)
+    assert vars(marked) and vars(_ops.kernels_run_on).items() >= vars(marked).items()
+
+
 def test_devices_without_kernels_are_named_in_the_warning():
     for device, index, label in (("mps", None, "mps"), ("xpu", 1, "xpu:1")):
         key, message = _ops.fallback_notice("ldr_flip", device, index)
