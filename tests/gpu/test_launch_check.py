@@ -33,6 +33,7 @@ CAPTURE_SAFE = {
     "cudaSetDevice",
     "cudaDeviceGetAttribute",
     "cudaFuncSetAttribute",  # the >48 KB shared-memory opt-in: a function attribute, not stream work
+    "cudaFuncGetAttributes",  # kernel_image: whether the GPU runs the build, asked before its first op
     "cudaStreamIsCapturing",
     "cudaGetLastError",
     "cudaGetErrorName",
