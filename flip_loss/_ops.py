@@ -22,16 +22,16 @@ HAS_EXTENSION = False
 IMPORT_ERROR = None
 # Keys of the warnings already given (warn_once): each reason for a fallback is said once.
 _warned = set()
-HERE = os.path.dirname(os.path.abspath(__file__))
+_HERE = os.path.dirname(os.path.abspath(__file__))
 # Written by setup.py into an install made without the compiled kernels: {"why": "..."}.
-INSTALL_RECORD = "_install.json"
-PORTABLE_PATH = "the portable pure-PyTorch path (flip_loss.oracle)"
+_INSTALL_RECORD = "_install.json"
+_PORTABLE_PATH = "the portable pure-PyTorch path (flip_loss.oracle)"
 
 
 def _user_stacklevel() -> int:
     """The stacklevel of warn_once's warning that names the first frame outside flip_loss and torch
     (the user's line, however deep the package or torch.compile called from it)."""
-    internal = (HERE + os.sep, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+    internal = (_HERE + os.sep, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
     frame, level = sys._getframe(2), 2  # warn_once's caller
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(internal):
         frame, level = frame.f_back, level + 1
@@ -48,13 +48,13 @@ _C_BUILT_BUT_BROKEN = False
 
 
 def _fallback_message() -> str:
-    return f"flip_loss: {IMPORT_ERROR}; every device uses {PORTABLE_PATH}"
+    return f"flip_loss: {IMPORT_ERROR}; every device uses {_PORTABLE_PATH}"
 
 
-def installed_without_kernels() -> Optional[str]:
+def _installed_without_kernels() -> Optional[str]:
     """Why this install was made without the compiled kernels (setup.py's record), or None."""
     try:
-        with open(os.path.join(HERE, INSTALL_RECORD), encoding="utf-8") as record:
+        with open(os.path.join(_HERE, _INSTALL_RECORD), encoding="utf-8") as record:
             return str(json.load(record)["why"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -66,22 +66,22 @@ def _explain_missing_extension(exc: ImportError) -> str:
     the current directory comes first on ``sys.path`` (Python then reports a confusing 'circular
     import')."""
     global _C_BUILT_BUT_BROKEN
-    built = [f for f in os.listdir(HERE) if f.startswith("_C.") and f.endswith((".so", ".pyd"))]
+    built = [f for f in os.listdir(_HERE) if f.startswith("_C.") and f.endswith((".so", ".pyd"))]
     _C_BUILT_BUT_BROKEN = bool(built)
     if built:  # a binary is there but does not load: usually built against another torch
         return (
-            f"flip_loss._C in {HERE} could not be loaded ({exc}); it was probably built against "
+            f"flip_loss._C in {_HERE} could not be loaded ({exc}); it was probably built against "
             f"another torch than the installed {torch.__version__}: rebuild it with "
             "'pip install --no-build-isolation .' (or '-e .' in a checkout)"
         )
-    why = installed_without_kernels()
+    why = _installed_without_kernels()
     if why is not None:
         return (
             f"this flip-loss was installed without its compiled kernels ({why}); docs/install.md says "
             "what a reinstall needs for them"
         )
-    message = f"the compiled extension flip_loss._C is not built in {HERE}"
-    if os.path.exists(os.path.join(os.path.dirname(HERE), "setup.py")):
+    message = f"the compiled extension flip_loss._C is not built in {_HERE}"
+    if os.path.exists(os.path.join(os.path.dirname(_HERE), "setup.py")):
         message += (
             " (a source checkout: build it there with 'pip install --no-build-isolation -e .', "
             "or run from another directory to use an installed copy"
@@ -91,7 +91,7 @@ def _explain_missing_extension(exc: ImportError) -> str:
 
             dist = metadata.distribution("flip-loss")
             location = os.path.abspath(str(dist.locate_file("")))
-            if os.path.commonpath([location, HERE]) != os.path.dirname(HERE):
+            if os.path.commonpath([location, _HERE]) != os.path.dirname(_HERE):
                 message += f", such as the one installed in {location}"
         except Exception:  # no installed copy, or metadata unreadable: nothing more to say
             pass
@@ -138,12 +138,12 @@ def _load_cuda_kernels() -> None:
     global CUDA_IMPORT_ERROR, _C_cuda
     if not HAS_EXTENSION or not _cuda_kernels_wanted() or torch.version.cuda is None or torch.version.hip:
         return
-    if not any(f.startswith("_C_cuda.") and f.endswith((".so", ".pyd")) for f in os.listdir(HERE)):
+    if not any(f.startswith("_C_cuda.") and f.endswith((".so", ".pyd")) for f in os.listdir(_HERE)):
         return  # built without CUDA kernels: CPU kernels only, nothing went wrong
     try:
         from . import _C_cuda as module  # importing registers the ops' CUDA kernels
     except ImportError as exc:
-        CUDA_IMPORT_ERROR = f"the CUDA kernels flip_loss._C_cuda in {HERE} could not be loaded ({exc})"
+        CUDA_IMPORT_ERROR = f"the CUDA kernels flip_loss._C_cuda in {_HERE} could not be loaded ({exc})"
         return
     _C_cuda = module
 
@@ -187,7 +187,7 @@ _NO_IMAGE_ERRORS = frozenset(
 )
 
 
-def compiled_architectures() -> Optional[Tuple[Tuple[int, int], ...]]:
+def _compiled_architectures() -> Optional[Tuple[Tuple[int, int], ...]]:
     """The compute capabilities the loaded CUDA kernels were compiled for ((8, 0), (8, 6), ...), or
     None without them."""
     if _C_cuda is None:
@@ -213,7 +213,7 @@ def _cuda_device_verdict(index: int) -> Optional[str]:
         major, minor = torch.cuda.get_device_capability(index)
         verdict = (
             f"this build's CUDA kernels hold no code it can run (compiled for compute capabilities "
-            f"{_spelled_capabilities(compiled_architectures())}; the CUDA runtime says {error}): rebuild "
+            f"{_spelled_capabilities(_compiled_architectures())}; the CUDA runtime says {error}): rebuild "
             f"for it with TORCH_CUDA_ARCH_LIST=\"{major}.{minor}\" set ('pip install --no-build-isolation .', "
             "docs/install.md)"
         )
@@ -291,7 +291,7 @@ def fallback_notice(op: str, device_type: str, index: Optional[int] = None) -> O
         return None
     key, reason = why
     where = "every device uses" if key == "no-ext" else "it uses"
-    return key, f"flip_loss: {reason}; {where} {PORTABLE_PATH}"
+    return key, f"flip_loss: {reason}; {where} {_PORTABLE_PATH}"
 
 
 def _constant_under_compile(function):
@@ -363,11 +363,11 @@ def info(*devices) -> dict:
         install = "compiled kernels (flip_loss._C" + (", flip_loss._C_cuda" if _C_cuda is not None else "") + ")"
     else:
         install = f"pure Python, no compiled kernels: {IMPORT_ERROR}"
-    cuda = compiled_architectures()
+    cuda = _compiled_architectures()
     return {
         "torch": torch.__version__,
         "install": install,
         "cuda_architectures": None if cuda is None else _spelled_capabilities(cuda),
         "devices": kernels,
-        "portable_path": PORTABLE_PATH,
+        "portable_path": _PORTABLE_PATH,
     }
