@@ -186,14 +186,21 @@ def test_every_path_on_a_device_without_kernels_is_the_portable_one_script(cpu_w
         assert metric.compute().pooled.mean == pytest.approx(oracle.ldr_flip(test.detach(), ref).double().mean().item())
 
 
-def test_a_device_without_kernels_under_compile_is_the_portable_path(cpu_without_kernels):
+def test_a_device_without_kernels_under_compile_is_the_portable_path(cpu_without_kernels, monkeypatch):
+    """The compiled graph computes with the portable path (here a stand-in for it, cheap to trace:
+    tracing the oracle itself is the portable path's own matter), with no graph break."""
+
+    def stand_in(test, reference, ppd, space, eps):
+        return (test - reference).abs().mean(-3, keepdim=True)
+
+    monkeypatch.setattr(oracle, "ldr_flip", stand_in)
     test, ref = pair(grad=True)
-    expected = oracle.ldr_flip(test, ref).mean()
     with pytest.warns(RuntimeWarning, match="flip_loss: cpu: "):
-        value = torch.compile(flip_loss.FLIPLoss(), backend="aot_eager")(test, ref)
+        value = torch.compile(flip_loss.FLIPLoss(), backend="aot_eager", fullgraph=True)(test, ref)
+    expected = stand_in(test, ref, None, None, None).mean()
     torch.testing.assert_close(value, expected, rtol=1e-6, atol=0)
     (grad,) = torch.autograd.grad(value, test)
-    torch.testing.assert_close(grad, torch.autograd.grad(expected, test)[0], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad, torch.autograd.grad(expected, test)[0])
 
 
 def test_the_command_line_says_the_device_once(cpu_without_kernels, tmp_path, capsys):
