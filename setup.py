@@ -85,7 +85,7 @@ def without_kernels():
     if reason is None and not sys.platform.startswith("linux"):
         reason = f"they are built and tested on Linux only, and this is {sys.platform}"
     if reason is None and missing_compiler() is not None:
-        reason = f"no C++ compiler: {missing_compiler()} is not found"
+        reason = f"no compiler: {missing_compiler()} is not found"
     if reason is not None and EXTENSION:
         sys.exit(f"flip-loss: FLIP_LOSS_EXTENSION=1, but the compiled kernels cannot be built: {reason}")
     return reason

@@ -76,7 +76,7 @@ def test_without_a_compiler_the_sdist_installs_pure_python(sdist, venv, tmp_path
     assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
     with zipfile.ZipFile(wheel) as zf:
         assert not [n for n in zf.namelist() if n.endswith((".so", ".pyd"))]
-        assert "no C++ compiler" in json.loads(zf.read("flip_loss/_install.json"))["why"]
+        assert "no compiler" in json.loads(zf.read("flip_loss/_install.json"))["why"]
         (metadata,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
         requires = [r for r in zf.read(metadata).decode().splitlines() if r.startswith("Requires-Dist: torch<")]
     assert requires == ["Requires-Dist: " + "torch<2.16,>=" + ".".join(map(str, torch_releases.PORTABLE_MIN_TORCH))]
@@ -100,7 +100,7 @@ def test_without_a_compiler_the_sdist_installs_pure_python(sdist, venv, tmp_path
     assert "CXX=/nonexistent/bin/c++ is not found" in warning and "portable pure-PyTorch path" in warning
     assert 0.0 < result["value"] < 1.0
     cli = run([venv / "bin" / "flip-loss", "--example", "-d", tmp_path / "maps"], tmp_path, env)
-    assert "Mean:" in cli.stdout and "no C++ compiler" in cli.stderr
+    assert "Mean:" in cli.stdout and "no compiler: CXX=" in cli.stderr
 
 
 def test_a_compiler_that_fails_stops_the_install_with_its_error(sdist, venv, tmp_path):
