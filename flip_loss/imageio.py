@@ -31,6 +31,8 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .constants import MAX_IMAGE_PIXELS
+
 __all__ = [
     "HDR_EXTENSIONS",
     "EXR_EXTENSIONS",
@@ -50,14 +52,6 @@ __all__ = [
 HDR_EXTENSIONS = (".exr", ".hdr", ".pfm")
 EXR_EXTENSIONS = (".exr",)
 UNSUPPORTED_HDR_EXTENSIONS = (".hdr", ".pfm")
-
-# The largest image (width x height) the loaders accept: 2^27 = 134,217,728 pixels, e.g. 16384 x 8192,
-# four times an 8K UHD frame. A header claiming more is refused before anything is decoded: such a
-# file is far more likely damaged or a decompression bomb (a few kilobytes that expand to gigabytes)
-# than a render, and FLIP on it would need tens of gigabytes. It stays below the size at which
-# Pillow itself raises DecompressionBombError (twice Pillow's default MAX_IMAGE_PIXELS), so one
-# limit and one message apply to every format.
-MAX_IMAGE_PIXELS = 2**27
 
 
 def check_file(path) -> None:

@@ -27,35 +27,11 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .constants import STATISTICS, Statistic
+
 __all__ = ["PooledValues", "STATISTICS", "Statistic", "pool", "weighted_percentile", "weighted_histogram"]
 
 
-class Statistic(NamedTuple):
-    """One pooled value of an error map, in every vocabulary that names it."""
-
-    field: str  # the PooledValues field (Python)
-    key: str  # the command line's name (--fail-above QUANTITY, the report's columns)
-    label: str  # the heading: terminal lines, CSV columns, the report
-    percentile: Optional[float]  # the weighted percentile p it is, or None (mean, min, max)
-    gate: bool  # whether --fail-above takes it
-    report_column: bool  # whether the report's pairs table shows it
-
-
-# The one table of the pooled values, in their order everywhere (PooledValues, the terminal's lines,
-# the CSV's columns, the report's): pool() and FLIPMetric compute the percentiles it lists, and the
-# command line's gates, CSV, summary and report read their names here. A new percentile is one row.
-STATISTICS = (
-    Statistic("mean", "mean", "Mean", None, gate=True, report_column=True),
-    Statistic("weighted_median", "weighted-median", "Weighted median", 0.5, gate=True, report_column=True),
-    Statistic(
-        "weighted_quartile_1", "weighted-quartile-1", "1st weighted quartile", 0.25, gate=False, report_column=True
-    ),
-    Statistic(
-        "weighted_quartile_3", "weighted-quartile-3", "3rd weighted quartile", 0.75, gate=False, report_column=True
-    ),
-    Statistic("min", "min", "Min", None, gate=False, report_column=False),
-    Statistic("max", "max", "Max", None, gate=True, report_column=True),
-)
 PERCENTILES = tuple(s.percentile for s in STATISTICS if s.percentile is not None)
 
 # The pooled values of an error map, as Python floats: one field per row of STATISTICS.

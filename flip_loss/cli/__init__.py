@@ -37,7 +37,6 @@ import time
 import traceback
 from typing import Optional, Sequence
 
-from ..distributed import LAUNCH_OVERRIDE, launch_inherited, launched_world
 from .arguments import build_parser, parse_arguments
 from .errors import (
     EXIT_CODES,
@@ -52,8 +51,6 @@ from .errors import (
 )
 from .outputs import CSV_HEADER
 from .pairs import FOLDER_EXTENSIONS, example_paths
-from .run import run_single
-from .shard import run_sharded
 from .signals import interrupts_handled
 
 __all__ = [
@@ -92,7 +89,12 @@ def _run_psychophysics(argv: Sequence[str]) -> int:
 
 def _secondary_rank() -> bool:
     """Whether this process is a rank other than 0 of a torchrun launch: rank 0 reports the errors
-    every rank meets alike (a bad option, Ctrl-C), once."""
+    every rank meets alike (a bad option, Ctrl-C), once. (Without torchrun's variables, no torch is
+    imported to find out: a usage error answers at once.)"""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return False
+    from ..distributed import launched_world
+
     try:
         world = launched_world()
     except ValueError:  # reported as a usage error by every rank: each has its own view of it
@@ -103,6 +105,8 @@ def _secondary_rank() -> bool:
 def _inherited_launch_note() -> Optional[str]:
     """The note of a run whose torchrun variables were inherited from the process that started it
     (it runs as one process), or None."""
+    from ..distributed import LAUNCH_OVERRIDE, launch_inherited
+
     if not launch_inherited():
         return None
     return (
@@ -116,6 +120,10 @@ def _evaluate(args, t_start: float) -> int:
     """Runs the evaluation of parsed ``args`` in this process or as its rank of a torchrun launch;
     returns the exit code (under torchrun, this rank's; rank 0's is the run's). Only folder mode is
     shared out: with one reference rank 0 runs alone and the other ranks return at once."""
+    from ..distributed import launched_world
+    from .run import run_single
+    from .shard import run_sharded
+
     try:
         note = _inherited_launch_note()
         world = launched_world() if note is None else None

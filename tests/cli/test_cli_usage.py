@@ -1,14 +1,17 @@
 """Every user mistake on every command of ``flip-loss`` is a usage error: exit code 2, one
-``error:`` line naming the option, no traceback, nothing written. Each option of each command has
-rows of bad values below, and a test holds the tables to the parsers, so that a new option comes
-with its own rows."""
+``error:`` line naming the option, no traceback, nothing written, and for the evaluator found when
+the command line is parsed, before any image is read (a value refused only when a pair needs it
+would skip that pair in folder mode and let the run write the others). Each option of each command
+has rows of bad values below, and a test holds the tables to the parsers, so that a new option
+comes with its own rows."""
 
 import os
 
 import pytest
 
 from flip_loss.cli import example_paths, main
-from flip_loss.cli.arguments import build_parser
+from flip_loss.cli.arguments import build_parser, parse_arguments
+from flip_loss.cli.errors import UsageError
 from flip_loss.psychophysics import cli as psychophysics_cli
 
 REF, TEST = (str(p) for p in example_paths())
@@ -70,8 +73,17 @@ EVALUATOR = {
     "no_progress": [["--no-progress=1"]],
     "timing": [["--timing=1"]],
     "tone_mapper": [["-tm", "filmic"], ["-tm", ""]],
-    "start_exposure": [["-cstart", "x"], ["-cstart", "nan"], ["-cstart", "2", "-cstop", "1"], ["-cstart=-1e300"]],
-    "stop_exposure": [["-cstop", "inf"], ["-cstop", "1e39"]],
+    "start_exposure": [
+        ["-cstart", "x"],
+        ["-cstart", "nan"],
+        ["-cstart", "2", "-cstop", "1"],
+        ["-cstart=-1e300"],
+        ["-cstart=-200"],
+        ["-cstart=-149.5"],
+        ["-cstart", "128"],
+        ["-cstart=-149", "-cstop", "127"],  # 276 exposures, one per stop: more than 256
+    ],
+    "stop_exposure": [["-cstop", "inf"], ["-cstop", "1e39"], ["-cstop", "127.01"], ["-cstop=-150"]],
     "num_exposures": [["-n", "-3"], ["-n", "0"], ["-n", "1"], ["-n", "2.5"], ["-n", "257"], ["-n", "x"]],
     "no_exposure_map": [["--no-exposure-map=1"]],
     "histogram": [["--histogram=1"]],
@@ -94,6 +106,7 @@ EVALUATOR = {
         ["--dist-timeout", "1e9"],
         ["--dist-timeout", "nan"],
     ],
+    "version": [["--version=1"]],
     "command": [["bogus"], ["-v", "1", "psychophysics"]],
 }
 # How the error line names each option without a long form of its own.
@@ -154,7 +167,10 @@ def test_evaluator_option_mistakes_are_usage_errors(dest, argv, tmp_path, monkey
     argv = [a.format(d=tmp_path) for a in argv]
     own_images = any(a in argv for a in ("-r", "-t", "--example", "--reference-dir", "--test-dir", "bogus"))
     base = [] if own_images or dest == "command" else ["-r", REF, "-t", TEST]
-    code = main(base + argv + (["-v", "0"] if dest not in ("verbosity", "command") else []))
+    argv = base + argv + (["-v", "0"] if dest not in ("verbosity", "command") else [])
+    with pytest.raises(UsageError):
+        parse_arguments(argv)
+    code = main(argv)
     names = EVALUATOR_NAMES.get(dest) or _names(build_parser(), dest)
     assert_usage_error(code, capsys.readouterr(), "flip-loss", names)
     assert os.listdir(work) == []
