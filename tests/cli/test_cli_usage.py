@@ -6,9 +6,13 @@ has rows of bad values below, and a test holds the tables to the parsers, so tha
 comes with its own rows."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
+import flip_loss
+from cli_runs import ROOT
 from flip_loss.cli import example_paths, main
 from flip_loss.cli.arguments import build_parser, parse_arguments
 from flip_loss.cli.errors import UsageError
@@ -213,3 +217,29 @@ def psychophysics_cli_presets():
     from flip_loss.psychophysics.suite import PRESETS
 
     return PRESETS
+
+
+def test_the_command_answers_help_version_and_usage_errors_without_torch(tmp_path):
+    """The flip-loss command (its console script, _flip_loss_launcher) answers --help, --version
+    and a usage error without importing torch or numpy, leaving nothing of flip_loss imported; a
+    command that evaluates then imports the package whole (the ops registered)."""
+    program = (
+        "import sys, _flip_loss_launcher as launcher\n"
+        "heavy = lambda: sorted(m for m in ('torch', 'numpy', 'flip_loss') if m in sys.modules)\n"
+        "codes = [launcher.main(a) for a in (['--help'], ['--version'], ['-r', 'a.png', '-t', 'b.png', '-cstop', '128'])]\n"
+        "before = heavy()\n"
+        "codes.append(launcher.main(['--example', '-nerm', '-v', '0']))\n"
+        "import flip_loss\n"
+        "print('RESULT', codes, before, heavy(), flip_loss.HAS_EXTENSION, flip_loss.__version__)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage: flip-loss ") and f"\nflip-loss {flip_loss.__version__}\n" in res.stdout
+    assert res.stderr.splitlines() == [
+        "flip-loss: error: argument -cstop/--stop-exposure: expected a number of stops from -149 to 127 "
+        "(2^c must be a nonzero, finite float32), got '128' (see --help)"
+    ]
+    result = res.stdout.splitlines()[-1]
+    assert result == f"RESULT [0, 0, 2, 0] [] ['flip_loss', 'numpy', 'torch'] True {flip_loss.__version__}"
+    assert os.listdir(tmp_path) == []
