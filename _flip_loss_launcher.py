@@ -32,12 +32,15 @@ def _answered_without_torch(argv: Sequence[str]) -> Optional[int]:
     try:
         from flip_loss.cli import main as cli_main
         from flip_loss.cli.arguments import parse_arguments
+        from flip_loss.cli.console import release_closed_streams
         from flip_loss.cli.errors import UsageError
 
         try:
             parse_arguments(argv)
         except (UsageError, SystemExit):
-            return cli_main(argv)  # parses again and prints the help, the version or the error
+            code = cli_main(argv)  # parses again and prints the help, the version or the error
+            release_closed_streams()
+            return code
         spec.loader.exec_module(package)  # the package as `import flip_loss` makes it: torch, the ops
         imported = True
         return None
@@ -49,15 +52,20 @@ def _answered_without_torch(argv: Sequence[str]) -> Optional[int]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Runs ``flip-loss`` with ``argv`` (default: ``sys.argv[1:]``) and returns its exit code."""
+    """Runs ``flip-loss`` with ``argv`` (default: ``sys.argv[1:]``) and returns its exit code. As the
+    process's entry point, it points a standard stream whose reader has gone at os.devnull at the
+    end (``flip_loss.cli.console.release_closed_streams``), so that Python's last flush succeeds."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "flip_loss" not in sys.modules:
         code = _answered_without_torch(argv)
         if code is not None:
             return code
     from flip_loss.cli import main as cli_main
+    from flip_loss.cli.console import release_closed_streams
 
-    return cli_main(argv)
+    code = cli_main(argv)
+    release_closed_streams()
+    return code
 
 
 if __name__ == "__main__":

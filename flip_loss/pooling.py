@@ -23,7 +23,7 @@ Two deliberate deviations from the evaluator:
 """
 
 import math
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple, Sequence, Tuple
 
 import numpy as np
 

@@ -38,6 +38,7 @@ import traceback
 from typing import Optional, Sequence
 
 from .arguments import build_parser, parse_arguments
+from .console import flush_stdout, write_text
 from .errors import (
     EXIT_CODES,
     EXIT_GATE,
@@ -159,20 +160,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return _run_psychophysics(args.argv)
             return _evaluate(args, t_start)
         except UsageError as exc:
-            sys.stdout.flush()
+            flush_stdout()
             if not _secondary_rank():
-                print(f"{PROG}: error: {exc}", file=sys.stderr)
+                write_text(sys.stderr, f"{PROG}: error: {exc}\n")
             return EXIT_USAGE
         except SystemExit as exc:  # --help
             code = exc.code
             return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
         except KeyboardInterrupt as exc:
-            sys.stdout.flush()
+            flush_stdout()
             if not _secondary_rank():
-                print(f"{PROG}: interrupted" + (f"; {exc}" if str(exc) else ""), file=sys.stderr)
+                write_text(sys.stderr, f"{PROG}: interrupted" + (f"; {exc}" if str(exc) else "") + "\n")
             return EXIT_INTERRUPTED
         except Exception:  # noqa: BLE001 - anything else is a bug: say so, with the traceback
-            sys.stdout.flush()
-            traceback.print_exc(file=sys.stderr)
-            print(f"{PROG}: internal error (exit code 3); please report it with the traceback above", file=sys.stderr)
+            flush_stdout()
+            write_text(
+                sys.stderr,
+                traceback.format_exc()
+                + f"{PROG}: internal error (exit code 3); please report it with the traceback above\n",
+            )
             return EXIT_INTERNAL
