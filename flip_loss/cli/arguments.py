@@ -40,6 +40,10 @@ GATE_QUANTITIES = tuple(s.key for s in STATISTICS if s.gate)
 # Under torchrun, the longest a rank waits for the others (seconds): one pair's evaluation on the
 # slowest rank plus rank 0's writing, with a wide margin for huge HDR pairs on CPUs.
 DEFAULT_DIST_TIMEOUT = 1800.0
+# The largest --y-max: a bucket of the weighted histogram (a FLIP sum per megapixel) never exceeds
+# 2^20, and matplotlib cannot draw a logarithmic axis up to 1e300 (an internal error at the end of a
+# run, once the maps were computed).
+MAX_Y_MAX = 1e9
 
 
 class _EvaluatorParser(UsageErrorParser):
@@ -100,6 +104,13 @@ def _positive_float(text: str) -> float:
     v = _number(text)
     if not math.isfinite(v) or v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'")
+    return v
+
+
+def _y_max(text: str) -> float:
+    v = _number(text)
+    if not (math.isfinite(v) and 0 < v <= MAX_Y_MAX):
+        raise argparse.ArgumentTypeError(f"expected a positive number up to {MAX_Y_MAX:g}, got '{text}'")
     return v
 
 
@@ -434,9 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--y-max",
         dest="y_max",
         metavar="Y",
-        type=_positive_float,
+        type=_y_max,
         default=None,
-        help="upper limit of the histogram's y axis",
+        help=f"upper limit of the histogram's y axis (at most {MAX_Y_MAX:g})",
     )
     hist.add_argument(
         "-epv", "--exclude-pooled-values", action="store_true", help="do not draw the pooled values into the histogram"

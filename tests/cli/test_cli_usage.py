@@ -92,7 +92,13 @@ EVALUATOR = {
     "no_exposure_map": [["--no-exposure-map=1"]],
     "histogram": [["--histogram=1"]],
     "log": [["--log"], ["--log=1", "-hist"]],
-    "y_max": [["--y-max", "2"], ["-hist", "--y-max", "-1"], ["-hist", "--y-max", "inf"], ["-hist", "--y-max", "x"]],
+    "y_max": [
+        ["--y-max", "2"],
+        ["-hist", "--y-max", "-1"],
+        ["-hist", "--y-max", "inf"],
+        ["-hist", "--y-max", "x"],
+        ["-hist", "--log", "--y-max", "1e300"],
+    ],
     "exclude_pooled_values": [["--exclude-pooled-values"]],
     "fail_above": [
         ["--fail-above", "mean"],
