@@ -23,7 +23,7 @@ Two deliberate deviations from the evaluator:
 """
 
 import math
-from typing import NamedTuple, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -73,21 +73,40 @@ def _as_flat_array(error_map) -> np.ndarray:
     return a
 
 
-def _weighted_percentiles(flat: np.ndarray, ps) -> Tuple[float, ...]:
+def _at_most(value: float, dtype: np.dtype):
+    """The largest number of ``dtype`` not above ``value``: for numbers ``x`` of that dtype,
+    ``x > value`` exactly when ``x`` is above it."""
+    v = dtype.type(value)
+    if float(v) > value:
+        v = np.nextafter(v, dtype.type(-np.inf))
+    return v
+
+
+def _weighted_percentiles(flat: np.ndarray, ps, ordered: Optional[np.ndarray] = None) -> Tuple[float, ...]:
+    """The weighted percentiles ``ps`` of ``flat`` (``ordered``: ``flat`` sorted, if at hand)."""
     # Total in row-major order, sequential accumulation in the working dtype (np.sum would use
     # pairwise summation and not reproduce the evaluator's float32 total).
-    total = np.add.accumulate(flat, dtype=flat.dtype)[-1]
+    running = np.empty_like(flat)
+    total = np.add.accumulate(flat, dtype=flat.dtype, out=running)[-1]
     if total == 0:
         return tuple(0.0 for _ in ps)
-    ordered = np.sort(flat)
-    running = np.add.accumulate(ordered, dtype=flat.dtype).astype(np.float64)
+    ordered = np.sort(flat) if ordered is None else ordered
+    np.add.accumulate(ordered, dtype=flat.dtype, out=running)
+    # A running sum of values >= 0 (every FLIP map) never decreases, so the first one above a
+    # threshold is found by bisection; the threshold is compared in float64, as exactly as the
+    # float32 running sums converted would be.
+    growing = ordered[0] >= 0
     out = []
     for p in ps:
         # p * total is exact in float64 for a float32 total and p in {0.25, 0.5, 0.75}.
-        above = np.flatnonzero(running > float(p) * float(total))
+        threshold = float(p) * float(total)
+        if growing:
+            i = int(np.searchsorted(running, _at_most(threshold, running.dtype), side="right"))
+        else:
+            above = np.flatnonzero(running.astype(np.float64) > threshold)
+            i = int(above[0]) if above.size else ordered.size
         # With p close to 1 rounding can leave no running sum above the threshold: take the top.
-        i = int(above[0]) if above.size else ordered.size - 1
-        out.append(float(ordered[i]))
+        out.append(float(ordered[min(i, ordered.size - 1)]))
     return tuple(out)
 
 
@@ -120,9 +139,29 @@ def pool(error_map) -> PooledValues:
     and the max of a map without positive values is its true max, not FLT_MIN (module docstring).
     Raises ``ValueError`` for an empty map or one with NaN/inf values.
     """
-    flat = _as_flat_array(error_map)
+    return pool_with_histogram(error_map)[0]
+
+
+def _pooled(flat: np.ndarray, ordered: np.ndarray) -> PooledValues:
     mean = float(np.sum(flat, dtype=np.float64) / flat.size)
-    return pooled_values(mean, _weighted_percentiles(flat, PERCENTILES), float(flat.min()), float(flat.max()))
+    return pooled_values(mean, _weighted_percentiles(flat, PERCENTILES, ordered), float(flat.min()), float(flat.max()))
+
+
+def _checked_bins(bins) -> int:
+    from . import options
+
+    # A whole number of any kind (3.0 and a 0-dim tensor too), as every count of the API.
+    return options.whole_number("bins", bins, 1, math.inf, "flip_loss.pooling")
+
+
+def pool_with_histogram(error_map, bins: Optional[int] = None):
+    """``(pool(error_map), weighted_histogram(error_map, bins))`` from one sort of the map, the
+    histogram None without ``bins``: what a report of a map needs, each value as the two
+    functions give it."""
+    flat = _as_flat_array(error_map)
+    bins = None if bins is None else _checked_bins(bins)
+    ordered = np.sort(flat)
+    return _pooled(flat, ordered), None if bins is None else _histogram_of_sorted(ordered, bins)
 
 
 def weighted_histogram(error_map, bins: int = 100):
@@ -136,17 +175,41 @@ def weighted_histogram(error_map, bins: int = 100):
 
     Returns ``(bin_edges, weighted_counts)``: float64 arrays of ``bins + 1`` and ``bins`` entries.
     """
-    from . import options
-
-    # A whole number of any kind (3.0 and a 0-dim tensor too), as every count of the API.
-    bins = options.whole_number("bins", bins, 1, math.inf, "flip_loss.pooling")
+    bins = _checked_bins(bins)
     flat = _as_flat_array(error_map)
     inside = flat[(flat >= 0) & (flat <= 1)].astype(np.float64)
     bucket_size = float(np.float32(1.0 / bins))
     index = np.floor(inside / bucket_size).astype(np.int64)
     index = np.minimum(index, bins - 1)
     counts = np.bincount(index, minlength=bins)[:bins].astype(np.float64)
+    return _weighted_counts(counts, flat.size, bins)
+
+
+def _weighted_counts(counts: np.ndarray, size: int, bins: int):
     centres = (np.arange(bins, dtype=np.float64) + 0.5) * (1.0 / bins)
-    megapixels = flat.size / (1024.0 * 1024.0)
+    megapixels = size / (1024.0 * 1024.0)
     edges = np.linspace(0.0, 1.0, bins + 1)
     return edges, counts * centres / megapixels
+
+
+def _histogram_of_sorted(ordered: np.ndarray, bins: int):
+    """weighted_histogram of a sorted map: each bucket's first value found by bisection. The
+    bucket of ``v``, floor(v / bucket_size) in float64, grows with ``v``, so the bucket's first
+    value of the map's dtype is found from the float32 nearest its edge, a step or two away."""
+    dtype = ordered.dtype
+    bucket_size = float(np.float32(1.0 / bins))
+
+    def bucket(v) -> float:
+        return math.floor(float(v) / bucket_size)
+
+    starts = [np.searchsorted(ordered, dtype.type(0.0), side="left")]  # values below 0 are left out
+    for i in range(1, bins):
+        first = dtype.type(i * bucket_size)
+        while bucket(first) < i:
+            first = np.nextafter(first, dtype.type(np.inf))
+        while bucket(np.nextafter(first, dtype.type(-np.inf))) >= i:
+            first = np.nextafter(first, dtype.type(-np.inf))
+        starts.append(max(starts[0], np.searchsorted(ordered, first, side="left")))
+    end = np.searchsorted(ordered, dtype.type(1.0), side="right")  # and values above 1
+    starts = np.minimum(np.array(starts + [end], dtype=np.int64), end)
+    return _weighted_counts(np.diff(starts).astype(np.float64), ordered.size, bins)

@@ -124,10 +124,13 @@ def _timeout_seconds(text: str) -> float:
 def _exposure_value(text: str) -> float:
     # The API's range of a given exposure (options.check_exposure_value): 2^c a nonzero, finite
     # float32, the precision in which the exposures are computed.
-    v = _number(text)
+    try:
+        v, kind = float(text), "a finite number"
+    except ValueError:
+        v, kind = math.nan, "a number"
     if not (math.isfinite(v) and MIN_EXPOSURE_STOPS <= v <= MAX_EXPOSURE_STOPS):
         raise argparse.ArgumentTypeError(
-            f"expected a number of stops from {MIN_EXPOSURE_STOPS:g} to {MAX_EXPOSURE_STOPS:g} "
+            f"expected {kind} (of stops) from {MIN_EXPOSURE_STOPS:g} to {MAX_EXPOSURE_STOPS:g} "
             f"(2^c must be a nonzero, finite float32), got '{text}'"
         )
     return v

@@ -243,7 +243,7 @@ def test_the_command_answers_help_version_and_usage_errors_without_torch(tmp_pat
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("usage: flip-loss ") and f"\nflip-loss {flip_loss.__version__}\n" in res.stdout
     assert res.stderr.splitlines() == [
-        "flip-loss: error: argument -cstop/--stop-exposure: expected a number of stops from -149 to 127 "
+        "flip-loss: error: argument -cstop/--stop-exposure: expected a finite number (of stops) from -149 to 127 "
         "(2^c must be a nonzero, finite float32), got '128' (see --help)"
     ]
     result = res.stdout.splitlines()[-1]
