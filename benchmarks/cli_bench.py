@@ -93,7 +93,9 @@ def render(seed: int, width: int, height: int) -> np.ndarray:
     sky = (np.array([0.35, 0.55, 0.95]) * (1 - up) + np.array([0.9, 0.95, 1.0]) * up) * 1.2
     sky = sky + 40.0 * np.maximum(d @ sun, 0)[..., None] ** 400  # the sun's disc
     checker = ((np.floor(p[..., 0]) + np.floor(p[..., 2])) % 2)[..., None]
-    texture = 0.25 + 0.5 * checker * np.array([0.9, 0.85, 0.7]) + 0.05 * np.sin(p[..., :1] * 17) * np.sin(p[..., 2:] * 13)
+    texture = (
+        0.25 + 0.5 * checker * np.array([0.9, 0.85, 0.7]) + 0.05 * np.sin(p[..., :1] * 17) * np.sin(p[..., 2:] * 13)
+    )
     shadow = np.ones(u.shape, np.float32)
     for i in range(n):
         oc = p - centres[i]
@@ -102,7 +104,9 @@ def render(seed: int, width: int, height: int) -> np.ndarray:
         soft = np.clip(1.5 - 1.5 * np.sqrt(np.maximum(disc, 0)) / radii[i], 0, 1) + (b > 0)
         shadow = np.minimum(shadow, soft)
     fog = np.exp(-0.04 * np.where(ground, t_ground, 0))[..., None]
-    colour = np.where(ground[..., None], texture * (0.25 + 2.2 * shadow[..., None] * sun[1]) * fog + sky * (1 - fog), sky)
+    colour = np.where(
+        ground[..., None], texture * (0.25 + 2.2 * shadow[..., None] * sun[1]) * fog + sky * (1 - fog), sky
+    )
     for i in range(n):
         on = (hit == i) & ~ground
         if on.any():
@@ -111,7 +115,9 @@ def render(seed: int, width: int, height: int) -> np.ndarray:
             mirrored = d - 2 * np.einsum("...k,...k", d, normal)[..., None] * normal
             with np.errstate(over="ignore", under="ignore"):
                 specular = 8.0 * np.maximum(mirrored @ sun, 0) ** shininess[i]
-            colour = np.where(on[..., None], albedo[i] * (0.15 + 2.0 * diffuse[..., None]) + specular[..., None], colour)
+            colour = np.where(
+                on[..., None], albedo[i] * (0.15 + 2.0 * diffuse[..., None]) + specular[..., None], colour
+            )
     return colour.astype(np.float32)
 
 
@@ -397,7 +403,10 @@ def main():
         for label, megabytes, ms in figures["encodings"]:
             print(f"| {label} | {megabytes:.2f} MB | {ms:.1f} ms |")
     figures["load_after"] = load()
-    print(f"\ncli_bench: load average {figures['load_before']:.2f} before, {figures['load_after']:.2f} after", file=sys.stderr)
+    print(
+        f"\ncli_bench: load average {figures['load_before']:.2f} before, {figures['load_after']:.2f} after",
+        file=sys.stderr,
+    )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(figures, f, indent=1)

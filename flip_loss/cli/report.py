@@ -335,7 +335,9 @@ def stage_pair_images(
             Picture(kind, _relative(outputs[f"{kind}.thumbnail" if factor > 1 else kind]), _relative(outputs[kind]))
         )
     thumbnail_height, thumbnail_width = (small or full)["error"].shape[:2]
-    _, histogram = result.histogram if result.histogram is not None else weighted_histogram(result.error, HISTOGRAM_BINS)
+    _, histogram = (
+        result.histogram if result.histogram is not None else weighted_histogram(result.error, HISTOGRAM_BINS)
+    )
     exposures = tuple(result.exposures) if result.exposures is not None else None
     return PairRecord(
         index,
