@@ -20,6 +20,7 @@ if _torch_releases.unsupported_reason(_torch.__version__):
     raise ImportError(_torch_releases.unsupported_reason(_torch.__version__))
 
 from . import _ops
+from ._version import __version__
 from .constants import DEFAULT_PPD
 from .options import pixels_per_degree
 from .functional import ldr_flip
@@ -85,7 +86,6 @@ __all__ = [
     "tone_map",
     "weighted_histogram",
 ]
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str):

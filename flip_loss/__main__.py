@@ -3,6 +3,9 @@
 import sys
 
 from .cli import main
+from .cli.console import release_closed_streams
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    release_closed_streams()
+    sys.exit(code)

@@ -23,12 +23,10 @@ from typing import List, Union
 import torch
 
 from . import constants
+from .constants import ALPHA_MODES, BACKGROUNDS
 from .oracle import clamp
 
 __all__ = ["ALPHA_MODES", "BACKGROUNDS", "checkerboard", "composite"]
-
-ALPHA_MODES = ("straight", "premultiplied")
-BACKGROUNDS = ("black", "white", "checkerboard")
 
 
 def checkerboard(

@@ -1,9 +1,9 @@
-"""Published FLIP constants (docs/algorithm.md §3, §5.3) and the limits of the options."""
+"""Published FLIP constants (docs/algorithm.md §3, §5.3), the limits of the options and the names
+of the pooled values. Plain Python (no numpy, no torch): the command line's parser reads it."""
 
 import math
-from typing import Tuple
-
-import numpy as np
+import struct
+from typing import NamedTuple, Optional, Tuple
 
 
 def display_ppd(distance_m: float, display_width_m: float, display_width_px: float) -> float:
@@ -45,11 +45,23 @@ MIN_EXPOSURES = 2
 MIN_EXPOSURE_STOPS = -149.0
 MAX_EXPOSURE_STOPS = 127.0
 
+# The largest image (width x height) the loaders accept: 2^27 = 134,217,728 pixels, e.g. 16384 x 8192,
+# four times an 8K UHD frame. A header claiming more is refused before anything is decoded: such a
+# file is far more likely damaged or a decompression bomb (a few kilobytes that expand to gigabytes)
+# than a render, and FLIP on it would need tens of gigabytes. It stays below the size at which
+# Pillow itself raises DecompressionBombError (twice Pillow's default MAX_IMAGE_PIXELS), so one
+# limit and one message apply to every format (flip_loss.imageio).
+MAX_IMAGE_PIXELS = 2**27
+
 # HDR-FLIP's tone mappers (lower case; the options accept any case).
 TONE_MAPPERS = ("aces", "hable", "reinhard")
 # Each tone mapper's name as NVIDIA's flip tool prints it in a run's settings (the command line's
 # header is that tool's); no rule turns the registry's names into these spellings.
 TONE_MAPPER_DISPLAY_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}
+
+# What an image's alpha channel means and what it is composited over (flip_loss.alpha).
+ALPHA_MODES = ("straight", "premultiplied")
+BACKGROUNDS = ("black", "white", "checkerboard")
 
 # The checkerboard an RGBA image may be composited over (flip_loss.alpha): square tiles of
 # CHECKERBOARD_TILE pixels, the top-left one dark, in two greys given as sRGB-encoded values, 102
@@ -67,21 +79,23 @@ CHECKERBOARD_LINEAR = tuple(((v + 0.055) / 1.055) ** 2.4 for v in CHECKERBOARD_S
 # (x / (1 + x)) is used only by the exposure solve. The kernels' table is tone_coefficients in
 # csrc/flip/hdr_pixel.h; this copy serves the pure-PyTorch oracle and the exposure solve, which must
 # work without the extension, and tests/tooling/test_one_source.py holds it to the kernels' bit for bit.
-_f32 = np.float32
+def _f32(x: float) -> float:
+    """``x`` rounded to float32. A product of two float32 values is exact in float64, so
+    ``_f32(a * b)`` of float32 ``a`` and ``b`` is their float32 product."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
 TONE_COEFFICIENTS = {
     "reinhard": (0.0, 1.0, 0.0, 0.0, 1.0, 1.0),
-    "aces": tuple(
-        float(v)
-        for v in (
-            _f32(0.6) * _f32(0.6) * _f32(2.51),
-            _f32(0.6) * _f32(0.03),
-            _f32(0.0),
-            _f32(0.6) * _f32(0.6) * _f32(2.43),
-            _f32(0.6) * _f32(0.59),
-            _f32(0.14),
-        )
+    "aces": (
+        _f32(_f32(_f32(0.6) * _f32(0.6)) * _f32(2.51)),
+        _f32(_f32(0.6) * _f32(0.03)),
+        0.0,
+        _f32(_f32(_f32(0.6) * _f32(0.6)) * _f32(2.43)),
+        _f32(_f32(0.6) * _f32(0.59)),
+        _f32(0.14),
     ),
-    "hable": tuple(float(_f32(v)) for v in (0.231683, 0.013791, 0.0, 0.18, 0.3, 0.018)),
+    "hable": tuple(_f32(v) for v in (0.231683, 0.013791, 0.0, 0.18, 0.3, 0.018)),
 }
 
 
@@ -96,3 +110,31 @@ def tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:
     if row is None:
         raise ValueError(f"flip_loss: tone_mapper must be one of {TONE_MAPPERS} (any case), got {tone_mapper!r}")
     return row
+
+
+class Statistic(NamedTuple):
+    """One pooled value of an error map, in every vocabulary that names it."""
+
+    field: str  # the PooledValues field (Python)
+    key: str  # the command line's name (--fail-above QUANTITY, the report's columns)
+    label: str  # the heading: terminal lines, CSV columns, the report
+    percentile: Optional[float]  # the weighted percentile p it is, or None (mean, min, max)
+    gate: bool  # whether --fail-above takes it
+    report_column: bool  # whether the report's pairs table shows it
+
+
+# The one table of the pooled values, in their order everywhere (PooledValues, the terminal's lines,
+# the CSV's columns, the report's): pool() and FLIPMetric compute the percentiles it lists, and the
+# command line's gates, CSV, summary and report read their names here. A new percentile is one row.
+STATISTICS = (
+    Statistic("mean", "mean", "Mean", None, gate=True, report_column=True),
+    Statistic("weighted_median", "weighted-median", "Weighted median", 0.5, gate=True, report_column=True),
+    Statistic(
+        "weighted_quartile_1", "weighted-quartile-1", "1st weighted quartile", 0.25, gate=False, report_column=True
+    ),
+    Statistic(
+        "weighted_quartile_3", "weighted-quartile-3", "3rd weighted quartile", 0.75, gate=False, report_column=True
+    ),
+    Statistic("min", "min", "Min", None, gate=False, report_column=False),
+    Statistic("max", "max", "Max", None, gate=True, report_column=True),
+)

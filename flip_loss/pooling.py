@@ -27,35 +27,11 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .constants import STATISTICS, Statistic
+
 __all__ = ["PooledValues", "STATISTICS", "Statistic", "pool", "weighted_percentile", "weighted_histogram"]
 
 
-class Statistic(NamedTuple):
-    """One pooled value of an error map, in every vocabulary that names it."""
-
-    field: str  # the PooledValues field (Python)
-    key: str  # the command line's name (--fail-above QUANTITY, the report's columns)
-    label: str  # the heading: terminal lines, CSV columns, the report
-    percentile: Optional[float]  # the weighted percentile p it is, or None (mean, min, max)
-    gate: bool  # whether --fail-above takes it
-    report_column: bool  # whether the report's pairs table shows it
-
-
-# The one table of the pooled values, in their order everywhere (PooledValues, the terminal's lines,
-# the CSV's columns, the report's): pool() and FLIPMetric compute the percentiles it lists, and the
-# command line's gates, CSV, summary and report read their names here. A new percentile is one row.
-STATISTICS = (
-    Statistic("mean", "mean", "Mean", None, gate=True, report_column=True),
-    Statistic("weighted_median", "weighted-median", "Weighted median", 0.5, gate=True, report_column=True),
-    Statistic(
-        "weighted_quartile_1", "weighted-quartile-1", "1st weighted quartile", 0.25, gate=False, report_column=True
-    ),
-    Statistic(
-        "weighted_quartile_3", "weighted-quartile-3", "3rd weighted quartile", 0.75, gate=False, report_column=True
-    ),
-    Statistic("min", "min", "Min", None, gate=False, report_column=False),
-    Statistic("max", "max", "Max", None, gate=True, report_column=True),
-)
 PERCENTILES = tuple(s.percentile for s in STATISTICS if s.percentile is not None)
 
 # The pooled values of an error map, as Python floats: one field per row of STATISTICS.
@@ -97,21 +73,40 @@ def _as_flat_array(error_map) -> np.ndarray:
     return a
 
 
-def _weighted_percentiles(flat: np.ndarray, ps) -> Tuple[float, ...]:
+def _at_most(value: float, dtype: np.dtype):
+    """The largest number of ``dtype`` not above ``value``: for numbers ``x`` of that dtype,
+    ``x > value`` exactly when ``x`` is above it."""
+    v = dtype.type(value)
+    if float(v) > value:
+        v = np.nextafter(v, dtype.type(-np.inf))
+    return v
+
+
+def _weighted_percentiles(flat: np.ndarray, ps, ordered: Optional[np.ndarray] = None) -> Tuple[float, ...]:
+    """The weighted percentiles ``ps`` of ``flat`` (``ordered``: ``flat`` sorted, if at hand)."""
     # Total in row-major order, sequential accumulation in the working dtype (np.sum would use
     # pairwise summation and not reproduce the evaluator's float32 total).
-    total = np.add.accumulate(flat, dtype=flat.dtype)[-1]
+    running = np.empty_like(flat)
+    total = np.add.accumulate(flat, dtype=flat.dtype, out=running)[-1]
     if total == 0:
         return tuple(0.0 for _ in ps)
-    ordered = np.sort(flat)
-    running = np.add.accumulate(ordered, dtype=flat.dtype).astype(np.float64)
+    ordered = np.sort(flat) if ordered is None else ordered
+    np.add.accumulate(ordered, dtype=flat.dtype, out=running)
+    # A running sum of values >= 0 (every FLIP map) never decreases, so the first one above a
+    # threshold is found by bisection; the threshold is compared in float64, as exactly as the
+    # float32 running sums converted would be.
+    growing = ordered[0] >= 0
     out = []
     for p in ps:
         # p * total is exact in float64 for a float32 total and p in {0.25, 0.5, 0.75}.
-        above = np.flatnonzero(running > float(p) * float(total))
+        threshold = float(p) * float(total)
+        if growing:
+            i = int(np.searchsorted(running, _at_most(threshold, running.dtype), side="right"))
+        else:
+            above = np.flatnonzero(running.astype(np.float64) > threshold)
+            i = int(above[0]) if above.size else ordered.size
         # With p close to 1 rounding can leave no running sum above the threshold: take the top.
-        i = int(above[0]) if above.size else ordered.size - 1
-        out.append(float(ordered[i]))
+        out.append(float(ordered[min(i, ordered.size - 1)]))
     return tuple(out)
 
 
@@ -144,9 +139,29 @@ def pool(error_map) -> PooledValues:
     and the max of a map without positive values is its true max, not FLT_MIN (module docstring).
     Raises ``ValueError`` for an empty map or one with NaN/inf values.
     """
-    flat = _as_flat_array(error_map)
+    return pool_with_histogram(error_map)[0]
+
+
+def _pooled(flat: np.ndarray, ordered: np.ndarray) -> PooledValues:
     mean = float(np.sum(flat, dtype=np.float64) / flat.size)
-    return pooled_values(mean, _weighted_percentiles(flat, PERCENTILES), float(flat.min()), float(flat.max()))
+    return pooled_values(mean, _weighted_percentiles(flat, PERCENTILES, ordered), float(flat.min()), float(flat.max()))
+
+
+def _checked_bins(bins) -> int:
+    from . import options
+
+    # A whole number of any kind (3.0 and a 0-dim tensor too), as every count of the API.
+    return options.whole_number("bins", bins, 1, math.inf, "flip_loss.pooling")
+
+
+def pool_with_histogram(error_map, bins: Optional[int] = None):
+    """``(pool(error_map), weighted_histogram(error_map, bins))`` from one sort of the map, the
+    histogram None without ``bins``: what a report of a map needs, each value as the two
+    functions give it."""
+    flat = _as_flat_array(error_map)
+    bins = None if bins is None else _checked_bins(bins)
+    ordered = np.sort(flat)
+    return _pooled(flat, ordered), None if bins is None else _histogram_of_sorted(ordered, bins)
 
 
 def weighted_histogram(error_map, bins: int = 100):
@@ -160,17 +175,41 @@ def weighted_histogram(error_map, bins: int = 100):
 
     Returns ``(bin_edges, weighted_counts)``: float64 arrays of ``bins + 1`` and ``bins`` entries.
     """
-    from . import options
-
-    # A whole number of any kind (3.0 and a 0-dim tensor too), as every count of the API.
-    bins = options.whole_number("bins", bins, 1, math.inf, "flip_loss.pooling")
+    bins = _checked_bins(bins)
     flat = _as_flat_array(error_map)
     inside = flat[(flat >= 0) & (flat <= 1)].astype(np.float64)
     bucket_size = float(np.float32(1.0 / bins))
     index = np.floor(inside / bucket_size).astype(np.int64)
     index = np.minimum(index, bins - 1)
     counts = np.bincount(index, minlength=bins)[:bins].astype(np.float64)
+    return _weighted_counts(counts, flat.size, bins)
+
+
+def _weighted_counts(counts: np.ndarray, size: int, bins: int):
     centres = (np.arange(bins, dtype=np.float64) + 0.5) * (1.0 / bins)
-    megapixels = flat.size / (1024.0 * 1024.0)
+    megapixels = size / (1024.0 * 1024.0)
     edges = np.linspace(0.0, 1.0, bins + 1)
     return edges, counts * centres / megapixels
+
+
+def _histogram_of_sorted(ordered: np.ndarray, bins: int):
+    """weighted_histogram of a sorted map: each bucket's first value found by bisection. The
+    bucket of ``v``, floor(v / bucket_size) in float64, grows with ``v``, so the bucket's first
+    value of the map's dtype is found from the float32 nearest its edge, a step or two away."""
+    dtype = ordered.dtype
+    bucket_size = float(np.float32(1.0 / bins))
+
+    def bucket(v) -> float:
+        return math.floor(float(v) / bucket_size)
+
+    starts = [np.searchsorted(ordered, dtype.type(0.0), side="left")]  # values below 0 are left out
+    for i in range(1, bins):
+        first = dtype.type(i * bucket_size)
+        while bucket(first) < i:
+            first = np.nextafter(first, dtype.type(np.inf))
+        while bucket(np.nextafter(first, dtype.type(-np.inf))) >= i:
+            first = np.nextafter(first, dtype.type(-np.inf))
+        starts.append(max(starts[0], np.searchsorted(ordered, first, side="left")))
+    end = np.searchsorted(ordered, dtype.type(1.0), side="right")  # and values above 1
+    starts = np.minimum(np.array(starts + [end], dtype=np.int64), end)
+    return _weighted_counts(np.diff(starts).astype(np.float64), ordered.size, bins)

@@ -37,8 +37,8 @@ import time
 import traceback
 from typing import Optional, Sequence
 
-from ..distributed import LAUNCH_OVERRIDE, launch_inherited, launched_world
 from .arguments import build_parser, parse_arguments
+from .console import flush_stdout, write_text
 from .errors import (
     EXIT_CODES,
     EXIT_GATE,
@@ -52,8 +52,6 @@ from .errors import (
 )
 from .outputs import CSV_HEADER
 from .pairs import FOLDER_EXTENSIONS, example_paths
-from .run import run_single
-from .shard import run_sharded
 from .signals import interrupts_handled
 
 __all__ = [
@@ -92,7 +90,12 @@ def _run_psychophysics(argv: Sequence[str]) -> int:
 
 def _secondary_rank() -> bool:
     """Whether this process is a rank other than 0 of a torchrun launch: rank 0 reports the errors
-    every rank meets alike (a bad option, Ctrl-C), once."""
+    every rank meets alike (a bad option, Ctrl-C), once. (Without torchrun's variables, no torch is
+    imported to find out: a usage error answers at once.)"""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return False
+    from ..distributed import launched_world
+
     try:
         world = launched_world()
     except ValueError:  # reported as a usage error by every rank: each has its own view of it
@@ -103,6 +106,8 @@ def _secondary_rank() -> bool:
 def _inherited_launch_note() -> Optional[str]:
     """The note of a run whose torchrun variables were inherited from the process that started it
     (it runs as one process), or None."""
+    from ..distributed import LAUNCH_OVERRIDE, launch_inherited
+
     if not launch_inherited():
         return None
     return (
@@ -116,6 +121,10 @@ def _evaluate(args, t_start: float) -> int:
     """Runs the evaluation of parsed ``args`` in this process or as its rank of a torchrun launch;
     returns the exit code (under torchrun, this rank's; rank 0's is the run's). Only folder mode is
     shared out: with one reference rank 0 runs alone and the other ranks return at once."""
+    from ..distributed import launched_world
+    from .run import run_single
+    from .shard import run_sharded
+
     try:
         note = _inherited_launch_note()
         world = launched_world() if note is None else None
@@ -151,20 +160,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return _run_psychophysics(args.argv)
             return _evaluate(args, t_start)
         except UsageError as exc:
-            sys.stdout.flush()
+            flush_stdout()
             if not _secondary_rank():
-                print(f"{PROG}: error: {exc}", file=sys.stderr)
+                write_text(sys.stderr, f"{PROG}: error: {exc}\n")
             return EXIT_USAGE
         except SystemExit as exc:  # --help
             code = exc.code
             return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
         except KeyboardInterrupt as exc:
-            sys.stdout.flush()
+            flush_stdout()
             if not _secondary_rank():
-                print(f"{PROG}: interrupted" + (f"; {exc}" if str(exc) else ""), file=sys.stderr)
+                write_text(sys.stderr, f"{PROG}: interrupted" + (f"; {exc}" if str(exc) else "") + "\n")
             return EXIT_INTERRUPTED
         except Exception:  # noqa: BLE001 - anything else is a bug: say so, with the traceback
-            sys.stdout.flush()
-            traceback.print_exc(file=sys.stderr)
-            print(f"{PROG}: internal error (exit code 3); please report it with the traceback above", file=sys.stderr)
+            flush_stdout()
+            write_text(
+                sys.stderr,
+                traceback.format_exc()
+                + f"{PROG}: internal error (exit code 3); please report it with the traceback above\n",
+            )
             return EXIT_INTERNAL

@@ -3,5 +3,8 @@
 import sys
 
 from . import main
+from .console import release_closed_streams
 
-sys.exit(main())
+code = main()
+release_closed_streams()
+sys.exit(code)

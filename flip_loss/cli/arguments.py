@@ -1,30 +1,38 @@
 """Argument parsing of ``flip-loss``: NVIDIA's flags at the top level (the plain ``flip-loss -r
-ref -t test`` form), the ``psychophysics`` command, the checks of option values (the API's own,
-``flip_loss.options``) and of their combinations.
+ref -t test`` form), the ``psychophysics`` command, the checks of option values (the API's limits,
+``flip_loss.constants``) and of their combinations.
 
 Every option is checked when the command line is parsed (:func:`parse_arguments`), before any
 image is read or any rank does anything: a value by its argparse ``type``, the combinations by
 :func:`check_arguments`; each problem is a :class:`UsageError` naming the option (exit code 2).
 What runs afterwards may meet files, images and devices, but no bad option value: an exception
-there is an internal error."""
+there is an internal error. Parsing imports no torch, so that ``--help``, ``--version`` and a
+usage error answer at once (``_flip_loss_launcher``)."""
 
 import argparse
 import math
 import os
+import struct
 from typing import List, Optional, Sequence, Tuple
 
-from .. import options
-from ..alpha import ALPHA_MODES, BACKGROUNDS
+from .._version import __version__
 from ..constants import (
+    ALPHA_MODES,
+    BACKGROUNDS,
     CHECKERBOARD_SRGB,
     CHECKERBOARD_TILE,
     DEFAULT_PPD,
+    MAX_EXPOSURE_STOPS,
     MAX_EXPOSURES,
+    MAX_IMAGE_PIXELS,
     MAX_PPD,
+    MIN_EXPOSURE_STOPS,
+    MIN_EXPOSURES,
     MIN_PPD,
+    STATISTICS,
+    TONE_MAPPERS,
+    display_ppd,
 )
-from ..imageio import MAX_IMAGE_PIXELS
-from ..pooling import STATISTICS
 from .errors import PROG, UsageError, UsageErrorParser, exit_code_lines
 from .pairs import FOLDER_EXTENSIONS
 
@@ -32,7 +40,10 @@ GATE_QUANTITIES = tuple(s.key for s in STATISTICS if s.gate)
 # Under torchrun, the longest a rank waits for the others (seconds): one pair's evaluation on the
 # slowest rank plus rank 0's writing, with a wide margin for huge HDR pairs on CPUs.
 DEFAULT_DIST_TIMEOUT = 1800.0
-_FLOAT32_MAX = 3.4028234663852886e38
+# The largest --y-max: a bucket of the weighted histogram (a FLIP sum per megapixel) never exceeds
+# 2^20, and matplotlib cannot draw a logarithmic axis up to 1e300 (an internal error at the end of a
+# run, once the maps were computed).
+MAX_Y_MAX = 1e9
 
 
 class _EvaluatorParser(UsageErrorParser):
@@ -53,8 +64,10 @@ class _PassThroughParser(UsageErrorParser):
         return namespace, []
 
 
-# The option values are checked by the API's own checks (flip_loss.options), so that the command
-# line and the API accept the same values; the messages speak of the command line's text.
+# The option values are held to the API's limits (flip_loss.constants, the ones flip_loss.options
+# checks), so that the command line and the API accept the same values; the checks are written
+# here, on the numbers alone, so that parsing imports neither torch nor the options module (a usage
+# error or --help answers at once). The messages speak of the command line's text.
 
 
 def path_text(text: str) -> str:
@@ -68,20 +81,36 @@ def path_text(text: str) -> str:
     return text
 
 
-def _ppd_value(text: str) -> float:
+def _number(text: str) -> float:
+    """The number ``text`` gives, or NaN for text that is not one (refused by every check below)."""
     try:
-        return options.checked_pixels_per_degree(float(text))
+        return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number from {MIN_PPD:g} to {MAX_PPD:g}, got '{text}'") from None
+        return math.nan
+
+
+def _ppd_in_range(ppd: float) -> bool:
+    return math.isfinite(ppd) and MIN_PPD <= ppd <= MAX_PPD
+
+
+def _ppd_value(text: str) -> float:
+    v = _number(text)
+    if not _ppd_in_range(v):
+        raise argparse.ArgumentTypeError(f"expected a number from {MIN_PPD:g} to {MAX_PPD:g}, got '{text}'")
+    return v
 
 
 def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+    v = _number(text)
     if not math.isfinite(v) or v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'")
+    return v
+
+
+def _y_max(text: str) -> float:
+    v = _number(text)
+    if not (math.isfinite(v) and 0 < v <= MAX_Y_MAX):
+        raise argparse.ArgumentTypeError(f"expected a positive number up to {MAX_Y_MAX:g}, got '{text}'")
     return v
 
 
@@ -93,29 +122,42 @@ def _timeout_seconds(text: str) -> float:
 
 
 def _exposure_value(text: str) -> float:
+    # The API's range of a given exposure (options.check_exposure_value): 2^c a nonzero, finite
+    # float32, the precision in which the exposures are computed.
     try:
-        v = float(text)
+        v, kind = float(text), "a finite number"
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number (of stops), got '{text}'") from None
-    try:
-        options.exposure("exposure", v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a finite number (of stops), got '{text}'") from None
-    # Exposures are computed in float32, as the evaluator does: a value float32 cannot hold would
-    # become infinite there.
-    if abs(v) > _FLOAT32_MAX:
-        raise argparse.ArgumentTypeError(f"expected a finite number (of stops) within the float32 range, got '{text}'")
+        v, kind = math.nan, "a number"
+    if not (math.isfinite(v) and MIN_EXPOSURE_STOPS <= v <= MAX_EXPOSURE_STOPS):
+        raise argparse.ArgumentTypeError(
+            f"expected {kind} (of stops) from {MIN_EXPOSURE_STOPS:g} to {MAX_EXPOSURE_STOPS:g} "
+            f"(2^c must be a nonzero, finite float32), got '{text}'"
+        )
     return v
 
 
 def _exposure_count(text: str) -> int:
     try:
-        return options.exposure_count(int(text))
+        v = int(text)
     except ValueError:
+        v = 0
+    if not MIN_EXPOSURES <= v <= MAX_EXPOSURES:
         raise argparse.ArgumentTypeError(
-            f"expected an integer of at least 2 (the start and the stop "
+            f"expected an integer of at least {MIN_EXPOSURES} (the start and the stop "
             f"exposure) and at most {MAX_EXPOSURES}, got '{text}'"
-        ) from None
+        )
+    return v
+
+
+def _float32(x: float) -> float:
+    """``x`` rounded to float32, the precision in which HDR-FLIP computes its exposures."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def automatic_exposure_count(start: float, stop: float) -> int:
+    """The count HDR-FLIP takes for given start and stop exposures without a given count:
+    max(2, ceil(stop - start)), the difference computed in float32 (flip_loss.hdr.automatic_counts)."""
+    return max(MIN_EXPOSURES, math.ceil(_float32(_float32(stop) - _float32(start))))
 
 
 _EPILOG = f"""\
@@ -359,9 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--tone-mapper",
         dest="tone_mapper",
         type=str.lower,
-        choices=options.TONE_MAPPERS,
+        choices=TONE_MAPPERS,
         default=None,
-        metavar="{" + ",".join(options.TONE_MAPPERS) + "}",
+        metavar="{" + ",".join(TONE_MAPPERS) + "}",
         help="tone mapper applied at every exposure (any case; default: aces)",
     )
     hdr.add_argument(
@@ -406,9 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--y-max",
         dest="y_max",
         metavar="Y",
-        type=_positive_float,
+        type=_y_max,
         default=None,
-        help="upper limit of the histogram's y axis",
+        help=f"upper limit of the histogram's y axis (at most {MAX_Y_MAX:g})",
     )
     hist.add_argument(
         "-epv", "--exclude-pooled-values", action="store_true", help="do not draw the pooled values into the histogram"
@@ -442,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fail the run (without this option it does: exit code 4)",
     )
 
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     p.add_argument(
         "--device",
         choices=("auto", "cpu", "cuda"),
@@ -591,25 +634,33 @@ def check_options(args) -> None:
             raise UsageError(
                 f"--basename must be a plain file name without a directory (use --directory for that), got '{b}'"
             )
-    if args.start_exposure is not None and args.stop_exposure is not None and args.start_exposure > args.stop_exposure:
-        raise UsageError(
-            f"--start-exposure ({args.start_exposure:g}) must not be above --stop-exposure ({args.stop_exposure:g})"
-        )
+    for flag, value in (("--output/-o", args.output), ("--basename/-b", args.basename)):
+        if value is not None and args.test is not None and len(args.test) != 1:
+            raise UsageError(f"{flag} can only be used with one test image, got {len(args.test)}")
+    start, stop = args.start_exposure, args.stop_exposure
+    if start is not None and stop is not None:
+        if start > stop:
+            raise UsageError(f"--start-exposure ({start:g}) must not be above --stop-exposure ({stop:g})")
+        count = automatic_exposure_count(start, stop)
+        if args.num_exposures is None and count > MAX_EXPOSURES:
+            raise UsageError(
+                f"--start-exposure {start:g} and --stop-exposure {stop:g} would need {count} exposures "
+                f"(one per stop), more than {MAX_EXPOSURES}; give at most {MAX_EXPOSURES} with --num-exposures/-n"
+            )
 
 
 def ppd_of(args) -> float:
     """The pixels per degree of the run: --ppd, or from --viewing-conditions (checked against the
     same limit as --ppd: extreme conditions give 0 or infinitely many), or the default."""
     if args.viewing_conditions is not None:
-        ppd = options.pixels_per_degree(*args.viewing_conditions)
-        try:
-            return options.checked_pixels_per_degree(ppd)
-        except ValueError:
+        ppd = display_ppd(*args.viewing_conditions)
+        if not _ppd_in_range(ppd):
             given = " ".join(f"{v:g}" for v in args.viewing_conditions)
             raise UsageError(
                 f"--viewing-conditions {given} give {ppd:g} pixels per degree; it must be a "
                 f"number from {MIN_PPD:g} to {MAX_PPD:g}"
-            ) from None
+            )
+        return ppd
     return args.ppd if args.ppd is not None else DEFAULT_PPD
 
 

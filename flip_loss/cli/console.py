@@ -1,7 +1,16 @@
 """Where a ``flip-loss`` run reports: its lines on stdout and stderr, written so that any file name
 comes through (one that is not valid UTF-8, or a stream that cannot encode it), and folder mode's
-progress on stderr: a bar redrawn in place on a terminal, a plain line now and then in a log."""
+progress on stderr: a bar redrawn in place on a terminal, a plain line now and then in a log.
 
+A stream its reader has closed (``flip-loss ... | head -1``) or that was closed before the run is
+the reader's choice, not an error: what would go there is dropped, and the run goes on, writes its
+files and exits with its own code. No signal disposition changes for it (Python ignores SIGPIPE, so
+a write to a closed pipe fails with EPIPE, which is caught here); only a process entry point of the
+command line points a dead stream's descriptor at os.devnull as it ends
+(:func:`release_closed_streams`), so that Python's last flush does not fail."""
+
+import errno
+import os
 import shutil
 import sys
 import time
@@ -21,7 +30,52 @@ def readable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def _closed_stream(exc: BaseException) -> bool:
+    """Whether ``exc``, raised writing to a standard stream, says that no one reads it any more: its
+    reader closed the pipe (EPIPE), its descriptor or the file object was closed."""
+    if isinstance(exc, ValueError):  # I/O operation on a closed file
+        return True
+    return isinstance(exc, OSError) and exc.errno in (errno.EPIPE, errno.EBADF)
+
+
 def write_text(stream, text: str) -> None:
+    """Writes ``text`` to ``stream`` and flushes it; a closed stream (None, as Python sets a stream
+    closed before it started, or one whose reader has gone) takes nothing and raises nothing."""
+    if stream is None:
+        return
+    try:
+        _write_text(stream, text)
+    except (OSError, ValueError) as exc:
+        if not _closed_stream(exc):
+            raise
+
+
+def flush_stdout() -> None:
+    """Flushes sys.stdout before a line goes to stderr (so that the two interleave in order)."""
+    write_text(sys.stdout, "")
+
+
+def release_closed_streams() -> None:
+    """For a process entry point of the command line, as it ends: a standard stream whose reader
+    has gone may still hold text, which Python's flush at exit would fail to write (exit code 120
+    and an 'Exception ignored' message); its descriptor is pointed at os.devnull instead, as Python's
+    documentation advises. Changes nothing when the streams are alive (never called by
+    ``flip_loss.cli.main``, which leaves the process's descriptors alone)."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None:
+            continue
+        try:
+            stream.flush()
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and _closed_stream(exc):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                try:
+                    os.dup2(devnull, stream.fileno())
+                finally:
+                    os.close(devnull)
+
+
+def _write_text(stream, text: str) -> None:
     """Writes ``text`` to ``stream`` and flushes it. A file name's bytes go out as they are where
     the stream's encoding cannot take them (a name that is not valid UTF-8 on a strict UTF-8
     stream), and as ``\\xNN`` / ``\\uNNNN`` escapes where no bytes can stand for them (an ASCII
@@ -137,7 +191,7 @@ class Console:
     def _print(self, lines: Sequence[str], stream) -> None:
         if self._progress is not None:
             self._progress.clear()
-        sys.stdout.flush()
+        flush_stdout()
         write_text(stream, "".join(line + "\n" for line in lines))
         if self._progress is not None:
             self._progress.redraw()

@@ -39,7 +39,8 @@ class Exposures(NamedTuple):
 class Result(NamedTuple):
     """One evaluated pair: the maps as H x W float32 arrays (exposure map None for LDR), the pooled
     values, the evaluation time, the warnings the evaluation raised and the notes about how its
-    images were read (since the previous pair)."""
+    images were read, and the weighted histogram of the error map (edges, weighted counts) where
+    the run draws one."""
 
     reference: str
     test: str
@@ -50,6 +51,30 @@ class Result(NamedTuple):
     seconds: float
     warnings: List[str]
     notes: List[str]
+    histogram: Optional[Tuple["object", "object"]] = None
+
+
+class Said:
+    """What reading a pair's images had to say (notes about how an image was read, warnings), kept
+    with the pair: its images may be read in another thread while the pair before is evaluated."""
+
+    def __init__(self):
+        self.notes: List[str] = []
+        self.warnings: List[str] = []
+
+    def note(self, message: str) -> None:
+        if message not in self.notes:
+            self.notes.append(message)
+
+
+class Maps(NamedTuple):
+    """A pair's FLIP maps (H x W float32 arrays on the CPU; the exposure map None for LDR-FLIP), the
+    evaluation time and the warnings the evaluation gave."""
+
+    error: "object"
+    exposure: "object"
+    seconds: float
+    warnings: List[str]
 
 
 def is_hdr_pair(reference: str) -> bool:
@@ -104,10 +129,12 @@ class FlipEvaluator:
     """Loads images on the run's device and evaluates FLIP on pairs with the run's settings: each
     pair with its own kind, HDR-FLIP for an OpenEXR reference, LDR-FLIP otherwise (the pairs'
     kinds were checked: an .exr reference has an .exr test image). Keeps the last reference (and
-    its exposures) so that the test images of one reference share it. ``given`` holds the exposure
-    options (start, stop, count; None where not given), which apply to the HDR-FLIP pairs. ``alpha`` (``--alpha``: None for each file format's convention, a rule of
-    ``flip_loss.alpha.ALPHA_MODES``, or "ignore") and ``background`` say how an image with alpha
-    becomes the RGB image evaluated (``flip_loss.alpha.composite``)."""
+    its exposures) so that the test images of one reference share it; :meth:`reference` is called
+    from one thread at a time (the one that reads the pairs). ``given`` holds the exposure options
+    (start, stop, count; None where not given), which apply to the HDR-FLIP pairs. ``alpha``
+    (``--alpha``: None for each file format's convention, a rule of ``flip_loss.alpha.ALPHA_MODES``,
+    or "ignore") and ``background`` say how an image with alpha becomes the RGB image evaluated
+    (``flip_loss.alpha.composite``)."""
 
     def __init__(
         self,
@@ -121,12 +148,10 @@ class FlipEvaluator:
         self.tone_mapper, self.ppd, self.device, self.given = tone_mapper, ppd, device, given
         self.alpha, self.background = alpha, background
         self._reference = (None, None, None)
-        # What loading images had to say, handed to the next evaluated pair's result.
-        self._notes: List[str] = []
-        self._warnings: List[str] = []
 
-    def load(self, path: str):
-        """The image ``path`` on the run's device, as FLIP sees it (an alpha channel composited)."""
+    def load(self, path: str, said: Said):
+        """The image ``path`` on the run's device, as FLIP sees it (an alpha channel composited);
+        what there is to say about it goes to ``said``."""
         from ..alpha import composite
         from ..imageio import alpha_convention, is_exr_path, load_image
 
@@ -139,26 +164,25 @@ class FlipEvaluator:
         if bool((image[3] >= 1.0).all()):  # opaque everywhere (e.g. a transparent colour no pixel has)
             return image[:3]  # compositing would change nothing: none is done, and no note says so
         mode = self.alpha if self.alpha is not None else alpha_convention(path)
-        note = _alpha_note(mode, self.background, is_exr_path(path))
-        if self.alpha is None and note not in self._notes:
-            self._notes.append(note)
+        if self.alpha is None:
+            said.note(_alpha_note(mode, self.background, is_exr_path(path)))
         linear = is_exr_path(path)
         image = composite(image, mode, self.background, linear)
         # An LDR composite stays in [0, 1] unless premultiplied colour exceeds its alpha (the file's
         # alpha is most likely straight). FLIP clamps it there; it is clamped here, with a warning
         # that says why, instead of the library's warning about inputs out of range.
         if not linear and mode == "premultiplied" and bool((image > 1.0).any()):
-            self._warnings.append(
+            said.warnings.append(
                 f"the premultiplied composite of <{path}> exceeds 1 where its colour is above its "
                 "alpha, and is clamped to 1 there (is its alpha straight? --alpha straight)"
             )
             image = image.clamp(max=1.0)
         return image
 
-    def reference(self, path: str):
+    def reference(self, path: str, said: Said):
         """(image, exposures) of the reference ``path``; exposures None for LDR-FLIP."""
         if self._reference[0] != path:
-            image = self.load(path)
+            image = self.load(path, said)
             self._reference = (path, image, self._exposures_of(path, image) if is_hdr_pair(path) else None)
         return self._reference[1], self._reference[2]
 
@@ -196,18 +220,14 @@ class FlipEvaluator:
             raise _too_many_exposures(exposures.start, exposures.stop)
         return exposures
 
-    def evaluate(self, reference: str, test: str, test_image=None) -> Result:
-        """Evaluates the pair (``test_image``: the test image if already loaded)."""
+    def maps(self, ref_image, test_image, exposures: Optional[Exposures]) -> Maps:
+        """The FLIP maps of a pair's images (``exposures``: those of an HDR-FLIP pair, else None)."""
         import torch
 
-        from .. import pooling
         from ..functional import ldr_flip
         from ..hdr import hdr_flip
 
-        ref_image, exposures = self.reference(reference)
         hdr = exposures is not None
-        if test_image is None:
-            test_image = self.load(test)
         exposure_np = None
         # The CLI's LDR inputs are in [0, 1], so the only warning of flip_loss's own that the
         # evaluation can give is the fallback's, taken over here; any other goes its normal way.
@@ -230,17 +250,35 @@ class FlipEvaluator:
             else:
                 error_map = ldr_flip(test_image, ref_image, self.ppd, eps=0.0)
         error_np = error_map[0].to("cpu", torch.float32).numpy()
-        seconds = time.perf_counter() - t0
-        notes, self._notes = self._notes, []
-        load_warnings, self._warnings = self._warnings, []
-        return Result(
-            reference,
-            test,
-            exposures,
-            error_np,
-            exposure_np,
-            pooling.pool(error_np),
-            seconds,
-            load_warnings + caught,
-            notes,
-        )
+        return Maps(error_np, exposure_np, time.perf_counter() - t0, caught)
+
+
+def result_of(
+    reference: str,
+    test: str,
+    exposures: Optional[Exposures],
+    maps: Maps,
+    said: Said,
+    histogram_bins: Optional[int] = None,
+) -> Result:
+    """The record of an evaluated pair: its maps pooled (and, with ``histogram_bins``, the weighted
+    histogram of its error map, from the same sort), what reading it said and the warnings of its
+    evaluation."""
+    from .. import pooling
+
+    if histogram_bins is None:
+        pooled, histogram = pooling.pool(maps.error), None
+    else:
+        pooled, histogram = pooling.pool_with_histogram(maps.error, histogram_bins)
+    return Result(
+        reference,
+        test,
+        exposures,
+        maps.error,
+        maps.exposure,
+        pooled,
+        maps.seconds,
+        said.warnings + maps.warnings,
+        said.notes,
+        histogram,
+    )

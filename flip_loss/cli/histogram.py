@@ -29,8 +29,9 @@ def import_matplotlib():
 
 
 def draw_histogram(path: str, series, log: bool, y_max: Optional[float], include_values: bool) -> None:
-    """Draws the weighted histogram(s) of ``series`` = [(label, error map, pooled values), ...]
-    (one, or two overlapped) into the PNG file ``path``."""
+    """Draws the weighted histogram(s) of ``series`` = [(label, error map, pooled values[, its
+    weighted histogram, or None: computed here]), ...] (one, or two overlapped) into the PNG file
+    ``path``."""
     import numpy as np
 
     from ..pooling import weighted_histogram
@@ -51,9 +52,9 @@ def draw_histogram(path: str, series, log: bool, y_max: Optional[float], include
     positive_min = math.inf
     # A label is a file name: shown as it is (no mathtext: a '$' in a name is a dollar sign), its
     # bytes that are not UTF-8 as \xNN.
-    series = [(readable(label), error, pooled) for label, error, pooled in series]
-    for (label, error, pooled), style in zip(series, styles):
-        edges, counts = weighted_histogram(error, HISTOGRAM_BINS)
+    series = [(readable(label), error, pooled, (*given, None)[0]) for label, error, pooled, *given in series]
+    for (label, error, pooled, histogram), style in zip(series, styles):
+        edges, counts = histogram if histogram is not None else weighted_histogram(error, HISTOGRAM_BINS)
         centres = 0.5 * (edges[:-1] + edges[1:])
         keep = counts > 0 if log else np.ones_like(counts, dtype=bool)
         ax.bar(
@@ -110,5 +111,5 @@ def histogram_writer(args, results: Sequence[Result]) -> Callable[[str], None]:
     """The writer (``writer(path)``) of the histogram of evaluated ``results`` (one, or two
     overlapped), each labelled with its test image's name, drawn as the histogram options of
     ``args`` say."""
-    series = [(stem(r.test), r.error, r.pooled) for r in results]
+    series = [(stem(r.test), r.error, r.pooled, r.histogram) for r in results]
     return lambda path: draw_histogram(path, series, args.log, args.y_max, not args.exclude_pooled_values)

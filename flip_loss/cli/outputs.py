@@ -14,7 +14,7 @@ import shutil
 import stat
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..pooling import STATISTICS
+from ..constants import STATISTICS
 from .errors import UsageError
 from .evaluate import Exposures, Result
 from .pairs import stem

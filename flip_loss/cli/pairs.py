@@ -212,10 +212,6 @@ def pairs_of(args) -> Pairing:
                 "(or use --example, or --reference-dir/--test-dir)"
             )
         reference, tests = args.reference, list(args.test)
-    if args.output is not None and len(tests) != 1:
-        raise UsageError(f"--output can only be used with one test image, got {len(tests)}")
-    if args.basename is not None and len(tests) != 1:
-        raise UsageError(f"--basename can only be used with one test image, got {len(tests)}")
     return Pairing([(reference, t) for t in tests], [], [], [])
 
 

@@ -32,7 +32,7 @@ import re
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote
 
-from ..pooling import STATISTICS
+from ..constants import STATISTICS
 from .account import Account, Outcome, account_of
 from .arguments import gate_failures
 from .console import readable
@@ -335,7 +335,9 @@ def stage_pair_images(
             Picture(kind, _relative(outputs[f"{kind}.thumbnail" if factor > 1 else kind]), _relative(outputs[kind]))
         )
     thumbnail_height, thumbnail_width = (small or full)["error"].shape[:2]
-    _, histogram = weighted_histogram(result.error, HISTOGRAM_BINS)
+    _, histogram = (
+        result.histogram if result.histogram is not None else weighted_histogram(result.error, HISTOGRAM_BINS)
+    )
     exposures = tuple(result.exposures) if result.exposures is not None else None
     return PairRecord(
         index,

@@ -4,9 +4,11 @@ what each pair contributes (its CSV row, printed block, gate verdict, report rec
 and the exit code; and :func:`run_single`, the run in one process. The work on each pair is
 :class:`~.pair_work.PairWork`'s."""
 
+import collections
 import os
 import time
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from concurrent.futures import Future
+from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..constants import TONE_MAPPER_DISPLAY_NAMES
 from .account import Account, Outcome, account_of
@@ -32,6 +34,7 @@ from .outputs import (
 )
 from .pair_work import PairWork, PreparedPair, Wanted, pair_settings
 from .pairs import pairs_of, uses_hdr
+from .pipeline import BEHIND, Stages, finished
 from .report import IMAGE_FOLDER, PairRecord, check_report_directory, failed_record, page_path, settings_now, stage_page
 
 __all__ = ["Run", "run_single"]
@@ -307,43 +310,63 @@ class Run:
         return EXIT_GATE if gate_failures else EXIT_OK
 
 
-def _prepared_pairs(run: Run, work: PairWork) -> Iterator[PreparedPair]:
-    """The run's pairs, ready for evaluation. One reference: all are prepared before the first is
-    evaluated, and a problem ends the run. Folder mode: one after the other; a pair with a problem
-    is reported (one error line) and skipped."""
+class _Failed(NamedTuple):
+    """Folder mode: a pair that could not be evaluated, and why."""
+
+    index: int
+    reference: str
+    test: str
+    message: str
+
+
+def _one_reference(run: Run, work: PairWork, stages: Stages) -> Iterator[Tuple[PreparedPair, Future]]:
+    """The pairs of one reference: all are read and their outputs claimed before the first is
+    evaluated (a problem ends the run); then each is evaluated (its test image read again ahead of
+    it where more than one pair would hold theirs) and written behind."""
     pairs = run.pairs
-    if not run.folder_mode:
-        for reference, test in pairs:  # the headers first: a wrong size is found fast
-            work.check_sizes(reference, test)
-        prepared = [
-            work.prepare(index, reference, test, keep_test=len(pairs) == 1)
-            for index, (reference, test) in enumerate(pairs, 1)
-        ]
-        exposures = work.reference_exposures(pairs[0][0])
-        if run.overlapped:
-            run.claim_overlapped_histogram(exposures)
-        run.start_writing(exposures)
-        yield from prepared
-        return
+    for reference, test in pairs:  # the headers first: a wrong size is found fast
+        work.check_sizes(reference, test)
+    prepared = [
+        work.prepare(index, reference, test, keep_test=len(pairs) == 1)
+        for index, (reference, test) in enumerate(pairs, 1)
+    ]
+    exposures = work.reference_exposures(pairs[0][0])
+    if run.overlapped:
+        run.claim_overlapped_histogram(exposures)
+    run.start_writing(exposures)
+    for _, read in stages.read_ahead(prepared, work.reread):
+        p = read.result()
+        yield p, stages.write(work.render, p, work.maps(p))
+
+
+def _folders(run: Run, work: PairWork, stages: Stages) -> Iterator[Tuple[object, Future]]:
+    """Folder mode: each pair read ahead, its outputs claimed and FLIP evaluated here, in pair
+    order, and written behind; a pair with a problem is reported (one error line) and skipped."""
     run.start_writing()
     if run.console.verbosity >= 1 and not run.args.no_progress:
-        run.console.start_progress(len(pairs))
-    for index, (reference, test) in enumerate(pairs, 1):
+        run.console.start_progress(len(run.pairs))
+
+    def read(job):
+        index, (reference, test) = job
+        if index in run.refused:
+            raise UsageError(run.refused[index])
+        return work.read(index, reference, test)
+
+    for (index, (reference, test)), read_pair in stages.read_ahead(enumerate(run.pairs, 1), read):
         try:
-            if index in run.refused:
-                raise UsageError(run.refused[index])
-            prepared = work.prepare(index, reference, test, keep_test=True)
+            p = work.claim(read_pair.result())
         except UsageError as exc:
-            run.record_failure(index, reference, test, str(exc))
-            run.console.advance()
+            yield _Failed(index, reference, test, str(exc)), finished(None)
             continue
-        yield prepared
+        yield p, stages.write(work.render, p, work.maps(p))
 
 
 def run_single(args, t_start: float, note: Optional[str] = None) -> int:
     """Runs the evaluation of parsed ``args`` in this process alone and returns the exit code;
     ``note``: a warning printed first. Raises UsageError, and KeyboardInterrupt saying whether the
-    outputs had been written; either way no temporary file is left behind."""
+    outputs had been written; either way no temporary file is left behind. The pairs go through a
+    pipeline (:mod:`.pipeline`); what each contributes is recorded here, in pair order, once it is
+    written."""
     console = Console(args.verbosity)
     staging = Staging()
     try:
@@ -351,9 +374,22 @@ def run_single(args, t_start: float, note: Optional[str] = None) -> int:
             console.warning(note)
         run = Run(args, console, staging)
         work = PairWork(run.settings, run.device, claim=run.claim, sink=staging)
-        for p in _prepared_pairs(run, work):
-            run.record_result(p, *work.evaluate(p))
+
+        def record(item, written: Future) -> None:
+            if isinstance(item, _Failed):
+                run.record_failure(*item)
+            else:
+                run.record_result(item, *written.result())
             console.advance()
+
+        with Stages() as stages:
+            waiting: Deque[Tuple[object, Future]] = collections.deque()
+            for item in (_folders if run.folder_mode else _one_reference)(run, work, stages):
+                waiting.append(item)
+                while waiting and (len(waiting) > BEHIND or waiting[0][1].done()):
+                    record(*waiting.popleft())
+            while waiting:
+                record(*waiting.popleft())
         return run.finish(t_start)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(

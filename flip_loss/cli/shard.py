@@ -39,7 +39,7 @@ import traceback
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..distributed import LaunchedWorld
-from .console import Console
+from .console import Console, flush_stdout, write_text
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
 from .evaluate import Result, resolve_device
 from .outputs import Names, Output, Staging
@@ -416,8 +416,8 @@ def run_sharded(args, t_start: float, world: LaunchedWorld) -> int:
             raise KeyboardInterrupt("no output file was written") from None
         return _run_rounds(args, t_start, world, group)
     except LostRanks as exc:  # printed on every rank: it is this rank's own view
-        sys.stdout.flush()
-        print(f"{PROG}: error: {exc}; no output file was written", file=sys.stderr)
+        flush_stdout()
+        write_text(sys.stderr, f"{PROG}: error: {exc}; no output file was written\n")
         return EXIT_INTERNAL
     finally:
         if group is not None:

@@ -176,6 +176,30 @@ def test_histogram_matches_brute_force(bins):
     np.testing.assert_allclose(weighted, brute_histogram(v, bins), rtol=1e-14, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_sort_gives_the_pooled_values_and_the_histogram_exactly(dtype):
+    """pool_with_histogram (one sort of the map: the command line's report and histograms) gives
+    pool's values and weighted_histogram's buckets bit for bit, for values on each side of every
+    bucket edge, at 0 and 1, outside [0, 1], and negative ones (where the running sum shrinks)."""
+    from flip_loss.pooling import pool_with_histogram
+
+    rng = np.random.default_rng(3)
+    for bins in (100, 7, 1):
+        size = dtype(np.float32(1.0 / bins))
+        edges = np.array([i * size for i in range(bins + 1)], dtype)
+        near = np.concatenate([edges, np.nextafter(edges, dtype(-1)), np.nextafter(edges, dtype(2))])
+        for low in (0.0, -0.2):
+            v = np.concatenate([near, rng.uniform(low, 1.1, 3000).astype(dtype), dtype([0.0, 1.0, 0.0])])
+            rng.shuffle(v)
+            pooled, (e, w) = pool_with_histogram(v.reshape(3, -1), bins)
+            assert pooled == pool(v)
+            want_e, want_w = weighted_histogram(v, bins)
+            assert np.array_equal(e, want_e) and np.array_equal(w, want_w), (bins, low)
+            percentiles = (pooled.weighted_median, pooled.weighted_quartile_1, pooled.weighted_quartile_3)
+            assert percentiles == tuple(brute_percentile(v, q, dtype) for q in (0.5, 0.25, 0.75))
+    assert pool_with_histogram(np.zeros(5, dtype))[1] is None
+
+
 def test_histogram_hand_case():
     v = np.array([0.0, 0.005, 0.01, 0.999, 1.0, 1.5, -0.1], np.float32)
     _, w = weighted_histogram(v)

@@ -192,3 +192,48 @@ def test_new_option_errors(argv, needle, pair, tmp_path, capsys):
         base = ["-r", str(ref)]
     assert main(base + args + ["-nerm"] * ("-o" not in args)) == 2
     assert needle in error_line(capsys.readouterr().err)
+
+
+def test_folder_mode_reads_ahead_and_writes_behind_in_bounded_steps(pair, tmp_path, monkeypatch, capsys):
+    """The next pairs are read while a pair's maps are written (its writing waits here until a
+    later pair's reading has begun, which a run one pair after the other never reaches), yet no
+    pair is read more than AHEAD + BEHIND + 1 pairs before the last one recorded, and the pairs
+    are recorded in order, each once."""
+    import threading
+
+    from flip_loss.cli import pair_work, pipeline, run
+
+    refs, tests = tmp_path / "refs", tmp_path / "tests"
+    refs.mkdir(), tests.mkdir()
+    for i in range(7):
+        (refs / f"p{i}.png").write_bytes(pair[0].read_bytes())
+        (tests / f"p{i}.png").write_bytes(pair[1].read_bytes())
+    events, lock, later_read = [], threading.Lock(), threading.Event()
+    read, render, record = pair_work.PairWork.read, pair_work.PairWork.render, run.Run.record_result
+
+    def reading(self, index, reference, test):
+        with lock:
+            events.append(("read", index, sum(kind == "recorded" for kind, _, _ in events)))
+        if index == 2:
+            later_read.set()
+        return read(self, index, reference, test)
+
+    def rendering(self, p, maps):
+        if p.index == 1:
+            events.append(("overlapped", 1, later_read.wait(timeout=60)))
+        return render(self, p, maps)
+
+    def recording(self, p, result, report_record):
+        with lock:
+            events.append(("recorded", p.index, None))
+        return record(self, p, result, report_record)
+
+    monkeypatch.setattr(pair_work.PairWork, "read", reading)
+    monkeypatch.setattr(pair_work.PairWork, "render", rendering)
+    monkeypatch.setattr(run.Run, "record_result", recording)
+    argv = ["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(tmp_path / "out"), "-v", "0"]
+    assert main(argv) == 0
+    assert ("overlapped", 1, True) in events
+    assert [i for kind, i, _ in events if kind == "recorded"] == list(range(1, 8))
+    window = pipeline.AHEAD + pipeline.BEHIND + 1
+    assert all(index - recorded <= window for kind, index, recorded in events if kind == "read")

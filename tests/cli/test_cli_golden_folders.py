@@ -14,6 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
+from cli_runs import error_line
 from flip_loss.cli import main
 from flip_loss.imageio import save_exr
 
@@ -184,6 +185,12 @@ def test_hdr_options_apply_to_the_exr_pairs_of_a_mixed_folder(golden, tmp_path, 
     for n in ("a_ui.png", "b_sky.png"):  # and not to the LDR pairs
         assert rows[str(tests / n)] == single_values(tmp_path, refs / n, tests / n)
     assert not list(out.glob("exposure_map.*"))  # -nexm
+    # An exposure outside the API's range is the command line's error, not each EXR pair's: exit
+    # 2, nothing written (not the LDR pairs' outputs, a summary and exit 4).
+    for bad in ("--start-exposure=-200", "--stop-exposure=128"):
+        assert main(argv[:4] + ["-d", str(tmp_path / "bad"), "-v", "0", bad]) == 2
+        assert "--" + bad.split("=")[0][2:] in error_line(capsys.readouterr().err)
+        assert not (tmp_path / "bad").exists()
     assert sorted(p.name for p in out.glob("flip.*")) == [
         "flip.a_ui.a_ui.67ppd.ldr.png",
         "flip.b_sky.b_sky.67ppd.ldr.png",

@@ -54,12 +54,14 @@ def cli_imports(module):
 
 def test_cli_modules_import_each_other_without_a_cycle():
     """The import graph of flip_loss.cli's modules is acyclic, every sibling import is at a
-    module's top level (none in a function, where it would hide a cycle), and no module imports
-    another one's underscore-private name."""
+    module's top level (none in a function, where it would hide a cycle) except the package's
+    imports of the runs, which come when it runs one (parsing imports no torch; they count in the
+    graph), and no module imports another one's underscore-private name."""
     graph = {}
     for module in CLI_MODULES:
         imports = cli_imports(module)
-        assert [s for s, _, lazy in imports if lazy] == [], f"{module}: sibling imports inside a function"
+        lazy = [s for s, _, in_function in imports if in_function]
+        assert lazy == [] or (module == "__init__" and set(lazy) <= {"run", "shard"}), f"{module}: lazy imports {lazy}"
         private = [(s, n) for s, names, _ in imports for n in names if n.startswith("_")]
         assert private == [], f"{module} imports private names of its siblings: {private}"
         graph[module] = {s for s, _, _ in imports if s != module}

@@ -1,14 +1,21 @@
 """Every user mistake on every command of ``flip-loss`` is a usage error: exit code 2, one
-``error:`` line naming the option, no traceback, nothing written. Each option of each command has
-rows of bad values below, and a test holds the tables to the parsers, so that a new option comes
-with its own rows."""
+``error:`` line naming the option, no traceback, nothing written, and for the evaluator found when
+the command line is parsed, before any image is read (a value refused only when a pair needs it
+would skip that pair in folder mode and let the run write the others). Each option of each command
+has rows of bad values below, and a test holds the tables to the parsers, so that a new option
+comes with its own rows."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
+import flip_loss
+from cli_runs import ROOT
 from flip_loss.cli import example_paths, main
-from flip_loss.cli.arguments import build_parser
+from flip_loss.cli.arguments import build_parser, parse_arguments
+from flip_loss.cli.errors import UsageError
 from flip_loss.psychophysics import cli as psychophysics_cli
 
 REF, TEST = (str(p) for p in example_paths())
@@ -70,13 +77,28 @@ EVALUATOR = {
     "no_progress": [["--no-progress=1"]],
     "timing": [["--timing=1"]],
     "tone_mapper": [["-tm", "filmic"], ["-tm", ""]],
-    "start_exposure": [["-cstart", "x"], ["-cstart", "nan"], ["-cstart", "2", "-cstop", "1"], ["-cstart=-1e300"]],
-    "stop_exposure": [["-cstop", "inf"], ["-cstop", "1e39"]],
+    "start_exposure": [
+        ["-cstart", "x"],
+        ["-cstart", "nan"],
+        ["-cstart", "2", "-cstop", "1"],
+        ["-cstart=-1e300"],
+        ["-cstart=-200"],
+        ["-cstart=-149.5"],
+        ["-cstart", "128"],
+        ["-cstart=-149", "-cstop", "127"],  # 276 exposures, one per stop: more than 256
+    ],
+    "stop_exposure": [["-cstop", "inf"], ["-cstop", "1e39"], ["-cstop", "127.01"], ["-cstop=-150"]],
     "num_exposures": [["-n", "-3"], ["-n", "0"], ["-n", "1"], ["-n", "2.5"], ["-n", "257"], ["-n", "x"]],
     "no_exposure_map": [["--no-exposure-map=1"]],
     "histogram": [["--histogram=1"]],
     "log": [["--log"], ["--log=1", "-hist"]],
-    "y_max": [["--y-max", "2"], ["-hist", "--y-max", "-1"], ["-hist", "--y-max", "inf"], ["-hist", "--y-max", "x"]],
+    "y_max": [
+        ["--y-max", "2"],
+        ["-hist", "--y-max", "-1"],
+        ["-hist", "--y-max", "inf"],
+        ["-hist", "--y-max", "x"],
+        ["-hist", "--log", "--y-max", "1e300"],
+    ],
     "exclude_pooled_values": [["--exclude-pooled-values"]],
     "fail_above": [
         ["--fail-above", "mean"],
@@ -94,6 +116,7 @@ EVALUATOR = {
         ["--dist-timeout", "1e9"],
         ["--dist-timeout", "nan"],
     ],
+    "version": [["--version=1"]],
     "command": [["bogus"], ["-v", "1", "psychophysics"]],
 }
 # How the error line names each option without a long form of its own.
@@ -154,7 +177,10 @@ def test_evaluator_option_mistakes_are_usage_errors(dest, argv, tmp_path, monkey
     argv = [a.format(d=tmp_path) for a in argv]
     own_images = any(a in argv for a in ("-r", "-t", "--example", "--reference-dir", "--test-dir", "bogus"))
     base = [] if own_images or dest == "command" else ["-r", REF, "-t", TEST]
-    code = main(base + argv + (["-v", "0"] if dest not in ("verbosity", "command") else []))
+    argv = base + argv + (["-v", "0"] if dest not in ("verbosity", "command") else [])
+    with pytest.raises(UsageError):
+        parse_arguments(argv)
+    code = main(argv)
     names = EVALUATOR_NAMES.get(dest) or _names(build_parser(), dest)
     assert_usage_error(code, capsys.readouterr(), "flip-loss", names)
     assert os.listdir(work) == []
@@ -197,3 +223,29 @@ def psychophysics_cli_presets():
     from flip_loss.psychophysics.suite import PRESETS
 
     return PRESETS
+
+
+def test_the_command_answers_help_version_and_usage_errors_without_torch(tmp_path):
+    """The flip-loss command (its console script, _flip_loss_launcher) answers --help, --version
+    and a usage error without importing torch or numpy, leaving nothing of flip_loss imported; a
+    command that evaluates then imports the package whole (the ops registered)."""
+    program = (
+        "import sys, _flip_loss_launcher as launcher\n"
+        "heavy = lambda: sorted(m for m in ('torch', 'numpy', 'flip_loss') if m in sys.modules)\n"
+        "codes = [launcher.main(a) for a in (['--help'], ['--version'], ['-r', 'a.png', '-t', 'b.png', '-cstop', '128'])]\n"
+        "before = heavy()\n"
+        "codes.append(launcher.main(['--example', '-nerm', '-v', '0']))\n"
+        "import flip_loss\n"
+        "print('RESULT', codes, before, heavy(), flip_loss.HAS_EXTENSION, flip_loss.__version__)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage: flip-loss ") and f"\nflip-loss {flip_loss.__version__}\n" in res.stdout
+    assert res.stderr.splitlines() == [
+        "flip-loss: error: argument -cstop/--stop-exposure: expected a finite number (of stops) from -149 to 127 "
+        "(2^c must be a nonzero, finite float32), got '128' (see --help)"
+    ]
+    result = res.stdout.splitlines()[-1]
+    assert result == f"RESULT [0, 0, 2, 0] [] ['flip_loss', 'numpy', 'torch'] True {flip_loss.__version__}"
+    assert os.listdir(tmp_path) == []

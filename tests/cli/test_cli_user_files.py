@@ -380,10 +380,11 @@ def test_exr_header_above_the_pixel_limit(hdr_pair, tmp_path, capsys):
         (["-n", "1e11"], "at least 2 (the start and the stop exposure) and at most 256, got '1e11'"),
         (["-n", "100000000000"], "at most 256"),
         (["-n", "257"], "at most 256"),
-        (["-cstart", "-1000", "-cstop", "1"], "would need more than 256 exposures"),
-        (["-cstop", "300"], "would need more than 256 exposures"),
-        (["--start-exposure=-1e300", "-n", "3"], "within the float32 range"),
-        (["-cstop", "1e39"], "within the float32 range"),
+        (["-cstart", "-149", "-cstop", "127"], "would need 276 exposures (one per stop), more than 256"),
+        (["-cstart", "-1000", "-cstop", "1"], "from -149 to 127 (2^c must be a nonzero, finite float32)"),
+        (["-cstop", "300"], "from -149 to 127"),
+        (["--start-exposure=-1e300", "-n", "3"], "from -149 to 127"),
+        (["-cstop", "1e39"], "from -149 to 127"),
     ],
 )
 def test_hdr_limits_are_one_line_errors(hdr_pair, tmp_path, capsys, argv, needle):

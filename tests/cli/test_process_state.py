@@ -1,10 +1,13 @@
 """The library leaves the process's state alone: loading images (PNG, OpenEXR, damaged ones too),
 evaluating pairs and the command line called as a library function change no file descriptor,
-standard stream, warning filter or signal handler, not even while they run, and what other
-threads print meanwhile arrives."""
+standard stream, warning filter or signal handler (SIGPIPE included), not even while they run, and
+what other threads print meanwhile arrives. A standard stream closed by its reader is the reader's
+choice: the run writes its files and exits with its own code, in a thread and as a process."""
 
+import errno
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -14,6 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from cli_runs import ROOT
 from flip_loss.cli import main
 from flip_loss.imageio import image_size, load_image, save_exr, save_png
 
@@ -49,6 +53,7 @@ class StateWatch:
             "warnings.showwarning": id(warnings.showwarning),
             "SIGINT": signal.getsignal(signal.SIGINT),
             "SIGTERM": signal.getsignal(signal.SIGTERM),
+            "SIGPIPE": signal.getsignal(signal.SIGPIPE),
         }
 
     def _watch(self):
@@ -276,3 +281,78 @@ def test_main_handles_sigterm_only_while_it_runs(pairs, tmp_path, monkeypatch, c
     ]
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class ClosedPipe:
+    """A standard stream whose reader has gone: every write fails with EPIPE."""
+
+    encoding = "utf-8"
+
+    def __init__(self):
+        self.writes = 0
+
+    def write(self, text):
+        self.writes += 1
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    def flush(self):
+        pass
+
+
+def test_streams_closed_by_their_readers_in_threads(pairs, tmp_path, monkeypatch):
+    """main in three threads with stdout and stderr closed by their readers (a folder run with a
+    pair that fails, so both get lines): each run writes its files and returns its own exit code
+    (4: the failed pair), and no handler (SIGPIPE included) changes."""
+    refs, tests = tmp_path / "refs", tmp_path / "tests"
+    refs.mkdir(), tests.mkdir()
+    for i, (reference, test) in enumerate(pairs):
+        os.link(reference, refs / f"p{i}.png")
+        os.link(test, tests / f"p{i}.png")
+    (tests / "p0.png").write_bytes(b"not a PNG")
+    out, err = ClosedPipe(), ClosedPipe()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    codes = {}
+
+    def run(k):
+        argv = ["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(tmp_path / f"out{k}"), "-txt"]
+        codes[k] = main(argv)
+
+    with StateWatch() as watch:
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert codes == {0: 4, 1: 4, 2: 4}
+    assert watch.changes == [] and out.writes > 0 and err.writes > 0
+    for k in range(3):
+        names = sorted(p.name for p in (tmp_path / f"out{k}").iterdir())
+        assert names == [
+            "flip.p1.p1.67ppd.ldr.png",
+            "flip.p2.p2.67ppd.ldr.png",
+            "pooled_values.flip.p1.p1.67ppd.ldr.txt",
+            "pooled_values.flip.p2.p2.67ppd.ldr.txt",
+            "summary.csv",
+        ]
+
+
+@pytest.mark.parametrize("how", ["reader gone", "closed before the start"])
+def test_the_command_with_its_standard_streams_closed(pairs, tmp_path, how):
+    """python -m flip_loss with stdout and stderr closed by their readers (as `| head -1` does) or
+    closed before it starts (>&- 2>&-): it writes its outputs and exits 0, with nothing on the
+    way out (no 'Exception ignored', no exit code 120 from Python's last flush)."""
+    (reference, test), out = pairs[0], tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, "-m", "flip_loss", "-r", str(reference), "-t", str(test), "-d", str(out), "-txt"]
+    if how == "reader gone":
+        child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child.stdout.close(), child.stderr.close()  # before the child has printed anything
+        code = child.wait(timeout=300)
+    else:
+        code = subprocess.run(command, env=env, preexec_fn=lambda: (os.close(1), os.close(2)), timeout=300).returncode
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "flip.ref0.test0.67ppd.ldr.png",
+        "pooled_values.flip.ref0.test0.67ppd.ldr.txt",
+    ]

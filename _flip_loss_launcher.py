@@ -1,0 +1,72 @@
+"""The ``flip-loss`` command (its console script): ``flip_loss.cli.main`` with ``--help``,
+``--version`` and usage errors answered before torch is imported.
+
+Any ``import flip_loss.<module>`` first runs ``flip_loss/__init__.py``, which imports torch and
+registers the ops: seconds, where parsing the command line takes milliseconds. So this module,
+outside the package, puts the package into ``sys.modules`` from its spec without running its
+``__init__``, parses the command line with ``flip_loss.cli.arguments`` (which imports no torch),
+and answers there when the command ends at parsing. Otherwise it runs the package's ``__init__``
+in that module object, as ``import flip_loss`` would have, and hands the command to
+``flip_loss.cli.main``; if that import fails, the package is taken out of ``sys.modules`` again,
+as a failed import is. From Python, call ``flip_loss.cli.main`` (this module is for the console
+script; ``python -m flip_loss`` imports the package first).
+"""
+
+import importlib.util
+import sys
+from typing import Optional, Sequence
+
+__all__ = ["main"]
+
+
+def _answered_without_torch(argv: Sequence[str]) -> Optional[int]:
+    """The exit code of a command that ends at parsing (help, version, a usage error), printed as
+    ``flip_loss.cli.main`` prints it; None when the command goes on, the package then imported."""
+    spec = importlib.util.find_spec("flip_loss")
+    if spec is None or spec.loader is None:
+        return None  # let the ordinary import say what is missing
+    package = importlib.util.module_from_spec(spec)
+    before = set(sys.modules)
+    sys.modules["flip_loss"] = package
+    imported = False
+    try:
+        from flip_loss.cli import main as cli_main
+        from flip_loss.cli.arguments import parse_arguments
+        from flip_loss.cli.console import release_closed_streams
+        from flip_loss.cli.errors import UsageError
+
+        try:
+            parse_arguments(argv)
+        except (UsageError, SystemExit):
+            code = cli_main(argv)  # parses again and prints the help, the version or the error
+            release_closed_streams()
+            return code
+        spec.loader.exec_module(package)  # the package as `import flip_loss` makes it: torch, the ops
+        imported = True
+        return None
+    finally:
+        if not imported:  # the process as it was: nothing of flip_loss imported
+            for name in set(sys.modules) - before:
+                if name == "flip_loss" or name.startswith("flip_loss."):
+                    del sys.modules[name]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs ``flip-loss`` with ``argv`` (default: ``sys.argv[1:]``) and returns its exit code. As the
+    process's entry point, it points a standard stream whose reader has gone at os.devnull at the
+    end (``flip_loss.cli.console.release_closed_streams``), so that Python's last flush succeeds."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "flip_loss" not in sys.modules:
+        code = _answered_without_torch(argv)
+        if code is not None:
+            return code
+    from flip_loss.cli import main as cli_main
+    from flip_loss.cli.console import release_closed_streams
+
+    code = cli_main(argv)
+    release_closed_streams()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
