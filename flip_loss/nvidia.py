@@ -499,16 +499,9 @@ def feature_detection(img_y: torch.Tensor, pixels_per_degree, feature_type: str)
     ppd = _pixels_per_degree(pixels_per_degree)
     if feature_type not in ("edge", "point"):
         raise ValueError(f"flip_loss: feature_type must be 'edge' or 'point', got {feature_type!r}")
-    x = img_y.to(_compute_dtype(img_y))
-    taps = oracle.feature_taps(ppd, dtype=x.dtype, device=x.device)
-    g = taps["g"]
-    if feature_type == "edge":
-        deriv, correlate_deriv = taps["dg"], oracle.correlate_odd
-    else:
-        deriv, correlate_deriv = taps["ddg"], oracle.correlate_centred
-    along_x = oracle.correlate(correlate_deriv(x, deriv, -1), g, -2)
-    along_y = correlate_deriv(oracle.correlate(x, g, -1), deriv, -2)
-    return torch.cat((along_x, along_y), dim=1).to(img_y.dtype)
+    dx, dy, ddx, ddy = oracle.feature_responses(img_y.to(_compute_dtype(img_y)), ppd)
+    along = (dx, dy) if feature_type == "edge" else (ddx, ddy)
+    return torch.stack(along, dim=1).to(img_y.dtype)
 
 
 def compute_ldrflip(

@@ -17,12 +17,15 @@ come first; speed second (the filters are separable 1-D passes with clamp-to-edg
 
 import functools
 import math
+import struct
 from fractions import Fraction
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from .constants import DEFAULT_EPS, DEFAULT_PPD, GW, PC, PT, QC, QF, TONE_MAPPERS, tone_coefficients
+from .host_values import is_compiling, is_plain_tensor
 
 __all__ = [
     "srgb_to_linear",
@@ -34,6 +37,7 @@ __all__ = [
     "csf_filter",
     "hunt_hyab",
     "feature_difference",
+    "feature_responses",
     "ldr_flip",
     "cmax",
     "hdr_to_ldr",
@@ -72,6 +76,23 @@ XYZ_TO_RGB = tuple(tuple(float(x) for x in row) for row in _inverse3(_RGB_TO_XYZ
 WHITE = tuple(float(sum(row)) for row in _RGB_TO_XYZ_EXACT)
 INV_WHITE = tuple(1.0 / w for w in WHITE)
 
+# The linear maps of the per-pixel stages folded, in exact rationals, and rounded once:
+# linear RGB -> white-normalised XYZ (x, y, z) = (X / Xn, Y / Yn, Z / Zn) (the Lab input); linear
+# RGB -> the CSF's planes (y, x - y, y - z), which are YCxCz's without its offset and scales (the
+# CSF taps sum to one, so they commute with the filter; y is also the feature detectors' input,
+# (Y + 16) / 116); and the filtered planes -> linear RGB.
+def _folded():
+    white = [sum(row) for row in _RGB_TO_XYZ_EXACT]
+    x, y, z = (tuple(v / w for v in row) for row, w in zip(_RGB_TO_XYZ_EXACT, white))
+    to_csf = (y, tuple(a - b for a, b in zip(x, y)), tuple(a - b for a, b in zip(y, z)))
+    m = _inverse3(_RGB_TO_XYZ_EXACT)
+    # x = y + (x - y), z = y - (y - z); XYZ = (x Xn, y Yn, z Zn).
+    from_csf = tuple((row[0] * white[0] + row[1] * white[1] + row[2] * white[2], row[0] * white[0], -row[2] * white[2]) for row in m)
+    return tuple(tuple(tuple(float(v) for v in row) for row in mat) for mat in ((x, y, z), to_csf, from_csf))
+
+
+_RGB_TO_XYZN, _RGB_TO_CSF, _CSF_TO_RGB = _folded()
+
 # CSF parameters per opponent channel (achromatic Y, red-green Cx, blue-yellow Cz).
 _CSF_A1 = (1.0, 1.0, 34.1)
 _CSF_B1 = (0.0047, 0.0053, 0.04)
@@ -106,6 +127,19 @@ def mix3(m, c0, c1, c2):
     return tuple(r[0] * c0 + r[1] * c1 + r[2] * c2 for r in m)
 
 
+def _mix(planes, m):
+    """The rows of ``m`` (Python floats) applied to a sequence of planes, one plane per row, in
+    element-wise operations (never a TF32 matmul), zero entries skipped."""
+    rows = []
+    for row in m:
+        acc = None
+        for plane, w in zip(planes, row):
+            if w != 0.0:
+                acc = plane * w if acc is None else torch.add(acc, plane, alpha=w)
+        rows.append(acc)
+    return rows
+
+
 # --- The gradient at every kink (docs/algorithm.md §7.4), each from explicit conditions ---------
 
 
@@ -116,16 +150,20 @@ def clamp(
     value on a bound passes it) and 0 outside, as the kernels' clamps; the value is clamped to [low,
     high] exactly. TorchScript compiles it (flip_loss.alpha clamps alpha with it inside a scripted
     FLIPLoss)."""
-    inside = torch.ones_like(x, dtype=torch.bool)
-    if low is not None:
-        inside = inside & (x >= low - slack)
-    if high is not None:
-        inside = inside & (x <= high + slack)
-    clamped = torch.clamp(x, low, high)
+    xd = x.detach()
+    clamped = torch.clamp(xd, low, high)
     if slack == 0.0:
-        return torch.where(inside, x, clamped.detach())
+        # A value equals its clamp exactly where it lies in [low, high] (NaN nowhere).
+        return torch.where(xd == clamped, x, clamped)
+    wide_low: Optional[float] = None
+    wide_high: Optional[float] = None
+    if low is not None:
+        wide_low = low - slack
+    if high is not None:
+        wide_high = high + slack
+    inside = xd == torch.clamp(xd, wide_low, wide_high)
     # x + (clamped - x) is clamped exactly (x itself inside, the bound in the slack: Sterbenz).
-    return torch.where(inside, x + (clamped - x).detach(), clamped.detach())
+    return torch.where(inside, x + (clamped - xd), clamped)
 
 
 def _abs(d):
@@ -133,96 +171,51 @@ def _abs(d):
     return d * torch.sign(d).detach()
 
 
-def _power(x, p, floor=0.0):
+def _power(x, p: float, floor: float = 0.0):
     """max(x, floor)^p for 0 < p < 1, with the gradient p x^(p-1) where x >= floor and x > 0 and 0
     elsewhere (no infinite slope at 0)."""
-    passes = (x >= floor) & (x > 0)
-    safe = torch.where(passes, x, torch.ones_like(x))
-    return torch.where(passes, torch.pow(safe, p), torch.pow(torch.clamp(x, min=floor), p).detach())
+    below = x < floor if floor > 0 else x <= 0
+    return torch.where(below, floor**p, torch.pow(torch.where(below, 1.0, x), p))
 
 
 def combine(colour, feature):
     """colour^(1 - feature), passing no gradient where colour = 0 (where the power's slopes in both
     arguments are not finite)."""
     passes = colour > 0
-    safe = torch.where(passes, colour, torch.ones_like(colour))
-    return torch.where(passes, torch.pow(safe, 1.0 - feature), torch.pow(colour, 1.0 - feature).detach())
+    exponent = 1.0 - feature
+    # Where it does not pass, the power sees detached arguments: its slopes there (infinite or NaN)
+    # reach nothing, since the selection routes no gradient to the branch not taken.
+    return torch.pow(torch.where(passes, colour, colour.detach()), torch.where(passes, exponent, exponent.detach()))
+
+
+def _squares(u, v):
+    return torch.addcmul(u * u, v, v)
 
 
 def _safe_norm(u, v):
     """sqrt(u^2 + v^2) with a zero gradient where u = v = 0 (instead of NaN)."""
-    s = u * u + v * v
-    nonzero = s > 0
-    return torch.where(nonzero, torch.sqrt(torch.where(nonzero, s, torch.ones_like(s))), torch.zeros_like(s))
+    s = _squares(u, v)
+    zero = s == 0
+    return torch.where(zero, 0.0, torch.sqrt(torch.where(zero, 1.0, s)))
 
 
 def chroma_norm(u, v):
     """HyAB's chroma distance sqrt(u^2 + v^2), passing no gradient where it is below the rounding
     noise of grey colours (1e-3 in float32, 1e-12 in float64; docs/algorithm.md §7.11): there the
     direction of (u, v) is noise. The value is unchanged."""
-    n = _safe_norm(u, v)
-    floor = 1e-12 if n.dtype == torch.float64 else 1e-3
-    return torch.where(n > floor, n, n.detach())
+    s = _squares(u, v)
+    n = torch.sqrt(s.detach())
+    passes = n > (1e-12 if n.dtype == torch.float64 else 1e-3)
+    return torch.where(passes, torch.sqrt(torch.where(passes, s, 1.0)), n)
 
 
 def floored_abs(d, eps):
     """sqrt(max(d^2, eps)): |d| where d^2 >= eps, else sqrt(eps), with the gradient of the clamped
     square root: sign(d) where d^2 >= eps (the clamp's bound passes) and d^2 > 0, else 0."""
-    d2 = d * d
-    return torch.where((d2 >= eps) & (d2 > 0), _abs(d), torch.full_like(d, math.sqrt(eps)))
-
-
-def _pad_index(x, r, dim):
-    """Clamp-to-edge padding of ``r`` samples on both sides of ``dim``, by index (works for any
-    size, including sizes smaller than ``r``)."""
-    n = x.shape[dim]
-    idx = torch.arange(-r, n + r, device=x.device).clamp_(0, n - 1)
-    return x.index_select(dim, idx)
-
-
-def correlate(x, taps, dim):
-    """1-D correlation of ``x`` along ``dim`` with the odd-length ``taps`` (centre tap at index r),
-    clamp-to-edge borders: out[i] = sum_k taps[k] * x[clamp(i + k - r)]."""
-    r = (taps.shape[0] - 1) // 2
-    n = x.shape[dim]
-    xp = _pad_index(x, r, dim)
-    out = None
-    for k in range(2 * r + 1):
-        term = taps[k] * xp.narrow(dim, k, n)
-        out = term if out is None else out + term
-    return out
-
-
-def correlate_odd(x, taps, dim):
-    """:func:`correlate` for antisymmetric taps (taps[r - i] = -taps[r + i], centre 0), summed as
-    pair differences: out[i] = sum_j taps[r - j] * (x[i - j] - x[i + j]). Same linear map, but
-    exactly 0 on a constant neighbourhood, where the plain sum leaves a rounding residue that the
-    feature difference's square root turns into noise gradients."""
-    r = (taps.shape[0] - 1) // 2
-    n = x.shape[dim]
-    xp = _pad_index(x, r, dim)
-    out = torch.zeros_like(x)
-    for j in range(1, r + 1):
-        out = out + taps[r - j] * (xp.narrow(dim, r - j, n) - xp.narrow(dim, r + j, n))
-    return out
-
-
-def correlate_centred(x, taps, dim):
-    """:func:`correlate` for symmetric taps that sum to zero, summed as centred differences:
-    out[i] = sum_j taps[r + j] * ((x[i + j] - x[i]) + (x[i - j] - x[i])); the centre tap is
-    implied. Exactly 0 on a constant neighbourhood (see :func:`correlate_odd`)."""
-    r = (taps.shape[0] - 1) // 2
-    n = x.shape[dim]
-    xp = _pad_index(x, r, dim)
-    out = torch.zeros_like(x)
-    for j in range(1, r + 1):
-        out = out + taps[r + j] * ((xp.narrow(dim, r + j, n) - x) + (xp.narrow(dim, r - j, n) - x))
-    return out
-
-
-def _separable(x, taps_h, taps_v):
-    """Horizontal pass with ``taps_h`` then vertical pass with ``taps_v`` (N x C x H x W)."""
-    return correlate(correlate(x, taps_h, -1), taps_v, -2)
+    dd = d.detach()
+    below = dd * dd < eps if eps > 0 else dd == 0
+    # |d| only where d != 0: torch's slope of abs there is sign(d), on every release.
+    return torch.where(below, math.sqrt(eps), d.abs())
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,13 +223,17 @@ def _separable(x, taps_h, taps_v):
 # --------------------------------------------------------------------------------------------
 
 
+def _srgb_decode(x):
+    # The power's argument is clamped to the threshold so that the branch not taken has finite
+    # slopes; where it is taken (x > 0.04045) the clamp's slope is 1.
+    power = torch.pow((torch.clamp(x, min=SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
+    return torch.where(x <= SRGB_DECODE_T, x / 12.92, power)
+
+
 def srgb_to_linear(x):
     """sRGB decode per channel: c <= 0.04045 -> c / 12.92, else ((c + 0.055) / 1.055)^2.4.
     The power branch is evaluated on max(c, 0.04045) so it never yields NaN gradients."""
-    dt = x.dtype
-    x = _upcast(x)
-    power = torch.pow((clamp(x, low=SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
-    return torch.where(x <= SRGB_DECODE_T, x / 12.92, power).to(dt)
+    return _srgb_decode(_upcast(x)).to(x.dtype)
 
 
 def linear_to_srgb(x):
@@ -244,7 +241,7 @@ def linear_to_srgb(x):
     The power branch is evaluated on max(l, 0.0031308)."""
     dt = x.dtype
     x = _upcast(x)
-    power = 1.055 * torch.pow(clamp(x, low=_SRGB_ENCODE_T), 1.0 / 2.4) - 0.055
+    power = 1.055 * torch.pow(torch.clamp(x, min=_SRGB_ENCODE_T), 1.0 / 2.4) - 0.055
     return torch.where(x <= _SRGB_ENCODE_T, 12.92 * x, power).to(dt)
 
 
@@ -285,25 +282,25 @@ def opponent_to_linear_rgb(opp):
     return torch.stack(_opponent_to_rgb(opp[:, 0], opp[:, 1], opp[:, 2]), dim=1).to(dt)
 
 
+def _lab_f(t):
+    # The cube root's argument is clamped to the knee for the branch not taken; the knee itself
+    # takes the linear branch (docs/algorithm.md §7.4).
+    cube_root = torch.pow(torch.clamp(t, min=LAB_T), 1.0 / 3.0)
+    return torch.where(t > LAB_T, cube_root, t / (3.0 * LAB_DELTA**2) + LAB_LIN_OFFSET)
+
+
 def xyz_to_lab(X, Y, Z):
     """XYZ -> CIE L*a*b* (D65). The cube-root branch is evaluated on max(t, delta^3)."""
-
-    def f(t):
-        cube_root = torch.pow(clamp(t, low=LAB_T), 1.0 / 3.0)
-        return torch.where(t > LAB_T, cube_root, t / (3.0 * LAB_DELTA**2) + LAB_LIN_OFFSET)
-
-    fx, fy, fz = f(X * INV_WHITE[0]), f(Y * INV_WHITE[1]), f(Z * INV_WHITE[2])
+    fx, fy, fz = _lab_f(X * INV_WHITE[0]), _lab_f(Y * INV_WHITE[1]), _lab_f(Z * INV_WHITE[2])
     return 116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)
 
 
-def _lab(r, g, b):
-    """Linear RGB -> CIE L*a*b* (D65)."""
-    return xyz_to_lab(*mix3(RGB_TO_XYZ, r, g, b))
-
-
 def _hunt_lab(r, g, b):
-    L, a, bb = _lab(r, g, b)
-    return L, 0.01 * L * a, 0.01 * L * bb
+    """Linear RGB planes -> Hunt-adjusted L*a*b* (L, 0.01 L a, 0.01 L b), with the white folded
+    into the matrix."""
+    fx, fy, fz = (_lab_f(t) for t in _mix((r, g, b), _RGB_TO_XYZN))
+    L = 116.0 * fy - 16.0
+    return L, (5.0 * L) * (fx - fy), (2.0 * L) * (fy - fz)
 
 
 def _hyab(lab_t, lab_r, eps):
@@ -314,102 +311,232 @@ def _hyab(lab_t, lab_r, eps):
 # --------------------------------------------------------------------------------------------
 # Filter taps (docs/algorithm.md §4.4, §4.10, §7.11)
 # --------------------------------------------------------------------------------------------
+# Built in double with the kernels' formulas in the kernels' order (csrc/flip/filters.h), so that
+# both hold the same doubles. The caches hold tuples of Python floats: immutable, and the same
+# whatever the mode, default dtype or default device of the call that built them. Every tensor
+# is made per call from them (see _bank for the one device copy that is kept).
+
+
+def _scaled(w, s):
+    return tuple(v / s if s != 0 else 0.0 for v in w)
+
+
+def _symmetric(w, odd):
+    """``w`` made exactly antisymmetric (``odd``) or symmetric and zero-sum in double: each mirrored
+    pair takes the mean of its two magnitudes, and a symmetric filter's centre balances the rest."""
+    r = len(w) // 2
+    s = [0.0] * len(w)
+    side = 0.0
+    for i in range(1, r + 1):
+        v = 0.5 * (w[r - i] - w[r + i]) if odd else 0.5 * (w[r - i] + w[r + i])
+        s[r - i], s[r + i] = v, (-v if odd else v)
+        side += v
+    s[r] = 0.0 if odd else -2.0 * side
+    return tuple(s)
 
 
 @functools.lru_cache(maxsize=64)
-def csf_taps64(ppd):
+def _csf_rows(ppd):
+    """(r, y, cx, cz1, cz2): the CSF taps of ``ppd`` as tuples of 2r + 1 floats."""
     b_max = max(_CSF_B1 + _CSF_B2)
     r = int(math.ceil(3.0 * math.sqrt(b_max / (2.0 * math.pi**2)) * ppd))
-    x = torch.arange(-r, r + 1, dtype=torch.float64) / ppd
-    x2 = x * x
 
-    def gauss(a, b):
-        return a * math.sqrt(math.pi / b) * torch.exp(-(math.pi**2) * x2 / b)
+    def gauss(amp, b):
+        return tuple(amp * math.exp(-math.pi * math.pi * (i / ppd) * (i / ppd) / b) for i in range(-r, r + 1))
 
-    y = gauss(_CSF_A1[0], _CSF_B1[0])
-    cx = gauss(_CSF_A1[1], _CSF_B1[1])
+    def total(w):
+        s = 0.0
+        for v in w:
+            s += v
+        return s
+
+    y = gauss(_CSF_A1[0] * math.sqrt(math.pi / _CSF_B1[0]), _CSF_B1[0])
+    cx = gauss(_CSF_A1[1] * math.sqrt(math.pi / _CSF_B1[1]), _CSF_B1[1])
     # Blue-yellow: two separable Gaussians with square-root amplitudes, jointly normalised so
     # that the 2-D kernel f1 (x) f1 + f2 (x) f2 sums to one.
-    f1 = math.sqrt(_CSF_A1[2] * math.sqrt(math.pi / _CSF_B1[2])) * torch.exp(-(math.pi**2) * x2 / _CSF_B1[2])
-    f2 = math.sqrt(_CSF_A2[2] * math.sqrt(math.pi / _CSF_B2[2])) * torch.exp(-(math.pi**2) * x2 / _CSF_B2[2])
-    m = math.sqrt(f1.sum().item() ** 2 + f2.sum().item() ** 2)
-    return r, y / y.sum(), cx / cx.sum(), f1 / m, f2 / m
-
-
-def _lobe_normalise(t):
-    """Positive taps scaled to sum to +1, negative taps to sum to -1 (zero taps stay zero)."""
-    pos = torch.clamp(t, min=0.0)
-    neg = torch.clamp(t, max=0.0)
-    ps, ns = pos.sum().item(), -neg.sum().item()
-    return (pos / ps if ps > 0 else pos) + (neg / ns if ns > 0 else neg)
+    f1 = gauss(math.sqrt(_CSF_A1[2] * math.sqrt(math.pi / _CSF_B1[2])), _CSF_B1[2])
+    f2 = gauss(math.sqrt(_CSF_A2[2] * math.sqrt(math.pi / _CSF_B2[2])), _CSF_B2[2])
+    m = math.sqrt(total(f1) * total(f1) + total(f2) * total(f2))
+    return r, _scaled(y, total(y)), _scaled(cx, total(cx)), _scaled(f1, m), _scaled(f2, m)
 
 
 @functools.lru_cache(maxsize=64)
-def _feature_taps64(ppd):
+def _feature_rows(ppd):
+    """(r, g, dg, ddg): the feature taps of ``ppd`` as tuples of 2r + 1 floats; dg exactly
+    antisymmetric, ddg exactly symmetric with the centre that makes it sum to zero."""
     sigma = 0.5 * GW * ppd
     r = int(math.ceil(3.0 * sigma))
-    k = torch.arange(-r, r + 1, dtype=torch.float64)
-    g = torch.exp(-k * k / (2.0 * sigma * sigma))
-    dg = _lobe_normalise(-k * g)
-    ddg = _lobe_normalise((k * k / (sigma * sigma) - 1.0) * g)
-    # Exactly antisymmetric dg and symmetric, zero-sum ddg (the mirrored magnitudes differ only by
-    # the rounding of the lobe sums), as the pair-difference forms of _edge_point assume.
-    dg = 0.5 * (dg - dg.flip(0))
-    ddg = 0.5 * (ddg + ddg.flip(0))
-    ddg[r] = -2.0 * ddg[r + 1 :].sum()
-    return r, g / g.sum(), dg, ddg
+    g, dg, ddg = [], [], []
+    sg = 0.0
+    for k in range(-r, r + 1):
+        gk = math.exp(-float(k) * k / (2 * sigma * sigma))
+        g.append(gk)
+        dg.append(-k * gk)
+        ddg.append((float(k) * k / (sigma * sigma) - 1.0) * gk)
+        sg += gk
+
+    def lobes(w):  # positive taps scaled to sum to +1, negative ones to -1
+        pos = neg = 0.0
+        for v in w:
+            if v > 0:
+                pos += v
+            else:
+                neg += v
+        return tuple((v / pos if pos > 0 else 0.0) if v > 0 else (v / -neg if neg < 0 else 0.0) for v in w)
+
+    return r, _scaled(g, sg), _symmetric(lobes(dg), True), _symmetric(lobes(ddg), False)
+
+
+def _difference_taps(s):
+    """Taps ``c`` that give the correlation with the zero-sum taps ``s`` from the first differences
+    d[m] = x[m + 1] - x[m]: sum_k s[k] x[i + k] = sum_j c[j] d[i + j], with c[j] = -sum_{k <= j} s[k]
+    left of the centre and sum_{k > j} s[k] right of it (each summed from the outer tap in; the
+    centre is never used, as in the kernels' forms). A constant neighbourhood has d = 0, so its
+    response is exactly 0 (docs/algorithm.md §7.11). 2r + 1 taps, the last 0 (see
+    _feature_responses)."""
+    r = len(s) // 2
+    c = [0.0] * len(s)
+    acc = 0.0
+    for j in range(r):
+        acc += s[j]
+        c[j] = -acc
+    acc = 0.0
+    for j in range(2 * r - 1, r - 1, -1):
+        acc += s[j + 1]
+        c[j] = acc
+    return tuple(c)
 
 
 @functools.lru_cache(maxsize=64)
-def _taps_cached(kind, ppd, dtype, device):
-    src = csf_taps64(ppd) if kind == "csf" else _feature_taps64(ppd)
-    return (src[0],) + tuple(t.to(dtype=dtype, device=device) for t in src[1:])
+def _bank_rows(kind, ppd):
+    """(r, rows) of one filter bank, one row of taps per plane it filters: the CSF's (y, cx, cz1,
+    cz2); the feature detectors' (dg, ddg) as difference taps for the first pass and (g, g) for the
+    second."""
+    if kind == "csf":
+        r, *rows = _csf_rows(ppd)
+        return r, tuple(rows)
+    r, g, dg, ddg = _feature_rows(ppd)
+    return r, (_difference_taps(dg), _difference_taps(ddg), g, g)
 
 
-def _device_key(device):
-    if device is None:
-        return torch.device("cpu")
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
+# Device copies of the banks for plain eager calls on devices other than the CPU (where a tensor
+# made per call would cost a host-to-device copy each time, and one during CUDA graph capture
+# would fail). Keyed by everything they depend on; made outside inference mode; never handed out;
+# at most 64 entries, emptied when full (the kernels' policy, csrc/flip/bounded_cache.h).
+_DEVICE_BANKS = {}
+
+
+def _bank(kind, ppd, dtype, device):
+    """(r, P x (2r + 1) taps tensor) of a filter bank in ``dtype`` on ``device``."""
+    r, rows = _bank_rows(kind, ppd)
+    if device.type in ("cpu", "meta") or is_compiling():
+        return r, torch.tensor(rows, dtype=dtype, device=device)
+    key = (kind, ppd, dtype, device)
+    taps = _DEVICE_BANKS.get(key)
+    if taps is None:
+        with torch.inference_mode(False):
+            taps = torch.tensor(rows, dtype=dtype, device=device)
+        if not is_plain_tensor(taps):  # made under a mode (FakeTensor): this call's only
+            return r, taps
+        if len(_DEVICE_BANKS) >= 64:
+            _DEVICE_BANKS.clear()
+        _DEVICE_BANKS[key] = taps
+    return r, taps
+
+
+def csf_taps64(ppd):
+    """(r, y, cx, cz1, cz2): the CSF taps as new float64 CPU tensors."""
+    r, *rows = _csf_rows(float(ppd))
+    return (r,) + tuple(torch.tensor(w, dtype=torch.float64, device="cpu") for w in rows)
 
 
 def csf_taps(pixels_per_degree, dtype=torch.float64, device=None):
     """Normalised 1-D CSF taps for ``pixels_per_degree``: ``{"radius": r, "y", "cx", "cz1",
-    "cz2"}``, each tap tensor of length 2r + 1 (built in float64, then cast)."""
-    r, y, cx, cz1, cz2 = csf_taps64(float(pixels_per_degree))
+    "cz2"}``, each tap tensor of length 2r + 1 (built in float64, then rounded to ``dtype``), new
+    tensors on every call."""
+    r, *rows = _csf_rows(float(pixels_per_degree))
     cast = dict(dtype=dtype, device=device)
-    return {"radius": r, "y": y.to(**cast), "cx": cx.to(**cast), "cz1": cz1.to(**cast), "cz2": cz2.to(**cast)}
+    return dict(radius=r, **{k: torch.tensor(w, **cast) for k, w in zip(("y", "cx", "cz1", "cz2"), rows)})
 
 
 def feature_taps(pixels_per_degree, dtype=torch.float64, device=None):
     """Normalised 1-D feature-detector taps: ``{"radius": r, "g", "dg", "ddg"}`` (Gaussian, and
-    its first / second derivative with lobe-wise normalisation)."""
-    r, g, dg, ddg = _feature_taps64(float(pixels_per_degree))
+    its first / second derivative with lobe-wise normalisation), new tensors on every call."""
+    r, *rows = _feature_rows(float(pixels_per_degree))
     cast = dict(dtype=dtype, device=device)
-    return {"radius": r, "g": g.to(**cast), "dg": dg.to(**cast), "ddg": ddg.to(**cast)}
+    return dict(radius=r, **{k: torch.tensor(w, **cast) for k, w in zip(("g", "dg", "ddg"), rows)})
+
+
+# --------------------------------------------------------------------------------------------
+# Separable filters: one bank of planes per call, two depthwise conv2d passes
+# --------------------------------------------------------------------------------------------
+
+
+def _planes(planes):
+    """N x H x W planes stacked into one N x P x H x W tensor: interleaved (channels-last) on the
+    CPU, where oneDNN's depthwise convolutions and their backward are several times faster on it;
+    planar elsewhere, where a depthwise float32 convolution of planar data runs PyTorch's own
+    kernel (CUDA), never a TF32 one."""
+    if planes[0].device.type == "cpu":
+        return torch.stack(planes, dim=-1).permute(0, 3, 1, 2)
+    return torch.stack(planes, dim=1)
+
+
+def _edge_rows(x, before, after, dim):
+    n = x.shape[dim]
+    shape = list(x.shape)
+    shape[dim] = before
+    first = x.narrow(dim, 0, 1).expand(shape)
+    shape[dim] = after
+    return torch.cat((first, x, x.narrow(dim, n - 1, 1).expand(shape)), dim)
+
+
+def _pad(x, before, after):
+    """Clamp-to-edge padding of both image axes (docs/algorithm.md §7.9), ``before`` samples
+    before and ``after`` after, for any image size. Replicate padding on the CPU; elsewhere the edge
+    rows concatenated, whose backward sums instead of adding with atomics (CUDA's replicate padding
+    does, which makes its gradient vary from run to run)."""
+    if x.device.type == "cpu":
+        return F.pad(x, (before, after, before, after), mode="replicate")
+    return _edge_rows(_edge_rows(x, before, after, -1), before, after, -2)
+
+
+def _correlate(x, taps, dim):
+    """Each plane p of ``x`` (N x P x H x W) correlated with row p of ``taps`` (P x K) along ``dim``
+    (-1: horizontal, -2: vertical), only where the taps fit (the caller pads)."""
+    p, k = taps.shape
+    return F.conv2d(x, taps.view(p, 1, 1, k) if dim == -1 else taps.view(p, 1, k, 1), groups=p)
+
+
+def _csf_responses(opp, ppd):
+    """The CSF-filtered Y, Cx and Cz planes (N x H x W) of an opponent image (N x 3 x H x W)."""
+    r, taps = _bank("csf", ppd, opp.dtype, opp.device)
+    x = _pad(_planes([opp[:, 0], opp[:, 1], opp[:, 2], opp[:, 2]]), r, r)
+    yf, cxf, czf1, czf2 = _correlate(_correlate(x, taps, -1), taps, -2).unbind(1)
+    return yf, cxf, czf1 + czf2
+
+
+def feature_responses(yhat, pixels_per_degree):
+    """The feature detectors' responses (dx, dy, ddx, ddy), each N x H x W, of a normalised
+    achromatic image (N x 1 x H x W): the Gaussian's first and second derivative along one axis
+    and the Gaussian along the other. The derivative pass comes first, on the first differences
+    of the image with difference taps (_difference_taps): a constant neighbourhood gives exactly
+    0, whatever order a convolution sums in."""
+    r, taps = _bank("feature", float(pixels_per_degree), yhat.dtype, yhat.device)
+    # One more sample after each axis, so that the differences keep the padded length; the
+    # difference taps' last tap, 0, is the one that reaches it.
+    x = _pad(yhat, r, r + 1)[:, 0]
+    xs = x[:, :-1, :-1]
+    along_x = x[:, :-1, 1:] - xs
+    along_y = x[:, 1:, :-1] - xs
+    dx, ddx = _correlate(_correlate(_planes([along_x, along_x]), taps[:2], -1), taps[2:], -2).unbind(1)
+    dy, ddy = _correlate(_correlate(_planes([along_y, along_y]), taps[:2], -2), taps[2:], -1).unbind(1)
+    return dx, dy, ddx, ddy
 
 
 # --------------------------------------------------------------------------------------------
 # Stages
 # --------------------------------------------------------------------------------------------
-
-
-def csf_filter(opponent, pixels_per_degree):
-    """N x 3 x H x W YCxCz -> CSF-filtered linear RGB clamped to [0, 1] (docs/algorithm.md §4.4-§4.6).
-    Separable correlation (horizontal, then vertical) with clamp-to-edge borders; the blue-yellow
-    channel is the sum of two separable Gaussian filters."""
-    dt = opponent.dtype
-    opp = _upcast(opponent)
-    _, ty, tcx, tcz1, tcz2 = _taps_cached("csf", float(pixels_per_degree), opp.dtype, _device_key(opp.device))
-    Yo, Cx, Cz = opp[:, 0:1], opp[:, 1:2], opp[:, 2:3]
-    Yf = _separable(Yo, ty, ty)
-    Cxf = _separable(Cx, tcx, tcx)
-    Czf = _separable(Cz, tcz1, tcz1) + _separable(Cz, tcz2, tcz2)
-    r, g, b = _opponent_to_rgb(Yf[:, 0], Cxf[:, 0], Czf[:, 0])
-    return clamp(torch.stack((r, g, b), dim=1), 0.0, 1.0, GAMUT_GRADIENT_SLACK).to(dt)
-
 
 # How far outside the RGB cube the gamut clamp still passes the gradient, for every dtype: about 10x
 # float32's rounding of the colour round trip, so that a flat channel at 0 or 1 passes it on every
@@ -417,58 +544,94 @@ def csf_filter(opponent, pixels_per_degree):
 GAMUT_GRADIENT_SLACK = 1e-5
 
 
-@functools.lru_cache(maxsize=None)
-def cmax():
-    """Largest Hunt-HyAB colour difference ^ qc: green (0,1,0) vs blue (0,0,1), in float64
-    (about 41.2760963)."""
-    one, zero = torch.ones((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+def _filtered_rgb(y, d1, d2, ppd):
+    """The CSF planes (y, x - y, y - z) (N x H x W) filtered, back in linear RGB and clamped to
+    [0, 1] (docs/algorithm.md §4.4-§4.6): three N x H x W planes."""
+    r, taps = _bank("csf", ppd, y.dtype, y.device)
+    x = _pad(_planes([y, d1, d2, d2]), r, r)
+    # The blue-yellow channel: the sum of its two separable Gaussians.
+    yf, d1f, d2f, d2f2 = _correlate(_correlate(x, taps, -1), taps, -2).unbind(1)
+    rgb = _mix((yf, d1f, d2f + d2f2), _CSF_TO_RGB)
+    return [clamp(c, 0.0, 1.0, GAMUT_GRADIENT_SLACK) for c in rgb]
+
+
+def csf_filter(opponent, pixels_per_degree):
+    """N x 3 x H x W YCxCz -> CSF-filtered linear RGB clamped to [0, 1] (docs/algorithm.md §4.4-§4.6).
+    Separable correlation (horizontal, then vertical) with clamp-to-edge borders; the blue-yellow
+    channel is the sum of two separable Gaussian filters."""
+    opp = _upcast(opponent)
+    planes = ((opp[:, 0] + 16.0) / 116.0, opp[:, 1] / 500.0, opp[:, 2] / 200.0)
+    return torch.stack(_filtered_rgb(*planes, float(pixels_per_degree)), dim=1).to(opponent.dtype)
+
+
+def _cmax():
+    one = torch.ones((), dtype=torch.float64, device="cpu")
+    zero = torch.zeros((), dtype=torch.float64, device="cpu")
     d = _hyab(_hunt_lab(zero, one, zero), _hunt_lab(zero, zero, one), DEFAULT_EPS)
     return float(d.item()) ** QC
+
+
+_CMAX = _cmax()
+
+
+def cmax():
+    """Largest Hunt-HyAB colour difference ^ qc: green (0,1,0) vs blue (0,0,1), in float64
+    (about 41.2760963); computed once, on the CPU, when the module loads."""
+    return _CMAX
+
+
+def _colour_difference(lab_t, lab_r, eps):
+    """Hunt-adjusted Lab planes of both images -> dE_c (N x H x W): HyAB ^ qc, redistributed."""
+    e = _power(_hyab(lab_t, lab_r, eps), QC)
+    knee = PC * _CMAX
+    low = e * (PT / knee)
+    high = PT + (e - knee) * ((1.0 - PT) / (_CMAX - knee))
+    return torch.where(e < knee, low, high)
 
 
 def hunt_hyab(test_rgb, reference_rgb, eps=DEFAULT_EPS):
     """Two filtered linear-RGB images (N x 3 x H x W) -> colour difference dE_c (N x 1 x H x W) in
     [0, 1]: Hunt-adjusted Lab, HyAB with the L term sqrt(max(dL^2, eps)), ^qc, then the piecewise
     linear redistribution with its knee at pc * cmax (docs/algorithm.md §4.7-§4.9)."""
-    dt = test_rgb.dtype
-    t, r = _upcast(test_rgb), _upcast(reference_rgb)
-    lab_t = _hunt_lab(t[:, 0:1], t[:, 1:2], t[:, 2:3])
-    lab_r = _hunt_lab(r[:, 0:1], r[:, 1:2], r[:, 2:3])
-    e = _power(_hyab(lab_t, lab_r, eps), QC)
-    c_max = cmax()
-    knee = PC * c_max
-    low = e * (PT / knee)
-    high = PT + (e - knee) * ((1.0 - PT) / (c_max - knee))
-    return torch.where(e < knee, low, high).to(dt)
+    lab_t = _hunt_lab(*_upcast(test_rgb).unbind(1))
+    lab_r = _hunt_lab(*_upcast(reference_rgb).unbind(1))
+    return _colour_difference(lab_t, lab_r, eps).unsqueeze(1).to(test_rgb.dtype)
 
 
 def _edge_point(yhat, ppd):
-    """Edge and point magnitudes of one normalised achromatic image (N x 1 x H x W)."""
-    _, g, dg, ddg = _taps_cached("feature", ppd, yhat.dtype, _device_key(yhat.device))
-    # Each response has one zero-sum pass (horizontal for dx, ddx; vertical for dy, ddy), summed
-    # in a form that is exactly 0 on a constant neighbourhood.
-    h_dg = correlate_odd(yhat, dg, -1)
-    h_ddg = correlate_centred(yhat, ddg, -1)
-    h_g = correlate(yhat, g, -1)
-    dx = correlate(h_dg, g, -2)
-    ddx = correlate(h_ddg, g, -2)
-    dy = correlate_odd(h_g, dg, -2)
-    ddy = correlate_centred(h_g, ddg, -2)
+    """Edge and point magnitudes (N x H x W) of one normalised achromatic image (N x 1 x H x W)."""
+    dx, dy, ddx, ddy = feature_responses(yhat, ppd)
     return _safe_norm(dx, dy), _safe_norm(ddx, ddy)
+
+
+def _feature_term(edge_point_t, edge_point_r, eps):
+    """dE_f (N x H x W) from both images' edge and point magnitudes."""
+    d_edge = _abs(edge_point_r[0] - edge_point_t[0])
+    d_point = _abs(edge_point_r[1] - edge_point_t[1])
+    m = torch.where(d_edge >= d_point, d_edge, d_point)  # ties go to the edge term
+    return _power(m / math.sqrt(2.0), QF, floor=eps)
 
 
 def feature_difference(test_y, reference_y, pixels_per_degree, eps=DEFAULT_EPS):
     """Two normalised achromatic images (N x 1 x H x W, Y-hat = (Y + 16) / 116 of the unfiltered
     opponent image) -> feature difference dE_f (N x 1 x H x W):
     (max(|d edge|, |d point|) / sqrt(2)) ^ qf, floored at eps before the power (docs/algorithm.md §4.10-§4.12)."""
-    dt = test_y.dtype
     ppd = float(pixels_per_degree)
-    edge_t, point_t = _edge_point(_upcast(test_y), ppd)
-    edge_r, point_r = _edge_point(_upcast(reference_y), ppd)
-    d_edge = _abs(edge_r - edge_t)
-    d_point = _abs(point_r - point_t)
-    m = torch.where(d_edge >= d_point, d_edge, d_point)  # ties go to the edge term
-    return _power(m / math.sqrt(2.0), QF, floor=eps).to(dt)
+    t = _edge_point(_upcast(test_y), ppd)
+    r = _edge_point(_upcast(reference_y), ppd)
+    return _feature_term(t, r, eps).unsqueeze(1).to(test_y.dtype)
+
+
+def _image_terms(x, ppd, srgb):
+    """The stages of one image (N x 3 x H x W, compute dtype) that do not need the other: its
+    Hunt-adjusted Lab planes after the CSF and its edge and point magnitudes. Test and reference
+    go through them separately, so that an image that needs no gradient records nothing."""
+    x = clamp(x, 0.0, 1.0)
+    if srgb:
+        x = _srgb_decode(x)
+    y, d1, d2 = _mix(x.unbind(1), _RGB_TO_CSF)
+    # The feature detectors see the unfiltered, normalised achromatic channel y.
+    return _hunt_lab(*_filtered_rgb(y, d1, d2, ppd)), _edge_point(y.unsqueeze(1), ppd)
 
 
 def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb", eps=DEFAULT_EPS):
@@ -486,17 +649,9 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
         test, reference = test.unsqueeze(0), reference.unsqueeze(0)
     ppd = float(pixels_per_degree)
     cdt = _compute_dtype(torch.promote_types(test.dtype, reference.dtype))
-    t = clamp(test.to(cdt), 0.0, 1.0)
-    r = clamp(reference.to(cdt), 0.0, 1.0)
-    if space == "srgb":
-        t, r = srgb_to_linear(t), srgb_to_linear(r)
-    opp_t, opp_r = linear_rgb_to_opponent(t), linear_rgb_to_opponent(r)
-    # The feature detectors see the unfiltered, normalised achromatic channel.
-    yhat_t = (opp_t[:, 0:1] + 16.0) / 116.0
-    yhat_r = (opp_r[:, 0:1] + 16.0) / 116.0
-    dec = hunt_hyab(csf_filter(opp_t, ppd), csf_filter(opp_r, ppd), eps)
-    def_ = feature_difference(yhat_t, yhat_r, ppd, eps)
-    out = combine(dec, def_)
+    lab_t, features_t = _image_terms(test.to(cdt), ppd, space == "srgb")
+    lab_r, features_r = _image_terms(reference.to(cdt), ppd, space == "srgb")
+    out = combine(_colour_difference(lab_t, lab_r, eps), _feature_term(features_t, features_r, eps)).unsqueeze(1)
     if unbatched:
         out = out.squeeze(0)
     return out.to(dt)
@@ -508,14 +663,14 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
 
 _HDR_CAP = 1e15  # exposed values beyond this saturate every curve; capped so x^2 stays finite
 # The luminance weights of Reinhard's curve, the evaluator's (and the kernels') float32 values.
-_LUMINANCE_WEIGHTS = tuple(float(torch.tensor(v, dtype=torch.float32)) for v in (0.2126, 0.7152, 0.0722))
+_LUMINANCE_WEIGHTS = tuple(struct.unpack("f", struct.pack("f", v))[0] for v in (0.2126, 0.7152, 0.0722))
 
 
 def hdr_to_ldr(x, scale, tone_mapper):
     """Expose (x * scale, negatives clamped to 0), tone map and clamp to [0, 1]; x is N x 3 x H x W,
     scale broadcastable to N x 1 x 1 x 1."""
     e = clamp(x, low=0.0) * scale
-    e = torch.where(e < _HDR_CAP, e, torch.full_like(e, _HDR_CAP))  # the cap itself passes nothing
+    e = torch.where(e < _HDR_CAP, e, _HDR_CAP)  # the cap itself passes nothing
     if tone_mapper == "reinhard":
         w = _LUMINANCE_WEIGHTS
         lum = w[0] * e[:, 0:1] + w[1] * e[:, 1:2] + w[2] * e[:, 2:3]
@@ -525,29 +680,88 @@ def hdr_to_ldr(x, scale, tone_mapper):
     return clamp((k[0] * ee + k[1] * e + k[2]) / (k[3] * ee + k[4] * e + k[5]), 0.0, 1.0)
 
 
+def _exposure_error(t, r, exposures, i, ppd, tone_mapper, eps):
+    """The LDR-FLIP map of exposure ``i`` (N x 1 x H x W; a row with fewer exposures repeats its
+    last, which its count then leaves out)."""
+    scale = torch.exp2(exposures[:, min(i, exposures.shape[1] - 1)]).view(-1, 1, 1, 1)
+    return ldr_flip(hdr_to_ldr(t, scale, tone_mapper), hdr_to_ldr(r, scale, tone_mapper), ppd, "linear", eps)
+
+
+def _exposure_maximum(t, r, exposures, counts, ppd, tone_mapper, eps):
+    """(error map, exposure map, winning index) of the per-pixel maximum over exposures."""
+    n = t.shape[0]
+    shape = (n, 1) + tuple(t.shape[-2:])
+    count = torch.tensor(counts, device=t.device).view(n, 1, 1, 1)
+    levels = torch.tensor([[i / (c - 1) for c in counts] for i in range(max(counts))], dtype=t.dtype, device=t.device)
+    best = torch.zeros(shape, dtype=t.dtype, device=t.device)
+    emap = torch.zeros(shape, dtype=t.dtype, device=t.device)
+    index = torch.full(shape, -1, dtype=torch.int32, device=t.device)
+    for i in range(max(counts)):
+        err = _exposure_error(t, r, exposures, i, ppd, tone_mapper, eps)
+        wins = (err > best) & (count > i)  # strict: ties keep the earlier (darker) exposure
+        best = torch.where(wins, err, best)
+        emap = torch.where(wins, levels[i].view(n, 1, 1, 1), emap)
+        index = torch.where(wins, i, index)
+    return best, emap, index
+
+
+class _ExposureMaximum(torch.autograd.Function):
+    """HDR-FLIP's maximum over exposures, differentiated by recomputing one exposure at a time:
+    the forward keeps only the inputs and the winning index, and the backward runs each winning
+    exposure's LDR-FLIP again with autograd and sends it the gradient of the pixels it won. Memory
+    is that of one exposure, whatever the count; the gradient is autograd's, exposure by exposure
+    (docs/algorithm.md §8.5). Not differentiable twice, like the op."""
+
+    @staticmethod
+    def forward(t, r, exposures, counts, ppd, tone_mapper, eps):
+        return _exposure_maximum(t, r, exposures, counts, ppd, tone_mapper, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        t, r, exposures, counts, ppd, tone_mapper, eps = inputs
+        ctx.save_for_backward(t, r, exposures, output[2])
+        ctx.settings = (ppd, tone_mapper, eps)
+        ctx.mark_non_differentiable(output[1], output[2])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad, _emap, _index):
+        t, r, exposures, index = ctx.saved_tensors
+        wanted = ctx.needs_input_grad[:2]
+        grads = [torch.zeros_like(x) if w else None for x, w in zip((t, r), wanted)]
+        # One read-back: which exposures won a pixel (the others pass no gradient).
+        for i in torch.unique(index).tolist():
+            if i < 0:
+                continue
+
+            def error(*images):  # of the images whose gradient is wanted
+                pair = iter(images)
+                t_i, r_i = (next(pair) if w else x for x, w in zip((t, r), wanted))
+                return _exposure_error(t_i, r_i, exposures, i, *ctx.settings)
+
+            # torch.func.vjp rather than autograd.grad, so that torch.func.grad works through it too.
+            _, vjp = torch.func.vjp(error, *(x for x, w in zip((t, r), wanted) if w))
+            got = iter(vjp(torch.where(index == i, grad, 0.0)))
+            for k in (k for k, w in enumerate(wanted) if w):
+                grads[k] += next(got)
+        return grads[0], grads[1], None, None, None, None, None
+
+
 def hdr_flip(test, reference, pixels_per_degree, tone_mapper, exposures, counts, eps=DEFAULT_EPS):
     """HDR-FLIP with given exposures: ``exposures`` N x E (stops), ``counts`` N (how many of each
-    row to use). Returns (error map, exposure map, winning index) like ``torch.ops.flip.hdr_flip``."""
+    row to use). Returns (error map, exposure map, winning index) like ``torch.ops.flip.hdr_flip``;
+    differentiable in both images, with memory flat in the exposure count (_ExposureMaximum)."""
     tm = tone_mapper.lower()
     if tm not in TONE_MAPPERS:
         raise ValueError(f"tone_mapper must be one of {TONE_MAPPERS}, got {tone_mapper!r}")
     dt = test.dtype
     cdt = _compute_dtype(dt)
     t, r = test.to(cdt), reference.to(cdt)
-    n = t.shape[0]
-    ex = exposures.to(device=t.device, dtype=cdt)
-    counts = [int(c) for c in counts.tolist()]
-    shape = (n, 1) + tuple(t.shape[-2:])
-    best = torch.zeros(shape, dtype=cdt, device=t.device)
-    emap = torch.zeros(shape, dtype=cdt, device=t.device)
-    index = torch.full(shape, -1, dtype=torch.int32, device=t.device)
-    for i in range(max(counts)):
-        active = torch.tensor([i < c for c in counts], device=t.device).view(n, 1, 1, 1)
-        scale = torch.exp2(ex[:, min(i, ex.shape[1] - 1)]).view(n, 1, 1, 1)
-        err = ldr_flip(hdr_to_ldr(t, scale, tm), hdr_to_ldr(r, scale, tm), pixels_per_degree, "linear", eps)
-        wins = (err > best) & active  # strict: ties keep the earlier (darker) exposure
-        level = torch.tensor([i / (c - 1) for c in counts], dtype=cdt, device=t.device).view(n, 1, 1, 1)
-        best = torch.where(wins, err, best)
-        emap = torch.where(wins, level.expand_as(emap), emap)
-        index = torch.where(wins, torch.full_like(index, i), index)
+    # The exposures are settings, not a function to differentiate (as for the op).
+    ex = exposures.detach().to(device=t.device, dtype=cdt)
+    args = (t, r, ex, [int(c) for c in counts.tolist()], float(pixels_per_degree), tm, eps)
+    if torch.is_grad_enabled() and (t.requires_grad or r.requires_grad):
+        best, emap, index = _ExposureMaximum.apply(*args)
+    else:
+        best, emap, index = _exposure_maximum(*args)
     return best.to(dt), emap.to(dt), index
