@@ -171,11 +171,17 @@ def _abs(d):
     return d * torch.sign(d).detach()
 
 
+def _positive_power(x, p: float):
+    """x^p for x > 0 as exp(p log x): two transcendentals that the CPU evaluates faster than one
+    pow, and a backward of products instead of pow's second pow (within a few ulps of pow)."""
+    return torch.exp(torch.log(x) * p)
+
+
 def _power(x, p: float, floor: float = 0.0):
     """max(x, floor)^p for 0 < p < 1, with the gradient p x^(p-1) where x >= floor and x > 0 and 0
     elsewhere (no infinite slope at 0)."""
     below = x < floor if floor > 0 else x <= 0
-    return torch.where(below, floor**p, torch.pow(torch.where(below, 1.0, x), p))
+    return torch.where(below, floor**p, _positive_power(torch.where(below, 1.0, x), p))
 
 
 def combine(colour, feature):
@@ -184,7 +190,7 @@ def combine(colour, feature):
     passes = colour > 0
     exponent = 1.0 - feature
     # Where it does not pass, the power sees detached arguments: its slopes there (infinite or NaN)
-    # reach nothing, since the selection routes no gradient to the branch not taken.
+    # reach nothing, since torch.where routes no gradient to the branch not taken.
     return torch.pow(torch.where(passes, colour, colour.detach()), torch.where(passes, exponent, exponent.detach()))
 
 
@@ -226,7 +232,7 @@ def floored_abs(d, eps):
 def _srgb_decode(x):
     # The power's argument is clamped to the threshold so that the branch not taken has finite
     # slopes; where it is taken (x > 0.04045) the clamp's slope is 1.
-    power = torch.pow((torch.clamp(x, min=SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
+    power = _positive_power((torch.clamp(x, min=SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
     return torch.where(x <= SRGB_DECODE_T, x / 12.92, power)
 
 
@@ -285,7 +291,7 @@ def opponent_to_linear_rgb(opp):
 def _lab_f(t):
     # The cube root's argument is clamped to the knee for the branch not taken; the knee itself
     # takes the linear branch (docs/algorithm.md §7.4).
-    cube_root = torch.pow(torch.clamp(t, min=LAB_T), 1.0 / 3.0)
+    cube_root = _positive_power(torch.clamp(t, min=LAB_T), 1.0 / 3.0)
     return torch.where(t > LAB_T, cube_root, t / (3.0 * LAB_DELTA**2) + LAB_LIN_OFFSET)
 
 
@@ -472,14 +478,13 @@ def feature_taps(pixels_per_degree, dtype=torch.float64, device=None):
 # --------------------------------------------------------------------------------------------
 
 
-def _planes(planes):
-    """N x H x W planes stacked into one N x P x H x W tensor: interleaved (channels-last) on the
-    CPU, where oneDNN's depthwise convolutions and their backward are several times faster on it;
-    planar elsewhere, where a depthwise float32 convolution of planar data runs PyTorch's own
-    kernel (CUDA), never a TF32 one."""
-    if planes[0].device.type == "cpu":
-        return torch.stack(planes, dim=-1).permute(0, 3, 1, 2)
-    return torch.stack(planes, dim=1)
+def _stack(planes):
+    """N x H x W planes stacked into one N x P x H x W tensor for the filter passes: interleaved
+    (channels-last) on the CPU, where oneDNN's depthwise convolutions and their backward are
+    several times faster on it; planar elsewhere, where a depthwise float32 convolution of planar
+    data runs PyTorch's own kernel (CUDA), never a TF32 one."""
+    x = torch.stack(planes, dim=1)
+    return x.contiguous(memory_format=torch.channels_last) if x.device.type == "cpu" else x
 
 
 def _edge_rows(x, before, after, dim):
@@ -492,12 +497,10 @@ def _edge_rows(x, before, after, dim):
 
 
 def _pad(x, before, after):
-    """Clamp-to-edge padding of both image axes (docs/algorithm.md §7.9), ``before`` samples
-    before and ``after`` after, for any image size. Replicate padding on the CPU; elsewhere the edge
-    rows concatenated, whose backward sums instead of adding with atomics (CUDA's replicate padding
-    does, which makes its gradient vary from run to run)."""
-    if x.device.type == "cpu":
-        return F.pad(x, (before, after, before, after), mode="replicate")
+    """Clamp-to-edge padding of both image axes (the last two; docs/algorithm.md §7.9), ``before``
+    samples before and ``after`` after, for any image size: the edge rows repeated, whose backward
+    sums them (replicate padding's backward adds with atomics on CUDA, which makes the gradient
+    vary from run to run)."""
     return _edge_rows(_edge_rows(x, before, after, -1), before, after, -2)
 
 
@@ -506,14 +509,6 @@ def _correlate(x, taps, dim):
     (-1: horizontal, -2: vertical), only where the taps fit (the caller pads)."""
     p, k = taps.shape
     return F.conv2d(x, taps.view(p, 1, 1, k) if dim == -1 else taps.view(p, 1, k, 1), groups=p)
-
-
-def _csf_responses(opp, ppd):
-    """The CSF-filtered Y, Cx and Cz planes (N x H x W) of an opponent image (N x 3 x H x W)."""
-    r, taps = _bank("csf", ppd, opp.dtype, opp.device)
-    x = _pad(_planes([opp[:, 0], opp[:, 1], opp[:, 2], opp[:, 2]]), r, r)
-    yf, cxf, czf1, czf2 = _correlate(_correlate(x, taps, -1), taps, -2).unbind(1)
-    return yf, cxf, czf1 + czf2
 
 
 def feature_responses(yhat, pixels_per_degree):
@@ -525,12 +520,12 @@ def feature_responses(yhat, pixels_per_degree):
     r, taps = _bank("feature", float(pixels_per_degree), yhat.dtype, yhat.device)
     # One more sample after each axis, so that the differences keep the padded length; the
     # difference taps' last tap, 0, is the one that reaches it.
-    x = _pad(yhat, r, r + 1)[:, 0]
+    x = _pad(yhat[:, 0], r, r + 1)
     xs = x[:, :-1, :-1]
     along_x = x[:, :-1, 1:] - xs
     along_y = x[:, 1:, :-1] - xs
-    dx, ddx = _correlate(_correlate(_planes([along_x, along_x]), taps[:2], -1), taps[2:], -2).unbind(1)
-    dy, ddy = _correlate(_correlate(_planes([along_y, along_y]), taps[:2], -2), taps[2:], -1).unbind(1)
+    dx, ddx = _correlate(_correlate(_stack([along_x, along_x]), taps[:2], -1), taps[2:], -2).unbind(1)
+    dy, ddy = _correlate(_correlate(_stack([along_y, along_y]), taps[:2], -2), taps[2:], -1).unbind(1)
     return dx, dy, ddx, ddy
 
 
@@ -548,7 +543,8 @@ def _filtered_rgb(y, d1, d2, ppd):
     """The CSF planes (y, x - y, y - z) (N x H x W) filtered, back in linear RGB and clamped to
     [0, 1] (docs/algorithm.md §4.4-§4.6): three N x H x W planes."""
     r, taps = _bank("csf", ppd, y.dtype, y.device)
-    x = _pad(_planes([y, d1, d2, d2]), r, r)
+    d2 = _pad(d2, r, r)
+    x = _stack([_pad(y, r, r), _pad(d1, r, r), d2, d2])
     # The blue-yellow channel: the sum of its two separable Gaussians.
     yf, d1f, d2f, d2f2 = _correlate(_correlate(x, taps, -1), taps, -2).unbind(1)
     rgb = _mix((yf, d1f, d2f + d2f2), _CSF_TO_RGB)
