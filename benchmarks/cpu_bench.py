@@ -1,7 +1,8 @@
 """CPU speed of LDR-FLIP, side by side in one run on the same cores: flip_loss (forward,
 forward+backward), flip-evaluator's C++ evaluate() (forward), the separable pure-PyTorch FLIP of
-`torch_separable.py` (forward, forward+backward) and the pure-PyTorch oracle `oracle.py`
-(forward+backward).
+`torch_separable.py` (forward, forward+backward) and flip_loss's portable path, the pure-PyTorch
+`oracle.py` that runs where the compiled kernels do not (forward+backward); and the portable
+path's HDR-FLIP forward+backward peak memory with 2 and 16 exposures (one child process each).
 
     .venv/bin/python benchmarks/cpu_bench.py [--repeats 5] [--sizes 512x512 1920x1080 ...]
                                              [--skip-reference] [--threads N]
@@ -14,11 +15,11 @@ inputs rotate between two noise draws. float32, gradient with respect to the tes
 
 Every implementation is called once as a warm-up; then the repeats run round-robin (one call of
 each per round), so that a load change on a shared machine hits all of them alike. Figures are
-medians; oracle.py, which is slow, runs max(1, repeats // 2) rounds. Each size also reports how
-far the separable and flip-evaluator maps are from flip_loss's (a check that all compute the same
-metric). The header gives the load average before and after: on cores that other work also uses,
-every multi-threaded implementation slows down, and the ones made of many small parallel ATen ops
-(separable, oracle.py) most, so record figures on an otherwise idle machine.
+medians. Each size also reports how far the separable and flip-evaluator maps are from
+flip_loss's (a check that all compute the same metric). The header gives the load average before
+and after: on cores that other work also uses, every multi-threaded implementation slows down, and
+the ones made of many small parallel ATen ops (separable, oracle.py) most, so record figures on an
+otherwise idle machine. --skip-reference skips the portable path (its column and the HDR memory).
 """
 
 import argparse
@@ -26,6 +27,7 @@ import importlib.metadata
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -104,6 +106,43 @@ def timed_round_robin(cases, repeats):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+# One child per exposure count: its peak resident memory (the kernel's high-water mark) before and
+# after one HDR-FLIP forward+backward of the portable path, given exposures from -4 to +4 stops.
+HDR_MEMORY_CHILD = """
+import resource, sys, torch
+sys.path.insert(0, {root!r})
+from flip_loss import oracle
+torch.set_num_threads({threads})
+ref = torch.load({path!r})
+g = torch.Generator().manual_seed(0)
+test = (ref * (1 + 0.1 * torch.randn(ref.shape, generator=g))).clamp(min=0).requires_grad_()
+grid = torch.linspace(-4.0, 4.0, {count}).view(1, {count})
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+oracle.hdr_flip(test, ref, {ppd}, "aces", grid, torch.tensor([{count}]))[0].mean().backward()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+def hdr_peak_memory(img, counts, ppd):
+    """MiB the portable path's HDR-FLIP forward+backward adds to a process's peak, per exposure
+    count, on the 1080p image linearised and ramped from 2^-3 to 2^7 across its width."""
+    import tempfile
+
+    lin = oracle.srgb_to_linear(img.double())
+    ref = (lin * torch.exp2(torch.linspace(-3, 7, lin.shape[-1], dtype=torch.float64))).float()[None]
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "ref.pt")
+        torch.save(ref.contiguous(), path)
+        for count in counts:
+            code = HDR_MEMORY_CHILD.format(
+                root=os.path.join(HERE, ".."), threads=torch.get_num_threads(), path=path, count=count, ppd=ppd
+            )
+            run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            out[count] = int(run.stdout.split()[-1]) * (1024 if sys.platform != "darwin" else 1) / 2**20
+    return out
+
+
 def machine():
     cpu = platform.processor() or platform.machine()
     try:
@@ -131,7 +170,7 @@ def main():
         metavar="SIZE",
         help=f"a subset of {', '.join(SIZES)} (default: all)",
     )
-    p.add_argument("--skip-reference", action="store_true", help="skip the slow pure-PyTorch oracle.py")
+    p.add_argument("--skip-reference", action="store_true", help="skip the portable path (oracle.py)")
     p.add_argument("--threads", type=int, help="threads for torch and flip-evaluator (default: torch's default)")
     args = p.parse_args()
     if args.threads:
@@ -161,7 +200,7 @@ def main():
 
     ours_fwd, ours_fwd_bwd = forward(flip_loss.ldr_flip), forward_backward(flip_loss.ldr_flip)
     separable_fwd, separable_fwd_bwd = forward(torch_separable.ldr_flip), forward_backward(torch_separable.ldr_flip)
-    oracle_fwd_bwd = forward_backward(oracle.ldr_flip)
+    portable_fwd_bwd = forward_backward(oracle.ldr_flip)
 
     def evaluator_fwd(ts, rs):
         return [
@@ -184,7 +223,7 @@ def main():
             "sep_fb": (separable_fwd_bwd, data, args.repeats),
         }
         if not args.skip_reference:
-            cases["oracle_fb"] = (oracle_fwd_bwd, data, max(1, args.repeats // 2))
+            cases["portable_fb"] = (portable_fwd_bwd, data, args.repeats)
         t = timed_round_robin(cases, args.repeats)
         # The same map from each, so that the times compare like with like.
         ours = ours_fwd(*data[0])
@@ -203,6 +242,7 @@ def main():
             file=sys.stderr,
         )
 
+    hdr_memory = None if args.skip_reference else hdr_peak_memory(img, (2, 16), ppd)
     load_after = os.getloadavg()[0]
     evaluator = importlib.metadata.version("flip-evaluator")
     evaluator_threads = os.environ.get("OMP_NUM_THREADS", "default")
@@ -211,24 +251,26 @@ def main():
         f"torch {torch.__version__} (intra-op threads: {torch.get_num_threads()}); flip-evaluator {evaluator} "
         f"(its own OpenMP runtime, threads: {evaluator_threads}) on the same cores; flip_loss CPU kernels: "
         f"{flip_loss._C.cpu_capability()}. Image: {source}, test = reference + N(0, 0.03) noise; "
-        f"ppd {ppd:.2f}; float32; median of {args.repeats} after a warm-up"
-        + ("" if args.skip_reference else f" (oracle.py: {max(1, args.repeats // 2)})")
-        + ".\n"
+        f"ppd {ppd:.2f}; float32; median of {args.repeats} after a warm-up.\n"
     )
     print(
         "| size | flip_loss fwd | flip_loss fwd+bwd | fwd+bwd / fwd | flip_loss fwd+bwd throughput | "
         "flip-evaluator fwd | speed-up vs evaluator (fwd) | separable fwd | separable fwd+bwd | "
-        "speed-up vs separable (fwd+bwd) | oracle.py fwd+bwd |"
+        "speed-up vs separable (fwd+bwd) | portable fwd+bwd | portable / flip_loss (fwd+bwd) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, mpix, t, _ in rows:
-        oracle_cell = f"{t['oracle_fb'] * 1e3:.0f} ms" if "oracle_fb" in t else "-"
+        portable_cells = (
+            f"{t['portable_fb'] * 1e3:.0f} ms | {t['portable_fb'] / t['ours_fb']:.1f}x"
+            if "portable_fb" in t
+            else "- | -"
+        )
         print(
             f"| {label} | {t['ours_fwd'] * 1e3:.1f} ms | {t['ours_fb'] * 1e3:.1f} ms | "
             f"{t['ours_fb'] / t['ours_fwd']:.2f} | {mpix / t['ours_fb']:.1f} Mpixel/s | "
             f"{t['eval_fwd'] * 1e3:.1f} ms | {t['eval_fwd'] / t['ours_fwd']:.1f}x | "
             f"{t['sep_fwd'] * 1e3:.1f} ms | {t['sep_fb'] * 1e3:.1f} ms | {t['sep_fb'] / t['ours_fb']:.1f}x | "
-            f"{oracle_cell} |"
+            f"{portable_cells} |"
         )
 
     worst = {k: max(agree[k] for *_, agree in rows) for k in rows[0][3]}
@@ -237,6 +279,12 @@ def main():
         + ", ".join(f"{k} {v:.2g}" for k, v in worst.items())
         + "."
     )
+    if hdr_memory is not None:
+        print(
+            "\nPortable path (oracle.py), HDR-FLIP forward+backward, 1920x1080, peak memory added: "
+            + ", ".join(f"{n} exposures {mib:.0f} MiB" for n, mib in hdr_memory.items())
+            + f" ({hdr_memory[16] / hdr_memory[2]:.2f}x from 2 to 16)."
+        )
 
 
 if __name__ == "__main__":

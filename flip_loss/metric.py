@@ -26,9 +26,10 @@ value range: it differs from the exact :func:`flip_loss.pool` value by **at most
 identical values. Only the per-image means (one float64 per image) grow with the number of images.
 The limbs hold up to 2**39 pixels (5.5e11) per metric, which ``update`` checks.
 
-The statistics live on the device of the first error map (``torch.bincount``/``index_add_`` there);
-each update reads back only a finiteness flag and the per-image sums, and ``compute()`` copies the
-histogram to the CPU.
+The statistics live on the device of the first error map (``torch.bincount``/``index_add_`` there),
+their extremes in the maps' precision (float32 until a float64 map comes; every step is exact in
+either, so a device without float64, MPS, keeps them too); each update reads back only a finiteness
+flag and the per-image sums, and ``compute()`` copies the histogram to the CPU.
 
 **Across ranks.** When a default process group is initialised (``torch.distributed``, e.g. under
 ``torchrun``), ``compute()`` is a collective: every rank must call it, and every rank gets the
@@ -80,26 +81,36 @@ class Statistics(NamedTuple):
 
     count: torch.Tensor  # int64 [bins]: pixels per bucket
     limbs: torch.Tensor  # int64 [LIMBS, bins]: the bucket sums in fixed point (see the module docstring)
-    bin_min: torch.Tensor  # float64 [bins]: smallest value per bucket (+inf when empty)
-    bin_max: torch.Tensor  # float64 [bins]: largest value per bucket (-inf when empty)
-    min: torch.Tensor  # float64 []: smallest value overall
-    max: torch.Tensor  # float64 []: largest value overall
+    bin_min: torch.Tensor  # float32 or float64 [bins]: smallest value per bucket (+inf when empty)
+    bin_max: torch.Tensor  # float32 or float64 [bins]: largest value per bucket (-inf when empty)
+    min: torch.Tensor  # float32 or float64 []: smallest value overall
+    max: torch.Tensor  # float32 or float64 []: largest value overall
 
 
-def empty_statistics(bins: int, device) -> Statistics:
-    float64 = dict(dtype=torch.float64, device=device)
+def empty_statistics(bins: int, device, dtype: torch.dtype = torch.float64) -> Statistics:
+    """Statistics of no pixel, their extremes in ``dtype`` (float32 or float64)."""
+    floats = dict(dtype=dtype, device=device)
     return Statistics(
         count=torch.zeros(bins, dtype=torch.int64, device=device),
         limbs=torch.zeros(LIMBS, bins, dtype=torch.int64, device=device),
-        bin_min=torch.full((bins,), float("inf"), **float64),
-        bin_max=torch.full((bins,), float("-inf"), **float64),
-        min=torch.full((), float("inf"), **float64),
-        max=torch.full((), float("-inf"), **float64),
+        bin_min=torch.full((bins,), float("inf"), **floats),
+        bin_max=torch.full((bins,), float("-inf"), **floats),
+        min=torch.full((), float("inf"), **floats),
+        max=torch.full((), float("-inf"), **floats),
     )
 
 
+def holding(stats: Statistics, dtype: torch.dtype) -> Statistics:
+    """``stats`` with extremes that hold values of ``dtype`` exactly (float32 ones widened to
+    float64 for a float64 map; nothing changes otherwise)."""
+    if dtype != torch.float64 or stats.min.dtype == torch.float64:
+        return stats
+    return stats._replace(**{k: getattr(stats, k).double() for k in ("bin_min", "bin_max", "min", "max")})
+
+
 def checked_error_batch(error_map, who: str) -> torch.Tensor:
-    """``error_map`` (N x 1 x H x W, or 1 x H x W) as an N x (H * W) float64 tensor on its device;
+    """``error_map`` (N x 1 x H x W, or 1 x H x W) as an N x (H * W) tensor on its device, float64 for
+    a float64 map and float32 otherwise (exact: no map holds more);
     ``TypeError``/``ValueError`` for anything else, for an empty map, for NaN or inf values and for
     values outside [0, 1] (FLIP's range: the histogram covers [0, 1] and the fixed-point sums hold
     values up to 1 per pixel; 1e12 would overflow them, and a negative value would put the median
@@ -112,7 +123,8 @@ def checked_error_batch(error_map, who: str) -> torch.Tensor:
         raise ValueError(
             f"{who}: expected an N x 1 x H x W (or 1 x H x W) error map, got shape {tuple(error_map.shape)}"
         )
-    e = error_map.detach().to(torch.float64).reshape(error_map.shape[0], -1)
+    e = error_map.detach()
+    e = e.to(torch.float64 if e.dtype == torch.float64 else torch.float32).reshape(error_map.shape[0], -1)
     nonfinite, outside = torch.stack([~torch.isfinite(e).all(), ((e < 0) | (e > 1)).any()]).tolist()
     if nonfinite:
         raise ValueError(
@@ -154,9 +166,24 @@ def carry(limbs: torch.Tensor) -> None:
         limbs[i - 1] += above
 
 
+def buckets(flat: torch.Tensor, bins: int) -> torch.Tensor:
+    """The bucket floor(v * bins), at most bins - 1, of each value in [0, 1]: in float64 for a
+    float64 map; for a float32 one from its bits, in integers (the product of a 24-bit significand
+    and ``bins`` fits int64), which is exact as float64 would be, and needs none."""
+    if flat.dtype == torch.float64:
+        return torch.clamp(torch.floor(flat * bins), 0, bins - 1).long()
+    bits = flat.contiguous().view(torch.int32).long() & 0x7FFFFFFF  # -0.0 as 0.0
+    exponent = bits >> 23
+    significand = torch.where(exponent > 0, (bits & 0x7FFFFF) | 0x800000, bits)
+    # v = significand * 2**(max(exponent, 1) - 150); the shift is at least 23 for v <= 1.
+    shift = torch.clamp(150 - torch.clamp(exponent, min=1), max=63)
+    return torch.clamp((significand * bins) >> shift, max=bins - 1)
+
+
 def fold(stats: Statistics, e: torch.Tensor) -> torch.Tensor:
-    """Adds the maps ``e`` (N x P float64, on the statistics' device) to ``stats`` (in place) and
-    returns their per-image sums as N x LIMBS int64 limbs (not carried)."""
+    """Adds the maps ``e`` (N x P float32 or float64, on the statistics' device, whose extremes
+    hold its dtype: ``holding``) to ``stats`` (in place) and returns their per-image sums as
+    N x LIMBS int64 limbs (not carried). Every step is exact in the maps' own dtype."""
     n, p = e.shape
     bins = stats.count.numel()
     per_image = torch.zeros(n, LIMBS, dtype=torch.int64, device=e.device)
@@ -164,12 +191,18 @@ def fold(stats: Statistics, e: torch.Tensor) -> torch.Tensor:
     for start in range(0, p, step):
         block = e[:, start : start + step]
         flat = block.reshape(-1)
-        index = torch.clamp(torch.floor(flat.clamp(0.0, 1.0) * bins), 0, bins - 1).long()
+        index = buckets(flat.clamp(0.0, 1.0), bins)
         stats.count.add_(torch.bincount(index, minlength=bins))
-        stats.bin_min.scatter_reduce_(0, index, flat, reduce="amin")
-        stats.bin_max.scatter_reduce_(0, index, flat, reduce="amax")
+        if flat.dtype == stats.bin_min.dtype:
+            stats.bin_min.scatter_reduce_(0, index, flat, reduce="amin")
+            stats.bin_max.scatter_reduce_(0, index, flat, reduce="amax")
+        else:  # a float32 map, float64 extremes (FLIPTorchMetric): no float64 copy of the map
+            lowest = torch.full((bins,), float("inf"), dtype=flat.dtype, device=flat.device)
+            highest = torch.full((bins,), float("-inf"), dtype=flat.dtype, device=flat.device)
+            stats.bin_min.copy_(torch.minimum(stats.bin_min, lowest.scatter_reduce_(0, index, flat, reduce="amin")))
+            stats.bin_max.copy_(torch.maximum(stats.bin_max, highest.scatter_reduce_(0, index, flat, reduce="amax")))
         # Limb i is the i-th group of 24 bits below the binary point (the first with the integer
-        # part): scaling by 2**24 and splitting off the floor are exact in float64.
+        # part): scaling by 2**24 and splitting off the floor are exact in float32 and float64.
         scaled = block * _LIMB_SCALE
         for i in range(LIMBS):
             whole = torch.floor(scaled)
@@ -285,7 +318,7 @@ def synced(
     integers = torch.cat([stats.count[None], stats.limbs]).to(device)
     dist.all_reduce(integers, op=dist.ReduceOp.SUM, group=group)
     # One MIN for both extremes: the maxima negated.
-    extremes = torch.cat([stats.bin_min, -stats.bin_max, stats.min[None], -stats.max[None]]).to(device)
+    extremes = torch.cat([stats.bin_min, -stats.bin_max, stats.min[None], -stats.max[None]]).to(device, torch.float64)
     dist.all_reduce(extremes, op=dist.ReduceOp.MIN, group=group)
     means = distributed.gather_uneven(per_image_means.to(device, torch.float64), lengths, group)
     total = Statistics(
@@ -377,23 +410,26 @@ class FLIPMetric:
     def update(self, test: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
         """Evaluates LDR-FLIP between ``test`` and ``reference`` (N x 3 x H x W or 3 x H x W, or with
         ``alpha`` RGBA, as for :func:`flip_loss.ldr_flip`), accumulates the maps and returns this batch's per-image means
-        (float64, N entries, on the input device)."""
+        (float64, N entries, on the input device; on the CPU for MPS, which has no float64)."""
         return self.update_error_map(metric_error_map(self, test, reference))
 
     @torch.no_grad()
     def update_error_map(self, error_map: torch.Tensor) -> torch.Tensor:
         """Accumulates already computed error maps (N x 1 x H x W, or 1 x H x W for one image; values
         in [0, 1]: NaN, infinite values and values outside [0, 1] raise ``ValueError``, and such a map
-        is not accumulated) and returns their per-image means (float64, on the map's device)."""
+        is not accumulated) and returns their per-image means (float64, on the map's device; on the
+        CPU for MPS)."""
         e = checked_error_batch(error_map, "flip_loss.FLIPMetric")
         check_pixel_capacity(self._num_pixels, e.numel(), "flip_loss.FLIPMetric")
         if self._stats is None:
-            self._stats = empty_statistics(self.bins, e.device)
+            self._stats = empty_statistics(self.bins, e.device, e.dtype)
+        self._stats = holding(self._stats, e.dtype)
         per_image = fold(self._stats, e.to(self._stats.count.device))
         self._num_pixels += e.numel()
         means = exact_means(per_image, e.shape[1])
         self._means.append(means)
-        return means.to(error_map.device)
+        # float64 on the map's device; on the CPU for a device without float64 (MPS).
+        return means if error_map.device.type == "mps" else means.to(error_map.device)
 
     def _syncs(self) -> bool:
         from . import distributed

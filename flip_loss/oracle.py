@@ -76,6 +76,7 @@ XYZ_TO_RGB = tuple(tuple(float(x) for x in row) for row in _inverse3(_RGB_TO_XYZ
 WHITE = tuple(float(sum(row)) for row in _RGB_TO_XYZ_EXACT)
 INV_WHITE = tuple(1.0 / w for w in WHITE)
 
+
 # The linear maps of the per-pixel stages folded, in exact rationals, and rounded once:
 # linear RGB -> white-normalised XYZ (x, y, z) = (X / Xn, Y / Yn, Z / Zn) (the Lab input); linear
 # RGB -> the CSF's planes (y, x - y, y - z), which are YCxCz's without its offset and scales (the
@@ -87,7 +88,9 @@ def _folded():
     to_csf = (y, tuple(a - b for a, b in zip(x, y)), tuple(a - b for a, b in zip(y, z)))
     m = _inverse3(_RGB_TO_XYZ_EXACT)
     # x = y + (x - y), z = y - (y - z); XYZ = (x Xn, y Yn, z Zn).
-    from_csf = tuple((row[0] * white[0] + row[1] * white[1] + row[2] * white[2], row[0] * white[0], -row[2] * white[2]) for row in m)
+    from_csf = tuple(
+        (row[0] * white[0] + row[1] * white[1] + row[2] * white[2], row[0] * white[0], -row[2] * white[2]) for row in m
+    )
     return tuple(tuple(tuple(float(v) for v in row) for row in mat) for mat in ((x, y, z), to_csf, from_csf))
 
 
@@ -730,10 +733,10 @@ class _ExposureMaximum(torch.autograd.Function):
             if i < 0:
                 continue
 
-            def error(*images):  # of the images whose gradient is wanted
+            def error(*images, exposure=i):  # of the images whose gradient is wanted
                 pair = iter(images)
                 t_i, r_i = (next(pair) if w else x for x, w in zip((t, r), wanted))
-                return _exposure_error(t_i, r_i, exposures, i, *ctx.settings)
+                return _exposure_error(t_i, r_i, exposures, exposure, *ctx.settings)
 
             # torch.func.vjp rather than autograd.grad, so that torch.func.grad works through it too.
             _, vjp = torch.func.vjp(error, *(x for x, w in zip((t, r), wanted) if w))

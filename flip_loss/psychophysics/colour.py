@@ -59,7 +59,8 @@ SCALED_DIRECTIONS = {"ach": (1.0, 0.0, 0.0), "rg": (0.0, 0.610649, 0.0), "yv": (
 
 
 def _mat(rows) -> torch.Tensor:
-    return torch.tensor(rows, dtype=torch.float64)
+    # On the CPU whatever the default device when the module loads (``_apply`` moves a copy).
+    return torch.tensor(rows, dtype=torch.float64, device="cpu")
 
 
 def _lms_to_dkl_rows():
