@@ -1,11 +1,13 @@
-"""Pure-PyTorch LDR-FLIP: the test oracle for the compiled kernels and the fallback when they are
-missing.
+"""Pure-PyTorch LDR-FLIP and HDR-FLIP: the float64 reference the compiled kernels are tested
+against, and the portable path wherever they are missing (docs/algorithm.md §9.7).
 
-Written from the algorithm as ``docs/algorithm.md`` states it (§4, §7 and §8). Clarity and exactness
-come first; speed second (the filters are separable 1-D passes with clamp-to-edge borders).
+Written from the algorithm as ``docs/algorithm.md`` states it (§4, §5, §7), in whole-tensor
+operations that exist since torch 2.1: each filter bank is one edge padding and two depthwise
+``conv2d`` passes with 1-D taps; the linear colour maps are folded into 3x3 matrices.
 
-* Works on any device and float dtype. float64 is computed in float64, float32 in float32, and
-  float16 / bfloat16 are computed in float32 with the result cast back to the input dtype.
+* Works on any device and float dtype. float64 is computed in float64, float32 in float32 (no float64
+  tensor of image size: a device may have none), and float16 / bfloat16 in float32 with the result
+  cast back to the input dtype.
 * Everything is built from differentiable torch ops, so autograd gives the gradient of every public
   function with respect to every tensor argument. At a kink the gradient is the project's own rule
   (docs/algorithm.md §7.4), the kernels' rule, written out on explicit conditions: the clamps,
@@ -320,10 +322,10 @@ def _hyab(lab_t, lab_r, eps):
 # --------------------------------------------------------------------------------------------
 # Filter taps (docs/algorithm.md §4.4, §4.10, §7.11)
 # --------------------------------------------------------------------------------------------
-# Built in double with the kernels' formulas in the kernels' order (csrc/flip/filters.h), so that
-# both hold the same doubles. The caches hold tuples of Python floats: immutable, and the same
-# whatever the mode, default dtype or default device of the call that built them. Every tensor
-# is made per call from them (see _bank for the one device copy that is kept).
+# Built in double with the kernels' formulas, summed in the kernels' order (csrc/flip/filters.h).
+# The caches hold tuples of Python floats: immutable, and the same whatever the mode, default dtype
+# or default device of the call that built them. Every tensor is made per call from them (see
+# _bank for the one device copy that is kept).
 
 
 def _scaled(w, s):
