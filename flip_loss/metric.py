@@ -162,7 +162,7 @@ def carry(limbs: torch.Tensor) -> None:
     mask = (1 << LIMB_BITS) - 1
     for i in range(LIMBS - 1, 0, -1):
         above = torch.bitwise_right_shift(limbs[i], LIMB_BITS)  # floor division, also for negative limbs
-        limbs[i].bitwise_and_(mask)
+        limbs[i].copy_(limbs[i] & mask)  # not bitwise_and_: torch 2.1 refuses it with a number under a dispatch mode
         limbs[i - 1] += above
 
 
@@ -174,7 +174,7 @@ def buckets(flat: torch.Tensor, bins: int) -> torch.Tensor:
         return torch.clamp(torch.floor(flat * bins), 0, bins - 1).long()
     bits = flat.contiguous().view(torch.int32).long() & 0x7FFFFFFF  # -0.0 as 0.0
     exponent = bits >> 23
-    significand = torch.where(exponent > 0, (bits & 0x7FFFFF) | 0x800000, bits)
+    significand = torch.where(exponent > 0, (bits & 0x7FFFFF) + 0x800000, bits)  # the implicit leading 1
     # v = significand * 2**(max(exponent, 1) - 150); the shift is at least 23 for v <= 1.
     shift = torch.clamp(150 - torch.clamp(exponent, min=1), max=63)
     return torch.clamp((significand * bins) >> shift, max=bins - 1)
