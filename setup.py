@@ -9,7 +9,8 @@ Switches (environment variables):
                        >= 2.11), else pure Python, saying why in one line
   FLIP_LOSS_CUDA=0|1   build flip_loss._C_cuda, the CUDA kernels (default: 1 when nvcc and a CUDA
                        build of torch exist)
-  TORCH_CUDA_ARCH_LIST GPU targets (default "8.0;8.6;9.0")
+  TORCH_CUDA_ARCH_LIST GPU targets (default "7.5;8.0;8.6;9.0;10.0;12.0+PTX", flip_loss/cuda_arches.py;
+                       a list without PTX gets PTX of its newest entry)
   FLIP_LOSS_NATIVE=0|1 compile everything for this machine's CPU (-march=native, default 0: a
                        portable binary whose CPU kernels pick AVX-512, AVX2 or baseline at run time)
   MAX_JOBS=N           parallel compile jobs (ninja)
@@ -51,6 +52,19 @@ def torch_releases():
 
     spec = importlib.util.spec_from_file_location(
         "_flip_torch_releases", os.path.join(ROOT, "flip_loss", "torch_releases.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def cuda_arches():
+    """flip_loss/cuda_arches.py on its own, as torch_releases(): the GPU targets of a build."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_flip_cuda_arches", os.path.join(ROOT, "flip_loss", "cuda_arches.py")
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -208,9 +222,10 @@ if WITHOUT_KERNELS is None:
         )
     )
 if want_cuda():
-    # Without a GPU to detect, build for the common data-centre and desktop targets (A100/RTX 30xx,
-    # H100/H200); set TORCH_CUDA_ARCH_LIST=9.0 on an H200 for a quicker build.
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;8.6;9.0")
+    # Every generation from Turing to Blackwell and PTX for later GPUs, whatever GPU the build machine
+    # has (torch would build for that one alone); a list the user sets, with PTX of its newest entry.
+    # TORCH_CUDA_ARCH_LIST=9.0 on an H200 builds quicker.
+    os.environ["TORCH_CUDA_ARCH_LIST"] = cuda_arches().build_arch_list(os.environ.get("TORCH_CUDA_ARCH_LIST"))
     # -fmad=false: nvcc fuses no a * b + c of its own accord, so device code rounds every product
     # and sum as written, as the CPU kernels do (-ffp-contract=off above). nvcc's default would
     # fuse an operation of one image and not of the other (in HyAB's differences, for one), so

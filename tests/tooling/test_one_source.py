@@ -180,15 +180,22 @@ def test_one_version():
 
 
 def test_one_set_of_cuda_architectures():
+    """The GPU targets are flip_loss/cuda_arches.py's: setup.py builds with them, the CMake package and
+    its config restate them (CMake's own syntax for the PTX), setup.py's docstring and the README name
+    them."""
+    from flip_loss import cuda_arches
+
     setup = (ROOT / "setup.py").read_text()
-    arch_list = re.search(r'setdefault\("TORCH_CUDA_ARCH_LIST", "([0-9.;]+)"\)', setup).group(1)
+    assert 'os.environ["TORCH_CUDA_ARCH_LIST"] = cuda_arches().build_arch_list(' in setup
+    default = cuda_arches.default_arch_list()
+    assert f'(default "{default}"' in setup  # its docstring
     cmake = (ROOT / "CMakeLists.txt").read_text()
     config = (ROOT / "cmake" / "flip_lossConfig.cmake.in").read_text()
-    assert re.search(r'set\(_flip_default_archs "([0-9;]+)"\)', cmake).group(1) == arch_list.replace(".", "")
+    assert re.search(r'set\(_flip_default_archs "([^"]+)"\)', cmake).group(1) == cuda_arches.cmake_architectures()
     for text in (cmake, config):
-        assert re.search(r'set\(TORCH_CUDA_ARCH_LIST "([0-9.;]+)"', text).group(1) == arch_list
+        assert re.search(r'set\(TORCH_CUDA_ARCH_LIST "([^"]+)"', text).group(1) == default
     readme = (ROOT / "README.md").read_text()
-    assert f"default `{arch_list}`" in readme
+    assert f"default `{default}`" in readme
 
 
 def test_one_set_of_nvcc_flags():
