@@ -3,6 +3,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "flip/cuda/params.h"
+
 namespace flip_emulator {
 
 namespace {
@@ -32,6 +34,11 @@ const Settings& current() { return call_settings; }
 void begin_call() { call_settings = settings(); }
 
 int mutant() { return call_settings.mutant; }
+
+size_t shared_memory_per_block(const Settings& s) {
+  return s.shared_memory_per_block > 0 ? static_cast<size_t>(s.shared_memory_per_block)
+                                       : flip::cuda::kSm90SharedMemoryPerBlock;
+}
 
 BlockRunner::BlockRunner(int threads, size_t smem_bytes, size_t word_bytes, std::string kernel)
     : threads_(threads),

@@ -32,14 +32,19 @@ namespace flip_emulator {
 // block in reverse order: a result that changes with it depends on scheduling (two threads or
 // blocks writing one global word, or one reading what another writes without a barrier), which
 // the kernels promise it never does. `mutant` selects a source mutation in a build of mutated
-// sources (0: none; the test suite's mutant build only).
+// sources (0: none; the test suite's mutant build only). `shared_memory_per_block` is the device's
+// opt-in shared memory per block (0: an sm_90's), which the ops choose their formulation by, as
+// csrc/ops/cuda.cpp does, and which a launch may not exceed: each GPU generation's limit.
 struct Settings {
   int skip_barrier_line = 0;
   int64_t skip_launch = -1;
   int64_t max_grid_y = 0, max_grid_z = 0, max_blocks = 0;
   bool reverse = false;
   int mutant = 0;
+  int64_t shared_memory_per_block = 0;
 };
+// The emulated device's shared memory per block: s.shared_memory_per_block, or an sm_90's.
+size_t shared_memory_per_block(const Settings& s);
 // The settings configure() sets, process-wide (read and written under a lock).
 Settings settings();
 void set_settings(const Settings& s);

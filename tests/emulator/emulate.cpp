@@ -30,7 +30,8 @@ std::string radii_name() {
 }
 
 // The launcher of sequences.h on the host: each launch's blocks one after the other, each block on
-// a BlockRunner; what a launch on an sm_90 device would refuse is refused.
+// a BlockRunner; what a launch on the emulated device (an sm_90, or the shared memory per block
+// configure() set) would refuse is refused.
 struct HostLauncher {
   GridLimits grid_limits;
   int64_t launches = 0;
@@ -41,9 +42,10 @@ struct HostLauncher {
     const std::string name = flip::cuda::kernel_name(K) + radii_name<Rad>();
     if (threads < 1 || threads > 1024)
       throw std::runtime_error("flip_emulator: " + name + " launched with " + std::to_string(threads) + " threads");
-    if (smem > flip::cuda::kSm90SharedMemoryPerBlock)
+    if (smem > shared_memory_per_block(current()))
       throw std::runtime_error("flip_emulator: " + name + " launched with " + std::to_string(smem) +
-                               " bytes of shared memory, more than an sm_90 block has");
+                               " bytes of shared memory, more than the device's " +
+                               std::to_string(shared_memory_per_block(current())) + " per block");
     if (grid.y > 65535 || grid.z > 65535)
       throw std::runtime_error("flip_emulator: " + name + " launched with a grid beyond CUDA's limits");
     if (launches++ == current().skip_launch) return;  // the mutation: this launch left out

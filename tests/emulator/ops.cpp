@@ -50,18 +50,21 @@ Params<T> params(const Geometry& g, const em::HostTaps<T>& taps, double eps) {
 // The formulations cuda.cpp chooses between (flip::cuda::use_fused_forward, use_tiled_backward).
 enum class Formulation { kRows, kFused, kTiled };
 
-// What cuda.cpp refuses or would not choose: a formulation whose shared memory an sm_90 block
-// lacks.
+// What cuda.cpp refuses or would not choose: a formulation whose shared memory a block of the
+// emulated device (configure's shared_memory_per_block; an sm_90 by default) lacks.
 template <class T>
 void check_fits(const Params<T>& p, Formulation f) {
-  const size_t have = flip::cuda::kSm90SharedMemoryPerBlock;
+  const size_t have = em::shared_memory_per_block(em::settings());
   const int R = p.taps.rmax;
   FLIP_CHECK(f != Formulation::kFused || flip::cuda::use_fused_forward<T>(R, have, false),
-             "flip_emulator: the fused forward's tiles do not fit an sm_90 block at this pixels_per_degree");
+             "flip_emulator: the fused forward's tiles do not fit the device's ", have,
+             " bytes of shared memory per block at this pixels_per_degree");
   FLIP_CHECK(f != Formulation::kTiled || flip::cuda::use_tiled_backward<T>(R, have, false),
-             "flip_emulator: the tiled backward's tiles do not fit an sm_90 block at this pixels_per_degree");
+             "flip_emulator: the tiled backward's tiles do not fit the device's ", have,
+             " bytes of shared memory per block at this pixels_per_degree");
   FLIP_CHECK(f != Formulation::kRows || flip::cuda::row_pass_smem_bytes<T>(R, p.g.planes()) <= have,
-             "flip_emulator: pixels_per_degree is too large for an sm_90 block's shared memory");
+             "flip_emulator: pixels_per_degree is too large for the device's ", have,
+             " bytes of shared memory per block");
 }
 
 Tensor ldr_flip_impl(const Tensor& test, const Tensor& ref, double ppd, const std::string& space, double eps,
@@ -205,13 +208,45 @@ Tensor backward_plan(int64_t n, int64_t h, int64_t w, int64_t wanted, double ppd
   return out;
 }
 
+// What cuda.cpp chooses for LDR-/HDR-FLIP at ppd in float32 (elem_bytes 4) or float64 (8) on the
+// emulated device (flip::cuda::use_fused_forward, use_tiled_backward, check_shared_memory):
+// fused forward, tiled backward, row passes fit (else the op is refused), each 0 or 1; then the
+// shared memory per block of the fused forward and kTiledGrad, of kTiledTranspose and of the row
+// passes.
+Tensor plan(double ppd, int64_t elem_bytes) {
+  const size_t have = em::shared_memory_per_block(em::settings());
+  const int planes = Geometry{1, 1, 1, 2, true, true}.planes();
+  int64_t fields[6];
+  auto fill = [&](auto zero) {
+    using T = decltype(zero);
+    const int R = em::HostTaps<T>(ppd).taps.rmax;
+    const size_t rows = flip::cuda::row_pass_smem_bytes<T>(R, planes);
+    fields[0] = flip::cuda::use_fused_forward<T>(R, have, false);
+    fields[1] = flip::cuda::use_tiled_backward<T>(R, have, false);
+    fields[2] = rows <= have;
+    fields[3] = static_cast<int64_t>(flip::cuda::fused_smem_bytes<T>(R));
+    fields[4] = static_cast<int64_t>(flip::cuda::tiled_t_smem_bytes<T>(R));
+    fields[5] = static_cast<int64_t>(rows);
+  };
+  FLIP_CHECK(elem_bytes == 4 || elem_bytes == 8, "flip_emulator: elem_bytes must be 4 or 8");
+  if (elem_bytes == 4)
+    fill(0.0f);
+  else
+    fill(0.0);
+  const int64_t count = 6;
+  auto out = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(&count, 1), ScalarType::Long, std::nullopt,
+                                  torch::stable::Device(torch::headeronly::DeviceType::CPU));
+  std::copy(fields, fields + count, data<int64_t>(out));
+  return out;
+}
+
 // Sets the emulator's run-time settings (block_runner.h, Settings) and returns the previous ones,
 // in the order of the arguments.
 Tensor configure(int64_t skip_barrier_line, int64_t skip_launch, int64_t max_grid_y, int64_t max_grid_z,
-                 int64_t max_blocks, bool reverse, int64_t mutant) {
+                 int64_t max_blocks, bool reverse, int64_t mutant, int64_t shared_memory_per_block) {
   em::Settings s = em::settings();
   const int64_t before[] = {s.skip_barrier_line, s.skip_launch, s.max_grid_y, s.max_grid_z,
-                            s.max_blocks,        s.reverse,     s.mutant};
+                            s.max_blocks,        s.reverse,     s.mutant,     s.shared_memory_per_block};
   s.skip_barrier_line = static_cast<int>(skip_barrier_line);
   s.skip_launch = skip_launch;
   s.max_grid_y = max_grid_y;
@@ -219,8 +254,9 @@ Tensor configure(int64_t skip_barrier_line, int64_t skip_launch, int64_t max_gri
   s.max_blocks = max_blocks;
   s.reverse = reverse;
   s.mutant = static_cast<int>(mutant);
+  s.shared_memory_per_block = shared_memory_per_block;
   em::set_settings(s);
-  const int64_t count = 7;
+  const int64_t count = sizeof(before) / sizeof(before[0]);
   auto out = torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(&count, 1), ScalarType::Long, std::nullopt,
                                   torch::stable::Device(torch::headeronly::DeviceType::CPU));
   std::copy(before, before + count, data<int64_t>(out));
@@ -452,7 +488,8 @@ FLIP_EMULATOR_DEFINE(FLIP_EMULATOR_LIBRARY, m) {
       " float pixels_per_degree, str input_space, bool[2] output_mask, bool tiled=True) -> (Tensor, Tensor)");
   m.def(
       "configure(int skip_barrier_line=0, int skip_launch=-1, int max_grid_y=0, int max_grid_z=0, int max_blocks=0,"
-      " bool reverse=False, int mutant=0) -> Tensor");
+      " bool reverse=False, int mutant=0, int shared_memory_per_block=0) -> Tensor");
+  m.def("plan(float pixels_per_degree, int elem_bytes) -> Tensor");
   m.def(
       "backward_plan(int n, int h, int w, int wanted, float pixels_per_degree, int elem_bytes,"
       " int scratch_bytes=33554432) -> Tensor");
@@ -466,10 +503,11 @@ FLIP_EMULATOR_DEFINE(FLIP_EMULATOR_LIBRARY, m) {
 
 static_assert(flip::kBackwardScratchBytes == 33554432, "update the scratch_bytes defaults of the schemas below");
 
-// backward_plan and configure have no tensor argument to dispatch on.
+// backward_plan, configure and plan have no tensor argument to dispatch on.
 FLIP_EMULATOR_IMPL(FLIP_EMULATOR_LIBRARY, CompositeExplicitAutograd, m) {
   m.impl("backward_plan", TORCH_BOX(&flip_emulator_ops::backward_plan));
   m.impl("configure", TORCH_BOX(&flip_emulator_ops::configure));
+  m.impl("plan", TORCH_BOX(&flip_emulator_ops::plan));
 }
 
 FLIP_EMULATOR_IMPL(FLIP_EMULATOR_LIBRARY, CPU, m) {

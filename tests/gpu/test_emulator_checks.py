@@ -19,7 +19,16 @@ SMALLEST = 1  # the tiled backward in bands of 16 rows, one item each
 TINY_GRID = dict(max_grid_y=2, max_grid_z=1, max_blocks=3)
 
 
-SETTINGS = ["skip_barrier_line", "skip_launch", "max_grid_y", "max_grid_z", "max_blocks", "reverse", "mutant"]
+SETTINGS = [
+    "skip_barrier_line",
+    "skip_launch",
+    "max_grid_y",
+    "max_grid_z",
+    "max_blocks",
+    "reverse",
+    "mutant",
+    "shared_memory_per_block",
+]
 
 
 def current(em):

@@ -9,13 +9,14 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 
-from flip_loss import gpu_agreement, nvidia, oracle
-from flip_loss.constants import DEFAULT_PPD, TONE_MAPPERS
+from flip_loss import cuda_arches, gpu_agreement, nvidia, oracle
+from flip_loss.constants import DEFAULT_PPD, MAX_PPD, TONE_MAPPERS
 from hdr_cases import exposure_strips
 
 SHAPES = [(2, 3, 23, 31), (1, 3, 5, 7), (1, 3, 1, 1), (1, 3, 3, 300), (1, 3, 130, 2)]
@@ -494,6 +495,126 @@ def test_hdr_exposures_past_an_items_count_are_ignored(ops, emulator, pad):
     ):
         close(got[0], expected[0], torch.float64)
         assert torch.equal(got[1], expected[1]) and torch.equal(got[2], expected[2])
+
+
+# ---- each GPU generation's shared memory (flip_loss/cuda_arches.py) ----
+# csrc/ops/cuda.cpp picks LDR-/HDR-FLIP's formulation from the device's shared memory per block
+# (flip::cuda::use_fused_forward, use_tiled_backward: the tiles where they fit, else the row passes)
+# and refuses a ppd whose row passes do not fit. The emulator given a generation's limit chooses
+# the same way (its op `plan`) and refuses every launch beyond the limit, so each generation's
+# launch sequences run here: at the default ppd, and at the largest ppd the generation supports.
+
+# Shared memory per block -> the compute capabilities with that limit.
+GENERATIONS = {}
+for _arch, _limit in cuda_arches.SHARED_MEMORY_PER_BLOCK.items():
+    GENERATIONS.setdefault(_limit, []).append(_arch)
+LIMITS = sorted(GENERATIONS)
+LIMIT_IDS = [f"{limit // 1024}KB-sm_{'-'.join(a.replace('.', '') for a in GENERATIONS[limit])}" for limit in LIMITS]
+# The tiles' shared memory at the default ppd (R = 10), as docs/algorithm.md §8.8 states it: the fused
+# forward (and kTiledGrad), then kTiledTranspose.
+TILE_BYTES = {torch.float32: (95_040, 75_712), torch.float64: (190_080, 151_424)}
+
+
+@contextmanager
+def device_with(emulator, shared_memory_per_block):
+    """The emulated device with this much shared memory per block, the other settings kept."""
+    before = emulator.configure().tolist()  # sets the defaults, returns the settings before
+    before[5] = bool(before[5])
+    emulator.configure(*before[:-1], shared_memory_per_block)
+    try:
+        yield
+    finally:
+        emulator.configure(*before)
+
+
+def plan_of(emulator, ppd, dtype):
+    """(fused forward, tiled backward, row passes fit) as cuda.cpp decides on the emulated device."""
+    return tuple(bool(v) for v in emulator.plan(ppd, torch.finfo(dtype).bits // 8).tolist()[:3])
+
+
+def largest_ppd(emulator, dtype):
+    """The largest ppd (at most MAX_PPD) whose row passes fit the emulated device, and a ppd just
+    beyond it that cuda.cpp refuses (None when MAX_PPD fits)."""
+    if plan_of(emulator, MAX_PPD, dtype)[2]:
+        return MAX_PPD, None
+    lo, hi = DEFAULT_PPD, MAX_PPD
+    while hi - lo > 1e-4 * lo:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if plan_of(emulator, mid, dtype)[2] else (lo, mid)
+    return lo, hi
+
+
+def check_plan(ops, emulator, ppd, dtype, fused, tiled, shape):
+    """LDR-FLIP's forward, backward and the pair that keeps the sensitivities, and HDR-FLIP's forward
+    and backward, in the formulations chosen (`fused`, `tiled`; else the row passes), against the
+    CPU kernels within the promised agreement; the tiled backward bit for bit against the row passes."""
+    a, b = inputs(shape, dtype, seed=40)
+    g = torch.rand(shape[0], 1, *shape[2:], generator=torch.Generator().manual_seed(41), dtype=dtype)
+    forward = emulator.ldr_flip_fused if fused else emulator.ldr_flip
+    assert within_promise(forward(a, b, ppd, "srgb", 1e-15), ops.ldr_flip(a, b, ppd, "srgb", 1e-15), dtype)
+    want = ops.ldr_flip_backward(g, a, b, ppd, "srgb", 1e-15, [True, True])
+    rows = emulator.ldr_flip_backward(g, a, b, ppd, "srgb", 1e-15, [True, True])
+    got = emulator.ldr_flip_backward_tiled(g, a, b, ppd, "srgb", 1e-15, [True, True], SMALLEST) if tiled else rows
+    for x, r, y in zip(got, rows, want):
+        assert within_promise(x, y, dtype, grad=True) and torch.equal(x, r)
+    flip_map, sens = emulator.ldr_flip_with_sensitivities(a, b, ppd, "linear", 1e-15, [True, False], tiled)
+    want_map, want_sens = ops._ldr_flip_with_sensitivities(a, b, ppd, "linear", 1e-15, [True, False])
+    assert within_promise(flip_map, want_map, dtype) and within_promise(sens, want_sens, dtype, grad=True)
+    g_test, _ = emulator.ldr_flip_backward_from_sensitivities(g, sens, a, b, ppd, "linear", [True, False], tiled)
+    want_test, _ = ops._ldr_flip_backward_from_sensitivities(g, want_sens, a, b, ppd, "linear", [True, False])
+    assert within_promise(g_test, want_test, dtype, grad=True)
+    gen = torch.Generator().manual_seed(42)
+    ref = torch.exp2(6 * torch.rand(shape, generator=gen, dtype=dtype) - 3)
+    test = ref * (1 + 0.2 * torch.randn(ref.shape, generator=gen, dtype=dtype)).clamp(min=0.1)
+    ex = torch.tensor([[-2.0, 0.0, 1.5], [0.0, 1.0, 1.0]], dtype=dtype)[: shape[0]]
+    counts = torch.tensor([3, 2])[: shape[0]]
+    cpu = ops.hdr_flip(test, ref, ex, counts, ppd, "aces", 1e-15)
+    hdr = (emulator.hdr_flip_fused if fused else emulator.hdr_flip)(test, ref, ex, counts, ppd, "aces", 1e-15)
+    assert within_promise(hdr[0], cpu[0], dtype)
+    assert (hdr[2] != cpu[2]).float().mean().item() < gpu_agreement.HDR_INDEX_MISMATCH
+    args = (g, test, ref, ex, counts, cpu[2], ppd, "aces", 1e-15, [True, True])
+    got = emulator.hdr_flip_backward_tiled(*args, SMALLEST) if tiled else emulator.hdr_flip_backward(*args)
+    for x, y in zip(got, ops.hdr_flip_backward(*args)):
+        assert within_promise(x, y, dtype, grad=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("limit", LIMITS, ids=LIMIT_IDS)
+def test_each_generation_runs_the_formulation_its_shared_memory_allows(ops, emulator, limit, dtype):
+    # At the default ppd the tiles fit where docs/algorithm.md §8.8 says they need no more than the
+    # block has: in float32 everywhere but sm_75 (64 KB); in float64 only on sm_90 and sm_100. The
+    # formulation not chosen is refused, as its launch would be on that GPU.
+    fused_bytes, transpose_bytes = TILE_BYTES[dtype]
+    with device_with(emulator, limit):
+        fused, tiled, rows_fit = plan_of(emulator, DEFAULT_PPD, dtype)
+        assert (fused, tiled, rows_fit) == (fused_bytes <= limit, max(fused_bytes, transpose_bytes) <= limit, True)
+        shape = (2, 3, 21, 40)
+        check_plan(ops, emulator, DEFAULT_PPD, dtype, fused, tiled, shape)
+        a, b = inputs(shape, dtype)
+        g = torch.ones(2, 1, 21, 40, dtype=dtype)
+        if not fused:
+            with pytest.raises(RuntimeError, match=f"do not fit the device's {limit} bytes"):
+                emulator.ldr_flip_fused(a, b, DEFAULT_PPD, "srgb", 1e-15)
+        if not tiled:
+            with pytest.raises(RuntimeError, match=f"do not fit the device's {limit} bytes"):
+                emulator.ldr_flip_backward_tiled(g, a, b, DEFAULT_PPD, "srgb", 1e-15, [True, True], SMALLEST)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("limit", LIMITS, ids=LIMIT_IDS)
+def test_each_generation_at_the_largest_ppd_it_supports(ops, emulator, limit, dtype):
+    # The row passes' shared memory grows with the filter radius (7 planes of a 128-pixel row and its
+    # 2R halo): every ppd up to MAX_PPD fits but on sm_75 (both dtypes) and, in float64, the 99 KB
+    # generations; there the largest that fits runs, and one just beyond is refused.
+    with device_with(emulator, limit):
+        ppd, beyond = largest_ppd(emulator, dtype)
+        assert (beyond is None) == (limit >= (99 if dtype == torch.float32 else 163) * 1024)
+        assert plan_of(emulator, ppd, dtype) == (False, False, True)
+        check_plan(ops, emulator, ppd, dtype, False, False, (1, 3, 9, 13))
+        if beyond is not None:
+            a, b = inputs((1, 3, 9, 13), dtype)
+            with pytest.raises(RuntimeError, match="pixels_per_degree is too large"):
+                emulator.ldr_flip(a, b, beyond, "srgb", 1e-15)
 
 
 # ---- the GPU's floating-point contract (docs/algorithm.md §9.2) ----
