@@ -13,6 +13,9 @@
 #                        and qemu-user; about 70 MB, 21 s), with which tests/cpu/test_aarch64.py builds
 #                        the CPU kernels for aarch64 and runs them; scripts/test.sh passes it for
 #                        the full tier
+#   --with-clang         also clang (Debian's clang package), with which tests/cpu/test_clang.py
+#                        builds the CPU kernels and compares them with GCC's build; scripts/test.sh
+#                        passes it for the full tier
 #   --with-oldest-torch  also a second environment, .venv-oldest-torch, with the oldest supported
 #                        torch (requirements-oldest-torch.txt) and the same test packages. The
 #                        extension is then built there, against that torch, and .venv uses the same
@@ -31,6 +34,7 @@ cd "$(dirname "$0")/.."
 
 with_browser=0
 with_aarch64=0
+with_clang=0
 with_oldest_torch=0
 with_portable_floor=0
 only_portable_floor=0
@@ -38,10 +42,11 @@ for arg in "$@"; do
   case "$arg" in
     --with-browser) with_browser=1 ;;
     --with-aarch64) with_aarch64=1 ;;
+    --with-clang) with_clang=1 ;;
     --with-oldest-torch) with_oldest_torch=1 ;;
     --with-portable-floor-torch) with_portable_floor=1 ;;
     --only-portable-floor-torch) only_portable_floor=1 ;;
-    *) echo "setup.sh: unknown argument '$arg' (known: --with-browser, --with-aarch64, --with-oldest-torch, --with-portable-floor-torch, --only-portable-floor-torch)" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown argument '$arg' (known: --with-browser, --with-aarch64, --with-clang, --with-oldest-torch, --with-portable-floor-torch, --only-portable-floor-torch)" >&2; exit 2 ;;
   esac
 done
 
@@ -111,6 +116,15 @@ if [ "$with_aarch64" = 1 ] && { ! command -v aarch64-linux-gnu-g++ >/dev/null ||
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   if ! { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++-aarch64-linux-gnu qemu-user; }; then
     echo "setup.sh: warning: could not install g++-aarch64-linux-gnu and qemu-user; tests/cpu/test_aarch64.py will skip" >&2
+  fi
+fi
+
+# clang likewise: without it tests/cpu/test_clang.py skips.
+if [ "$with_clang" = 1 ] && ! command -v clang++ >/dev/null; then
+  echo "== installing clang (tests/cpu/test_clang.py)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if ! { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang; }; then
+    echo "setup.sh: warning: could not install clang; tests/cpu/test_clang.py will skip" >&2
   fi
 fi
 

@@ -38,7 +38,7 @@ case "$tier" in
 esac
 setup_args=(--with-browser)
 [ "$tier" != fast ] && setup_args+=(--with-oldest-torch)
-[ "$tier" = full ] && setup_args+=(--with-aarch64)
+[ "$tier" = full ] && setup_args+=(--with-aarch64 --with-clang)
 
 bash scripts/setup.sh "${setup_args[@]}"
 echo "== set up ($(since_start))"

@@ -1,7 +1,8 @@
 // How the CPU kernels are compiled once per instruction-set level inside one binary.
 //
 // Each kernels_<level>.cpp includes the kernel sources (*.inc) inside its own top-level
-// namespace (flip_baseline, flip_avx2, flip_avx512) under `#pragma GCC target`, and
+// namespace (flip_baseline, flip_avx2, flip_avx512) under `#pragma GCC target` (clang: `#pragma
+// clang attribute` with the target attribute), and
 // isa_dispatch.cpp calls the best variant the CPU supports. Two rules keep that safe:
 // * Every system header is included here, *before* the target pragma, so the standard library's
 //   inline functions and templates are compiled for the baseline. A function compiled for AVX2
@@ -36,8 +37,10 @@
 
 // The kernel sources keep their helpers in anonymous namespaces, as a .cpp file would; GCC warns
 // about that in an included file because a header could be included by several files, but each
-// variant includes them exactly once.
+// variant includes them exactly once. (Clang has no such warning.)
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wsubobject-linkage"
+#endif
 // The filters' 32-byte vector values (separable.h) live inside always-inlined helpers of one
 // variant; no such value crosses a call boundary between code compiled for different levels, so
 // GCC's note that the baseline passes them differently from AVX code does not apply.
