@@ -574,6 +574,51 @@ class SmLimits:
 H200 = SmLimits()
 
 
+def _shared_memory_per_block():
+    """flip_loss/cuda_arches.py's shared memory per block by compute capability, loaded on its own
+    (the package's import would load torch)."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flip_loss", "cuda_arches.py")
+    spec = importlib.util.spec_from_file_location("flip_loss_cuda_arches", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SHARED_MEMORY_PER_BLOCK
+
+
+def _generation(capability, name, threads, blocks, smem_per_sm, barriers):
+    """An SM of another compute capability: the CUDA programming guide's resident threads and shared
+    memory per SM, cuda_occupancy.h's resident blocks, barriers per block slot and allocation units
+    (256 B of shared memory before Ampere, no reserved share there), flip_loss/cuda_arches.py's shared
+    memory per block."""
+    major = int(capability.split(".")[0])
+    return SmLimits(
+        name=name,
+        max_threads=threads,
+        max_warps=threads // 32,
+        max_blocks=blocks,
+        smem_per_sm=smem_per_sm,
+        smem_per_block_optin=_shared_memory_per_block()[capability],
+        smem_unit=128 if major >= 8 else 256,
+        smem_reserved_per_block=1024 if major >= 8 else 0,
+        barriers_per_block_slot=barriers,
+    )
+
+
+# The SM of each generation the build has SASS for, and of the GPUs that run another's (sm_89 runs
+# sm_86's code, sm_103 sm_100's, sm_121 sm_120's): what the occupancy of the same kernels is there.
+GENERATIONS = {
+    "7.5": _generation("7.5", "sm_75 (T4, RTX 20)", 1024, 16, 64 * 1024, 2),
+    "8.0": _generation("8.0", "sm_80 (A100)", 2048, 32, 164 * 1024, 2),
+    "8.6": _generation("8.6", "sm_86 (RTX 30)", 1536, 16, 100 * 1024, 1),
+    "8.9": _generation("8.9", "sm_89 (RTX 40, L4, L40; sm_86 code)", 1536, 24, 100 * 1024, 1),
+    "9.0": H200,
+    "10.0": _generation("10.0", "sm_100 (B200)", 2048, 32, 228 * 1024, 2),
+    "12.0": _generation("12.0", "sm_120 (RTX 50, RTX PRO)", 1536, 24, 100 * 1024, 1),
+}
+
+
 def _round_up(x, unit):
     return -(-x // unit) * unit
 
@@ -593,7 +638,8 @@ def occupancy(threads: int, registers: int, smem_bytes: int, limits: SmLimits = 
     by_regs = warps_by_regs // warps if fits_regs else 0
     smem = _round_up(smem_bytes + limits.smem_reserved_per_block, limits.smem_unit)
     fits_smem = smem <= limits.smem_per_block_optin + limits.smem_reserved_per_block
-    by_smem = limits.smem_per_sm // smem if fits_smem else 0
+    # No shared memory at all (before Ampere no share is reserved): no limit from it.
+    by_smem = (limits.smem_per_sm // smem if smem else limits.max_blocks) if fits_smem else 0
     by_barriers = (limits.max_blocks * limits.barriers_per_block_slot) // barriers if barriers else limits.max_blocks
     limits_by = {
         "warps": by_warps,

@@ -1,21 +1,24 @@
 // The launch facts of the CUDA kernels that benchmarks/sass_report.py needs, printed as JSON
 // straight from the headers the kernels are built from (filters.h and passes.h, compiled here for
 // the host), so that the report restates none of them: filter radii, tile and block sizes, shared
-// memory per block and the tiled backward's band plan for one image size.
+// memory per block, the tiled backward's band plan for one image size, and the formulation the
+// launchers choose (csrc/flip/cuda/params.h) on devices with the shared memory per block given.
 //
 //   g++ -std=c++17 -O1 -Icsrc benchmarks/sass_launch_facts.cpp -o /tmp/sass_launch_facts
-//   /tmp/sass_launch_facts PPD WIDTH HEIGHT BATCH WANTED ELEMENT_BYTES
+//   /tmp/sass_launch_facts PPD WIDTH HEIGHT BATCH WANTED ELEMENT_BYTES [SHARED_MEMORY_PER_BLOCK...]
 //
 // WANTED: 1 the test image's gradient, 2 the reference's, 3 both (plan_backward's mask).
 #include <cstdio>
 #include <cstdlib>
 
+#include "flip/cuda/params.h"
 #include "flip/filters.h"
 #include "flip/passes.h"
 
 int main(int argc, char** argv) {
-  if (argc != 7) {
-    std::fprintf(stderr, "usage: %s PPD WIDTH HEIGHT BATCH WANTED ELEMENT_BYTES\n", argv[0]);
+  if (argc < 7) {
+    std::fprintf(stderr, "usage: %s PPD WIDTH HEIGHT BATCH WANTED ELEMENT_BYTES [SHARED_MEMORY_PER_BLOCK...]\n",
+                 argv[0]);
     return 2;
   }
   const double ppd = std::atof(argv[1]);
@@ -37,6 +40,18 @@ int main(int argc, char** argv) {
   std::printf("  \"smem_elems\": {\"fused\": %d, \"tiled_t\": %d, \"h\": %d, \"ht\": %d},\n", flip::fused_smem_len(R),
               flip::tiled_t_smem_len(R), flip::h_smem_len(flip::kBlock, R),
               flip::ht_smem_len(flip::kBlock, R, g.planes()));
+  // Per device limit: the fused forward, the tiled backward (float32 as the report's kernels, and
+  // float64), and whether the row passes fit at all (else the ops refuse this ppd there).
+  std::printf("  \"plans\": {");
+  for (int i = 7; i < argc; ++i) {
+    const size_t have = static_cast<size_t>(std::atoll(argv[i]));
+    namespace fc = flip::cuda;
+    std::printf("%s\n    \"%zu\": {\"float32\": [%d, %d, %d], \"float64\": [%d, %d, %d]}", i > 7 ? "," : "", have,
+                fc::use_fused_forward<float>(R, have, false), fc::use_tiled_backward<float>(R, have, false),
+                fc::row_pass_smem_bytes<float>(R, g.planes()) <= have, fc::use_fused_forward<double>(R, have, false),
+                fc::use_tiled_backward<double>(R, have, false), fc::row_pass_smem_bytes<double>(R, g.planes()) <= have);
+  }
+  std::printf("\n  },\n");
   std::printf("  \"scratch_budget_bytes\": %lld, \"scratch_elems\": %lld,\n",
               static_cast<long long>(flip::kBackwardScratchBytes), static_cast<long long>(plan.scratch_elems(g)));
   std::printf("  \"bands\": [");

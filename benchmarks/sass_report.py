@@ -8,8 +8,10 @@ with the issue-bound time that implies.
     python benchmarks/sass_report.py [--json out.json] [--size 1920x1080] [--exposures 9]
 
 It compiles csrc/flip/cuda/kernels.cu as setup.py does (its nvcc flags, torch's common ones)
-for sm_90 only, into a cubin (kept in build/sass, keyed by nvcc's version, the flags and the
-sources, for an identical compile to reuse; --no-cache compiles afresh), and
+for sm_90, into a cubin (kept in build/sass, keyed by nvcc's version, the flags and the
+sources, for an identical compile to reuse; --no-cache compiles afresh); the other generations
+(sass_analysis.GENERATIONS) get the formulation their shared memory picks and each kernel's
+occupancy with their own SASS's registers (the built module's, or compiled likewise), no time; and
 benchmarks/sass_launch_facts.cpp for the host (radii, tiles, shared memory, the backward's
 bands, straight from the kernels' headers). Tools: nvcc (and ptxas)
 from CUDA_HOME or PATH; nvdisasm and cuobjdump from --tools-dir, PATH, CUDA_HOME/bin or the
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import glob
 import importlib.util
 import json
 import os
@@ -156,10 +159,11 @@ def _compile_key(nvcc, cmd):
     return h.hexdigest()[:32]
 
 
-def compile_kernels(nvcc, workdir, notes, flags=None, cache_dir=CACHE_DIR):
-    """kernels.cu for sm_90 into a cubin, with setup.py's nvcc flags (or `flags` in their place) and
-    torch's common ones: (cubin path, ptxas -v log, command line). With cache_dir (None: none) an
-    identical compile made before is reused from there."""
+def compile_kernels(nvcc, workdir, notes, flags=None, cache_dir=CACHE_DIR, arch="9.0"):
+    """kernels.cu for one GPU generation (sm_90 unless `arch` says otherwise) into a cubin, with
+    setup.py's nvcc flags (or `flags` in their place) and torch's common ones: (cubin path, ptxas -v
+    log, command line). With cache_dir (None: none) an identical compile made before is reused from
+    there."""
     flags = list(setup_nvcc_flags() if flags is None else flags)
     extra, note = torch_nvcc_flags()
     if note:
@@ -169,7 +173,7 @@ def compile_kernels(nvcc, workdir, notes, flags=None, cache_dir=CACHE_DIR):
         notes.append("added -lineinfo (setup.py does not pass it)")
     args = [
         "-cubin",
-        "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_{0},code=sm_{0}".format(arch.replace(".", "")),
         "-std=c++17",
         *extra,
         *flags,
@@ -212,7 +216,8 @@ def launch_facts(workdir, ppd, width, height, batch, wanted, elem):
     if res.returncode != 0:
         raise RuntimeError("compiling sass_launch_facts.cpp failed:\n" + res.stderr[-4000:])
     out = subprocess.run(
-        [exe, repr(ppd), str(width), str(height), str(batch), str(wanted), str(elem)],
+        [exe, repr(ppd), str(width), str(height), str(batch), str(wanted), str(elem)]
+        + sorted({str(g.smem_per_block_optin) for g in sa.GENERATIONS.values()}),
         capture_output=True,
         text=True,
         check=True,
@@ -960,7 +965,10 @@ def analyse(args):
         disasm = subprocess.run([nvdisasm, "-c", "-g", cubin], capture_output=True, text=True, check=True).stdout
         res = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True).stdout
         facts = launch_facts(work, args.ppd, width, height, 1, args.wanted, 4)
-    ptxas = parse_ptxas(ptxas_log)
+        ptxas = parse_ptxas(ptxas_log)
+        sm90 = {kernel_key(m): p["registers"] for m, p in ptxas.items() if kernel_key(m) is not None}
+        arches = sorted({sass_of(c) for c in args.generations}, key=capability)
+        sass = generation_resources(arches, args, nvcc, cuobjdump, work, notes, cache, sm90)
     usage = parse_res_usage(res)
     functions = sa.parse_nvdisasm(disasm)
     source = Source()
@@ -988,6 +996,11 @@ def analyse(args):
             "occupancy": occ,
             "_function": f,
         }
+    for resources in sass.values():  # barriers and static shared memory: the source's, the same on every target
+        for key, r in resources["kernels"].items():
+            same = next((p for m, p in ptxas.items() if kernel_key(m) == key), None)
+            r.update(barriers=same["barriers"] if same else 1, static_smem=same["static_smem"] if same else 0)
+    facts["generations"] = sass
     return (
         facts,
         kernels,
@@ -997,6 +1010,157 @@ def analyse(args):
         source,
         (width, height),
     )
+
+
+# ---- the other GPU generations ---------------------------------------------------------------
+
+
+def _cuda_arches():
+    """flip_loss/cuda_arches.py on its own (the package's import would load torch)."""
+    spec = importlib.util.spec_from_file_location(
+        "flip_loss_cuda_arches", os.path.join(ROOT, "flip_loss", "cuda_arches.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def capability(arch):
+    return _cuda_arches().capability(arch)
+
+
+def sass_of(arch):
+    """The build's SASS target a GPU of compute capability `arch` runs ("8.9" -> "8.6")."""
+    code = _cuda_arches().runs_on(capability(arch))
+    if code is None or not code.startswith("sm_"):
+        raise ValueError(f"no SASS of the build runs on compute capability {arch}")
+    return f"{code[3:-1]}.{code[-1]}"
+
+
+def built_module():
+    found = sorted(glob.glob(os.path.join(ROOT, "flip_loss", "_C_cuda*.so")))
+    return found[0] if found else None
+
+
+def module_resources(module, cuobjdump):
+    """{"sm_80": {(kernel, dtype): {"registers", "stack"}}, ...} of every cubin of a built module
+    (cuobjdump -res-usage)."""
+    text = subprocess.run([cuobjdump, "-res-usage", module], capture_output=True, text=True).stdout
+    out = {}
+    for section in text.split("Fatbin elf code:")[1:]:
+        arch = re.search(r"^arch = (sm_\d+)$", section, re.M)
+        if arch:
+            out[arch.group(1)] = {
+                kernel_key(m): {"registers": u["REG"], "stack": u["STACK"]}
+                for m, u in parse_res_usage(section).items()
+                if kernel_key(m) is not None
+            }
+    return out
+
+
+def generation_resources(arches, args, nvcc, cuobjdump, work, notes, cache, sm90_registers):
+    """Registers and stack per (kernel, dtype) of each SASS target in `arches`: {arch: {"source",
+    "kernels"}}. From the built module (this checkout's flip_loss._C_cuda, or --module) when its
+    sm_90 cubin has the registers of the sm_90 compile above, kernel for kernel (so it was built
+    from these sources with these flags); else each target compiled as setup.py compiles it."""
+    module = args.module if args.module is not None else built_module()
+    built = module_resources(module, cuobjdump) if module else {}
+    same = built.get("sm_90") is not None and {k: r["registers"] for k, r in built["sm_90"].items()} == sm90_registers
+    if module and not same:
+        notes.append(
+            f"{os.path.relpath(module, ROOT)} is not a build of these sources (its sm_90 registers differ, or it "
+            "has no sm_90): the other generations compiled"
+        )
+    out = {}
+    for arch in arches:
+        sm = "sm_" + arch.replace(".", "")
+        if same and sm in built:
+            out[arch] = {"source": f"{os.path.relpath(module, ROOT)} ({sm})", "kernels": built[sm]}
+            continue
+        _, log, _ = compile_kernels(nvcc, work, notes, cache_dir=cache, arch=arch)
+        kernels = {
+            kernel_key(m): {"registers": p["registers"], "stack": p["stack"]} for m, p in parse_ptxas(log).items()
+        }
+        out[arch] = {"source": f"nvcc -gencode=arch=compute_{sm[3:]},code={sm}", "kernels": kernels}
+    return out
+
+
+# The kernels LDR-FLIP launches, per formulation (csrc/flip/cuda/sequences.h): a forward; a loss's
+# forward+backward as autograd runs it when it keeps the sensitivities.
+PLAN_KERNELS = {
+    ("forward", True): ("fused_ldr_kernel",),
+    ("forward", False): ("h_kernel", "v_ldr_kernel"),
+    ("forward+backward", True): ("tiled_grad_kernel", "tiled_transpose_kernel"),
+    ("forward+backward", False): ("h_kernel", "v_ldr_keep_kernel", "ldr_kept_grad_kernel", "vt_kernel", "ht_kernel"),
+}
+
+
+def row_launch_bytes(kernel, facts, width, height, wanted_images, elem=4):
+    """Bytes a row-pass launch of LDR-FLIP reads and writes at least (csrc/flip/passes.h): H writes
+    each image's 7 filtered planes, V reads them; the backward's planes likewise, per image whose
+    gradient is wanted. (read, written)."""
+    hw, planes, responses, k = width * height, facts["planes"], facts["grad_planes"], wanted_images
+    table = {
+        "h_kernel": (2 * 3, 2 * planes),
+        "v_ldr_kernel": (2 * planes, 1),
+        "v_ldr_keep_kernel": (2 * planes, 1 + k * responses),  # the map and the kept sensitivities
+        "ldr_kept_grad_kernel": (k * responses + 1, k * responses),  # times the incoming gradient
+        "vt_kernel": (k * responses, k * planes),
+        "ht_kernel": (k * planes + k * 3, k * 3),  # the input image for the chain to it
+    }
+    read, written = table[kernel]
+    return read * hw * elem, written * hw * elem
+
+
+def generations(facts, size, which):
+    """Per GPU generation (sa.GENERATIONS): the formulation LDR-FLIP runs in float32 at this ppd (the
+    launchers' choice from the shared memory per block, params.h), the occupancy of each kernel it
+    launches with the registers of the SASS that generation runs, and the compulsory global-memory
+    bytes of a forward and of a loss's forward+backward (autograd keeping the sensitivities)."""
+    width, height = size
+    wanted = facts["kept_band"]["images"]
+    out = []
+    for arch in which:
+        limits = sa.GENERATIONS[arch]
+        target = sass_of(arch)
+        resources = facts["generations"].get(target)
+        if resources is None:
+            continue
+        fused, tiled, rows_fit = facts["plans"][str(limits.smem_per_block_optin)]["float32"]
+        row = {
+            "capability": arch,
+            "name": limits.name,
+            "sass": "sm_" + target.replace(".", ""),
+            "registers_from": resources["source"],
+            "forward": "fused" if fused else "row passes",
+            "backward": "tiled" if tiled else "row passes",
+            "row_passes_fit": bool(rows_fit),
+            "kernels": [],
+            "bytes": {},
+        }
+        for scenario, tiles in (("forward", bool(fused)), ("forward+backward", bool(tiled))):
+            total = 0
+            for name in PLAN_KERNELS[scenario, tiles]:
+                fixed = f"{name}<{facts['r_csf']},{facts['r_feat']}>"
+                name = fixed if (fixed, "float32") in resources["kernels"] else name
+                r = resources["kernels"].get((name, "float32"))
+                if r is None:
+                    continue
+                threads, dyn = launch_config(name, facts, 4)
+                occ = sa.occupancy(threads, r["registers"], r["static_smem"] + dyn, limits, barriers=r["barriers"])
+                row["kernels"].append(
+                    {"kernel": name, "scenario": scenario, "threads": threads, "smem": r["static_smem"] + dyn}
+                    | {"registers": r["registers"], "stack": r["stack"], "occupancy": occ}
+                )
+                if not tiles:
+                    total += sum(row_launch_bytes(base_name(name), facts, width, height, wanted))
+                elif scenario == "forward":
+                    total += sum(launch_bytes(name, Ctx(facts, width, height, False, True)))
+                else:
+                    total += sum(launch_bytes(name, Ctx(facts, width, height, False, True, facts["kept_band"], True)))
+            row["bytes"][scenario] = total
+        out.append(row)
+    return out
 
 
 def launch_bytes(kernel, ctx, elem=4):
@@ -1293,6 +1457,18 @@ def main(argv=None):
         help="gradients of the backward: 1 the test image's (a loss; default), 3 both",
     )
     p.add_argument("--tools-dir", help="folder holding nvdisasm and cuobjdump")
+    p.add_argument(
+        "--generations",
+        default=",".join(sa.GENERATIONS),
+        help="compute capabilities to report the formulation and occupancy of (default: "
+        + ",".join(sa.GENERATIONS)
+        + "; their SASS from the built flip_loss._C_cuda when it is these sources' build, else compiled)",
+    )
+    p.add_argument(
+        "--module",
+        help="the built flip_loss._C_cuda to read the generations' SASS from (default: this checkout's), used "
+        "when its sm_90 registers are the sm_90 compile's",
+    )
     p.add_argument("--loops", action="store_true", help="also print the trip-count table as matched")
     p.add_argument(
         "--no-cache",
@@ -1300,10 +1476,16 @@ def main(argv=None):
         help="compile afresh (default: reuse build/sass's cubin of the same nvcc, flags and sources)",
     )
     args = p.parse_args(argv)
+    args.generations = [a for a in args.generations.split(",") if a]
+    unknown = [a for a in args.generations if a not in sa.GENERATIONS]
+    if unknown:
+        p.error(f"--generations: no limits known for {', '.join(unknown)} (known: {', '.join(sa.GENERATIONS)})")
     if args.ppd is None:
         args.ppd = default_ppd()
     facts, kernels, notes, compile_line, versions, source, size = analyse(args)
     est = estimate(facts, kernels, source, size, args.exposures)
+    gens = generations(facts, size, args.generations)
+    facts = {k: v for k, v in facts.items() if k != "generations"}  # their resources are in gens
     report = {
         "estimate": True,
         "what": "static estimate from SASS, no GPU: issued warp-instructions / issue rate (issue_bound_ms), and "
@@ -1329,6 +1511,7 @@ def main(argv=None):
         "kernels": [{k: v for k, v in d.items() if not k.startswith("_")} for d in kernels.values()],
         "per_kernel": est["per_kernel"],
         "scenarios": est["scenarios"],
+        "generations": gens,
         "table_problems": est["problems"],
         "loops": {
             f"{k[0]}{' hdr' if k[1] else ''}{'' if k[2] else ' skip'}": [
@@ -1447,6 +1630,7 @@ def print_report(report, est, kernels, args):
     for s in report["scenarios"]:
         print(f"  {s['scenario']}: {s['assumption']}")
     print_bounds(report, est)
+    print_generations(report)
     if args.loops:
         print()
         print("The trip-count table as matched to the SASS: trips per entry and warp, the probability of")
@@ -1519,6 +1703,42 @@ def print_bounds(report, est):
         "phases (the table's innermost loops, between barriers) one after another, each at its own busiest "
         "pipe;\n  verdicts: bound/waves/phased"
     )
+
+
+def print_generations(report):
+    """The formulation and occupancy on each GPU generation (an ESTIMATE, as everything here)."""
+    print()
+    print(
+        f"Other GPU generations (an ESTIMATE): the formulation LDR-FLIP runs in float32 at ppd {report['ppd']:.2f} "
+        "(the launchers' choice from the shared memory per block), each kernel's occupancy on that SM with the "
+        f"registers of the SASS it runs, and the compulsory global-memory bytes at {report['size']}, batch 1. "
+        f"Time is estimated for sm_90 only (above, the reference); the others have no pipe model."
+    )
+    print(
+        f"{'generation':38} {'SASS':6} {'forward':10} {'backward':10} {'fwd MB':>7} {'loss MB':>8}  "
+        f"kernels: registers, shared memory per block, blocks/SM, occupancy (limited by)"
+    )
+    for g in report["generations"]:
+        b = g["bytes"]
+        first = True
+        for k in g["kernels"]:
+            o = k["occupancy"]
+            lead = (
+                f"{g['name']:38} {g['sass']:6} {g['forward']:10} {g['backward']:10} "
+                f"{b.get('forward', 0) / 1e6:7.1f} {b.get('forward+backward', 0) / 1e6:8.1f}"
+                if first
+                else " " * 83
+            )
+            print(
+                f"{lead}  {k['kernel']:28} {k['registers']:>3} regs {fmt_bytes(k['smem']):>8} "
+                f"{o['blocks_per_sm']:>2}/SM {o['occupancy'] * 100:5.1f}% ({o['limited_by']})"
+            )
+            first = False
+        if not g["row_passes_fit"]:
+            print(f"{'':83}  refused: the row passes' shared memory exceeds the block's at this ppd")
+    sources = sorted({g["registers_from"] for g in report["generations"]}, key=lambda x: (len(x), x))
+    print(f"  registers from: {'; '.join(sources)}")
+    print("  loss: forward+backward of a loss, autograd keeping the test image's sensitivities (CUDA's default path)")
 
 
 if __name__ == "__main__":

@@ -215,6 +215,34 @@ def test_occupancy_on_h200():
     assert sa.occupancy(256, 32, 227 * 1024)["blocks_per_sm"] == 1
 
 
+def test_occupancy_on_the_other_generations():
+    t4, a100, rtx30, rtx40, b200, rtx50 = (sa.GENERATIONS[c] for c in ("7.5", "8.0", "8.6", "8.9", "10.0", "12.0"))
+    # The fused forward at ppd 67 in float32 (256 threads, 95,040 B): sm_75's 64 KB per block refuse
+    # it; the 99 KB generations fit one block (96,128 B with the reserved 1 KB, of 100 KB per SM),
+    # the A100 one (of 164 KB) and the B200 two, as an H100.
+    for limits, blocks in ((t4, 0), (a100, 1), (rtx30, 1), (rtx40, 1), (b200, 2), (rtx50, 1)):
+        assert sa.occupancy(256, 64, 95_040, limits)["blocks_per_sm"] == blocks, limits.name
+    # sm_75: 1024 threads per SM, so four 256-thread blocks at most, which 64 registers allow
+    # (2048 per warp, 8 warps per quarter); shared memory in 256-byte units, no reserved share.
+    o = sa.occupancy(256, 64, 10_000, t4)
+    assert (o["blocks_per_sm"], o["occupancy"], o["limited_by"]) == (4, 1.0, "warps, registers")
+    assert o["smem_per_block_allocated"] == 10_240
+    # A kernel without shared memory has none reserved there either: no limit from it.
+    o = sa.occupancy(128, 32, 0, t4)
+    assert (o["smem_per_block_allocated"], o["limits"]["shared memory"], o["blocks_per_sm"]) == (0, 16, 8)
+    # sm_86: 1536 threads (48 warps) and 16 blocks per SM, one barrier per block slot (a block with
+    # a barrier: 16 too); sm_89 and sm_120: 24 blocks.
+    o = sa.occupancy(32, 16, 0, rtx30)
+    assert (o["blocks_per_sm"], o["occupancy"], o["limited_by"]) == (16, 16 / 48, "blocks, barriers")
+    assert sa.occupancy(32, 16, 0, rtx40)["blocks_per_sm"] == sa.occupancy(32, 16, 0, rtx50)["blocks_per_sm"] == 24
+    # Each generation's shared memory per block is flip_loss/cuda_arches.py's.
+    from flip_loss import cuda_arches
+
+    for capability, limits in sa.GENERATIONS.items():
+        assert limits.smem_per_block_optin == cuda_arches.SHARED_MEMORY_PER_BLOCK[capability]
+        assert limits.smem_per_block_optin + limits.smem_reserved_per_block <= limits.smem_per_sm
+
+
 def test_warp_iterations_and_issue_rate():
     # 1872 = (16 + 20) x (32 + 20) pixels over 256 threads: warps 0-2 take 8 turns, 3-7 take 7.
     assert sa.warp_iterations(1872, 256, 256) == (3 * 8 + 5 * 7) / 8
@@ -536,6 +564,22 @@ def test_the_report_matches_the_current_kernels(tmp_path):
     # the fused forward and runs both kernels in bands, which overlap.
     fwd, kept, recomputing = (by_name[k] for k in ("forward", "forward+backward", "forward+backward, recomputing"))
     assert fwd < kept and recomputing > kept + fwd
+    # Every generation: the formulation its shared memory allows at ppd 67 (float32: the tiles but
+    # on sm_75), each of its kernels launchable there, and sm_90's occupancy the table's above.
+    gens = {g["capability"]: g for g in report["generations"]}
+    assert set(gens) == set(sa.GENERATIONS)
+    for capability, g in gens.items():
+        tiles = capability != "7.5"
+        assert (g["forward"], g["backward"]) == (("fused", "tiled") if tiles else ("row passes", "row passes"))
+        assert g["row_passes_fit"] and len(g["kernels"]) == (3 if tiles else 7), g["kernels"]
+        assert all(k["occupancy"]["blocks_per_sm"] >= 1 for k in g["kernels"]), capability
+    table = {k["kernel"]: k["occupancy"] for k in report["kernels"] if k["dtype"] == "float32"}
+    assert all(k["occupancy"] == table[k["kernel"]] for k in gens["9.0"]["kernels"])
+    # The row passes move their 14 planes through global memory: the forward reads and writes several
+    # times the tiles' bytes (the images and the map), a loss (whose tiles write and read the kept
+    # sensitivities too) more than twice.
+    assert gens["7.5"]["bytes"]["forward"] > 4 * gens["9.0"]["bytes"]["forward"]
+    assert gens["7.5"]["bytes"]["forward+backward"] > 2 * gens["9.0"]["bytes"]["forward+backward"]
 
 
 # ---- the device's floating-point contract (docs/algorithm.md §9.2) ----
