@@ -211,8 +211,10 @@ FLIP_ENTRY(hunt_hyab_forward)
 FLIP_ENTRY(hunt_hyab_backward)
 #undef FLIP_ENTRY
 
-#define FLIP_TEXT(x) #x
-#define FLIP_EXPANDED_TEXT(x) FLIP_TEXT(x)
+// Variadic: __CUDA_ARCH_LIST__ is a comma-separated list ("750,800,860") once a build has two
+// targets, several macro arguments.
+#define FLIP_TEXT(...) #__VA_ARGS__
+#define FLIP_EXPANDED_TEXT(...) FLIP_TEXT(__VA_ARGS__)
 const char* compiled_architectures() {
 #ifdef __CUDA_ARCH_LIST__
   return FLIP_EXPANDED_TEXT(__CUDA_ARCH_LIST__);
