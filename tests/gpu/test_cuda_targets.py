@@ -79,10 +79,11 @@ def test_which_code_each_generation_runs(device, code):
 
 def asked_targets():
     """(SASS, PTX) capabilities the build of this checkout was asked for (TORCH_CUDA_ARCH_LIST as
-    setup.py resolves it), or None where the list is torch's to expand (names, "native")."""
+    setup.py resolves it), or None where the list is torch's to expand (names, "native") or names
+    arch-specific targets ("9.0a")."""
     built = cuda_arches.build_arch_list(os.environ.get("TORCH_CUDA_ARCH_LIST"))
     entries = [e for e in re.split(r"[;\s]+", built) if e]
-    if not all(re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?", e) for e in entries):
+    if not all(re.fullmatch(r"\d+\.\d+(\+PTX)?", e) for e in entries):
         return None
     sass = {e.split("+")[0].replace(".", "") for e in entries}
     ptx = {e.split("+")[0].replace(".", "") for e in entries if e.endswith("+PTX")}
@@ -97,7 +98,7 @@ def test_the_built_cuda_module_holds_every_promised_target():
         pytest.skip("flip_loss._C_cuda is not built here (FLIP_LOSS_CUDA=0, or no nvcc)")
     targets = asked_targets()
     if targets is None:
-        pytest.skip(f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']} is expanded by torch")
+        pytest.skip(f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']} is not a list of numbers")
     cuobjdump = find_tool("cuobjdump")
     if cuobjdump is None:
         pytest.skip("no cuobjdump (pip install -r benchmarks/requirements-sass.txt)")
@@ -110,3 +111,17 @@ def test_the_built_cuda_module_holds_every_promised_target():
     sass, want_ptx = targets
     assert elf >= sass, f"{module} lacks SASS for sm_{', sm_'.join(sorted(sass - elf))}:\n{listing}"
     assert ptx >= want_ptx, f"{module} lacks PTX of compute_{', compute_'.join(sorted(want_ptx - ptx))}:\n{listing}"
+
+
+def test_the_built_cuda_module_names_the_targets_it_was_compiled_for():
+    """flip_loss._C_cuda.architectures(), what the run-time check names when a GPU cannot run the
+    build: every target asked for (nvcc's __CUDA_ARCH_LIST__, one virtual architecture each)."""
+    from flip_loss import _ops
+
+    if _ops._C_cuda is None:
+        pytest.skip("flip_loss._C_cuda is not built or not loaded here")
+    targets = asked_targets()
+    if targets is None:
+        pytest.skip(f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']} is not a list of numbers")
+    listed = {int(a) for a in _ops._C_cuda.architectures().split(",")}
+    assert listed == {int(a) * 10 for a in targets[0]}, _ops._C_cuda.architectures()
