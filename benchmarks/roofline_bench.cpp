@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -69,9 +70,9 @@ typedef float V8 __attribute__((vector_size(32)));
 volatile float g_sink;
 
 // The three instruction mixes whose rate bounds the kernels, in assembly so that the compiler
-// neither hoists nor merges anything: per iteration 16 independent 8-lane operations into 8
-// (multiply then add: a product into a temporary, then added) or 12 (fused multiply-add, add)
-// accumulators, more chains than latency x throughput on current x86 cores.
+// neither hoists nor merges anything: per iteration 16 multiply-then-adds (a product into a
+// temporary, then added to one of 8 accumulators) or 24 fused multiply-adds or adds (into 12),
+// 8 lanes each: more chains than latency x throughput on current x86 cores.
 #define FLIP_R8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
 #define FLIP_MUL_ADD(i) "vmulps %%ymm14, %%ymm15, %%ymm12\n vaddps %%ymm12, %%ymm" #i ", %%ymm" #i "\n"
 #define FLIP_FMA(i) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #i "\n"
@@ -89,9 +90,8 @@ void mul_add_loop(int64_t n) {
 void fma_loop(int64_t n) {
   __asm__ volatile(
       "vxorps %%ymm14, %%ymm14, %%ymm14\n vxorps %%ymm15, %%ymm15, %%ymm15\n"
-      "1:\n" FLIP_R8(FLIP_FMA) FLIP_FMA(8) FLIP_FMA(9) FLIP_FMA(10) FLIP_FMA(11) FLIP_FMA(0) FLIP_FMA(1) FLIP_FMA(2)
-      FLIP_FMA(3) FLIP_FMA(4) FLIP_FMA(5) FLIP_FMA(6) FLIP_FMA(7) FLIP_FMA(8) FLIP_FMA(9) FLIP_FMA(10) FLIP_FMA(11)
-      "dec %0\n jnz 1b\n vzeroupper\n"
+      "1:\n" FLIP_R8(FLIP_FMA) FLIP_FMA(8) FLIP_FMA(9) FLIP_FMA(10) FLIP_FMA(11) FLIP_R8(FLIP_FMA) FLIP_FMA(8)
+          FLIP_FMA(9) FLIP_FMA(10) FLIP_FMA(11) "dec %0\n jnz 1b\n vzeroupper\n"
       : "+r"(n)
       :
       : FLIP_CLOBBERS, "ymm14", "ymm15");
@@ -99,45 +99,50 @@ void fma_loop(int64_t n) {
 void add_loop(int64_t n) {
   __asm__ volatile(
       "vxorps %%ymm14, %%ymm14, %%ymm14\n"
-      "1:\n" FLIP_R8(FLIP_ADD) FLIP_ADD(8) FLIP_ADD(9) FLIP_ADD(10) FLIP_ADD(11) FLIP_ADD(0) FLIP_ADD(1) FLIP_ADD(2)
-      FLIP_ADD(3) FLIP_ADD(4) FLIP_ADD(5) FLIP_ADD(6) FLIP_ADD(7) FLIP_ADD(8) FLIP_ADD(9) FLIP_ADD(10) FLIP_ADD(11)
-      "dec %0\n jnz 1b\n vzeroupper\n"
+      "1:\n" FLIP_R8(FLIP_ADD) FLIP_ADD(8) FLIP_ADD(9) FLIP_ADD(10) FLIP_ADD(11) FLIP_R8(FLIP_ADD) FLIP_ADD(8)
+          FLIP_ADD(9) FLIP_ADD(10) FLIP_ADD(11) "dec %0\n jnz 1b\n vzeroupper\n"
       : "+r"(n)
       :
       : FLIP_CLOBBERS, "ymm14");
 }
-// Float operations per second (all threads) of loop(n): 16 8-lane operations of flops_per_op each per
-// iteration; or, for the multiply-then-add, of 16 taps.
-double flop_rate(int threads, double flops_per_op, void (*loop)(int64_t)) {
+// Float operations per second (all threads) of loop(n): ops 8-lane operations of flops_per_op each
+// per iteration.
+double flop_rate(int threads, int ops, double flops_per_op, void (*loop)(int64_t)) {
   constexpr int64_t kIters = 1000000;
   const double t = best_of(30, [&] {
 #pragma omp parallel num_threads(threads)
     loop(kIters);
   });
-  return threads * double(kIters) * 16 * 8 * flops_per_op / t;
+  return threads * double(kIters) * ops * 8 * flops_per_op / t;
 }
 
 // Bytes per second (all threads) of reading (mode 0), writing (1) or copying (2: counted as
 // read + written bytes) a buffer of `bytes` per thread, passes repeated to about 2 GB in all.
 double bandwidth(int threads, size_t bytes, int mode) {
   const size_t n = bytes / sizeof(float);
-  std::vector<std::vector<float>> src(threads, std::vector<float>(n, 1.f)), dst(threads, std::vector<float>(n, 0.f));
+  // 64-byte aligned (a vector's 16-byte alignment would split a third of the loads over two lines).
+  std::vector<std::unique_ptr<flip::cpu::Workspace>> src, dst;
+  for (int i = 0; i < threads; ++i) {
+    src.push_back(std::make_unique<flip::cpu::Workspace>(bytes));
+    dst.push_back(std::make_unique<flip::cpu::Workspace>(bytes));
+    std::fill(src[i]->as<float>(), src[i]->as<float>() + n, 1.f);
+    std::fill(dst[i]->as<float>(), dst[i]->as<float>() + n, 0.f);
+  }
   const int passes = std::max<int>(1, int(2e8 / (bytes * threads)));
   const double t = best_of(10, [&] {
 #pragma omp parallel num_threads(threads)
     {
       const int tid = omp_get_thread_num();
-      const float* __restrict s = src[tid].data();
-      float* __restrict d = dst[tid].data();
-      V8 acc[4] = {};
+      const float* __restrict s = src[tid]->as<float>();
+      float* __restrict d = dst[tid]->as<float>();
       for (int p = 0; p < passes; ++p) {
-        if (mode == 0) {
-          for (size_t i = 0; i + 32 <= n; i += 32)
-            for (int v = 0; v < 4; ++v) {
-              V8 x;
-              std::memcpy(&x, s + i + 8 * v, 32);
-              acc[v] += x;
-            }
+        if (mode == 0) {  // 8 loads of 32 bytes per step, in assembly: nothing else in the loop
+          for (size_t i = 0; i + 64 <= n; i += 64)
+            __asm__ volatile(
+                "vmovups (%0), %%ymm0\n vmovups 32(%0), %%ymm1\n vmovups 64(%0), %%ymm2\n vmovups 96(%0), %%ymm3\n"
+                "vmovups 128(%0), %%ymm0\n vmovups 160(%0), %%ymm1\n vmovups 192(%0), %%ymm2\n"
+                "vmovups 224(%0), %%ymm3\n" ::"r"(s + i)
+                : "ymm0", "ymm1", "ymm2", "ymm3");
         } else if (mode == 1) {
           const V8 x = V8{} + float(p);
           for (size_t i = 0; i + 8 <= n; i += 8) std::memcpy(d + i, &x, 32);
@@ -146,7 +151,6 @@ double bandwidth(int threads, size_t bytes, int mode) {
         }
         __asm__ volatile("" ::: "memory");
       }
-      g_sink = acc[0][0] + acc[1][1] + acc[2][2] + acc[3][3];
     }
   });
   return double(threads) * passes * bytes * (mode == 2 ? 2 : 1) / t;
@@ -171,9 +175,9 @@ int main(int argc, char** argv) {
   g_cpu_time = threads == 1;
 
   std::printf("Machine rates, %d thread(s) (%s):\n", threads, g_cpu_time ? "thread CPU time" : "wall time");
-  const double mul_add = flop_rate(threads, 2, mul_add_loop);
-  const double fma = flop_rate(threads, 2, fma_loop);
-  const double add = flop_rate(threads, 1, add_loop);
+  const double mul_add = flop_rate(threads, 16, 2, mul_add_loop);
+  const double fma = flop_rate(threads, 24, 2, fma_loop);
+  const double add = flop_rate(threads, 24, 1, add_loop);
   std::printf("  float multiply then add (the filters' tap): %.1f GFLOP/s = %.2f Gtap/s\n", mul_add / 1e9,
               mul_add / 2e9);
   std::printf("  float fused multiply-add: %.1f GFLOP/s; float add alone: %.1f GFLOP/s\n", fma / 1e9, add / 1e9);
@@ -200,8 +204,6 @@ int main(int argc, char** argv) {
   }
   const float* img[2] = {test.data(), ref.data()};
   const Context<float> cx(67.02064327658225);
-  Workspace ws(sizeof(float) * 2 * kHorizontalPlanesPerImage * HW);
-  float* planes = ws.as<float>();
   Workspace ws_conv(sizeof(float) * 2 * 4 * HW);
   float* conv = ws_conv.as<float>();
   const int rc = cx.csf->y.radius, rf = cx.feat->g.radius;
@@ -226,7 +228,8 @@ int main(int argc, char** argv) {
   const Ops v_ops = sum({plain(rc), plain(rc), plain(rc), plain(rc), plain(rf), plain(rf), odd(rf), centred(rf)});
   auto floor_of = [&](Ops o) { return 2 * std::max(o.mul, o.add) * 2 / mul_add; };  // both images, seconds per pixel
 
-  // Phase timings.
+  // Phase timings: the conversion alone; the horizontal rows (conversion and horizontal filters)
+  // into a ring of rows as the pipeline keeps them; both stages with no tail; the whole forward.
   const double t_convert = best_of(repeats, [&] {
     parallel_for(0, 2 * H, row_grain(W), [&](int64_t b, int64_t e) {
       for (int64_t idx = b; idx < e; ++idx) {
@@ -237,35 +240,39 @@ int main(int argc, char** argv) {
       }
     });
   });
-  const double t_hstage = best_of(repeats, [&] { horizontal_stage(img, planes, H, W, SrgbInput{}, cx); });
-  const double t_vfilters = best_of(repeats, [&] {
-    vertical_tiles(planes, H, W, cx, [](const float*, const float*, int64_t, int64_t) {});
+  const int64_t ring_rows = std::min<int64_t>(H, kTileRows + 2 * cx.rmax), plane = ring_rows * W;
+  const double t_hstage = best_of(repeats, [&] {
+    parallel_for(0, H, row_grain(W), [&](int64_t b, int64_t e) {
+      Workspace ring(sizeof(float) * 2 * kHorizontalPlanesPerImage * plane);
+      Scratch<float> sc(W, cx.rmax, 4);
+      for (int64_t y = b; y < e; ++y)
+        for (int im = 0; im < 2; ++im)
+          horizontal_row(img[im] + y * W, HW, W, SrgbInput{}, cx, sc,
+                         ring.as<float>() + im * kHorizontalPlanesPerImage * plane, plane, y % ring_rows * W);
+    });
   });
-  const double t_vforward = best_of(repeats, [&] { vertical_forward(planes, H, W, cx, 0.f, map.data()); });
-  const double t_forward = best_of(repeats, [&] {
-    horizontal_stage(img, planes, H, W, SrgbInput{}, cx);
-    vertical_forward(planes, H, W, cx, 0.f, map.data());
+  const double t_stages = best_of(repeats, [&] {
+    image_stages(img, H, W, SrgbInput{}, cx, [](const float*, const float*, int64_t, int64_t) {});
   });
+  const double t_forward =
+      best_of(repeats, [&] { image_stages(img, H, W, SrgbInput{}, cx, ForwardRows<float>{0.f, cx.k, map.data()}); });
   double map_sum = 0;
   for (float v : map) map_sum += v;
 
-  // DRAM bytes per pixel of each phase as the pipeline runs it (planes of 1080p do not fit the
-  // caches): the input conversion reads both images (24 B); the horizontal filters write 14 planes
-  // (56 B, plus as much read for ownership); the vertical filters read them, each tile of 32 rows
-  // with its 2r halo rows ((32 + 2r) / 32 times 56 B); the tail writes the map (4 B + 4 B).
-  const double tile_reread = double(kTileRows + 2 * cx.rmax) / kTileRows;
-  const double b_in = 24, b_planes = 2 * kHorizontalPlanesPerImage * 4, b_map = 4;
+  // DRAM bytes per pixel of each phase: the conversion reads both images (24 B); the horizontal
+  // rows and the vertical passes stay in the caches (a ring of kTileRows + 2 r rows per plane and
+  // thread); the tail writes the map (4 B, plus as much read for ownership).
+  const double b_in = 24, b_map = 4;
   struct Row {
     const char* name;
     double t, compute_floor, read_bytes, write_bytes;
   };
   const Row rows[] = {
-      {"input conversion (both images)", t_convert, 0, b_in, 0},
-      {"horizontal filters (incl. conversion)", t_hstage, floor_of(h_ops), b_in, b_planes},
-      {"vertical filters (tiles)", t_vfilters, floor_of(v_ops), b_planes * tile_reread, 0},
-      {"per-pixel tail (vertical stage minus filters)", t_vforward - t_vfilters, 0, 0, b_map},
-      {"forward (horizontal + vertical stage)", t_forward, floor_of(h_ops) + floor_of(v_ops),
-       b_in + b_planes * tile_reread, b_planes + b_map},
+      {"input conversion", t_convert, 0, b_in, 0},
+      {"horizontal filters", t_hstage - t_convert, floor_of(h_ops), 0, 0},
+      {"vertical filters", t_stages - t_hstage, floor_of(v_ops), 0, 0},
+      {"per-pixel tail", t_forward - t_stages, 0, 0, b_map},
+      {"forward", t_forward, floor_of(h_ops) + floor_of(v_ops), b_in, b_map},
   };
   std::printf(
       "\nLDR-FLIP forward, %lldx%lld, float32, ppd 67.02 (CSF radius %d, feature radius %d), %d thread(s), best of %d "
