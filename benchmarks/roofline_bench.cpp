@@ -251,9 +251,8 @@ int main(int argc, char** argv) {
                          ring.as<float>() + im * kHorizontalPlanesPerImage * plane, plane, y % ring_rows * W);
     });
   });
-  const double t_stages = best_of(repeats, [&] {
-    image_stages(img, H, W, SrgbInput{}, cx, [](const float*, const float*, int64_t, int64_t) {});
-  });
+  const double t_stages = best_of(
+      repeats, [&] { image_stages(img, H, W, SrgbInput{}, cx, [](const float*, const float*, int64_t, int64_t) {}); });
   const double t_forward =
       best_of(repeats, [&] { image_stages(img, H, W, SrgbInput{}, cx, ForwardRows<float>{0.f, cx.k, map.data()}); });
   double map_sum = 0;
@@ -279,13 +278,15 @@ int main(int argc, char** argv) {
       "(map sum %.9g)\nfilter operations per pixel and image: horizontal %.0f multiplies + %.0f adds, vertical %.0f + "
       "%.0f\n",
       (long long)W, (long long)H, rc, rf, threads, repeats, map_sum, h_ops.mul, h_ops.add, v_ops.mul, v_ops.add);
-  std::printf("| phase | time | ns/pixel | compute floor | memory floor | time / higher floor |\n| --- | --- | --- | --- | --- | --- |\n");
+  std::printf(
+      "| phase | time | ns/pixel | compute floor | memory floor | time / higher floor |\n| --- | --- | --- | --- | --- "
+      "| --- |\n");
   for (const Row& r : rows) {
     // Written bytes cost a read for ownership too; the copy rate counts both.
     const double mem = r.read_bytes / mem_read + 2 * r.write_bytes / mem_copy;
     const double floor = std::max(r.compute_floor, mem);
-    std::printf("| %s | %.1f ms | %.1f | %.1f ms | %.1f ms (%.0f B/pixel) | %.1fx |\n", r.name, r.t * 1e3, r.t / px * 1e9,
-                r.compute_floor * px * 1e3, mem * px * 1e3, r.read_bytes + 2 * r.write_bytes,
+    std::printf("| %s | %.1f ms | %.1f | %.1f ms | %.1f ms (%.0f B/pixel) | %.1fx |\n", r.name, r.t * 1e3,
+                r.t / px * 1e9, r.compute_floor * px * 1e3, mem * px * 1e3, r.read_bytes + 2 * r.write_bytes,
                 floor > 0 ? r.t / (floor * px) : 0.0);
   }
   (void)mem_write;

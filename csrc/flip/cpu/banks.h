@@ -65,7 +65,8 @@ inline void csf_h_row(const T* o0, const T* o1, const T* o2, int64_t W, const Cs
 // The vertical CSF pass of a tile, the planes' rows found by rows (ClampedRows, TableRows): per
 // row, F0, F1, F2 at dst + 0, n, 2n (rows `stride` apart).
 template <class T, class Rows>
-inline void csf_v_tile(CsfPlanes<T> p, const Rows& rows, const Tile& t, const CsfTaps<T>& taps, T* dst, int64_t stride) {
+inline void csf_v_tile(CsfPlanes<T> p, const Rows& rows, const Tile& t, const CsfTaps<T>& taps, T* dst,
+                       int64_t stride) {
   vconv_tile(p.y, rows, t, taps.y, dst, stride);
   vconv_tile(p.cx, rows, t, taps.cx, dst + t.n, stride);
   vconv_tile(p.cz1, rows, t, taps.cz1, dst + 2 * t.n, stride);
