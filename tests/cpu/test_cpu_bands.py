@@ -2,7 +2,7 @@
 horizontal filters' rows in a ring of 32 + 2r rows and computes a row when the first band of 32
 rows that reads it comes. On images several bands tall (the ring wraps) the maps and gradients
 follow the float64 oracle, and every thread count, which moves where the threads' shares of bands
-and their recomputed halo rows begin, gives the same bits."""
+(at least 3 bands each at ppd 67) and their recomputed halo rows begin, gives the same bits."""
 
 import pytest
 import torch
@@ -11,7 +11,7 @@ import flip_loss  # noqa: F401  (registers torch.ops.flip)
 from flip_loss import oracle
 
 ops = torch.ops.flip
-SHAPE = (2, 3, 150, 37)  # 5 bands; the ring holds 52 rows at ppd 67, 36 at ppd 10
+SHAPE = (2, 3, 300, 37)  # 10 bands; the ring holds 52 rows at ppd 67, 36 at ppd 10
 
 
 def inputs(dtype, seed=0):

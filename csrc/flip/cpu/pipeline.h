@@ -159,8 +159,12 @@ bool banded_stages(int64_t H, int64_t W, const Context<T>& cx, const HRow& hrow,
   const int64_t R = cx.rmax, bands = (H + kTileRows - 1) / kTileRows;
   const int64_t across = (W + kTileColumns - 1) / kTileColumns, ring_rows = std::min(H, kTileRows + 2 * R);
   const int64_t chunk = ring_rows * kTileColumns, plane = across * chunk;
+  // Each share of bands computes 2 R rows more than it covers and has a ring of its own: shares of
+  // at least 8 R rows keep that under a quarter of the horizontal work, and the rings together
+  // under the whole planes' size, on any number of threads.
+  const int64_t grain = std::max<int64_t>(1, (8 * R + kTileRows - 1) / kTileRows);
   std::atomic<bool> finite{true};
-  parallel_for(0, bands, 1, [&](int64_t b, int64_t e) {
+  parallel_for(0, bands, grain, [&](int64_t b, int64_t e) {
     Workspace ws(sizeof(T) * 2 * kHorizontalPlanesPerImage * plane);
     T* ring = ws.as<T>();
     Scratch<T> sc(W, cx.rmax, 4 + kHorizontalPlanesPerImage);  // hrow's 4 rows, then one row per plane
