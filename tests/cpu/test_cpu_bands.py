@@ -11,7 +11,7 @@ import flip_loss  # noqa: F401  (registers torch.ops.flip)
 from flip_loss import oracle
 
 ops = torch.ops.flip
-SHAPE = (2, 3, 300, 37)  # 10 bands; the ring holds 52 rows at ppd 67, 36 at ppd 10
+SHAPE = (2, 3, 300, 150)  # 10 bands, 2 tile columns; the ring holds 52 rows at ppd 67, 36 at ppd 10
 
 
 def inputs(dtype, seed=0):
