@@ -62,27 +62,38 @@ inline void csf_h_row(const T* o0, const T* o1, const T* o2, int64_t W, const Cs
   hconv_padded(pad, W, t.cz2, p.cz2 + off);
 }
 
-// The vertical CSF pass of a tile: per row, F0, F1, F2 at dst + 0, n, 2n (rows `stride` apart).
+// The vertical CSF pass of a tile, the planes' rows found by rows (ClampedRows, TableRows): per
+// row, F0, F1, F2 at dst + 0, n, 2n (rows `stride` apart).
+template <class T, class Rows>
+inline void csf_v_tile(CsfPlanes<T> p, const Rows& rows, const Tile& t, const CsfTaps<T>& taps, T* dst,
+                       int64_t stride) {
+  vconv_tile(p.y, rows, t, taps.y, dst, stride);
+  vconv_tile(p.cx, rows, t, taps.cx, dst + t.n, stride);
+  vconv_tile(p.cz1, rows, t, taps.cz1, dst + 2 * t.n, stride);
+  vconv_tile(p.cz2, rows, t, taps.cz2, dst + 2 * t.n, stride, true);
+}
 template <class T>
 inline void csf_v_tile(CsfPlanes<T> p, int64_t H, int64_t W, const Tile& t, const CsfTaps<T>& taps, T* dst,
                        int64_t stride) {
-  vconv_tile(p.y, H, W, t, taps.y, dst, stride);
-  vconv_tile(p.cx, H, W, t, taps.cx, dst + t.n, stride);
-  vconv_tile(p.cz1, H, W, t, taps.cz1, dst + 2 * t.n, stride);
-  vconv_tile(p.cz2, H, W, t, taps.cz2, dst + 2 * t.n, stride, true);
+  csf_v_tile(p, ClampedRows<T>{H, W}, t, taps, dst, stride);
 }
 
 // The vertical feature pass of a tile: per row, dx, dy, ddx, ddy at dst + 0, n, 2n, 3n (rows
 // `stride` apart); dx = g_y * (dg_x), ddx = g_y * (ddg_x), dy = dg_y * (g_x), ddy = ddg_y * (g_x).
 // Each response has one zero-sum pass, evaluated in its exact form (filters.h): the horizontal one
 // for dx, ddx, the vertical one for dy, ddy (a constant neighbourhood gives a constant g_x plane).
+template <class T, class Rows>
+inline void feature_v_tile(FeaturePlanes<T> p, const Rows& rows, const Tile& t, const FeatureTaps<T>& taps, T* dst,
+                           int64_t stride) {
+  vconv_tile(p.dg, rows, t, taps.g, dst, stride);
+  vconv_tile(p.ddg, rows, t, taps.g, dst + 2 * t.n, stride);
+  vconv_tile<Form::kOdd>(p.g, rows, t, taps.dg, dst + t.n, stride);
+  vconv_tile<Form::kCentred>(p.g, rows, t, taps.ddg, dst + 3 * t.n, stride);
+}
 template <class T>
 inline void feature_v_tile(FeaturePlanes<T> p, int64_t H, int64_t W, const Tile& t, const FeatureTaps<T>& taps, T* dst,
                            int64_t stride) {
-  vconv_tile(p.dg, H, W, t, taps.g, dst, stride);
-  vconv_tile(p.ddg, H, W, t, taps.g, dst + 2 * t.n, stride);
-  vconv_tile<Form::kOdd>(p.g, H, W, t, taps.dg, dst + t.n, stride);
-  vconv_tile<Form::kCentred>(p.g, H, W, t, taps.ddg, dst + 3 * t.n, stride);
+  feature_v_tile(p, ClampedRows<T>{H, W}, t, taps, dst, stride);
 }
 
 // Horizontal feature pass of one achromatic row.

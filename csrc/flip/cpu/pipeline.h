@@ -1,11 +1,13 @@
 // The stages of one LDR-FLIP evaluation on the CPU, for one batch item, parametrised by how an
 // input pixel becomes linear RGB in [0, 1] (the LDR decode, or HDR-FLIP's exposure + tone map):
-//   horizontal_stage        both images -> 7 horizontal planes each (4 CSF, 3 feature)
-//   vertical_forward        planes -> error map (vertical filters fused with the per-pixel tail)
-//   vertical_sensitivities  planes -> the sensitivity planes of the wanted images: per pixel, the
-//                           gradient of its error w.r.t. the 7 filtered responses, either as they
-//                           are (with the error map: the forward that keeps them for the backward)
-//                           or times the incoming gradient (the backward that recomputes them)
+//   banded_stages           both images -> 7 horizontal planes' rows each (4 CSF, 3 feature), and
+//                           band by band the vertical filters, handing each row of both images' 7
+//                           filtered responses to a row function:
+//     ForwardRows           the error map (the per-pixel tail)
+//     SensitivityRows       the sensitivity planes of the wanted images: per pixel, the gradient of
+//                           its error w.r.t. the 7 filtered responses, either as they are (with the
+//                           error map: the forward that keeps them for the backward) or times the
+//                           incoming gradient (the backward that recomputes them)
 //   scale_sensitivities     kept sensitivities x incoming gradient -> gradient planes
 //   transposed_stage        gradient planes -> gradient w.r.t. linear RGB, handed to a chain functor
 // The backward stages run only for the images whose gradient is wanted.
@@ -15,6 +17,7 @@
 #include <atomic>
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include "../pixel.h"
 #include "banks.h"
@@ -94,26 +97,17 @@ FLIP_LOOP bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const
   return nonfinite == 0;
 }
 
-// Both images -> their 7 horizontal planes each.
+// One row of an image's horizontal planes: input row src (3 channels HW apart) -> the 7 planes'
+// rows at base + q * plane + off, through the conversion conv. Returns false if the row holds a NaN
+// or an infinity.
 template <class T, class Conv>
-bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, const Conv& conv, const Context<T>& cx) {
-  const int64_t HW = H * W;
-  std::atomic<bool> finite{true};
-  parallel_for(0, 2 * H, row_grain(W), [&](int64_t b, int64_t e) {
-    Scratch<T> sc(W, cx.rmax, 4);
-    T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3);
-    bool ok = true;
-    for (int64_t idx = b; idx < e; ++idx) {
-      const int im = static_cast<int>(idx / H);
-      const int64_t row = idx % H;
-      ok &= convert_row(img[im] + row * W, HW, W, conv, o0, o1, o2, yh);
-      T* base = planes + im * kHorizontalPlanesPerImage * HW;
-      csf_h_row(o0, o1, o2, W, *cx.csf, sc.pad(), csf_planes(base, HW), row * W);
-      feature_h_row(yh, W, *cx.feat, sc.pad(), feature_planes(base + kCsfFilters * HW, HW), row * W);
-    }
-    if (!ok) finite = false;
-  });
-  return finite;
+bool horizontal_row(const T* src, int64_t HW, int64_t W, const Conv& conv, const Context<T>& cx, Scratch<T>& sc,
+                    T* base, int64_t plane, int64_t off) {
+  T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3);
+  const bool ok = convert_row(src, HW, W, conv, o0, o1, o2, yh);
+  csf_h_row(o0, o1, o2, W, *cx.csf, sc.pad(), csf_planes(base, plane), off);
+  feature_h_row(yh, W, *cx.feat, sc.pad(), feature_planes(base + kCsfFilters * plane, plane), off);
+  return ok;
 }
 
 // The vertical passes run tile by tile, each filter over all rows of a tile before the next: a
@@ -122,17 +116,6 @@ bool horizontal_stage(const T* const img[2], T* planes, int64_t H, int64_t W, co
 // output row. A tile of 128 columns by 32 rows reads the 52 input rows of a plane (26 KB) once
 // and reuses them from L1. benchmarks/RESULTS.md has the timings of this and other tile shapes.
 constexpr int64_t kTileRows = 32, kTileColumns = 128;
-
-// The tiles of an H x W image, numbered row of tiles by row of tiles.
-struct Tiling {
-  int64_t H, W, across;
-  explicit Tiling(int64_t H_, int64_t W_) : H(H_), W(W_), across((W_ + kTileColumns - 1) / kTileColumns) {}
-  int64_t count() const { return (H + kTileRows - 1) / kTileRows * across; }
-  Tile operator[](int64_t i) const {
-    const int64_t y0 = i / across * kTileRows, x0 = i % across * kTileColumns;
-    return Tile{y0, std::min(H, y0 + kTileRows), x0, std::min(kTileColumns, W - x0)};
-  }
-};
 
 // Scratch for the vertical outputs of one tile of both images: per row of the tile, the 7 rows of
 // n samples of the test image (F0, F1, F2, dx, dy, ddx, ddy), then the reference's.
@@ -144,37 +127,95 @@ struct TileScratch {
   static int64_t stride(const Tile& t) { return 2 * kResponsePlanesPerImage * t.n; }
 };
 
-// Vertical passes of both images over tile t into out (TileScratch's layout).
-template <class T>
-void vertical_tile(const T* planes, int64_t H, int64_t W, const Tile& t, const Context<T>& cx, T* out) {
-  const int64_t HW = H * W, stride = TileScratch<T>::stride(t);
+// Vertical passes of both images over tile t into out (TileScratch's layout): each image's 7
+// horizontal planes `plane` samples apart from planes + im * 7 * plane, their rows found by rows.
+template <class T, class Rows>
+void vertical_tile(const T* planes, int64_t plane, const Rows& rows, const Tile& t, const Context<T>& cx, T* out) {
+  const int64_t stride = TileScratch<T>::stride(t);
   for (int im = 0; im < 2; ++im) {
-    T* base = const_cast<T*>(planes) + im * kHorizontalPlanesPerImage * HW;
+    T* base = const_cast<T*>(planes) + im * kHorizontalPlanesPerImage * plane;
     T* dst = out + im * kResponsePlanesPerImage * t.n;
-    csf_v_tile(csf_planes(base, HW), H, W, t, *cx.csf, dst, stride);
-    feature_v_tile(feature_planes(base + kCsfFilters * HW, HW), H, W, t, *cx.feat, dst + 3 * t.n, stride);
+    csf_v_tile(csf_planes(base, plane), rows, t, *cx.csf, dst, stride);
+    feature_v_tile(feature_planes(base + kCsfFilters * plane, plane), rows, t, *cx.feat, dst + 3 * t.n, stride);
   }
 }
 
-// The vertical passes of both images tile by tile, threads sharing out the tiles, then
-// row_fn(rt, rr, n, p) for each row of a tile: rt and rr the test's and the reference's 7 rows of
-// n samples (kResponsePlanesPerImage rows n apart), p the index of the row's first pixel in an
-// H x W plane.
-template <class T, class RowFn>
-void vertical_tiles(const T* planes, int64_t H, int64_t W, const Context<T>& cx, const RowFn& row_fn) {
-  const Tiling tiles(H, W);
-  parallel_for(0, tiles.count(), 1, [&](int64_t b, int64_t e) {
+// Both stages of both images, band by band of kTileRows rows, threads sharing out the bands:
+// hrow(im, y, sc, base, plane, off) writes row y of image im's 7 horizontal planes (horizontal_row:
+// at base + q * plane + off, sc a Scratch of 4 rows) and returns false for a non-finite input;
+// then the vertical passes of the band tile by tile, and row_fn(rt, rr, n, p) for each row of a
+// tile: rt and rr the test's and the reference's 7 rows of n samples (kResponsePlanesPerImage rows
+// n apart), p the index of the row's first pixel in an H x W plane. Returns false if hrow did.
+//
+// The horizontal rows live in a ring of kTileRows + 2 rmax rows per plane, not in whole planes:
+// each row is computed once per thread (the rows around the first band of a thread's share twice),
+// when the band that first needs it comes, and is read by the vertical passes of at most two bands
+// while it is still in the caches. Whole planes of a 1080p pair (116 MB) went to memory and came
+// back (docs/algorithm.md §8.10). The ring is stored tile column by tile column (kTileColumns
+// samples of each of its rows, then the next column's), so that the rows a tile reads are one
+// contiguous block the hardware prefetcher follows, not 52 pieces of 512 bytes a row apart.
+template <class T, class HRow, class RowFn>
+bool banded_stages(int64_t H, int64_t W, const Context<T>& cx, const HRow& hrow, const RowFn& row_fn) {
+  const int64_t R = cx.rmax, bands = (H + kTileRows - 1) / kTileRows;
+  const int64_t across = (W + kTileColumns - 1) / kTileColumns, ring_rows = std::min(H, kTileRows + 2 * R);
+  const int64_t chunk = ring_rows * kTileColumns, plane = across * chunk;
+  // Each share of bands computes 2 R rows more than it covers and has a ring of its own: shares of
+  // at least 8 R rows keep that under a quarter of the horizontal work, and the rings together
+  // under the whole planes' size, on any number of threads.
+  const int64_t grain = std::max<int64_t>(1, (8 * R + kTileRows - 1) / kTileRows);
+  std::atomic<bool> finite{true};
+  parallel_for(0, bands, grain, [&](int64_t b, int64_t e) {
+    Workspace ws(sizeof(T) * 2 * kHorizontalPlanesPerImage * plane);
+    T* ring = ws.as<T>();
+    Scratch<T> sc(W, cx.rmax, 4 + kHorizontalPlanesPerImage);  // hrow's 4 rows, then one row per plane
+    T* hrows = sc.row(4);
     TileScratch<T> scratch(W);
-    for (int64_t i = b; i < e; ++i) {
-      const Tile t = tiles[i];
-      const int64_t stride = TileScratch<T>::stride(t);
-      vertical_tile(planes, H, W, t, cx, scratch.rows());
-      for (int64_t row = t.y0; row < t.y1; ++row) {
-        const T* rt = scratch.rows() + (row - t.y0) * stride;
-        row_fn(rt, static_cast<const T*>(rt + kResponsePlanesPerImage * t.n), t.n, row * W + t.x0);
+    std::vector<int64_t> offset(static_cast<size_t>(kTileRows + 2 * R));
+    bool ok = true;
+    int64_t next = std::max<int64_t>(0, b * kTileRows - R);  // the next row to compute
+    for (int64_t band = b; band < e; ++band) {
+      const int64_t y0 = band * kTileRows, y1 = std::min(H, y0 + kTileRows);
+      // The ring holds rows next - ring_rows .. next - 1: with next = y1 + R, all that the band reads.
+      for (const int64_t last = std::min(H, y1 + R); next < last; ++next)
+        for (int im = 0; im < 2; ++im) {
+          ok &= hrow(im, next, sc, hrows, W, 0);
+          T* slot = ring + im * kHorizontalPlanesPerImage * plane + next % ring_rows * kTileColumns;
+          for (int q = 0; q < kHorizontalPlanesPerImage; ++q)
+            for (int64_t j = 0; j < across; ++j) {
+              const T* src = hrows + q * W + j * kTileColumns;
+              std::copy(src, src + std::min(kTileColumns, W - j * kTileColumns), slot + q * plane + j * chunk);
+            }
+        }
+      for (int64_t i = 0; i < y1 - y0 + 2 * R; ++i)
+        offset[i] = std::min(std::max(y0 - R + i, int64_t{0}), H - 1) % ring_rows * kTileColumns;
+      const TableRows rows{offset.data(), y0 - R};
+      for (int64_t j = 0; j < across; ++j) {
+        const int64_t x0 = j * kTileColumns;
+        const Tile t{y0, y1, 0, std::min(kTileColumns, W - x0)};  // columns from the chunk's first
+        const int64_t stride = TileScratch<T>::stride(t);
+        vertical_tile(static_cast<const T*>(ring + j * chunk), plane, rows, t, cx, scratch.rows());
+        for (int64_t row = y0; row < y1; ++row) {
+          const T* rt = scratch.rows() + (row - y0) * stride;
+          row_fn(rt, static_cast<const T*>(rt + kResponsePlanesPerImage * t.n), t.n, row * W + x0);
+        }
       }
     }
+    if (!ok) finite = false;
   });
+  return finite;
+}
+
+// banded_stages with the rows of both input images (3 channels HW apart) converted by conv.
+template <class T, class Conv, class RowFn>
+bool image_stages(const T* const img[2], int64_t H, int64_t W, const Conv& conv, const Context<T>& cx,
+                  const RowFn& row_fn) {
+  const int64_t HW = H * W;
+  return banded_stages(
+      H, W, cx,
+      [&](int im, int64_t y, Scratch<T>& sc, T* base, int64_t plane, int64_t off) {
+        return horizontal_row(img[im] + y * W, HW, W, conv, cx, sc, base, plane, off);
+      },
+      row_fn);
 }
 
 // Always inlined (FLIP_HD) like the per-pixel code: a call left in a per-pixel loop keeps it scalar.
@@ -199,12 +240,16 @@ FLIP_LOOP void flip_row(const T* __restrict rt, const T* __restrict rr, int64_t 
   }
 }
 
-// The error map of one batch item into dst (H x W).
+// The row function (banded_stages) of the forward: the error map of one batch item into dst (H x W).
+// (Named functors, not lambdas returned as auto: objdump cannot demangle the symbols of code inside
+// those, and tests/cpu/test_cpu_dispatch.py must find which level's namespace each function is in.)
 template <class T>
-void vertical_forward(const T* planes, int64_t H, int64_t W, const Context<T>& cx, T eps, T* dst) {
-  vertical_tiles(planes, H, W, cx,
-                 [&](const T* rt, const T* rr, int64_t n, int64_t p) { flip_row(rt, rr, n, eps, cx.k, dst + p); });
-}
+struct ForwardRows {
+  T eps;
+  ColorConsts<T> k;
+  T* dst;
+  void operator()(const T* rt, const T* rr, int64_t n, int64_t p) const { flip_row(rt, rr, n, eps, k, dst + p); }
+};
 
 // Multiplies the gradients of one pixel by g.
 template <class T>
@@ -214,7 +259,7 @@ FLIP_HD void scale_pixel_gradients(T g, T gF[3], Features<T>& gf) {
   gf = Features<T>{gf.dx * g, gf.dy * g, gf.ddx * g, gf.ddy * g};
 }
 
-// One row of the sensitivities of the wanted images (see vertical_sensitivities) into their planes
+// One row of the sensitivities of the wanted images (see SensitivityRows) into their planes
 // st, sr (7 planes HW apart, at this row). Each pixel's adjoint runs for a unit gradient: with
 // kScale its results are then multiplied by gmap[x], the incoming gradient (the backward); without,
 // the pixel's error goes to map[x] (the forward that keeps the sensitivities). The two paths thus
@@ -259,26 +304,31 @@ class GradientPlanes {
   T* planes_[2];
 };
 
-// The sensitivity planes (per image F0, F1, F2, dx, dy, ddx, ddy, H x W each) of the images whose
-// splanes[im] is not null: with kScale times the incoming gradient gmap (H x W), the backward's
-// gradient planes; without, as they are, and the error map into map (H x W).
+// The row function (banded_stages) that writes the sensitivity planes (per image F0, F1, F2, dx,
+// dy, ddx, ddy, H x W each) of the images whose planes st, sr are not null: with kScale times the
+// incoming gradient gmap (H x W), the backward's gradient planes; without, as they are, and the
+// error map into map (H x W).
 template <bool kScale, class T>
-void vertical_sensitivities(const T* planes, T* const splanes[2], int64_t H, int64_t W, const Context<T>& cx, T eps,
-                            const T* gmap, T* map) {
-  const int64_t HW = H * W;
-  vertical_tiles(planes, H, W, cx, [&](const T* rt, const T* rr, int64_t n, int64_t p) {
-    T* st = splanes[0] ? splanes[0] + p : nullptr;
-    T* sr = splanes[1] ? splanes[1] + p : nullptr;
+struct SensitivityRows {
+  T *st, *sr;
+  int64_t HW;
+  T eps;
+  ColorConsts<T> k;
+  const T* gmap;
+  T* map;
+  void operator()(const T* rt, const T* rr, int64_t n, int64_t p) const {
+    T* t = st ? st + p : nullptr;
+    T* r = sr ? sr + p : nullptr;
     const T* gm = kScale ? gmap + p : nullptr;
     T* mp = kScale ? nullptr : map + p;
-    if (st && sr)
-      flip_row_sensitivities<true, true, kScale>(rt, rr, n, HW, eps, cx.k, gm, mp, st, sr);
-    else if (st)
-      flip_row_sensitivities<true, false, kScale>(rt, rr, n, HW, eps, cx.k, gm, mp, st, sr);
-    else if (sr)
-      flip_row_sensitivities<false, true, kScale>(rt, rr, n, HW, eps, cx.k, gm, mp, st, sr);
-  });
-}
+    if (t && r)
+      flip_row_sensitivities<true, true, kScale>(rt, rr, n, HW, eps, k, gm, mp, t, r);
+    else if (t)
+      flip_row_sensitivities<true, false, kScale>(rt, rr, n, HW, eps, k, gm, mp, t, r);
+    else if (r)
+      flip_row_sensitivities<false, true, kScale>(rt, rr, n, HW, eps, k, gm, mp, t, r);
+  }
+};
 
 // The backward's gradient planes from kept sensitivities: dst = gmap * src per pixel, for the
 // images whose dst[im] is not null (kResponsePlanesPerImage planes of hw samples each).

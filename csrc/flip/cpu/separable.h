@@ -145,18 +145,43 @@ struct Tile {
   int64_t y0, y1, x0, n;
 };
 
+// Where a vertical pass finds row y of a plane: ClampedRows for a whole H x W plane (rows past
+// its edges clamped onto them); TableRows for the banded stages' ring of rows (pipeline.h), whose
+// table gives the offset of each row from `first` on, edges already clamped.
+template <class T>
+struct ClampedRows {
+  int64_t H, W;
+  const T* operator()(const T* plane, int64_t y) const {
+    return plane + std::min<int64_t>(std::max<int64_t>(y, 0), H - 1) * W;
+  }
+};
+struct TableRows {
+  const int64_t* offset;
+  int64_t first;
+  template <class T>
+  const T* operator()(const T* plane, int64_t y) const {
+    return plane + offset[y - first];
+  }
+};
+
 // dst[(r - y0) * stride + i] (+)= sum_k w[k] * plane[clamp(r + k)][x0 + i] for the rows r and
-// columns of tile t of an H x W plane, in form F: row by row over one plane, so that the
-// 2r + y1 - y0 input rows of the tile (a few tens of KB) are loaded from memory once and reused
-// from L1. The sums are those of a whole-row pass, in the same order: the same bits.
+// columns of tile t of a plane whose rows rows(plane, y) finds, in form F: row by row over one
+// plane, so that the 2r + y1 - y0 input rows of the tile (a few tens of KB) are loaded from memory
+// once and reused from L1. The sums are those of a whole-row pass, in the same order: the same bits.
+template <Form F = Form::kPlain, class T, class Rows>
+inline void vconv_tile(const T* plane, const Rows& rows, const Tile& t, const Filter1D<T>& f, T* dst, int64_t stride,
+                       bool accumulate = false) {
+  for (int64_t row = t.y0; row < t.y1; ++row) {
+    auto at = [&rows, plane, row, x0 = t.x0](int k) { return rows(plane, row + k) + x0; };
+    correlate_rows<F>(at, f, t.n, dst + (row - t.y0) * stride, accumulate);
+  }
+}
+
+// The same over a whole H x W plane.
 template <Form F = Form::kPlain, class T>
 inline void vconv_tile(const T* plane, int64_t H, int64_t W, const Tile& t, const Filter1D<T>& f, T* dst,
                        int64_t stride, bool accumulate = false) {
-  const T* first = plane + t.x0;
-  for (int64_t row = t.y0; row < t.y1; ++row) {
-    auto at = [=](int k) { return first + std::min<int64_t>(std::max<int64_t>(row + k, 0), H - 1) * W; };
-    correlate_rows<F>(at, f, t.n, dst + (row - t.y0) * stride, accumulate);
-  }
+  vconv_tile<F>(plane, ClampedRows<T>{H, W}, t, f, dst, stride, accumulate);
 }
 
 template <class T>
