@@ -32,7 +32,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from . import constants, options
+from . import constants, op_checks, options
 from . import oracle
 from .constants import DEFAULT_EPS, PC, PT, QC, QF
 from ._ops import kernels_serve
@@ -727,6 +727,9 @@ class HDRFLIPLoss(_FLIPConstants):
         stop_exposure=None,
     ) -> torch.Tensor:
         test, reference = checked_pair(test, reference)
+        serve = kernels_serve("hdr_flip", test, reference)
+        if serve:  # before the exposures, as hdr_flip
+            op_checks.refuse_forward_mode("hdr_flip", test, reference)
         ppd = _pixels_per_degree(pixels_per_degree)
         tm = _tone_mapper(tone_mapper)
         rule = self.median
@@ -753,7 +756,7 @@ class HDRFLIPLoss(_FLIPConstants):
         counts, count_max, count_min = automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)
         _warn_if_mixed_counts(count_min, count_max)
         exposures = exposure_grid(s, e, counts, count_max)
-        if kernels_serve("hdr_flip", t, r):
+        if serve:
             error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)[0]
         else:
             error = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, eps)[0]
