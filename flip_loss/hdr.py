@@ -360,8 +360,8 @@ def option_tensor(name: str, value: ExposureArg) -> Optional[torch.Tensor]:
     if value is None or _is_tensor_option(value):
         return value
     if name == "num_exposures":
-        return torch.tensor(float(options.exposure_count(value)), dtype=torch.float64)
-    return torch.tensor(options.exposure(name, value), dtype=torch.float64)
+        return torch.tensor(float(options.exposure_count(value)), dtype=torch.float64, device="cpu")
+    return torch.tensor(options.exposure(name, value), dtype=torch.float64, device="cpu")
 
 
 def exposures_for(

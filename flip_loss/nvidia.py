@@ -176,7 +176,7 @@ def _nvidia_anchor(tone_mapper: str, target: float) -> float:
     a, b, c = k[0] - target * k[3], k[1] - target * k[4], k[2] - target * k[5]
     if a == 0.0:
         return -c / b
-    half = torch.tensor(0.5 * (b / a), dtype=torch.float32)
+    half = torch.tensor(0.5 * (b / a), dtype=torch.float32, device="cpu")
     return float(torch.sqrt(half * half - c / a) - half)
 
 
