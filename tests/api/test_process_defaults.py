@@ -70,15 +70,21 @@ ENTRIES = {
         *ldr(shape=(2, 4, 12, 13)), alpha="straight", background="checkerboard"
     ),
     "hdr_flip": lambda: flip_loss.hdr_flip(*hdr_pair(), return_exposure_map=True),
-    "hdr_flip-numbers": lambda: flip_loss.hdr_flip(*hdr_pair(), start_exposure=-2.0, stop_exposure=2.0, num_exposures=3),
+    "hdr_flip-numbers": lambda: flip_loss.hdr_flip(
+        *hdr_pair(), start_exposure=-2.0, stop_exposure=2.0, num_exposures=3
+    ),
     "hdr_flip-tensors": lambda: flip_loss.hdr_flip(*hdr_pair(), start_exposure=cpu([-2.0, -1.0]), stop_exposure=2.0),
     "exposures_for": lambda: hdr.exposures_for(hdr_pair()[1], "aces", None, None, 4),
-    "FLIPLoss": lambda: flip_loss.FLIPLoss(reduction="per_image")(*ldr(), torch.rand(2, 1, 12, 13, dtype=torch.float32, device="cpu")),
+    "FLIPLoss": lambda: flip_loss.FLIPLoss(reduction="per_image")(
+        *ldr(), torch.rand(2, 1, 12, 13, dtype=torch.float32, device="cpu")
+    ),
     "FLIPLoss-hdr": lambda: flip_loss.FLIPLoss(hdr=True, start_exposure=cpu([-2.0, -1.0]))(*hdr_pair()),
     "FLIPLoss-scripted-hdr": lambda: torch.jit.script(flip_loss.FLIPLoss(hdr=True, stop_exposure=2.0))(*hdr_pair()),
     "LDRFLIPLoss": lambda: flip_loss.LDRFLIPLoss()(*ldr()),
     "HDRFLIPLoss": lambda: flip_loss.HDRFLIPLoss()(*hdr_pair()),
-    "HDRFLIPLoss-given": lambda: flip_loss.HDRFLIPLoss()(*hdr_pair(), 30.0, "aces", cpu([-2.0, -1.0]).view(2, 1, 1, 1), 2.0),
+    "HDRFLIPLoss-given": lambda: flip_loss.HDRFLIPLoss()(
+        *hdr_pair(), 30.0, "aces", cpu([-2.0, -1.0]).view(2, 1, 1, 1), 2.0
+    ),
     "compute_start_stop_exposures": lambda: flip_loss.compute_start_stop_exposures(hdr_pair()[1], "hable", 0.85, 0.85),
     "tone_map": lambda: flip_loss.tone_map(hdr_pair()[0], "hable", cpu(0.5)),
     "compute_ldrflip": lambda: flip_loss.compute_ldrflip(
