@@ -52,6 +52,8 @@ def _sizes(t: torch.Tensor) -> str:
 def carries_tangent(*args) -> bool:
     """Whether a tensor among ``args`` carries a forward-mode tangent (a dual tensor of
     ``torch.autograd.forward_ad``, or of ``torch.func.jvp``/``jacfwd``, which use the same levels)."""
+    if getattr(forward_ad, "_current_level", 0) < 0:  # no dual level is open: no tangent anywhere
+        return False
     return any(isinstance(a, torch.Tensor) and forward_ad.unpack_dual(a).tangent is not None for a in args)
 
 
