@@ -24,9 +24,8 @@ TorchScript — raises the same error before any kernel runs.
 * Under ``torch.autocast`` the image inputs of every forward op are cast to float32 (like PyTorch's
   own losses) and the result stays float32.
 * Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``/``jacfwd``/``hessian``) is
-  refused by every op where its compiled kernels compute, in its Autograd and BackendSelect
-  kernels (``_refuse_forward_mode``): they have no JVP, and without the refusal a tangent would
-  silently come out as zero.
+  refused by every op, in its Autograd and BackendSelect kernels (``_refuse_forward_mode``): the
+  ops have no JVP, and without the refusal a tangent would silently come out as zero.
 
 On a device whose compiled kernels cannot serve it (``flip_loss._ops.kernels_run_on``: MPS, XPU, a
 ROCm GPU, an NVIDIA GPU the build holds no code for), ``ldr_flip`` and ``hdr_flip`` compute with
@@ -121,7 +120,7 @@ def _backend_select(name):
     portable = _with_defaults(name, PORTABLE_OPS[name], False) if name in PORTABLE_OPS else None
 
     def kernel(keyset, *args, **kwargs):
-        _refuse_forward_mode(name, first, args, kwargs)
+        _refuse_forward_mode(name, args, kwargs)
         if _skipped_autograd(args[0] if args else kwargs.get(first)):
             check(*args, **kwargs)
             if not _kernels_serve(name, args[0] if args else kwargs[first]):
@@ -513,22 +512,20 @@ def _with_defaults(name, kernel, with_keyset):
     return lambda *args, **kwargs: kernel(*full(args, kwargs))
 
 
-def _refuse_forward_mode(name, first, args, kwargs) -> None:
-    """Forward mode refused where the compiled kernels compute (``op_checks.refuse_forward_mode``);
-    where the portable path computes instead, plain PyTorch, it has forward mode of its own."""
-    values = (*args, *kwargs.values())
-    if op_checks.carries_tangent(*values) and _kernels_serve(name, args[0] if args else kwargs[first]):
-        op_checks.refuse_forward_mode(name, *values)
+def _refuse_forward_mode(name, args, kwargs) -> None:
+    """Forward mode refused by every op (``op_checks.refuse_forward_mode``), also where the portable
+    path computes inside the op: run from an op's Python kernel, the oracle meets an error inside
+    PyTorch under forward mode, while the Python API, which calls the oracle itself there, has it."""
+    op_checks.refuse_forward_mode(name, *args, *kwargs.values())
 
 
 def _autograd_kernel(name, kernel):
     """The Autograd kernel of op ``name``: forward mode refused first (under torch.compile's tracing
     the call never reaches BackendSelect), then ``kernel`` with every argument."""
     full = _with_defaults(name, kernel, True)
-    first = _op(name)._schema.arguments[0].name
 
     def autograd(keyset, *args, **kwargs):
-        _refuse_forward_mode(name, first, args, kwargs)
+        _refuse_forward_mode(name, args, kwargs)
         return full(keyset, *args, **kwargs)
 
     return autograd
