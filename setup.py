@@ -30,16 +30,26 @@ from setuptools.command.build_py import build_py
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
+@functools.cache
+def environment():
+    """flip_loss/environment.py on its own: the package's one reading of the FLIP_LOSS_* variables."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_flip_environment", os.path.join(ROOT, "flip_loss", "environment.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def switch(name):
-    """A FLIP_LOSS_* on/off variable: True, False, or None when unset."""
-    value = os.environ.get(name, "").strip().lower()
-    if value == "":
-        return None
-    if value in ("1", "true", "on", "yes"):
-        return True
-    if value in ("0", "false", "off", "no"):
-        return False
-    sys.exit(f"flip-loss: {name} must be 0 or 1 (or true/false, on/off, yes/no), got {os.environ[name]!r}")
+    """A FLIP_LOSS_* on/off variable: True, False, or None when unset (or empty); another value
+    stops the build with a message naming it."""
+    try:
+        return environment().switch(name, None)
+    except ValueError as exc:
+        sys.exit(str(exc))
 
 
 EXTENSION = switch("FLIP_LOSS_EXTENSION")
@@ -135,9 +145,9 @@ def sources(pattern):
 def want_cuda():
     if WITHOUT_KERNELS is not None:
         return False
-    flag = os.environ.get("FLIP_LOSS_CUDA")
+    flag = switch("FLIP_LOSS_CUDA")
     if flag is not None:
-        return flag not in ("0", "", "false", "off", "no")
+        return flag
     return CUDA_HOME is not None and torch.version.cuda is not None
 
 
@@ -205,7 +215,7 @@ if sys.platform.startswith("linux"):
 # The CPU kernels are compiled for every x86-64 instruction-set level and picked at run time
 # (csrc/flip/cpu/isa.h), so the default binary runs on any CPU at full speed. -march=native only
 # on request: such a binary may crash with an illegal instruction on another machine.
-if os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", "", "false", "off", "no"):
+if switch("FLIP_LOSS_NATIVE"):
     cxx_flags.append("-march=native")
 link_flags = []
 
@@ -290,7 +300,7 @@ def torch_requirement():
 
 
 def prebuilt():
-    if os.environ.get("FLIP_LOSS_PREBUILT", "0") in ("0", "", "false", "off", "no"):
+    if not switch("FLIP_LOSS_PREBUILT"):
         return False
     if not glob.glob(os.path.join(ROOT, "flip_loss", "_C.*so")):
         sys.exit("flip-loss: FLIP_LOSS_PREBUILT=1, but flip_loss/_C.*.so is not built in this checkout")

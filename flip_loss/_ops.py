@@ -16,7 +16,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from . import torch_releases
+from . import environment, torch_releases
 
 HAS_EXTENSION = False
 IMPORT_ERROR = None
@@ -120,7 +120,7 @@ def _cuda_kernels_wanted() -> bool:
     # FLIP_LOSS_CUDA_KERNELS=0 sends CUDA tensors to the portable path instead (a way around a
     # CUDA-kernel problem on some GPU, or a CUDA module that does not load, without rebuilding);
     # the CUDA module is then not even loaded.
-    return os.environ.get("FLIP_LOSS_CUDA_KERNELS", "1") not in ("0", "false", "off", "no")
+    return environment.switch("FLIP_LOSS_CUDA_KERNELS", True)
 
 
 # Why flip_loss._C_cuda, the CUDA kernels, did not load although it is there (None when it loaded,

@@ -13,6 +13,8 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
+from . import environment
+
 __all__ = [
     "LaunchedWorld",
     "LAUNCH_OVERRIDE",
@@ -47,12 +49,7 @@ _LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_
 
 
 def _override() -> str:
-    value = os.environ.get(LAUNCH_OVERRIDE, "auto").strip().lower() or "auto"
-    if value not in _OVERRIDE_VALUES:
-        raise ValueError(
-            f"{LAUNCH_OVERRIDE}={os.environ[LAUNCH_OVERRIDE]!r} must be one of {', '.join(_OVERRIDE_VALUES)}"
-        )
-    return value
+    return environment.choice(LAUNCH_OVERRIDE, _OVERRIDE_VALUES, "auto")
 
 
 def _parent_environment() -> Optional[Dict[str, str]]:

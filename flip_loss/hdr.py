@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from . import alpha as alpha_rule
-from . import constants, options
+from . import constants, op_checks, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD, tone_coefficients
 from ._ops import kernels_serve
 from .host_values import host_table, is_compiling
@@ -360,8 +360,8 @@ def option_tensor(name: str, value: ExposureArg) -> Optional[torch.Tensor]:
     if value is None or _is_tensor_option(value):
         return value
     if name == "num_exposures":
-        return torch.tensor(float(options.exposure_count(value)), dtype=torch.float64)
-    return torch.tensor(options.exposure(name, value), dtype=torch.float64)
+        return torch.tensor(float(options.exposure_count(value)), dtype=torch.float64, device="cpu")
+    return torch.tensor(options.exposure(name, value), dtype=torch.float64, device="cpu")
 
 
 def exposures_for(
@@ -461,8 +461,11 @@ def hdr_flip(
         test, reference = (alpha_rule.composite(test, mode, bg, True), alpha_rule.composite(reference, mode, bg, True))
     unbatched = test.dim() == 3
     t, r = as_batch(test), as_batch(reference)
+    serve = kernels_serve("hdr_flip", t, r)
+    if serve:  # before the exposures, which a tangent would reach first (torch.compile of jvp)
+        op_checks.refuse_forward_mode("hdr_flip", t, r)
     exposures, counts, _, _ = exposures_for(r, tm, start_exposure, stop_exposure, num_exposures, median)
-    if kernels_serve("hdr_flip", t, r):
+    if serve:
 
         def maps_at(ppd):
             return torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)

@@ -54,6 +54,8 @@ from .pooling import PERCENTILES, PooledValues, pooled_values
 
 __all__ = ["FLIPMetric", "FLIPMetricResult"]
 
+_WHO = "flip_loss.FLIPMetric"
+
 # Fixed-point bucket sums: LIMBS limbs of LIMB_BITS bits below the binary point, the first one
 # carrying the integer part too. 4 x 24 = 96 fractional bits.
 LIMB_BITS = 24
@@ -229,7 +231,8 @@ def exact_means(per_image: torch.Tensor, pixels: int) -> torch.Tensor:
     """Per-image means (float64, CPU) from per-image sums in limbs (N x LIMBS) over ``pixels``
     pixels each: the exact quotient rounded once (Python's int division is correctly rounded)."""
     denominator = pixels << (LIMB_BITS * LIMBS)
-    return torch.tensor([_fixed_point(row) / denominator for row in per_image.cpu().tolist()], dtype=torch.float64)
+    rows = per_image.cpu().tolist()
+    return torch.tensor([_fixed_point(row) / denominator for row in rows], dtype=torch.float64, device="cpu")
 
 
 def _percentiles(count: torch.Tensor, sums: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, ps) -> List[float]:
@@ -260,7 +263,7 @@ def result_of(stats: Statistics, per_image_means: torch.Tensor) -> FLIPMetricRes
     num_pixels = int(count.sum())
     # Bucket sums in float64 from the carried limbs, always in this order: equal limbs give equal
     # sums, so the percentiles depend only on the (exact) statistics.
-    sums = torch.zeros(count.numel(), dtype=torch.float64)
+    sums = torch.zeros(count.numel(), dtype=torch.float64, device="cpu")
     for i in range(LIMBS):
         sums += limbs[i].double() * 2.0 ** (-LIMB_BITS * (i + 1))
     percentiles = _percentiles(count, sums, stats.bin_min.cpu(), stats.bin_max.cpu(), PERCENTILES)
@@ -340,23 +343,64 @@ def check_pixel_capacity(seen: int, more: int, who: str) -> None:
         )
 
 
-def metric_error_map(metric, test: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """The LDR-FLIP map of one batch with a metric's options (FLIPMetric and FLIPTorchMetric): the
-    inputs' values are looked at (range warning) on the first device batch only, so that later
-    batches cost no device-to-host copy."""
+class MetricOptions(NamedTuple):
+    """A metric's options, checked and in the form its statistics are made with."""
+
+    pixels_per_degree: float
+    input_space: str
+    data_range: Tuple[float, float]
+    bins: int
+    alpha: Optional[str]
+    background: object
+
+
+def metric_options(metric, who: str) -> MetricOptions:
+    """The options of ``metric`` (FLIPMetric, FLIPTorchMetric) checked by the one set of rules that
+    the constructor applies and every ``update`` and ``compute`` apply again, since any option may
+    be set after construction: one pixels per degree (no list), the options of ``ldr_flip``, the
+    background within the data range, ``bins`` a whole number from 1 to 2**24."""
+    alpha, background = options.alpha_options(metric.alpha, metric.background)
+    data_range = options.data_range(metric.data_range)
+    options.check_background_value(background, *data_range)
+    return MetricOptions(
+        pixels_per_degree=options.checked_pixels_per_degree(metric.pixels_per_degree),
+        input_space=options.input_space(metric.input_space),
+        data_range=data_range,
+        bins=options.bins(metric.bins, who),
+        alpha=alpha,
+        background=background,
+    )
+
+
+def check_same_options(held: MetricOptions, now: MetricOptions, who: str, remedy: str) -> None:
+    """Statistics made for ``held`` take no batch (and give no result) under other options: a mix
+    of two viewing conditions or histograms would be the metric of neither."""
+    changed = [name for name in MetricOptions._fields if getattr(held, name) != getattr(now, name)]
+    if changed:
+        raise ValueError(
+            f"{who}: {', '.join(f'{name}={getattr(now, name)!r}' for name in changed)} was set after "
+            f"construction, but the metric's statistics are those of "
+            f"{', '.join(f'{name}={getattr(held, name)!r}' for name in changed)}: {remedy}"
+        )
+
+
+def metric_error_map(metric, opts: MetricOptions, test: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """The LDR-FLIP map of one batch with a metric's (checked) options (FLIPMetric and
+    FLIPTorchMetric): the inputs' values are looked at (range warning) on the first device batch
+    only, so that later batches cost no device-to-host copy."""
     look = not metric.looked_at_device_inputs
     if is_device_call(test):
         metric.looked_at_device_inputs = True
     return ldr_flip_with_look(
         test,
         reference,
-        metric.pixels_per_degree,
-        metric.input_space,
+        opts.pixels_per_degree,
+        opts.input_space,
         0.0,
-        metric.data_range,
+        opts.data_range,
         look,
-        metric.alpha,
-        metric.background,
+        opts.alpha,
+        opts.background,
     )
 
 
@@ -384,25 +428,35 @@ class FLIPMetric:
         sync_on_compute: bool = True,
         process_group=None,
     ):
-        bins = options.bins(bins, "flip_loss.FLIPMetric")
-        if not isinstance(sync_on_compute, bool):
-            raise TypeError(f"flip_loss.FLIPMetric: sync_on_compute must be True or False, got {sync_on_compute!r}")
-        self.pixels_per_degree = options.checked_pixels_per_degree(pixels_per_degree)
-        self.input_space = options.input_space(input_space)
-        self.data_range = options.data_range(data_range)
-        self.alpha, self.background = options.alpha_options(alpha, background)
-        options.check_background_value(self.background, *self.data_range)
-        self.bins = int(bins)
+        self.pixels_per_degree, self.input_space, self.data_range = pixels_per_degree, input_space, data_range
+        self.bins, self.alpha, self.background = bins, alpha, background
         self.sync_on_compute = sync_on_compute
+        # Stored as checked: the same rules as an option set later meets when the metric runs.
+        opts = self._options()
+        self.pixels_per_degree, self.input_space, self.data_range = opts[:3]
+        self.bins, self.alpha, self.background = opts[3:]
         self.process_group = process_group
         # Whether an update has looked at the value range of inputs on a GPU (once per metric,
         # since that is a host synchronisation; see flip_loss.functional).
         self.looked_at_device_inputs = False
         self.reset()
 
+    def _options(self) -> MetricOptions:
+        """The options checked (``metric_options``; ``sync_on_compute`` a bool), whenever they were set."""
+        options.flag("sync_on_compute", self.sync_on_compute, _WHO)
+        return metric_options(self, _WHO)
+
+    def _options_of_statistics(self) -> MetricOptions:
+        """The options checked, and those the statistics held were gathered with."""
+        opts = self._options()
+        if self._stats is not None:
+            check_same_options(self._stats_options, opts, _WHO, "reset() it first to use other options")
+        return opts
+
     def reset(self) -> None:
         """Forgets everything seen so far (on this rank; no communication)."""
         self._stats: Optional[Statistics] = None
+        self._stats_options: Optional[MetricOptions] = None
         self._num_pixels = 0
         self._means: List[torch.Tensor] = []
 
@@ -411,7 +465,7 @@ class FLIPMetric:
         """Evaluates LDR-FLIP between ``test`` and ``reference`` (N x 3 x H x W or 3 x H x W, or with
         ``alpha`` RGBA, as for :func:`flip_loss.ldr_flip`), accumulates the maps and returns this batch's per-image means
         (float64, N entries, on the input device; on the CPU for MPS, which has no float64)."""
-        return self.update_error_map(metric_error_map(self, test, reference))
+        return self.update_error_map(metric_error_map(self, self._options_of_statistics(), test, reference))
 
     @torch.no_grad()
     def update_error_map(self, error_map: torch.Tensor) -> torch.Tensor:
@@ -419,11 +473,16 @@ class FLIPMetric:
         in [0, 1]: NaN, infinite values and values outside [0, 1] raise ``ValueError``, and such a map
         is not accumulated) and returns their per-image means (float64, on the map's device; on the
         CPU for MPS)."""
-        e = checked_error_batch(error_map, "flip_loss.FLIPMetric")
-        check_pixel_capacity(self._num_pixels, e.numel(), "flip_loss.FLIPMetric")
-        if self._stats is None:
-            self._stats = empty_statistics(self.bins, e.device, e.dtype)
-        self._stats = holding(self._stats, e.dtype)
+        opts = self._options_of_statistics()
+        e = checked_error_batch(error_map, _WHO)
+        check_pixel_capacity(self._num_pixels, e.numel(), _WHO)
+        # Normal tensors whatever the mode of this call: inference tensors made under
+        # torch.inference_mode could not be updated in place by a later call outside it.
+        with torch.inference_mode(False):
+            if self._stats is None:
+                self._stats = empty_statistics(opts.bins, e.device, e.dtype)
+                self._stats_options = opts
+            self._stats = holding(self._stats, e.dtype)
         per_image = fold(self._stats, e.to(self._stats.count.device))
         self._num_pixels += e.numel()
         means = exact_means(per_image, e.shape[1])
@@ -441,10 +500,11 @@ class FLIPMetric:
         percentiles to within one histogram bucket, see the module docstring) and the per-image
         means: over every rank's images when synced (a collective: call it on every rank).
         Raises ``RuntimeError`` before the first update (on any rank, when synced)."""
-        means = torch.cat(self._means) if self._means else torch.zeros(0, dtype=torch.float64)
+        opts = self._options_of_statistics()
+        means = torch.cat(self._means) if self._means else torch.zeros(0, dtype=torch.float64, device="cpu")
         stats = self._stats
         if self._syncs():
-            stats, means = synced(stats, means, self.bins, self.process_group)
+            stats, means = synced(stats, means, opts.bins, self.process_group)
         elif stats is None:
             raise RuntimeError("flip_loss.FLIPMetric: compute() called before any update()")
         return result_of(stats, means)

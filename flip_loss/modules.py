@@ -218,8 +218,9 @@ def _check_exposure_options(start, stop) -> None:
     if not isinstance(start, torch.Tensor) and not isinstance(stop, torch.Tensor):
         options.check_exposure_order(start, stop)
         return
-    s = torch.as_tensor(start, dtype=torch.float32).flatten()
-    e = torch.as_tensor(stop, dtype=torch.float32).flatten()
+    device = start.device if isinstance(start, torch.Tensor) else stop.device
+    s = torch.as_tensor(start, dtype=torch.float32, device=device).flatten()
+    e = torch.as_tensor(stop, dtype=torch.float32, device=device).flatten()
     if s.numel() == e.numel() or s.numel() == 1 or e.numel() == 1:
         n = max(s.numel(), e.numel())
         rows = host_rows(
@@ -267,7 +268,7 @@ def _scripted_as_tensor(value: Optional[Union[float, torch.Tensor]]) -> Optional
     else:
         if value is None:
             return None
-        return torch.tensor(value, dtype=torch.float64)
+        return torch.tensor(value, dtype=torch.float64, device=torch.device("cpu"))
 
 
 def _scripted_count_as_tensor(value: Optional[Union[int, torch.Tensor]]) -> Optional[torch.Tensor]:
@@ -276,7 +277,7 @@ def _scripted_count_as_tensor(value: Optional[Union[int, torch.Tensor]]) -> Opti
     else:
         if value is None:
             return None
-        return torch.tensor(float(value), dtype=torch.float64)
+        return torch.tensor(float(value), dtype=torch.float64, device=torch.device("cpu"))
 
 
 def _scripted_number(value: Optional[Union[float, torch.Tensor]]) -> Optional[float]:
@@ -291,6 +292,22 @@ def _scripted_int(value: Optional[Union[int, torch.Tensor]]) -> Optional[int]:
         return int(value.item())
     else:
         return value
+
+
+def _exposures_given(
+    start: Optional[Union[float, torch.Tensor]],
+    stop: Optional[Union[float, torch.Tensor]],
+    num: Optional[Union[int, torch.Tensor]],
+) -> List[str]:
+    """The names of FLIPLoss's exposure options that are set (not None). TorchScript-compatible."""
+    given: List[str] = []
+    if start is not None:
+        given.append("start_exposure")
+    if stop is not None:
+        given.append("stop_exposure")
+    if num is not None:
+        given.append("num_exposures")
+    return given
 
 
 class FLIPLoss(torch.nn.Module):
@@ -362,18 +379,7 @@ class FLIPLoss(torch.nn.Module):
         ppd_weights: Optional[List[float]] = None,
     ):
         super().__init__()
-        given = [
-            k
-            for k, v in (
-                ("start_exposure", start_exposure),
-                ("stop_exposure", stop_exposure),
-                ("num_exposures", num_exposures),
-            )
-            if v is not None
-        ]
-        if not hdr and (given or tone_mapper != "aces"):
-            raise ValueError(f"flip_loss: {', '.join(given) or 'tone_mapper'} only apply with hdr=True")
-        self.hdr = bool(hdr)
+        self.hdr = options.flag("hdr", hdr)
         ppds, _ = options.pixels_per_degree_scales(pixels_per_degree, ppd_weights)
         multi_scale = isinstance(pixels_per_degree, (list, tuple))
         self.pixels_per_degree = ppds if multi_scale else ppds[0]
@@ -382,15 +388,17 @@ class FLIPLoss(torch.nn.Module):
         self.reduction = options.reduction(reduction)
         self.eps = options.eps(eps)
         self.data_range = options.data_range(data_range)
-        if self.hdr and self.data_range != (0.0, 1.0):
-            raise ValueError(
-                "flip_loss: data_range only applies to LDR-FLIP (hdr=False); HDR inputs are linear scene values"
-            )
         self.tone_mapper = options.tone_mapper(tone_mapper)
         self.start_exposure = _exposure_option("start_exposure", start_exposure)
         self.stop_exposure = _exposure_option("stop_exposure", stop_exposure)
         _check_exposure_options(self.start_exposure, self.stop_exposure)
         self.num_exposures = _count_option(num_exposures)
+        options.check_mode_options(
+            self.hdr,
+            self.tone_mapper,
+            _exposures_given(self.start_exposure, self.stop_exposure, self.num_exposures),
+            self.data_range,
+        )
         self.alpha, self.background = options.alpha_options(alpha, background)
         if self.hdr:
             options.check_background_value(self.background, 0.0, math.inf)
@@ -428,6 +436,22 @@ class FLIPLoss(torch.nn.Module):
             options.check_alpha_value(alpha, background)
             input_space = options.input_space_value(self.input_space)
             options.check_eps_value(self.eps)
+            tone_mapper = self.tone_mapper.lower()
+            if tone_mapper not in self.exposure_anchors:
+                raise ValueError(
+                    "flip_loss: tone_mapper must be one of '"
+                    + "', '".join(list(self.exposure_anchors.keys()))
+                    + "', got '"
+                    + self.tone_mapper
+                    + "'"
+                )
+            options.check_data_range_value(self.data_range[0], self.data_range[1])
+            options.check_mode_options(
+                self.hdr,
+                tone_mapper,
+                _exposures_given(self.start_exposure, self.stop_exposure, self.num_exposures),
+                self.data_range,
+            )
             check_image_pair(test, reference, alpha is not None)
             # The ops require only ppd > 0; the Python API's limits (and the weights) are checked here.
             ppds, weights = options.checked_scales(self.pixels_per_degree, self.ppd_weights)
@@ -440,15 +464,6 @@ class FLIPLoss(torch.nn.Module):
                     test = composite(test, alpha, background, True)
                     reference = composite(reference, alpha, background, True)
                 ref = reference if reference.dim() == 4 else reference.unsqueeze(0)
-                tone_mapper = self.tone_mapper.lower()
-                if tone_mapper not in self.exposure_anchors:
-                    raise ValueError(
-                        "flip_loss: tone_mapper must be one of '"
-                        + "', '".join(list(self.exposure_anchors.keys()))
-                        + "', got '"
-                        + self.tone_mapper
-                        + "'"
-                    )
                 anchor = self.exposure_anchors[tone_mapper]
                 start = self.start_exposure
                 stop = self.stop_exposure
@@ -491,9 +506,16 @@ class FLIPLoss(torch.nn.Module):
                     maps = [torch.ops.flip.ldr_flip(test, reference, ppd, input_space, self.eps) for ppd in ppds]
                     error = weighted_sum(maps, weights)
         else:
-            if not isinstance(self.hdr, bool):  # a scripted module's attribute is a bool by its type
-                raise TypeError("flip_loss: hdr must be True or False, got " + str(self.hdr))
-            if self.hdr:
+            # The constructor's rules, for options set after construction (a scripted module's
+            # attributes have their types; eager ones can hold anything).
+            hdr = options.flag("hdr", self.hdr)
+            options.check_mode_options(
+                hdr,
+                options.tone_mapper(self.tone_mapper),
+                _exposures_given(self.start_exposure, self.stop_exposure, self.num_exposures),
+                options.data_range(self.data_range),
+            )
+            if hdr:
                 error = hdr_flip(
                     test,
                     reference,

@@ -32,7 +32,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from . import constants, options
+from . import constants, op_checks, options
 from . import oracle
 from .constants import DEFAULT_EPS, PC, PT, QC, QF
 from ._ops import kernels_serve
@@ -720,6 +720,9 @@ class HDRFLIPLoss(_FLIPConstants):
         stop_exposure=None,
     ) -> torch.Tensor:
         test, reference = checked_pair(test, reference)
+        serve = kernels_serve("hdr_flip", test, reference)
+        if serve:  # before the exposures, as hdr_flip
+            op_checks.refuse_forward_mode("hdr_flip", test, reference)
         ppd = _pixels_per_degree(pixels_per_degree)
         tm = _tone_mapper(tone_mapper)
         rule = self.median
@@ -744,13 +747,18 @@ class HDRFLIPLoss(_FLIPConstants):
         # The checks of hdr_flip (finite, ordered ranges; given bounds within [-149, 127]; at most
         # 256 exposures) and the per-image counts.
         counts, count_max, count_min = automatic_counts(s, e, start_exposure is not None, stop_exposure is not None)
-        _warn_if_mixed_counts(count_min, count_max)
         exposures = exposure_grid(s, e, counts, count_max)
-        if kernels_serve("hdr_flip", t, r):
-            error = torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)[0]
-        else:
-            error = oracle.hdr_flip(t, r, ppd, tm, exposures, counts, eps)[0]
-        return weighted_reduce(error, None, "mean")
+
+        def sweep(t, r, exposures, counts):
+            if serve:
+                return torch.ops.flip.hdr_flip(t, r, exposures, counts, ppd, tm, eps)[0]
+            return oracle.hdr_flip(t, r, ppd, tm, exposures, counts, eps)[0]
+
+        error = sweep(t, r, exposures, counts)
+        value = weighted_reduce(error, None, "mean")
+        if count_min != count_max:
+            _warn_if_nvidias_value_differs(sweep, t, r, exposures, counts, count_min, count_max, error, value)
+        return value
 
     def extra_repr(self) -> str:
         return (
@@ -759,16 +767,31 @@ class HDRFLIPLoss(_FLIPConstants):
         )
 
 
-def _warn_if_mixed_counts(count_min: int, count_max: int) -> None:
+def _warn_if_nvidias_value_differs(sweep, t, r, exposures, counts, count_min, count_max, error, value) -> None:
     """The one place where HDRFLIPLoss's value differs from NVIDIA's by design: a batch whose images
-    need different exposure counts (the smallest and the largest, as automatic_counts read them).
-    Said, not left silent."""
-    if count_min != count_max:
+    need different exposure counts, which NVIDIA's loss runs all to the largest count, past the stop
+    exposures of the images that need fewer (exposure_grid's columns beyond an image's count are
+    those exposures). Only where that raises the error of some pixel can NVIDIA's value differ;
+    where it does, it is said, not left silent (an image's error often peaks within its own range,
+    so many mixed batches give NVIDIA's value too). The extra exposures of those images run once, without
+    gradient: from each one's last own exposure (so that every sweep has two) to the largest."""
+    with torch.no_grad():
+        fewer = torch.nonzero(counts < count_max).flatten()
+        first = counts[fewer] - 1
+        width = count_max - count_min + 1
+        columns = (first.unsqueeze(1) + torch.arange(width, device=counts.device)).clamp(max=count_max - 1)
+        extra = sweep(t[fewer], r[fewer], exposures[fewer].gather(1, columns), count_max - first)
+        nvidia = error.detach().clone()
+        nvidia[fewer] = torch.maximum(nvidia[fewer], extra)
+        table = torch.stack([(nvidia != error).sum().double(), weighted_reduce(nvidia, None, "mean").double()])
+        raised, theirs = table.tolist()
+    if theirs != float(value):
         warnings.warn(
             f"flip_loss: HDRFLIPLoss: the images of this batch need different numbers of exposures "
-            f"({count_min} to {count_max}); each image gets its own, the value it has "
-            f"alone. NVIDIA's loss runs every image to the batch's largest count (past its stop exposure) "
-            f"and gives another value.",
+            f"({count_min} to {count_max}); each image gets its own, and the value it has alone: "
+            f"{float(value):.6g}. NVIDIA's loss runs every image to the batch's largest count, past "
+            f"its stop exposure, which raises the error of {int(raised)} pixel{'s' if raised > 1 else ''} here: its value is "
+            f"{float(theirs):.6g}.",
             UserWarning,
             stacklevel=_caller_stacklevel(),
         )

@@ -23,6 +23,9 @@ TorchScript — raises the same error before any kernel runs.
   sensitivities of the images that require grad, at every scale, and its backward starts from them.
 * Under ``torch.autocast`` the image inputs of every forward op are cast to float32 (like PyTorch's
   own losses) and the result stays float32.
+* Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``/``jacfwd``/``hessian``) is
+  refused by every op, in its Autograd and BackendSelect kernels (``_refuse_forward_mode``): the
+  ops have no JVP, and without the refusal a tangent would silently come out as zero.
 
 On a device whose compiled kernels cannot serve it (``flip_loss._ops.kernels_run_on``: MPS, XPU, a
 ROCm GPU, an NVIDIA GPU the build holds no code for), ``ldr_flip`` and ``hdr_flip`` compute with
@@ -117,6 +120,7 @@ def _backend_select(name):
     portable = _with_defaults(name, PORTABLE_OPS[name], False) if name in PORTABLE_OPS else None
 
     def kernel(keyset, *args, **kwargs):
+        _refuse_forward_mode(name, args, kwargs)
         if _skipped_autograd(args[0] if args else kwargs.get(first)):
             check(*args, **kwargs)
             if not _kernels_serve(name, args[0] if args else kwargs[first]):
@@ -508,6 +512,25 @@ def _with_defaults(name, kernel, with_keyset):
     return lambda *args, **kwargs: kernel(*full(args, kwargs))
 
 
+def _refuse_forward_mode(name, args, kwargs) -> None:
+    """Forward mode refused by every op (``op_checks.refuse_forward_mode``), also where the portable
+    path computes inside the op: run from an op's Python kernel, the oracle meets an error inside
+    PyTorch under forward mode, while the Python API, which calls the oracle itself there, has it."""
+    op_checks.refuse_forward_mode(name, *args, *kwargs.values())
+
+
+def _autograd_kernel(name, kernel):
+    """The Autograd kernel of op ``name``: forward mode refused first (under torch.compile's tracing
+    the call never reaches BackendSelect), then ``kernel`` with every argument."""
+    full = _with_defaults(name, kernel, True)
+
+    def autograd(keyset, *args, **kwargs):
+        _refuse_forward_mode(name, args, kwargs)
+        return full(keyset, *args, **kwargs)
+
+    return autograd
+
+
 def register(kernels_run_on) -> None:
     """Registers the kernels above for every op (once per process: flip_loss._ops calls it, with
     its rule for where the compiled kernels serve)."""
@@ -516,7 +539,7 @@ def register(kernels_run_on) -> None:
     for name, fake in FAKE_KERNELS.items():
         torch.library.register_fake(f"flip::{name}", _with_defaults(name, fake, False), lib=_LIB)
     for name, kernel in AUTOGRAD_KERNELS.items():
-        _LIB.impl(name, _with_defaults(name, kernel, True), "Autograd", with_keyset=True)
+        _LIB.impl(name, _autograd_kernel(name, kernel), "Autograd", with_keyset=True)
     for name in FAKE_KERNELS:  # every op
         _LIB.impl(name, _backend_select(name), "BackendSelect", with_keyset=True)
     for name in AUTOCAST_OPS:

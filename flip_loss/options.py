@@ -48,6 +48,14 @@ def real_number(name: str, value) -> float:
         return math.inf if value > 0 else -math.inf
 
 
+def flag(name: str, value, who: str = "flip_loss") -> bool:
+    """A True/False option (``hdr``, ``sync_on_compute``): a bool (or NumPy bool), nothing else; a
+    string such as "no" is truthy and would switch the option on."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{who}: {name} must be True or False, got {value}")
+    return bool(value)
+
+
 def pixels_per_degree(distance_m: float, display_width_m: float, display_width_px: float) -> float:
     """Pixels per degree of visual angle for a display of ``display_width_px`` pixels spanning
     ``display_width_m`` metres, seen from ``distance_m`` metres (small-angle approximation)."""
@@ -247,6 +255,31 @@ def data_range(value) -> Tuple[float, float]:
         )
     check_data_range_value(low, high)
     return low, high
+
+
+def check_mode_options(
+    hdr: bool, tone_mapper: str, exposures_given: List[str], data_range: Tuple[float, float]
+) -> None:
+    """TorchScript-compatible: the options that belong to one mode of ``FLIPLoss`` only, checked
+    together (by its constructor and on every call, eager and scripted, since any of them may be
+    set after construction): ``tone_mapper`` (a checked name) other than ACES and the exposure
+    options (``exposures_given``: the names of those not None) only with ``hdr=True``, a
+    ``data_range`` (a checked pair) other than (0, 1) only without. Otherwise one of them would be
+    silently ignored."""
+    if not hdr:
+        ignored = exposures_given
+        if tone_mapper != "aces":
+            ignored = ignored + ["tone_mapper"]
+        if len(ignored) > 0:
+            raise ValueError(
+                "flip_loss: the HDR-FLIP options " + ", ".join(ignored) + " apply only with hdr=True; LDR-FLIP "
+                "would ignore them"
+            )
+    elif data_range[0] != 0.0 or data_range[1] != 1.0:
+        raise ValueError(
+            "flip_loss: data_range only applies to LDR-FLIP (hdr=False); HDR inputs are linear scene "
+            "values, and HDR-FLIP would ignore data_range=(" + str(data_range[0]) + ", " + str(data_range[1]) + ")"
+        )
 
 
 def check_data_range_value(low: float, high: float) -> None:

@@ -44,17 +44,18 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         '"flip-loss[torchmetrics]" (or pip install torchmetrics)'
     ) from exc
 
-from . import options
 from .constants import DEFAULT_PPD
 from .metric import (
-    LIMBS,
     FLIPMetricResult,
     Statistics,
     check_pixel_capacity,
+    check_same_options,
     checked_error_batch,
+    empty_statistics,
     exact_means,
     fold,
     metric_error_map,
+    metric_options,
     result_of,
 )
 
@@ -63,6 +64,8 @@ __all__ = ["FLIPTorchMetric"]
 _WHO = "flip_loss.torchmetrics.FLIPTorchMetric"
 
 _SPACES = ("srgb", "linear")
+# The states _statistics() gathers, which update() changes in place.
+_STATISTICS_STATES = ("count", "limbs", "bin_min", "bin_max", "min_value", "max_value")
 _ALPHAS = (None, "straight", "premultiplied")
 _BACKGROUNDS = ("black", "white", "checkerboard")
 
@@ -81,7 +84,7 @@ def settings_code(ppd: float, input_space: str, data_range, bins: int, alpha, ba
         float(_ALPHAS.index(alpha)),
         float(_BACKGROUNDS.index(background)) if named else -1.0,
     ] + ([0.0, 0.0, 0.0] if named else [float(v) for v in background])
-    bits = torch.tensor(values, dtype=torch.float64).view(torch.int64)
+    bits = torch.tensor(values, dtype=torch.float64, device="cpu").view(torch.int64)
     return torch.stack([(bits >> (16 * k)) & 0xFFFF for k in range(4)], dim=1)
 
 
@@ -120,30 +123,30 @@ class FLIPTorchMetric(Metric):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        bins = options.bins(bins, _WHO)
-        self.pixels_per_degree = options.checked_pixels_per_degree(pixels_per_degree)
-        self.input_space = options.input_space(input_space)
-        self.data_range = options.data_range(data_range)
-        self.alpha, self.background = options.alpha_options(alpha, background)
-        options.check_background_value(self.background, *self.data_range)
-        self.bins = int(bins)
+        self.pixels_per_degree, self.input_space, self.data_range = pixels_per_degree, input_space, data_range
+        self.bins, self.alpha, self.background = bins, alpha, background
+        # Stored as checked, by the rules an option set later meets when the metric runs.
+        self._built_options = metric_options(self, _WHO)
+        self.pixels_per_degree, self.input_space, self.data_range = self._built_options[:3]
+        self.bins, self.alpha, self.background = self._built_options[3:]
         self.looked_at_device_inputs = False
         # torchmetrics makes the placeholder of a rank without per-image means in this dtype when it
         # syncs; it must match the other ranks' float64 means. Set before any state exists, so it
         # converts nothing.
         self.set_dtype(torch.float64)
-        self.add_state("count", torch.zeros(self.bins, dtype=torch.int64), dist_reduce_fx="sum")
-        self.add_state("limbs", torch.zeros(LIMBS, self.bins, dtype=torch.int64), dist_reduce_fx="sum")
-        self.add_state("bin_min", torch.full((self.bins,), float("inf"), dtype=torch.float64), dist_reduce_fx="min")
-        self.add_state("bin_max", torch.full((self.bins,), float("-inf"), dtype=torch.float64), dist_reduce_fx="max")
-        self.add_state("min_value", torch.tensor(float("inf"), dtype=torch.float64), dist_reduce_fx="min")
-        self.add_state("max_value", torch.tensor(float("-inf"), dtype=torch.float64), dist_reduce_fx="max")
+        # The states start where torchmetrics says the metric is (self.device: the default device
+        # at construction), named, so that no state depends on where a default put it.
+        stats = empty_statistics(self.bins, self.device)
+        self.add_state("count", stats.count, dist_reduce_fx="sum")
+        self.add_state("limbs", stats.limbs, dist_reduce_fx="sum")
+        self.add_state("bin_min", stats.bin_min, dist_reduce_fx="min")
+        self.add_state("bin_max", stats.bin_max, dist_reduce_fx="max")
+        self.add_state("min_value", stats.min, dist_reduce_fx="min")
+        self.add_state("max_value", stats.max, dist_reduce_fx="max")
         self.add_state("per_image_means", [], dist_reduce_fx="cat")
         self.add_state(
             "settings",
-            settings_code(
-                self.pixels_per_degree, self.input_space, self.data_range, self.bins, self.alpha, self.background
-            ),
+            settings_code(*self._built_options).to(self.device),
             dist_reduce_fx=_same_settings,
         )
 
@@ -158,11 +161,16 @@ class FLIPTorchMetric(Metric):
         this._dtype = torch.float64
         return this
 
+    def _options(self):
+        """The options checked by the constructor's rules; its states are made for those it was
+        built with (the histogram's size, the ``settings`` state), so they are fixed."""
+        opts = metric_options(self, _WHO)
+        check_same_options(self._built_options, opts, _WHO, "build another metric to use other options")
+        return opts
+
     def _check_settings(self, have) -> None:
         """``have`` (a ``settings`` state) must be this metric's own options."""
-        want = settings_code(
-            self.pixels_per_degree, self.input_space, self.data_range, self.bins, self.alpha, self.background
-        )
+        want = settings_code(*self._options())
         if not isinstance(have, torch.Tensor) or have.shape != want.shape or not torch.equal(have.cpu(), want):
             raise ValueError(
                 f"{_WHO}: the state comes from a metric with other options; load states only into a "
@@ -179,11 +187,22 @@ class FLIPTorchMetric(Metric):
     def _statistics(self) -> Statistics:
         return Statistics(self.count, self.limbs, self.bin_min, self.bin_max, self.min_value, self.max_value)
 
+    def _normal_states(self) -> None:
+        """The statistics as normal tensors: states made or reset under ``torch.inference_mode``
+        (the constructor's, torchmetrics' reset clones) are inference tensors, which no later update
+        outside that mode could change in place. Their values are kept."""
+        with torch.inference_mode(False):
+            for name in _STATISTICS_STATES:
+                state = getattr(self, name)
+                if state.is_inference():
+                    setattr(self, name, state.clone())
+
     def update(self, test: torch.Tensor, reference: torch.Tensor) -> None:
         """Evaluates LDR-FLIP between ``test`` and ``reference`` (as :meth:`flip_loss.FLIPMetric.update`)
         and accumulates the maps."""
+        self._normal_states()
         with torch.no_grad():
-            error = metric_error_map(self, test, reference)
+            error = metric_error_map(self, self._options(), test, reference)
             e = checked_error_batch(error, _WHO).to(self.count.device)
             check_pixel_capacity(int(self.count.sum()), e.numel(), _WHO)
             per_image = fold(self._statistics(), e)
@@ -210,7 +229,7 @@ class FLIPTorchMetric(Metric):
         self._check_settings(self.settings)
         means = self.per_image_means
         if isinstance(means, list):
-            means = torch.cat(means) if means else torch.zeros(0, dtype=torch.float64)
+            means = torch.cat(means) if means else torch.zeros(0, dtype=torch.float64, device="cpu")
         if int(self.count.sum()) == 0:
             raise RuntimeError(f"{_WHO}: compute() called before any update()")
         return result_of(self._statistics(), means)

@@ -23,6 +23,7 @@
 
 #include "../flip/cuda/kernels.h"
 #include "../flip/bounded_cache.h"
+#include "../flip/environment.h"
 #include "../flip/filters.h"
 #include "checks.h"
 #include "common.h"
@@ -163,10 +164,7 @@ std::shared_ptr<const CachedTaps<T>> kernel_taps(double ppd, const Tensor& like,
 // float64): a test or sanitizer run (scripts/gpu/gpu_check.sh) reaches that fallback this way. Read
 // once, at the first call.
 bool force_row_passes() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLIP_LOSS_CUDA_FORCE_ROW_PASSES");
-    return v != nullptr && std::string(v) == "1";
-  }();
+  static const bool on = flip::environment::switch_on("FLIP_LOSS_CUDA_FORCE_ROW_PASSES", false);
   return on;
 }
 
@@ -181,10 +179,7 @@ bool use_fused_forward(const flip::cuda::KernelTaps<T>& taps) {
 // tests and sanitizer runs (scripts/gpu/gpu_check.sh) use to reach the band logic on a GPU. Read
 // once, at the first backward.
 int64_t backward_scratch_budget() {
-  static const int64_t bytes = [] {
-    const char* v = std::getenv("FLIP_LOSS_CUDA_BACKWARD_SCRATCH");
-    return v != nullptr && *v != '\0' ? std::max<int64_t>(1, std::atoll(v)) : flip::kBackwardScratchBytes;
-  }();
+  static const int64_t bytes = flip::environment::bytes("FLIP_LOSS_CUDA_BACKWARD_SCRATCH", flip::kBackwardScratchBytes);
   return bytes;
 }
 
@@ -197,10 +192,7 @@ int64_t backward_scratch_budget() {
 // runs them so, with a small FLIP_LOSS_CUDA_BACKWARD_SCRATCH for many bands). One memset per band:
 // for debugging only. Read once, at the first backward.
 bool debug_nan_scratch() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH");
-    return v != nullptr && std::string(v) == "1";
-  }();
+  static const bool on = flip::environment::switch_on("FLIP_LOSS_CUDA_DEBUG_NAN_SCRATCH", false);
   return on;
 }
 

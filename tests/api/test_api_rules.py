@@ -639,6 +639,41 @@ def test_an_option_of_the_wrong_type_is_refused_on_every_path():
             setattr(scripted, name, value)
 
 
+# Options that are wrong only together: the constructor's options, what is set after it, what it
+# refuses; the scripted module takes a data_range as its attribute's type, a (low, high) pair.
+ONE_MODE_OPTIONS = [
+    ({}, "tone_mapper", "hable", "the HDR-FLIP options tone_mapper apply only with hdr=True"),
+    ({"hdr": True}, "data_range", (0.0, 2.0), "data_range only applies to LDR-FLIP"),
+    ({"data_range": 2}, "hdr", True, "data_range only applies to LDR-FLIP"),
+    ({"hdr": True, "tone_mapper": "reinhard"}, "hdr", False, "options tone_mapper apply only with hdr=True"),
+    ({"hdr": True, "num_exposures": 3}, "hdr", False, "options num_exposures apply only with hdr=True"),
+    ({}, "start_exposure", -1.0, "options start_exposure apply only with hdr=True"),
+]
+
+
+@pytest.mark.parametrize("built, name, value, message", ONE_MODE_OPTIONS)
+def test_options_wrong_only_together_are_refused_on_every_path(built, name, value, message):
+    """An option of one mode set on a loss of the other (tone_mapper on LDR-FLIP, data_range on
+    HDR-FLIP, hdr switched under a data_range or exposures) is refused when the loss runs, eager,
+    scripted and compiled, as the constructor refuses it (before: the option was silently ignored)."""
+    test, reference = _option_inputs("ldr")  # images in [0, 1]: valid input of either mode
+    for path in PATHS:
+        module = _on_path(flip_loss.FLIPLoss(**built), path)
+        setattr(module, name, value)
+        with pytest.raises(Exception, match=message) as info:
+            module(test, reference)
+        assert isinstance(info.value, torch.jit.Error if path == "scripted" else ValueError), path
+    with pytest.raises(ValueError, match=message):
+        flip_loss.FLIPLoss(**{**built, name: value})
+
+
+def test_hdr_takes_only_true_or_false_in_the_constructor_too():
+    for value in ("no", 1, None):
+        with pytest.raises(TypeError, match="hdr must be True or False"):
+            flip_loss.FLIPLoss(hdr=value)
+    assert flip_loss.FLIPLoss(hdr=np.True_).hdr is True
+
+
 NVIDIA_SETTABLE = [
     # (class, option, a valid value in another spelling, the constructor options it stands for,
     # an invalid value, the message)

@@ -370,3 +370,101 @@ def test_torchmetric_sync_through_a_dist_sync_fn():
     mismatched.update(*data[0])
     with pytest.raises(ValueError, match="ranks' metrics have different options"):
         mismatched.compute()
+
+
+# --- options set after construction, and state no mode can poison ------------------------------
+
+
+def both_metrics(**options):
+    """A FLIPMetric and a FLIPTorchMetric with the same options (the latter when torchmetrics is
+    installed)."""
+    made = [FLIPMetric(**options)]
+    try:
+        made.append(torchmetric(**options))
+    except pytest.skip.Exception:
+        pass
+    return made
+
+
+# option: (a value set after construction the constructor refuses, the error, its message)
+BAD_LATER = {
+    "pixels_per_degree": ([30.0, 60.0], TypeError, "pixels_per_degree must be a real number"),
+    "bins": (0, ValueError, "bins must be from 1 to"),
+    "input_space": ("rgb", ValueError, "input_space must be one of"),
+    "data_range": ((1.0, 0.0), ValueError, "data_range must be finite with low < high"),
+    "background": ("white", ValueError, "background only applies to images with an alpha channel"),
+    "alpha": ("sideways", ValueError, "alpha must be"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_LATER))
+def test_metrics_check_an_option_set_after_construction_by_the_constructors_rules(name):
+    """Before: a list of pixels per degree set on a metric ran multi-scale FLIP, which the
+    constructor refuses, and a bad bins or background met only a torch error or nothing."""
+    value, exc, message = BAD_LATER[name]
+    test, ref, _ = batches(seed=30)[0]
+    with pytest.raises(exc, match=message):
+        FLIPMetric(**{name: value})
+    for metric in both_metrics():
+        setattr(metric, name, value)
+        with pytest.raises(exc, match=message):
+            metric.update(test, ref)
+
+
+def test_a_metrics_statistics_take_no_other_options():
+    """Statistics gathered with one set of options refuse a batch, or a result, under another (before:
+    bins set after the first update was ignored, a new pixels per degree mixed two metrics in one);
+    FLIPMetric takes new options after reset(), FLIPTorchMetric's are those it was built with."""
+    (t1, r1, _), (t2, r2, _) = batches(seed=31)[:2]
+    for metric in both_metrics(bins=256):
+        metric.update(t1, r1)
+        for name, value in (("bins", 64), ("pixels_per_degree", 30.0)):
+            setattr(metric, name, value)
+            with pytest.raises(ValueError, match=f"{name}={value!r} was set after construction"):
+                metric.update(t2, r2)
+            with pytest.raises(ValueError, match=f"{name}={value!r} was set after construction"):
+                metric.compute()
+            setattr(metric, name, 256 if name == "bins" else flip_loss.DEFAULT_PPD)
+        metric.update(t2, r2)
+        assert_same_result(metric.compute(), plain_result([(t1, r1), (t2, r2)], bins=256))
+    metric = FLIPMetric(bins=256)
+    metric.update(t1, r1)
+    metric.reset()
+    metric.bins, metric.pixels_per_degree = 64, 30.0
+    metric.update(t2, r2)
+    assert_same_result(metric.compute(), plain_result([(t2, r2)], bins=64, pixels_per_degree=30.0))
+
+
+def test_sync_on_compute_takes_only_true_or_false():
+    with pytest.raises(TypeError, match="sync_on_compute must be True or False"):
+        FLIPMetric(sync_on_compute="no")
+    metric = FLIPMetric()
+    metric.update(*batches(seed=32)[0][:2])
+    metric.sync_on_compute = "no"  # a truthy string would have synced
+    with pytest.raises(TypeError, match="sync_on_compute must be True or False"):
+        metric.compute()
+
+
+def test_a_metric_first_used_under_inference_mode_works_outside_it():
+    """Statistics made by a first update (FLIPMetric), a constructor or a reset (FLIPTorchMetric)
+    under torch.inference_mode are normal tensors, so later updates outside it work (before:
+    'Inplace update to inference tensor outside InferenceMode')."""
+    data = [(t, r) for t, r, _ in batches(seed=33)]
+    want = plain_result(data, bins=512)
+    for metric in both_metrics(bins=512):
+        with torch.inference_mode():
+            metric.update(*data[0])
+        for t, r in data[1:]:
+            metric.update(t, r)
+        assert_same_result(metric.compute(), want)
+    pytest.importorskip("torchmetrics")
+    with torch.inference_mode():
+        built_inside = torchmetric(bins=512)
+    reset_inside = torchmetric(bins=512)
+    reset_inside.update(*data[0])
+    with torch.inference_mode():
+        reset_inside.reset()
+    for metric in (built_inside, reset_inside):
+        for t, r in data:
+            metric.update(t, r)
+        assert_same_result(metric.compute(), want)

@@ -7,6 +7,7 @@ import math
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -290,6 +291,43 @@ def test_a_mixed_batch_gives_every_image_its_own_exposure_count():
     grid = start.flatten()[:, None] + torch.arange(most)[None, :] * step[:, None]
     nvidia_style = torch.ops.flip.hdr_flip(t, r, grid, torch.full((2,), most), 30.0, "aces", 1e-15)[0].mean()
     assert abs(nvidia_style.item() - batch.item()) > 1e-4
+
+
+def nvidia_style_value(test, ref):
+    """HDRFLIPLoss's batch as NVIDIA's loss runs it: every image to the batch's largest count, on its
+    own exposure grid (past its stop exposure), from the op itself."""
+    start, stop = flip_loss.compute_start_stop_exposures(ref, "aces", 0.85, 0.85)
+    counts = torch.clamp(torch.ceil(stop - start), min=2).flatten()
+    step = (stop - start).flatten() / (counts - 1)
+    most = int(counts.max())
+    grid = start.flatten()[:, None] + torch.arange(most)[None, :] * step[:, None]
+    n = ref.shape[0]
+    value = torch.ops.flip.hdr_flip(test, ref, grid, torch.full((n,), most), nvidia.NVIDIA_DEFAULT_PPD, "aces", 1e-15)
+    return value[0].mean().item(), int(counts.min()) != most
+
+
+def test_the_mixed_count_warning_comes_only_where_nvidias_value_differs():
+    """Batches of images over 1 to 12 stops, with noisy copies: many need different exposure counts,
+    and for many of those NVIDIA's extra exposures raise no pixel's error. The warning comes exactly
+    where NVIDIA's value differs, and states it (before: for every batch with mixed counts)."""
+    seen = {True: 0, False: 0}
+    for seed in range(8):
+        g = torch.Generator().manual_seed(seed)
+        stops = torch.tensor([1.0, 3.0, 6.0, 12.0]).view(4, 1, 1, 1)
+        ref = torch.exp2(torch.rand(4, 3, 16, 16, generator=g) * stops)
+        test = torch.exp2(torch.rand(4, 3, 16, 16, generator=g) * stops) if seed % 2 else ref * 1.05
+        theirs, mixed = nvidia_style_value(test, ref)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ours = flip_loss.HDRFLIPLoss()(test, ref).item()
+        assert mixed, "each batch needs different counts"
+        differs = theirs != ours
+        assert len(caught) == int(differs), (seed, theirs, ours)
+        if differs:
+            assert f"its value is {theirs:.6g}" in str(caught[0].message)
+            assert f"the value it has alone: {ours:.6g}" in str(caught[0].message)
+        seen[differs] += 1
+    assert seen[True] and seen[False], seen
 
 
 def bimodal_reference():

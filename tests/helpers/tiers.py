@@ -20,6 +20,9 @@ TORCH_RELEASE_MODULES = frozenset(
         "test_ops",  # the kink rules, dtypes and layouts of the registered ops
         "test_op_checks",  # the C++ checks' errors as each release translates them; registered op list
         "test_sensitivities",  # the Autograd kernel's choice of the internal ops, under compile too
+        "test_op_forward_mode",  # forward-mode AD refused by each op's registered kernels
+        "test_forward_mode",  # the same through the Python API; the oracle's forward mode
+        "test_process_defaults",  # default device and dtype as each release applies them
         "test_torch_releases",  # the supported range, at build and import
         "test_missing_extension",  # import, fallback and torch.jit.script without the extension
         "test_portable_fallback",  # the Autograd and BackendSelect kernels' portable route per device

@@ -1,8 +1,8 @@
 // Runtime CPU dispatch: the public kernels (kernels.h) call the variant compiled for the best
 // instruction-set level the CPU supports (see isa.h), chosen once per process.
-#include <cctype>
 #include <string>
 
+#include "../environment.h"
 #include "isa.h"
 
 // Declarations of each variant's kernels (defined in kernels_<level>.cpp).
@@ -43,13 +43,12 @@ Level supported() {
 }
 
 // FLIP_LOSS_CPU_CAPABILITY can only lower the level (to compare levels, or to work around a
-// problem); an unknown value is ignored, so the best level is used.
+// problem); another value than its names is refused (environment.h), at every kernel call.
 Level chosen() {
   const Level best = supported();
-  const char* env = std::getenv("FLIP_LOSS_CPU_CAPABILITY");
-  if (env == nullptr) return best;
-  std::string want(env);
-  for (auto& ch : want) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string want =
+      flip::environment::choice("FLIP_LOSS_CPU_CAPABILITY", {"baseline", "default", "avx2", "avx512"});
+  if (want.empty()) return best;
   Level level = best;
   if (want == "baseline" || want == "default") level = Level::baseline;
   if (want == "avx2") level = Level::avx2;

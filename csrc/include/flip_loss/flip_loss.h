@@ -14,9 +14,11 @@
 // Conventions (docs/api.md, "Conventions"): images are N x 3 x H x W or 3 x H x W (N >= 1), float16/bfloat16/
 // float32/float64, sRGB-encoded in [0, 1] by default; argument order is (test, reference).
 // Limits (limits.h, the same in Python): kMinPpd <= ppd <= kMaxPpd, 0 <= eps <= kMaxEps, exposure counts
-// in [kMinExposures, kMaxExposures]. A bad argument throws c10::ValueError (c10::TypeError for a
-// wrong dtype), both c10::Error. Gradients are first order only: differentiating a gradient of
-// these ops (double backward) throws.
+// in [kMinExposures, kMaxExposures]. A bad argument of an op throws a c10::Error with the message of
+// the Python checks (the stable ABI the kernels are built on keeps no exception class alike across
+// torch releases: some pass the std::runtime_error it carries); this header's own checks throw
+// c10::ValueError (c10::TypeError for a wrong dtype). Gradients are first order only:
+// differentiating a gradient of these ops (double backward) throws.
 #pragma once
 
 #include <ATen/ATen.h>
