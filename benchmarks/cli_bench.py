@@ -134,8 +134,16 @@ def srgb8(radiance: np.ndarray) -> np.ndarray:
     return (encoded * 255 + 0.5).astype(np.uint8)
 
 
+def _has_size(path: str, width: int, height: int) -> bool:
+    if not os.path.exists(path):
+        return False
+    from flip_loss.imageio import load_image
+
+    return tuple(load_image(path).shape[1:]) == (height, width)
+
+
 def make_pairs(folder: str, count: int, hdr: bool, width: int, height: int) -> None:
-    """``count`` pairs in folder/ref and folder/test (kept: a second run reuses them)."""
+    """``count`` pairs in folder/ref and folder/test (kept: a second run at the same size reuses them)."""
     from PIL import Image
 
     from flip_loss.imageio import save_exr
@@ -145,8 +153,8 @@ def make_pairs(folder: str, count: int, hdr: bool, width: int, height: int) -> N
         os.makedirs(os.path.join(folder, sub), exist_ok=True)
     for i in range(count):
         name = f"shot{i:03d}.{ext}"
-        if all(os.path.exists(os.path.join(folder, s, name)) for s in ("ref", "test")):
-            continue
+        if all(_has_size(os.path.join(folder, s, name), width, height) for s in ("ref", "test")):
+            continue  # made by an earlier run at this size
         reference = render(1000 * hdr + i, width, height)
         test = noisy(reference, 7 + i)
         for sub, image in (("ref", reference), ("test", test)):

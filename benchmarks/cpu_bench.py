@@ -8,8 +8,8 @@ path's HDR-FLIP forward+backward peak memory with 2 and 16 exposures (one child 
                                              [--skip-reference] [--threads N]
 
 Sizes: 512x512, 1920x1080, 3840x2160 (batch 1) and 8x256x256 (batch 8; flip-evaluator has no
-batch, so its figure is 8 calls in a loop). The image is the 1920x1080 render in ../shared if this
-checkout has it beside it, else the bundled example tiled up; 3840x2160 tiles it 2 x 2, and the
+batch, so its figure is 8 calls in a loop). The image is a 1920x1080 render made by cli_bench.py's
+ray caster; 3840x2160 tiles it 2 x 2, and the
 batch takes eight different 256x256 crops. The test image adds Gaussian noise (sigma 0.03);
 inputs rotate between two noise draws. float32, gradient with respect to the test image.
 
@@ -52,14 +52,13 @@ SIZES = {
 
 
 def source_image():
-    """A real render: ../shared's 1080p reference when this checkout has it beside, else the
-    bundled example tiled to 1080p."""
-    shared = os.path.join(HERE, "..", "..", "shared", "data", "nvidia_flip", "reference.png")
-    if os.path.exists(shared):
-        return load_image(shared), "reference.png (1920x1080 render)"
-    ex = load_image(flip_loss.cli.example_paths()[0])
-    reps = (1, -(-1080 // ex.shape[1]), -(-1920 // ex.shape[2]))
-    return ex.repeat(*reps)[:, :1080, :1920].contiguous(), "bundled example tiled to 1920x1080"
+    """A 1920x1080 render: the ray-cast scene benchmarks/cli_bench.py makes its pairs of (seed 0),
+    tone mapped and sRGB-encoded to 8 bits as its LDR pairs are."""
+    import cli_bench  # beside this script
+
+    return torch.from_numpy(cli_bench.srgb8(cli_bench.render(0, 1920, 1080))).permute(2, 0, 1).float().div(255), (
+        "cli_bench.py's render (seed 0, 1920x1080)"
+    )
 
 
 def reference_batch(img, n, h, w):
