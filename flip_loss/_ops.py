@@ -186,6 +186,9 @@ _NO_IMAGE_ERRORS = frozenset(
     }
 )
 
+# The CUDA runtime's answers that mean "there is no GPU here to ask about".
+_NO_DEVICE_ERRORS = frozenset({"cudaErrorInsufficientDriver", "cudaErrorNoDevice"})
+
 
 def _compiled_architectures() -> Optional[Tuple[Tuple[int, int], ...]]:
     """The compute capabilities the loaded CUDA kernels were compiled for ((8, 0), (8, 6), ...), or
@@ -207,6 +210,11 @@ def _cuda_device_verdict(index: int) -> Optional[str]:
     if index in _cuda_verdicts:
         return _cuda_verdicts[index]
     error, _, _ = _C_cuda.kernel_image(index)
+    if error in _NO_DEVICE_ERRORS:
+        # No GPU to run anything on, so no real tensor can be there: the call traces fake CUDA
+        # tensors (torch.compile, shape propagation), which the kernels' fake kernels serve. Not kept:
+        # it decides nothing about a device.
+        return None
     if error is None:
         verdict = None
     elif error in _NO_IMAGE_ERRORS:
