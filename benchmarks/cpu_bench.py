@@ -36,9 +36,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import flip_loss  # noqa: E402
-import flip_loss.cli  # noqa: E402
 from flip_loss import oracle  # noqa: E402
-from flip_loss.imageio import load_image  # noqa: E402
 
 import torch_separable  # noqa: E402  (beside this script)
 
