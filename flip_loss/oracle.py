@@ -489,7 +489,18 @@ def _stack(planes):
     several times faster on it; planar elsewhere, where a depthwise float32 convolution of planar
     data runs PyTorch's own kernel (CUDA), never a TF32 one."""
     x = torch.stack(planes, dim=1)
-    return x.contiguous(memory_format=torch.channels_last) if x.device.type == "cpu" else x
+    if x.device.type != "cpu":
+        return x
+    try:
+        return x.contiguous(memory_format=torch.channels_last)
+    except RuntimeError:  # vmap (torch.func.jacfwd, jacrev) cannot restride a batched tensor
+        return x
+
+
+def _under_func_transform(*tensors):
+    """Whether a tensor is wrapped by a torch.func transform or carries a forward-mode tangent."""
+    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda x: False)
+    return any(wrapped(x) or torch.autograd.forward_ad.unpack_dual(x).tangent is not None for x in tensors)
 
 
 def _edge_rows(x, before, after, dim):
@@ -744,7 +755,7 @@ class _ExposureMaximum(torch.autograd.Function):
             _, vjp = torch.func.vjp(error, *(x for x, w in zip((t, r), wanted) if w))
             got = iter(vjp(torch.where(index == i, grad, 0.0)))
             for k in (k for k, w in enumerate(wanted) if w):
-                grads[k] += next(got)
+                grads[k] = grads[k] + next(got)  # out of place: under vmap the sum is batched
         return grads[0], grads[1], None, None, None, None, None
 
 
@@ -761,7 +772,9 @@ def hdr_flip(test, reference, pixels_per_degree, tone_mapper, exposures, counts,
     # The exposures are settings, not a function to differentiate (as for the op).
     ex = exposures.detach().to(device=t.device, dtype=cdt)
     args = (t, r, ex, [int(c) for c in counts.tolist()], float(pixels_per_degree), tm, eps)
-    if torch.is_grad_enabled() and (t.requires_grad or r.requires_grad):
+    # Recomputation serves reverse mode; torch.func transforms and forward mode differentiate the
+    # plain maximum, whose graph holds every exposure.
+    if torch.is_grad_enabled() and (t.requires_grad or r.requires_grad) and not _under_func_transform(t, r):
         best, emap, index = _ExposureMaximum.apply(*args)
     else:
         best, emap, index = _exposure_maximum(*args)

@@ -118,7 +118,9 @@ def test_oracle_forward_mode_gives_reverse_modes_jacobian_at_the_kinks(name):
         forward = torch.func.jacfwd(g)(x)
         if i == 0:
             assert reverse.abs().sum() > 0, "a kink case with no gradient at all tells nothing"
-        torch.testing.assert_close(forward, reverse, rtol=1e-12, atol=1e-13)
+        # Rounding apart (the convolutions' order of sums differs between the modes): a kink
+        # handled differently shows as a difference of the derivative's own size.
+        torch.testing.assert_close(forward, reverse, rtol=1e-9, atol=1e-10)
 
 
 @pytest.mark.parametrize("name", list(ORACLE_FUNCTIONS))
