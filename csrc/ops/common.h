@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../flip/passes.h"
+#include "../flip/cuda/filter_sums.h"
 #include "signature.h"
 
 namespace flip_ops {
