@@ -24,7 +24,7 @@ import torch
 from . import options
 from .constants import DEFAULT_PPD
 from .functional import ldr_flip_with_look
-from .host_values import is_device_call
+from .tensor_values import is_device_call
 from .pooling import PERCENTILES, PooledValues, pooled_values
 
 __all__ = ["FLIPMetric", "FLIPMetricResult"]

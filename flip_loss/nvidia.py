@@ -31,7 +31,7 @@ from . import oracle
 from .constants import DEFAULT_EPS, PC, PT, QC, QF
 from ._ops import kernels_serve
 from .functional import _caller_stacklevel, ldr_flip_with_look
-from .host_values import host_table, is_compiling, is_device_call
+from .tensor_values import host_table, is_compiling, is_device_call
 from .image_checks import checked_pair
 from .hdr import (
     as_batch,
