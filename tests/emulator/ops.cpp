@@ -8,7 +8,7 @@
 // argument checks (csrc/ops/checks.h), all made before any filter taps are built; the buffers are
 // prepared as csrc/ops/cuda.cpp prepares them. Like the flip ops' kernels, it is written against
 // PyTorch's stable C++ ABI, so that it compiles with the same shared headers (csrc/ops/checks.h,
-// common.h).
+// kernel_tensors.h).
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
@@ -19,7 +19,7 @@
 
 #include "emulate.h"
 #include "ops/checks.h"
-#include "ops/common.h"
+#include "ops/kernel_tensors.h"
 
 namespace flip_emulator_ops {
 namespace {
