@@ -240,8 +240,9 @@ if want_cuda():
     # and sum as written, as the CPU kernels do (-ffp-contract=off above). nvcc's default would
     # fuse an operation of one image and not of the other (in HyAB's differences, for one), so
     # identical images would not give exactly 0 nor swapped ones the same map. The filter taps
-    # are fused multiply-adds on purpose (flip::fmadd, csrc/flip/passes.h); docs/algorithm.md §9.2.
-    # --threads=0: the targets compiled side by side, one per core (about 0.3 GB each); the same code.
+    # are fused multiply-adds on purpose (FLIP_FMADD, csrc/flip/cuda/filter_sums.h); §9.2 of
+    # docs/algorithm.md. --threads=0: the targets compiled side by side, one per core (about 0.3 GB
+    # each); the same code.
     ext_modules.append(
         CUDAExtension(
             "flip_loss._C_cuda",

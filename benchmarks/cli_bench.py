@@ -5,34 +5,17 @@ tool's per-pair wall time broken down into start-up, read, evaluate, pool and wr
     .venv/bin/python benchmarks/cli_bench.py [--ldr-pairs 24] [--hdr-pairs 8] [--size 1920x1080]
                                              [--data DIR] [--skip-nvidia] [--encodings] [--json out.json]
 
-The pairs are made here, once per --data folder (default: a temporary one): a small ray-cast
-scene per pair (spheres of several materials on a textured ground under a sky with a sun, the
-layout, sun and camera drawn from the pair's seed), in linear radiance; the test image is the same
-render with Monte Carlo-like noise (relative, stronger in the dark). LDR pairs are the renders tone
-mapped (x / (1 + x)) and sRGB-encoded into 8-bit PNG; HDR pairs are the radiance as half-float
-OpenEXR (ZIP).
-
-What is measured, on each set:
-
-* **end to end**: `flip-loss --reference-dir R --test-dir T -d OUT` as a process (the console
-  script's module, `python -m _flip_loss_launcher`), against NVIDIA's `flip -r ref -t test -d OUT`
-  run once per pair (the tool has no folder mode: a shell loop is what its user writes), both on
-  every core of this machine, one after the other. The speed-up is the ratio of the two walls.
-* **start-up**: `flip-loss --version` (answered without torch), the import of flip_loss (torch and
-  the ops: what every evaluating command pays once) and `flip --help` (NVIDIA's).
-* **per pair, once started**: flip-loss's own "Total time" (from the parsed command line to the
-  last output renamed into place) over the number of pairs, against the forward kernel alone
-  (`ldr_flip` / `hdr_flip` on the decoded tensors, median of 3), and NVIDIA's process wall per pair
-  against its printed "Evaluation time".
-* **stages**: each stage of a pair as flip-loss runs it, one after the other in this process
-  (flip_loss.cli.pair_work.PairWork: read = decoding both images (and an HDR reference's
-  exposures), evaluate = the maps, pool = the pooled values, write = the coloured maps encoded and
-  written); their sum against the pipelined per-pair time shows what the pipeline overlaps.
-* `--encodings`: the error map of the first LDR pair encoded as PNG in several ways (size, time),
-  the measurements behind flip_loss.imageio.save_png's choice.
-
-The machine's other load changes every figure: compare within one run (the load average is printed
-before and after).
+The pairs are ray-cast scenes made here once per --data folder (default: a temporary one), the
+test image the same render with Monte Carlo-like noise; LDR pairs tone mapped into 8-bit sRGB PNG,
+HDR pairs half-float OpenEXR. Measured on each set: end to end, `flip-loss --reference-dir R
+--test-dir T -d OUT` as a process against NVIDIA's `flip` run once per pair (it has no folder
+mode), both on every core, the speed-up the ratio of the two walls; start-up (`flip-loss
+--version`, the import of flip_loss, `flip --help`); per pair once started, flip-loss's "Total
+time" against the forward kernel alone and NVIDIA's wall against its "Evaluation time"; each stage
+of a pair one after the other in this process, whose sum against the pipelined per-pair time shows
+what the pipeline overlaps; with `--encodings`, the error map encoded as PNG several ways (behind
+flip_loss.imageio.save_png's choice). The machine's other load changes every figure: compare
+within one run (the load average is printed before and after).
 """
 
 import argparse

@@ -7,19 +7,14 @@ path's HDR-FLIP forward+backward peak memory with 2 and 16 exposures (one child 
     .venv/bin/python benchmarks/cpu_bench.py [--repeats 5] [--sizes 512x512 1920x1080 ...]
                                              [--skip-reference] [--threads N]
 
-Sizes: 512x512, 1920x1080, 3840x2160 (batch 1) and 8x256x256 (batch 8; flip-evaluator has no
-batch, so its figure is 8 calls in a loop). The image is a 1920x1080 render made by cli_bench.py's
-ray caster; 3840x2160 tiles it 2 x 2, and the
-batch takes eight different 256x256 crops. The test image adds Gaussian noise (sigma 0.03);
-inputs rotate between two noise draws. float32, gradient with respect to the test image.
-
-Every implementation is called once as a warm-up; then the repeats run round-robin (one call of
-each per round), so that a load change on a shared machine hits all of them alike. Figures are
-medians. Each size also reports how far the separable and flip-evaluator maps are from
-flip_loss's (a check that all compute the same metric). The header gives the load average before
-and after: on cores that other work also uses, every multi-threaded implementation slows down, and
-the ones made of many small parallel ATen ops (separable, oracle.py) most, so record figures on an
-otherwise idle machine. --skip-reference skips the portable path (its column and the HDR memory).
+Sizes: 512x512, 1920x1080, 3840x2160 (batch 1) and 8x256x256 (batch 8; flip-evaluator's figure is 8
+calls in a loop), cut from a 1920x1080 render of cli_bench.py's ray caster; the test image adds
+Gaussian noise (sigma 0.03). float32, gradient with respect to the test image. After a warm-up the
+repeats run round-robin, so that a load change hits every implementation alike; figures are
+medians, and each size reports how far the separable and flip-evaluator maps are from flip_loss's.
+The load average is printed before and after: on cores that other work also uses, the
+implementations made of many small parallel ATen ops (separable, oracle.py) slow down most, so
+record figures on an otherwise idle machine. --skip-reference skips the portable path.
 """
 
 import argparse

@@ -4,20 +4,14 @@ the project's pure-PyTorch oracle (flip_loss.oracle), forward + backward on the 
     .venv/bin/python benchmarks/nvidia_compat_bench.py [--size 1920x1080] [--repeats 5]
                                                        [--hdr] [--hdr-size 480x270]
 
-Times, after one warm-up call each, the median and best of --repeats calls of:
-
-* ``LDRFLIPLoss()(test, reference, ppd)`` then ``.backward()`` (the compiled ``ldr_flip``);
-* ``compute_ldrflip(ycxcz_test, ycxcz_reference, ppd).mean()`` then ``.backward()`` on images
-  already in YCxCz (the compiled stage ops ``csf_filter``, ``hunt_hyab``, ``feature_difference``);
-* ``flip_loss.oracle.ldr_flip(test, reference, ppd).mean()`` then ``.backward()``: plain
-  PyTorch ops (separable 1-D passes), standing in for a pure-PyTorch loss. It is not NVIDIA's
-  file, which this project does not run; benchmarks/torch_separable.py is a faster pure-PyTorch
-  formulation (see README "Speed").
-
-With ``--hdr`` also ``HDRFLIPLoss()(test, reference)`` against ``oracle.hdr_flip`` with the
-same exposures, at ``--hdr-size`` (linear images: such a pair decoded and multiplied by a ramp
-from 2^-3 to 2^5 across the width). The oracle's autograd graph holds every exposure's
-intermediates: at 1080p it ran a 23 GB machine out of memory, hence the smaller default.
+Times, after one warm-up call each, the median and best of --repeats calls of
+``LDRFLIPLoss()(test, reference, ppd)``; ``compute_ldrflip`` on images already in YCxCz (the
+compiled stage ops); and ``flip_loss.oracle.ldr_flip``, plain PyTorch ops standing in for a
+pure-PyTorch loss (not NVIDIA's file, which this project does not run;
+benchmarks/torch_separable.py is a faster pure-PyTorch formulation), each followed by
+``.backward()``. With ``--hdr`` also ``HDRFLIPLoss()(test, reference)`` against
+``oracle.hdr_flip`` with the same exposures, at ``--hdr-size``: the oracle's autograd graph holds
+every exposure's intermediates, which at 1080p took over 23 GB, hence the smaller default.
 
 Random sRGB image, test = reference + N(0, 0.03) noise, float32, the gradient w.r.t. the test
 image, NVIDIA's default ppd, torch's default thread count.

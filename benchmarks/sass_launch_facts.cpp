@@ -1,8 +1,9 @@
 // The launch facts of the CUDA kernels that benchmarks/sass_report.py needs, printed as JSON
-// straight from the headers the kernels are built from (filters.h and passes.h, compiled here for
+// straight from the headers the kernels are built from (filters.h and cuda/*.h, compiled here for
 // the host), so that the report restates none of them: filter radii, tile and block sizes, shared
 // memory per block, the tiled backward's band plan for one image size, and the formulation the
-// launchers choose (csrc/flip/cuda/params.h) on devices with the shared memory per block given.
+// launchers choose (csrc/flip/cuda/launch_params.h) on devices with the shared memory per block
+// given.
 //
 //   g++ -std=c++17 -O1 -Icsrc benchmarks/sass_launch_facts.cpp -o /tmp/sass_launch_facts
 //   /tmp/sass_launch_facts PPD WIDTH HEIGHT BATCH WANTED ELEMENT_BYTES [SHARED_MEMORY_PER_BLOCK...]
@@ -11,9 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "flip/cuda/params.h"
+#include "flip/cuda/launch_params.h"
 #include "flip/filters.h"
-#include "flip/passes.h"
 
 int main(int argc, char** argv) {
   if (argc < 7) {
@@ -37,9 +37,11 @@ int main(int argc, char** argv) {
       flip::kTileW, flip::kTileH, flip::kWalkTiles, flip::kFusedThreads, flip::kBlock, flip::kResponsePlanesPerImage,
       flip::kVerticalRows, flip::kHorizontalColumns);
   std::printf("  \"planes\": %d, \"gplanes\": %d,\n", g.planes(), g.gplanes());
-  std::printf("  \"smem_elems\": {\"fused\": %d, \"tiled_t\": %d, \"h\": %d, \"ht\": %d},\n", flip::fused_smem_len(R),
-              flip::tiled_t_smem_len(R), flip::h_smem_len(flip::kBlock, R),
-              flip::ht_smem_len(flip::kBlock, R, g.planes()));
+  std::printf(
+      "  \"smem_elems\": {\"fused\": %d, \"tiled_transpose\": %d, \"horizontal_pass\": %d, \"horizontal_transpose\": "
+      "%d},\n",
+      flip::fused_smem_len(R), flip::tiled_transpose_smem_len(R), flip::horizontal_pass_smem_len(flip::kBlock, R),
+      flip::horizontal_transpose_smem_len(flip::kBlock, R, g.planes()));
   // Per device limit: the fused forward, the tiled backward (float32 as the report's kernels, and
   // float64), and whether the row passes fit at all (else the ops refuse this ppd there).
   std::printf("  \"plans\": {");

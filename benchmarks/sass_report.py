@@ -2,39 +2,17 @@
 nvcc generates for sm_90, per kernel its registers, spills, shared memory and theoretical
 occupancy, and the warp-instructions its loops issue (instructions per iteration from the SASS,
 times trip counts from a table below) for LDR-FLIP and HDR-FLIP at 1920x1080, ppd 67.02, float32,
-with the issue-bound time that implies.
+with the issue-bound time that implies and each launch's bound by every pipe and by memory.
 
     pip install -r benchmarks/requirements-sass.txt        # nvdisasm and cuobjdump
     python benchmarks/sass_report.py [--json out.json] [--size 1920x1080] [--exposures 9]
 
-It compiles csrc/flip/cuda/kernels.cu as setup.py does (its nvcc flags, torch's common ones)
-for sm_90, into a cubin (kept in build/sass, keyed by nvcc's version, the flags and the
-sources, for an identical compile to reuse; --no-cache compiles afresh); the other generations
-(sass_analysis.GENERATIONS) get the formulation their shared memory picks and each kernel's
-occupancy with their own SASS's registers (the built module's, or compiled likewise), no time; and
-benchmarks/sass_launch_facts.cpp for the host (radii, tiles, shared memory, the backward's
-bands, straight from the kernels' headers). Tools: nvcc (and ptxas)
-from CUDA_HOME or PATH; nvdisasm and cuobjdump from --tools-dir, PATH, CUDA_HOME/bin or the
-PyPI wheels on sys.path (nvidia-cuda-nvdisasm, nvidia-cuda-cuobjdump).
-
-What the numbers are: issued warp-instructions (benchmarks/sass_analysis.py states the counting
-rules) divided by the GPU's issue rate, 132 SMs x 4 schedulers x 1 warp-instruction per clock x
-1.98 GHz on an H200: the time if the kernels were issue-bound with every scheduler busy every
-clock. Then the stricter bound: the same path's cost on every pipe that can limit a kernel
-(issue slots, the FMA and ALU pipes, float64, the special-function/conversion unit, the
-shared-memory and L1 data paths: sass_analysis.PIPES states their rates and where they come from),
-the busiest pipe on the busiest SM (the partial last wave too; and with every partial wave charged
-as a full one), against the kernel's compulsory global-memory bytes at the HBM's 4.8 TB/s; the
-larger is the launch's bound, and which pipe (or memory) sets it is reported. "phased" runs the
-phases of a tiled kernel (its innermost loops, between barriers) one after another, each at its
-own busiest pipe. All of it ignores latency, bank conflicts and dual-issue limits: lower bounds on
-the time of kernels that do not keep their busiest pipe busy; the occupancy column says how many
-warps there are to hide latency with. An estimate, never a measurement; benchmarks/
-blur_model_check.py checks the same rules on blurs whose limits first principles know.
-
-If a kernel's loops no longer match the trip-count table (TRIP_TABLE) the report says so on
-stderr, prints no estimate for that kernel (nor the totals that need it) and exits with status 3:
-the table must then be brought up to date with the kernel.
+The other generations (sass_analysis.GENERATIONS) get the formulation their shared memory picks
+and each kernel's occupancy, no time. An estimate, never a measurement: lower bounds that ignore
+latency, bank conflicts and dual-issue limits (``estimate``); benchmarks/blur_model_check.py checks
+the same rules on blurs whose limits first principles know. If a kernel's loops no longer match the
+trip-count table (TRIP_TABLE) the report says so on stderr, prints no estimate for that kernel (nor
+the totals that need it) and exits with status 3: the table must then be brought up to date.
 """
 
 from __future__ import annotations
@@ -232,8 +210,8 @@ _KERNEL_NAME = re.compile(r"\d+([a-z_]+_kernel)I([fd])NS0_(?:9AnyRadiusE|10Fixed
 
 
 def kernel_key(mangled):
-    """(kernel, dtype) of a mangled kernel name, e.g. ("fused_ldr_kernel", "float32"); a kernel
-    compiled for fixed radii is named with them, e.g. ("fused_ldr_kernel<10,9>", "float32")."""
+    """(kernel, dtype) of a mangled kernel name, e.g. ("fused_forward_kernel", "float32"); a kernel
+    compiled for fixed radii is named with them, e.g. ("fused_forward_kernel<10,9>", "float32")."""
     m = _KERNEL_NAME.search(mangled)
     if not m:
         return None
@@ -293,14 +271,14 @@ def parse_res_usage(text):
 
 # Threads per block and dynamic shared memory (a key of the facts' smem_elems, times the element
 # size) of each kernel, as the launchers in csrc/flip/cuda/kernels.cu use them: the tiled kernels
-# run kFusedThreads, the row passes and per-pixel kernels kBlock. ht_kernel's shared memory is the
-# LDR/HDR-FLIP one (all 7 planes).
+# run kFusedThreads, the row passes and per-pixel kernels kBlock. horizontal_transpose_kernel's
+# shared memory is the LDR/HDR-FLIP one (all 7 planes).
 LAUNCH = {
-    "fused_ldr_kernel": ("fused_threads", "fused"),
+    "fused_forward_kernel": ("fused_threads", "fused"),
     "tiled_grad_kernel": ("fused_threads", "fused"),
-    "tiled_transpose_kernel": ("fused_threads", "tiled_t"),
-    "h_kernel": ("block", "h"),
-    "ht_kernel": ("block", "ht"),
+    "tiled_transpose_kernel": ("fused_threads", "tiled_transpose"),
+    "horizontal_pass_kernel": ("block", "horizontal_pass"),
+    "horizontal_transpose_kernel": ("block", "horizontal_transpose"),
 }
 
 
@@ -403,15 +381,16 @@ class Expect:
     cascade: bool = False
 
 
-# The filters of TapsView (passes.h) with the CSF radius; g, dg and ddg have the feature radius.
+# The filters of TapsView (filter_sums.h) with the CSF radius; g, dg and ddg have the feature
+# radius.
 CSF_FILTERS = ("y", "cx", "cz1", "cz2")
-# The loops of correlate (passes.h), by form, and of tsum's border folds.
+# The loops of correlate (filter_sums.h), by form, and of transposed_sum's border folds.
 PLAIN, ODD, CENTRED = "k <= f.r; ++k", "acc = FLIP_FMADD(T, f.w[f.r - i]", "acc = FLIP_FMADD(T, f.w[f.r + i]"
 FOLD_FIRST, FOLD_LAST = "acc = FLIP_FMADD(T, f.left[i]", "acc = FLIP_FMADD(T, f.right[d]"
 
 
-# Each filter's form in correlate and tsum (passes.h): the Gaussians plain, the first derivative
-# odd, the second centred.
+# Each filter's form in correlate and transposed_sum (filter_sums.h): the Gaussians plain, the first
+# derivative odd, the second centred.
 FORMS = {"y": "plain", "cx": "plain", "cz1": "plain", "cz2": "plain", "g": "plain", "dg": "odd", "ddg": "centred"}
 
 
@@ -439,10 +418,11 @@ VERTICAL_ROWS = lambda c: c.facts["vertical_rows"]  # noqa: E731
 
 def fold_fraction(ctx, axis, which, rows=1):
     """The fraction of the transposed filters' warp-iterations in which some lane is on the first
-    (which=0) or last (1) row (axis "y": tiled_vertical_t) or column (axis "x": tiled_horizontal_t)
-    of the image: tsum's border folds run only there, for the whole warp. rows: the rows of a
-    column each lane of tiled_vertical_t filters (tsum_rows); the first fold runs for a lane whose
-    first row is the image's first, the last for one whose rows include its last."""
+    (which=0) or last (1) row (axis "y": tiled_vertical_transpose) or column (axis "x":
+    tiled_horizontal_transpose) of the image: transposed_sum's border folds run only there, for the
+    whole warp. rows: the rows of a column each lane of tiled_vertical_transpose filters
+    (transposed_sums); the first fold runs for a lane whose first row is the image's first, the last
+    for one whose rows include its last."""
     f = ctx.facts
     b = ctx.band
     th, tw, cols = f["tile_h"], f["tile_w"], ctx.cols
@@ -476,9 +456,9 @@ def fold_fraction(ctx, axis, which, rows=1):
 
 
 def transposed(filt, axis, rows=ONE_ROW):
-    """A transposed filter (tsum): its correlation, then the folds of the clamped border samples,
-    each r taps (min(r, the line's length)), entered only by warps on the image's border. rows:
-    ctx -> the rows of a column a lane filters (fold_fraction)."""
+    """A transposed filter (transposed_sum): its correlation, then the folds of the clamped border
+    samples, each r taps (min(r, the line's length)), entered only by warps on the image's border.
+    rows: ctx -> the rows of a column a lane filters (fold_fraction)."""
     size = "height" if axis == "y" else "width"
     return (
         taps(filt),
@@ -502,9 +482,10 @@ def transposed(filt, axis, rows=ONE_ROW):
 
 
 def _fused_phases():
-    """One tile of a walk (tile_forward_block, blocks.h): the kept rows moved up (all but the first
-    tile of a walk), fused_load and fused_horizontal of each image's new rows, then fused_vertical
-    of both images in one loop: the fused forward's and the tiled backward's kTiledGrad."""
+    """One tile of a walk (tile_forward_block, kernel_bodies.h): the kept rows moved up (all but the
+    first tile of a walk), fused_load and fused_horizontal of each image's new rows, then
+    fused_vertical of both images in one loop: the fused forward's and the tiled backward's
+    kTiledGrad."""
     return (
         Expect(
             "kept rows",
@@ -553,7 +534,8 @@ def _fused_phases():
 
 
 def _vertical_t_folds(rows):
-    """tiled_vertical_t's transposed filters (vt_values' order), each lane filtering rows(ctx) rows."""
+    """tiled_vertical_transpose's transposed filters (vertical_transpose_values' order), each lane
+    filtering rows(ctx) rows."""
     return sum((transposed(f, "y", rows) for f in ("y", "cx", "cz1", "cz2", "g", "g", "dg", "ddg")), ())
 
 
@@ -580,7 +562,7 @@ def _walks(what, children):
 # loops of the kernels run once per block: the launchers give grid.y the tile rows and grid.z the
 # batch items (or the band's item-images), both below the 65535 limit at these sizes.
 TRIP_TABLE = {
-    "fused_ldr_kernel": (
+    "fused_forward_kernel": (
         Expect(
             "items",
             "n < g.n; n += b.grid_z()",
@@ -659,20 +641,20 @@ TRIP_TABLE = {
                             entry=lambda c: 1.0 if c.hdr else 0.0,
                         ),
                         Expect(
-                            "tiled_load_t",
+                            "tiled_transpose_load",
                             "i < rc; i += nthreads",
                             lambda c: c.per_warp(c.rows * c.cols) if c.computes else 0.0,
                             "the gradient planes' tile and halo: (16+2R)(32+2R) pixels",
                         ),
                         Expect(
-                            "tiled_vertical_t",
+                            "tiled_vertical_transpose",
                             "i < tasks; i += nthreads",
                             lambda c: c.per_warp(c.facts["tile_h"] * c.cols) if c.computes else 0.0,
                             "16 rows x (32+2R) columns, a row each (radii read at run time)",
                             children=_vertical_t_folds(ONE_ROW),
                         ),
                         Expect(
-                            "tiled_horizontal_t",
+                            "tiled_horizontal_transpose",
                             "i < kTileH * kTileW; i += nthreads",
                             lambda c: c.per_warp(c.tile) if c.computes else 0.0,
                             "16 x 32 pixels",
@@ -688,8 +670,8 @@ TRIP_TABLE = {
 
 def table_for(kernel):
     """TRIP_TABLE's loops of a kernel as compiled: one compiled for fixed radii has its filters'
-    tap loops unrolled (passes.h, correlate), so their multiply-adds are straight-line code of the
-    loop around them, run once per iteration of it; tsum's border folds stay loops."""
+    tap loops unrolled (filter_sums.h, correlate), so their multiply-adds are straight-line code of the
+    loop around them, run once per iteration of it; transposed_sum's border folds stay loops."""
 
     if kernel == base_name(kernel):
         return TRIP_TABLE[kernel]
@@ -715,7 +697,7 @@ def table_for(kernel):
                     trips=lambda c: c.per_warp(2 * c.tile // VERTICAL_ROWS(c)) if c.computes else 0.0,
                     why="both images' 16 x 32 pixels, kVerticalRows rows of a column each",
                 )
-            if e.name == "tiled_vertical_t":  # register-blocked, as fused_vertical
+            if e.name == "tiled_vertical_transpose":  # register-blocked, as fused_vertical
                 e = dataclasses.replace(
                     e,
                     trips=lambda c: c.per_warp(c.facts["tile_h"] // VERTICAL_ROWS(c) * c.cols) if c.computes else 0.0,
@@ -948,6 +930,13 @@ def phase_clocks(phases):
 
 
 def analyse(args):
+    """Compiles csrc/flip/cuda/kernels.cu as setup.py does (its nvcc flags, torch's common ones) for
+    sm_90 into a cubin (kept in build/sass, keyed by nvcc's version, the flags and the sources, for
+    an identical compile to reuse; --no-cache compiles afresh), the other generations' SASS (the
+    built module's, or compiled likewise), and benchmarks/sass_launch_facts.cpp for the host (radii,
+    tiles, shared memory, the backward's bands, straight from the kernels' headers). Tools: nvcc
+    (and ptxas) from CUDA_HOME or PATH; nvdisasm and cuobjdump from --tools-dir, PATH,
+    CUDA_HOME/bin or the PyPI wheels on sys.path (nvidia-cuda-nvdisasm, nvidia-cuda-cuobjdump)."""
     notes = []
     nvcc = find_tool("nvcc", None)
     nvdisasm = find_tool("nvdisasm", args.tools_dir)
@@ -1085,28 +1074,34 @@ def generation_resources(arches, args, nvcc, cuobjdump, work, notes, cache, sm90
     return out
 
 
-# The kernels LDR-FLIP launches, per formulation (csrc/flip/cuda/sequences.h): a forward; a loss's
+# The kernels LDR-FLIP launches, per formulation (csrc/flip/cuda/op_launches.h): a forward; a loss's
 # forward+backward as autograd runs it when it keeps the sensitivities.
 PLAN_KERNELS = {
-    ("forward", True): ("fused_ldr_kernel",),
-    ("forward", False): ("h_kernel", "v_ldr_kernel"),
+    ("forward", True): ("fused_forward_kernel",),
+    ("forward", False): ("horizontal_pass_kernel", "vertical_ldr_kernel"),
     ("forward+backward", True): ("tiled_grad_kernel", "tiled_transpose_kernel"),
-    ("forward+backward", False): ("h_kernel", "v_ldr_keep_kernel", "ldr_kept_grad_kernel", "vt_kernel", "ht_kernel"),
+    ("forward+backward", False): (
+        "horizontal_pass_kernel",
+        "vertical_ldr_keep_kernel",
+        "ldr_kept_grad_kernel",
+        "vertical_transpose_kernel",
+        "horizontal_transpose_kernel",
+    ),
 }
 
 
 def row_launch_bytes(kernel, facts, width, height, wanted_images, elem=4):
-    """Bytes a row-pass launch of LDR-FLIP reads and writes at least (csrc/flip/passes.h): H writes
-    each image's 7 filtered planes, V reads them; the backward's planes likewise, per image whose
-    gradient is wanted. (read, written)."""
+    """Bytes a row-pass launch of LDR-FLIP reads and writes at least (csrc/flip/cuda/row_passes.h):
+    the horizontal pass writes each image's 7 filtered planes, the vertical pass reads them; the
+    backward's planes likewise, per image whose gradient is wanted. (read, written)."""
     hw, planes, responses, k = width * height, facts["planes"], facts["grad_planes"], wanted_images
     table = {
-        "h_kernel": (2 * 3, 2 * planes),
-        "v_ldr_kernel": (2 * planes, 1),
-        "v_ldr_keep_kernel": (2 * planes, 1 + k * responses),  # the map and the kept sensitivities
+        "horizontal_pass_kernel": (2 * 3, 2 * planes),
+        "vertical_ldr_kernel": (2 * planes, 1),
+        "vertical_ldr_keep_kernel": (2 * planes, 1 + k * responses),  # the map and the kept sensitivities
         "ldr_kept_grad_kernel": (k * responses + 1, k * responses),  # times the incoming gradient
-        "vt_kernel": (k * responses, k * planes),
-        "ht_kernel": (k * planes + k * 3, k * 3),  # the input image for the chain to it
+        "vertical_transpose_kernel": (k * responses, k * planes),
+        "horizontal_transpose_kernel": (k * planes + k * 3, k * 3),  # the input image for the chain to it
     }
     read, written = table[kernel]
     return read * hw * elem, written * hw * elem
@@ -1114,7 +1109,7 @@ def row_launch_bytes(kernel, facts, width, height, wanted_images, elem=4):
 
 def generations(facts, size, which):
     """Per GPU generation (sa.GENERATIONS): the formulation LDR-FLIP runs in float32 at this ppd (the
-    launchers' choice from the shared memory per block, params.h), the occupancy of each kernel it
+    launchers' choice from the shared memory per block, launch_params.h), the occupancy of each kernel it
     launches with the registers of the SASS that generation runs, and the compulsory global-memory
     bytes of a forward and of a loss's forward+backward (autograd keeping the sensitivities)."""
     width, height = size
@@ -1166,12 +1161,12 @@ def generations(facts, size, which):
 def launch_bytes(kernel, ctx, elem=4):
     """Bytes one launch reads from and writes to global memory at least (each input, output and
     scratch element once; the halos' re-reads of neighbouring tiles are left to the 50 MB L2), from
-    the launch geometry and what csrc/flip/cuda/blocks.h reads and writes: (read, written)."""
+    the launch geometry and what csrc/flip/cuda/kernel_bodies.h reads and writes: (read, written)."""
     f, w, h = ctx.facts, ctx.width, ctx.height
     hw, planes = w * h, f["grad_planes"]
     index = 4  # HDR-FLIP's winning index: int32
     name = base_name(kernel)
-    if name == "fused_ldr_kernel":
+    if name == "fused_forward_kernel":
         read = 2 * 3 * hw * elem  # both images, 3 channels
         written = hw * elem  # the map
         if ctx.hdr:  # the running maximum: map, exposure map and index, read and written
@@ -1242,7 +1237,19 @@ def launch_bounds(k, blocks, per_warp, nbytes, phased=None):
 
 def estimate(facts, kernels, source, size, exposures):
     """Warp-instructions of the launches of each scenario (float32, batch 1), and each launch's
-    bound by every pipe, by its whole waves and by memory (launch_bounds)."""
+    bound by every pipe, by its whole waves and by memory (launch_bounds).
+
+    The issue-bound time: issued warp-instructions (sass_analysis.py states the counting rules)
+    divided by the GPU's issue rate, 132 SMs x 4 schedulers x 1 warp-instruction per clock x 1.98
+    GHz on an H200, the time if every scheduler were busy every clock. The stricter bound: the same
+    path's cost on every pipe that can limit a kernel (issue slots, the FMA and ALU pipes, float64,
+    the special-function/conversion unit, the shared-memory and L1 data paths: sass_analysis.PIPES
+    states their rates and where they come from), the busiest pipe on the busiest SM (the partial
+    last wave too; and with every partial wave charged as a full one), against the kernel's
+    compulsory global-memory bytes at the HBM's 4.8 TB/s; the larger is the launch's bound. "phased"
+    runs the phases of a tiled kernel (its innermost loops, between barriers) one after another,
+    each at its own busiest pipe. The occupancy column says how many warps there are to hide
+    latency with."""
     width, height = size
     tiles_x = -(-width // facts["tile_w"])
     tiles_y = -(-height // facts["tile_h"])
@@ -1250,11 +1257,11 @@ def estimate(facts, kernels, source, size, exposures):
     problems = {}
     rows = {}
 
-    def walks(tile_rows):  # the fused forward and kTiledGrad: one block per walk (passes.h)
+    def walks(tile_rows):  # the fused forward and kTiledGrad: one block per walk (fused_forward.h)
         return -(-tile_rows // facts["walk_tiles"])
 
     def launch(kernel, ctx, blocks):
-        # The launch sequences (csrc/flip/cuda/sequences.h) run the kernel compiled for the taps'
+        # The launch sequences (csrc/flip/cuda/op_launches.h) run the kernel compiled for the taps'
         # radii where there is one.
         fixed = f"{kernel}<{facts['r_csf']},{facts['r_feat']}>"
         if (fixed, "float32") in kernels:
@@ -1280,7 +1287,7 @@ def estimate(facts, kernels, source, size, exposures):
         }
 
     fused = {
-        hdr: launch("fused_ldr_kernel", Ctx(facts, width, height, hdr, True), tiles_x * walks(tiles_y))
+        hdr: launch("fused_forward_kernel", Ctx(facts, width, height, hdr, True), tiles_x * walks(tiles_y))
         for hdr in (False, True)
     }
     backward = {}

@@ -4,29 +4,12 @@ targets (`cpu_bench.py`).
 What a user who wants speed without compiled code would write: float32 throughout (float64 for
 the agreement check); the colour transforms folded into 3x3 / 3x4 matrices applied with
 elementwise ATen ops on planes; each of the two filter banks as one replicate pad plus two
-depthwise ``conv2d`` calls with 1-D taps (one horizontal, one vertical; the bank's planes stacked
-as channels-last channels, the layout in which those convolutions are fast); test and reference
-through the per-image stages separately, so that a reference that needs no gradient costs no
-backward work (stacking them into one batch saves nothing measurable in the forward and makes
-the backward at 512x512 about 1.5x slower). No Python loop over taps or pixels. The taps come from
-``flip_loss.oracle``, so this computes the same map (docs/algorithm.md §4) and, by autograd,
-the same gradient: it keeps the oracle's gradient policy (zero sub-gradient of the Euclidean
-norms at zero, the chroma norm's rounding-noise floor, clamped arguments for the unused branches
-of the sRGB decode and the Lab cube root).
-
-Differences from ``flip_loss.oracle.ldr_flip``, all at rounding level or on measure-zero sets:
-
-* the filters are plain sums of taps (``conv2d``), not the pair- and centred-difference forms
-  that are exactly zero on a constant neighbourhood; there the derivative responses keep a
-  rounding residue (about 1e-8 in float32), which the feature difference's square root lifts
-  above eps: in float32 a flat region's map differs from oracle.py's by up to about 2e-5
-  (float64: 1e-14). The noisy test images of the benchmark have no such regions;
-* the linear maps are folded (e.g. the CSF filter runs on y = (Y + 16) / 116 and the offset and
-  scale are applied after it), which changes the rounding only;
-* ties between the edge and point differences split the gradient (``torch.maximum``) instead of
-  giving it to the edge term;
-* a Euclidean norm of (0, 0) is sqrt of the smallest normal number (about 1e-19 in float32)
-  instead of 0.
+depthwise ``conv2d`` calls with 1-D taps (the bank's planes stacked as channels-last channels,
+the layout in which those convolutions are fast); test and reference through the per-image
+stages separately, so that a reference that needs no gradient costs no backward work. No Python
+loop over taps or pixels. The taps come from ``flip_loss.oracle``, so this computes the same map
+(docs/algorithm.md §4) and, by autograd, the same gradient; ``ldr_flip`` lists where it differs,
+all at rounding level or on measure-zero sets.
 
     python benchmarks/torch_separable.py --check     # agreement with oracle.py
 """
@@ -181,10 +164,29 @@ def _image_terms(x, ppd, input_space):
 def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, eps=DEFAULT_EPS, input_space="srgb"):
     """LDR-FLIP map (N x 3 x H x W float32 or float64 -> N x 1 x H x W), differentiable in both
     inputs by autograd; ``input_space`` "srgb" or "linear" as in ``reference.ldr_flip`` (which
-    also takes unbatched and other dtypes; this baseline does not)."""
+    also takes unbatched and other dtypes; this baseline does not). It keeps the oracle's gradient
+    policy (zero sub-gradient of the Euclidean norms at zero, the chroma norm's rounding-noise
+    floor, clamped arguments for the unused branches of the sRGB decode and the Lab cube root).
+
+    Differences from ``flip_loss.oracle.ldr_flip``, all at rounding level or on measure-zero sets:
+
+    * the filters are plain sums of taps (``conv2d``), not the pair- and centred-difference forms
+      that are exactly zero on a constant neighbourhood; there the derivative responses keep a
+      rounding residue (about 1e-8 in float32), which the feature difference's square root lifts
+      above eps: in float32 a flat region's map differs from oracle.py's by up to about 2e-5
+      (float64: 1e-14). The noisy test images of the benchmark have no such regions;
+    * the linear maps are folded (e.g. the CSF filter runs on y = (Y + 16) / 116 and the offset
+      and scale are applied after it), which changes the rounding only;
+    * ties between the edge and point differences split the gradient (``torch.maximum``) instead
+      of giving it to the edge term;
+    * a Euclidean norm of (0, 0) is sqrt of the smallest normal number (about 1e-19 in float32)
+      instead of 0.
+    """
     ppd = float(pixels_per_degree)
     # Test and reference go through the per-image stages separately, so that autograd records
-    # (and the backward computes) only the side that needs a gradient.
+    # (and the backward computes) only the side that needs a gradient (stacking them into one
+    # batch saves nothing measurable in the forward and makes the backward at 512x512 about 1.5x
+    # slower).
     L_t, a_t, b_t, edge_t, point_t = _image_terms(test, ppd, input_space)
     L_r, a_r, b_r, edge_r, point_r = _image_terms(reference, ppd, input_space)
 

@@ -1,18 +1,11 @@
 """Trains a small CNN denoiser with L1 and with L1 + lambda * FLIP, and compares them.
 
 The images are the colour photographs bundled inside the scikit-image wheel (``skimage.data``:
-nothing is downloaded): astronaut, coffee, rocket and hubble_deep_field for training, chelsea and
-immunohistochemistry held out for evaluation. Every training step draws fresh random crops and fresh
-Gaussian noise (sigma in sRGB units); the evaluation uses fixed crops and fixed noise.
-
-For each run (L1 alone, then L1 + lambda * FLIP for each ``--flip-weights`` value) the same network
-(same initial weights, same data order) is trained; at the end the script prints the mean FLIP
-(``flip_loss.FLIPMetric``, the published metric) and the PSNR of each run on the held-out crops, and
-writes into ``--out``:
-
-* ``loss_curves.png``  training L1 and FLIP per step, and held-out FLIP during training;
-* ``error_maps.png``   a held-out crop: clean, noisy and each run's output, with their FLIP maps;
-* ``metrics.json``     the numbers.
+nothing is downloaded). For each run (L1 alone, then L1 + lambda * FLIP for each
+``--flip-weights`` value) the same network (same initial weights, same data order) is trained on
+fresh random crops and noise; the script prints each run's mean FLIP (``flip_loss.FLIPMetric``, the
+published metric) and PSNR on held-out crops, and writes into ``--out`` ``loss_curves.png``,
+``error_maps.png`` (a held-out crop, each run's output and FLIP map) and ``metrics.json``.
 
     python examples/train_denoiser.py                      # defaults: a few minutes on 2 CPU cores
     python examples/train_denoiser.py --flip-weights 0.3 1 3 --steps 600
@@ -20,16 +13,8 @@ writes into ``--out``:
     torchrun --nproc_per_node=2 examples/train_denoiser.py # the same training on 2 processes (DDP)
 
 Needs ``scikit-image`` (``pip install -r requirements-test.txt``) and matplotlib. Uses CUDA when
-available (``--device``).
-
-Under ``torchrun`` (one machine or several) it trains with ``DistributedDataParallel``: gloo on
-CPUs, NCCL with each process on ``cuda:LOCAL_RANK``. Every step still draws the same ``--batch``
-crops (the global batch, which must divide among the processes); each process takes its share,
-computes L1 and FLIP on it, and DDP averages the gradients, so the processes train the same model
-as one process would (up to float rounding) and their parameters stay identical. The held-out crops
-are shared out too, and ``FLIPMetric`` syncs its statistics across the processes in ``compute()``:
-the reported FLIP is over all held-out crops, the same number one process reports. Only rank 0
-prints and writes the outputs.
+available (``--device``). Under ``torchrun`` it trains with ``DistributedDataParallel`` the model
+one process would (``Processes``), and reports the FLIP over all held-out crops.
 """
 
 import argparse
@@ -104,8 +89,14 @@ class Denoiser(nn.Module):
 
 class Processes:
     """This process's part of the work: all of it when run on its own; under torchrun (``WORLD_SIZE``
-    > 1) its rank's share, in a process group it joins (gloo on the CPU, NCCL on
-    ``cuda:LOCAL_RANK``) unless the program calling it has one already."""
+    > 1, one machine or several) its rank's share, in a process group it joins (gloo on the CPU,
+    NCCL on ``cuda:LOCAL_RANK``) unless the program calling it has one already. Every step still
+    draws the same ``--batch`` crops (the global batch, which must divide among the processes); each
+    process takes its share, computes L1 and FLIP on it, and DDP averages the gradients, so the
+    processes train the same model as one process would (up to float rounding) and their parameters
+    stay identical. The held-out crops are shared out too, and ``FLIPMetric`` syncs its statistics
+    across the processes in ``compute()``: the reported FLIP is the number one process reports.
+    Only rank 0 prints and writes the outputs."""
 
     def __init__(self, device_choice):
         import torch.distributed as dist

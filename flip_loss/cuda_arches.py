@@ -17,7 +17,7 @@ PTX_ARCH = SASS_ARCHES[-1]
 
 # The most shared memory a block can have (with the opt-in the kernels make), bytes, by compute
 # capability (NVIDIA's CUDA programming guide): what decides the launch plan (tiled or row passes,
-# csrc/flip/cuda/params.h) on each generation.
+# csrc/flip/cuda/launch_params.h) on each generation.
 SHARED_MEMORY_PER_BLOCK = {
     "7.5": 64 * 1024,
     "8.0": 163 * 1024,

@@ -1,6 +1,6 @@
 """Functional API: ``ldr_flip``, the LDR data range and the out-of-range warning. (The image checks
 every entry point shares are in image_checks.py, what a call may read of its tensors in
-host_values.py, multi-scale FLIP's sum in multiscale.py.)"""
+tensor_values.py, multi-scale FLIP's sum in multiscale.py.)"""
 
 import math
 import warnings
@@ -11,7 +11,7 @@ import torch
 from . import alpha as alpha_rule, options
 from ._ops import kernels_serve
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .host_values import host_table, is_compiling, is_device_call, is_plain_tensor
+from .tensor_values import host_table, is_compiling, is_device_call, is_plain_tensor
 from .image_checks import checked_pair
 from .multiscale import multiscale_op, multiscale_op_serves, weighted_sum
 

@@ -1,7 +1,6 @@
 """The promised agreement of the CUDA kernels with the CPU kernels, defined once (README, "GPU and CPU
-agreement"; docs/algorithm.md §9.2). tests/gpu/test_cuda.py, tests/gpu/test_cuda_graphs.py,
-tests/gpu/test_gpu_emulation.py and scripts/gpu/smoke.py (the GPU machine's first check) all measure
-against these numbers; tests/tooling/test_one_source.py holds the documents and those files to them.
+agreement"; docs/algorithm.md §9.2): the CUDA tests, the emulator's tests and scripts/gpu/smoke.py
+measure against these numbers; tests/tooling/test_one_source.py holds the documents to them.
 
 How the numbers are derived (measured through the test-only emulator, which performs the device's
 arithmetic but for CUDA's own maths functions, tests/gpu/test_gpu_emulation.py):
@@ -9,9 +8,8 @@ arithmetic but for CUDA's own maths functions, tests/gpu/test_gpu_emulation.py):
 * float32 gradients, 5e-4 of their scale: each device's float32 gradient lies within about 2e-4 of
   the float64 one (the CPU kernels' up to 1.6e-4 on HDR inputs; the emulated device's within
   1.4e-4 of the CPU's), so the two devices' float32 gradients can be up to 2 x 2e-4 apart; the
-  last 1e-4 is for CUDA's pow, cbrt, log and exp2, which are a few ulp from the CPU kernels' and
-  which the emulator does not reproduce. The emulator alone already measured 1.4e-4, so any bound
-  near 1e-4 would fail on correct kernels.
+  last 1e-4 is for CUDA's pow, cbrt, log and exp2, which the emulator does not reproduce (it alone
+  already measured 1.4e-4, so any bound near 1e-4 would fail on correct kernels).
 * float32 maps, 1e-5: the emulated device measured 3.7e-6 (about 31 float32 ulp of 1.0); 1e-5
   (84 ulp) leaves a factor of about 2.7 for CUDA's maths functions.
 * float64, 1e-10 for both: the emulated device agrees to 1e-13; 1e-10 is far above any rounding
@@ -19,8 +17,7 @@ arithmetic but for CUDA's own maths functions, tests/gpu/test_gpu_emulation.py):
 * HDR-FLIP's winning exposure may differ where two exposures tie to within rounding: at most 0.1 %
   of the pixels (float32), and gradients through a given index then meet the gradient bound.
 
-Differences are the largest absolute difference divided by max(1, the CPU's largest magnitude), as
-``relative_difference`` computes it."""
+Differences: the largest absolute difference over max(1, the CPU's largest magnitude)."""
 
 import torch
 

@@ -10,7 +10,7 @@ from . import alpha as alpha_rule
 from . import constants, op_checks, options
 from .constants import DEFAULT_EPS, DEFAULT_PPD, tone_coefficients
 from ._ops import kernels_serve
-from .host_values import host_table, is_compiling
+from .tensor_values import host_table, is_compiling
 from .image_checks import check_image, checked_pair
 from .multiscale import weighted_sum
 

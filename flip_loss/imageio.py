@@ -10,8 +10,7 @@ TGA has alpha where its header says so. Other formats are refused, so are more t
 ``MAX_IMAGE_PIXELS`` pixels (from the header). ``.exr`` files are read by ``load_exr``.
 
 Pillow reduces 16-bit colour PNGs to 8 bits; ``load_image`` keeps all 16 by decoding such files
-twice with Pillow's PNG decoder, for the high and for the low byte of every sample (falling back to
-8 bits with a warning where this Pillow cannot).
+twice, for the high and the low byte of every sample (8 bits with a warning where it cannot).
 
 Every function here may be called from several threads at once and changes no process-wide state
 (file descriptors, ``sys.stdout``/``sys.stderr``, warning filters, library settings): Pillow's

@@ -1,45 +1,20 @@
 """``FLIPMetric``: FLIP accumulated over an evaluation loop, in bounded memory, over one process or
-all ranks of a ``torch.distributed`` job.
+all ranks of a ``torch.distributed`` job, with the same result however the images are batched,
+ordered, placed (CPU or GPU) or spread over ranks.
 
-``update(test, reference)`` evaluates LDR-FLIP on a batch (no gradient, ``eps=0``: the published
-metric) and folds the error maps into running statistics; ``compute()`` returns the pooled values
-over **all pixels seen** (the six values of :func:`flip_loss.pool`, as if every map had been
-concatenated) and the mean of every image; ``reset()`` starts afresh.
+``update(test, reference)`` folds a batch's LDR-FLIP maps (no gradient, ``eps=0``: the published
+metric) into running statistics; ``compute()`` returns the pooled values over all pixels seen (the
+six values of :func:`flip_loss.pool`, as if every map had been concatenated) and each image's mean.
+Memory does not grow with the pixels: a histogram of ``bins`` buckets on [0, 1] holding, per
+bucket, the pixel count, the sum of the values and their min and max. The sums are exact, in fixed
+point (``LIMBS``), because integer sums do not depend on the order of addition (a GPU's float
+atomics do): the mean is that exact sum over the count, rounded once. The weighted median and
+quartiles are placed inside their bucket (``_percentiles``), within one bucket width (1/65536 by
+default) of :func:`flip_loss.pool`'s. Only the per-image means grow with the number of images.
 
-Memory does not grow with the number of pixels. The statistics are a histogram of ``bins`` equal
-buckets on [0, 1] (default 2**16) holding, per bucket, the pixel count, the sum of the values and
-their min and max, plus the overall min and max. The sums are kept **exactly**, in fixed point with
-96 fractional bits (four int64 limbs of 24 bits per bucket; every float32 value from 2**-73 up and
-every float64 value from 2**-44 up is represented without rounding, smaller ones are truncated to
-the 2**-96 grid): integer sums do not depend on the order in which values are added, so the result
-is the same however the images are split into batches, in whichever order they come, on the CPU or
-on a GPU (whose float atomics would add in a varying order), and however they are spread over
-ranks. The mean (and each per-image mean) is that exact sum divided by the pixel count, rounded
-once to float64; min and max are exact.
-
-The weighted median and quartiles come from the histogram: a weighted percentile is found as the
-evaluator defines it (the first value at which the running sum of the sorted values exceeds ``p``
-times the total), bucket by bucket, and then placed inside its bucket by linear interpolation
-between the bucket's smallest and largest value. The result therefore lies within the bucket's
-value range: it differs from the exact :func:`flip_loss.pool` value by **at most one bucket width**
-(1/65536 = 1.5e-5 with the defaults), and by nothing when the bucket holds a single value or
-identical values. Only the per-image means (one float64 per image) grow with the number of images.
-The limbs hold up to 2**39 pixels (5.5e11) per metric, which ``update`` checks.
-
-The statistics live on the device of the first error map (``torch.bincount``/``index_add_`` there),
-their extremes in the maps' precision (float32 until a float64 map comes; every step is exact in
-either, so a device without float64, MPS, keeps them too); each update reads back only a finiteness
-flag and the per-image sums, and ``compute()`` copies the histogram to the CPU.
-
-**Across ranks.** When a default process group is initialised (``torch.distributed``, e.g. under
-``torchrun``), ``compute()`` is a collective: every rank must call it, and every rank gets the
-result over **all ranks' images**, identical to one process that saw the same images (the same
-pooled values, bit for bit, the same counts). The counts and limbs are summed, the bucket and overall
-min/max reduced, with ``all_reduce`` on the metric's device (it must be one the group's backend
-takes: any with gloo, CUDA with NCCL; a rank that saw no image joins with empty statistics), and
-the per-image means are gathered **in rank order, each rank's in its update order** (rank 0's
-images first). ``sync_on_compute=False`` keeps ``compute()`` local; ``process_group`` syncs over
-another group. Only ``compute()`` communicates: ``update`` stays local and cheap.
+When a default process group is initialised (e.g. under ``torchrun``), ``compute()`` is a
+collective (``synced``): every rank calls it and gets the result over all ranks' images, bit for
+bit that of one process that saw them. ``update`` stays local and cheap.
 """
 
 from typing import List, NamedTuple, Optional, Sequence, Tuple
@@ -49,7 +24,7 @@ import torch
 from . import options
 from .constants import DEFAULT_PPD
 from .functional import ldr_flip_with_look
-from .host_values import is_device_call
+from .tensor_values import is_device_call
 from .pooling import PERCENTILES, PooledValues, pooled_values
 
 __all__ = ["FLIPMetric", "FLIPMetricResult"]
@@ -57,11 +32,14 @@ __all__ = ["FLIPMetric", "FLIPMetricResult"]
 _WHO = "flip_loss.FLIPMetric"
 
 # Fixed-point bucket sums: LIMBS limbs of LIMB_BITS bits below the binary point, the first one
-# carrying the integer part too. 4 x 24 = 96 fractional bits.
+# carrying the integer part too. 4 x 24 = 96 fractional bits: every float32 value from 2**-73 up and
+# every float64 value from 2**-44 up is represented without rounding, smaller ones are truncated to
+# the 2**-96 grid.
 LIMB_BITS = 24
 LIMBS = 4
 _LIMB_SCALE = float(2**LIMB_BITS)
-# The first limb of a bucket grows by at most 2**24 per pixel of value <= 1: int64 holds 2**39 of them.
+# The first limb of a bucket grows by at most 2**24 per pixel of value <= 1: int64 holds 2**39
+# (5.5e11) of them, which ``update`` checks.
 MAX_PIXELS = 2**39
 # Elements folded per pass of an update: bounds its temporaries (a few int64/float64 copies).
 _CHUNK = 1 << 22
@@ -82,7 +60,7 @@ class Statistics(NamedTuple):
     :class:`FLIPMetric` and :class:`flip_loss.torchmetrics.FLIPTorchMetric` share them."""
 
     count: torch.Tensor  # int64 [bins]: pixels per bucket
-    limbs: torch.Tensor  # int64 [LIMBS, bins]: the bucket sums in fixed point (see the module docstring)
+    limbs: torch.Tensor  # int64 [LIMBS, bins]: the bucket sums in fixed point (LIMBS, LIMB_BITS)
     bin_min: torch.Tensor  # float32 or float64 [bins]: smallest value per bucket (+inf when empty)
     bin_max: torch.Tensor  # float32 or float64 [bins]: largest value per bucket (-inf when empty)
     min: torch.Tensor  # float32 or float64 []: smallest value overall
@@ -236,6 +214,11 @@ def exact_means(per_image: torch.Tensor, pixels: int) -> torch.Tensor:
 
 
 def _percentiles(count: torch.Tensor, sums: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, ps) -> List[float]:
+    """The weighted percentiles ``ps`` from the histogram: found as the evaluator defines them (the
+    first value at which the running sum of the sorted values exceeds ``p`` times the total), bucket
+    by bucket, then placed inside the bucket by linear interpolation between its smallest and largest
+    value. So each lies within its bucket's value range: at most one bucket width from the exact
+    value, and exact when the bucket holds a single value or identical values."""
     total = float(sums.sum())
     if total <= 0.0:
         return [0.0 for _ in ps]
@@ -276,10 +259,12 @@ def result_of(stats: Statistics, per_image_means: torch.Tensor) -> FLIPMetricRes
 def synced(
     stats: Optional[Statistics], per_image_means: torch.Tensor, bins: int, group=None, who: str = "flip_loss.FLIPMetric"
 ) -> Tuple[Statistics, torch.Tensor]:
-    """Every rank's statistics reduced and per-image means gathered (rank order), on every rank of
-    ``group``. A collective: every rank calls it, with its statistics (None before its first
-    update). Raises the same error on every rank when the ranks' ``bins`` differ or no rank has
-    seen an image."""
+    """Every rank's statistics reduced and per-image means gathered, on every rank of ``group``. A
+    collective: every rank calls it, with its statistics (None before its first update: it joins
+    with empty ones). The counts and limbs are summed and the extremes reduced with ``all_reduce`` on
+    a device the group's backend takes (any with gloo, CUDA with NCCL); the per-image means are
+    gathered in rank order, each rank's in its update order. Raises the same error on every rank
+    when the ranks' ``bins`` differ or no rank has seen an image."""
     import torch.distributed as dist
 
     from . import distributed
@@ -406,6 +391,10 @@ def metric_error_map(metric, opts: MetricOptions, test: torch.Tensor, reference:
 
 class FLIPMetric:
     """Accumulates LDR-FLIP over many ``update(test, reference)`` calls (see the module docstring).
+    The statistics live on the device of the first error map, their extremes in the maps' precision
+    (float32 until a float64 map comes; every step is exact in either, so a device without float64,
+    MPS, keeps them too); each update reads back only a finiteness flag and the per-image sums, and
+    ``compute()`` copies the histogram to the CPU.
 
     ``pixels_per_degree``, ``input_space`` and ``data_range`` are those of
     :func:`flip_loss.ldr_flip` (checked here, ``TypeError``/``ValueError``); ``bins`` is the
@@ -497,7 +486,7 @@ class FLIPMetric:
 
     def compute(self) -> FLIPMetricResult:
         """Pooled values over all pixels seen (mean, weighted median and quartiles, min, max; the
-        percentiles to within one histogram bucket, see the module docstring) and the per-image
+        percentiles to within one histogram bucket, ``_percentiles``) and the per-image
         means: over every rank's images when synced (a collective: call it on every rank).
         Raises ``RuntimeError`` before the first update (on any rank, when synced)."""
         opts = self._options_of_statistics()

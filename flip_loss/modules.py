@@ -11,7 +11,7 @@ from . import _ops, options
 from .alpha import composite, unit_background
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 from .functional import ldr_flip_with_look, to_unit_range
-from .host_values import host_table, is_compiling, is_device_call, is_plain_tensor
+from .tensor_values import host_table, is_compiling, is_device_call, is_plain_tensor
 from .image_checks import check_image_pair
 from .multiscale import multiscale_op, multiscale_op_serves, weighted_sum
 from .hdr import (

@@ -12,17 +12,11 @@ runs unchanged once that file is deleted and flip-loss installed: the names are 
 users see them), not from NVIDIA's source.
 
 The values are NVIDIA's where its loss is right, including its rules where they differ from
-flip-evaluator's (the lower median of the automatic stop exposure, the inputs of HDR-FLIP clamped
-to 65536); ``HDRFLIPLoss(median="upper")`` and ``compute_start_stop_exposures(..., median="upper")``
-give flip-evaluator's exposures instead, and ``HDRFLIPLoss(max_value=None)`` takes the inputs as
-they are. Where NVIDIA's loss is wrong this module is not: an unknown tone mapper raises
-``ValueError`` (NVIDIA's runs ACES), every image of a batch gets its own exposure count (NVIDIA's
-runs all to the largest; HDRFLIPLoss warns where that changes the value), and a zero median or
-maximum luminance is raised to float32 epsilon (NVIDIA's gives infinite exposures). Gradients
-through tied exposures go to the earliest (NVIDIA's ``amax`` splits them); the automatic exposures
-are constants for autograd. NVIDIA's tunable constants qc, qf, pc, pt are accepted (as parameters
-and as attributes of the losses) at FLIP's published values only, which the kernels implement:
-another value raises ``ValueError``. docs/nvidia.md compares every function and attribute.
+flip-evaluator's (``median="upper"`` and ``max_value=None`` give flip-evaluator's instead); where it
+is wrong this module is not (an unknown tone mapper raises, every image of a batch gets its own
+exposure count, a zero luminance gives finite exposures). NVIDIA's tunable constants qc, qf, pc, pt
+are accepted at FLIP's published values only, which the kernels implement. docs/nvidia.md compares
+every function and attribute and states each deviation.
 """
 
 import math
@@ -37,7 +31,7 @@ from . import oracle
 from .constants import DEFAULT_EPS, PC, PT, QC, QF
 from ._ops import kernels_serve
 from .functional import _caller_stacklevel, ldr_flip_with_look
-from .host_values import host_table, is_compiling, is_device_call
+from .tensor_values import host_table, is_compiling, is_device_call
 from .image_checks import checked_pair
 from .hdr import (
     as_batch,

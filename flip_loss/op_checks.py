@@ -223,7 +223,7 @@ def check_exposure_index(index, grad) -> None:
 
 def check_mask(mask) -> None:
     """A ``bool[2]`` output_mask: the dispatcher does not hold a list to its schema's length, so
-    every op with one checks it first (as the C++ kernels do, csrc/ops/signature.h)."""
+    every op with one checks it first (as the C++ kernels do, csrc/ops/schema_types.h)."""
     _value(len(mask) == 2, f"flip: output_mask must hold 2 values (test, reference), got {len(mask)}")
 
 

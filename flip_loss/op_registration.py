@@ -1,51 +1,16 @@
-"""The Python halves of ``torch.ops.flip.*``: the fake kernels, the Autograd kernels and the Autocast
-rule of every op whose schema and CPU/CUDA kernels the compiled extension registers.
+"""The Python halves of ``torch.ops.flip.*``: the fake kernels, the Autograd kernels, the Autocast
+rule and the BackendSelect kernels of every op whose schema and CPU/CUDA kernels the compiled
+extension registers.
 
 The extension is built against PyTorch's stable C++ ABI, which has no C++ counterpart for autograd,
-autocast or kernels over symbolic sizes, so these are registered here with ``torch.library``
-(the LibTorch CMake package, compiled against the user's own libtorch, keeps its C++ versions in
-``csrc/ops/autograd.cpp`` and ``autocast.cpp``: the same rules). Every op's Autograd kernel first
-checks its arguments (``op_checks``), so that each Python path — eager, torch.compile, torch.export,
-TorchScript — raises the same error before any kernel runs.
-
-* Forward ops record a node whose backward calls the op's registered ``*_backward`` op. When a
-  gradient will be taken, ``ldr_flip`` runs ``_ldr_flip_with_sensitivities`` instead where
-  ``op_checks.keeps_sensitivities`` says so (on the CPU always; on CUDA when they take at most
-  256 MiB per call, one 4K image's in float32): the forward keeps the sensitivities of the images that
-  require grad (7 planes per image in the compute dtype) and the backward only scales them and
-  runs the transposed filters (``_ldr_flip_backward_from_sensitivities``) instead of recomputing
-  the forward's work. Past that size CUDA's backward recomputes in tiles, with memory flat in the
-  image size.
-* The backward ops are first-order only: with ``create_graph=True`` their results carry a node
-  whose backward raises, so a gradient penalty through FLIP fails loudly instead of silently
-  getting no gradient from it.
-* ``_ldr_flip_multiscale`` (CPU, the Python API's multi-scale LDR-FLIP) always keeps the
-  sensitivities of the images that require grad, at every scale, and its backward starts from them.
-* Under ``torch.autocast`` the image inputs of every forward op are cast to float32 (like PyTorch's
-  own losses) and the result stays float32.
-* Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``/``jacfwd``/``hessian``) is
-  refused by every op, in its Autograd and BackendSelect kernels (``_refuse_forward_mode``): the
-  ops have no JVP, and without the refusal a tangent would silently come out as zero.
-
-On a device whose compiled kernels cannot serve it (``flip_loss._ops.kernels_run_on``: MPS, XPU, a
-ROCm GPU, an NVIDIA GPU the build holds no code for), ``ldr_flip`` and ``hdr_flip`` compute with
-the portable path instead (``PORTABLE_OPS``, the pure-PyTorch ``flip_loss.oracle``, differentiated
-by autograd), in their Autograd kernels and, for calls that skip autograd, in BackendSelect: so
-TorchScript and raw ``torch.ops.flip`` calls follow the Python API's rule.
-
-Every op also has a BackendSelect kernel here (``_backend_select``). BackendSelect is on every
-call's path, with or without autograd, under ``torch.inference_mode``, from TorchScript and through
-raw ``torch.ops.flip.*`` calls. It does two things:
-
-* Calls that skip the Autograd kernels (under ``torch.inference_mode``, or with inference tensors
-  only) get the Python checks there, so a bad argument raises the same TypeError or ValueError,
-  with the same message, on every path; the C++ checks' RuntimeError is left to the C++ API.
-  Calls that went through an Autograd kernel are not checked twice.
-* A Python exception raised by a signal handler inside a long CPU loop (Ctrl-C) reaches the kernel
-  as a C++ exception, which the stable ABI carries as a RuntimeError. For the ops whose CPU kernels
-  poll for signals (``INTERRUPTIBLE_OPS``) the kernel re-raises the original exception
-  (``_C.catch_interrupts``, ``_C.take_interrupt``); the exception is kept per thread and taken back
-  on every exit, so nothing of an interrupted call is left for a later one.
+autocast or kernels over symbolic sizes, so these are registered here with ``torch.library`` (the
+LibTorch CMake package, compiled against the user's own libtorch, keeps its C++ versions in
+``csrc/ops/autograd.cpp`` and ``autocast.cpp``: the same rules). Every path checks the arguments
+first (``op_checks``) in the Autograd kernel, or in BackendSelect for calls that skip autograd, so
+that eager, torch.compile, torch.export, TorchScript and raw ``torch.ops.flip`` calls raise the same
+error before any kernel runs. Where the compiled kernels cannot serve a device
+(``flip_loss._ops.kernels_run_on``), ``ldr_flip`` and ``hdr_flip`` compute with the portable path
+(``PORTABLE_OPS``) on the same paths, so every entry point follows the Python API's rule.
 """
 
 import torch
@@ -90,7 +55,9 @@ def _portable_hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps):
     return oracle.hdr_flip(test, ref, ppd, tone_mapper, exposures, counts, eps)
 
 
-# The ops that compute with the portable path where their compiled kernels do not serve the device.
+# The ops that compute with the portable path (the pure-PyTorch flip_loss.oracle, differentiated by
+# autograd) where their compiled kernels do not serve the device: MPS, XPU, a ROCm GPU, an NVIDIA
+# GPU the build holds no code for.
 PORTABLE_OPS = {"ldr_flip": _portable_ldr_flip, "hdr_flip": _portable_hdr_flip}
 
 
@@ -105,13 +72,18 @@ def _kernels_serve(name, first) -> bool:
 
 
 def _backend_select(name):
-    """The BackendSelect kernel of op ``name`` (see the module's docstring): the Python checks for a
-    call that skipped autograd, then the op. For an op of ``INTERRUPTIBLE_OPS``, whose CPU kernel may
-    stop for a Python signal handler's exception (KeyboardInterrupt from Ctrl-C), the op runs with
-    this thread's exceptions kept (``_C.catch_interrupts``) and the one its handler raised, if any,
-    is taken back on every exit and raised instead of the RuntimeError that carried it out of the
-    kernel. The arguments go on as the caller gave them; only the checks need the defaults filled
-    in (``_with_defaults``), and only they pay for it."""
+    """The BackendSelect kernel of op ``name``, on every call's path (with or without autograd,
+    under ``torch.inference_mode``, from TorchScript, raw ``torch.ops.flip.*`` calls). A call that
+    skipped the Autograd kernels (inference mode, inference tensors only) gets the Python checks
+    here, so a bad argument raises the same TypeError or ValueError, with the same message, on every
+    path (the C++ checks' RuntimeError is left to the C++ API); one that went through an Autograd
+    kernel is not checked twice. For an op of ``INTERRUPTIBLE_OPS``, whose CPU kernel may stop for a
+    Python signal handler's exception (KeyboardInterrupt from Ctrl-C), which the stable ABI carries
+    out as a RuntimeError, the op runs with this thread's exceptions kept
+    (``_C.catch_interrupts``) and the one its handler raised, if any, is taken back on every exit
+    and raised instead: nothing of an interrupted call is left for a later one. The arguments go on
+    as the caller gave them; only the checks need the defaults filled in (``_with_defaults``), and
+    only they pay for it."""
     op = _op(name)
     check = _with_defaults(name, getattr(op_checks, name.lstrip("_")), False)
     backend_select = _torch_C.DispatchKey.BackendSelect
@@ -292,6 +264,12 @@ class _FeatureDifference(torch.autograd.Function):
 
 
 def _ldr_flip_autograd(keyset, test, ref, ppd, space, eps):
+    """With a gradient to come, the internal pair that keeps the sensitivities where
+    ``op_checks.keeps_sensitivities`` says so (on the CPU always; on CUDA up to 256 MiB per call, one
+    4K image's in float32): the forward keeps them for the images that require grad (7 planes per
+    image in the compute dtype), and the backward only scales them and runs the transposed filters
+    (``_ldr_flip_backward_from_sensitivities``). Past that size CUDA's backward recomputes the
+    forward in tiles, with memory flat in the image size."""
     op_checks.ldr_flip(test, ref, ppd, space, eps)
     if not _kernels_serve("ldr_flip", test):
         return _portable_ldr_flip(test, ref, ppd, space, eps)
@@ -311,6 +289,8 @@ def _ldr_flip_with_sensitivities_autograd(keyset, test, ref, ppd, space, eps, ke
 
 
 def _ldr_flip_multiscale_autograd(keyset, test, ref, ppds, weights, space, eps, keep):
+    """Multi-scale LDR-FLIP (CPU, the Python API's) always keeps the sensitivities of the images
+    that require grad, at every scale, and its backward starts from them."""
     op_checks.ldr_flip_multiscale(test, ref, ppds, weights, space, eps, keep)
     if not _wants_grad(test, ref):
         return _run("_ldr_flip_multiscale", keyset, test, ref, ppds, weights, space, eps, keep)
@@ -340,7 +320,9 @@ def _forward_autograd(name, function, tensors):
 
 
 class _FirstOrderOnly(torch.autograd.Function):
-    """Runs a backward op below autograd; differentiating its results raises."""
+    """Runs a backward op below autograd; differentiating its results raises (with
+    ``create_graph=True``), so a gradient penalty through FLIP fails loudly instead of silently
+    getting no gradient from it."""
 
     @staticmethod
     def forward(ctx, name, keyset, *args):
@@ -491,8 +473,9 @@ AUTOGRAD_KERNELS = {
 # exposures), whose BackendSelect kernels (_backend_select) re-raise a handler's exception.
 INTERRUPTIBLE_OPS = ("hdr_flip", "hdr_flip_backward")
 
-# The forward ops, cast to float32 under torch.autocast (floating inputs only: counts stay integers);
-# _ldr_flip_multiscale too, which the Python API calls directly.
+# The forward ops, cast to float32 under torch.autocast (floating inputs only: counts stay integers;
+# like PyTorch's own losses, the result stays float32); _ldr_flip_multiscale too, which the Python
+# API calls directly.
 AUTOCAST_OPS = ("ldr_flip", "_ldr_flip_multiscale", "hdr_flip", "csf_filter", "hunt_hyab", "feature_difference")
 
 
@@ -513,8 +496,9 @@ def _with_defaults(name, kernel, with_keyset):
 
 
 def _refuse_forward_mode(name, args, kwargs) -> None:
-    """Forward mode refused by every op (``op_checks.refuse_forward_mode``), also where the portable
-    path computes inside the op: run from an op's Python kernel, the oracle meets an error inside
+    """Forward mode (``forward_ad``, ``torch.func.jvp``/``jacfwd``/``hessian``) refused by every op
+    (``op_checks.refuse_forward_mode``): the ops have no JVP, and without the refusal a tangent would
+    silently come out as zero. Also where the portable path computes inside the op: run from an op's Python kernel, the oracle meets an error inside
     PyTorch under forward mode, while the Python API, which calls the oracle itself there, has it."""
     op_checks.refuse_forward_mode(name, *args, *kwargs.values())
 

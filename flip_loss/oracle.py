@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .constants import DEFAULT_EPS, DEFAULT_PPD, GW, PC, PT, QC, QF, TONE_MAPPERS, tone_coefficients
-from .host_values import is_compiling, is_plain_tensor
+from .tensor_values import is_compiling, is_plain_tensor
 
 __all__ = [
     "srgb_to_linear",

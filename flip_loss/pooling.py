@@ -3,23 +3,9 @@ them (see docs/cli.md, "Pooling").
 
 ``pool`` returns the six values the ``flip`` tool prints: the mean, the weighted median, the 1st and
 3rd weighted quartiles, the minimum and the maximum. ``weighted_histogram`` returns the per-bucket
-weighted sums the tool's ``--histogram`` option plots.
-
-Weighted percentile ``p`` (the evaluator's definition, no interpolation): sort the values
-ascending, walk them with a running sum of the values themselves, and return the first value at
-which the running sum exceeds ``p * sum(values)``; 0 when the sum is 0. Each pixel is thereby
-weighted by its own error. For float32 (and lower-precision) maps the running sum and the total are
-accumulated sequentially in float32, the total in row-major order, exactly as the evaluator does:
-for a 1080p map the float32 rounding moves the reported percentiles by about 2e-5 relative to an
-exact sum, and reproducing it is what makes the printed 6-decimal values agree with the tool.
-float64 maps are accumulated in float64.
-
-Two deliberate deviations from the evaluator:
-
-* the **mean** is computed in float64. The evaluator divides a float32 running sum by the pixel
-  count; on large maps that differs from the exact mean in about the 6th decimal.
-* the **max** of a map with no positive value is its true maximum (0 for an all-zero map). The
-  evaluator starts its running maximum at FLT_MIN (1.2e-38) and so reports 1.2e-38 there.
+weighted sums the tool's ``--histogram`` option plots. Both follow the tool's own definitions and
+arithmetic (``weighted_percentile``), so that the printed 6-decimal values agree with it, but for
+two deliberate deviations (``pool``).
 """
 
 import math
@@ -126,7 +112,14 @@ def _check_p(p) -> float:
 
 def weighted_percentile(error_map, p: float) -> float:
     """The evaluator's weighted percentile ``p`` (in [0, 1]) of all elements of ``error_map``
-    (a torch tensor or numpy array of any shape); see the module docstring."""
+    (a torch tensor or numpy array of any shape), with no interpolation: sort the values ascending,
+    walk them with a running sum of the values themselves, and return the first value at which the
+    running sum exceeds ``p * sum(values)``; 0 when the sum is 0. Each pixel is thereby weighted by
+    its own error. For float32 (and lower-precision) maps the running sum and the total are
+    accumulated sequentially in float32, the total in row-major order, exactly as the evaluator
+    does: for a 1080p map the float32 rounding moves the reported percentiles by about 2e-5 relative
+    to an exact sum, and reproducing it is what makes the printed 6-decimal values agree with the
+    tool. float64 maps are accumulated in float64."""
     p = _check_p(p)
     return _weighted_percentiles(_as_flat_array(error_map), (p,))[0]
 
@@ -135,9 +128,12 @@ def pool(error_map) -> PooledValues:
     """Pooled values of all elements of ``error_map`` (a torch tensor of any shape, on any device,
     or a numpy array): mean, weighted median, 1st and 3rd weighted quartiles, min and max.
 
-    Computed as NVIDIA's evaluator computes them, except that the mean is accumulated in float64
-    and the max of a map without positive values is its true max, not FLT_MIN (module docstring).
-    Raises ``ValueError`` for an empty map or one with NaN/inf values.
+    Computed as NVIDIA's evaluator computes them (``weighted_percentile``), with two deliberate
+    deviations: the mean is accumulated in float64 (the evaluator divides a float32 running sum by
+    the pixel count; on large maps that differs from the exact mean in about the 6th decimal), and
+    the max of a map with no positive value is its true maximum, 0 for an all-zero map (the
+    evaluator starts its running maximum at FLT_MIN and so reports 1.2e-38 there). Raises
+    ``ValueError`` for an empty map or one with NaN/inf values.
     """
     return pool_with_histogram(error_map)[0]
 

@@ -1,14 +1,11 @@
 """``FLIPTorchMetric``: :class:`flip_loss.FLIPMetric` as a ``torchmetrics.Metric``, for PyTorch
 Lightning and torchmetrics users (``pip install "flip-loss[torchmetrics]"``).
 
-The statistics are the same as :class:`flip_loss.FLIPMetric`'s (a ``bins``-bucket histogram with
-exact fixed-point sums, see :mod:`flip_loss.metric`), held as torchmetrics states, so that
-torchmetrics moves them with the module (``.to(device)``), resets them, and syncs them across
-ranks in ``compute()`` through their reductions: pixel counts and fixed-point limbs ``"sum"``
-(integer sums: exact in any order), bucket and overall minima ``"min"`` and maxima ``"max"``, the
-per-image means ``"cat"`` (rank 0's first, each rank's in update order). ``compute()`` returns the
-same :class:`flip_loss.FLIPMetricResult`, with the same values, as ``FLIPMetric`` on the same
-images.
+The statistics are :class:`flip_loss.FLIPMetric`'s (see :mod:`flip_loss.metric`), held as
+torchmetrics states so that torchmetrics moves them with the module, resets them and syncs them
+across ranks through their reductions (integer sums, minima, maxima: exact in any order);
+``compute()`` returns the same :class:`flip_loss.FLIPMetricResult`, with the same values, as
+``FLIPMetric`` on the same images.
 
     from flip_loss.torchmetrics import FLIPTorchMetric
 
@@ -20,16 +17,6 @@ images.
 
 In a ``LightningModule``: update it in ``validation_step`` and log
 ``self.metric.compute().pooled.mean`` in ``on_validation_epoch_end``, then ``reset()``.
-
-The states keep their dtypes (int64 and float64: exact sums and exact extremes) whatever the module
-is converted to: ``.to(torch.bfloat16)`` (Lightning's ``bf16-true``), ``.half()``, ``.double()`` or
-``set_dtype`` move them to the new device only. One more state, ``settings``, holds the metric's
-options (pixels per degree, input space, data range, bins, alpha, background) exactly, 16 bits per
-value: torchmetrics' ``MetricCollection`` merges metrics into one compute group only when all their
-states are equal, so metrics with the same options share one evaluation and metrics with different
-options never do. The ``settings`` state also travels in a state dict (``persistent(True)``): a
-state dict of a metric with other options is refused (``ValueError``) when loaded, and so is a
-sync between ranks whose metrics have different options.
 """
 
 import functools
@@ -106,7 +93,15 @@ class FLIPTorchMetric(Metric):
     (``sync_on_compute``, ``process_group``, ...). The states are int64 and float64 by design:
     converting the module (``.to(dtype)``, ``set_dtype``, Lightning's precisions) moves them to its
     device but keeps their dtypes. Metrics with different options are never merged into one
-    compute group of a ``MetricCollection`` (their ``settings`` states differ)."""
+    compute group of a ``MetricCollection`` (their ``settings`` states differ).
+
+    The reductions: pixel counts and fixed-point limbs ``"sum"``, bucket and overall minima
+    ``"min"`` and maxima ``"max"``, the per-image means ``"cat"`` (rank 0's first, each rank's in
+    update order). The ``settings`` state holds the options exactly (``settings_code``):
+    ``MetricCollection`` merges metrics into one compute group only when all their states are
+    equal, so metrics with the same options share one evaluation and others never do. It also
+    travels in a state dict (``persistent(True)``): a state dict of a metric with other options is
+    refused (``ValueError``) when loaded, and so is a sync between ranks whose options differ."""
 
     is_differentiable = False
     higher_is_better = False

@@ -6,29 +6,17 @@
 #
 #   FLIP_LOSS_CUDA=0|1   force the CUDA kernels off/on (default: on when nvcc and CUDA torch exist)
 #   MAX_JOBS=N           parallel compile jobs (default 2)
-#   --with-browser       also install Chromium (Debian's chromium package), which the tests of the
-#                        HTML report (tests/cli/test_report.py) drive; scripts/test.sh passes it, the
-#                        main-job command does not
-#   --with-aarch64       also the aarch64 cross compiler and qemu-user (Debian's g++-aarch64-linux-gnu
-#                        and qemu-user; about 70 MB, 21 s), with which tests/cpu/test_aarch64.py builds
-#                        the CPU kernels for aarch64 and runs them; scripts/test.sh passes it for
-#                        the full tier
-#   --with-clang         also clang (Debian's clang package), with which tests/cpu/test_clang.py
-#                        builds the CPU kernels and compares them with GCC's build; scripts/test.sh
-#                        passes it for the full tier
-#   --with-oldest-torch  also a second environment, .venv-oldest-torch, with the oldest supported
-#                        torch (requirements-oldest-torch.txt) and the same test packages. The
-#                        extension is then built there, against that torch, and .venv uses the same
-#                        binary without rebuilding it: built on PyTorch's stable ABI, one binary
-#                        serves every supported release. scripts/test.sh passes it and runs the
-#                        tests in both environments.
-#   --with-portable-floor-torch  also .venv-portable-floor: the oldest torch flip-loss runs on at all
-#                        (requirements-portable-floor.txt; pure Python there, the portable path on
-#                        every device) and only what tests/packaging/test_portable_floor.py needs.
-#                        PyPI's torch 2.1 brings 2.3 GB of CUDA libraries: 6 min to create on the
-#                        shared 2-core machine, seconds once it is there.
-#   --only-portable-floor-torch  that environment alone, nothing else: scripts/test.sh's full tier
-#                        runs it in the background, beside the tests, then that module there
+#   --with-browser       also Chromium, for the HTML report's tests (tests/cli/test_report.py)
+#   --with-aarch64       also the aarch64 cross compiler and qemu-user (tests/cpu/test_aarch64.py)
+#   --with-clang         also clang (tests/cpu/test_clang.py)
+#   --with-oldest-torch  also .venv-oldest-torch, with the oldest supported torch: the extension is
+#                        built there and .venv uses the same binary (built on PyTorch's stable ABI,
+#                        one binary serves every supported release)
+#   --with-portable-floor-torch  also .venv-portable-floor, the oldest torch flip-loss runs on at
+#                        all (pure Python there; tests/packaging/test_portable_floor.py)
+#   --only-portable-floor-torch  that environment alone, nothing else
+# scripts/test.sh passes those its tier needs; where a tool cannot be installed, the tests that
+# need it skip, saying why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,8 +38,10 @@ for arg in "$@"; do
   esac
 done
 
-# .venv-portable-floor, pip run only when its pins, its Python or its packages changed (a stamp).
-# torch 2.1 has wheels for CPython 3.8-3.11 only.
+# .venv-portable-floor (requirements-portable-floor.txt), pip run only when its pins, its Python or
+# its packages changed (a stamp). torch 2.1 has wheels for CPython 3.8-3.11 only, and PyPI's brings
+# 2.3 GB of CUDA libraries: minutes to create, seconds once it is there. scripts/test.sh's full tier
+# creates it in the background (--only-portable-floor-torch), beside the tests.
 setup_portable_floor() {
   local floor_py=.venv-portable-floor/bin/python stamp_file=.venv-portable-floor/.flip_loss_requirements_stamp
   if [ ! -x "$floor_py" ]; then
@@ -109,8 +99,8 @@ if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null && ! command -v c
   fi
 fi
 
-# The aarch64 cross compiler and qemu-user, likewise on their own: without them tests/cpu/test_aarch64.py
-# skips, saying what is missing.
+# The aarch64 cross compiler and qemu-user (about 70 MB), likewise on their own: without them
+# tests/cpu/test_aarch64.py skips, saying what is missing.
 if [ "$with_aarch64" = 1 ] && { ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/dev/null; }; then
   echo "== installing the aarch64 cross compiler and qemu-user (tests/cpu/test_aarch64.py)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -3,23 +3,12 @@
 // float on the host: our own branch-free versions, written with plain arithmetic, selects and
 // integer bit operations, so that GCC vectorises the per-pixel loops that call them (libm's powf
 // and cbrtf are opaque calls that kept every loop scalar; they were about half of the CPU time).
-// All round to float once at the end, from double:
-//   pow, log   log2 of the float from its exponent and a Taylor series of atanh (relative error
-//              below 2^-33), times the exponent, then 2^y from its integer part and a Taylor series
-//              (below 2^-32);
-//   cbrt, x^1.4, x^0.7  Newton's iteration on x^(-1/3), x^(-1/5) or x^(-1/10) in float, from a
-//              guess read off the float's bits (below 1.2e-5, 2.7e-7 and 2.5e-7), then x y^2,
-//              x^2 y^3 or x y^3 in double, times the binomial series of the remaining factor
-//              (below 2.3e-14): no division, and no double logarithm or exponential (the general
-//              pow costs about 4 times as much).
-// So each result is within 1 ulp of the exact value (0.51 ulp at most for normal results; cbrt's,
-// x^1.4's and x^0.7's are the correctly rounded float unless the exact value lies within 4e-7 ulp
-// of a tie; pow's subnormal results are rounded twice, up to 0.78 ulp, and one at the very top of
-// the float range may give FLT_MAX where the exact value rounds to infinity);
-// tests/cpu/test_fastmath.py checks this over the ranges FLIP uses and the whole float range, with the
-// standard library's special values. Only IEEE +, -, *, / and conversions, never contracted
-// (-ffp-contract=off): scalar and vector code, and every CPU instruction-set level, give identical
-// bits. docs/algorithm.md §7.13 says why this route (and not SLEEF, Highway or at::vec).
+// Each is computed in double and rounded to float once, within 1 ulp of the exact value (0.51 ulp
+// at most for normal results; each function says how); tests/cpu/test_fastmath.py checks this over
+// the ranges FLIP uses and the whole float range, with the standard library's special values. Only
+// IEEE +, -, *, / and conversions, never contracted (-ffp-contract=off): scalar and vector code,
+// and every CPU instruction-set level, give identical bits. docs/algorithm.md §7.13 says why this
+// route (and not SLEEF, Highway or at::vec).
 //
 // float on GPUs whose double arithmetic runs at half the float rate (sm_80, sm_90: A100, H100,
 // H200): x^1.4 and x^0.7 as on the host (FLIP_FASTMATH_ON_DEVICE), about a third of the
@@ -169,7 +158,11 @@ FLIP_MATH_INLINE double inverse_root_correction(double p, double xyn) {
 
 // x^y for float x >= 0, with std::pow's special values: x^0 = 1 and 1^y = 1 (even for NaN),
 // 0^y = 0 for y > 0 and inf for y < 0, inf^y = inf for y > 0 and 0 for y < 0; other NaNs stay NaN,
-// and a negative x gives NaN (FLIP never passes one).
+// and a negative x gives NaN (FLIP never passes one). 2^(y log2 x) from log2_positive and
+// exp2_to_float: within 0.51 ulp for normal results; subnormal ones are rounded twice (up to 0.78
+// ulp), and one at the very top of the float range may give FLT_MAX where the exact value rounds to
+// infinity. About 4 times the cost of cbrt, x^1.4 and x^0.7 (inverse_root), which need no double
+// logarithm or exponential.
 FLIP_MATH_INLINE float pow(float x, float y) {
   const float regular = x > 0.0f ? (x < INFINITY ? x : 1.0f) : 1.0f;
   float r = exp2_to_float(static_cast<double>(y) * log2_positive(regular));

@@ -1,7 +1,7 @@
 // How many filters FLIP's two banks run and how many planes of values per image their passes
 // produce: the sizes that the CPU and CUDA kernels lay out their planes by and that the ops give
 // the sensitivities they keep. Framework-free and dependency-free, so that the ops' shape code
-// (csrc/ops/signature.h) can use it without the per-pixel maths.
+// (csrc/ops/schema_types.h) can use it without the per-pixel maths.
 #pragma once
 
 namespace flip {

@@ -7,8 +7,8 @@
 // holds the two to each other. Across the stable ABI an exception's class is not kept alike by
 // every torch release (2.11 keeps std::invalid_argument as ValueError, 2.15 makes it RuntimeError),
 // so every failed check here throws std::runtime_error, a RuntimeError on every release, as NaN/Inf
-// image data found by a kernel does (common.h). Everything here runs before any filter taps are
-// built or cached.
+// image data found by a kernel does (kernel_tensors.h). Everything here runs before any filter taps
+// are built or cached.
 #pragma once
 
 #include <torch/csrc/stable/device.h>
@@ -27,7 +27,7 @@
 
 #include "../flip/tone_mapper.h"
 #include "../include/flip_loss/limits.h"
-#include "signature.h"
+#include "schema_types.h"
 
 namespace flip_ops {
 

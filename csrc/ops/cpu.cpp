@@ -12,7 +12,7 @@
 #include "../flip/cpu/parallel.h"
 #include "../flip/cpu/workspace.h"
 #include "checks.h"
-#include "common.h"
+#include "kernel_tensors.h"
 
 namespace flip {
 namespace cpu {

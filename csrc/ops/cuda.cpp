@@ -26,7 +26,7 @@
 #include "../flip/environment.h"
 #include "../flip/filters.h"
 #include "checks.h"
-#include "common.h"
+#include "kernel_tensors.h"
 
 namespace flip_ops {
 namespace {

@@ -2,12 +2,13 @@
 by scripts/gpu/gpu_check.sh (a correctness workload, so not in benchmarks/). Small images with
 partial tiles, so that each kernel runs a few blocks and the sanitizers' cost stays in seconds:
 
-* float32 at flip_loss's default ppd (the tiled kernels built for its radii, params.h DefaultRadii),
-  float32 at ppd 30 and float64 at the default ppd (the builds that read the radii at run time):
-  LDR-FLIP's fused forward, the tiled backward (both gradients, and each alone), autograd's pair
-  that keeps the sensitivities, HDR-FLIP's fused forward and tiled backward;
-* the row passes (H, V*, VT, HT and the kept-sensitivity pair on rows) at a ppd whose tiles do not
-  fit the shared memory (float32 230, float64 110), which also takes the taps from device memory;
+* float32 at flip_loss's default ppd (the tiled kernels built for its radii, DefaultRadii in
+  launch_params.h), float32 at ppd 30 and float64 at the default ppd (the builds that read the
+  radii at run time): LDR-FLIP's fused forward, the tiled backward (both gradients, and each
+  alone), autograd's pair that keeps the sensitivities, HDR-FLIP's fused forward and tiled backward;
+* the row passes (horizontal, vertical, their transposes and the kept-sensitivity pair on rows) at
+  a ppd whose tiles do not fit the shared memory (float32 230, float64 110), which also takes the
+  taps from device memory;
 * the single-stage ops (csf_filter, hunt_hyab, feature_difference) forward and backward;
 * a non-default stream, and a second GPU when there is one; with ``--tall``, an image of 70000 rows
   (grid-striding rows and tiles).

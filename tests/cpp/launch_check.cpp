@@ -1,5 +1,5 @@
 // The CUDA launch checks (csrc/flip/cuda/launch_check.h) on the host: the launch sequences of
-// sequences.h run through CheckedLauncher against a simulated runtime that keeps the CUDA
+// op_launches.h run through CheckedLauncher against a simulated runtime that keeps the CUDA
 // runtime's error rules (one error variable per host thread, overwritten by every failing call,
 // read and cleared by cudaGetLastError; sticky execution errors that every later call returns).
 // Checked: an error left by earlier work is reported as not flip's before anything is launched;
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "flip/cuda/launch_check.h"
-#include "flip/cuda/sequences.h"
+#include "flip/cuda/op_launches.h"
 
 namespace {
 
@@ -121,9 +121,9 @@ struct Sequence {
   void (*run)(flip::cuda::CheckedLauncher<RecordingLauncher, SimErrors>&, const Params<float>&);
 };
 
-#define FLIP_SEQUENCE(name)                                                     \
-  Sequence {                                                                    \
-    #name, [](auto& l, const Params<float>& p) { flip::cuda::seq::name(l, p); } \
+#define FLIP_SEQUENCE(name)                                                          \
+  Sequence {                                                                         \
+    #name, [](auto& l, const Params<float>& p) { flip::cuda::launches::name(l, p); } \
   }
 const Sequence kSequences[] = {
     FLIP_SEQUENCE(ldr_flip_forward_fused), FLIP_SEQUENCE(ldr_flip_backward), FLIP_SEQUENCE(ldr_flip_backward_tiled),

@@ -1,11 +1,11 @@
-"""The test-only GPU emulator: torch.ops.flip_emulator, the CUDA kernels' launch sequences and
-block code (csrc/flip/cuda/sequences.h, blocks.h) run on the CPU, one fiber per CUDA thread with
+"""The test-only GPU emulator: torch.ops.flip_emulator, the CUDA kernels' launch sequences and block
+code (csrc/flip/cuda/op_launches.h, kernel_bodies.h) run on the CPU, one fiber per CUDA thread with
 barriers and shared memory checked (ops.cpp, emulate.cpp, block_runner.cpp). It is not part of
 flip_loss: the test suite compiles it on first use into one build directory
-(FLIP_LOSS_EMULATOR_BUILD_DIR, default build/torch-<release>/emulator, tests/helpers/build_dirs.py), which
-ninja keeps up to date, so a test run compiles it at most once and later runs (and child
-processes) only load it. mutant_ops() builds a second copy from mutated sources, for the
-checker's own tests."""
+(FLIP_LOSS_EMULATOR_BUILD_DIR, default build/torch-<release>/emulator, tests/helpers/build_dirs.py),
+which ninja keeps up to date, so a test run compiles it at most once and later runs (and child
+processes) only load it. mutant_ops() builds a second copy from mutated sources, for the checker's
+own tests."""
 
 import fcntl
 import functools
@@ -32,13 +32,13 @@ def has_fma():
         return False
 
 
-# The arithmetic of the device code (docs/algorithm.md §9.2): nvcc compiles it with -fmad=false,
-# so it rounds every product and sum as written, and fuses the filter taps' multiply-adds that
-# the source asks for (FLIP_FMADD, csrc/flip/passes.h). Here the same: -ffp-contract=off (GCC
-# contracts nothing either), and std::fma for those taps, which is the same single rounding with
-# or without -mfma; -mfma (where the CPU has it) only makes it an instruction instead of a call
-# into the C library. Also the stable ABI of the oldest supported torch (the headers the shared
-# op glue, csrc/ops, is written for).
+# The arithmetic of the device code (docs/algorithm.md §9.2): nvcc compiles it with -fmad=false, so
+# it rounds every product and sum as written, and fuses the filter taps' multiply-adds that the
+# source asks for (FLIP_FMADD, csrc/flip/cuda/filter_sums.h). Here the same: -ffp-contract=off (GCC
+# contracts nothing either), and std::fma for those taps, which is the same single rounding with or
+# without -mfma; -mfma (where the CPU has it) only makes it an instruction instead of a call into
+# the C library. Also the stable ABI of the oldest supported torch (the headers the shared op glue,
+# csrc/ops, is written for).
 CXX_FLAGS = [
     "-O3",
     "-fno-math-errno",

@@ -3,7 +3,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "flip/cuda/params.h"
+#include "flip/cuda/launch_params.h"
 
 namespace flip_emulator {
 
@@ -186,12 +186,12 @@ void BlockRunner::run(int64_t bx, int64_t by, int64_t bz, int64_t gx, int64_t gy
     const Fiber& w = fibers_[waiting];
     std::ostringstream os;
     if (done >= 0) {
-      os << "barrier divergence: " << where(waiting) << " waits at the barrier of blocks.h line " << w.line
+      os << "barrier divergence: " << where(waiting) << " waits at the barrier of kernel_bodies.h line " << w.line
          << ", thread " << done << " has exited";
     } else {
       for (int t = 0; t < threads_; ++t)
         if (fibers_[t].line != w.line || fibers_[t].is_or != w.is_or) {
-          os << "barrier divergence: " << where(waiting) << " waits at the barrier of blocks.h line " << w.line
+          os << "barrier divergence: " << where(waiting) << " waits at the barrier of kernel_bodies.h line " << w.line
              << ", thread " << t << " at line " << fibers_[t].line;
           break;
         }

@@ -1,4 +1,4 @@
-// Runs one CUDA block of the kernels' own block code (csrc/flip/cuda/blocks.h) on the host, the way
+// Runs one CUDA block of the kernels' own block code (csrc/flip/cuda/kernel_bodies.h) on the host, the way
 // the hardware's semantics allow and with the checks compute-sanitizer makes: every CUDA thread of
 // the block is a fiber of its own, a barrier is a real rendezvous (a thread runs until it reaches a
 // barrier or exits, and the barrier releases once every thread of the block waits at it), and every
@@ -26,7 +26,7 @@ namespace flip_emulator {
 
 // Run-time settings of the emulator, for the checker's own tests (tests/gpu/test_emulator_checks.py),
 // which mutate the kernels without recompiling them: a barrier to leave out (its source line in
-// csrc/flip/cuda/blocks.h; 0: none), a launch of each op call to leave out (its index in the
+// csrc/flip/cuda/kernel_bodies.h; 0: none), a launch of each op call to leave out (its index in the
 // launch sequence; -1: none), and the grid limits (0: CUDA's), which small images need to reach
 // the kernels' grid-stride loops. `reverse` runs the blocks of each launch and the threads of each
 // block in reverse order: a result that changes with it depends on scheduling (two threads or
@@ -158,7 +158,7 @@ class BlockRunner {
   int64_t errors_ = 0;
 };
 
-// The block context of blocks.h in the emulator: one per fiber.
+// The block context of kernel_bodies.h in the emulator: one per fiber.
 class BlockContext {
  public:
   BlockContext(BlockRunner* r, int tid) : r_(r), tid_(tid) {}

@@ -7,8 +7,8 @@
 #include <string>
 #include <type_traits>
 
-#include "flip/cuda/blocks.h"
-#include "flip/cuda/sequences.h"
+#include "flip/cuda/kernel_bodies.h"
+#include "flip/cuda/op_launches.h"
 
 namespace flip_emulator {
 
@@ -29,7 +29,7 @@ std::string radii_name() {
     return "<" + std::to_string(Rad::kCsfRadius) + "," + std::to_string(Rad::kFeatureRadius) + ">";
 }
 
-// The launcher of sequences.h on the host: each launch's blocks one after the other, each block on
+// The launcher of op_launches.h on the host: each launch's blocks one after the other, each block on
 // a BlockRunner; what a launch on the emulated device (an sm_90, or the shared memory per block
 // configure() set) would refuse is refused.
 struct HostLauncher {
@@ -144,7 +144,7 @@ HostTaps<T>::HostTaps(double ppd) {
 template <class T>
 void run(Sequence seq, Params<T> p, int channels) {
   begin_call();  // this call's settings, whatever configure() does meanwhile
-  namespace sq = flip::cuda::seq;
+  namespace launches = flip::cuda::launches;
   const flip::Geometry& g = p.g;
   const int64_t hw = g.hw();
   const bool tiled = seq == Sequence::kLdrBackwardTiled || seq == Sequence::kHdrBackwardTiled;
@@ -199,52 +199,52 @@ void run(Sequence seq, Params<T> p, int channels) {
   HostLauncher l{grid_limits()};
   switch (seq) {
     case Sequence::kLdrForward:
-      sq::ldr_flip_forward(l, p);
+      launches::ldr_flip_forward(l, p);
       break;
     case Sequence::kLdrForwardFused:
-      sq::ldr_flip_forward_fused(l, p);
+      launches::ldr_flip_forward_fused(l, p);
       break;
     case Sequence::kLdrBackward:
-      sq::ldr_flip_backward(l, p);
+      launches::ldr_flip_backward(l, p);
       break;
     case Sequence::kLdrBackwardTiled:
-      sq::ldr_flip_backward_tiled(l, p);
+      launches::ldr_flip_backward_tiled(l, p);
       break;
     case Sequence::kLdrForwardKeep:
-      sq::ldr_flip_forward_keep(l, p);
+      launches::ldr_flip_forward_keep(l, p);
       break;
     case Sequence::kLdrForwardKeepTiled:
-      sq::ldr_flip_forward_keep_tiled(l, p);
+      launches::ldr_flip_forward_keep_tiled(l, p);
       break;
     case Sequence::kLdrBackwardKept:
-      sq::ldr_flip_backward_kept(l, p);
+      launches::ldr_flip_backward_kept(l, p);
       break;
     case Sequence::kLdrBackwardKeptTiled:
-      sq::ldr_flip_backward_kept_tiled(l, p);
+      launches::ldr_flip_backward_kept_tiled(l, p);
       break;
     case Sequence::kHdrForward:
-      sq::hdr_flip_forward(l, p);
+      launches::hdr_flip_forward(l, p);
       break;
     case Sequence::kHdrForwardFused:
-      sq::hdr_flip_forward_fused(l, p);
+      launches::hdr_flip_forward_fused(l, p);
       break;
     case Sequence::kHdrBackward:
-      sq::hdr_flip_backward(l, p);
+      launches::hdr_flip_backward(l, p);
       break;
     case Sequence::kHdrBackwardTiled:
-      sq::hdr_flip_backward_tiled(l, p);
+      launches::hdr_flip_backward_tiled(l, p);
       break;
     case Sequence::kCsfForward:
-      sq::csf_filter_forward(l, p);
+      launches::csf_filter_forward(l, p);
       break;
     case Sequence::kCsfBackward:
-      sq::csf_filter_backward(l, p);
+      launches::csf_filter_backward(l, p);
       break;
     case Sequence::kFeatureForward:
-      sq::feature_difference_forward(l, p);
+      launches::feature_difference_forward(l, p);
       break;
     case Sequence::kFeatureBackward:
-      sq::feature_difference_backward(l, p);
+      launches::feature_difference_backward(l, p);
       break;
   }
   for (auto* b : {&test, &ref, &gr, &ex, &out, &emap, &g_test, &g_ref, &planes, &gplanes, &scratch, &sens}) b->finish();

@@ -1,6 +1,6 @@
-// Host emulation of the CUDA kernels: the launch sequences of csrc/flip/cuda/sequences.h with a
+// Host emulation of the CUDA kernels: the launch sequences of csrc/flip/cuda/op_launches.h with a
 // launcher that runs every block of every launch through the kernels' own block code
-// (csrc/flip/cuda/blocks.h) on a BlockRunner (block_runner.h: one fiber per CUDA thread, real
+// (csrc/flip/cuda/kernel_bodies.h) on a BlockRunner (block_runner.h: one fiber per CUDA thread, real
 // barriers, shared memory checked for races). Slow; it exists so that CPU-only CI checks the GPU
 // code, its barriers and its index math, against the CPU kernels. Test-only: built by the test
 // suite (tests/emulator/__init__.py), never part of the shipped libraries.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "block_runner.h"
-#include "flip/cuda/params.h"
+#include "flip/cuda/launch_params.h"
 
 namespace flip_emulator {
 

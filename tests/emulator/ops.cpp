@@ -1,6 +1,6 @@
 // torch.ops.flip_emulator: the CUDA kernels run on the CPU, so that tests on machines without a
-// GPU check the GPU code against the CPU kernels: the launch sequences of csrc/flip/cuda/sequences.h
-// with every block of every launch running the kernels' own block code (csrc/flip/cuda/blocks.h)
+// GPU check the GPU code against the CPU kernels: the launch sequences of csrc/flip/cuda/op_launches.h
+// with every block of every launch running the kernels' own block code (csrc/flip/cuda/kernel_bodies.h)
 // one fiber per CUDA thread, barriers and shared memory checked (emulate.h, block_runner.h).
 // Test-only and slow: built by the test suite (tests/emulator/__init__.py), never installed. One
 // op per launch sequence of csrc/flip/cuda/kernels.h, each with the schema of the flip op it
@@ -8,7 +8,7 @@
 // argument checks (csrc/ops/checks.h), all made before any filter taps are built; the buffers are
 // prepared as csrc/ops/cuda.cpp prepares them. Like the flip ops' kernels, it is written against
 // PyTorch's stable C++ ABI, so that it compiles with the same shared headers (csrc/ops/checks.h,
-// common.h).
+// kernel_tensors.h).
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
@@ -19,7 +19,7 @@
 
 #include "emulate.h"
 #include "ops/checks.h"
-#include "ops/common.h"
+#include "ops/kernel_tensors.h"
 
 namespace flip_emulator_ops {
 namespace {
@@ -225,7 +225,7 @@ Tensor plan(double ppd, int64_t elem_bytes) {
     fields[1] = flip::cuda::use_tiled_backward<T>(R, have, false);
     fields[2] = rows <= have;
     fields[3] = static_cast<int64_t>(flip::cuda::fused_smem_bytes<T>(R));
-    fields[4] = static_cast<int64_t>(flip::cuda::tiled_t_smem_bytes<T>(R));
+    fields[4] = static_cast<int64_t>(flip::cuda::tiled_transpose_smem_bytes<T>(R));
     fields[5] = static_cast<int64_t>(rows);
   };
   FLIP_CHECK(elem_bytes == 4 || elem_bytes == 8, "flip_emulator: elem_bytes must be 4 or 8");

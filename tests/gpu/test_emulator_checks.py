@@ -1,9 +1,10 @@
-"""The emulator as a checker: the kernels' own block code (csrc/flip/cuda/blocks.h) runs one fiber
-per CUDA thread with real barriers, checked shared memory, guarded global buffers and NaN-filled
-scratch (tests/emulator), so a barrier left out, a halo off by one or a band's write skipped must
-fail. Each mutation here is made to today's kernels and must be caught; the same cases without it
-pass. Grid limits shrunk to a few blocks make every block run its grid-stride loops (several rows,
-tiles, items or exposures per block), where the barriers at the end of a loop body matter."""
+"""The emulator as a checker: the kernels' own block code (csrc/flip/cuda/kernel_bodies.h) runs one
+fiber per CUDA thread with real barriers, checked shared memory, guarded global buffers and
+NaN-filled scratch (tests/emulator), so a barrier left out, a halo off by one or a band's write
+skipped must fail. Each mutation here is made to today's kernels and must be caught; the same cases
+without it pass. Grid limits shrunk to a few blocks make every block run its grid-stride loops
+(several rows, tiles, items or exposures per block), where the barriers at the end of a loop body
+matter."""
 
 import re
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ import torch
 
 from flip_loss.constants import DEFAULT_PPD
 
-BLOCKS_H = Path(__file__).resolve().parents[2] / "csrc" / "flip" / "cuda" / "blocks.h"
+KERNEL_BODIES_H = Path(__file__).resolve().parents[2] / "csrc" / "flip" / "cuda" / "kernel_bodies.h"
 SMALLEST = 1  # the tiled backward in bands of 16 rows, one item each
 TINY_GRID = dict(max_grid_y=2, max_grid_z=1, max_blocks=3)
 
@@ -73,14 +74,14 @@ def hdr_images(dtype=torch.float64):
 
 def close(x, y):
     """float64 agreement of the emulated GPU formulation and the CPU kernels: within 1e-11 of the
-    larger magnitude. The GPU's filter taps are fused multiply-adds (FLIP_FMADD, passes.h) and the
-    CPU's are not, which leaves the gradients up to about 1.5e-12 of their scale apart here; a
+    larger magnitude. The GPU's filter taps are fused multiply-adds (FLIP_FMADD, filter_sums.h) and
+    the CPU's are not, which leaves the gradients up to about 1.5e-12 of their scale apart here; a
     mutation moves them far more."""
     return x.shape == y.shape and bool(((x - y).abs() <= 1e-11 * max(1.0, y.abs().max().item())).all())
 
 
-# Per block function of blocks.h, a run of the op that launches it and whether the result is the
-# CPU kernels'. Each returns True when the emulated results match.
+# Per block function of kernel_bodies.h, a run of the op that launches it and whether the result is
+# the CPU kernels'. Each returns True when the emulated results match.
 def run_rows_forward(ops, em):
     a, b, _ = images()
     return close(em.ldr_flip(a, b, 30.0, "srgb", 1e-15), ops.ldr_flip(a, b, 30.0, "srgb", 1e-15))
@@ -123,10 +124,10 @@ def run_tiled_hdr(ops, em):
 
 
 RUNS = {
-    "h_block": (run_rows_forward,),
-    "ht_block": (run_rows_backward,),
+    "horizontal_pass_block": (run_rows_forward,),
+    "horizontal_transpose_block": (run_rows_backward,),
     "tile_forward_block": (run_fused_walk,),
-    "fused_block": (run_fused,),
+    "fused_forward_block": (run_fused,),
     "tiled_grad_block": (run_tiled_hdr, run_tiled),
     "tiled_transpose_block": (run_tiled_hdr,),
 }
@@ -146,9 +147,9 @@ REDUNDANT = {
 
 
 def barriers():
-    """(line, block function, index within it, the call) of every barrier in blocks.h."""
+    """(line, block function, index within it, the call) of every barrier in kernel_bodies.h."""
     found, function, counts = [], None, {}
-    for number, line in enumerate(BLOCKS_H.read_text().splitlines(), start=1):
+    for number, line in enumerate(KERNEL_BODIES_H.read_text().splitlines(), start=1):
         m = re.match(r"FLIP_HD void (\w+_block)\(", line)
         if m:
             function = m.group(1)
@@ -189,7 +190,7 @@ def test_a_race_names_the_kernel_block_and_threads(ops, emulator):
         with pytest.raises(RuntimeError) as err:
             run_fused(ops, emulator)
     message = str(err.value)
-    assert "fused_ldr_kernel" in message and re.search(r"block \(\d+, \d+, \d+\) thread \d+", message)
+    assert "fused_forward_kernel" in message and re.search(r"block \(\d+, \d+, \d+\) thread \d+", message)
 
 
 def test_a_divergent_barrier_is_reported(ops, emulator):
@@ -250,10 +251,10 @@ def test_tiny_grids_stride_to_the_same_results(ops, emulator, dtype):
 
 @pytest.mark.parametrize("tiny", [False, True], ids=["full grids", "tiny grids"])
 def test_results_do_not_depend_on_the_order_of_blocks_and_threads(ops, emulator, tiny):
-    # The kernels' promise (passes.h): every output value is written by one thread, and no thread
-    # reads what another block of the same launch writes, so nothing depends on scheduling. Blocks
-    # and threads run in reverse order give the same bits; a global-memory race between threads or
-    # blocks, which the shared-memory shadow does not see, would not.
+    # The kernels' promise (kernel_bodies.h): every output value is written by one thread, and no
+    # thread reads what another block of the same launch writes, so nothing depends on scheduling.
+    # Blocks and threads run in reverse order give the same bits; a global-memory race between
+    # threads or blocks, which the shared-memory shadow does not see, would not.
     grid = TINY_GRID if tiny else {}
     for run in every_kernel(emulator, ops, torch.float64):
         with configured(emulator, **grid):
@@ -316,68 +317,72 @@ def test_settings_are_taken_when_a_call_starts(ops, emulator):
 # mutant_ops): (file under csrc/, expression, its mutant, the run that must catch it).
 MUTATIONS = (
     # The fused forward's input tile one column off: its halo shifted.
-    ("flip/passes.h", "clampi(x0 - R + at.col, 0, g.w - 1)", "clampi(x0 - R + 1 + at.col, 0, g.w - 1)"),
+    ("flip/cuda/fused_forward.h", "clampi(x0 - R + at.col, 0, g.w - 1)", "clampi(x0 - R + 1 + at.col, 0, g.w - 1)"),
     # kTiledTranspose's gradient-plane tile read one row off.
-    ("flip/passes.h", "gp[q * stride + off]", "gp[q * stride + off + g.w]"),
+    ("flip/cuda/tiled_backward.h", "gp[q * stride + off]", "gp[q * stride + off + g.w]"),
     # A band holding one gradient-plane row too few above it.
-    ("flip/passes.h", "b.g0 = b.y0 - R > 0 ? b.y0 - R : 0;", "b.g0 = b.y0 - R + 1 > 0 ? b.y0 - R + 1 : 0;"),
+    (
+        "flip/cuda/tiled_backward.h",
+        "b.g0 = b.y0 - R > 0 ? b.y0 - R : 0;",
+        "b.g0 = b.y0 - R + 1 > 0 ? b.y0 - R + 1 : 0;",
+    ),
     # kTiledGrad skipping the test image's gradient planes in the last row of its band.
     (
-        "flip/passes.h",
+        "flip/cuda/tiled_backward.h",
         "if (out_t) store_pixel_gradients(out_t, stride, q, gFt, gft);",
         "if (out_t && y != b.g1 - 1) store_pixel_gradients(out_t, stride, q, gFt, gft);",
     ),
     # The fused horizontal pass centred one column right in shared memory.
-    ("flip/passes.h", "row * stride + col + R", "row * stride + col + R + 1"),
+    ("flip/cuda/fused_forward.h", "row * stride + col + R", "row * stride + col + R + 1"),
     # The row pass H's tile and halo one column off.
-    ("flip/passes.h", "clampi(x0 - R + i, 0, g.w - 1)", "clampi(x0 - R + i + 1, 0, g.w - 1)"),
+    ("flip/cuda/row_passes.h", "clampi(x0 - R + i, 0, g.w - 1)", "clampi(x0 - R + i + 1, 0, g.w - 1)"),
     # kTiledTranspose judging whether an exposure won a tile by the band's output rows instead of the
     # gradient-plane rows it reads (a winning pixel just above the band is missed).
     (
-        "flip/cuda/blocks.h",
+        "flip/cuda/kernel_bodies.h",
         "tile_won(p.index + n * g.hw(), g, s.hs.i, y0, x0, band.g0, band.g1, R, b.tid(), b.threads())",
         "tile_won(p.index + n * g.hw(), g, s.hs.i, y0, x0, band.y0, band.y1, R, b.tid(), b.threads())",
     ),
     # tile_won blind to the image's last column.
     (
-        "flip/passes.h",
+        "flip/cuda/tiled_backward.h",
         "x >= 0 && x < g.w && index[y * g.w + x] == i",
         "x >= 0 && x < g.w - 1 && index[y * g.w + x] == i",
     ),
     # The last item band running past the batch.
-    ("flip/passes.h", "b.n1 = b.n0 + items < g.n ? b.n0 + items : g.n;", "b.n1 = b.n0 + items;"),
+    ("flip/cuda/tiled_backward.h", "b.n1 = b.n0 + items < g.n ? b.n0 + items : g.n;", "b.n1 = b.n0 + items;"),
     # An item's exposures past its count taken too.
     ("flip/hdr_pixel.h", "i < count(n)", "i < E"),
     # The kernels compiled for the default ppd's radii reading the CSF taps one place off.
     (
-        "flip/cuda/params.h",
+        "flip/cuda/launch_params.h",
         "FixedFilter<T, Rc>{w + offset(i), w + offset(i) + 2 * Rc + 1, w + offset(i) + 3 * Rc + 1}",
         "FixedFilter<T, Rc>{w + offset(i) + 1, w + offset(i) + 2 * Rc + 1, w + offset(i) + 3 * Rc + 1}",
     ),
     # ... and the feature filters' border sums of the last row and column one place off.
     (
-        "flip/cuda/params.h",
+        "flip/cuda/launch_params.h",
         "FixedFilter<T, Rf>{w + offset(i), w + offset(i) + 2 * Rf + 1, w + offset(i) + 3 * Rf + 1}",
         "FixedFilter<T, Rf>{w + offset(i), w + offset(i) + 2 * Rf + 1, w + offset(i) + 3 * Rf}",
     ),
     # The backward from kept sensitivities scaling each by the gradient of the pixel to its right.
-    ("flip/passes.h", "gmap[off]", "gmap[off + (x + 1 < g.w ? 1 : 0)]"),
+    ("flip/cuda/tiled_backward.h", "gmap[off]", "gmap[off + (x + 1 < g.w ? 1 : 0)]"),
     # The forward that keeps them doing so for a gradient of 2 instead of 1.
-    ("flip/passes.h", "unit_gradient<T>()", "T(2)"),
+    ("flip/cuda/tiled_backward.h", "unit_gradient<T>()", "T(2)"),
     # kTiledGrad going on with the walk after a tile it skipped, on rows of the tile before that.
     (
-        "flip/cuda/blocks.h",
+        "flip/cuda/kernel_bodies.h",
         "tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);\n          fresh = true;",
         "tiled_zero_planes(g, band, n, y0, x0, b.tid(), b.threads(), p.scratch);",
     ),
     # The vertical filters of the build for fixed radii (a thread takes 4 rows of a column) centred
     # one row low.
-    ("flip/passes.h", "o + R * kTileW", "o + (R + 1) * kTileW"),
+    ("flip/cuda/fused_forward.h", "o + R * kTileW", "o + (R + 1) * kTileW"),
     # ... and the transposed ones folding the image's last row's clamped samples into the row above.
-    ("flip/passes.h", "len - 1 - pos", "len - 2 - pos"),
+    ("flip/cuda/filter_sums.h", "len - 1 - pos", "len - 2 - pos"),
     # The fused forward writing each pixel's error into its right neighbour too: a global-memory
     # race between threads and between blocks (the last column of a tile is the next one's first).
-    ("flip/passes.h", "out[p] = err;", "out[p] = err; if (x + 1 < g.w) out[p + 1] = err;"),
+    ("flip/cuda/fused_forward.h", "out[p] = err;", "out[p] = err; if (x + 1 < g.w) out[p + 1] = err;"),
 )
 
 
@@ -448,7 +453,7 @@ def close32(x, y):
 
 
 def run_default_ppd(ops, em):
-    """float32 at flip_loss's default ppd: the kernels compiled for its radii (params.h,
+    """float32 at flip_loss's default ppd: the kernels compiled for its radii (launch_params.h,
     DefaultRadii) run the fused forward and both kernels of the tiled backward."""
     a, b, g = (x.float() for x in images(shape=(1, 3, 26, 41)))
     if not close32(em.ldr_flip_fused(a, b, DEFAULT_PPD, "srgb", 1e-15), ops.ldr_flip(a, b, DEFAULT_PPD, "srgb", 1e-15)):

@@ -168,8 +168,8 @@ def test_fused_hdr_forward_matches_cpu_kernels(ops, emulator, dtype, tm):
     ).float().mean() < gpu_agreement.HDR_INDEX_MISMATCH  # float32 near-ties may pick the other exposure
 
 
-# ---- the tiled backward (passes.h: kTiledGrad = fused forward + adjoint into banded gradient planes,
-# kTiledTranspose = transposed filters on a tile + halo in shared memory) ----
+# ---- the tiled backward (tiled_backward.h: kTiledGrad = fused forward + adjoint into banded
+# gradient planes, kTiledTranspose = transposed filters on a tile + halo in shared memory) ----
 
 MASKS = [[True, True], [True, False], [False, True]]
 ONE_BAND = 1 << 25  # the kernels' budget: every case below fits in one band
@@ -348,7 +348,7 @@ def radius(ppd):
 
 @pytest.mark.parametrize("budget", ["one band", "row bands"])
 def test_hdr_at_the_default_ppd_matches_cpu_kernels(ops, emulator, budget):
-    # float32 at the default ppd runs the tiled kernels compiled for its radii (params.h,
+    # float32 at the default ppd runs the tiled kernels compiled for its radii (launch_params.h,
     # DefaultRadii): HDR-FLIP's fused forward and tiled backward there, with brightness rising
     # across the width so that each exposure wins a strip and tiles skip the exposures they lose.
     g = torch.Generator().manual_seed(21)
@@ -368,11 +368,11 @@ def test_hdr_at_the_default_ppd_matches_cpu_kernels(ops, emulator, budget):
 
 
 def test_the_kernels_compiled_for_fixed_radii_are_the_default_ppds():
-    # The tiled kernels have a build for one set of radii (csrc/flip/cuda/params.h, DefaultRadii),
-    # which the launches choose whenever the taps have them: meant for flip_loss's default ppd (and
-    # NVIDIA's loss's, the same display). Should either drift, the default ppd would run the kernels
-    # that read their radii at run time: right, but slower.
-    params = (Path(__file__).resolve().parents[2] / "csrc" / "flip" / "cuda" / "params.h").read_text()
+    # The tiled kernels have a build for one set of radii (csrc/flip/cuda/launch_params.h,
+    # DefaultRadii), which the launches choose whenever the taps have them: meant for flip_loss's
+    # default ppd (and NVIDIA's loss's, the same display). Should either drift, the default ppd
+    # would run the kernels that read their radii at run time: right, but slower.
+    params = (Path(__file__).resolve().parents[2] / "csrc" / "flip" / "cuda" / "launch_params.h").read_text()
     csf, feat = (int(v) for v in re.search(r"using DefaultRadii = FixedRadii<(\d+), (\d+)>;", params).groups())
     for ppd in (DEFAULT_PPD, nvidia.NVIDIA_DEFAULT_PPD):
         assert (oracle.csf_taps(ppd)["radius"], oracle.feature_taps(ppd)["radius"]) == (csf, feat)
@@ -619,12 +619,13 @@ def test_each_generation_at_the_largest_ppd_it_supports(ops, emulator, limit, dt
 
 # ---- the GPU's floating-point contract (docs/algorithm.md §9.2) ----
 # nvcc compiles the device code with -fmad=false, and the filter taps' sums as the fused
-# multiply-adds the source asks for (FLIP_FMADD, csrc/flip/passes.h); the emulator is compiled to
-# the same IEEE operations in the same order (-ffp-contract=off, std::fma for those taps). What
-# the GPU promises beyond a tolerance is therefore checked here, on its own arithmetic: identical
-# images give exactly 0, and swapping test and reference gives the same bits. (CUDA's exp2, pow,
-# cbrt and log are the one difference left, and they go through both images alike.) nvcc's default
-# contraction broke both: it fused a product of one image into the other's difference.
+# multiply-adds the source asks for (FLIP_FMADD, csrc/flip/cuda/filter_sums.h); the emulator is
+# compiled to the same IEEE operations in the same order (-ffp-contract=off, std::fma for those
+# taps). What the GPU promises beyond a tolerance is therefore checked here, on its own arithmetic:
+# identical images give exactly 0, and swapping test and reference gives the same bits. (CUDA's
+# exp2, pow, cbrt and log are the one difference left, and they go through both images alike.)
+# nvcc's default contraction broke both: it fused a product of one image into the other's
+# difference.
 
 # Two items, several tiles and walks, two row bands in the smallest budget.
 CONTRACT_SHAPE = (2, 3, 21, 40)

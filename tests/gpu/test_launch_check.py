@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from host_checks import run_host_check
+from check_programs import run_check_program
 
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_CPP = ROOT / "csrc" / "ops" / "cuda.cpp"
@@ -19,7 +19,7 @@ KERNELS_CU = ROOT / "csrc" / "flip" / "cuda" / "kernels.cu"
 
 
 def test_launch_checks_on_a_simulated_runtime(tmp_path):
-    lines = run_host_check(ROOT / "tests" / "cpp" / "launch_check.cpp", tmp_path, ("-O1",))
+    lines = run_check_program(ROOT / "tests" / "cpp" / "launch_check.cpp", tmp_path, ("-O1",))
     # Every launch of eight sequences (the tiled backwards in several bands, HDR-FLIP over three
     # exposures) failed once.
     assert int(lines[-2].split()[0]) > 50, lines

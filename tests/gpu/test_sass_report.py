@@ -397,7 +397,7 @@ def test_launch_bytes_from_the_geometry():
     facts = {"grad_planes": 7, "R": 10, "kept_band": kept_band}
     ctx = sr.Ctx(facts, w, h, False, True)
     # The forward: both images' 3 channels read, the map written.
-    assert sr.launch_bytes("fused_ldr_kernel<10,9>", ctx) == (6 * hw * e, hw * e)
+    assert sr.launch_bytes("fused_forward_kernel<10,9>", ctx) == (6 * hw * e, hw * e)
     kept = sr.Ctx(facts, w, h, False, True, kept_band, True)
     # Kernel 1 keeping the sensitivities: the images read; 7 planes of the test image and the map
     # written. Kernel 2: the planes, the incoming gradient and the test image read, its gradient
@@ -643,7 +643,7 @@ def test_nvcc_fuses_only_the_multiply_adds_the_source_asks_for(tmp_path):
         )
         for f in (flags, [f for f in flags if f != "-fmad=false"])
     )
-    assert shipped.keys() == default.keys() and ("fused_ldr_kernel<10,9>", "float32") in shipped
+    assert shipped.keys() == default.keys() and ("fused_forward_kernel<10,9>", "float32") in shipped
     fused = {}
     for kernel, (a, unexplained) in shipped.items():
         b = default[kernel][0]
@@ -662,8 +662,8 @@ def test_nvcc_fuses_only_the_multiply_adds_the_source_asks_for(tmp_path):
     # The default would fuse in every kernel but those whose only products are the taps' (vt) or
     # feed no sum (the kept sensitivities times the gradient)...
     assert {k for k, n in fused.items() if n == 0} == {
-        ("vt_kernel", "float32"),
-        ("vt_kernel", "float64"),
+        ("vertical_transpose_kernel", "float32"),
+        ("vertical_transpose_kernel", "float64"),
         ("ldr_kept_grad_kernel", "float32"),
         ("ldr_kept_grad_kernel", "float64"),
     }

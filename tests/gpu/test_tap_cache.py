@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from host_checks import run_host_check
+from check_programs import run_check_program
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "tests" / "cpp" / "bounded_cache.cpp"
@@ -17,9 +17,9 @@ CAPACITY = 64  # flip::kTapCacheEntries (bounded_cache.cpp checks the constant)
 
 
 def test_the_cache_policy_holds_on_the_host(tmp_path):
-    # A value destroyed under the cache's lock deadlocks the program: run_host_check's timeout
+    # A value destroyed under the cache's lock deadlocks the program: run_check_program's timeout
     # catches it.
-    run_host_check(SOURCE, tmp_path, ("-O2", "-pthread"))
+    run_check_program(SOURCE, tmp_path, ("-O2", "-pthread"))
 
 
 def _images(device, dtype=torch.float32, shape=(1, 3, 12, 14)):

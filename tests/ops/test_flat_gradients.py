@@ -80,7 +80,8 @@ def _autograd(loss):
 
 
 def _emulated(test, ref):
-    # The GPU formulation's backward (passes.h) of the mean over the map, run on the host.
+    # The GPU formulation's backward (csrc/flip/cuda/tiled_backward.h) of the mean over the map, run
+    # on the host.
     g = torch.full((1, 1, H, W), 1.0 / (H * W), dtype=test.dtype)
     return emulator.ops().ldr_flip_backward(g, test, ref, PPD, "srgb", EPS, [True, False])[0]
 

@@ -14,7 +14,7 @@ import pytest
 from flip_loss import distributed, environment
 
 from build_dirs import ROOT
-from host_checks import run_host_check
+from check_programs import run_check_program
 
 OFF_SPELLINGS = ["0", "false", "False", "FALSE", "off", "OFF", "no", "No"]
 ON_SPELLINGS = ["1", "true", "True", "on", "ON", "yes", "Yes"]
@@ -113,7 +113,7 @@ def test_the_cpu_kernels_refuse_a_capability_they_do_not_name():
 def test_the_cpp_reading_is_the_python_reading(tmp_path, monkeypatch):
     """csrc/flip/environment.h reads every value as flip_loss/environment.py does, with the same
     messages; its byte counts are positive decimal numbers."""
-    lines = run_host_check(ROOT / "tests" / "cpp" / "environment_rules.cpp", tmp_path)
+    lines = run_check_program(ROOT / "tests" / "cpp" / "environment_rules.cpp", tmp_path)
     checked = set()
     for line in lines[:-1]:
         kind, value, got = line.split("\t")

@@ -2,7 +2,7 @@
 clang-format (.clang-format) for C++ and CUDA, with the versions requirements-test.txt pins. To fix
 what these tests report: `.venv/bin/ruff format . && .venv/bin/ruff check --fix .` and
 `git ls-files '*.h' '*.cpp' '*.cu' '*.inc' | xargs .venv/bin/clang-format -i`. And flip_loss's
-modules import each other without a cycle."""
+modules import each other without a cycle, and no file opens with a header of more than 20 lines."""
 
 import shutil
 import subprocess
@@ -113,3 +113,38 @@ def test_package_modules_import_each_other_without_a_cycle():
 
     for module in sorted(graph):
         walk(module, [])
+
+
+# A module's header (a Python module's docstring; the comment block a C++, CUDA or shell file opens
+# with) says why the file exists in a few lines; the details go beside the code they explain.
+HEADER_LINES = 20
+
+
+def header_lines(path: Path) -> int:
+    """Lines of the header ``path`` opens with: a Python module's docstring; the comment lines a C++,
+    CUDA or shell file starts with (after a shebang); 0 without one."""
+    import ast
+
+    text = path.read_text()
+    if path.suffix == ".py":
+        body = ast.parse(text, str(path)).body
+        first = body[0] if body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            return first.end_lineno - first.lineno + 1
+        return 0
+    marker = "//" if path.suffix in CXX_SUFFIXES else "#"
+    lines = text.splitlines()
+    if lines and lines[0].startswith("#!"):
+        lines = lines[1:]
+    count = 0
+    for line in lines:
+        if not line.startswith(marker):
+            break
+        count += 1
+    return count
+
+
+def test_module_headers_are_at_most_20_lines():
+    files = tracked((".py", ".sh", *CXX_SUFFIXES)) + [".ci/run"]
+    long = {name: n for name in files if (n := header_lines(ROOT / name)) > HEADER_LINES}
+    assert not long, f"headers over {HEADER_LINES} lines (move the details beside their code): {long}"

@@ -1,6 +1,6 @@
-// CUDA kernels of the FLIP ops: __global__ wrappers that run the block code of blocks.h with a
-// block context of the hardware's indices and barriers, and a launcher that puts the launch
-// sequences of sequences.h (shared with the test-only host emulator, tests/emulator) on the
+// CUDA kernels of the FLIP ops: __global__ wrappers that run the block code of kernel_bodies.h with
+// a block context of the hardware's indices and barriers, and a launcher that puts the launch
+// sequences of op_launches.h (shared with the test-only host emulator, tests/emulator) on the
 // caller's stream, each launch checked (launch_check.h). Nothing synchronises with the host.
 #include <mutex>
 #include <set>
@@ -8,10 +8,10 @@
 #include <string>
 #include <utility>
 
-#include "blocks.h"
+#include "kernel_bodies.h"
 #include "kernels.h"
 #include "launch_check.h"
-#include "sequences.h"
+#include "op_launches.h"
 
 namespace flip {
 namespace cuda {
@@ -44,7 +44,7 @@ inline void allow_shared_memory(const void* kernel, size_t bytes) {
   raised.insert({kernel, device});
 }
 
-// The block context of blocks.h on the GPU.
+// The block context of kernel_bodies.h on the GPU.
 struct DeviceBlock {
   __device__ int tid() const { return threadIdx.x; }
   __device__ int threads() const { return blockDim.x; }
@@ -63,9 +63,9 @@ struct DeviceBlock {
   }
 };
 
-// One wrapper per kernel, so that each has its own name (the SASS report, benchmarks/sass_report.py,
-// and profilers go by it) and launch bounds. Rad: the radii a tiled kernel is compiled for
-// (params.h); the others are instantiated with AnyRadius only.
+// One wrapper per kernel, so that each has its own name (the SASS report,
+// benchmarks/sass_report.py, and profilers go by it) and launch bounds. Rad: the radii a tiled
+// kernel is compiled for (launch_params.h); the others are instantiated with AnyRadius only.
 #define FLIP_KERNEL(name, K, bounds)                                                                      \
   template <class T, class Rad>                                                                           \
   __global__ void bounds name(FLIP_GRID_CONSTANT const Params<T> p, FLIP_GRID_CONSTANT const Step<T> s) { \
@@ -86,22 +86,22 @@ constexpr int kTransposeMinBlocks<T, FixedRadii<Rc, Rf>> = 3;
 #define FLIP_BOUNDS(threads) __launch_bounds__(threads)
 #define FLIP_TRANSPOSE_BOUNDS __launch_bounds__(kFusedThreads, kTransposeMinBlocks<T, Rad>)
 #define FLIP_NO_BOUNDS
-FLIP_KERNEL(h_kernel, kH, FLIP_BOUNDS(kBlock))
-FLIP_KERNEL(ht_kernel, kHt, FLIP_BOUNDS(kBlock))
-FLIP_KERNEL(vt_kernel, kVt, FLIP_NO_BOUNDS)
-FLIP_KERNEL(v_ldr_kernel, kVLdr, FLIP_NO_BOUNDS)
-FLIP_KERNEL(v_ldr_vjp_kernel, kVLdrVjp, FLIP_NO_BOUNDS)
-FLIP_KERNEL(v_csf_kernel, kVCsf, FLIP_NO_BOUNDS)
-FLIP_KERNEL(v_csf_vjp_kernel, kVCsfVjp, FLIP_NO_BOUNDS)
-FLIP_KERNEL(v_feat_kernel, kVFeat, FLIP_NO_BOUNDS)
-FLIP_KERNEL(v_feat_vjp_kernel, kVFeatVjp, FLIP_NO_BOUNDS)
-FLIP_KERNEL(v_hdr_kernel, kVHdr, FLIP_NO_BOUNDS)
-FLIP_KERNEL(v_hdr_vjp_kernel, kVHdrVjp, FLIP_NO_BOUNDS)
-FLIP_KERNEL(v_ldr_keep_kernel, kVLdrKeep, FLIP_NO_BOUNDS)
+FLIP_KERNEL(horizontal_pass_kernel, kHorizontalPass, FLIP_BOUNDS(kBlock))
+FLIP_KERNEL(horizontal_transpose_kernel, kHorizontalTranspose, FLIP_BOUNDS(kBlock))
+FLIP_KERNEL(vertical_transpose_kernel, kVerticalTranspose, FLIP_NO_BOUNDS)
+FLIP_KERNEL(vertical_ldr_kernel, kVerticalLdr, FLIP_NO_BOUNDS)
+FLIP_KERNEL(vertical_ldr_vjp_kernel, kVerticalLdrVjp, FLIP_NO_BOUNDS)
+FLIP_KERNEL(vertical_csf_kernel, kVerticalCsf, FLIP_NO_BOUNDS)
+FLIP_KERNEL(vertical_csf_vjp_kernel, kVerticalCsfVjp, FLIP_NO_BOUNDS)
+FLIP_KERNEL(vertical_feature_kernel, kVerticalFeature, FLIP_NO_BOUNDS)
+FLIP_KERNEL(vertical_feature_vjp_kernel, kVerticalFeatureVjp, FLIP_NO_BOUNDS)
+FLIP_KERNEL(vertical_hdr_kernel, kVerticalHdr, FLIP_NO_BOUNDS)
+FLIP_KERNEL(vertical_hdr_vjp_kernel, kVerticalHdrVjp, FLIP_NO_BOUNDS)
+FLIP_KERNEL(vertical_ldr_keep_kernel, kVerticalLdrKeep, FLIP_NO_BOUNDS)
 FLIP_KERNEL(ldr_kept_grad_kernel, kLdrKeptGrad, FLIP_NO_BOUNDS)
 FLIP_KERNEL(hunt_hyab_kernel, kHuntHyab, FLIP_NO_BOUNDS)
 FLIP_KERNEL(hunt_hyab_vjp_kernel, kHuntHyabVjp, FLIP_NO_BOUNDS)
-FLIP_KERNEL(fused_ldr_kernel, kFused, FLIP_BOUNDS(kFusedThreads))
+FLIP_KERNEL(fused_forward_kernel, kFused, FLIP_BOUNDS(kFusedThreads))
 FLIP_KERNEL(tiled_grad_kernel, kTiledGrad, FLIP_BOUNDS(kFusedThreads))
 FLIP_KERNEL(tiled_transpose_kernel, kTiledTranspose, FLIP_TRANSPOSE_BOUNDS)
 #undef FLIP_KERNEL
@@ -111,30 +111,30 @@ FLIP_KERNEL(tiled_transpose_kernel, kTiledTranspose, FLIP_TRANSPOSE_BOUNDS)
 
 template <Kernel K, class Rad, class T>
 auto kernel_function() {
-  if constexpr (K == Kernel::kH)
-    return &h_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kHt)
-    return &ht_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kVt)
-    return &vt_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kVLdr)
-    return &v_ldr_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kVLdrVjp)
-    return &v_ldr_vjp_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kVCsf)
-    return &v_csf_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kVCsfVjp)
-    return &v_csf_vjp_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kVFeat)
-    return &v_feat_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kVFeatVjp)
-    return &v_feat_vjp_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kVHdr)
-    return &v_hdr_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kVHdrVjp)
-    return &v_hdr_vjp_kernel<T, Rad>;
-  else if constexpr (K == Kernel::kVLdrKeep)
-    return &v_ldr_keep_kernel<T, Rad>;
+  if constexpr (K == Kernel::kHorizontalPass)
+    return &horizontal_pass_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kHorizontalTranspose)
+    return &horizontal_transpose_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVerticalTranspose)
+    return &vertical_transpose_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVerticalLdr)
+    return &vertical_ldr_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVerticalLdrVjp)
+    return &vertical_ldr_vjp_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVerticalCsf)
+    return &vertical_csf_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVerticalCsfVjp)
+    return &vertical_csf_vjp_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVerticalFeature)
+    return &vertical_feature_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVerticalFeatureVjp)
+    return &vertical_feature_vjp_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVerticalHdr)
+    return &vertical_hdr_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVerticalHdrVjp)
+    return &vertical_hdr_vjp_kernel<T, Rad>;
+  else if constexpr (K == Kernel::kVerticalLdrKeep)
+    return &vertical_ldr_keep_kernel<T, Rad>;
   else if constexpr (K == Kernel::kLdrKeptGrad)
     return &ldr_kept_grad_kernel<T, Rad>;
   else if constexpr (K == Kernel::kHuntHyab)
@@ -142,14 +142,14 @@ auto kernel_function() {
   else if constexpr (K == Kernel::kHuntHyabVjp)
     return &hunt_hyab_vjp_kernel<T, Rad>;
   else if constexpr (K == Kernel::kFused)
-    return &fused_ldr_kernel<T, Rad>;
+    return &fused_forward_kernel<T, Rad>;
   else if constexpr (K == Kernel::kTiledGrad)
     return &tiled_grad_kernel<T, Rad>;
   else
     return &tiled_transpose_kernel<T, Rad>;
 }
 
-// The launcher of sequences.h on a stream.
+// The launcher of op_launches.h on a stream.
 struct StreamLauncher {
   cudaStream_t stream;
   GridLimits limits() const { return GridLimits{}; }
@@ -186,10 +186,10 @@ struct CudaErrors {
 
 }  // namespace
 
-#define FLIP_ENTRY(name)                                                                       \
-  template <class T>                                                                           \
-  void name(const Params<T>& p, cudaStream_t stream) {                                         \
-    run_checked<CudaErrors>(StreamLauncher{stream}, #name, [&](auto& l) { seq::name(l, p); }); \
+#define FLIP_ENTRY(name)                                                                            \
+  template <class T>                                                                                \
+  void name(const Params<T>& p, cudaStream_t stream) {                                              \
+    run_checked<CudaErrors>(StreamLauncher{stream}, #name, [&](auto& l) { launches::name(l, p); }); \
   }
 FLIP_ENTRY(ldr_flip_forward_fused)
 FLIP_ENTRY(ldr_flip_forward)
@@ -234,8 +234,8 @@ cudaError_t kernel_image(int device, int* binary_version, int* ptx_version) {
   if (err == cudaSuccess) {
     // Every kernel is compiled for the same targets: one stands for them all.
     cudaFuncAttributes attributes{};
-    err = cudaFuncGetAttributes(&attributes,
-                                reinterpret_cast<const void*>(kernel_function<Kernel::kH, AnyRadius, float>()));
+    err = cudaFuncGetAttributes(
+        &attributes, reinterpret_cast<const void*>(kernel_function<Kernel::kHorizontalPass, AnyRadius, float>()));
     if (err == cudaSuccess) {
       *binary_version = attributes.binaryVersion;
       *ptx_version = attributes.ptxVersion;

@@ -1,13 +1,13 @@
 // Launchers of the CUDA kernels (kernels.cu) on raw device pointers and a stream: the launch
-// sequences of sequences.h on the GPU. No torch here: csrc/ops/cuda.cpp allocates the planes,
-// builds the taps argument (params.h) and calls these. A launcher throws std::runtime_error when a
-// CUDA runtime call it makes fails, when an error of earlier work is pending before its first
-// launch, or when a launch fails (launch_check.h); it leaves no error of its own pending.
+// sequences of op_launches.h on the GPU. No torch here: csrc/ops/cuda.cpp allocates the planes,
+// builds the taps argument (launch_params.h) and calls these. A launcher throws std::runtime_error
+// when a CUDA runtime call it makes fails, when an error of earlier work is pending before its
+// first launch, or when a launch fails (launch_check.h); it leaves no error of its own pending.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include "params.h"
+#include "launch_params.h"
 
 namespace flip {
 namespace cuda {

@@ -1,5 +1,5 @@
 // The launch checks of the CUDA kernels, over an error interface so that the host can test them
-// (tests/cpp/launch_check.cpp runs the launch sequences of sequences.h through them against a
+// (tests/cpp/launch_check.cpp runs the launch sequences of op_launches.h through them against a
 // simulated runtime); kernels.cu instantiates them with the CUDA runtime's (CudaErrors).
 //
 // The CUDA runtime keeps one error variable per host thread: every failing call, a kernel launch
@@ -23,7 +23,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "params.h"
+#include "launch_params.h"
 
 namespace flip {
 namespace cuda {
@@ -65,7 +65,7 @@ inline std::string launch_error_message(const char* sequence, const char* kernel
   return os.str();
 }
 
-// A launcher of sequences.h (L) with the checks above, for an error interface E:
+// A launcher of op_launches.h (L) with the checks above, for an error interface E:
 //   using Error = ...;  static Error take();   (read and clear the thread's error: cudaGetLastError)
 //   static bool ok(Error);  static const char* name(Error);  static const char* text(Error);
 // L also provides std::string failure_note() const: what a failed launch's message adds.
@@ -98,7 +98,8 @@ struct CheckedLauncher {
   }
 };
 
-// Runs launch sequence `run` (a seq:: function) on launcher `inner` with the checks above.
+// Runs launch sequence `run` (a function of op_launches.h) on launcher `inner` with the checks
+// above.
 template <class E, class L, class Run>
 void run_checked(L inner, const char* sequence, Run run) {
   CheckedLauncher<L, E> l{inner, sequence};

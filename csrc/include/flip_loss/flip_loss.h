@@ -3,22 +3,20 @@
 // Typed inline calls of the ops that libflip_ops registers with the PyTorch dispatcher
 // (torch.ops.flip.* in Python), and the pooled statistics of an error map as NVIDIA's `flip` tool
 // reports them. Header-only: link the program against flip_loss::flip_ops (CMake:
-// find_package(flip_loss)), which registers the ops when it is loaded; this header needs no symbol
-// from it. The calls go through the dispatcher, so they run the CPU (or CUDA) kernels and record
-// autograd when an input requires grad, exactly like torch.ops.flip.* in Python.
+// find_package(flip_loss)), which registers the ops when it is loaded. The calls go through the
+// dispatcher, so they run the CPU (or CUDA) kernels and record autograd when an input requires
+// grad, exactly like torch.ops.flip.* in Python.
 //
 //   #include <flip_loss/flip_loss.h>
 //   at::Tensor map = flip_loss::ldr_flip(test, reference);        // N x 1 x H x W in [0, 1]
 //   flip_loss::Pooled p = flip_loss::pool(map);                    // mean, weighted median, ...
 //
-// Conventions (docs/api.md, "Conventions"): images are N x 3 x H x W or 3 x H x W (N >= 1), float16/bfloat16/
-// float32/float64, sRGB-encoded in [0, 1] by default; argument order is (test, reference).
-// Limits (limits.h, the same in Python): kMinPpd <= ppd <= kMaxPpd, 0 <= eps <= kMaxEps, exposure counts
-// in [kMinExposures, kMaxExposures]. A bad argument of an op throws a c10::Error with the message of
-// the Python checks (the stable ABI the kernels are built on keeps no exception class alike across
-// torch releases: some pass the std::runtime_error it carries); this header's own checks throw
-// c10::ValueError (c10::TypeError for a wrong dtype). Gradients are first order only:
-// differentiating a gradient of these ops (double backward) throws.
+// Python's conventions (docs/api.md): images N x 3 x H x W or 3 x H x W, float16 to float64, sRGB in
+// [0, 1] by default, (test, reference) in that order; limits.h, the same limits. A bad argument of
+// an op throws a c10::Error with the message of the Python checks (the stable ABI the kernels are
+// built on keeps no exception class alike across torch releases: some pass the std::runtime_error
+// it carries); this header's own checks throw c10::ValueError (c10::TypeError for a wrong dtype).
+// Gradients are first order only: differentiating a gradient of these ops (double backward) throws.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,5 +1,5 @@
-// Tensor plumbing shared by the CPU and CUDA kernels of the ops (and the test-only emulator), on
-// the stable ABI's tensors.
+// The tensors the ops' CPU and CUDA kernels (and the test-only emulator) take and make, on the stable
+// ABI's tensors: compute-dtype copies, outputs and gradient buffers, the dtype dispatch.
 #pragma once
 
 #include <torch/csrc/stable/ops.h>
@@ -12,12 +12,12 @@
 #include <tuple>
 #include <vector>
 
-#include "../flip/passes.h"
-#include "signature.h"
+#include "../flip/cuda/filter_sums.h"
+#include "schema_types.h"
 
 namespace flip_ops {
 
-// The compute dtype (signature.h), contiguous NCHW: what the kernels want.
+// The compute dtype (schema_types.h), contiguous NCHW: what the kernels want.
 inline Tensor compute_copy(const Tensor& t) {
   return torch::stable::contiguous(torch::stable::to(t, compute_dtype(t)));
 }

@@ -1,19 +1,21 @@
-// The CUDA kernels' block code: what one block of each kernel does, from its block and grid
-// indices, over the per-thread functions of passes.h. Host-compilable and written against a block
-// context B, so that the same code runs on the GPU (kernels.cu: B reads threadIdx / blockIdx and
-// syncs with __syncthreads) and in the test-only emulator (tests/emulator: every CUDA thread a
-// fiber, each barrier a real rendezvous, shared memory checked for races). B provides:
+// The CUDA kernels' bodies: what one block of each kernel does, from its block and grid indices,
+// over the per-thread functions of row_passes.h, fused_forward.h and tiled_backward.h.
+// Host-compilable and written against a block context B, so that the same code runs on the GPU
+// (kernels.cu: B reads threadIdx / blockIdx and syncs with __syncthreads) and in the test-only
+// emulator (tests/emulator: every CUDA thread a fiber, each barrier a real rendezvous, shared
+// memory checked for races). B provides:
 //   int tid(), threads()                         thread index in the block, threads per block
 //   int64_t block_x(), block_y(), block_z()      block index
 //   int64_t grid_x(), grid_y(), grid_z()         blocks in the grid
 //   void sync()                                  __syncthreads
 //   bool sync_or(bool)                           __syncthreads_or
 //   shared<T>()                                  the block's dynamic shared memory (T* on the GPU)
-// Every barrier sits in control flow that is uniform over the block. The launch sequences that
-// choose grids, blocks and shared memory are in sequences.h.
+// Every barrier sits in control flow that is uniform over the block. Every output value is written
+// by one thread (HDR-FLIP's gradients: once per exposure, in order): no atomics, the same result on
+// every run. The launch sequences that choose grids, blocks and shared memory: op_launches.h.
 #pragma once
 
-#include "params.h"
+#include "launch_params.h"
 
 namespace flip {
 namespace cuda {
@@ -24,9 +26,10 @@ FLIP_HD void grid_stride(const B& b, int64_t total, F&& f) {
   for (int64_t i = b.block_x() * b.threads() + b.tid(); i < total; i += b.grid_x() * b.threads()) f(i);
 }
 
-// H pass: one block per (x tile, row, plane image). s.src1 may equal s.src0 when images == 1.
+// The horizontal pass: one block per (x tile, row, plane image). s.src1 may equal s.src0 when
+// images == 1.
 template <class T, class B>
-FLIP_HD void h_block(B& b, const Params<T>& p, const Step<T>& s) {
+FLIP_HD void horizontal_pass_block(B& b, const Params<T>& p, const Step<T>& s) {
   const TapsView<T> t = p.taps.view();
   const Geometry& g = p.g;
   auto smem = b.template shared<T>();
@@ -42,19 +45,19 @@ FLIP_HD void h_block(B& b, const Params<T>& p, const Step<T>& s) {
     const T* src = (im == 0 ? s.src0 : s.src1) + n * s.channels * g.hw();
     T* pl = p.planes + z * g.planes() * g.hw();
     for (int64_t y = b.block_y(); y < g.h; y += b.grid_y()) {
-      h_load(src, g, s.mode, y, x0, kBlock, t.rmax, b.tid(), smem, scale, s.hs.tm);
+      horizontal_pass_load(src, g, s.mode, y, x0, kBlock, t.rmax, b.tid(), smem, scale, s.hs.tm);
       b.sync();
-      h_compute(g, t, y, x0, kBlock, t.rmax, b.tid(), smem, pl);
+      horizontal_pass_filter(g, t, y, x0, kBlock, t.rmax, b.tid(), smem, pl);
       b.sync();
     }
   }
 }
 
-// HT pass + the chain to the op's input. What the input is decides the last step:
+// The horizontal transpose + the chain to the op's input. What the input is decides the last step:
 // images (sRGB/linear): gradient w.r.t. the 3 input channels; opponent: w.r.t. the 3 opponent
 // channels; achromatic: w.r.t. the single channel. The transposed-vertical planes are in p.planes.
 template <class T, class B>
-FLIP_HD void ht_block(B& b, const Params<T>& p, const Step<T>& s) {
+FLIP_HD void horizontal_transpose_block(B& b, const Params<T>& p, const Step<T>& s) {
   const TapsView<T> t = p.taps.view();
   const Geometry& g = p.g;
   auto smem = b.template shared<T>();
@@ -74,36 +77,38 @@ FLIP_HD void ht_block(B& b, const Params<T>& p, const Step<T>& s) {
     const T* src = (im == 0 ? s.src0 : s.src1) + n * s.channels * hw;
     const T* tpl = p.planes + z * g.planes() * hw;
     for (int64_t y = b.block_y(); y < g.h; y += b.grid_y()) {
-      ht_load(tpl, g, y, x0, kBlock, t.rmax, b.tid(), smem);
+      horizontal_transpose_load(tpl, g, y, x0, kBlock, t.rmax, b.tid(), smem);
       b.sync();
       T g_opp[3], g_yh;
-      if (ht_compute(g, t, x0, kBlock, t.rmax, b.tid(), smem, g_opp, g_yh))
-        ht_store(g, s.mode, y * g.w + x0 + b.tid(), g_opp, g_yh, src, out, scale, s.hs.tm);
+      if (horizontal_transpose_filter(g, t, x0, kBlock, t.rmax, b.tid(), smem, g_opp, g_yh))
+        store_input_gradient(g, s.mode, y * g.w + x0 + b.tid(), g_opp, g_yh, src, out, scale, s.hs.tm);
       b.sync();
     }
   }
 }
 
-// VT pass: gradient planes p.gplanes -> transposed-vertical planes p.planes (the H planes are dead
+// The vertical transpose: gradient planes p.gplanes -> transposed-vertical planes p.planes (the
+// horizontal pass's planes are dead
 // by then), for the images s.wanted names.
 template <class T, class B>
-FLIP_HD void vt_block(B& b, const Params<T>& p, const Step<T>& s) {
+FLIP_HD void vertical_transpose_block(B& b, const Params<T>& p, const Step<T>& s) {
   const TapsView<T> t = p.taps.view();
   const Geometry& g = p.g;
   const int64_t hw = g.hw();
   grid_stride(b, g.n * g.images * hw, [&](int64_t i) {
     const int64_t z = i / hw, px = i % hw;
     if (((s.wanted >> (z % g.images)) & 1) == 0) return;
-    vt_pixel(p.gplanes + z * g.gplanes() * hw, p.planes + z * g.planes() * hw, g, t, px / g.w, px % g.w);
+    vertical_transpose_pixel(p.gplanes + z * g.gplanes() * hw, p.planes + z * g.planes() * hw, g, t, px / g.w,
+                             px % g.w);
   });
 }
 
-// The fused forward's phases 1-3 for both images of item n's tile at (y0, x0), as the fused
-// forward and the tiled backward's kTiledGrad run them: afterwards shared memory holds both images'
+// The fused forward's phases 1-3 for both images of item n's tile at (y0, x0), as the fused forward
+// and the tiled backward's kTiledGrad run them: afterwards shared memory holds both images'
 // vertical outputs (fused_vertical_offset). `fresh`: the tile computes all its horizontal-output
 // rows; else it follows the tile above it in a walk, whose bottom 2R rows it keeps
-// (fused_keep_rows), and computes its kTileH new ones. Rad: the radii (params.h, AnyRadius or
-// FixedRadii). The taps' view is built for each phase from the parameter-space argument instead
+// (fused_keep_rows), and computes its kTileH new ones. Rad: the radii (launch_params.h, AnyRadius
+// or FixedRadii). The taps' view is built for each phase from the parameter-space argument instead
 // of once per kernel, so that it is not held in registers across phases and barriers.
 template <class Rad, class T, class B, class S>
 FLIP_HD void tile_forward_block(B& b, const Params<T>& p, const Step<T>& s, S smem, int64_t n, int64_t y0, int64_t x0,
@@ -130,7 +135,7 @@ FLIP_HD void tile_forward_block(B& b, const Params<T>& p, const Step<T>& s, S sm
 // item. s.mode is kSrgb/kLinear (LDR-FLIP: p.out is the map) or kHdr (one exposure of HDR-FLIP:
 // p.out, p.emap and p.index hold the running maximum).
 template <class Rad, class T, class B>
-FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
+FLIP_HD void fused_forward_block(B& b, const Params<T>& p, const Step<T>& s) {
   const Geometry& g = p.g;
   auto smem = b.template shared<T>();
   const int R = Rad::halo(p.taps);
@@ -154,12 +159,12 @@ FLIP_HD void fused_block(B& b, const Params<T>& p, const Step<T>& s) {
   }
 }
 
-// Tiled backward, kTiledGrad (passes.h): for each tile of band s.band's gradient-plane rows (walks
-// of kWalkTiles tiles, as the fused forward), the fused forward of both images, then the adjoint into the wanted images' gradient planes in
-// p.scratch. s.mode as in fused_block (kHdr: exposure s.hs, gradient only where p.index names it; a
-// tile without such a pixel writes zero planes and skips the rest). s.kept (LDR-FLIP's forward
-// that keeps the sensitivities): the planes are p.sensitivities, for a unit gradient, and the map
-// goes to p.out.
+// Tiled backward, kTiledGrad (tiled_backward.h): for each tile of band s.band's gradient-plane rows
+// (walks of kWalkTiles tiles, as the fused forward), the fused forward of both images, then the
+// adjoint into the wanted images' gradient planes in p.scratch. s.mode as in fused_forward_block
+// (kHdr: exposure s.hs, gradient only where p.index names it; a tile without such a pixel writes
+// zero planes and skips the rest). s.kept (LDR-FLIP's forward that keeps the sensitivities): the
+// planes are p.sensitivities, for a unit gradient, and the map goes to p.out.
 template <class Rad, class T, class B>
 FLIP_HD void tiled_grad_block(B& b, const Params<T>& p, const Step<T>& s) {
   const Geometry& g = p.g;
@@ -226,12 +231,12 @@ FLIP_HD void tiled_transpose_block(B& b, const Params<T>& p, const Step<T>& s) {
       if (s.mode == Input::kHdr &&
           !b.sync_or(tile_won(p.index + n * g.hw(), g, s.hs.i, y0, x0, band.g0, band.g1, R, b.tid(), b.threads())))
         continue;
-      tiled_load_t(gp, band, g, y0, x0, R, b.tid(), b.threads(), smem, gmap);
+      tiled_transpose_load(gp, band, g, y0, x0, R, b.tid(), b.threads(), smem, gmap);
       b.sync();
-      tiled_vertical_t(g, Rad::view(p.taps), y0, band.y1, R, b.tid(), b.threads(), smem);
+      tiled_vertical_transpose(g, Rad::view(p.taps), y0, band.y1, R, b.tid(), b.threads(), smem);
       b.sync();
-      tiled_horizontal_t(g, Rad::view(p.taps), y0, band.y1, x0, R, b.tid(), b.threads(), smem, s.mode, src, out, scale,
-                         s.hs.tm);
+      tiled_horizontal_transpose(g, Rad::view(p.taps), y0, band.y1, x0, R, b.tid(), b.threads(), smem, s.mode, src, out,
+                                 scale, s.hs.tm);
       b.sync();
     }
   }
@@ -252,23 +257,23 @@ FLIP_HD void pixel_block(B& b, const Params<T>& p, const Step<T>& s) {
   } else {
     const TapsView<T> t = p.taps.view();
     grid_stride(b, total, [&](int64_t i) {
-      if constexpr (K == Kernel::kVLdr)
+      if constexpr (K == Kernel::kVerticalLdr)
         ldr_pixel(p.planes, p.out, g, t, i, p.eps, p.k);
-      else if constexpr (K == Kernel::kVLdrVjp)
+      else if constexpr (K == Kernel::kVerticalLdrVjp)
         ldr_vjp_pixel(p.grad, p.planes, p.gplanes, g, t, i, p.eps, p.k);
-      else if constexpr (K == Kernel::kVCsf)
+      else if constexpr (K == Kernel::kVerticalCsf)
         csf_pixel(p.planes, p.out, g, t, i);
-      else if constexpr (K == Kernel::kVCsfVjp)
+      else if constexpr (K == Kernel::kVerticalCsfVjp)
         csf_vjp_pixel(p.grad, p.planes, p.gplanes, g, t, i);
-      else if constexpr (K == Kernel::kVFeat)
-        feat_pixel(p.planes, p.out, g, t, i, p.eps);
-      else if constexpr (K == Kernel::kVFeatVjp)
-        feat_vjp_pixel(p.grad, p.planes, p.gplanes, g, t, i, p.eps);
-      else if constexpr (K == Kernel::kVHdr)
+      else if constexpr (K == Kernel::kVerticalFeature)
+        feature_difference_pixel(p.planes, p.out, g, t, i, p.eps);
+      else if constexpr (K == Kernel::kVerticalFeatureVjp)
+        feature_difference_vjp_pixel(p.grad, p.planes, p.gplanes, g, t, i, p.eps);
+      else if constexpr (K == Kernel::kVerticalHdr)
         hdr_max_pixel(p.planes, p.out, p.emap, p.index, g, t, i, p.eps, p.k, s.hs);
-      else if constexpr (K == Kernel::kVHdrVjp)
+      else if constexpr (K == Kernel::kVerticalHdrVjp)
         hdr_vjp_pixel(p.grad, p.index, p.planes, p.gplanes, g, t, i, p.eps, p.k, s.hs);
-      else if constexpr (K == Kernel::kVLdrKeep)
+      else if constexpr (K == Kernel::kVerticalLdrKeep)
         ldr_keep_pixel(p.planes, p.out, p.sensitivities, s.band, g, t, i, p.eps, p.k);
       else if constexpr (K == Kernel::kLdrKeptGrad)
         ldr_kept_grad_pixel(p.grad, p.sensitivities, p.gplanes, s.band, g, i);
@@ -280,14 +285,14 @@ FLIP_HD void pixel_block(B& b, const Params<T>& p, const Step<T>& s) {
 // time).
 template <Kernel K, class Rad, class T, class B>
 FLIP_HD void run_block(B& b, const Params<T>& p, const Step<T>& s) {
-  if constexpr (K == Kernel::kH)
-    h_block(b, p, s);
-  else if constexpr (K == Kernel::kHt)
-    ht_block(b, p, s);
-  else if constexpr (K == Kernel::kVt)
-    vt_block(b, p, s);
+  if constexpr (K == Kernel::kHorizontalPass)
+    horizontal_pass_block(b, p, s);
+  else if constexpr (K == Kernel::kHorizontalTranspose)
+    horizontal_transpose_block(b, p, s);
+  else if constexpr (K == Kernel::kVerticalTranspose)
+    vertical_transpose_block(b, p, s);
   else if constexpr (K == Kernel::kFused)
-    fused_block<Rad>(b, p, s);
+    fused_forward_block<Rad>(b, p, s);
   else if constexpr (K == Kernel::kTiledGrad)
     tiled_grad_block<Rad>(b, p, s);
   else if constexpr (K == Kernel::kTiledTranspose)

@@ -1,20 +1,21 @@
 // The launch sequences of the FLIP ops: which kernels each op launches, in which order, with which
-// grid, block and shared memory (params.h) and which Step. Host code, written against a launcher
-// L, so that kernels.cu (L launches the __global__ wrappers on a stream) and the test-only emulator
-// (tests/emulator: L runs the block code of blocks.h on the host) share it. L provides:
+// grid, block and shared memory (launch_params.h) and which Step. Host code, written against a
+// launcher L, so that kernels.cu (L launches the __global__ wrappers on a stream) and the test-only
+// emulator (tests/emulator: L runs the block code of kernel_bodies.h on the host) share it. L
+// provides:
 //   template <Kernel K, class Rad, class T> void launch(Dim3 grid, int threads, size_t smem,
 //                                                       const Params<T>&, const Step<T>&)
-//                                                  (Rad: the radii of a tiled kernel, params.h)
+//                                                  (Rad: the radii of a tiled kernel, launch_params.h)
 //   template <class T> void fill_nan(T* p, size_t n)   all-ones bytes: NaN in float and double
 //   GridLimits limits() const
 // Each sequence reads the Params fields kernels.h lists for its op.
 #pragma once
 
-#include "params.h"
+#include "launch_params.h"
 
 namespace flip {
 namespace cuda {
-namespace seq {
+namespace launches {
 
 template <class T>
 Input ldr_input(const Params<T>& p) {
@@ -40,27 +41,30 @@ void launch_tiled(L& l, Dim3 grid, size_t smem, const Params<T>& p, const Step<T
 }
 
 template <Kernel K, class T, class L>
-void pixels(L& l, const Params<T>& p, const Step<T>& s = Step<T>{}) {
+void per_pixel(L& l, const Params<T>& p, const Step<T>& s = Step<T>{}) {
   l.template launch<K, AnyRadius>(pixel_grid(p.g.n * p.g.hw(), l.limits()), kBlock, 0, p, s);
 }
 
 // H: src0/src1 (channels each) -> p.planes.
 template <class T, class L>
-void h_pass(L& l, const Params<T>& p, Step<T> s) {
-  l.template launch<Kernel::kH, AnyRadius>(row_grid(p.g, l.limits()), kBlock, h_smem_bytes<T>(p.taps.rmax), p, s);
+void horizontal_pass(L& l, const Params<T>& p, Step<T> s) {
+  l.template launch<Kernel::kHorizontalPass, AnyRadius>(row_grid(p.g, l.limits()), kBlock,
+                                                        horizontal_pass_smem_bytes<T>(p.taps.rmax), p, s);
 }
 
-// VT then HT: p.gplanes -> (the transposed-vertical values in p.planes) -> s.out0 / s.out1.
+// The vertical, then the horizontal transpose: p.gplanes -> (the transposed-vertical values in
+// p.planes) -> s.out0 / s.out1.
 template <class T, class L>
-void vt_ht_pass(L& l, const Params<T>& p, Step<T> s) {
+void transpose_passes(L& l, const Params<T>& p, Step<T> s) {
   s.wanted = (s.out0 != nullptr ? 1 : 0) | (s.out1 != nullptr ? 2 : 0);
-  l.template launch<Kernel::kVt, AnyRadius>(pixel_grid(p.g.n * p.g.images * p.g.hw(), l.limits()), kBlock, 0, p, s);
-  l.template launch<Kernel::kHt, AnyRadius>(row_grid(p.g, l.limits()), kBlock,
-                                            ht_smem_bytes<T>(p.taps.rmax, p.g.planes()), p, s);
+  l.template launch<Kernel::kVerticalTranspose, AnyRadius>(pixel_grid(p.g.n * p.g.images * p.g.hw(), l.limits()),
+                                                           kBlock, 0, p, s);
+  l.template launch<Kernel::kHorizontalTranspose, AnyRadius>(
+      row_grid(p.g, l.limits()), kBlock, horizontal_transpose_smem_bytes<T>(p.taps.rmax, p.g.planes()), p, s);
 }
 
 template <class T>
-Step<T> images(Input mode, const T* src0, const T* src1, int channels, HdrStep<T> hs = HdrStep<T>::none()) {
+Step<T> image_step(Input mode, const T* src0, const T* src1, int channels, HdrStep<T> hs = HdrStep<T>::none()) {
   Step<T> s;
   s.mode = mode;
   s.src0 = src0;
@@ -71,7 +75,7 @@ Step<T> images(Input mode, const T* src0, const T* src1, int channels, HdrStep<T
 }
 
 template <class T, class L>
-void fused(L& l, const Params<T>& p, Input mode, HdrStep<T> hs) {
+void fused_forward(L& l, const Params<T>& p, Input mode, HdrStep<T> hs) {
   Step<T> s;
   s.mode = mode;
   s.hs = hs;
@@ -92,7 +96,7 @@ void tiled_transpose(L& l, const Params<T>& p, const Step<T>& s) {
   const BackwardBand& b = s.band;
   launch_tiled<Kernel::kTiledTranspose>(
       l, tile_grid(p.g, (b.y1 - b.y0 + kTileH - 1) / kTileH, (b.n1 - b.n0) * b.images(), l.limits()),
-      tiled_t_smem_bytes<T>(p.taps.rmax), p, s);
+      tiled_transpose_smem_bytes<T>(p.taps.rmax), p, s);
 }
 
 // One band of the tiled backward for one step (LDR-FLIP: hs none; HDR-FLIP: one exposure): kTiledGrad
@@ -113,29 +117,29 @@ void tiled_band(L& l, const Params<T>& p, const BackwardBand& b, Input mode, Hdr
 
 template <class T, class L>
 void ldr_flip_forward_fused(L& l, const Params<T>& p) {
-  fused(l, p, ldr_input(p), HdrStep<T>::none());
+  fused_forward(l, p, ldr_input(p), HdrStep<T>::none());
 }
 
 template <class T, class L>
 void ldr_flip_forward(L& l, const Params<T>& p) {
-  h_pass(l, p, images(ldr_input(p), p.test, p.ref, 3));
-  pixels<Kernel::kVLdr>(l, p);
+  horizontal_pass(l, p, image_step(ldr_input(p), p.test, p.ref, 3));
+  per_pixel<Kernel::kVerticalLdr>(l, p);
 }
 
-// The row passes' backward: H, the per-pixel adjoint K, then VT and HT into p.g_test and p.g_ref
-// (null where not wanted).
+// The row passes' backward: the horizontal pass, the per-pixel adjoint K, then the transposes into
+// p.g_test and p.g_ref (null where not wanted).
 template <Kernel K, class T, class L>
 void rows_backward(L& l, const Params<T>& p, Step<T> s) {
-  h_pass(l, p, s);
-  pixels<K>(l, p, s);
+  horizontal_pass(l, p, s);
+  per_pixel<K>(l, p, s);
   s.out0 = p.g_test;
   s.out1 = p.g_ref;
-  vt_ht_pass(l, p, s);
+  transpose_passes(l, p, s);
 }
 
 template <class T, class L>
 void ldr_flip_backward(L& l, const Params<T>& p) {
-  rows_backward<Kernel::kVLdrVjp>(l, p, images(ldr_input(p), p.test, p.ref, 3));
+  rows_backward<Kernel::kVerticalLdrVjp>(l, p, image_step(ldr_input(p), p.test, p.ref, 3));
 }
 
 template <class T, class L>
@@ -147,7 +151,7 @@ void ldr_flip_backward_tiled(L& l, const Params<T>& p) {
 // for the images whose sensitivities are kept), the tiled kernels on p.sensitivities.
 template <class T>
 Step<T> kept_step(const Params<T>& p) {
-  Step<T> s = images(ldr_input(p), p.test, p.ref, 3);
+  Step<T> s = image_step(ldr_input(p), p.test, p.ref, 3);
   s.band = p.plan.band(p.g, 0);
   s.kept = true;
   return s;
@@ -164,14 +168,14 @@ void ldr_flip_forward_keep_tiled(L& l, const Params<T>& p) {
 template <class T, class L>
 void ldr_flip_forward_keep(L& l, const Params<T>& p) {
   const Step<T> s = kept_step(p);
-  h_pass(l, p, s);
-  pixels<Kernel::kVLdrKeep>(l, p, s);
+  horizontal_pass(l, p, s);
+  per_pixel<Kernel::kVerticalLdrKeep>(l, p, s);
 }
 
 // The backward from the kept sensitivities of the images p.plan.wanted names, which are the ones
-// p.g_test and p.g_ref ask for: grad -> g_test, g_ref. Tiled: kTiledTranspose of the tiled backward over
-// the whole batch, multiplying the sensitivities by grad; rows: that product into the gradient
-// planes, then VT and HT.
+// p.g_test and p.g_ref ask for: grad -> g_test, g_ref. Tiled: kTiledTranspose of the tiled backward
+// over the whole batch, multiplying the sensitivities by grad; rows: that product into the gradient
+// planes, then the transposes.
 template <class T, class L>
 void ldr_flip_backward_kept_tiled(L& l, const Params<T>& p) {
   tiled_transpose(l, p, kept_step(p));
@@ -180,24 +184,24 @@ void ldr_flip_backward_kept_tiled(L& l, const Params<T>& p) {
 template <class T, class L>
 void ldr_flip_backward_kept(L& l, const Params<T>& p) {
   Step<T> s = kept_step(p);
-  pixels<Kernel::kLdrKeptGrad>(l, p, s);
+  per_pixel<Kernel::kLdrKeptGrad>(l, p, s);
   s.out0 = p.g_test;
   s.out1 = p.g_ref;
-  vt_ht_pass(l, p, s);
+  transpose_passes(l, p, s);
 }
 
 // HDR-FLIP: out, emap and index arrive initialised (0, 0, -1); one exposure per step.
 template <class T, class L>
 void hdr_flip_forward_fused(L& l, const Params<T>& p) {
-  for (int64_t i = 0; i < p.E; ++i) fused(l, p, Input::kHdr, hdr_step(p, i));
+  for (int64_t i = 0; i < p.E; ++i) fused_forward(l, p, Input::kHdr, hdr_step(p, i));
 }
 
 template <class T, class L>
 void hdr_flip_forward(L& l, const Params<T>& p) {
   for (int64_t i = 0; i < p.E; ++i) {
-    const Step<T> s = images(Input::kHdr, p.test, p.ref, 3, hdr_step(p, i));
-    h_pass(l, p, s);
-    pixels<Kernel::kVHdr>(l, p, s);
+    const Step<T> s = image_step(Input::kHdr, p.test, p.ref, 3, hdr_step(p, i));
+    horizontal_pass(l, p, s);
+    per_pixel<Kernel::kVerticalHdr>(l, p, s);
   }
 }
 
@@ -205,7 +209,7 @@ void hdr_flip_forward(L& l, const Params<T>& p) {
 template <class T, class L>
 void hdr_flip_backward(L& l, const Params<T>& p) {
   for (int64_t i = 0; i < p.E; ++i)
-    rows_backward<Kernel::kVHdrVjp>(l, p, images(Input::kHdr, p.test, p.ref, 3, hdr_step(p, i)));
+    rows_backward<Kernel::kVerticalHdrVjp>(l, p, image_step(Input::kHdr, p.test, p.ref, 3, hdr_step(p, i)));
 }
 
 // g_test and g_ref arrive zeroed; in each band, each exposure adds the gradient of the pixels it
@@ -220,36 +224,36 @@ void hdr_flip_backward_tiled(L& l, const Params<T>& p) {
 
 template <class T, class L>
 void csf_filter_forward(L& l, const Params<T>& p) {
-  h_pass(l, p, images(Input::kOpponent, p.test, p.test, 3));
-  pixels<Kernel::kVCsf>(l, p);
+  horizontal_pass(l, p, image_step(Input::kOpponent, p.test, p.test, 3));
+  per_pixel<Kernel::kVerticalCsf>(l, p);
 }
 
 template <class T, class L>
 void csf_filter_backward(L& l, const Params<T>& p) {
-  rows_backward<Kernel::kVCsfVjp>(l, p, images(Input::kOpponent, p.test, p.test, 3));
+  rows_backward<Kernel::kVerticalCsfVjp>(l, p, image_step(Input::kOpponent, p.test, p.test, 3));
 }
 
 template <class T, class L>
 void feature_difference_forward(L& l, const Params<T>& p) {
-  h_pass(l, p, images(Input::kAchromatic, p.test, p.ref, 1));
-  pixels<Kernel::kVFeat>(l, p);
+  horizontal_pass(l, p, image_step(Input::kAchromatic, p.test, p.ref, 1));
+  per_pixel<Kernel::kVerticalFeature>(l, p);
 }
 
 template <class T, class L>
 void feature_difference_backward(L& l, const Params<T>& p) {
-  rows_backward<Kernel::kVFeatVjp>(l, p, images(Input::kAchromatic, p.test, p.ref, 1));
+  rows_backward<Kernel::kVerticalFeatureVjp>(l, p, image_step(Input::kAchromatic, p.test, p.ref, 1));
 }
 
 template <class T, class L>
 void hunt_hyab_forward(L& l, const Params<T>& p) {
-  pixels<Kernel::kHuntHyab>(l, p);
+  per_pixel<Kernel::kHuntHyab>(l, p);
 }
 
 template <class T, class L>
 void hunt_hyab_backward(L& l, const Params<T>& p) {
-  pixels<Kernel::kHuntHyabVjp>(l, p);
+  per_pixel<Kernel::kHuntHyabVjp>(l, p);
 }
 
-}  // namespace seq
+}  // namespace launches
 }  // namespace cuda
 }  // namespace flip

@@ -1,7 +1,8 @@
 // What the CUDA kernels are launched with, host-compilable so that the test-only emulator
-// (tests/emulator) launches the very same block code (blocks.h) through the very same launch
-// sequences (sequences.h) as kernels.cu: the taps argument and its packing, the launch parameters,
-// each launch's grid, block and shared memory, and the choice of formulation. No CUDA header here.
+// (tests/emulator) launches the very same block code (kernel_bodies.h) through the very same launch
+// sequences (op_launches.h) as kernels.cu: the taps argument and its packing, the launch
+// parameters, each launch's grid, block and shared memory, and the choice of formulation. No CUDA
+// header here.
 #pragma once
 
 #include <algorithm>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "../filters.h"
-#include "../passes.h"
+#include "row_passes.h"
 
 // __grid_constant__ (CUDA 11.7+, sm_70+) lets a kernel take the address of a by-value parameter
 // without copying it to per-thread local memory: the kernels' arguments below are then read
@@ -51,8 +52,8 @@ struct KernelTaps {
   const T* device = nullptr;
   T inline_taps[kInlineCapacity] = {};
 
-  // The filters as TapsView (passes.h) pointing into this struct or into `device`. A kernel calls it
-  // on its FLIP_GRID_CONSTANT parameter, so the pointers stay in parameter space.
+  // The filters as TapsView (filter_sums.h) pointing into this struct or into `device`. A kernel
+  // calls it on its FLIP_GRID_CONSTANT parameter, so the pointers stay in parameter space.
   FLIP_HD TapsView<T> view() const {
     const T* base = device != nullptr ? device : inline_taps;
     FilterView<T> f[kBankFilters];
@@ -70,7 +71,7 @@ struct KernelTaps {
 static_assert(sizeof(KernelTaps<double>) + 512 <= 4096, "the taps argument leaves too little of the 4 KB");
 
 // The filter radii a tiled kernel (the fused forward and both kernels of the tiled backward) is
-// compiled for: a template argument of the kernel, chosen per launch (sequences.h, launch_tiled).
+// compiled for: a template argument of the kernel, chosen per launch (op_launches.h, launch_tiled).
 // AnyRadius reads the radii at run time and serves every ppd, taps by value or in device memory.
 // FixedRadii<Rc, Rf> has the CSF radius Rc and the feature radius Rf built in: the filter loops
 // unroll, the tile's index math folds, and every tap is read at a constant offset of the kernel's
@@ -182,7 +183,7 @@ struct Params {
   T* g_test = nullptr;
   T* g_ref = nullptr;
   // Scratch of the plane-based kernels: planes n * images * g.planes() * H * W, gplanes
-  // n * images * g.gplanes() * H * W (see passes.h).
+  // n * images * g.gplanes() * H * W (see row_passes.h).
   T* planes = nullptr;
   T* gplanes = nullptr;
   // The tiled backward: its bands (plan_backward, for the gradients g_test / g_ref asks for) and
@@ -204,12 +205,12 @@ struct Params {
 template <class T>
 struct Step {
   Input mode = Input::kSrgb;
-  int channels = 3;         // H and HT: channels of src0/src1 and out0/out1
-  const T* src0 = nullptr;  // H and HT: the images (src1 may equal src0 when
+  int channels = 3;         // horizontal pass and transpose: channels of src0/src1, out0/out1
+  const T* src0 = nullptr;  // the same: the images (src1 may equal src0 when
   const T* src1 = nullptr;  //   the planes hold one image)
-  T* out0 = nullptr;        // HT: the gradients (null: not wanted)
+  T* out0 = nullptr;        // horizontal transpose: the gradients (null: not wanted)
   T* out1 = nullptr;
-  int wanted = 0;                      // VT: bit im set when image im's gradient is wanted
+  int wanted = 0;                      // vertical transpose: bit im set when image im's gradient is wanted
   HdrStep<T> hs = HdrStep<T>::none();  // HDR-FLIP: the exposure
   BackwardBand band{};                 // the tiled backward's band
   // The tiled kernels on kept sensitivities (p.sensitivities, band: the whole batch): kTiledGrad
@@ -217,21 +218,21 @@ struct Step {
   bool kept = false;
 };
 
-// The kernels, one block body each (blocks.h, run_block).
+// The kernels, one block body each (kernel_bodies.h, run_block).
 enum class Kernel : int {
-  kH,     // row pass H
-  kHt,    // row pass HT (+ the chain to the op's input)
-  kVt,    // row pass VT
-  kVLdr,  // V + tail, per op
-  kVLdrVjp,
-  kVCsf,
-  kVCsfVjp,
-  kVFeat,
-  kVFeatVjp,
-  kVHdr,
-  kVHdrVjp,
-  kVLdrKeep,     // V + tail + the sensitivities kept (row passes)
-  kLdrKeptGrad,  // the kept sensitivities times the gradient -> gradient planes (row passes)
+  kHorizontalPass,       // the row passes' horizontal pass
+  kHorizontalTranspose,  // the row passes' horizontal transpose (+ the chain to the op's input)
+  kVerticalTranspose,    // the row passes' vertical transpose
+  kVerticalLdr,          // the row passes' vertical pass + one op's tail
+  kVerticalLdrVjp,
+  kVerticalCsf,
+  kVerticalCsfVjp,
+  kVerticalFeature,
+  kVerticalFeatureVjp,
+  kVerticalHdr,
+  kVerticalHdrVjp,
+  kVerticalLdrKeep,  // the vertical pass + tail + the sensitivities kept (row passes)
+  kLdrKeptGrad,      // the kept sensitivities times the gradient -> gradient planes (row passes)
   kHuntHyab,
   kHuntHyabVjp,
   kFused,           // the fused forward
@@ -243,30 +244,30 @@ enum class Kernel : int {
 // report, benchmarks/sass_report.py, show): for the launch checks' messages and the emulator's.
 inline const char* kernel_name(Kernel k) {
   switch (k) {
-    case Kernel::kH:
-      return "h_kernel";
-    case Kernel::kHt:
-      return "ht_kernel";
-    case Kernel::kVt:
-      return "vt_kernel";
-    case Kernel::kVLdr:
-      return "v_ldr_kernel";
-    case Kernel::kVLdrVjp:
-      return "v_ldr_vjp_kernel";
-    case Kernel::kVCsf:
-      return "v_csf_kernel";
-    case Kernel::kVCsfVjp:
-      return "v_csf_vjp_kernel";
-    case Kernel::kVFeat:
-      return "v_feat_kernel";
-    case Kernel::kVFeatVjp:
-      return "v_feat_vjp_kernel";
-    case Kernel::kVHdr:
-      return "v_hdr_kernel";
-    case Kernel::kVHdrVjp:
-      return "v_hdr_vjp_kernel";
-    case Kernel::kVLdrKeep:
-      return "v_ldr_keep_kernel";
+    case Kernel::kHorizontalPass:
+      return "horizontal_pass_kernel";
+    case Kernel::kHorizontalTranspose:
+      return "horizontal_transpose_kernel";
+    case Kernel::kVerticalTranspose:
+      return "vertical_transpose_kernel";
+    case Kernel::kVerticalLdr:
+      return "vertical_ldr_kernel";
+    case Kernel::kVerticalLdrVjp:
+      return "vertical_ldr_vjp_kernel";
+    case Kernel::kVerticalCsf:
+      return "vertical_csf_kernel";
+    case Kernel::kVerticalCsfVjp:
+      return "vertical_csf_vjp_kernel";
+    case Kernel::kVerticalFeature:
+      return "vertical_feature_kernel";
+    case Kernel::kVerticalFeatureVjp:
+      return "vertical_feature_vjp_kernel";
+    case Kernel::kVerticalHdr:
+      return "vertical_hdr_kernel";
+    case Kernel::kVerticalHdrVjp:
+      return "vertical_hdr_vjp_kernel";
+    case Kernel::kVerticalLdrKeep:
+      return "vertical_ldr_keep_kernel";
     case Kernel::kLdrKeptGrad:
       return "ldr_kept_grad_kernel";
     case Kernel::kHuntHyab:
@@ -274,7 +275,7 @@ inline const char* kernel_name(Kernel k) {
     case Kernel::kHuntHyabVjp:
       return "hunt_hyab_vjp_kernel";
     case Kernel::kFused:
-      return "fused_ldr_kernel";
+      return "fused_forward_kernel";
     case Kernel::kTiledGrad:
       return "tiled_grad_kernel";
     case Kernel::kTiledTranspose:
@@ -299,34 +300,34 @@ inline unsigned grid_dim(int64_t want, int64_t most) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, most)));
 }
 
-// The grid-stride kernels (V, VT, hunt_hyab): blocks of kBlock threads over `total` threads'
-// work; the loops cover what the cap leaves.
+// The grid-stride kernels (the per-pixel ones and the vertical transpose): blocks of kBlock threads
+// over `total` threads' work; the loops cover what the cap leaves.
 inline Dim3 pixel_grid(int64_t total, const GridLimits& l) {
   return Dim3{grid_dim((total + kBlock - 1) / kBlock, l.max_blocks), 1, 1};
 }
 
-// The row passes H and HT: one block per (x tile of kBlock columns, row, plane image); the rows
-// and plane images stride in the kernel past the limits.
+// The horizontal pass and transpose: one block per (x tile of kBlock columns, row, plane image);
+// the rows and plane images stride in the kernel past the limits.
 inline Dim3 row_grid(const Geometry& g, const GridLimits& l) {
   return Dim3{static_cast<unsigned>((g.w + kBlock - 1) / kBlock), grid_dim(g.h, l.max_y),
               grid_dim(g.n * g.images, l.max_z)};
 }
 
-// The tiled kernels: one block per kTileW column tile, `y` tile rows (kTiledTranspose) or walks of them
-// (the fused forward and kTiledGrad, passes.h) and `z` items (or item-images); rows and z stride in
-// the kernel past the limits.
+// The tiled kernels: one block per kTileW column tile, `y` tile rows (kTiledTranspose) or walks of
+// them (the fused forward and kTiledGrad, fused_forward.h) and `z` items (or item-images); rows and
+// z stride in the kernel past the limits.
 inline Dim3 tile_grid(const Geometry& g, int64_t y, int64_t z, const GridLimits& l) {
   return Dim3{static_cast<unsigned>((g.w + kTileW - 1) / kTileW), grid_dim(y, l.max_y), grid_dim(z, l.max_z)};
 }
 
 // Shared memory of each kernel that has some (kernels without use none).
 template <class T>
-size_t h_smem_bytes(int R) {
-  return sizeof(T) * h_smem_len(kBlock, R);
+size_t horizontal_pass_smem_bytes(int R) {
+  return sizeof(T) * horizontal_pass_smem_len(kBlock, R);
 }
 template <class T>
-size_t ht_smem_bytes(int R, int planes) {
-  return sizeof(T) * ht_smem_len(kBlock, R, planes);
+size_t horizontal_transpose_smem_bytes(int R, int planes) {
+  return sizeof(T) * horizontal_transpose_smem_len(kBlock, R, planes);
 }
 // The fused forward and the tiled backward's kTiledGrad (the same layout).
 template <class T>
@@ -335,8 +336,8 @@ size_t fused_smem_bytes(int R) {
 }
 // The tiled backward's kTiledTranspose.
 template <class T>
-size_t tiled_t_smem_bytes(int R) {
-  return sizeof(T) * tiled_t_smem_len(R);
+size_t tiled_transpose_smem_bytes(int R) {
+  return sizeof(T) * tiled_transpose_smem_len(R);
 }
 
 // The formulation of LDR-/HDR-FLIP for filter radius R on a device offering `have` bytes of shared
@@ -348,11 +349,11 @@ bool use_fused_forward(int R, size_t have, bool force_row_passes) {
 }
 template <class T>
 bool use_tiled_backward(int R, size_t have, bool force_row_passes) {
-  return !force_row_passes && fused_smem_bytes<T>(R) <= have && tiled_t_smem_bytes<T>(R) <= have;
+  return !force_row_passes && fused_smem_bytes<T>(R) <= have && tiled_transpose_smem_bytes<T>(R) <= have;
 }
 template <class T>
 size_t row_pass_smem_bytes(int R, int planes) {
-  return std::max(h_smem_bytes<T>(R), ht_smem_bytes<T>(R, planes));
+  return std::max(horizontal_pass_smem_bytes<T>(R), horizontal_transpose_smem_bytes<T>(R, planes));
 }
 
 // H100 / H200 (sm_90): shared memory per block with the opt-in, the figure the emulator assumes.

@@ -10,7 +10,7 @@ import pytest
 from build_dirs import ROOT
 
 
-def run_host_check(source, workdir, flags=("-O2",)):
+def run_check_program(source, workdir, flags=("-O2",)):
     """Compiles ``source`` (a path under tests/cpp) into ``workdir`` with g++ (C++17, every warning
     an error, csrc on the include path, plus ``flags``), runs it and returns its output's lines;
     fails the test unless it built and ended with "ALL CHECKED". Skips without g++."""
