@@ -2,6 +2,8 @@
 of the pooled values. Plain Python (no numpy, no torch): the command line's parser reads it."""
 
 import math
+import os
+import re
 import struct
 from typing import NamedTuple, Optional, Tuple
 
@@ -53,12 +55,6 @@ MAX_EXPOSURE_STOPS = 127.0
 # limit and one message apply to every format (flip_loss.imageio).
 MAX_IMAGE_PIXELS = 2**27
 
-# HDR-FLIP's tone mappers (lower case; the options accept any case).
-TONE_MAPPERS = ("aces", "hable", "reinhard")
-# Each tone mapper's name as NVIDIA's flip tool prints it in a run's settings (the command line's
-# header is that tool's); no rule turns the registry's names into these spellings.
-TONE_MAPPER_DISPLAY_NAMES = {"aces": "ACES", "hable": "Hable", "reinhard": "Reinhard"}
-
 # What an image's alpha channel means and what it is composited over (flip_loss.alpha).
 ALPHA_MODES = ("straight", "premultiplied")
 BACKGROUNDS = ("black", "white", "checkerboard")
@@ -74,29 +70,74 @@ CHECKERBOARD_SRGB = (0.4, 0.6)
 CHECKERBOARD_LINEAR = tuple(((v + 0.055) / 1.055) ** 2.4 for v in CHECKERBOARD_SRGB)
 
 
-# Each tone mapper's (k0..k5) of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5): NVIDIA's
-# evaluator's, rounded to float32 as it computes them (docs/algorithm.md §5.3); Reinhard's row
-# (x / (1 + x)) is used only by the exposure solve. The kernels' table is tone_coefficients in
-# csrc/flip/hdr_pixel.h; this copy serves the pure-PyTorch oracle and the exposure solve, which must
-# work without the extension, and tests/tooling/test_one_source.py holds it to the kernels' bit for bit.
 def _f32(x: float) -> float:
     """``x`` rounded to float32. A product of two float32 values is exact in float64, so
     ``_f32(a * b)`` of float32 ``a`` and ``b`` is their float32 product."""
     return struct.unpack("f", struct.pack("f", x))[0]
 
 
-TONE_COEFFICIENTS = {
-    "reinhard": (0.0, 1.0, 0.0, 0.0, 1.0, 1.0),
-    "aces": (
-        _f32(_f32(_f32(0.6) * _f32(0.6)) * _f32(2.51)),
-        _f32(_f32(0.6) * _f32(0.03)),
-        0.0,
-        _f32(_f32(_f32(0.6) * _f32(0.6)) * _f32(2.43)),
-        _f32(_f32(0.6) * _f32(0.59)),
-        _f32(0.14),
-    ),
-    "hable": tuple(_f32(v) for v in (0.231683, 0.013791, 0.0, 0.18, 0.3, 0.018)),
-}
+# HDR-FLIP's tone mappers come from their registry, flip_loss/tone_mappers.inc, whose rows the C++
+# kernels include: read here, so that an install without the compiled kernels has the same table
+# (tests/tooling/test_one_source.py holds the two readings to each other, bit for bit).
+TONE_MAPPER_REGISTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tone_mappers.inc")
+_NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_ROW = re.compile(
+    r'FLIP_TONE_MAPPER\(\s*(k[A-Z]\w*)\s*,\s*"([a-z][a-z0-9_]*)"\s*,\s*"([^"\\]+)"\s*,'
+    r"\s*\(([^()]*)\)\s*,\s*\(([^()]*)\)\s*\)"
+)
+
+
+def _coefficients(text: str, in_float: bool, where: str) -> Tuple[float, ...]:
+    """A row's six coefficients, each a literal or a product of literals as C++ evaluates it: in
+    float (``in_float``: every literal ends in ``f``, each product rounded to float32) or double."""
+    suffix = "f" if in_float else ""
+    values = []
+    for entry in text.split(","):
+        factors = [f.strip() for f in entry.split("*")]
+        if not all(re.fullmatch(_NUMBER + suffix, f) for f in factors):
+            kind = "float literals (1.0f)" if in_float else "double literals (1.0)"
+            raise ValueError(f"{where}: {entry.strip()!r} is not {kind} or a product of them")
+        value = None
+        for factor in factors:
+            x = float(factor[: len(factor) - len(suffix)])
+            x = _f32(x) if in_float else x
+            value = x if value is None else (_f32(value * x) if in_float else value * x)
+        values.append(value)
+    if len(values) != 6:
+        raise ValueError(f"{where}: {len(values)} coefficients, not the 6 of k0..k5")
+    return tuple(values)
+
+
+def _read_tone_mappers(path: str):
+    """The registry's rows, in order: (name, display name, kernels' float32 row, NVIDIA's double
+    row) each. ValueError, naming the file, for a row that is not exactly of the documented form."""
+    with open(path, encoding="utf-8") as f:
+        text = re.sub(r"//[^\n]*", "", f.read())
+    rows = []
+    for match in _ROW.finditer(text):
+        _id, name, display, kernel, exact = match.groups()
+        where = f"flip_loss: {path}, tone mapper {name!r}"
+        rows.append((name, display, _coefficients(kernel, True, where), _coefficients(exact, False, where)))
+    if not rows or len(rows) != text.count("FLIP_TONE_MAPPER("):
+        raise ValueError(
+            f'flip_loss: {path}: every row must be FLIP_TONE_MAPPER(kId, "name", "Display", (k0f, ...), (k0, ...))'
+        )
+    names = [r[0] for r in rows]
+    if len(set(names)) != len(names):
+        raise ValueError(f"flip_loss: {path}: a tone mapper's name is given twice")
+    return rows
+
+
+_TONE_ROWS = _read_tone_mappers(TONE_MAPPER_REGISTRY)
+# Their names, in alphabetical order (lower case; the options accept any case).
+TONE_MAPPERS = tuple(sorted(r[0] for r in _TONE_ROWS))
+# Each one's name as a run's settings print it (NVIDIA's flip tool's spelling for its three).
+TONE_MAPPER_DISPLAY_NAMES = {r[0]: r[1] for r in _TONE_ROWS}
+# Each one's (k0..k5) of T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5) in float32, as the kernels,
+# the pure-PyTorch oracle and the exposure solve use them (docs/algorithm.md §5.3).
+TONE_COEFFICIENTS = {r[0]: r[2] for r in _TONE_ROWS}
+# The same curves in double, as NVIDIA's PyTorch loss computes them (flip_loss.nvidia).
+NVIDIA_TONE_COEFFICIENTS = {r[0]: r[3] for r in _TONE_ROWS}
 
 
 def tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:

@@ -427,7 +427,7 @@ def hdr_flip(
     """HDR-FLIP error map between linear HDR images ``test`` and ``reference`` (N x 3 x H x W or
     3 x H x W, non-negative; negative values count as 0). The per-pixel maximum of LDR-FLIP over
     exposures from ``start_exposure`` to ``stop_exposure`` stops (``num_exposures`` of them), each
-    image exposed by 2^c, tone mapped (``"aces"``, ``"hable"`` or ``"reinhard"``) and clamped.
+    image exposed by 2^c, tone mapped (a name of ``TONE_MAPPERS``, any case) and clamped.
     Exposures left as None are computed per image from the reference (``exposure_range``); each
     may also be a tensor with one value per image; a given start or stop exposure lies in
     [MIN_EXPOSURE_STOPS, MAX_EXPOSURE_STOPS] = [-149, 127]; a count is a whole number from 2 to

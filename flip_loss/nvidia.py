@@ -139,24 +139,15 @@ def _one_of(name: str, value, alias: str, alias_value) -> Tuple[str, object]:
 
 def _exact_tone_coefficients(tone_mapper: str) -> Tuple[float, ...]:
     """(k0..k5) of the tone curve T(x) = (k0 x^2 + k1 x + k2) / (k3 x^2 + k4 x + k5) as NVIDIA's loss
-    computes them, in double precision: ACES's products and Hable's coefficients derived from its
-    parameters at full precision (docs/algorithm.md §5.3; the kernels use flip-evaluator's float32
-    rounding of them, ``constants.TONE_COEFFICIENTS``). Reinhard's row is exact in either, so it is
-    the shared one. ValueError for any other name, never another tone mapper's row."""
-    if tone_mapper == "reinhard":
-        return constants.tone_coefficients(tone_mapper)
-    if tone_mapper == "aces":
-        return (0.6 * 0.6 * 2.51, 0.6 * 0.03, 0.0, 0.6 * 0.6 * 2.43, 0.6 * 0.59, 0.14)
-    if tone_mapper == "hable":
-        a, b, c, d, e, f, white = 0.15, 0.50, 0.10, 0.20, 0.02, 0.30, 11.2
-        num = (a * f - a * e, c * b * f - b * e, 0.0)
-        den = (a * f, b * f, d * f * f)
-        scale = (den[0] * white * white + den[1] * white + den[2]) / (num[0] * white * white + num[1] * white)
-        # White point normalisation, then the exposure bias of 2 (x -> 2x).
-        return (4.0 * num[0] * scale, 2.0 * num[1] * scale, 0.0, 4.0 * den[0], 2.0 * den[1], den[2])
-    raise ValueError(
-        f"flip_loss: tone_mapper must be one of {constants.TONE_MAPPERS} (lower case here), got {tone_mapper!r}"
-    )
+    computes them, in double precision: the registry's NVIDIA row (``constants.NVIDIA_TONE_COEFFICIENTS``;
+    the kernels use its float32 row, ``constants.TONE_COEFFICIENTS``). ValueError for any other
+    name, never another tone mapper's row."""
+    row = constants.NVIDIA_TONE_COEFFICIENTS.get(tone_mapper)
+    if row is None:
+        raise ValueError(
+            f"flip_loss: tone_mapper must be one of {constants.TONE_MAPPERS} (lower case here), got {tone_mapper!r}"
+        )
+    return row
 
 
 def _nvidia_anchor(tone_mapper: str, target: float) -> float:
@@ -392,11 +383,11 @@ def _warn_if_negative(img: torch.Tensor) -> None:
 def tone_map(img: torch.Tensor, tone_mapper: str, exposure) -> torch.Tensor:
     """``img`` (N x 3 x H x W linear HDR) exposed by 2^``exposure`` (stops: a number or a tensor
     broadcastable to N x 1 x 1 x 1, such as the exposures of ``compute_start_stop_exposures``),
-    tone mapped (``"aces"``, ``"hable"``, ``"reinhard"``, any case) and clamped to [0, 1], as
+    tone mapped (a name of ``flip_loss.hdr.TONE_MAPPERS``, any case) and clamped to [0, 1], as
     HDR-FLIP's kernels do it: negative values count as 0, exposed values are capped at 1e15, and
-    the curves have flip-evaluator's coefficients (Hable's rounded to six digits, within 2e-6 of
-    NVIDIA's exact ones). Differentiable (in ``exposure`` too, when it is a tensor that requires
-    a gradient); the gradient is 0 where a clamp is active.
+    the curves have flip-evaluator's float32 coefficients (within 2e-6 of NVIDIA's double ones).
+    Differentiable (in ``exposure`` too, when it is a tensor that requires a gradient); the
+    gradient is 0 where a clamp is active.
     Raises ``ValueError`` for an unknown tone mapper (NVIDIA's runs ACES). Negative values, outside
     NVIDIA's contract (its HDRFLIPLoss clamps them to 0 first; its tone_map puts them through the
     curve), count as 0 here, with a ``UserWarning`` when there are any (looked at in eager calls,
@@ -635,7 +626,7 @@ class HDRFLIPLoss(_FLIPConstants):
     all pixels of all images, a 0-dim tensor.
 
     ``test`` and ``reference`` are linear HDR images, N x 3 x H x W (or 3 x H x W), CPU or GPU.
-    ``tone_mapper``: ``"aces"``, ``"hable"`` or ``"reinhard"`` (any case; another name raises
+    ``tone_mapper``: a name of ``flip_loss.hdr.TONE_MAPPERS`` (any case; another name raises
     ``ValueError``). ``start_exposure``/``stop_exposure``: None (computed per image from the
     reference with ``compute_start_stop_exposures(reference, tone_mapper, self.tmax, self.tmin)``), a
     number, or a tensor with one value per image (N x 1 x 1 x 1, as NVIDIA's loss takes them). Each

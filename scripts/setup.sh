@@ -221,7 +221,7 @@ build_stamp() {
   {
     find csrc -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) \
       -print0 | sort -z | xargs -0 sha256sum
-    sha256sum setup.py pyproject.toml
+    sha256sum setup.py pyproject.toml flip_loss/tone_mappers.inc  # the tone mappers' rows, which csrc includes
     echo "$1"
     "${CXX:-c++}" --version 2>/dev/null | head -n 1
     command -v nvcc >/dev/null && nvcc --version | tail -n 1

@@ -19,37 +19,33 @@ struct ToneCoefficients {
   float k[6];
 };
 
-// Each tone mapper's coefficients: NVIDIA's evaluator's, rounded to float as it computes them
-// (parity; docs/algorithm.md §5.3). Reinhard's row is x / (1 + x), used only by the exposure solve
-// (hdr_to_ldr applies Reinhard to the luminance). flip_loss._C.limits() exports the table, which
-// flip_loss.constants.tone_coefficients must equal bit for bit (tests/tooling/test_one_source.py). A switch
-// rather than an array, so that device code can read it. The switch has no default: a tone mapper
-// without a row is a compiler warning (-Wswitch) and leaves the all-zero row below, which the
-// static_assert refuses.
+// Each tone mapper's coefficients, its registry row (flip_loss/tone_mappers.inc): NVIDIA's
+// evaluator's, rounded to float as it computes them (parity; docs/algorithm.md §5.3). Reinhard's
+// row is x / (1 + x), used only by the exposure solve (hdr_to_ldr applies Reinhard to the
+// luminance). flip_loss._C.limits() exports the table, which the Python package's parse of the same
+// rows must equal bit for bit (tests/tooling/test_one_source.py). A switch rather than an array, so
+// that device code can read it.
 FLIP_CONSTFN ToneCoefficients tone_coefficients(ToneMapper tm) {
   switch (tm) {
-    case ToneMapper::kReinhard:
-      return {{0.0f, 1.0f, 0.0f, 0.0f, 1.0f, 1.0f}};
-    case ToneMapper::kAces:
-      return {{0.6f * 0.6f * 2.51f, 0.6f * 0.03f, 0.0f, 0.6f * 0.6f * 2.43f, 0.6f * 0.59f, 0.14f}};
-    case ToneMapper::kHable:
-      return {{0.231683f, 0.013791f, 0.0f, 0.18f, 0.3f, 0.018f}};
+#define FLIP_TONE_MAPPER(id, name, display, kernel_row, nvidia_row) \
+  case ToneMapper::id:                                              \
+    return {{FLIP_TONE_ROW kernel_row}};
+#include "../../flip_loss/tone_mappers.inc"
+#undef FLIP_TONE_MAPPER
   }
   return {{0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}};  // no such tone mapper: the ops' parse refuses it
 }
 
-// Every value of the enum below kToneMapperCount has a name and a row (its constant term k5 is
-// nonzero: T(0) is finite). Qualified names: the CPU kernels include this file inside their
-// variant namespaces (cpu/isa.h), tone_mapper.h outside them.
+// Every row has its six coefficients and a nonzero constant term k5 (T(0) is finite): a row with
+// fewer leaves k5 at 0, which this refuses. Qualified names: the CPU kernels include this file
+// inside their variant namespaces (cpu/isa.h), tone_mapper.h outside them.
 constexpr bool every_tone_mapper_is_complete() {
   for (int i = 0; i < ::flip::kToneMapperCount; ++i) {
-    if (::flip::kToneMapperNames[i] == nullptr || tone_coefficients(static_cast<ToneMapper>(i)).k[5] == 0.0f) {
-      return false;
-    }
+    if (tone_coefficients(static_cast<ToneMapper>(i)).k[5] == 0.0f) return false;
   }
   return true;
 }
-static_assert(every_tone_mapper_is_complete(), "each ToneMapper needs a name and a row of tone_coefficients");
+static_assert(every_tone_mapper_is_complete(), "each tone mapper's row needs six coefficients, k5 nonzero");
 
 // Coefficient j of tone mapper tm for the per-pixel code, as selects between the table's
 // constants: the last tone mapper's row unless tm is an earlier one (every value the ops' parse

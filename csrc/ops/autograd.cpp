@@ -9,6 +9,8 @@
 #include <torch/library.h>
 
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "../flip/plane_counts.h"
@@ -30,72 +32,27 @@ at::Tensor keep_if(bool b, const at::Tensor& t) { return b ? t : at::Tensor(); }
 
 // ---- the backward ops, called through the dispatcher ----
 //
-// The forwards' backward() calls these with every dispatch key, so that with create_graph=True the
-// backward op's own Autograd kernel (FirstOrderOnly) runs; FirstOrderOnly calls them below autograd.
+// The forwards' backward() calls them with every dispatch key (Backward<Op>::call), so that with
+// create_graph=True the backward op's own Autograd kernel (FirstOrderOnly) runs; FirstOrderOnly
+// calls them below autograd. Op is the backward op's struct of op_signatures.h.
 
-struct LdrFlipBackward {
-  static constexpr const char* name = "ldr_flip_backward";
-  static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
-                            c10::string_view space, double eps, Mask mask) {
-    auto [gt, gr] = op::call<op::LdrFlipBackward>(grad, test, ref, ppd, space, eps, mask);
-    return {gt, gr};
+variable_list as_list(const at::Tensor& t) { return {t}; }
+variable_list as_list(const Pair& p) { return {std::get<0>(p), std::get<1>(p)}; }
+
+template <class Op>
+struct Backward {
+  template <class... Args>
+  static variable_list call(Args&&... args) {
+    return as_list(op::call<Op>(std::forward<Args>(args)...));
   }
 };
-
-struct LdrFlipBackwardFromSensitivities {
-  static constexpr const char* name = "_ldr_flip_backward_from_sensitivities";
-  static variable_list call(const at::Tensor& grad, const at::Tensor& sensitivities, const at::Tensor& test,
-                            const at::Tensor& ref, double ppd, c10::string_view space, Mask mask) {
-    auto [gt, gr] = op::call<op::LdrFlipBackwardFromSensitivities>(grad, sensitivities, test, ref, ppd, space, mask);
-    return {gt, gr};
-  }
-};
-
-struct LdrFlipMultiscaleBackward {
-  static constexpr const char* name = "_ldr_flip_multiscale_backward";
-  static variable_list call(const at::Tensor& grad, const at::Tensor& sensitivities, const at::Tensor& test,
-                            const at::Tensor& ref, at::ArrayRef<double> ppds, at::ArrayRef<double> weights,
-                            c10::string_view space, Mask mask) {
-    auto [gt, gr] = op::call<op::LdrFlipMultiscaleBackward>(grad, sensitivities, test, ref, ppds, weights, space, mask);
-    return {gt, gr};
-  }
-};
-
-struct HdrFlipBackward {
-  static constexpr const char* name = "hdr_flip_backward";
-  static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
-                            const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
-                            c10::string_view tone_mapper, double eps, Mask mask) {
-    auto [gt, gr] =
-        op::call<op::HdrFlipBackward>(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask);
-    return {gt, gr};
-  }
-};
-
-struct CsfFilterBackward {
-  static constexpr const char* name = "csf_filter_backward";
-  static variable_list call(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
-    return {op::call<op::CsfFilterBackward>(grad, opp, ppd)};
-  }
-};
-
-struct HuntHyabBackward {
-  static constexpr const char* name = "hunt_hyab_backward";
-  static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps,
-                            Mask mask) {
-    auto [gt, gr] = op::call<op::HuntHyabBackward>(grad, test, ref, eps, mask);
-    return {gt, gr};
-  }
-};
-
-struct FeatureDifferenceBackward {
-  static constexpr const char* name = "feature_difference_backward";
-  static variable_list call(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
-                            double eps, Mask mask) {
-    auto [gt, gr] = op::call<op::FeatureDifferenceBackward>(grad, test, ref, ppd, eps, mask);
-    return {gt, gr};
-  }
-};
+using LdrFlipBackward = Backward<op::LdrFlipBackward>;
+using LdrFlipBackwardFromSensitivities = Backward<op::LdrFlipBackwardFromSensitivities>;
+using LdrFlipMultiscaleBackward = Backward<op::LdrFlipMultiscaleBackward>;
+using HdrFlipBackward = Backward<op::HdrFlipBackward>;
+using CsfFilterBackward = Backward<op::CsfFilterBackward>;
+using HuntHyabBackward = Backward<op::HuntHyabBackward>;
+using FeatureDifferenceBackward = Backward<op::FeatureDifferenceBackward>;
 
 // The Autograd kernel of every backward op. With create_graph=True autograd runs the backward ops
 // with gradient recording on; without a kernel of their own their results would carry no graph,
@@ -108,14 +65,39 @@ class FirstOrderOnly : public torch::autograd::Function<FirstOrderOnly<Op>> {
   template <class... Args>
   static variable_list forward(AutogradContext*, Args&&... args) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return Op::call(std::forward<Args>(args)...);
+    return Backward<Op>::call(std::forward<Args>(args)...);
   }
   static variable_list backward(AutogradContext*, variable_list) {
-    TORCH_CHECK(false, "flip: double backward (second-order gradients) of FLIP is not supported: flip::", Op::name,
+    TORCH_CHECK(false, "flip: double backward (second-order gradients) of FLIP is not supported: ", Op::name,
                 " is not differentiable");
     return {};
   }
 };
+
+// FirstOrderOnly as the kernel of backward op Op, made from its signature (one gradient or two).
+template <class Op, class Signature = typename Op::Signature>
+struct FirstOrderKernel;
+template <class Op, class R, class... Args>
+struct FirstOrderKernel<Op, R(Args...)> {
+  static R kernel(Args... args) {
+    variable_list g = FirstOrderOnly<Op>::apply(std::forward<Args>(args)...);
+    if constexpr (std::is_same_v<R, at::Tensor>) {
+      return g[0];
+    } else {
+      return {g[0], g[1]};
+    }
+  }
+};
+
+// The backward ops, each registered with FirstOrderKernel.
+using BackwardOps =
+    std::tuple<op::LdrFlipBackward, op::LdrFlipBackwardFromSensitivities, op::LdrFlipMultiscaleBackward,
+               op::HdrFlipBackward, op::CsfFilterBackward, op::HuntHyabBackward, op::FeatureDifferenceBackward>;
+
+template <class... Ops>
+void register_first_order(torch::Library& m, std::tuple<Ops...>*) {
+  (m.impl(Ops::name, &FirstOrderKernel<Ops>::kernel), ...);
+}
 
 // ---- the forward ops ----
 
@@ -344,43 +326,6 @@ at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& ref, dou
   return FeatureDifference::apply(test, ref, ppd, eps);
 }
 
-Pair ldr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
-                       c10::string_view space, double eps, Mask mask) {
-  auto g = FirstOrderOnly<LdrFlipBackward>::apply(grad, test, ref, ppd, space, eps, mask);
-  return {g[0], g[1]};
-}
-Pair ldr_flip_backward_from_sensitivities(const at::Tensor& grad, const at::Tensor& sensitivities,
-                                          const at::Tensor& test, const at::Tensor& ref, double ppd,
-                                          c10::string_view space, Mask mask) {
-  auto g = FirstOrderOnly<LdrFlipBackwardFromSensitivities>::apply(grad, sensitivities, test, ref, ppd, space, mask);
-  return {g[0], g[1]};
-}
-Pair ldr_flip_multiscale_backward(const at::Tensor& grad, const at::Tensor& sensitivities, const at::Tensor& test,
-                                  const at::Tensor& ref, at::ArrayRef<double> ppds, at::ArrayRef<double> weights,
-                                  c10::string_view space, Mask mask) {
-  auto g = FirstOrderOnly<LdrFlipMultiscaleBackward>::apply(grad, sensitivities, test, ref, ppds, weights, space, mask);
-  return {g[0], g[1]};
-}
-Pair hdr_flip_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref,
-                       const at::Tensor& exposures, const at::Tensor& counts, const at::Tensor& index, double ppd,
-                       c10::string_view tone_mapper, double eps, Mask mask) {
-  auto g =
-      FirstOrderOnly<HdrFlipBackward>::apply(grad, test, ref, exposures, counts, index, ppd, tone_mapper, eps, mask);
-  return {g[0], g[1]};
-}
-at::Tensor csf_filter_backward(const at::Tensor& grad, const at::Tensor& opp, double ppd) {
-  return FirstOrderOnly<CsfFilterBackward>::apply(grad, opp, ppd)[0];
-}
-Pair hunt_hyab_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double eps, Mask mask) {
-  auto g = FirstOrderOnly<HuntHyabBackward>::apply(grad, test, ref, eps, mask);
-  return {g[0], g[1]};
-}
-Pair feature_difference_backward(const at::Tensor& grad, const at::Tensor& test, const at::Tensor& ref, double ppd,
-                                 double eps, Mask mask) {
-  auto g = FirstOrderOnly<FeatureDifferenceBackward>::apply(grad, test, ref, ppd, eps, mask);
-  return {g[0], g[1]};
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(flip, Autograd, m) {
@@ -389,15 +334,9 @@ TORCH_LIBRARY_IMPL(flip, Autograd, m) {
   m.impl("csf_filter", &csf_filter);
   m.impl("hunt_hyab", &hunt_hyab);
   m.impl("feature_difference", &feature_difference);
-  m.impl("ldr_flip_backward", &ldr_flip_backward);
   m.impl("_ldr_flip_with_sensitivities", &ldr_flip_with_sensitivities);
-  m.impl("_ldr_flip_backward_from_sensitivities", &ldr_flip_backward_from_sensitivities);
   m.impl("_ldr_flip_multiscale", &ldr_flip_multiscale);
-  m.impl("_ldr_flip_multiscale_backward", &ldr_flip_multiscale_backward);
-  m.impl("hdr_flip_backward", &hdr_flip_backward);
-  m.impl("csf_filter_backward", &csf_filter_backward);
-  m.impl("hunt_hyab_backward", &hunt_hyab_backward);
-  m.impl("feature_difference_backward", &feature_difference_backward);
+  register_first_order(m, static_cast<BackwardOps*>(nullptr));
 }
 
 }  // namespace flip_ops

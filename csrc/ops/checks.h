@@ -135,7 +135,7 @@ inline bool parse_input_space(std::string_view space) {
   return s == "srgb";
 }
 
-// The tone mappers' names in alphabetical order, quoted, for messages: "'aces', 'hable', ...".
+// The tone mappers' names in alphabetical order, each quoted, for messages: "'a', 'b', ...".
 inline std::string tone_mapper_list() {
   std::vector<std::string> names(flip::kToneMapperNames, flip::kToneMapperNames + flip::kToneMapperCount);
   std::sort(names.begin(), names.end());

@@ -11,13 +11,15 @@ from PIL import Image
 
 from flip_loss.cli import main
 from flip_loss.colormaps import MAGMA, apply_colormap, to_grey_uint8
-from flip_loss.constants import DEFAULT_PPD, TONE_MAPPER_DISPLAY_NAMES, TONE_MAPPERS
+from flip_loss.constants import DEFAULT_PPD, TONE_MAPPER_DISPLAY_NAMES
 from flip_loss.pooling import pool
 from cli_runs import HDR_H, HDR_W, hdr_images, error_line, formatted, printed_values, run_module
 
 
-# Every registered tone mapper, each spelt in another case (the option takes any case).
-TM_ARGS = [(str.upper, str.lower, str.capitalize)[i % 3](tm) for i, tm in enumerate(TONE_MAPPERS)]
+# The tone mappers of flip-evaluator (it runs ACES for a name it does not know), each spelt in
+# another case (the option takes any case); -tm's choices are the registry's (test_one_source.py).
+EVALUATOR_TONE_MAPPERS = ("aces", "hable", "reinhard")
+TM_ARGS = [(str.upper, str.lower, str.capitalize)[i % 3](tm) for i, tm in enumerate(EVALUATOR_TONE_MAPPERS)]
 
 
 _EVALUATED = {}

@@ -14,9 +14,10 @@
 //                      kDefaultPpd),
 //                 pooled_<name> for every pool_<name> input and pooled_ldr_flip (float64, 6 values:
 //                      mean, weighted median, 1st and 3rd weighted quartile, min, max),
-//                 checks (int64: 1 for each check that passed; see below)
+//                 checks (int64: 1 for each check that passed; see below, autocast's last)
 #include <flip_loss/flip_loss.h>
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>
@@ -59,6 +60,26 @@ bool throws_with_message(F&& f, const std::string& needle) {
     return std::string(e.what()).find(needle) != std::string::npos;
   }
   return false;
+}
+
+// Under CPU autocast, bfloat16 images are computed in float32 and the map stays float32 (the
+// library's Autocast kernels, csrc/ops/autocast.cpp): the float32 call's values, bit for bit.
+bool autocast_computes_in_float32(const at::Tensor& test, const at::Tensor& reference, double ppd) {
+  const at::Tensor t = test.detach().to(at::kBFloat16), r = reference.detach().to(at::kBFloat16);
+  at::Tensor ldr, hdr;
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  try {
+    ldr = flip_loss::ldr_flip(t, r, ppd);
+    hdr = flip_loss::hdr_flip(t * 4, r * 4, -2.0, 1.0, 3, ppd).error;
+  } catch (...) {
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    throw;
+  }
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  const at::Tensor t32 = t.to(at::kFloat), r32 = r.to(at::kFloat);
+  return ldr.scalar_type() == at::kFloat && hdr.scalar_type() == at::kFloat &&
+         at::equal(ldr, flip_loss::ldr_flip(t32, r32, ppd)) &&
+         at::equal(hdr, flip_loss::hdr_flip(t32 * 4, r32 * 4, -2.0, 1.0, 3, ppd).error);
 }
 
 int run(const std::string& inputs_path, const std::string& outputs_path) {
@@ -136,6 +157,7 @@ int run(const std::string& inputs_path, const std::string& outputs_path) {
         torch::autograd::grad({g.sum()}, {x});
       },
       "double backward"));
+  checks.push_back(autocast_computes_in_float32(t0, r0, ppd));
   put("checks", at::tensor(checks, at::kLong));
 
   std::vector<c10::IValue> entries;

@@ -124,4 +124,8 @@ def mutant_ops(mutations):
             text = _mutated(text, mutations, rel)
         if not out.exists() or out.read_text() != text:  # unchanged files keep their time: ninja rebuilds less
             out.write_text(text)
+    registry = build_dir / "flip_loss" / "tone_mappers.inc"  # beside the copy, as csrc includes it
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    if not registry.exists() or registry.read_bytes() != (ROOT / "flip_loss" / "tone_mappers.inc").read_bytes():
+        shutil.copyfile(ROOT / "flip_loss" / "tone_mappers.inc", registry)
     return _load("flip_emulator_mutants", build_dir, src, ["FLIP_EMULATOR_LIBRARY=flip_emulator_mutants"])

@@ -47,6 +47,7 @@ def inputs_digest(cxx, flags):
     h.update(" ".join(flags).encode())
     h.update(run([cxx, "--version"]).encode())
     files = [*(ROOT / "csrc" / "flip").rglob("*"), *(ROOT / "csrc" / "compat").rglob("*"), PROGRAM, SERIAL_SEAM]
+    files.append(ROOT / "flip_loss" / "tone_mappers.inc")  # the tone mappers' rows, which the core includes
     for path in sorted(p for p in files if p.is_file()):
         h.update(str(path.relative_to(ROOT)).encode())
         h.update(path.read_bytes())

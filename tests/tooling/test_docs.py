@@ -2,13 +2,17 @@
 docs/cli.md, every FLIP_LOSS_* variable the product reads is in docs/environment.md's table (and
 every name there is used), every public name of flip_loss is in docs/api.md, every document of
 docs/ is in its index, and every relative link of README.md and docs/*.md reaches a file (and, with
-an #anchor into Markdown, a heading of it)."""
+an #anchor into Markdown, a heading of it); every list of tone mappers in them, and the table of
+their coefficients, is the registry's (flip_loss/tone_mappers.inc)."""
 
 import re
 import unicodedata
 from pathlib import Path
 
+import pytest
+
 import flip_loss
+from flip_loss import constants
 from flip_loss.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,3 +181,50 @@ def test_the_exit_code_table_lists_the_codes_of_the_tool():
     section = section[: section.index("\n## ", 1)]
     documented = [int(code) for code in re.findall(r"^\| (\d+) \|", section, flags=re.M)]
     assert documented == [code for code, _ in EXIT_CODES]
+
+
+def prose_units(path):
+    """The paragraphs and table rows of a Markdown file's prose, each as one string."""
+    paragraph = []
+    for line in list(prose_lines(path)) + [""]:
+        if line.lstrip().startswith("|"):
+            yield line
+        elif line.strip():
+            paragraph.append(line)
+            continue
+        if paragraph:
+            yield " ".join(paragraph)
+            paragraph = []
+
+
+def tone_mappers_named(text):
+    return {span.strip('"') for span in re.findall(r"`([^`\n]+)`", text)} & set(constants.TONE_MAPPERS)
+
+
+def test_every_list_of_tone_mappers_is_the_registrys():
+    """A paragraph or table row of the documents that names two or more tone mappers (`aces`,
+    `"aces"`) names every tone mapper of the registry, flip_loss/tone_mappers.inc."""
+    incomplete = []
+    for path in MARKDOWN:
+        for unit in prose_units(path):
+            named = tone_mappers_named(unit)
+            if len(named) >= 2 and named != set(constants.TONE_MAPPERS):
+                missing = sorted(set(constants.TONE_MAPPERS) - named)
+                incomplete.append(f"{path.relative_to(ROOT).as_posix()}: {unit[:80]}... lacks {missing}")
+    assert not incomplete, "lists of tone mappers without all of them:\n" + "\n".join(incomplete)
+    assert any(len(tone_mappers_named(u)) >= 2 for u in prose_units(DOCS / "cli.md"))  # the -tm row is seen
+
+
+def test_the_tone_mapper_table_is_the_registrys():
+    """docs/algorithm.md §5.3's table has one row per tone mapper of the registry, each with its
+    kernels' coefficients k0..k5 (the value a cell ends with, rounded as the table prints it)."""
+    lines = list(prose_lines(DOCS / "algorithm.md"))
+    start = lines.index("### 5.3 Tone mappers")
+    section = lines[start + 1 : next(i for i in range(start + 1, len(lines)) if lines[i].startswith("#"))]
+    rows = [line for line in section if line.startswith("| `")]
+    assert sorted(next(iter(tone_mappers_named(r.split("|")[1]))) for r in rows) == sorted(constants.TONE_MAPPERS)
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        (name,) = tone_mappers_named(cells[0])
+        printed = [float(re.split(r"=\s*", c)[-1]) for c in cells[1:]]
+        assert printed == pytest.approx(constants.tone_coefficients(name), rel=1e-6, abs=0), name

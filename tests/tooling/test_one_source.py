@@ -68,7 +68,7 @@ def test_one_list_of_tone_mappers(ops, limits):
     for name in constants.TONE_MAPPERS:
         ops.hdr_flip(x, x, exposures, counts, 67.0, name.upper(), 0.0)
         assert options.tone_mapper(name.upper()) == name
-    with pytest.raises(ValueError, match="'aces', 'hable', 'reinhard'"):
+    with pytest.raises(ValueError, match=re.escape(", ".join(f"'{n}'" for n in constants.TONE_MAPPERS))):
         ops.hdr_flip(x, x, exposures, counts, 67.0, "filmic", 0.0)
 
 
@@ -80,17 +80,79 @@ def bits(values):
 
 
 def test_one_table_of_tone_coefficients(limits):
-    """The kernels' coefficients (tone_coefficients, csrc/flip/hdr_pixel.h, by ToneMapper value) are
-    the Python package's, which the oracle and the exposure solve use, bit for bit."""
+    """The kernels' coefficients (tone_coefficients, csrc/flip/hdr_pixel.h, by ToneMapper value: the
+    C++ compiler's reading of flip_loss/tone_mappers.inc) are the Python package's reading of the
+    same rows, which the oracle and the exposure solve use, bit for bit and in the same order."""
+    assert limits["tone_mappers"] == tuple(constants.TONE_MAPPER_DISPLAY_NAMES)  # the registry's order
     assert len(limits["tone_coefficients"]) == len(limits["tone_mappers"])
     for name, row in zip(limits["tone_mappers"], limits["tone_coefficients"]):
         assert len(row) == 6
         assert bits(row) == bits(constants.tone_coefficients(name)), name
     assert sorted(constants.TONE_COEFFICIENTS) == sorted(constants.TONE_MAPPERS)
     assert oracle.tone_coefficients is constants.tone_coefficients
-    # NVIDIA's loss computes ACES's and Hable's in double (nvidia._exact_tone_coefficients);
-    # Reinhard's row is exact in both, and the same.
-    assert nvidia._exact_tone_coefficients("reinhard") == constants.tone_coefficients("reinhard")
+    # NVIDIA's double row of each curve is what the kernels' float32 row rounds (within flip-
+    # evaluator's six-digit rounding of Hable's: 2e-6), and the drop-in reads it.
+    for name in constants.TONE_MAPPERS:
+        exact, kernel = nvidia._exact_tone_coefficients(name), constants.tone_coefficients(name)
+        assert exact == constants.NVIDIA_TONE_COEFFICIENTS[name]
+        assert exact == pytest.approx(kernel, rel=2e-6, abs=2e-6), name
+
+
+def test_the_named_curves_rows_are_their_sources():
+    """The registry's rows of the three published curves, read as C++ reads them, are what their
+    sources compute (docs/algorithm.md §5.3): ACES in float32 as flip-evaluator multiplies it out,
+    Hable's six-digit rounding in the kernels and, for NVIDIA's loss, its derivation from the curve's
+    parameters in double; Reinhard's x / (1 + x)."""
+    f = constants._f32
+    six = f(0.6) * f(0.6)  # exact in double: a product of two float32 values
+    aces = (f(f(six) * f(2.51)), f(f(0.6) * f(0.03)), 0.0, f(f(six) * f(2.43)), f(f(0.6) * f(0.59)), f(0.14))
+    assert bits(constants.tone_coefficients("aces")) == bits(aces)
+    assert constants.NVIDIA_TONE_COEFFICIENTS["aces"] == (
+        0.6 * 0.6 * 2.51,
+        0.6 * 0.03,
+        0.0,
+        0.6 * 0.6 * 2.43,
+        0.6 * 0.59,
+        0.14,
+    )
+    assert bits(constants.tone_coefficients("hable")) == bits([f(v) for v in (0.231683, 0.013791, 0, 0.18, 0.3, 0.018)])
+    a, b, c, d, e, f_, white = 0.15, 0.50, 0.10, 0.20, 0.02, 0.30, 11.2
+    num = (a * f_ - a * e, c * b * f_ - b * e)
+    den = (a * f_, b * f_, d * f_ * f_)
+    scale = (den[0] * white * white + den[1] * white + den[2]) / (num[0] * white * white + num[1] * white)
+    # the white point's normalisation, then the exposure bias of 2 (x -> 2x)
+    hable = (4.0 * num[0] * scale, 2.0 * num[1] * scale, 0.0, 4.0 * den[0], 2.0 * den[1], den[2])
+    assert constants.NVIDIA_TONE_COEFFICIENTS["hable"] == hable
+    assert constants.tone_coefficients("reinhard") == constants.NVIDIA_TONE_COEFFICIENTS["reinhard"]
+    assert constants.tone_coefficients("reinhard") == (0.0, 1.0, 0.0, 0.0, 1.0, 1.0)
+
+
+def toy_row(
+    head='kToy, "toy", "Toy"', kernel="1.0f, 2.0f, 0.0f, 1.0f, 1.0f, 1.0f", exact="1.0, 2.0, 0.0, 1.0, 1.0, 1.0"
+):
+    return f"FLIP_TONE_MAPPER({head}, ({kernel}), ({exact}))"
+
+
+@pytest.mark.parametrize(
+    "row,problem",
+    [
+        (toy_row(kernel="1.0f, 2.0f, 0.0f, 1.0f, 1.0f"), "5 coefficients, not the 6"),
+        (toy_row(kernel="1.0f, 2.0, 0.0f, 1.0f, 1.0f, 1.0f"), "'2.0' is not float literals"),
+        (toy_row(exact="1.0, 2.0f, 0.0, 1.0, 1.0, 1.0"), "'2.0f' is not double literals"),
+        (toy_row(kernel="1.0f, 2.0f + 1.0f, 0.0f, 1.0f, 1.0f, 1.0f"), "'2.0f + 1.0f' is not float literals"),
+        (toy_row(head='kToy, "Toy", "Toy"'), "every row must be"),
+        (toy_row(head='kToy, "toy"'), "every row must be"),
+        (toy_row(head='kAces, "aces", "ACES"'), "given twice"),
+    ],
+)
+def test_a_registry_row_out_of_form_stops_the_import(tmp_path, row, problem):
+    """A row the Python reading could take otherwise than the compiler (a double in the float row, a
+    sum, a missing field or coefficient, a name given twice) is refused with the file named, never
+    read as something else or skipped."""
+    registry = tmp_path / "tone_mappers.inc"
+    registry.write_text(Path(constants.TONE_MAPPER_REGISTRY).read_text() + row + "\n")
+    with pytest.raises(ValueError, match=re.escape(str(registry)) + ".*" + re.escape(problem)):
+        constants._read_tone_mappers(str(registry))
 
 
 def test_an_unknown_tone_mapper_has_no_coefficients():
@@ -106,7 +168,8 @@ def test_an_unknown_tone_mapper_has_no_coefficients():
             coefficients_of("filmic")
     with pytest.raises(TypeError, match="tone_mapper must be a string"):
         constants.tone_coefficients(None)
-    assert constants.tone_coefficients("HABLE") == constants.tone_coefficients("hable")
+    for name in constants.TONE_MAPPERS:
+        assert constants.tone_coefficients(name.upper()) == constants.tone_coefficients(name)
 
 
 def test_one_set_of_flip_constants(ops):
@@ -166,6 +229,17 @@ def test_one_table_of_op_signatures(ops):
     entries = re.findall(r'name = "flip::(\w+)";', table)
     registered = [n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("flip::")]
     assert sorted(entries) == sorted(registered)
+
+
+def test_one_list_of_autocast_ops():
+    """The ops the CMake package's Autocast kernels cast (op::AutocastOps, op_signatures.h) are the
+    ones the Python extension registers autocast for (op_registration.AUTOCAST_OPS)."""
+    from flip_loss import op_registration
+
+    table = (ROOT / "csrc" / "include" / "flip_loss" / "op_signatures.h").read_text()
+    op_of = dict(re.findall(r'struct (\w+) \{\s*static constexpr const char\* name = "flip::(\w+)";', table))
+    (listed,) = re.findall(r"using AutocastOps = std::tuple<([^>]*)>;", table)
+    assert sorted(op_of[s.strip()] for s in listed.split(",")) == sorted(op_registration.AUTOCAST_OPS)
 
 
 def test_one_version():

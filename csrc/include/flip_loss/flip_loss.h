@@ -81,8 +81,9 @@ inline at::Tensor feature_difference(const at::Tensor& test, const at::Tensor& r
 // uses its first counts[n] (integers, each in [2, E]; on CUDA, where reading them would
 // synchronise, they are clamped into that range instead of checked). Returns the error map, the
 // exposure map (winning exposure index / (count - 1), 0 where none wins) and the int32 winning
-// index (-1 where none wins), each N x 1 x H x W. `tone_mapper` is "aces", "hable" or
-// "reinhard". Differentiable in both images.
+// index (-1 where none wins), each N x 1 x H x W. `tone_mapper` is a tone mapper's name, any case
+// (docs/algorithm.md §5.3 lists them; flip_loss/tone_mappers.inc is their registry). Differentiable
+// in both images.
 // (torch.ops.flip.hdr_flip; flip_loss.hdr_flip in Python adds the automatic exposures.)
 struct HdrResult {
   at::Tensor error, exposure_map, exposure_index;

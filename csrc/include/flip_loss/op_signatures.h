@@ -98,6 +98,10 @@ struct FeatureDifferenceBackward {
                                double pixels_per_degree, double eps, OutputMask output_mask);
 };
 
+// The forward ops that take images, whose floating inputs autocast casts to float32 (csrc/ops/
+// autocast.cpp registers each; flip_loss/op_registration.py's AUTOCAST_OPS is the same list).
+using AutocastOps = std::tuple<LdrFlip, LdrFlipMultiscale, HdrFlip, CsfFilter, HuntHyab, FeatureDifference>;
+
 // The typed handle of Op, looked up once. Throws a c10::Error that says what to do when the op
 // is not registered (libflip_ops not loaded); the next call then looks again.
 template <class Op>
