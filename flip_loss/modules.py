@@ -139,7 +139,10 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
     multiplied back by it where the result is not scale-free), so that weights of 1e38 or 1e-45 give
     the same means as weights of 1.
     """
-    options.check_reduction_value(reduction)
+    if torch.jit.is_scripting():
+        options.check_reduction_value(reduction)
+    else:
+        options.reduction(reduction)  # any value: one of another type gets the constructor's TypeError
     if not torch.jit.is_scripting():
         if weight is not None and not isinstance(weight, torch.Tensor):
             hint = _ppd_hint() if isinstance(weight, numbers.Real) and not isinstance(weight, bool) else ""
@@ -507,8 +510,10 @@ class FLIPLoss(torch.nn.Module):
                     error = weighted_sum(maps, weights)
         else:
             # The constructor's rules, for options set after construction (a scripted module's
-            # attributes have their types; eager ones can hold anything).
+            # attributes have their types; eager ones can hold anything). input_space is checked in
+            # either mode, as the constructor and the scripted module check it.
             hdr = options.flag("hdr", self.hdr)
+            options.input_space(self.input_space)
             options.check_mode_options(
                 hdr,
                 options.tone_mapper(self.tone_mapper),

@@ -667,6 +667,27 @@ def test_options_wrong_only_together_are_refused_on_every_path(built, name, valu
         flip_loss.FLIPLoss(**{**built, name: value})
 
 
+def test_an_option_the_mode_leaves_unused_is_still_checked_on_every_path():
+    """input_space, which HDR-FLIP does not use, is checked on an HDR loss as the constructor
+    checks it (FLIPLoss(hdr=True, input_space="rgb") raises), on every path (before: eager and
+    compiled ran, the bad value kept, and only the scripted module refused it); a reduction of the
+    wrong type gets the constructor's TypeError, not a str concatenation's."""
+    test, reference = _option_inputs("hdr")
+    for path in PATHS:
+        module = _on_path(flip_loss.FLIPLoss(hdr=True), path)
+        module.input_space = "rgb"
+        with pytest.raises(Exception, match="input_space must be one of") as info:
+            module(test, reference)
+        assert isinstance(info.value, torch.jit.Error if path == "scripted" else ValueError), path
+    with pytest.raises(ValueError, match="input_space must be one of"):
+        flip_loss.FLIPLoss(hdr=True, input_space="rgb")
+    for path in ("eager", "compiled"):
+        module = _on_path(flip_loss.FLIPLoss(), path)
+        module.reduction = None
+        with pytest.raises(TypeError, match="flip_loss: reduction must be a string, got NoneType"):
+            module(*_option_inputs("ldr"))
+
+
 def test_hdr_takes_only_true_or_false_in_the_constructor_too():
     for value in ("no", 1, None):
         with pytest.raises(TypeError, match="hdr must be True or False"):
