@@ -25,7 +25,7 @@ What is measured, on each set:
   (`ldr_flip` / `hdr_flip` on the decoded tensors, median of 3), and NVIDIA's process wall per pair
   against its printed "Evaluation time".
 * **stages**: each stage of a pair as flip-loss runs it, one after the other in this process
-  (flip_loss.cli.pair_work.PairWork: read = decoding both images (and an HDR reference's
+  (flip_loss.cli.pair_steps.PairWork: read = decoding both images (and an HDR reference's
   exposures), evaluate = the maps, pool = the pooled values, write = the coloured maps encoded and
   written); their sum against the pipelined per-pair time shows what the pipeline overlaps.
 * `--encodings`: the error map of the first LDR pair encoded as PNG in several ways (size, time),
