@@ -1,34 +1,20 @@
 """``flip-loss`` / ``python -m flip_loss``: the command-line FLIP evaluator.
 
-Evaluates FLIP between a reference image and one or more test images (or between two folders of
-images paired by name) and prints the pooled values in the layout of NVIDIA's ``flip`` tool: LDR-FLIP
-(``flip_loss.functional.ldr_flip``) for LDR images, HDR-FLIP (``flip_loss.hdr_flip``) when the
-reference is an OpenEXR file, as the tool decides. Writes the error maps as magma (or grey) PNGs,
-for HDR-FLIP also the exposure maps (viridis), and on request the pooled values as text files, a CSV
-summary, weighted histograms (PNG, drawn with matplotlib) and an HTML report (``--report``).
-``--fail-above`` turns it into a regression gate. ``flip-loss psychophysics ...`` runs the
-psychophysics suite (``flip_loss.psychophysics.cli``). See ``flip-loss --help``.
+Evaluates FLIP between a reference and one or more test images, or two folders paired by name,
+and prints the pooled values in the layout of NVIDIA's ``flip`` tool: LDR-FLIP for LDR images,
+HDR-FLIP when the reference is an OpenEXR file, as the tool decides. It writes the error maps
+(magma or grey PNG), HDR-FLIP's exposure maps and, on request, text files, a CSV summary,
+histograms and an HTML report; ``--fail-above`` makes it a regression gate.
 
-The user's files come first: every input is decoded and every output location checked before
-anything is written; no output may be an input or be written twice; every output is written to a
-temporary file beside its destination and published once the whole run has succeeded, all or
-none (``outputs.Staging.commit``), so a failed or interrupted run leaves every file as it was, and
-no file half-written or whole. The exit codes are
-``EXIT_CODES``.
+The user's files come first: every input is decoded and every output checked before anything is
+written, and every output is written beside its destination and published only once the whole run
+has succeeded (``outputs.Staging``), so a failed or interrupted run leaves every file as it was.
 
-The flow: :func:`main` parses the options and hands ``flip-loss psychophysics ...`` to the suite;
-otherwise it chooses between a run in this process (``run.run_single``) and folder mode shared out
-among the ranks of a torchrun launch (``shard.run_sharded``). Either way ``run.Run`` checks the
-options and the outputs and records what each pair contributes, ``pair_work.PairWork`` reads,
-evaluates and renders each pair, and the run's ``outputs.Staging`` publishes the outputs at the
-end. Which module does what: docs/layout.md.
-
-``main`` is a library function too: it changes no process-wide state beyond what ``signals``
-describes (a handler for SIGINT / SIGTERM only where the default one is in place, in the main
-thread, restored on return). It runs as a rank of a torchrun launch when the launch variables are
-its own, and as one process when they were inherited from a launched worker that started it
-(``flip_loss.distributed.launch_inherited``; ``FLIP_LOSS_TORCHRUN=worker`` or ``ignore`` decides
-instead).
+:func:`main` parses the options and chooses between a run in this process (``run.run_single``)
+and folder mode shared among the ranks of a torchrun launch (``shard.run_sharded``); which module
+does what: docs/layout.md. ``main`` is a library function too: it changes no process-wide state
+beyond what ``signals`` describes, and runs as a torchrun rank only when the launch variables are
+its own (``flip_loss.distributed.launch_inherited``; ``FLIP_LOSS_TORCHRUN`` decides otherwise).
 """
 
 import os

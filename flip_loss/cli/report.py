@@ -1,27 +1,19 @@
 """The HTML report of ``flip-loss --report DIR``: one static page, ``DIR/index.html``, with its
-images beside it in ``DIR/pairs/``, that opens from disk in a browser with nothing else: no server,
-no network, no script or style sheet from elsewhere (the page's own CSS and JavaScript,
-``report_assets``, are written into it).
+images in ``DIR/pairs/``, that opens from disk with nothing else (no server, no network; its CSS
+and JavaScript, ``report_assets``, are written into it).
 
-The page shows a summary of the run (pairs, the gate's verdict, viewing conditions, version, date),
-a table of the pairs sortable by each pooled value (worst first), and per pair the reference, the
-test image and the magma error map side by side at one scale, with a control that flips between
-reference and test in place, the weighted histogram (inline SVG) and, for HDR-FLIP, the exposure
-map and exposures. Thumbnails keep a page of hundreds of pairs light; the full-size images are
-linked and can replace the thumbnails in place.
+The page shows the run's summary (pairs, the gate's verdict, viewing conditions, version, date), a
+table of the pairs sortable by each pooled value, and per pair the reference, the test image and
+the error map side by side with a control that flips between reference and test, the weighted
+histogram (inline SVG) and, for HDR-FLIP, the exposure map. Thumbnails keep a page of hundreds of
+pairs light; the full-size images are linked.
 
-It is written in two steps, so that a run whose pairs were evaluated elsewhere can write it too:
-
-1. :func:`stage_pair_images`, right after a pair is evaluated (where its images are in memory),
-   stages the pair's pictures and returns a :class:`PairRecord`; :func:`failed_record` records a
-   pair that could not be evaluated. A record holds plain values only (strings, numbers, tuples),
-   so records can be pickled and gathered to one process (e.g. the rank 0 of a sharded run, with
-   ``torch.distributed.gather_object``).
-2. :func:`stage_page`, once every pair has run, writes ``index.html`` from the list of records.
-
-Every file goes through the run's :class:`~.outputs.Staging` and :class:`~.outputs.OutputGuard`:
-checked before anything is written, never an input, and renamed into place only when the whole
-run has succeeded.
+It is written in two steps, so that a run whose pairs were evaluated elsewhere (the ranks of a
+torchrun run) can write it too: :func:`stage_pair_images` stages a pair's pictures right after it
+is evaluated, while its images are in memory, and returns a :class:`PairRecord` of plain values
+(picklable, gathered to rank 0); :func:`stage_page` writes ``index.html`` from all the records at
+the end. Every file goes through the run's :class:`~.outputs.Staging` and
+:class:`~.outputs.OutputGuard`, like every other output.
 """
 
 import datetime
@@ -33,7 +25,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote
 
 from ..constants import STATISTICS
-from .account import Account, Outcome, account_of
+from .run_counts import Account, Outcome, account_of
 from .arguments import gate_failures
 from .console import readable
 from .errors import UsageError
@@ -427,7 +419,7 @@ def default_order(records: Sequence[PairRecord], gate) -> List[PairRecord]:
 
 
 def record_account(records: Sequence[PairRecord], settings: ReportSettings) -> Account:
-    """The account (account.account_of) of a run from its report records."""
+    """The account (run_counts.account_of) of a run from its report records."""
     outcomes = [
         Outcome(r.failure is None, r.failure is not None and is_unmatched(r), tuple(_over(r, settings.gate)))
         for r in records

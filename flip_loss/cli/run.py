@@ -2,7 +2,7 @@
 or rank 0 of a torchrun launch): the options and every output checked before anything is written,
 what each pair contributes (its CSV row, printed block, gate verdict, report record), the writing
 and the exit code; and :func:`run_single`, the run in one process. The work on each pair is
-:class:`~.pair_work.PairWork`'s."""
+:class:`~.pair_steps.PairWork`'s."""
 
 import collections
 import os
@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..constants import TONE_MAPPER_DISPLAY_NAMES
-from .account import Account, Outcome, account_of
+from .run_counts import Account, Outcome, account_of
 from .arguments import gate_failures, hdr_option_flags
 from .console import Console
 from .errors import EXIT_GATE, EXIT_OK, EXIT_PAIRS_FAILED, UsageError
@@ -32,7 +32,7 @@ from .outputs import (
     round_half_up,
     write_appended_csv,
 )
-from .pair_work import PairWork, PreparedPair, Wanted, pair_settings
+from .pair_steps import PairWork, PreparedPair, Wanted, pair_settings
 from .pairs import pairs_of, uses_hdr
 from .pipeline import BEHIND, Stages, finished
 from .report import IMAGE_FOLDER, PairRecord, check_report_directory, failed_record, page_path, settings_now, stage_page
@@ -50,7 +50,7 @@ def _exposure_lines(e: Exposures) -> List[str]:
 
 class Run:
     """One evaluation run: its pairs, the settings they share (``settings``, for its
-    :class:`~.pair_work.PairWork`), the outputs it claims and what its pairs contribute. Every
+    :class:`~.pair_steps.PairWork`), the outputs it claims and what its pairs contribute. Every
     input is read and every output checked before the first output is written (in folder mode a
     pair with a problem is reported and skipped instead); the outputs go through a
     :class:`Staging` and appear together at the end. ``device``: where the pairs are evaluated
@@ -97,7 +97,7 @@ class Run:
             import_matplotlib()
         self.failures: List[Tuple[str, str]] = []
         # What became of each pair, in pair order (the images without a partner are added at the
-        # end): the run's account (account.account_of) is counted from them.
+        # end): the run's account (run_counts.account_of) is counted from them.
         self.outcomes: List[Outcome] = []
         # What the pairs contribute, in pair order: CSV rows (of evaluated and failed pairs), the
         # results the overlapped histogram draws, the gate's failures (test, [(quantity, value,

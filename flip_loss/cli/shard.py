@@ -1,31 +1,21 @@
 """Folder mode under ``torchrun``: the pairs shared out among the ranks, the outputs written by rank 0.
 
 ``torchrun --nproc_per_node=K -m flip_loss --reference-dir R --test-dir T ...`` starts K processes
-(on one machine or, with the usual ``--nnodes``/``--rdzv-*`` arguments, on several), which join one
-gloo process group over TCP: the outputs travel as bytes, so no GPU collective is needed.
+(on one machine or several) that join one gloo group over TCP: outputs travel as bytes, so no GPU
+collective is needed. Input paths must name the same files on every machine; outputs are written
+only on rank 0's.
 
-1. Rank 0 does what a single process does before evaluating: pairs the folders, checks the
-   options and every output that does not depend on a pair, and reads the sizes of the test images
-   from their headers. It shares the pairs out, balanced by pixel count (largest first, each to the
-   rank with the fewest pixels so far), and broadcasts the plan; anything wrong ends every rank.
-2. In rounds, every rank evaluates its next pair on its device (``cuda:LOCAL_RANK`` when it has
-   GPUs) and renders its outputs (maps, text file, histogram, report pictures) into memory; rank 0
-   gathers them, claims and stages the outputs as a single process would, advances its progress bar
-   by every rank's pairs, and broadcasts whether to go on. A pair that cannot be evaluated is sent
-   as a failure and reported (exit code 4), as in a single process; any other error on any rank
-   (a bug, an unusable device, Ctrl-C) is sent as such, and rank 0 stops every rank after that
-   round. Every rank takes part in every collective of every round (an idle rank sends nothing),
-   so no rank waits for a collective another one skips; a rank that dies is noticed by the others'
-   collectives (``--dist-timeout``), and torchrun stops the rest. Ctrl-C or SIGTERM ends a rank
-   promptly whatever it is doing: one that waits for the others leaves at once (the collective
-   runs in a helper thread, see :class:`_Group`), and one interrupted while it evaluates sends the
-   interruption but waits at most ``INTERRUPT_GRACE_S`` seconds for the others to take it.
-3. Rank 0 handles the pairs' CSV rows, printed blocks, gate verdicts and report records in file-name
-   order, so the CSV file, the maps and the report are those of one process (evaluation times
-   aside), writes them, and publishes every output at once. Its exit code is the run's.
-
-Input paths must name the same files on every machine (a shared file system); outputs are written
-only on rank 0's machine.
+1. Rank 0 checks what a single process checks before evaluating, shares the pairs out balanced by
+   pixel count, and broadcasts the plan; anything wrong ends every rank.
+2. In rounds, every rank evaluates its next pair on its device and renders its outputs into
+   memory; rank 0 gathers them and claims and stages them as a single process would. Every rank
+   takes part in every collective of every round, so none waits for one another skips. A pair
+   that cannot be evaluated is reported (exit code 4); any other error on any rank (a bug, a
+   device, Ctrl-C) stops every rank after that round. A rank that dies is noticed by the others'
+   collectives (``--dist-timeout``). Ctrl-C or SIGTERM ends a rank promptly: the collective runs in
+   a helper thread (:class:`_Group`), and an interrupted rank waits at most ``INTERRUPT_GRACE_S``.
+3. Rank 0 records the pairs in file-name order, so the CSV file, the maps and the report are those
+   of one process (evaluation times aside), and publishes every output at once.
 """
 
 import datetime
@@ -43,7 +33,7 @@ from .console import Console, flush_stdout, write_text
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, UsageError
 from .evaluate import Result, resolve_device
 from .outputs import Names, Output, Staging
-from .pair_work import PairSettings, PairWork, PreparedPair, Wanted
+from .pair_steps import PairSettings, PairWork, PreparedPair, Wanted
 from .report import PairRecord
 from .run import Run
 
@@ -165,7 +155,7 @@ def _unclaimed(wanted: Sequence[Wanted]) -> Dict[str, Output]:
 
 class RankWorker:
     """A rank's share of the work: each pair prepared and evaluated by the run's
-    :class:`~.pair_work.PairWork`, with rank 0's settings, its outputs rendered into memory
+    :class:`~.pair_steps.PairWork`, with rank 0's settings, its outputs rendered into memory
     (:class:`CapturedOutputs`) instead of claimed and written; rank 0 does that."""
 
     def __init__(self, settings: PairSettings, device):

@@ -201,7 +201,7 @@ def test_folder_mode_reads_ahead_and_writes_behind_in_bounded_steps(pair, tmp_pa
     are recorded in order, each once."""
     import threading
 
-    from flip_loss.cli import pair_work, pipeline, run
+    from flip_loss.cli import pair_steps, pipeline, run
 
     refs, tests = tmp_path / "refs", tmp_path / "tests"
     refs.mkdir(), tests.mkdir()
@@ -209,7 +209,7 @@ def test_folder_mode_reads_ahead_and_writes_behind_in_bounded_steps(pair, tmp_pa
         (refs / f"p{i}.png").write_bytes(pair[0].read_bytes())
         (tests / f"p{i}.png").write_bytes(pair[1].read_bytes())
     events, lock, later_read = [], threading.Lock(), threading.Event()
-    read, render, record = pair_work.PairWork.read, pair_work.PairWork.render, run.Run.record_result
+    read, render, record = pair_steps.PairWork.read, pair_steps.PairWork.render, run.Run.record_result
 
     def reading(self, index, reference, test):
         with lock:
@@ -228,8 +228,8 @@ def test_folder_mode_reads_ahead_and_writes_behind_in_bounded_steps(pair, tmp_pa
             events.append(("recorded", p.index, None))
         return record(self, p, result, report_record)
 
-    monkeypatch.setattr(pair_work.PairWork, "read", reading)
-    monkeypatch.setattr(pair_work.PairWork, "render", rendering)
+    monkeypatch.setattr(pair_steps.PairWork, "read", reading)
+    monkeypatch.setattr(pair_steps.PairWork, "render", rendering)
     monkeypatch.setattr(run.Run, "record_result", recording)
     argv = ["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(tmp_path / "out"), "-v", "0"]
     assert main(argv) == 0

@@ -1,7 +1,7 @@
 """Folder mode on real golden folders: PNG and OpenEXR renders side by side, each pair evaluated with
 its own kind in one run (LDR-FLIP for LDR pairs, HDR-FLIP for .exr pairs, one summary, one report,
 one gate), a name shared by two images of one folder being that pair's error; and the run's one
-account (flip_loss.cli.account), said in the same words on stdout, in the CSV file's rows and in
+account (flip_loss.cli.run_counts), said in the same words on stdout, in the CSV file's rows and in
 the HTML report, stdout ending with the gate's verdict."""
 
 import csv
@@ -253,7 +253,7 @@ def test_an_exr_reference_with_a_png_render_is_that_pairs_error(golden, tmp_path
 
 
 def _account_words(rows, threshold):
-    """The account of a run in the words of flip_loss.cli.account, counted from its CSV rows."""
+    """The account of a run in the words of flip_loss.cli.run_counts, counted from its CSV rows."""
     evaluated = [r for r in rows if r[8] == "evaluated"]
     not_evaluated = [r for r in rows if r[8].startswith("not evaluated: ")]
     assert len(evaluated) + len(not_evaluated) == len(rows)

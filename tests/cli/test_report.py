@@ -202,7 +202,7 @@ def test_table_worst_first_with_the_gate_marked_and_the_failed_pair(run):
         assert r["data-state"] == ("over" if run.pooled[name].mean > run.threshold else "ok")
     assert sum(r["data-state"] == "over" for r in rows) == 2
     text = " ".join("".join(run.parsed.text).split())
-    # the run's account in the words the terminal prints (flip_loss.cli.account): "failed" is only
+    # the run's account in the words the terminal prints (flip_loss.cli.run_counts): "failed" is only
     # the gate's verdict, a pair that could not be evaluated is "not evaluated"
     assert "gate: FAIL (4 evaluated, 2 over the gate, 1 not evaluated)" in text
     assert f"2 over the gate (2 with the mean above {run.threshold:g})" in text

@@ -213,7 +213,7 @@ def cli_rank_worker(rank, world_size, argv, cwd, broken_rank):
     import io
 
     from flip_loss.cli import main
-    from flip_loss.cli.pair_work import PairWork
+    from flip_loss.cli.pair_steps import PairWork
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     if rank == broken_rank:
@@ -291,7 +291,7 @@ def cli_rank_with_hooks(marker_dir, hang_ranks, argv):
     others). Returns main's exit code."""
     from flip_loss.cli import main
     from flip_loss.cli import shard
-    from flip_loss.cli.pair_work import PairWork
+    from flip_loss.cli.pair_steps import PairWork
 
     rank = int(os.environ["RANK"])
 
