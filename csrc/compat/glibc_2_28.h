@@ -1,6 +1,6 @@
 // Force-included into every host translation unit of the Python extension (setup.py, -include) on
 // glibc Linux, so that the binary asks for no glibc symbol version newer than 2.28 and a wheel of
-// it can carry the manylinux_2_28 tag (scripts/build_wheel.sh, README "Release wheels").
+// it can carry the manylinux_2_28 tag (scripts/build_wheel.sh, docs/install.md "Release wheels").
 //
 // Built on a newer glibc, a call binds to the newest version of each symbol, and only these few
 // are newer than 2.28: exp, exp2, log and pow (GLIBC_2.29: the same functions without the old

@@ -3,7 +3,7 @@ compiler (g++-aarch64-linux-gnu) as setup.py compiles it, run under qemu-user, i
 with the same program built for this x86-64 machine (tests/cpp/core_outputs.cpp: every CPU kernel,
 float32 and float64, and fastmath.h's float functions, on fixed inputs).
 
-What must agree, and why (docs/algorithm.md §9.1, README "What is tested on which architecture"):
+What must agree, and why (docs/algorithm.md §9.1, docs/install.md "What is tested on which architecture"):
 * float32, every output bit for bit, at every x86-64 level: the kernels use only IEEE +, -, *, /,
   sqrt and conversions, never contracted into fused multiply-adds (-ffp-contract=off, which aarch64's
   GCC would otherwise do by default), and fastmath.h's own transcendentals; the C library serves only
