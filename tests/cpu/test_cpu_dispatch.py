@@ -75,11 +75,6 @@ def test_every_level_computes_bit_identical_results(tmp_path):
     assert base["ldr_torch.float32"].max() > 0.05 and base["ldr_gt_torch.float64"].abs().max() > 0
 
 
-def test_unknown_level_falls_back_to_the_best(tmp_path):
-    res = _run_at("sse9", tmp_path / "x.pt")
-    assert res["level"] == _C.cpu_capability()
-
-
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
 @pytest.mark.skipif(
     os.environ.get("FLIP_LOSS_NATIVE", "0") not in ("0", ""),
