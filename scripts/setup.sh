@@ -89,34 +89,48 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
-# Chromium on its own: where it cannot be installed (no such package, e.g. Ubuntu's snap-only
-# one) the browser tests skip with their reason instead of the whole set-up failing.
+# The tools only some tests need, each on its own (where one cannot be installed, e.g. Ubuntu's
+# snap-only chromium, the tests that need it skip, saying why, instead of the set-up failing), in
+# the background: apt downloads while pip does. Their output is printed before the build.
+optional_apt=()
 if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
-  echo "== installing chromium (browser tests of the HTML report)"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  if ! { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; then
-    echo "setup.sh: warning: could not install chromium; the browser tests of tests/cli/test_report.py will skip" >&2
-  fi
+  optional_apt+=("chromium:the browser tests of tests/cli/test_report.py")
 fi
-
-# The aarch64 cross compiler and qemu-user (about 70 MB), likewise on their own: without them
-# tests/cpu/test_aarch64.py skips, saying what is missing.
 if [ "$with_aarch64" = 1 ] && { ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/dev/null; }; then
-  echo "== installing the aarch64 cross compiler and qemu-user (tests/cpu/test_aarch64.py)"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  if ! { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++-aarch64-linux-gnu qemu-user; }; then
-    echo "setup.sh: warning: could not install g++-aarch64-linux-gnu and qemu-user; tests/cpu/test_aarch64.py will skip" >&2
-  fi
+  optional_apt+=("g++-aarch64-linux-gnu qemu-user:tests/cpu/test_aarch64.py")
 fi
-
-# clang likewise: without it tests/cpu/test_clang.py skips.
 if [ "$with_clang" = 1 ] && ! command -v clang++ >/dev/null; then
-  echo "== installing clang (tests/cpu/test_clang.py)"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  if ! { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang; }; then
-    echo "setup.sh: warning: could not install clang; tests/cpu/test_clang.py will skip" >&2
-  fi
+  optional_apt+=("clang:tests/cpu/test_clang.py")
 fi
+install_optional_tools() {
+  local SUDO="" item
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq || true
+  for item in "$@"; do
+    echo "== installing ${item%%:*} (${item#*:})"
+    local lean=(--no-install-recommends)
+    [ "${item%%:*}" = chromium ] && lean=()  # its recommended fonts and libraries are what it draws with
+    # shellcheck disable=SC2086  # the packages of one item, separated by spaces
+    if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${lean[@]}" ${item%%:*}; then
+      echo "setup.sh: warning: could not install ${item%%:*}; ${item#*:} will skip" >&2
+    fi
+  done
+}
+tools_log="$(mktemp)"
+tools_pid=""
+if [ ${#optional_apt[@]} -gt 0 ]; then
+  install_optional_tools "${optional_apt[@]}" > "$tools_log" 2>&1 &
+  tools_pid=$!
+fi
+wait_for_tools() {
+  if [ -n "$tools_pid" ]; then
+    wait "$tools_pid" || true
+    tools_pid=""
+    cat "$tools_log"
+  fi
+  rm -f "$tools_log"
+}
+trap wait_for_tools EXIT
 
 if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
@@ -134,14 +148,29 @@ requirements_stamp() {
   } | sha256sum | cut -d' ' -f1
 }
 REQUIREMENTS_STAMP_FILE=.venv/.flip_loss_requirements_stamp
+venv_pid=""
 if [ -f "$REQUIREMENTS_STAMP_FILE" ] && [ "$(cat "$REQUIREMENTS_STAMP_FILE")" = "$(requirements_stamp)" ]; then
   echo "== pinned Python packages are installed (requirements-test.txt unchanged)"
 else
   echo "== installing pinned Python packages (requirements-test.txt)"
   rm -f "$REQUIREMENTS_STAMP_FILE"
-  $PY -m pip install -q --upgrade pip
-  $PY -m pip install -q -r requirements-test.txt
+  install_venv_packages() { $PY -m pip install -q --upgrade pip && $PY -m pip install -q -r requirements-test.txt; }
+  if [ "$with_oldest_torch" = 1 ]; then
+    # Beside the oldest torch's environment, which the build waits for: two installs unpack on two
+    # cores while both download.
+    install_venv_packages &
+    venv_pid=$!
+  else
+    install_venv_packages
+  fi
 fi
+wait_for_venv() {
+  if [ -n "$venv_pid" ]; then
+    local pid=$venv_pid
+    venv_pid=""
+    wait "$pid" || { echo "setup.sh: installing requirements-test.txt in .venv failed" >&2; exit 1; }
+  fi
+}
 
 # What the installed torch and flip_loss say, from one Python process (each import of torch takes
 # seconds): line 1 torch's version and CUDA (part of the stamp below), line 2 "ok" when
@@ -229,6 +258,7 @@ build_stamp() {
   } | sha256sum | cut -d' ' -f1
 }
 STAMP_FILE=.venv/.flip_loss_build_stamp
+wait_for_venv
 state="$(installed_state "$PY")"
 build_state="$state"
 if [ "$BUILD_PY" != "$PY" ]; then build_state="$(installed_state "$BUILD_PY")"; fi
@@ -268,3 +298,4 @@ if [ "$BUILD_PY" != "$PY" ]; then
   fi
   echo "$(sed -n 3p <<<"$build_state") (.venv-oldest-torch, the oldest supported torch)"
 fi
+wait_for_tools

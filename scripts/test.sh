@@ -6,11 +6,11 @@
 #   bash scripts/test.sh [--tier full|fast|release] [pytest arguments...]
 #
 #   full     (default; .ci/run) every test with the newest supported torch (.venv, the development
-#            pin) and, at the same time, the torch_release tier with the oldest (.venv-oldest-torch):
-#            what can differ between releases (tests/helpers/tiers.py). Both runs use the one extension
-#            binary, built against the oldest. Beside them, tests/packaging/test_portable_floor.py with
-#            the oldest torch the package runs on at all (.venv-portable-floor, set up in that
-#            background run: pure Python, the portable path).
+#            pin; in two runs) and, at the same time, the torch_release tier with the oldest
+#            (.venv-oldest-torch): what can differ between releases (tests/helpers/tiers.py). They
+#            use the one extension binary, built against the oldest. Beside them,
+#            tests/packaging/test_portable_floor.py with the oldest torch the package runs on at all
+#            (.venv-portable-floor, set up beside the main set-up: pure Python, the portable path).
 #   fast     every test not marked slow, with the newest torch only (the edit-test loop)
 #   release  the torch_release tier with both torches
 #
@@ -31,7 +31,10 @@ elif [[ "${1:-}" == --tier=* ]]; then
 fi
 # A run: "environment:marks[:test paths]" (paths default: tests).
 case "$tier" in
-  full) runs=(".venv:" ".venv-oldest-torch:torch_release" ".venv-portable-floor::tests/packaging/test_portable_floor.py") ;;
+  # The full tier's every test with the newest torch in two runs side by side (the folders that
+  # build and install, and the rest), so that both cores work while a run links or waits.
+  full) runs=(".venv::tests --ignore=tests/packaging --ignore=tests/cpu" ".venv::tests/packaging tests/cpu"
+              ".venv-oldest-torch:torch_release" ".venv-portable-floor::tests/packaging/test_portable_floor.py") ;;
   fast) runs=(".venv:not slow") ;;
   release) runs=(".venv:torch_release" ".venv-oldest-torch:torch_release") ;;
   *) echo "test.sh: unknown tier '$tier' (known: full, fast, release)" >&2; exit 2 ;;
@@ -40,6 +43,15 @@ setup_args=(--with-browser)
 [ "$tier" != fast ] && setup_args+=(--with-oldest-torch)
 [ "$tier" = full ] && setup_args+=(--with-aarch64 --with-clang)
 
+logs="$(mktemp -d)"
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$logs"' EXIT
+if [ "$tier" = full ]; then
+  # The portable floor's environment downloads (2.3 GB; minutes on a fresh machine, seconds once
+  # there) beside the set-up; bounded, so that a stalled download cannot hold the tier.
+  { timeout 900 bash scripts/setup.sh --only-portable-floor-torch > "$logs/floor-setup.log" 2>&1; echo $? > "$logs/floor-setup.rc"; } &
+  pids+=("$!")
+fi
 bash scripts/setup.sh "${setup_args[@]}"
 echo "== set up ($(since_start))"
 summary=("set-up: ${SECONDS} s")
@@ -50,10 +62,10 @@ run_tests() {
   local env="$1" marks="$2" report="$3" paths="${4:-tests}" select=() started=$SECONDS release result=passed
   [ -n "$marks" ] && select=(-m "$marks")
   if [ "$env" = .venv-portable-floor ]; then
-    # Set up here, beside the other runs: its 2.3 GB download (6-10 min on the shared machine, a
-    # few seconds once there) would otherwise lengthen the set-up; bounded, so that a stalled
-    # download cannot hold the tier.
-    if ! timeout 900 bash scripts/setup.sh --only-portable-floor-torch; then
+    while [ ! -f "$logs/floor-setup.rc" ]; do sleep 2; done
+    cat "$logs/floor-setup.log"
+    # Once more if it failed: the main set-up may have installed what it lacked (python3-venv).
+    if [ "$(cat "$logs/floor-setup.rc")" != 0 ] && ! timeout 900 bash scripts/setup.sh --only-portable-floor-torch; then
       echo "$env: set-up FAILED after $((SECONDS - started)) s" > "$report"
       return
     fi
@@ -72,9 +84,6 @@ run_tests() {
 # when the first is done. The 2-core machine is otherwise half idle while a single pytest process
 # runs Python, starts subprocesses or links, so the tier takes little longer than its largest run.
 pytest_args=("$@")
-logs="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$logs"' EXIT
 run_fields() {  # the run's environment, marks and paths, one per line
   local run="$1"
   echo "${run%%:*}"
@@ -89,7 +98,8 @@ for i in "${!runs[@]}"; do
   pids+=("$!")
   echo "== started the run with ${runs[$i]%%:*} in the background (its output follows the first run's)"
 done
-run_tests "${runs[0]%%:*}" "${runs[0]#*:}" "$logs/0.status"
+mapfile -t fields < <(run_fields "${runs[0]}")
+run_tests "${fields[0]}" "${fields[1]}" "$logs/0.status" "${fields[2]}"
 for pid in "${pids[@]}"; do wait "$pid" || true; done
 for i in "${!runs[@]}"; do
   [ "$i" = 0 ] && continue
