@@ -45,6 +45,7 @@ RELEASE_FREE_MODULES = frozenset(
         "test_gpu_check_script",
         "test_build_wheel_script",
         "test_fastmath",
+        "test_pure_install",  # a pip install without a compiler ("compiler" is not torch.compile)
         "test_cpu_dispatch",
         "test_lint",
         "test_docs",
