@@ -31,16 +31,20 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
 @functools.cache
-def environment():
-    """flip_loss/environment.py on its own: the package's one reading of the FLIP_LOSS_* variables."""
+def package_module(name):
+    """flip_loss/<name>.py on its own: the package cannot be imported before it is built (and its
+    import would load torch). These modules import nothing of the package."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "_flip_environment", os.path.join(ROOT, "flip_loss", "environment.py")
-    )
+    spec = importlib.util.spec_from_file_location(f"_flip_{name}", os.path.join(ROOT, "flip_loss", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def environment():
+    """The package's one reading of the FLIP_LOSS_* variables."""
+    return package_module("environment")
 
 
 def switch(name):
@@ -55,30 +59,14 @@ def switch(name):
 EXTENSION = switch("FLIP_LOSS_EXTENSION")
 
 
-@functools.cache
 def torch_releases():
-    """flip_loss/torch_releases.py on its own (the package cannot be imported before it is built)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "_flip_torch_releases", os.path.join(ROOT, "flip_loss", "torch_releases.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The supported torch releases."""
+    return package_module("torch_releases")
 
 
-@functools.cache
 def cuda_arches():
-    """flip_loss/cuda_arches.py on its own, as torch_releases(): the GPU targets of a build."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "_flip_cuda_arches", os.path.join(ROOT, "flip_loss", "cuda_arches.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The GPU targets of a build."""
+    return package_module("cuda_arches")
 
 
 def missing_compiler():

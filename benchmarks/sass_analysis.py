@@ -22,6 +22,7 @@ rules (what "issued warp-instructions" means here):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from typing import Callable, Iterable, Optional
@@ -574,9 +575,9 @@ class SmLimits:
 H200 = SmLimits()
 
 
-def _shared_memory_per_block():
-    """flip_loss/cuda_arches.py's shared memory per block by compute capability, loaded on its own
-    (the package's import would load torch)."""
+@functools.cache
+def cuda_arches():
+    """flip_loss/cuda_arches.py loaded on its own (the package's import would load torch)."""
     import importlib.util
     import os
 
@@ -584,7 +585,12 @@ def _shared_memory_per_block():
     spec = importlib.util.spec_from_file_location("flip_loss_cuda_arches", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.SHARED_MEMORY_PER_BLOCK
+    return module
+
+
+def _shared_memory_per_block():
+    """flip_loss/cuda_arches.py's shared memory per block by compute capability."""
+    return cuda_arches().SHARED_MEMORY_PER_BLOCK
 
 
 def _generation(capability, name, threads, blocks, smem_per_sm, barriers):

@@ -1004,23 +1004,13 @@ def analyse(args):
 # ---- the other GPU generations ---------------------------------------------------------------
 
 
-def _cuda_arches():
-    """flip_loss/cuda_arches.py on its own (the package's import would load torch)."""
-    spec = importlib.util.spec_from_file_location(
-        "flip_loss_cuda_arches", os.path.join(ROOT, "flip_loss", "cuda_arches.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def capability(arch):
-    return _cuda_arches().capability(arch)
+    return sa.cuda_arches().capability(arch)
 
 
 def sass_of(arch):
     """The build's SASS target a GPU of compute capability `arch` runs ("8.9" -> "8.6")."""
-    code = _cuda_arches().runs_on(capability(arch))
+    code = sa.cuda_arches().runs_on(capability(arch))
     if code is None or not code.startswith("sm_"):
         raise ValueError(f"no SASS of the build runs on compute capability {arch}")
     return f"{code[3:-1]}.{code[-1]}"
