@@ -11,7 +11,8 @@
 #   --with-clang         also clang (tests/cpu/test_clang.py)
 #   --with-oldest-torch  also .venv-oldest-torch, with the oldest supported torch: the extension is
 #                        built there and .venv uses the same binary (built on PyTorch's stable ABI,
-#                        one binary serves every supported release)
+#                        one binary serves every supported release); and ccache, with which the
+#                        C++ tests' builds for the two releases share the CPU core's objects
 #   --with-portable-floor-torch  also .venv-portable-floor, the oldest torch flip-loss runs on at
 #                        all (pure Python there; tests/packaging/test_portable_floor.py)
 #   --only-portable-floor-torch  that environment alone, nothing else
@@ -98,6 +99,9 @@ if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null && ! command -v c
 fi
 if [ "$with_aarch64" = 1 ] && { ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/dev/null; }; then
   optional_apt+=("g++-aarch64-linux-gnu qemu-user:tests/cpu/test_aarch64.py")
+fi
+if [ "$with_oldest_torch" = 1 ] && ! command -v ccache >/dev/null; then
+  optional_apt+=("ccache:the C++ tests' build for a second torch release reusing the first's CPU core")
 fi
 if [ "$with_clang" = 1 ] && ! command -v clang++ >/dev/null; then
   optional_apt+=("clang:tests/cpu/test_clang.py")

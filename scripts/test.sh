@@ -6,7 +6,7 @@
 #   bash scripts/test.sh [--tier full|fast|release] [pytest arguments...]
 #
 #   full     (default; .ci/run) every test with the newest supported torch (.venv, the development
-#            pin; in two runs) and, at the same time, the torch_release tier with the oldest
+#            pin; in three runs) and, at the same time, the torch_release tier with the oldest
 #            (.venv-oldest-torch): what can differ between releases (tests/helpers/tiers.py). They
 #            use the one extension binary, built against the oldest. Beside them,
 #            tests/packaging/test_portable_floor.py with the oldest torch the package runs on at all
@@ -31,10 +31,13 @@ elif [[ "${1:-}" == --tier=* ]]; then
 fi
 # A run: "environment:marks[:test paths]" (paths default: tests).
 case "$tier" in
-  # The full tier's every test with the newest torch in two runs side by side (the folders that
-  # build and install, and the rest), so that both cores work while a run links or waits.
-  full) runs=(".venv::tests --ignore=tests/packaging --ignore=tests/cpu" ".venv::tests/packaging tests/cpu"
-              ".venv-oldest-torch:torch_release" ".venv-portable-floor::tests/packaging/test_portable_floor.py") ;;
+  # The full tier's every test with the newest torch in three runs side by side (the folders that
+  # build and install, and the rest in two), so that both cores work while a run links or waits
+  # and no run is left alone at the end.
+  full) runs=(".venv::tests --ignore=tests/packaging --ignore=tests/cpu --ignore=tests/api --ignore=tests/gpu"
+              ".venv::tests/api tests/gpu"
+              ".venv::tests/packaging tests/cpu" ".venv-oldest-torch:torch_release"
+              ".venv-portable-floor::tests/packaging/test_portable_floor.py") ;;
   fast) runs=(".venv:not slow") ;;
   release) runs=(".venv:torch_release" ".venv-oldest-torch:torch_release") ;;
   *) echo "test.sh: unknown tier '$tier' (known: full, fast, release)" >&2; exit 2 ;;

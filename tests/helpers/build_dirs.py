@@ -1,8 +1,8 @@
 """Where the tests build what they compile against torch (the C++ programs, the GPU emulator):
 one directory tree per torch release, build/torch-<major>.<minor>/. The C++ programs link torch's
 C++ library and the emulator is compiled with the running torch's headers, so a build made with
-one release is never reused with another: scripts/test.sh runs the suite with two, one after the
-other, from the same checkout. Each directory can be moved with its own environment variable
+one release is never reused with another: scripts/test.sh runs the suite with two, side by side,
+from the same checkout. Each directory can be moved with its own environment variable
 (docs/environment.md)."""
 
 import os

@@ -3,6 +3,8 @@ root CMake project in one build directory (FLIP_LOSS_CPP_BUILD_DIR, default
 build/torch-<release>/cpp, tests/helpers/build_dirs.py), kept between runs so that only what changed is
 rebuilt."""
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -49,6 +51,27 @@ def generator_args():
     return ["-G", "Ninja"] if shutil.which("ninja") else []
 
 
+def compiler_cache_args():
+    """ccache, where installed, for the compiles: the framework-free CPU core (flip_cpu_core, the
+    slowest part) compiles without torch's flags, so each torch release's build reuses the objects
+    of the first."""
+    return ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []
+
+
+@contextlib.contextmanager
+def build_lock():
+    """One C++ build at a time across the test runs of scripts/test.sh (one per torch release, side
+    by side): the second then finds the core's objects in the compiler cache, and the two cores of a
+    small machine are no slower for it."""
+    (ROOT / "build").mkdir(exist_ok=True)
+    with open(ROOT / "build" / "cpp-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build_library():
     """Configures BUILD_DIR once and builds libflip_ops and tests/cpp; returns BUILD_DIR."""
     if shutil.which("cmake") is None:
@@ -64,12 +87,14 @@ def build_library():
                 "-DCMAKE_BUILD_TYPE=Release",
                 f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
                 "-DFLIP_LOSS_BUILD_TESTS=ON",
+                *compiler_cache_args(),
                 *generator_args(),
             ],
             "configure the library",
         )
     # An existing build dir is reused: cmake --build reconfigures by itself when a CMakeLists changed.
-    run(["cmake", "--build", BUILD_DIR, "-j2"], "build the library and tests/cpp")
+    with build_lock():
+        run(["cmake", "--build", BUILD_DIR, "-j2"], "build the library and tests/cpp")
     return BUILD_DIR
 
 
