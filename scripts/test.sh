@@ -87,6 +87,10 @@ run_tests() {
 # when the first is done. The 2-core machine is otherwise half idle while a single pytest process
 # runs Python, starts subprocesses or links, so the tier takes little longer than its largest run.
 pytest_args=("$@")
+# Runs side by side share the two cores: a parallel region whose second thread waits for a core
+# costs a scheduler slice (tens of ms) on every torch op, far more than the op on a test's small
+# images. One thread each (the tests of thread counts set their own); a caller's setting stays.
+if [ "${#runs[@]}" -gt 1 ]; then export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"; fi
 run_fields() {  # the run's environment, marks and paths, one per line
   local run="$1"
   echo "${run%%:*}"
