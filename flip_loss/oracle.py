@@ -421,13 +421,15 @@ def _difference_taps(s):
 @functools.lru_cache(maxsize=64)
 def _bank_rows(kind, ppd):
     """(r, rows) of one filter bank, one row of taps per plane it filters: the CSF's (y, cx, cz1,
-    cz2); the feature detectors' (dg, ddg) as difference taps for the first pass and (g, g) for the
-    second."""
+    cz2); the feature detectors' eight, the horizontal pass's four then the vertical pass's, for the
+    planes (x differences, x differences, y differences, y differences): (dg, ddg, g, g) then (g, g,
+    dg, ddg), dg and ddg as difference taps."""
     if kind == "csf":
         r, *rows = _csf_rows(ppd)
         return r, tuple(rows)
     r, g, dg, ddg = _feature_rows(ppd)
-    return r, (_difference_taps(dg), _difference_taps(ddg), g, g)
+    dg, ddg = _difference_taps(dg), _difference_taps(ddg)
+    return r, (dg, ddg, g, g, g, g, dg, ddg)
 
 
 # Device copies of the banks for plain eager calls on devices other than the CPU (where a tensor
@@ -488,13 +490,10 @@ def _stack(planes):
     (channels-last) on the CPU, where oneDNN's depthwise convolutions and their backward are
     several times faster on it; planar elsewhere, where a depthwise float32 convolution of planar
     data runs PyTorch's own kernel (CUDA), never a TF32 one."""
-    x = torch.stack(planes, dim=1)
-    if x.device.type != "cpu":
-        return x
-    try:
-        return x.contiguous(memory_format=torch.channels_last)
-    except RuntimeError:  # vmap (torch.func.jacfwd, jacrev) cannot restride a batched tensor
-        return x
+    if planes[0].device.type != "cpu":
+        return torch.stack(planes, dim=1)
+    # Stacked along a new last axis and viewed as N x P x H x W: channels-last in one copy.
+    return torch.stack(planes, dim=-1).permute(0, 3, 1, 2)
 
 
 def _under_func_transform(*tensors):
@@ -530,9 +529,10 @@ def _correlate(x, taps, dim):
 def feature_responses(yhat, pixels_per_degree):
     """The feature detectors' responses (dx, dy, ddx, ddy), each N x H x W, of a normalised
     achromatic image (N x 1 x H x W): the Gaussian's first and second derivative along one axis
-    and the Gaussian along the other. The derivative pass comes first, on the first differences
-    of the image with difference taps (_difference_taps): a constant neighbourhood gives exactly
-    0, whatever order a convolution sums in."""
+    and the Gaussian along the other. The derivative taps are difference taps (_difference_taps)
+    applied to the first differences of the image along their axis: a constant neighbourhood gives
+    exactly 0, whatever order a convolution sums in. All four planes go through one pair of passes
+    (horizontal, then vertical), each plane with its own taps."""
     r, taps = _bank("feature", float(pixels_per_degree), yhat.dtype, yhat.device)
     # One more sample after each axis, so that the differences keep the padded length; the
     # difference taps' last tap, 0, is the one that reaches it.
@@ -540,8 +540,8 @@ def feature_responses(yhat, pixels_per_degree):
     xs = x[:, :-1, :-1]
     along_x = x[:, :-1, 1:] - xs
     along_y = x[:, 1:, :-1] - xs
-    dx, ddx = _correlate(_correlate(_stack([along_x, along_x]), taps[:2], -1), taps[2:], -2).unbind(1)
-    dy, ddy = _correlate(_correlate(_stack([along_y, along_y]), taps[:2], -2), taps[2:], -1).unbind(1)
+    planes = _stack([along_x, along_x, along_y, along_y])
+    dx, ddx, dy, ddy = _correlate(_correlate(planes, taps[:4], -1), taps[4:], -2).unbind(1)
     return dx, dy, ddx, ddy
 
 
