@@ -502,6 +502,12 @@ def _under_func_transform(*tensors):
     return any(wrapped(x) or torch.autograd.forward_ad.unpack_dual(x).tangent is not None for x in tensors)
 
 
+def _needs_derivative(x):
+    """Whether anything may differentiate through ``x``: autograd, forward mode, a torch.func
+    transform, or torch.compile's trace (which may differentiate what it traces later)."""
+    return x.requires_grad or is_compiling() or _under_func_transform(x)
+
+
 def _edge_rows(x, before, after, dim):
     n = x.shape[dim]
     shape = list(x.shape)
@@ -555,15 +561,18 @@ def feature_responses(yhat, pixels_per_degree):
 GAMUT_GRADIENT_SLACK = 1e-5
 
 
-def _filtered_rgb(y, d1, d2, ppd):
+def _filtered_rgb(y, d1, d2, ppd, differentiated=True):
     """The CSF planes (y, x - y, y - z) (N x H x W) filtered, back in linear RGB and clamped to
-    [0, 1] (docs/algorithm.md §4.4-§4.6): three N x H x W planes."""
+    [0, 1] (docs/algorithm.md §4.4-§4.6): three N x H x W planes. ``differentiated=False`` (nothing
+    differentiates through them) clamps with torch.clamp: the same values."""
     r, taps = _bank("csf", ppd, y.dtype, y.device)
     d2 = _pad(d2, r, r)
     x = _stack([_pad(y, r, r), _pad(d1, r, r), d2, d2])
     # The blue-yellow channel: the sum of its two separable Gaussians.
     yf, d1f, d2f, d2f2 = _correlate(_correlate(x, taps, -1), taps, -2).unbind(1)
     rgb = _mix((yf, d1f, d2f + d2f2), _CSF_TO_RGB)
+    if not differentiated:
+        return [torch.clamp(c, 0.0, 1.0) for c in rgb]
     return [clamp(c, 0.0, 1.0, GAMUT_GRADIENT_SLACK) for c in rgb]
 
 
@@ -610,9 +619,13 @@ def hunt_hyab(test_rgb, reference_rgb, eps=DEFAULT_EPS):
     return _colour_difference(lab_t, lab_r, eps).unsqueeze(1).to(test_rgb.dtype)
 
 
-def _edge_point(yhat, ppd):
-    """Edge and point magnitudes (N x H x W) of one normalised achromatic image (N x 1 x H x W)."""
+def _edge_point(yhat, ppd, differentiated=True):
+    """Edge and point magnitudes (N x H x W) of one normalised achromatic image (N x 1 x H x W).
+    ``differentiated=False`` (nothing differentiates through them): plain square roots, the same
+    values."""
     dx, dy, ddx, ddy = feature_responses(yhat, ppd)
+    if not differentiated:
+        return torch.sqrt(_squares(dx, dy)), torch.sqrt(_squares(ddx, ddy))
     return _safe_norm(dx, dy), _safe_norm(ddx, ddy)
 
 
@@ -637,13 +650,16 @@ def feature_difference(test_y, reference_y, pixels_per_degree, eps=DEFAULT_EPS):
 def _image_terms(x, ppd, srgb):
     """The stages of one image (N x 3 x H x W, compute dtype) that do not need the other: its
     Hunt-adjusted Lab planes after the CSF and its edge and point magnitudes. Test and reference
-    go through them separately, so that an image that needs no gradient records nothing."""
-    x = clamp(x, 0.0, 1.0)
+    go through them separately, so that an image that needs no gradient records nothing, and skips
+    the conditions that only shape a gradient (the clamps' and norms' rules at their kinks)."""
+    differentiated = _needs_derivative(x)
+    x = clamp(x, 0.0, 1.0) if differentiated else torch.clamp(x, 0.0, 1.0)
     if srgb:
         x = _srgb_decode(x)
     y, d1, d2 = _mix(x.unbind(1), _RGB_TO_CSF)
     # The feature detectors see the unfiltered, normalised achromatic channel y.
-    return _hunt_lab(*_filtered_rgb(y, d1, d2, ppd)), _edge_point(y.unsqueeze(1), ppd)
+    lab = _hunt_lab(*_filtered_rgb(y, d1, d2, ppd, differentiated))
+    return lab, _edge_point(y.unsqueeze(1), ppd, differentiated)
 
 
 def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb", eps=DEFAULT_EPS):
