@@ -492,8 +492,11 @@ def _stack(planes):
     data runs PyTorch's own kernel (CUDA), never a TF32 one."""
     if planes[0].device.type != "cpu":
         return torch.stack(planes, dim=1)
-    # Stacked along a new last axis and viewed as N x P x H x W: channels-last in one copy.
-    return torch.stack(planes, dim=-1).permute(0, 3, 1, 2)
+    x = torch.stack(planes, dim=1)
+    try:
+        return x.contiguous(memory_format=torch.channels_last)
+    except RuntimeError:  # vmap (torch.func.jacfwd, jacrev) cannot restride a batched tensor
+        return x
 
 
 def _under_func_transform(*tensors):
