@@ -421,13 +421,15 @@ def _difference_taps(s):
 @functools.lru_cache(maxsize=64)
 def _bank_rows(kind, ppd):
     """(r, rows) of one filter bank, one row of taps per plane it filters: the CSF's (y, cx, cz1,
-    cz2); the feature detectors' (dg, ddg) as difference taps for the first pass and (g, g) for the
-    second."""
+    cz2); the feature detectors' eight, the horizontal pass's four then the vertical pass's, for the
+    planes (x differences, x differences, y differences, y differences): (dg, ddg, g, g) then (g, g,
+    dg, ddg), dg and ddg as difference taps."""
     if kind == "csf":
         r, *rows = _csf_rows(ppd)
         return r, tuple(rows)
     r, g, dg, ddg = _feature_rows(ppd)
-    return r, (_difference_taps(dg), _difference_taps(ddg), g, g)
+    dg, ddg = _difference_taps(dg), _difference_taps(ddg)
+    return r, (dg, ddg, g, g, g, g, dg, ddg)
 
 
 # Device copies of the banks for plain eager calls on devices other than the CPU (where a tensor
@@ -488,9 +490,12 @@ def _stack(planes):
     (channels-last) on the CPU, where oneDNN's depthwise convolutions and their backward are
     several times faster on it; planar elsewhere, where a depthwise float32 convolution of planar
     data runs PyTorch's own kernel (CUDA), never a TF32 one."""
-    x = torch.stack(planes, dim=1)
-    if x.device.type != "cpu":
-        return x
+    if planes[0].device.type != "cpu":
+        return torch.stack(planes, dim=1)
+    return _channels_last(torch.stack(planes, dim=1))
+
+
+def _channels_last(x):
     try:
         return x.contiguous(memory_format=torch.channels_last)
     except RuntimeError:  # vmap (torch.func.jacfwd, jacrev) cannot restride a batched tensor
@@ -503,6 +508,12 @@ def _under_func_transform(*tensors):
     return any(wrapped(x) or torch.autograd.forward_ad.unpack_dual(x).tangent is not None for x in tensors)
 
 
+def _needs_derivative(x):
+    """Whether anything may differentiate through ``x``: autograd, forward mode, a torch.func
+    transform, or torch.compile's trace (which may differentiate what it traces later)."""
+    return x.requires_grad or is_compiling() or _under_func_transform(x)
+
+
 def _edge_rows(x, before, after, dim):
     n = x.shape[dim]
     shape = list(x.shape)
@@ -512,36 +523,99 @@ def _edge_rows(x, before, after, dim):
     return torch.cat((first, x, x.narrow(dim, n - 1, 1).expand(shape)), dim)
 
 
-def _pad(x, before, after):
+def _pad(x, before, after, halo=0):
     """Clamp-to-edge padding of both image axes (the last two; docs/algorithm.md §7.9), ``before``
     samples before and ``after`` after, for any image size: the edge rows repeated, whose backward
     sums them (replicate padding's backward adds with atomics on CUDA, which makes the gradient
-    vary from run to run)."""
-    return _edge_rows(_edge_rows(x, before, after, -1), before, after, -2)
+    vary from run to run). A strip with ``halo`` (>= before, after) rows above and below its own
+    (_with_halo) takes the rows it needs from them instead."""
+    x = _edge_rows(x, before, after, -1)
+    if halo:
+        return x.narrow(-2, halo - before, x.shape[-2] - 2 * halo + before + after)
+    return _edge_rows(x, before, after, -2)
+
+
+def _correlation(x, taps, dim, padding=0):
+    if x.device.type == "cpu":  # a gradient arrives planar
+        x = _channels_last(x)
+    p, k = taps.shape
+    if dim == -1:
+        return F.conv2d(x, taps.view(p, 1, 1, k), padding=(0, padding), groups=p)
+    return F.conv2d(x, taps.view(p, 1, k, 1), padding=(padding, 0), groups=p)
+
+
+class _Correlate(torch.autograd.Function):
+    """_correlation with constant taps, whose transpose (the backward) is the correlation of the
+    zero-padded gradient with the reversed taps: a forward convolution, which oneDNN runs faster
+    than its convolution backward. Linear, so its forward-mode derivative is itself."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, taps, dim):
+        return _correlation(x, taps, dim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.taps, ctx.dim = inputs[1], inputs[2]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _CorrelateTransposed.apply(grad, ctx.taps.flip(-1), ctx.dim), None, None
+
+    @staticmethod
+    def jvp(ctx, tangent, _taps, _dim):
+        return _Correlate.apply(tangent, ctx.taps, ctx.dim)
+
+
+class _CorrelateTransposed(torch.autograd.Function):
+    """The transpose of _Correlate with the reversed taps ``taps``: the correlation of the gradient
+    zero-padded by K - 1 samples on both sides along ``dim``; differentiable in turn (its transpose
+    is _Correlate), so the loss stays twice differentiable."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad, taps, dim):
+        return _correlation(grad, taps, dim, taps.shape[-1] - 1)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.taps, ctx.dim = inputs[1], inputs[2]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _Correlate.apply(grad, ctx.taps.flip(-1), ctx.dim), None, None
+
+    @staticmethod
+    def jvp(ctx, tangent, _taps, _dim):
+        return _CorrelateTransposed.apply(tangent, ctx.taps, ctx.dim)
 
 
 def _correlate(x, taps, dim):
-    """Each plane p of ``x`` (N x P x H x W) correlated with row p of ``taps`` (P x K) along ``dim``
-    (-1: horizontal, -2: vertical), only where the taps fit (the caller pads)."""
-    p, k = taps.shape
-    return F.conv2d(x, taps.view(p, 1, 1, k) if dim == -1 else taps.view(p, 1, k, 1), groups=p)
+    """Each plane p of ``x`` (N x P x H x W) correlated with row p of ``taps`` (P x K, constants) along
+    ``dim`` (-1: horizontal, -2: vertical), only where the taps fit (the caller pads)."""
+    if taps.requires_grad:
+        return _correlation(x, taps, dim)
+    return _Correlate.apply(x, taps, dim)
 
 
-def feature_responses(yhat, pixels_per_degree):
+def feature_responses(yhat, pixels_per_degree, halo=0):
     """The feature detectors' responses (dx, dy, ddx, ddy), each N x H x W, of a normalised
     achromatic image (N x 1 x H x W): the Gaussian's first and second derivative along one axis
-    and the Gaussian along the other. The derivative pass comes first, on the first differences
-    of the image with difference taps (_difference_taps): a constant neighbourhood gives exactly
-    0, whatever order a convolution sums in."""
+    and the Gaussian along the other. The derivative taps are difference taps (_difference_taps)
+    applied to the first differences of the image along their axis: a constant neighbourhood gives
+    exactly 0, whatever order a convolution sums in. All four planes go through one pair of passes
+    (horizontal, then vertical), each plane with its own taps. ``halo``: see _pad."""
     r, taps = _bank("feature", float(pixels_per_degree), yhat.dtype, yhat.device)
     # One more sample after each axis, so that the differences keep the padded length; the
     # difference taps' last tap, 0, is the one that reaches it.
-    x = _pad(yhat[:, 0], r, r + 1)
+    x = _pad(yhat[:, 0], r, r + 1, halo)
     xs = x[:, :-1, :-1]
     along_x = x[:, :-1, 1:] - xs
     along_y = x[:, 1:, :-1] - xs
-    dx, ddx = _correlate(_correlate(_stack([along_x, along_x]), taps[:2], -1), taps[2:], -2).unbind(1)
-    dy, ddy = _correlate(_correlate(_stack([along_y, along_y]), taps[:2], -2), taps[2:], -1).unbind(1)
+    planes = _stack([along_x, along_x, along_y, along_y])
+    dx, ddx, dy, ddy = _correlate(_correlate(planes, taps[:4], -1), taps[4:], -2).unbind(1)
     return dx, dy, ddx, ddy
 
 
@@ -555,15 +629,18 @@ def feature_responses(yhat, pixels_per_degree):
 GAMUT_GRADIENT_SLACK = 1e-5
 
 
-def _filtered_rgb(y, d1, d2, ppd):
+def _filtered_rgb(y, d1, d2, ppd, differentiated=True, halo=0):
     """The CSF planes (y, x - y, y - z) (N x H x W) filtered, back in linear RGB and clamped to
-    [0, 1] (docs/algorithm.md §4.4-§4.6): three N x H x W planes."""
+    [0, 1] (docs/algorithm.md §4.4-§4.6): three N x H x W planes. ``differentiated=False`` (nothing
+    differentiates through them) clamps with torch.clamp: the same values. ``halo``: see _pad."""
     r, taps = _bank("csf", ppd, y.dtype, y.device)
-    d2 = _pad(d2, r, r)
-    x = _stack([_pad(y, r, r), _pad(d1, r, r), d2, d2])
+    d2 = _pad(d2, r, r, halo)
+    x = _stack([_pad(y, r, r, halo), _pad(d1, r, r, halo), d2, d2])
     # The blue-yellow channel: the sum of its two separable Gaussians.
     yf, d1f, d2f, d2f2 = _correlate(_correlate(x, taps, -1), taps, -2).unbind(1)
     rgb = _mix((yf, d1f, d2f + d2f2), _CSF_TO_RGB)
+    if not differentiated:
+        return [torch.clamp(c, 0.0, 1.0) for c in rgb]
     return [clamp(c, 0.0, 1.0, GAMUT_GRADIENT_SLACK) for c in rgb]
 
 
@@ -610,9 +687,13 @@ def hunt_hyab(test_rgb, reference_rgb, eps=DEFAULT_EPS):
     return _colour_difference(lab_t, lab_r, eps).unsqueeze(1).to(test_rgb.dtype)
 
 
-def _edge_point(yhat, ppd):
-    """Edge and point magnitudes (N x H x W) of one normalised achromatic image (N x 1 x H x W)."""
-    dx, dy, ddx, ddy = feature_responses(yhat, ppd)
+def _edge_point(yhat, ppd, differentiated=True, halo=0):
+    """Edge and point magnitudes (N x H x W) of one normalised achromatic image (N x 1 x H x W).
+    ``differentiated=False`` (nothing differentiates through them): plain square roots, the same
+    values."""
+    dx, dy, ddx, ddy = feature_responses(yhat, ppd, halo)
+    if not differentiated:
+        return torch.sqrt(_squares(dx, dy)), torch.sqrt(_squares(ddx, ddy))
     return _safe_norm(dx, dy), _safe_norm(ddx, ddy)
 
 
@@ -634,16 +715,74 @@ def feature_difference(test_y, reference_y, pixels_per_degree, eps=DEFAULT_EPS):
     return _feature_term(t, r, eps).unsqueeze(1).to(test_y.dtype)
 
 
-def _image_terms(x, ppd, srgb):
+def _image_terms(x, ppd, srgb, halo=0):
     """The stages of one image (N x 3 x H x W, compute dtype) that do not need the other: its
     Hunt-adjusted Lab planes after the CSF and its edge and point magnitudes. Test and reference
-    go through them separately, so that an image that needs no gradient records nothing."""
-    x = clamp(x, 0.0, 1.0)
+    go through them separately, so that an image that needs no gradient records nothing, and skips
+    the conditions that only shape a gradient (the clamps' and norms' rules at their kinks). A strip
+    with ``halo`` rows above and below its own (_with_halo) gives the terms of its own rows."""
+    differentiated = _needs_derivative(x)
+    x = clamp(x, 0.0, 1.0) if differentiated else torch.clamp(x, 0.0, 1.0)
     if srgb:
         x = _srgb_decode(x)
     y, d1, d2 = _mix(x.unbind(1), _RGB_TO_CSF)
     # The feature detectors see the unfiltered, normalised achromatic channel y.
-    return _hunt_lab(*_filtered_rgb(y, d1, d2, ppd)), _edge_point(y.unsqueeze(1), ppd)
+    lab = _hunt_lab(*_filtered_rgb(y, d1, d2, ppd, differentiated, halo))
+    return lab, _edge_point(y.unsqueeze(1), ppd, differentiated, halo)
+
+
+# Images of more pixels (N x H x W) than this are evaluated on the CPU in horizontal strips of about
+# this many pixels, each with the rows its filters reach above and below (_with_halo): freed blocks
+# of more than a few tens of MB go back to the operating system, which zeroes them again when they
+# are allocated next, and for whole-image planes that costs as much as the arithmetic on them.
+STRIP_PIXELS = 1 << 19
+
+
+def _strip_rows(x, ppd):
+    """(halo, rows of each strip) of an N x C x H x W image, or None for one piece: the halo is
+    the rows an output row's filters reach on either side (the CSF's radius; the feature
+    detectors' and the one their differences add); every strip has at least two halos' rows."""
+    n, _, h, w = x.shape
+    if x.device.type != "cpu" or n * h * w <= STRIP_PIXELS:
+        return None
+    halo = max(_bank_rows("csf", ppd)[0], _bank_rows("feature", ppd)[0] + 1)
+    count = min(-(-n * h * w // STRIP_PIXELS), h // (2 * halo))
+    if count < 2:
+        return None
+    rows, extra = divmod(h, count)
+    return halo, [rows + 1] * extra + [rows] * (count - extra)
+
+
+def _with_halo(x, rows, halo):
+    """``x`` (N x C x H x W) cut into strips of ``rows`` rows, each with ``halo`` rows of its
+    neighbours above and below (the edge row repeated at the image's edges)."""
+    pieces = x.split(rows, dim=-2)
+    last = len(pieces) - 1
+
+    def edge(piece, at):
+        shape = list(piece.shape)
+        shape[-2] = halo
+        return piece.narrow(-2, at, 1).expand(shape)
+
+    return [
+        torch.cat(
+            (
+                pieces[i - 1].narrow(-2, pieces[i - 1].shape[-2] - halo, halo) if i > 0 else edge(p, 0),
+                p,
+                pieces[i + 1].narrow(-2, 0, halo) if i < last else edge(p, p.shape[-2] - 1),
+            ),
+            dim=-2,
+        )
+        for i, p in enumerate(pieces)
+    ]
+
+
+def _error_map(test, reference, ppd, srgb, eps, halo=0):
+    """The LDR-FLIP map (N x H x W) of two images in the compute dtype (strips with ``halo``: of
+    their own rows)."""
+    lab_t, features_t = _image_terms(test, ppd, srgb, halo)
+    lab_r, features_r = _image_terms(reference, ppd, srgb, halo)
+    return combine(_colour_difference(lab_t, lab_r, eps), _feature_term(features_t, features_r, eps))
 
 
 def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb", eps=DEFAULT_EPS):
@@ -661,9 +800,15 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
         test, reference = test.unsqueeze(0), reference.unsqueeze(0)
     ppd = float(pixels_per_degree)
     cdt = _compute_dtype(torch.promote_types(test.dtype, reference.dtype))
-    lab_t, features_t = _image_terms(test.to(cdt), ppd, space == "srgb")
-    lab_r, features_r = _image_terms(reference.to(cdt), ppd, space == "srgb")
-    out = combine(_colour_difference(lab_t, lab_r, eps), _feature_term(features_t, features_r, eps)).unsqueeze(1)
+    test, reference, srgb = test.to(cdt), reference.to(cdt), space == "srgb"
+    strips = _strip_rows(test, ppd)
+    if strips is None:
+        out = _error_map(test, reference, ppd, srgb, eps)
+    else:
+        halo, rows = strips
+        pairs = zip(_with_halo(test, rows, halo), _with_halo(reference, rows, halo))
+        out = torch.cat([_error_map(t, r, ppd, srgb, eps, halo) for t, r in pairs], dim=-2)
+    out = out.unsqueeze(1)
     if unbatched:
         out = out.squeeze(0)
     return out.to(dt)

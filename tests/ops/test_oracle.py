@@ -198,6 +198,33 @@ def test_ldr_flip_symmetry():
     torch.testing.assert_close(oracle.ldr_flip(a, b, 30.0), oracle.ldr_flip(b, a, 30.0), rtol=0, atol=1e-15)
 
 
+@pytest.mark.parametrize("space", ["srgb", "linear"])
+@pytest.mark.parametrize("shape", [(1, 3, 61, 23), (2, 3, 40, 17)])
+def test_ldr_flip_in_strips_is_ldr_flip_in_one_piece(monkeypatch, shape, space):
+    # Large CPU images are evaluated in horizontal strips with their filters' halos: the map and
+    # both gradients are those of the whole image, up to rounding, non-finite values included.
+    g = torch.Generator().manual_seed(5)
+    ref = torch.rand(shape, generator=g, dtype=torch.float64)
+    test = ref + 0.05 * torch.randn(shape, generator=g, dtype=torch.float64)
+    ref[0, :, :5, :5] = 1.0  # saturated, on the first strip's edge
+    test[0, 0, 3, 4] = math.inf
+    test[-1, 1, -2, 7] = math.nan  # in the last strip
+    results = []
+    for strip_pixels in (1 << 40, 200):
+        monkeypatch.setattr(oracle, "STRIP_PIXELS", strip_pixels)
+        x, y = test.clone().requires_grad_(), ref.clone().requires_grad_()
+        m = oracle.ldr_flip(x, y, SMALL_PPD * 3, space)
+        m.nan_to_num(0.0).square().sum().backward()
+        results.append((m.detach(), x.grad, y.grad))
+    halo, rows = oracle._strip_rows(test, SMALL_PPD * 3)
+    assert len(rows) >= 2 and sum(rows) == shape[2] and min(rows) >= 2 * halo
+    for whole, strips in zip(*results):
+        assert torch.equal(whole.isnan(), strips.isnan()) and torch.equal(whole.isinf(), strips.isinf())
+        finite = whole.isfinite()
+        assert whole[finite].abs().max() > 0
+        torch.testing.assert_close(strips[finite], whole[finite], rtol=0, atol=1e-13)
+
+
 def test_ldr_flip_shapes_and_dtypes():
     a = _rand((3, 8, 9), 0.0, 1.0, seed=3, dtype=torch.float32)
     b = _rand((3, 8, 9), 0.0, 1.0, seed=4, dtype=torch.float32)
