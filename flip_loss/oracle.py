@@ -545,51 +545,30 @@ def _correlation(x, taps, dim, padding=0):
 
 
 class _Correlate(torch.autograd.Function):
-    """_correlation with constant taps, whose transpose (the backward) is the correlation of the
-    zero-padded gradient with the reversed taps: a forward convolution, which oneDNN runs faster
-    than its convolution backward. Linear, so its forward-mode derivative is itself."""
+    """_correlation with constant taps and ``padding`` zeros on both sides along ``dim``. Linear:
+    its transpose (the backward) is the correlation of the gradient with the reversed taps and
+    K - 1 - padding zeros (a forward convolution, which oneDNN runs faster than its convolution
+    backward), itself differentiable, so the loss stays twice differentiable; its forward-mode
+    derivative is itself."""
 
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, taps, dim):
-        return _correlation(x, taps, dim)
+    def forward(x, taps, dim, padding):
+        return _correlation(x, taps, dim, padding)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.taps, ctx.dim = inputs[1], inputs[2]
+        ctx.taps, ctx.dim, ctx.padding = inputs[1:]
 
     @staticmethod
     def backward(ctx, grad):
-        return _CorrelateTransposed.apply(grad, ctx.taps.flip(-1), ctx.dim), None, None
+        transposed = _Correlate.apply(grad, ctx.taps.flip(-1), ctx.dim, ctx.taps.shape[-1] - 1 - ctx.padding)
+        return transposed, None, None, None
 
     @staticmethod
-    def jvp(ctx, tangent, _taps, _dim):
-        return _Correlate.apply(tangent, ctx.taps, ctx.dim)
-
-
-class _CorrelateTransposed(torch.autograd.Function):
-    """The transpose of _Correlate with the reversed taps ``taps``: the correlation of the gradient
-    zero-padded by K - 1 samples on both sides along ``dim``; differentiable in turn (its transpose
-    is _Correlate), so the loss stays twice differentiable."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(grad, taps, dim):
-        return _correlation(grad, taps, dim, taps.shape[-1] - 1)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.taps, ctx.dim = inputs[1], inputs[2]
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _Correlate.apply(grad, ctx.taps.flip(-1), ctx.dim), None, None
-
-    @staticmethod
-    def jvp(ctx, tangent, _taps, _dim):
-        return _CorrelateTransposed.apply(tangent, ctx.taps, ctx.dim)
+    def jvp(ctx, tangent, _taps, _dim, _padding):
+        return _Correlate.apply(tangent, ctx.taps, ctx.dim, ctx.padding)
 
 
 def _correlate(x, taps, dim):
@@ -597,7 +576,7 @@ def _correlate(x, taps, dim):
     ``dim`` (-1: horizontal, -2: vertical), only where the taps fit (the caller pads)."""
     if taps.requires_grad:
         return _correlation(x, taps, dim)
-    return _Correlate.apply(x, taps, dim)
+    return _Correlate.apply(x, taps, dim, 0)
 
 
 def feature_responses(yhat, pixels_per_degree, halo=0):
