@@ -64,12 +64,9 @@ def build_lock():
     by side): the second then finds the core's objects in the compiler cache, and the two cores of a
     small machine are no slower for it."""
     (ROOT / "build").mkdir(exist_ok=True)
-    with open(ROOT / "build" / "cpp-build.lock", "w") as lock:
+    with open(ROOT / "build" / "cpp-build.lock", "w") as lock:  # closing it releases the lock
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
 
 
 def build_library():
