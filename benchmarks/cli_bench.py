@@ -262,7 +262,7 @@ def encodings(folder: str):
 
     from flip_loss.colormaps import MAGMA, apply_colormap, colormap_indices
     from flip_loss.functional import ldr_flip
-    from flip_loss.imageio import load_image, save_png
+    from flip_loss.imageio import PNG_ENCODERS, load_image, png_encoder, save_png
     import torch
 
     name = sorted(os.listdir(os.path.join(folder, "ref")))[0]
@@ -273,6 +273,8 @@ def encodings(folder: str):
     index = colormap_indices(error).astype(np.uint8)
     rows = np.concatenate([np.zeros((rgb.shape[0], 1), np.uint8), rgb.reshape(rgb.shape[0], -1)], axis=1)
     index_rows = np.concatenate([np.zeros((index.shape[0], 1), np.uint8), index], axis=1)
+
+    encoder_name = png_encoder()[0]
 
     def pillow(**kw):
         buffer = io.BytesIO()
@@ -287,11 +289,17 @@ def encodings(folder: str):
     ways = {
         "Pillow default (adaptive filters, zlib 6)": lambda: pillow(),
         "Pillow compress_level=1 (adaptive filters)": lambda: pillow(compress_level=1),
-        "flip-loss save_png (no filter, zlib 1)": ours,
+        f"flip-loss save_png (no filter, {encoder_name} {PNG_ENCODERS[encoder_name]})": ours,
+        "no filter, zlib 1": lambda: zlib.compress(rows.tobytes(), 1),
         "no filter, zlib 3": lambda: zlib.compress(rows.tobytes(), 3),
         "no filter, zlib 6": lambda: zlib.compress(rows.tobytes(), 6),
         "palette (8-bit index), no filter, zlib 1": lambda: zlib.compress(index_rows.tobytes(), 1),
     }
+    if encoder_name == "isal":
+        from isal import isal_zlib
+
+        for level in (0, 1, 3):
+            ways[f"no filter, isal {level}"] = lambda level=level: isal_zlib.compress(rows.tobytes(), level)
     found = []
     for label, encode in ways.items():
         spent = []

@@ -19,11 +19,12 @@ OpenEXR file is recognised from its layout before OpenEXR reads its pixels (see 
 OpenEXR file" below), so that OpenEXR's library has nothing to print about it.
 """
 
+import functools
 import os
 import struct
 import warnings
 import zlib
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -265,8 +266,18 @@ def _with_key_alpha(colour: np.ndarray, samples: np.ndarray, key: Optional[Tuple
     return np.concatenate([colour, np.where(opaque, one, 0).astype(colour.dtype)], axis=2)
 
 
-def _to_float(path, im, keep_alpha: bool, key: Optional[_PngKey] = None) -> np.ndarray:
-    """H x W x C float32 in [0, 1] from an opened, loaded Pillow image: C = 3 (RGB), or 4 (RGBA)
+def _planar_float(samples: np.ndarray, largest: float) -> torch.Tensor:
+    """C x H x W float32 ``samples / largest`` of H x W x C integer samples. The samples are
+    reordered before they are widened: a quarter of the bytes to move for 8-bit ones."""
+    height, width, channels = samples.shape
+    planes = np.empty((channels, height, width), np.float32)
+    np.copyto(planes, samples.transpose(2, 0, 1), casting="safe")
+    planes /= np.float32(largest)
+    return torch.from_numpy(planes)
+
+
+def _to_float(path, im, keep_alpha: bool, key: Optional[_PngKey] = None) -> torch.Tensor:
+    """C x H x W float32 in [0, 1] from an opened, loaded Pillow image: C = 3 (RGB), or 4 (RGBA)
     for an image with alpha (or the transparent colour ``key`` of a grey or RGB PNG) when
     ``keep_alpha``."""
     mode = im.mode
@@ -276,7 +287,7 @@ def _to_float(path, im, keep_alpha: bool, key: Optional[_PngKey] = None) -> np.n
             raise ValueError(f"cannot read image '{path}': 32-bit integer images are not supported")
         grey = np.repeat(a[..., None], 3, axis=2).astype(np.uint16)
         with_alpha = _with_key_alpha(grey, grey, key.samples if key is not None and keep_alpha else None)
-        return with_alpha.astype(np.float32) / np.float32(65535.0)
+        return _planar_float(with_alpha, 65535.0)
     if mode in ("F",) or mode.startswith("F;"):
         raise ValueError(
             f"cannot read image '{path}': floating-point images in this format are not "
@@ -297,7 +308,7 @@ def _to_float(path, im, keep_alpha: bool, key: Optional[_PngKey] = None) -> np.n
     colour = np.repeat(a[..., :1], 3, axis=2) if a.shape[2] in (1, 2) else a[..., :3]  # grey (+ alpha)
     if keep_alpha and a.shape[2] in (2, 4):
         colour = np.concatenate([colour, a[..., -1:]], axis=2)
-    return colour.astype(np.float32) / np.float32(255.0)
+    return _planar_float(colour, 255.0)
 
 
 # 16-bit BMP pixels: the bits of each of R, G and B, by Pillow's raw mode. Pillow widens an n-bit
@@ -306,14 +317,14 @@ def _to_float(path, im, keep_alpha: bool, key: Optional[_PngKey] = None) -> np.n
 _BMP16_BITS = {"BGR;15": (5, 5, 5), "BGR;16": (5, 6, 5)}
 
 
-def _bmp16_as_nvidia(a: np.ndarray, bits: Tuple[int, int, int]) -> np.ndarray:
-    """H x W x 3 float32 colour of a 16-bit BMP as Pillow widened it -> as NVIDIA's evaluator does."""
-    out = a.copy()
+def _bmp16_as_nvidia(a: torch.Tensor, bits: Tuple[int, int, int]) -> torch.Tensor:
+    """3 x H x W float32 colour of a 16-bit BMP as Pillow widened it -> as NVIDIA's evaluator does."""
+    out = a.numpy().copy()
     for c, n in enumerate(bits):
-        code = np.rint(a[..., c] * 255).astype(np.int64)
+        code = np.rint(out[c] * 255).astype(np.int64)
         v = -(-code * (2**n - 1) // 255)  # the stored value: Pillow's widening is one-to-one
-        out[..., c] = ((v << (8 - n)) | (v >> (2 * n - 8))).astype(np.float32) / np.float32(255.0)
-    return out
+        out[c] = ((v << (8 - n)) | (v >> (2 * n - 8))).astype(np.float32) / np.float32(255.0)
+    return torch.from_numpy(out)
 
 
 def _tga_alpha(path: str) -> Optional[str]:
@@ -410,7 +421,7 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
                     key = key and _PngKey(tuple(v >> 8 for v in key.samples), 1)
                     a = _to_float(path, im, keep_alpha, key)
                 else:
-                    a = samples.astype(np.float32) / np.float32(65535.0)
+                    a = _planar_float(samples, 65535.0)
             else:
                 a = _to_float(path, im, keep_alpha, key)
                 if im.format == "BMP" and rawmode in _BMP16_BITS:
@@ -419,19 +430,39 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
         raise
     except (OSError, SyntaxError) as exc:  # decoder errors Pillow raises lazily
         raise ValueError(f"cannot read image '{path}': {exc}") from None
-    return torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1)))
+    return a
 
 
-# PNG files are written here rather than by Pillow, with one filter and one zlib level chosen for
-# FLIP maps, what flip-loss writes most: Pillow's default (an adaptive filter per row, zlib level
-# 6) took six times as long as evaluating a 1080p pair. On 1080p magma maps of renders
-# (benchmarks/cli_bench.py --encodings), rows left unfiltered and zlib level 1 encode 6-8x faster
-# and give smaller files (2.3 MB against 3.4 MB: a map's noise defeats the filters; levels 3 and 6
-# gain under 15 % for two to five times the time). zlib's output depends only on its input and
-# level: a rerun writes the same bytes.
-PNG_ZLIB_LEVEL = 1
+# PNG files are written here rather than by Pillow, with one filter and one deflate encoder chosen
+# for FLIP maps, what flip-loss writes most: Pillow's default (an adaptive filter per row, zlib level
+# 6) took six times as long as evaluating a 1080p pair. A map's noise defeats the row filters, so
+# rows are stored unfiltered. The deflate stream comes from ISA-L (the optional `isal` package:
+# `pip install flip-loss[png]`) at level 2, else from zlib at level 1: on 1080p magma maps of
+# renders (benchmarks/cli_bench.py --encodings) 2.1 MB in about 13 ms against zlib's 2.3 MB in
+# about 55 ms. Either encoder's output depends only on its input, level and version: a rerun with
+# the same install writes the same bytes.
+PNG_ENCODERS = {"isal": 2, "zlib": 1}  # encoder -> level, in order of preference
 _PNG_COLOUR_TYPES = {1: 0, 3: 2, 4: 6}  # channels -> PNG colour type (grey, RGB, RGBA)
 _IDAT_BYTES = 1 << 20  # the compressed stream in chunks of 1 MiB, as encoders commonly write it
+
+
+@functools.lru_cache(maxsize=None)
+def png_encoder() -> Tuple[str, Callable[[bytes], bytes]]:
+    """The deflate encoder :func:`save_png` uses: its name ("isal" or "zlib") and a function from
+    the rows' bytes to the zlib stream."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return "zlib", _deflate_with(zlib, PNG_ENCODERS["zlib"])
+    return "isal", _deflate_with(isal_zlib, PNG_ENCODERS["isal"])
+
+
+def _deflate_with(module, level: int) -> Callable[[bytes], bytes]:
+    def deflate(data) -> bytes:
+        compressor = module.compressobj(level)
+        return compressor.compress(data) + compressor.flush()
+
+    return deflate
 
 
 def _png_chunk(tag: bytes, data) -> bytes:
@@ -441,7 +472,7 @@ def _png_chunk(tag: bytes, data) -> bytes:
 def save_png(path, hwc_uint8) -> None:
     """Writes an 8-bit image to ``path`` as PNG: an H x W x 3 (RGB), H x W x 4 (RGBA), H x W x 1 or
     H x W (grey) ``uint8`` numpy array or tensor. The parent directory must exist. The rows are
-    stored unfiltered and compressed with zlib at ``PNG_ZLIB_LEVEL``, no ancillary chunk."""
+    stored unfiltered and deflated by :func:`png_encoder`'s encoder, no ancillary chunk."""
     if isinstance(hwc_uint8, torch.Tensor):
         hwc_uint8 = hwc_uint8.detach().to("cpu").numpy()
     a = np.asarray(hwc_uint8)
@@ -457,8 +488,7 @@ def save_png(path, hwc_uint8) -> None:
     height, width, channels = a.shape
     rows = np.zeros((height, 1 + width * channels), np.uint8)  # each row: filter type 0 (none), samples
     rows[:, 1:] = a.reshape(height, -1)
-    compressor = zlib.compressobj(PNG_ZLIB_LEVEL)
-    stream = memoryview(compressor.compress(rows) + compressor.flush())
+    stream = memoryview(png_encoder()[1](rows))
     header = struct.pack(">IIBBBBB", width, height, 8, _PNG_COLOUR_TYPES[channels], 0, 0, 0)
     with open(os.fspath(path), "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header))

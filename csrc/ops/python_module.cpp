@@ -3,16 +3,19 @@
 // (one binary for every Python from 3.10 on) and links no part of torch's Python bindings.
 // Everything goes through torch.ops.flip; the module's functions say which instruction-set level
 // the CPU kernels run with (for benchmarks and bug reports), the limits and constants the kernels
-// use, and carry a Python exception raised during a long CPU loop (Ctrl-C) back to Python.
+// use, carry a Python exception raised during a long CPU loop (Ctrl-C) back to Python, and sort an
+// error map for its pooled values.
 #include <Python.h>
 
 #include <atomic>
+#include <new>
 #include <stdexcept>
 #include <string>
 
 #include "../flip/cpu/interrupt.h"
 #include "../flip/constants.h"
 #include "../flip/cpu/kernels.h"
+#include "../flip/cpu/radix_sort.h"
 #include "../flip/hdr_pixel.h"
 #include "../flip/plane_counts.h"
 #include "../flip/tone_mapper.h"
@@ -187,6 +190,36 @@ PyObject* constants(PyObject*, PyObject*) {
                        flip::gamut_gradient_slack<double>());
 }
 
+// sort_floats(source, destination, count, itemsize): sorts `count` floats of `itemsize` bytes (4 or
+// 8) at address `source` into the distinct buffer at `destination`, without the GIL. Python's
+// limited API of the oldest supported Python has no buffer protocol, so flip_loss/pooling.py, the
+// one caller, passes the addresses of two C-contiguous, aligned numpy arrays it holds meanwhile.
+PyObject* sort_floats(PyObject*, PyObject* args) {
+  unsigned long long source = 0, destination = 0;
+  Py_ssize_t count = 0, itemsize = 0;
+  if (!PyArg_ParseTuple(args, "KKnn", &source, &destination, &count, &itemsize)) return nullptr;
+  if (count < 0 || (itemsize != 4 && itemsize != 8) || (count > 0 && (source == 0 || destination == 0))) {
+    PyErr_SetString(PyExc_ValueError, "sort_floats: expected a count >= 0, an itemsize of 4 or 8 and two addresses");
+    return nullptr;
+  }
+  bool out_of_memory = false;
+  Py_BEGIN_ALLOW_THREADS;
+  try {
+    if (itemsize == 4) {
+      flip::cpu::sort_floats(reinterpret_cast<const float*>(source), reinterpret_cast<float*>(destination),
+                             static_cast<std::size_t>(count));
+    } else {
+      flip::cpu::sort_floats(reinterpret_cast<const double*>(source), reinterpret_cast<double*>(destination),
+                             static_cast<std::size_t>(count));
+    }
+  } catch (const std::bad_alloc&) {
+    out_of_memory = true;
+  }
+  Py_END_ALLOW_THREADS;
+  if (out_of_memory) return PyErr_NoMemory();
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
     {"cpu_capability", &cpu_capability, METH_NOARGS,
      "The instruction-set level of the CPU kernels: 'avx512', 'avx2' or 'baseline'."},
@@ -204,6 +237,9 @@ PyMethodDef methods[] = {
     {"take_interrupt", &take_interrupt, METH_NOARGS,
      "Ends this thread's innermost catch_interrupts() and returns the exception a Python signal handler "
      "raised inside it (then forgotten), or None."},
+    {"sort_floats", &sort_floats, METH_VARARGS,
+     "sort_floats(source, destination, count, itemsize): sorts count floats of itemsize bytes (4 or 8) at address "
+     "source into the buffer at address destination (flip_loss.pooling's private helper)."},
     {"_stop_polling", &stop_polling, METH_NOARGS, "Stops the kernels' polling for signals (at interpreter exit)."},
     {nullptr, nullptr, 0, nullptr}};
 

@@ -6,6 +6,7 @@ line's note on compositing."""
 import os
 import re
 import struct
+import sys
 import zlib
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import torch
 from PIL import Image
 
 import flip_loss
+from flip_loss import imageio
 from flip_loss.cli import example_paths, main
 from flip_loss.imageio import alpha_convention, image_size, load_image, save_png
 from png_files import write_png, write_png16
@@ -113,6 +115,28 @@ def test_save_png_round_trip(tmp_path):
         save_png(tmp_path / "f.png", a.astype(np.float32))
     with pytest.raises(ValueError):
         save_png(tmp_path / "f.png", a[..., :2])
+
+
+@pytest.mark.parametrize("encoder", ["isal", "zlib"])
+def test_save_png_encoders_store_the_same_pixels(tmp_path, monkeypatch, encoder):
+    """Either deflate encoder (ISA-L when installed, else zlib) writes the same pixels, and writing
+    again writes the same bytes."""
+    if encoder == "isal":
+        pytest.importorskip("isal")
+    else:
+        monkeypatch.setitem(sys.modules, "isal", None)  # as if it were not installed
+    imageio.png_encoder.cache_clear()
+    try:
+        assert imageio.png_encoder()[0] == encoder
+        rng = np.random.default_rng(1)
+        a = rng.integers(0, 256, (61, 83, 3), dtype=np.uint8)
+        a[20:40] = a[20]  # long runs for the encoder's matches
+        save_png(tmp_path / "a.png", a)
+        save_png(tmp_path / "b.png", a)
+        np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "a.png")), a)
+        assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+    finally:
+        imageio.png_encoder.cache_clear()
 
 
 # ----------------------------------------------------------------------------------------------

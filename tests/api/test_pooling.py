@@ -164,6 +164,57 @@ def test_float32_running_sum_is_reproduced():
     assert got != exact and abs(got - exact) < 1e-4
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_compiled_radix_sort_is_a_sort_of_the_values(dtype):
+    """The pooled values' sort (the extension's radix sort of the bits) orders every kind of finite
+    float as np.sort does: negative and positive, -0 just before +0, subnormals, the extremes,
+    duplicates, values sharing their high digits (passes skipped), a constant array, strided and
+    read-only arrays; and leaves its input alone."""
+    from flip_loss import _ops
+    from flip_loss.pooling import _sorted
+
+    if not _ops.HAS_EXTENSION:
+        pytest.skip("the compiled extension is not loaded: pooling sorts with np.sort")
+    rng = np.random.default_rng(7)
+    info = np.finfo(dtype)
+    special = np.array(
+        [
+            0.0,
+            -0.0,
+            info.tiny,
+            -info.tiny,
+            info.smallest_subnormal,
+            -info.smallest_subnormal,
+            info.max,
+            -info.max,
+            1.0,
+            -1.0,
+            0.5,
+            0.5,
+        ],
+        dtype,
+    )
+    cases = [
+        rng.random(5000),
+        rng.normal(0, 1e3, 5001),
+        1 + rng.random(3000),
+        np.full(77, 0.25),
+        special[:1],
+        np.concatenate([special, rng.normal(0, 1, 300) ** 7, special]),
+    ]
+    for case in cases:
+        values = case.astype(dtype)
+        rng.shuffle(values)
+        for given in (values, values[::3]):  # contiguous and strided
+            before = given.copy()
+            given.flags.writeable = False
+            got = _sorted(given)
+            assert got.dtype == dtype and np.array_equal(got, np.sort(given))
+            zeros = got[got == 0]
+            assert np.array_equal(np.signbit(zeros), np.arange(zeros.size) < np.signbit(given[given == 0]).sum())
+            assert np.array_equal(given, before) and np.array_equal(np.signbit(given), np.signbit(before))
+
+
 @pytest.mark.parametrize("bins", [100, 7])
 def test_histogram_matches_brute_force(bins):
     rng = np.random.default_rng(bins)

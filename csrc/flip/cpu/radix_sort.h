@@ -1,0 +1,68 @@
+// Sorts floats ascending in linear time, for the pooled values of an error map (the weighted
+// percentiles walk the sorted map with a running sum): a least-significant-digit radix sort of
+// keys made from the floats' bits, a few times faster than a comparison sort on a 1080p map.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+namespace flip::cpu {
+
+// An unsigned key that orders as its float does, NaN aside: a float >= +0 gets its sign bit set,
+// a negative one (-0 included) all its bits flipped, so -0 comes just before +0.
+template <class Bits>
+constexpr Bits order_key(Bits bits) {
+  constexpr Bits kSign = Bits(1) << (8 * sizeof(Bits) - 1);
+  return (bits & kSign) ? Bits(~bits) : Bits(bits | kSign);
+}
+
+template <class Bits>
+constexpr Bits float_bits_of_key(Bits key) {
+  constexpr Bits kSign = Bits(1) << (8 * sizeof(Bits) - 1);
+  return (key & kSign) ? Bits(key & ~kSign) : Bits(~key);
+}
+
+// Writes the `count` floats at `in` into `out` in ascending order (the two may not overlap).
+template <class Float>
+void sort_floats(const Float* in, Float* out, std::size_t count) {
+  static_assert(std::is_floating_point_v<Float> && (sizeof(Float) == 4 || sizeof(Float) == 8));
+  using Bits = std::conditional_t<sizeof(Float) == 4, std::uint32_t, std::uint64_t>;
+  // 11-bit digits: 3 passes for a float, 6 for a double, each bucket table in the L1 cache.
+  constexpr int kDigitBits = 11;
+  constexpr std::size_t kBuckets = std::size_t(1) << kDigitBits;
+  constexpr int kPasses = (8 * sizeof(Bits) + kDigitBits - 1) / kDigitBits;
+  if (count == 0) return;
+
+  // The keys start in `out` (a float and its key have one size) and move between it and one spare
+  // buffer, pass by pass; the last sweep turns them back into floats in `out`.
+  Bits* const keys = reinterpret_cast<Bits*>(out);
+  std::unique_ptr<Bits[]> spare(new Bits[count]);
+  std::unique_ptr<std::size_t[]> counts(new std::size_t[kPasses * kBuckets]());
+  for (std::size_t i = 0; i < count; ++i) {
+    Bits bits;
+    std::memcpy(&bits, in + i, sizeof(Bits));
+    const Bits key = order_key(bits);
+    keys[i] = key;
+    for (int pass = 0; pass < kPasses; ++pass)
+      ++counts[pass * kBuckets + ((key >> (pass * kDigitBits)) & (kBuckets - 1))];
+  }
+
+  Bits* from = keys;
+  Bits* to = spare.get();
+  for (int pass = 0; pass < kPasses; ++pass) {
+    std::size_t* bucket = counts.get() + pass * kBuckets;
+    const int shift = pass * kDigitBits;
+    if (bucket[(from[0] >> shift) & (kBuckets - 1)] == count) continue;  // one digit for all: order kept
+    std::size_t start = 0;                                               // each bucket's first slot
+    for (std::size_t b = 0; b < kBuckets; ++b) start += std::exchange(bucket[b], start);
+    for (std::size_t i = 0; i < count; ++i) to[bucket[(from[i] >> shift) & (kBuckets - 1)]++] = from[i];
+    std::swap(from, to);
+  }
+  for (std::size_t i = 0; i < count; ++i) keys[i] = float_bits_of_key(from[i]);
+}
+
+}  // namespace flip::cpu
