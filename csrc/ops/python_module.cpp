@@ -3,8 +3,8 @@
 // (one binary for every Python from 3.10 on) and links no part of torch's Python bindings.
 // Everything goes through torch.ops.flip; the module's functions say which instruction-set level
 // the CPU kernels run with (for benchmarks and bug reports), the limits and constants the kernels
-// use, carry a Python exception raised during a long CPU loop (Ctrl-C) back to Python, and sort an
-// error map for its pooled values.
+// use, carry a Python exception raised during a long CPU loop (Ctrl-C) back to Python, and walk an
+// error map in order for its pooled values.
 #include <Python.h>
 
 #include <atomic>
@@ -15,7 +15,7 @@
 #include "../flip/cpu/interrupt.h"
 #include "../flip/constants.h"
 #include "../flip/cpu/kernels.h"
-#include "../flip/cpu/radix_sort.h"
+#include "../flip/cpu/pooling_order.h"
 #include "../flip/hdr_pixel.h"
 #include "../flip/plane_counts.h"
 #include "../flip/tone_mapper.h"
@@ -190,34 +190,38 @@ PyObject* constants(PyObject*, PyObject*) {
                        flip::gamut_gradient_slack<double>());
 }
 
-// sort_floats(source, destination, count, itemsize): sorts `count` floats of `itemsize` bytes (4 or
-// 8) at address `source` into the distinct buffer at `destination`, without the GIL. Python's
-// limited API of the oldest supported Python has no buffer protocol, so flip_loss/pooling.py, the
-// one caller, passes the addresses of two C-contiguous, aligned numpy arrays it holds meanwhile.
-PyObject* sort_floats(PyObject*, PyObject* args) {
-  unsigned long long source = 0, destination = 0;
+// pooling_order(source, sorted, running, count, itemsize) -> total: pooling_order.h's walk over
+// `count` floats of `itemsize` bytes (4 or 8) at address `source`, into the buffers at `sorted` and
+// `running`, without the GIL. Python's limited API of the oldest supported Python has no buffer
+// protocol, so flip_loss/pooling.py, the one caller, passes the addresses of C-contiguous, aligned
+// numpy arrays it holds meanwhile.
+PyObject* pooling_order(PyObject*, PyObject* args) {
+  unsigned long long source = 0, sorted = 0, running = 0;
   Py_ssize_t count = 0, itemsize = 0;
-  if (!PyArg_ParseTuple(args, "KKnn", &source, &destination, &count, &itemsize)) return nullptr;
-  if (count < 0 || (itemsize != 4 && itemsize != 8) || (count > 0 && (source == 0 || destination == 0))) {
-    PyErr_SetString(PyExc_ValueError, "sort_floats: expected a count >= 0, an itemsize of 4 or 8 and two addresses");
+  if (!PyArg_ParseTuple(args, "KKKnn", &source, &sorted, &running, &count, &itemsize)) return nullptr;
+  if (count < 0 || (itemsize != 4 && itemsize != 8) || (count > 0 && (source == 0 || sorted == 0 || running == 0))) {
+    PyErr_SetString(PyExc_ValueError,
+                    "pooling_order: expected three addresses, a count >= 0 and an itemsize of 4 or 8");
     return nullptr;
   }
+  double total = 0.0;
   bool out_of_memory = false;
   Py_BEGIN_ALLOW_THREADS;
   try {
+    const auto n = static_cast<std::size_t>(count);
     if (itemsize == 4) {
-      flip::cpu::sort_floats(reinterpret_cast<const float*>(source), reinterpret_cast<float*>(destination),
-                             static_cast<std::size_t>(count));
+      total = flip::cpu::pooling_order(reinterpret_cast<const float*>(source), reinterpret_cast<float*>(sorted),
+                                       reinterpret_cast<float*>(running), n);
     } else {
-      flip::cpu::sort_floats(reinterpret_cast<const double*>(source), reinterpret_cast<double*>(destination),
-                             static_cast<std::size_t>(count));
+      total = flip::cpu::pooling_order(reinterpret_cast<const double*>(source), reinterpret_cast<double*>(sorted),
+                                       reinterpret_cast<double*>(running), n);
     }
   } catch (const std::bad_alloc&) {
     out_of_memory = true;
   }
   Py_END_ALLOW_THREADS;
   if (out_of_memory) return PyErr_NoMemory();
-  Py_RETURN_NONE;
+  return PyFloat_FromDouble(total);
 }
 
 PyMethodDef methods[] = {
@@ -237,9 +241,10 @@ PyMethodDef methods[] = {
     {"take_interrupt", &take_interrupt, METH_NOARGS,
      "Ends this thread's innermost catch_interrupts() and returns the exception a Python signal handler "
      "raised inside it (then forgotten), or None."},
-    {"sort_floats", &sort_floats, METH_VARARGS,
-     "sort_floats(source, destination, count, itemsize): sorts count floats of itemsize bytes (4 or 8) at address "
-     "source into the buffer at address destination (flip_loss.pooling's private helper)."},
+    {"pooling_order", &pooling_order, METH_VARARGS,
+     "pooling_order(source, sorted, running, count, itemsize) -> total: the values at address source sorted into "
+     "the buffer at sorted, their running sums into running, and their sum in their own order (flip_loss.pooling's "
+     "private helper)."},
     {"_stop_polling", &stop_polling, METH_NOARGS, "Stops the kernels' polling for signals (at interpreter exit)."},
     {nullptr, nullptr, 0, nullptr}};
 

@@ -165,33 +165,21 @@ def test_float32_running_sum_is_reproduced():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_the_compiled_radix_sort_is_a_sort_of_the_values(dtype):
-    """The pooled values' sort (the extension's radix sort of the bits) orders every kind of finite
-    float as np.sort does: negative and positive, -0 just before +0, subnormals, the extremes,
-    duplicates, values sharing their high digits (passes skipped), a constant array, strided and
-    read-only arrays; and leaves its input alone."""
+def test_the_compiled_walk_is_numpys(dtype):
+    """The extension's walk of a map for its weighted percentiles (a radix sort of the floats'
+    bits, the running sums in that order, the total in the map's order, both summed one value
+    after another in the map's dtype) is NumPy's, bit for bit: for negative and positive values,
+    -0 just before +0, subnormals, the extremes, duplicates, values sharing their high digits
+    (sort passes skipped), a constant array, strided and read-only arrays; its input left alone."""
     from flip_loss import _ops
-    from flip_loss.pooling import _sorted
+    from flip_loss.pooling import _order
 
     if not _ops.HAS_EXTENSION:
-        pytest.skip("the compiled extension is not loaded: pooling sorts with np.sort")
+        pytest.skip("the compiled extension is not loaded: pooling walks the map with NumPy")
     rng = np.random.default_rng(7)
     info = np.finfo(dtype)
     special = np.array(
-        [
-            0.0,
-            -0.0,
-            info.tiny,
-            -info.tiny,
-            info.smallest_subnormal,
-            -info.smallest_subnormal,
-            info.max,
-            -info.max,
-            1.0,
-            -1.0,
-            0.5,
-            0.5,
-        ],
+        [0.0, -0.0, info.tiny, -info.tiny, info.smallest_subnormal, -info.smallest_subnormal, 1.0, -1.0, 0.5, 0.5],
         dtype,
     )
     cases = [
@@ -200,7 +188,7 @@ def test_the_compiled_radix_sort_is_a_sort_of_the_values(dtype):
         1 + rng.random(3000),
         np.full(77, 0.25),
         special[:1],
-        np.concatenate([special, rng.normal(0, 1, 300) ** 7, special]),
+        np.concatenate([special, rng.normal(0, 1, 300) ** 7, special, [info.max, -info.max]]),
     ]
     for case in cases:
         values = case.astype(dtype)
@@ -208,11 +196,38 @@ def test_the_compiled_radix_sort_is_a_sort_of_the_values(dtype):
         for given in (values, values[::3]):  # contiguous and strided
             before = given.copy()
             given.flags.writeable = False
-            got = _sorted(given)
-            assert got.dtype == dtype and np.array_equal(got, np.sort(given))
-            zeros = got[got == 0]
+            got = _order(given)
+            ordered = np.sort(given)
+            assert got.ordered.dtype == got.running.dtype == dtype
+            assert np.array_equal(got.ordered, ordered)
+            zeros = got.ordered[got.ordered == 0]
             assert np.array_equal(np.signbit(zeros), np.arange(zeros.size) < np.signbit(given[given == 0]).sum())
+            with np.errstate(over="ignore", invalid="ignore"):  # +-max sum to inf, then nan
+                running = np.add.accumulate(ordered, dtype=dtype)
+                total = np.add.accumulate(given, dtype=dtype)[-1]
+            assert np.array_equal(got.running, running, equal_nan=True)
+            assert got.total == total or (np.isnan(got.total) and np.isnan(total))
             assert np.array_equal(given, before) and np.array_equal(np.signbit(given), np.signbit(before))
+
+
+def test_pooling_without_the_extension_gives_the_same_values(monkeypatch):
+    """An install without the compiled extension pools with NumPy alone: the same values and
+    histogram, bit for bit."""
+    from flip_loss import _ops
+    from flip_loss.pooling import pool_with_histogram
+
+    rng = np.random.default_rng(12)
+    maps = [
+        rng.random((90, 70)).astype(np.float32) ** 3,
+        rng.random(999),
+        rng.uniform(-0.1, 1.1, 4000).astype(np.float32),
+    ]
+    expected = [(pool_with_histogram(m, 100), weighted_percentile(m, 0.9)) for m in maps]
+    monkeypatch.setattr(_ops, "HAS_EXTENSION", False)
+    for m, ((pooled, (edges, weighted)), p90) in zip(maps, expected):
+        got, (got_edges, got_weighted) = pool_with_histogram(m, 100)
+        assert got == pooled and weighted_percentile(m, 0.9) == p90
+        assert np.array_equal(got_edges, edges) and np.array_equal(got_weighted, weighted)
 
 
 @pytest.mark.parametrize("bins", [100, 7])

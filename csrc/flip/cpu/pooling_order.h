@@ -1,6 +1,9 @@
-// Sorts floats ascending in linear time, for the pooled values of an error map (the weighted
-// percentiles walk the sorted map with a running sum): a least-significant-digit radix sort of
-// keys made from the floats' bits, a few times faster than a comparison sort on a 1080p map.
+// The walk that pools an error map (flip_loss/pooling.py): NVIDIA's evaluator sorts the map's
+// values, accumulates them one after another in the map's float type, and reports the first value
+// whose running sum passes a fraction of the map's total, itself accumulated one value after
+// another in row-major order. pooling_order computes the sorted values, their running sums and
+// that total in a few sweeps: a least-significant-digit radix sort of keys made from the floats'
+// bits, a few times faster than a comparison sort on a 1080p map.
 #pragma once
 
 #include <cstddef>
@@ -26,23 +29,27 @@ constexpr Bits float_bits_of_key(Bits key) {
   return (key & kSign) ? Bits(key & ~kSign) : Bits(~key);
 }
 
-// Writes the `count` floats at `in` into `out` in ascending order (the two may not overlap).
+// Writes the `count` values at `in` into `sorted` in ascending order and their running sums in
+// that order into `running`; returns the sum of `in` in its own order. Both sums are accumulated
+// one value after another in Float. The three buffers may not overlap.
 template <class Float>
-void sort_floats(const Float* in, Float* out, std::size_t count) {
+Float pooling_order(const Float* in, Float* sorted, Float* running, std::size_t count) {
   static_assert(std::is_floating_point_v<Float> && (sizeof(Float) == 4 || sizeof(Float) == 8));
   using Bits = std::conditional_t<sizeof(Float) == 4, std::uint32_t, std::uint64_t>;
-  // 11-bit digits: 3 passes for a float, 6 for a double, each bucket table in the L1 cache.
+  // 11-bit digits: 3 passes for a float, 6 for a double, each pass's bucket table in the L1 cache.
   constexpr int kDigitBits = 11;
   constexpr std::size_t kBuckets = std::size_t(1) << kDigitBits;
   constexpr int kPasses = (8 * sizeof(Bits) + kDigitBits - 1) / kDigitBits;
-  if (count == 0) return;
+  Float total = 0;
+  if (count == 0) return total;
 
-  // The keys start in `out` (a float and its key have one size) and move between it and one spare
-  // buffer, pass by pass; the last sweep turns them back into floats in `out`.
-  Bits* const keys = reinterpret_cast<Bits*>(out);
-  std::unique_ptr<Bits[]> spare(new Bits[count]);
+  // The keys move between `sorted` and `running` (a float and its key have one size), pass by
+  // pass; the last sweep turns them back into floats in `sorted` and sums them into `running`.
+  Bits* const keys = reinterpret_cast<Bits*>(sorted);
+  Bits* const spare = reinterpret_cast<Bits*>(running);
   std::unique_ptr<std::size_t[]> counts(new std::size_t[kPasses * kBuckets]());
   for (std::size_t i = 0; i < count; ++i) {
+    total += in[i];
     Bits bits;
     std::memcpy(&bits, in + i, sizeof(Bits));
     const Bits key = order_key(bits);
@@ -52,7 +59,7 @@ void sort_floats(const Float* in, Float* out, std::size_t count) {
   }
 
   Bits* from = keys;
-  Bits* to = spare.get();
+  Bits* to = spare;
   for (int pass = 0; pass < kPasses; ++pass) {
     std::size_t* bucket = counts.get() + pass * kBuckets;
     const int shift = pass * kDigitBits;
@@ -62,7 +69,16 @@ void sort_floats(const Float* in, Float* out, std::size_t count) {
     for (std::size_t i = 0; i < count; ++i) to[bucket[(from[i] >> shift) & (kBuckets - 1)]++] = from[i];
     std::swap(from, to);
   }
-  for (std::size_t i = 0; i < count; ++i) keys[i] = float_bits_of_key(from[i]);
+  Float sum = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Bits bits = float_bits_of_key(from[i]);  // read before `running` (maybe `from`) is written
+    Float value;
+    std::memcpy(&value, &bits, sizeof(Bits));
+    keys[i] = bits;
+    sum += value;
+    std::memcpy(running + i, &sum, sizeof(Float));
+  }
+  return total;
 }
 
 }  // namespace flip::cpu
