@@ -10,9 +10,15 @@ in that module object, as ``import flip_loss`` would have, and hands the command
 ``flip_loss.cli.main``; if that import fails, the package is taken out of ``sys.modules`` again,
 as a failed import is. From Python, call ``flip_loss.cli.main`` (this module is for the console
 script; ``python -m flip_loss`` imports the package first).
+
+Before torch is imported, the command also asks OpenMP, through ``OMP_WAIT_POLICY``, to let its
+idle compute threads sleep (unless the variable is set): by default they spin between torch's
+parallel regions, taking the cores that folder mode's reading and writing threads need; 24 pairs of
+1080p PNGs took about 8 % longer so.
 """
 
 import importlib.util
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -51,11 +57,18 @@ def _answered_without_torch(argv: Sequence[str]) -> Optional[int]:
                     del sys.modules[name]
 
 
+def _idle_threads_sleep() -> None:
+    """OMP_WAIT_POLICY=PASSIVE for the OpenMP runtime torch loads, unless set or already loaded."""
+    if "torch" not in sys.modules and not os.environ.get("OMP_WAIT_POLICY"):
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs ``flip-loss`` with ``argv`` (default: ``sys.argv[1:]``) and returns its exit code. As the
     process's entry point, it points a standard stream whose reader has gone at os.devnull at the
     end (``flip_loss.cli.console.release_closed_streams``), so that Python's last flush succeeds."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    _idle_threads_sleep()
     if "flip_loss" not in sys.modules:
         code = _answered_without_torch(argv)
         if code is not None:

@@ -181,10 +181,12 @@ class FlipEvaluator:
 
     def reference(self, path: str, said: Said):
         """(image, exposures) of the reference ``path``; exposures None for LDR-FLIP."""
-        if self._reference[0] != path:
+        known = self._reference  # one read of the cache: the reading threads may replace it meanwhile
+        if known[0] != path:
             image = self.load(path, said)
-            self._reference = (path, image, self._exposures_of(path, image) if is_hdr_pair(path) else None)
-        return self._reference[1], self._reference[2]
+            known = (path, image, self._exposures_of(path, image) if is_hdr_pair(path) else None)
+            self._reference = known
+        return known[1], known[2]
 
     def _exposures_of(self, reference: str, image) -> Exposures:
         """The exposures HDR-FLIP uses for this reference: the given ones, the others computed from

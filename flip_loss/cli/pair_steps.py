@@ -86,8 +86,9 @@ class PairWork:
     """Prepares and evaluates the pairs of a run with its ``settings`` on ``device``. ``claim``
     checks and claims a pair's outputs (``[(kind, path, what), ...]`` to ``{kind: Output}``, all or
     none, UsageError); ``sink`` takes the rendered outputs (``sink.write(output, writer)``, as
-    :class:`~.outputs.Staging` does; from the thread that renders). :meth:`read` is called from one
-    thread at a time, and so is :meth:`render`."""
+    :class:`~.outputs.Staging` does; from the thread that renders). :meth:`read` may run in several
+    threads at once (it shares the sizes read and the evaluator's last reference, replaced whole);
+    :meth:`render` is called from one thread at a time."""
 
     def __init__(self, settings: PairSettings, device, claim: Callable[[Sequence[Wanted]], Dict[str, Output]], sink):
         self.settings, self.claim_outputs, self.sink = settings, claim, sink

@@ -1,11 +1,13 @@
-"""The pairs of a run in a pipeline of three threads: one reads the next pairs' images while the
-calling thread evaluates FLIP on a pair, and one pools and writes the maps of the pair before.
+"""The pairs of a run in a pipeline: reading threads decode the next pairs' images while the
+calling thread evaluates FLIP on a pair, and one thread pools and writes the maps of the pair
+before.
 
-Evaluating a 1080p pair takes about as long as decoding its two images or encoding its map, and
-only the evaluation uses every core; one after the other, the run took several times as long as
-the evaluation. Each step keeps the GIL only briefly (torch's kernels, Pillow's decoder and zlib
-release it), so the three overlap. Memory stays bounded: at most ``AHEAD`` pairs are read ahead of
-the one evaluated, and the evaluation waits when ``BEHIND`` pairs are waiting to be written.
+Decoding a 1080p pair takes longer than evaluating it, pooling and writing its map together less,
+and only the evaluation uses every core: one reading thread was the pipeline's slowest stage, so
+``AHEAD`` pairs are read at once, each in a thread of its own. Each step keeps the GIL only briefly
+(torch's kernels, Pillow's decoder and the deflate encoders release it), so the steps overlap.
+Memory stays bounded: at most ``AHEAD`` pairs are read ahead of the one evaluated, and the
+evaluation waits when ``BEHIND`` pairs are waiting to be written.
 
 Everything a run records (the printed lines, the CSV rows, the claims of its outputs) stays in the
 calling thread, in pair order: the helper threads only read and write, and :class:`Stages` stops
@@ -21,20 +23,21 @@ from .signals import interrupts_deferred
 
 __all__ = ["AHEAD", "BEHIND", "Stages"]
 
-# Pairs read ahead of the one evaluated, and pairs evaluated but not yet written.
-AHEAD = 1
+# Pairs read ahead of the one evaluated (each in a reading thread of its own), and pairs evaluated
+# but not yet written.
+AHEAD = 2
 BEHIND = 1
 
 T = TypeVar("T")
 
 
 class Stages:
-    """The reading thread and the writing thread of a run (a context manager). On leaving, each
+    """The reading threads and the writing thread of a run (a context manager). On leaving, each
     finishes the step it is on and drops the rest; Ctrl-C meanwhile waits until they have (they
     may be writing temporary files, which the run removes afterwards)."""
 
     def __init__(self):
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix=f"{PROG} read")
+        self._reader = ThreadPoolExecutor(AHEAD, thread_name_prefix=f"{PROG} read")
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"{PROG} write")
 
     def __enter__(self) -> "Stages":
@@ -49,7 +52,7 @@ class Stages:
                 pool.shutdown(wait=True, cancel_futures=True)
 
     def read_ahead(self, items: Iterable[T], read: Callable[[T], object]) -> Iterator[Tuple[T, Future]]:
-        """``(item, future of read(item))`` in item order, each read started in the reading thread
+        """``(item, future of read(item))`` in item order, each read started in a reading thread
         up to ``AHEAD`` items before it is yielded."""
         pending: Deque[Tuple[T, Future]] = collections.deque()
         source = iter(items)

@@ -249,3 +249,26 @@ def test_the_command_answers_help_version_and_usage_errors_without_torch(tmp_pat
     result = res.stdout.splitlines()[-1]
     assert result == f"RESULT [0, 0, 2, 0] [] ['flip_loss', 'numpy', 'torch'] True {flip_loss.__version__}"
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("given", [None, "ACTIVE"])
+def test_the_command_lets_idle_compute_threads_sleep_unless_told_otherwise(given):
+    """The flip-loss command asks OpenMP for sleeping idle threads (OMP_WAIT_POLICY=PASSIVE) before
+    torch loads it, keeps a policy the user set, and changes nothing once torch is imported."""
+    program = (
+        "import os, sys, _flip_loss_launcher as launcher\n"
+        "launcher.main(['--version'])\n"
+        "first = os.environ.get('OMP_WAIT_POLICY')\n"
+        "os.environ.pop('OMP_WAIT_POLICY', None) if first == 'PASSIVE' else None\n"
+        "import torch\n"
+        "launcher.main(['--version'])\n"
+        "print('RESULT', first, os.environ.get('OMP_WAIT_POLICY'))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("OMP_WAIT_POLICY", None)
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    res = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    expected = f"RESULT {given} {given}" if given is not None else "RESULT PASSIVE None"
+    assert res.stdout.splitlines()[-1] == expected
