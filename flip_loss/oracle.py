@@ -501,20 +501,18 @@ def feature_taps(pixels_per_degree, dtype=torch.float64, device=None):
 def _stack(planes):
     """N x H x W planes stacked into one N x P x H x W tensor for the filter passes: interleaved
     (channels-last) on the CPU, where oneDNN's depthwise convolutions and their backward are
-    several times faster on it, stacked along the last axis in one copy; planar elsewhere, where a
-    depthwise float32 convolution of planar data runs PyTorch's own kernel (CUDA), never a TF32
-    one."""
+    several times faster on it; planar elsewhere, where a depthwise float32 convolution of planar
+    data runs PyTorch's own kernel (CUDA), never a TF32 one. (Stacked planar and then restrided:
+    stacking along the last axis directly copies one sample at a time, twice as slow.)"""
     if planes[0].device.type != "cpu":
         return torch.stack(planes, dim=1)
-    return torch.stack(planes, dim=-1).permute(0, 3, 1, 2)
+    return _channels_last(torch.stack(planes, dim=1))
 
 
 def _unstack(x):
-    """The planes of a filter pass's output (N x P x H x W), split from the channels-last layout on
-    the CPU, so that their gradients are stacked back into it in one copy (_stack)."""
-    if x.device.type != "cpu":
-        return x.unbind(1)
-    return x.permute(0, 2, 3, 1).unbind(-1)
+    """The planes of a filter pass's output (N x P x H x W), made planar first, so that the
+    per-pixel stages read each plane contiguously rather than every P-th sample."""
+    return x.contiguous().unbind(1)
 
 
 def _channels_last(x):
