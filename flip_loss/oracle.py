@@ -2,8 +2,9 @@
 against, and the portable path wherever they are missing (docs/algorithm.md §9.7).
 
 Written from the algorithm as ``docs/algorithm.md`` states it (§4, §5, §7), in whole-tensor
-operations that exist since torch 2.1: each filter bank is one edge padding and two depthwise
-``conv2d`` passes with 1-D taps; the linear colour maps are folded into 3x3 matrices.
+operations that exist since torch 2.1: an image's two filter banks are one edge padding and two
+depthwise ``conv2d`` passes with 1-D taps, eight planes each; the linear colour maps are folded
+into 3x3 matrices.
 
 * Works on any device and float dtype. float64 is computed in float64, float32 in float32 (no float64
   tensor of image size: a device may have none), and float16 / bfloat16 in float32 with the result
