@@ -2,8 +2,9 @@
 against, and the portable path wherever they are missing (docs/algorithm.md §9.7).
 
 Written from the algorithm as ``docs/algorithm.md`` states it (§4, §5, §7), in whole-tensor
-operations that exist since torch 2.1: each filter bank is one edge padding and two depthwise
-``conv2d`` passes with 1-D taps; the linear colour maps are folded into 3x3 matrices.
+operations that exist since torch 2.1: an image's two filter banks are one edge padding and two
+depthwise ``conv2d`` passes with 1-D taps, eight planes each; the linear colour maps are folded
+into 3x3 matrices.
 
 * Works on any device and float dtype. float64 is computed in float64, float32 in float32 (no float64
   tensor of image size: a device may have none), and float16 / bfloat16 in float32 with the result
@@ -423,10 +424,23 @@ def _bank_rows(kind, ppd):
     """(r, rows) of one filter bank, one row of taps per plane it filters: the CSF's (y, cx, cz1,
     cz2); the feature detectors' eight, the horizontal pass's four then the vertical pass's, for the
     planes (x differences, x differences, y differences, y differences): (dg, ddg, g, g) then (g, g,
-    dg, ddg), dg and ddg as difference taps."""
+    dg, ddg), dg and ddg as difference taps; an image's sixteen, both banks in one, the horizontal
+    pass's eight (the CSF's four, the feature detectors' four) then the vertical pass's, all widened
+    with zero taps to the larger radius."""
     if kind == "csf":
         r, *rows = _csf_rows(ppd)
         return r, tuple(rows)
+    if kind == "image":
+        rc, csf = _bank_rows("csf", ppd)
+        rf, feature = _bank_rows("feature", ppd)
+        r = max(rc, rf)
+
+        def widened(w, ri):  # zero taps on both sides up to radius r: the same correlation
+            return (0.0,) * (r - ri) + w + (0.0,) * (r - ri)
+
+        csf = tuple(widened(w, rc) for w in csf)
+        feature = tuple(widened(w, rf) for w in feature)
+        return r, csf + feature[:4] + csf + feature[4:]
     r, g, dg, ddg = _feature_rows(ppd)
     dg, ddg = _difference_taps(dg), _difference_taps(ddg)
     return r, (dg, ddg, g, g, g, g, dg, ddg)
@@ -489,10 +503,17 @@ def _stack(planes):
     """N x H x W planes stacked into one N x P x H x W tensor for the filter passes: interleaved
     (channels-last) on the CPU, where oneDNN's depthwise convolutions and their backward are
     several times faster on it; planar elsewhere, where a depthwise float32 convolution of planar
-    data runs PyTorch's own kernel (CUDA), never a TF32 one."""
+    data runs PyTorch's own kernel (CUDA), never a TF32 one. (Stacked planar and then restrided:
+    stacking along the last axis directly copies one sample at a time, twice as slow.)"""
     if planes[0].device.type != "cpu":
         return torch.stack(planes, dim=1)
     return _channels_last(torch.stack(planes, dim=1))
+
+
+def _unstack(x):
+    """The planes of a filter pass's output (N x P x H x W), made planar first, so that the
+    per-pixel stages read each plane contiguously rather than every P-th sample."""
+    return x.contiguous().unbind(1)
 
 
 def _channels_last(x):
@@ -587,15 +608,18 @@ def feature_responses(yhat, pixels_per_degree, halo=0):
     exactly 0, whatever order a convolution sums in. All four planes go through one pair of passes
     (horizontal, then vertical), each plane with its own taps. ``halo``: see _pad."""
     r, taps = _bank("feature", float(pixels_per_degree), yhat.dtype, yhat.device)
-    # One more sample after each axis, so that the differences keep the padded length; the
-    # difference taps' last tap, 0, is the one that reaches it.
-    x = _pad(yhat[:, 0], r, r + 1, halo)
-    xs = x[:, :-1, :-1]
-    along_x = x[:, :-1, 1:] - xs
-    along_y = x[:, 1:, :-1] - xs
+    _, along_x, along_y = _differences(_pad(yhat[:, 0], r, r + 1, halo))
     planes = _stack([along_x, along_x, along_y, along_y])
-    dx, ddx, dy, ddy = _correlate(_correlate(planes, taps[:4], -1), taps[4:], -2).unbind(1)
+    dx, ddx, dy, ddy = _unstack(_correlate(_correlate(planes, taps[:4], -1), taps[4:], -2))
     return dx, dy, ddx, ddy
+
+
+def _differences(x):
+    """(x without its last row and column, its first differences along x, along y) of a plane
+    padded with one more sample after each axis than before, so that the differences keep the
+    padded length; the difference taps' last tap, 0, is the one that reaches that sample."""
+    xs = x[:, :-1, :-1]
+    return xs, x[:, :-1, 1:] - xs, x[:, 1:, :-1] - xs
 
 
 # --------------------------------------------------------------------------------------------
@@ -615,8 +639,12 @@ def _filtered_rgb(y, d1, d2, ppd, differentiated=True, halo=0):
     r, taps = _bank("csf", ppd, y.dtype, y.device)
     d2 = _pad(d2, r, r, halo)
     x = _stack([_pad(y, r, r, halo), _pad(d1, r, r, halo), d2, d2])
-    # The blue-yellow channel: the sum of its two separable Gaussians.
-    yf, d1f, d2f, d2f2 = _correlate(_correlate(x, taps, -1), taps, -2).unbind(1)
+    return _csf_rgb(*_unstack(_correlate(_correlate(x, taps, -1), taps, -2)), differentiated)
+
+
+def _csf_rgb(yf, d1f, d2f, d2f2, differentiated):
+    """The filtered CSF planes back in linear RGB, clamped to [0, 1] (see _filtered_rgb); the
+    blue-yellow channel is the sum of its two separable Gaussians' planes."""
     rgb = _mix((yf, d1f, d2f + d2f2), _CSF_TO_RGB)
     if not differentiated:
         return [torch.clamp(c, 0.0, 1.0) for c in rgb]
@@ -670,7 +698,11 @@ def _edge_point(yhat, ppd, differentiated=True, halo=0):
     """Edge and point magnitudes (N x H x W) of one normalised achromatic image (N x 1 x H x W).
     ``differentiated=False`` (nothing differentiates through them): plain square roots, the same
     values."""
-    dx, dy, ddx, ddy = feature_responses(yhat, ppd, halo)
+    return _edge_point_norms(*feature_responses(yhat, ppd, halo), differentiated)
+
+
+def _edge_point_norms(dx, dy, ddx, ddy, differentiated):
+    """The edge and point magnitudes of the feature responses (see _edge_point)."""
     if not differentiated:
         return torch.sqrt(_squares(dx, dy)), torch.sqrt(_squares(ddx, ddy))
     return _safe_norm(dx, dy), _safe_norm(ddx, ddy)
@@ -680,7 +712,10 @@ def _feature_term(edge_point_t, edge_point_r, eps):
     """dE_f (N x H x W) from both images' edge and point magnitudes."""
     d_edge = _abs(edge_point_r[0] - edge_point_t[0])
     d_point = _abs(edge_point_r[1] - edge_point_t[1])
-    m = torch.where(d_edge >= d_point, d_edge, d_point)  # ties go to the edge term
+    # Ties go to the edge term. A blend with weights 0 and 1 selects either value exactly, as
+    # torch.where would, and routes the whole gradient to it; it runs several times faster than
+    # torch.where on a condition as unpredictable as which difference is the larger.
+    m = torch.lerp(d_point, d_edge, (d_edge >= d_point).to(d_edge.dtype))
     return _power(m / math.sqrt(2.0), QF, floor=eps)
 
 
@@ -705,26 +740,35 @@ def _image_terms(x, ppd, srgb, halo=0):
     if srgb:
         x = _srgb_decode(x)
     y, d1, d2 = _mix(x.unbind(1), _RGB_TO_CSF)
-    # The feature detectors see the unfiltered, normalised achromatic channel y.
-    lab = _hunt_lab(*_filtered_rgb(y, d1, d2, ppd, differentiated, halo))
-    return lab, _edge_point(y.unsqueeze(1), ppd, differentiated, halo)
+    # Both banks in one pair of passes: the CSF's planes, and the feature detectors' differences of
+    # the unfiltered, normalised achromatic channel y (as feature_responses).
+    r, taps = _bank("image", ppd, y.dtype, y.device)
+    y, along_x, along_y = _differences(_pad(y, r, r + 1, halo))
+    d2 = _pad(d2, r, r, halo)
+    planes = _stack([y, _pad(d1, r, r, halo), d2, d2, along_x, along_x, along_y, along_y])
+    yf, d1f, d2f, d2f2, dx, ddx, dy, ddy = _unstack(
+        _correlate(_correlate(planes, taps[:8], -1), taps[8:], -2)
+    )
+    lab = _hunt_lab(*_csf_rgb(yf, d1f, d2f, d2f2, differentiated))
+    return lab, _edge_point_norms(dx, dy, ddx, ddy, differentiated)
 
 
 # Images of more pixels (N x H x W) than this are evaluated on the CPU in horizontal strips of about
 # this many pixels, each with the rows its filters reach above and below (_with_halo): freed blocks
 # of more than a few tens of MB go back to the operating system, which zeroes them again when they
 # are allocated next, and for whole-image planes that costs as much as the arithmetic on them.
-STRIP_PIXELS = 1 << 19
+STRIP_PIXELS = 1 << 18
 
 
 def _strip_rows(x, ppd):
     """(halo, rows of each strip) of an N x C x H x W image, or None for one piece: the halo is
-    the rows an output row's filters reach on either side (the CSF's radius; the feature
-    detectors' and the one their differences add); every strip has at least two halos' rows."""
+    the rows an output row's filters reach on either side (the larger of the CSF's and the feature
+    detectors' radii, and the one the differences add); every strip has at least two halos'
+    rows."""
     n, _, h, w = x.shape
     if x.device.type != "cpu" or n * h * w <= STRIP_PIXELS:
         return None
-    halo = max(_bank_rows("csf", ppd)[0], _bank_rows("feature", ppd)[0] + 1)
+    halo = _bank_rows("image", ppd)[0] + 1
     count = min(-(-n * h * w // STRIP_PIXELS), h // (2 * halo))
     if count < 2:
         return None
