@@ -186,18 +186,13 @@ def _positive_power(x, p: float):
 def _power(x, p: float, floor: float = 0.0):
     """max(x, floor)^p for 0 < p < 1, with the gradient p x^(p-1) where x >= floor and x > 0 and 0
     elsewhere (no infinite slope at 0)."""
-    below = x < floor if floor > 0 else x <= 0
-    return torch.where(below, floor**p, _positive_power(torch.where(below, 1.0, x), p))
+    return _Power.apply((p, floor), x)
 
 
 def combine(colour, feature):
     """colour^(1 - feature), passing no gradient where colour = 0 (where the power's slopes in both
     arguments are not finite)."""
-    passes = colour > 0
-    exponent = 1.0 - feature
-    # Where it does not pass, the power sees detached arguments: its slopes there (infinite or NaN)
-    # reach nothing, since torch.where routes no gradient to the branch not taken.
-    return torch.pow(torch.where(passes, colour, colour.detach()), torch.where(passes, exponent, exponent.detach()))
+    return _Combine.apply((), colour, 1.0 - feature)
 
 
 def _squares(u, v):
@@ -206,28 +201,156 @@ def _squares(u, v):
 
 def _safe_norm(u, v):
     """sqrt(u^2 + v^2) with a zero gradient where u = v = 0 (instead of NaN)."""
-    s = _squares(u, v)
-    zero = s == 0
-    return torch.where(zero, 0.0, torch.sqrt(torch.where(zero, 1.0, s)))
+    return _Norm.apply(0.0, u, v)
 
 
 def chroma_norm(u, v):
     """HyAB's chroma distance sqrt(u^2 + v^2), passing no gradient where it is below the rounding
     noise of grey colours (1e-3 in float32, 1e-12 in float64; docs/algorithm.md §7.11): there the
     direction of (u, v) is noise. The value is unchanged."""
-    s = _squares(u, v)
-    n = torch.sqrt(s.detach())
-    passes = n > (1e-12 if n.dtype == torch.float64 else 1e-3)
-    return torch.where(passes, torch.sqrt(torch.where(passes, s, 1.0)), n)
+    return _Norm.apply(1e-12 if u.dtype == torch.float64 else 1e-3, u, v)
 
 
 def floored_abs(d, eps):
     """sqrt(max(d^2, eps)): |d| where d^2 >= eps, else sqrt(eps), with the gradient of the clamped
     square root: sign(d) where d^2 >= eps (the clamp's bound passes) and d^2 > 0, else 0."""
-    dd = d.detach()
-    below = dd * dd < eps if eps > 0 else dd == 0
-    # |d| only where d != 0: torch's slope of abs there is sign(d), on every release.
-    return torch.where(below, math.sqrt(eps), d.abs())
+    return _FlooredAbs.apply(float(eps), d)
+
+
+class _Pointwise(torch.autograd.Function):
+    """Base of an element-wise stage y = value(x, ...) differentiated by its own slopes: a subclass
+    gives ``value(params, *xs)`` and ``slopes(params, y, *xs)`` (dy/dx per input, the rule of
+    docs/algorithm.md §7.4 at every kink written into them). The forward computes the value alone
+    and records one node; the backward multiplies by the slopes, and forward mode too. The slopes
+    are torch ops on the saved inputs and output, so autograd can differentiate them again."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.params = inputs[0]
+        ctx.save_for_backward(output, *inputs[1:])
+        ctx.save_for_forward(output, *inputs[1:])
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        slopes = cls.slopes
+
+        def backward(ctx, grad):
+            return (None,) + tuple(grad * s for s in slopes(ctx.params, *ctx.saved_tensors))
+
+        def jvp(ctx, _params, *tangents):
+            out = None
+            for t, s in zip(tangents, slopes(ctx.params, *ctx.saved_tensors)):
+                if t is not None:
+                    out = t * s if out is None else torch.addcmul(out, t, s)
+            return out
+
+        cls.backward, cls.jvp = staticmethod(backward), staticmethod(jvp)
+
+
+class _Clamp(_Pointwise):
+    """clamp(x, low, high) with the gradient of :func:`clamp` (params: low, high, slack)."""
+
+    @staticmethod
+    def forward(params, x):
+        return torch.clamp(x, params[0], params[1])
+
+    @staticmethod
+    def slopes(params, y, x):
+        low, high, slack = params
+        return (((x >= low - slack) & (x <= high + slack)).to(x.dtype),)
+
+
+class _DecodedClamp(_Pointwise):
+    """The sRGB decode of clamp(x, 0, 1) (params: ()), as _srgb_decode(clamp(x, 0.0, 1.0))."""
+
+    @staticmethod
+    def forward(params, x):
+        return _srgb_decode(torch.clamp(x, 0.0, 1.0))
+
+    @staticmethod
+    def slopes(params, y, x):
+        # d/dc ((c + 0.055) / 1.055)^2.4 = 2.4 y / (c + 0.055), on c > 0.04045 (the knee decodes
+        # linearly); nothing outside [0, 1].
+        power = 2.4 * y / (torch.clamp(x, min=SRGB_DECODE_T) + 0.055)
+        slope = torch.where(x <= SRGB_DECODE_T, 1.0 / 12.92, power)
+        return (torch.where((x >= 0.0) & (x <= 1.0), slope, 0.0),)
+
+
+class _LabF(_Pointwise):
+    """CIE Lab's f(t) (params: ()): the cube root above the knee, the line at and below it."""
+
+    @staticmethod
+    def forward(params, t):
+        return _lab_value(t)
+
+    @staticmethod
+    def slopes(params, y, t):
+        return (torch.where(t > LAB_T, y / (3.0 * torch.clamp(t, min=LAB_T)), 1.0 / (3.0 * LAB_DELTA**2)),)
+
+
+class _Power(_Pointwise):
+    """max(x, floor)^p (params: p, floor), the slopes of :func:`_power`."""
+
+    @staticmethod
+    def forward(params, x):
+        p, floor = params
+        below = x < floor if floor > 0 else x <= 0
+        # The power of a value below the floor (NaN or infinite for x <= 0) is never selected.
+        return torch.where(below, floor**p, _positive_power(x, p))
+
+    @staticmethod
+    def slopes(params, y, x):
+        p, floor = params
+        passes = x >= floor if floor > 0 else x > 0
+        return (torch.where(passes, p * y / torch.where(passes, x, 1.0), 0.0),)
+
+
+class _Combine(_Pointwise):
+    """colour^exponent (params: ()), passing nothing where colour <= 0 (see :func:`combine`)."""
+
+    @staticmethod
+    def forward(params, colour, exponent):
+        return torch.pow(colour, exponent)
+
+    @staticmethod
+    def slopes(params, y, colour, exponent):
+        passes = colour > 0
+        c = torch.where(passes, colour, 1.0)
+        return (
+            torch.where(passes, exponent * y / c, 0.0),
+            torch.where(passes, y * torch.log(c), 0.0),
+        )
+
+
+class _Norm(_Pointwise):
+    """sqrt(u^2 + v^2) (params: the norm at or below which the gradient is 0): the gradient
+    (u, v) / norm above it."""
+
+    @staticmethod
+    def forward(params, u, v):
+        return torch.sqrt(_squares(u, v))
+
+    @staticmethod
+    def slopes(params, y, u, v):
+        passes = y > params
+        inverse = torch.where(passes, 1.0 / torch.where(passes, y, 1.0), 0.0)
+        return u * inverse, v * inverse
+
+
+class _FlooredAbs(_Pointwise):
+    """sqrt(max(d^2, eps)) (params: eps), the slopes of :func:`floored_abs`."""
+
+    @staticmethod
+    def forward(params, d):
+        below = d * d < params if params > 0 else d == 0
+        return torch.where(below, math.sqrt(params), d.abs())
+
+    @staticmethod
+    def slopes(params, y, d):
+        passes = d * d >= params if params > 0 else d != 0
+        return (torch.where(passes, torch.sign(d), 0.0),)
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,6 +418,10 @@ def opponent_to_linear_rgb(opp):
 
 
 def _lab_f(t):
+    return _LabF.apply((), t)
+
+
+def _lab_value(t):
     # The cube root's argument is clamped to the knee for the branch not taken; the knee itself
     # takes the linear branch (docs/algorithm.md §7.4).
     cube_root = _positive_power(torch.clamp(t, min=LAB_T), 1.0 / 3.0)
@@ -648,7 +775,7 @@ def _csf_rgb(yf, d1f, d2f, d2f2, differentiated):
     rgb = _mix((yf, d1f, d2f + d2f2), _CSF_TO_RGB)
     if not differentiated:
         return [torch.clamp(c, 0.0, 1.0) for c in rgb]
-    return [clamp(c, 0.0, 1.0, GAMUT_GRADIENT_SLACK) for c in rgb]
+    return [_Clamp.apply((0.0, 1.0, GAMUT_GRADIENT_SLACK), c) for c in rgb]
 
 
 def csf_filter(opponent, pixels_per_degree):
@@ -736,9 +863,11 @@ def _image_terms(x, ppd, srgb, halo=0):
     the conditions that only shape a gradient (the clamps' and norms' rules at their kinks). A strip
     with ``halo`` rows above and below its own (_with_halo) gives the terms of its own rows."""
     differentiated = _needs_derivative(x)
-    x = clamp(x, 0.0, 1.0) if differentiated else torch.clamp(x, 0.0, 1.0)
-    if srgb:
-        x = _srgb_decode(x)
+    if not differentiated:
+        x = torch.clamp(x, 0.0, 1.0)
+        x = _srgb_decode(x) if srgb else x
+    else:
+        x = _DecodedClamp.apply((), x) if srgb else _Clamp.apply((0.0, 1.0, 0.0), x)
     y, d1, d2 = _mix(x.unbind(1), _RGB_TO_CSF)
     # Both banks in one pair of passes: the CSF's planes, and the feature detectors' differences of
     # the unfiltered, normalised achromatic channel y (as feature_responses).
