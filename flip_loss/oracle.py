@@ -217,6 +217,36 @@ def floored_abs(d, eps):
     return _FlooredAbs.apply(float(eps), d)
 
 
+# Conditions as 0/1 planes of the compute dtype, from the sign of a difference (exact: a difference
+# of two unequal floats is never 0 and keeps their order), and selections as torch.lerp with such a
+# weight (exactly one branch, both finite): on the CPU comparisons into bool tensors, torch.where
+# and bool-to-float conversions run several times slower than float arithmetic.
+
+
+def _above(x, a):
+    """1.0 where x > a, else 0.0 (of x's dtype; NaN where x or a is NaN)."""
+    return torch.sign(_difference(x, a)).clamp_(min=0.0)
+
+
+def _at_least(x, a):
+    """1.0 where x >= a, else 0.0 (of x's dtype; NaN where x or a is NaN)."""
+    return torch.sign(_difference(x, a)).add_(1.0).clamp_(max=1.0)
+
+
+def _difference(x, a):
+    return x.detach() - (a.detach() if isinstance(a, torch.Tensor) else a)
+
+
+def _select(weight, if_zero, if_one):
+    """``if_one`` where ``weight`` is 1, ``if_zero`` where it is 0, exactly (both finite). A number
+    becomes a 0-dim tensor made on the device (a fill, never a host-to-device copy)."""
+    if not isinstance(if_zero, torch.Tensor):
+        if_zero = weight.new_full((), if_zero)
+    if not isinstance(if_one, torch.Tensor):
+        if_one = weight.new_full((), if_one)
+    return torch.lerp(if_zero, if_one, weight)
+
+
 class _Pointwise(torch.autograd.Function):
     """Base of an element-wise stage y = value(x, ...) differentiated by its own slopes: a subclass
     gives ``value(params, *xs)`` and ``slopes(params, y, *xs)`` (dy/dx per input, the rule of
@@ -259,7 +289,8 @@ class _Clamp(_Pointwise):
     @staticmethod
     def slopes(params, y, x):
         low, high, slack = params
-        return (((x >= low - slack) & (x <= high + slack)).to(x.dtype),)
+        # 1 where x equals its clamp to the widened interval, 0 elsewhere.
+        return (1.0 - torch.sign(x - torch.clamp(x, low - slack, high + slack)).abs_(),)
 
 
 class _DecodedClamp(_Pointwise):
@@ -267,15 +298,15 @@ class _DecodedClamp(_Pointwise):
 
     @staticmethod
     def forward(params, x):
-        return _srgb_decode(torch.clamp(x, 0.0, 1.0))
+        return _srgb_decode_unit(torch.clamp(x, 0.0, 1.0))
 
     @staticmethod
     def slopes(params, y, x):
         # d/dc ((c + 0.055) / 1.055)^2.4 = 2.4 y / (c + 0.055), on c > 0.04045 (the knee decodes
         # linearly); nothing outside [0, 1].
         power = 2.4 * y / (torch.clamp(x, min=SRGB_DECODE_T) + 0.055)
-        slope = torch.where(x <= SRGB_DECODE_T, 1.0 / 12.92, power)
-        return (torch.where((x >= 0.0) & (x <= 1.0), slope, 0.0),)
+        slope = _select(_above(x, SRGB_DECODE_T), 1.0 / 12.92, power)
+        return (slope * (1.0 - torch.sign(x - torch.clamp(x, 0.0, 1.0)).abs_()),)
 
 
 class _LabF(_Pointwise):
@@ -283,11 +314,12 @@ class _LabF(_Pointwise):
 
     @staticmethod
     def forward(params, t):
-        return _lab_value(t)
+        return _lab_value(t, *params)
 
     @staticmethod
     def slopes(params, y, t):
-        return (torch.where(t > LAB_T, y / (3.0 * torch.clamp(t, min=LAB_T)), 1.0 / (3.0 * LAB_DELTA**2)),)
+        cube_root = y / (3.0 * torch.clamp(t, min=LAB_T))
+        return (_select(_above(t, LAB_T), 1.0 / (3.0 * LAB_DELTA**2), cube_root),)
 
 
 class _Power(_Pointwise):
@@ -296,15 +328,17 @@ class _Power(_Pointwise):
     @staticmethod
     def forward(params, x):
         p, floor = params
-        below = x < floor if floor > 0 else x <= 0
-        # The power of a value below the floor (NaN or infinite for x <= 0) is never selected.
-        return torch.where(below, floor**p, _positive_power(x, p))
+        if floor > 0:  # x >= 0 (the callers'), so both branches are finite
+            return _select(_at_least(x, floor), floor**p, _positive_power(x, p))
+        # 0^p = exp(-inf) = 0, below 0 the clamp: floor^p.
+        return _positive_power(torch.clamp(x, min=0.0), p)
 
     @staticmethod
     def slopes(params, y, x):
         p, floor = params
-        passes = x >= floor if floor > 0 else x > 0
-        return (torch.where(passes, p * y / torch.where(passes, x, 1.0), 0.0),)
+        passes = _at_least(x, floor) if floor > 0 else _above(x, 0.0)
+        # The divisor is x where it passes, x + 1 elsewhere (never 0 for x >= 0).
+        return (passes * (p * y) / (x + (1.0 - passes)),)
 
 
 class _Combine(_Pointwise):
@@ -316,12 +350,10 @@ class _Combine(_Pointwise):
 
     @staticmethod
     def slopes(params, y, colour, exponent):
-        passes = colour > 0
-        c = torch.where(passes, colour, 1.0)
-        return (
-            torch.where(passes, exponent * y / c, 0.0),
-            torch.where(passes, y * torch.log(c), 0.0),
-        )
+        passes = _above(colour, 0.0)
+        c = colour + (1.0 - passes)  # 1 where it does not pass (colour = 0)
+        py = passes * y
+        return py * exponent / c, py * torch.log(c)
 
 
 class _Norm(_Pointwise):
@@ -334,8 +366,8 @@ class _Norm(_Pointwise):
 
     @staticmethod
     def slopes(params, y, u, v):
-        passes = y > params
-        inverse = torch.where(passes, 1.0 / torch.where(passes, y, 1.0), 0.0)
+        passes = _above(y, params)
+        inverse = passes / (y + (1.0 - passes))
         return u * inverse, v * inverse
 
 
@@ -349,8 +381,8 @@ class _FlooredAbs(_Pointwise):
 
     @staticmethod
     def slopes(params, y, d):
-        passes = d * d >= params if params > 0 else d != 0
-        return (torch.where(passes, torch.sign(d), 0.0),)
+        slope = torch.sign(d)  # 0 at d = 0
+        return (slope * _at_least(d * d, params) if params > 0 else slope,)
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,6 +395,12 @@ def _srgb_decode(x):
     # slopes; where it is taken (x > 0.04045) the clamp's slope is 1.
     power = _positive_power((torch.clamp(x, min=SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
     return torch.where(x <= SRGB_DECODE_T, x / 12.92, power)
+
+
+def _srgb_decode_unit(x):
+    """_srgb_decode of x in [0, 1] (both branches finite, one selected by a blend)."""
+    power = _positive_power((torch.clamp(x, min=SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
+    return _select(_above(x, SRGB_DECODE_T), x / 12.92, power)
 
 
 def srgb_to_linear(x):
@@ -417,15 +455,20 @@ def opponent_to_linear_rgb(opp):
     return torch.stack(_opponent_to_rgb(opp[:, 0], opp[:, 1], opp[:, 2]), dim=1).to(dt)
 
 
-def _lab_f(t):
-    return _LabF.apply((), t)
+def _lab_f(t, finite=False):
+    """f(t); ``finite``: t is known finite (both branches are then, and one is selected by a
+    blend)."""
+    return _LabF.apply((finite,), t)
 
 
-def _lab_value(t):
+def _lab_value(t, finite):
     # The cube root's argument is clamped to the knee for the branch not taken; the knee itself
     # takes the linear branch (docs/algorithm.md §7.4).
     cube_root = _positive_power(torch.clamp(t, min=LAB_T), 1.0 / 3.0)
-    return torch.where(t > LAB_T, cube_root, t / (3.0 * LAB_DELTA**2) + LAB_LIN_OFFSET)
+    linear = t / (3.0 * LAB_DELTA**2) + LAB_LIN_OFFSET
+    if finite:
+        return _select(_above(t, LAB_T), linear, cube_root)
+    return torch.where(t > LAB_T, cube_root, linear)
 
 
 def xyz_to_lab(X, Y, Z):
@@ -437,7 +480,7 @@ def xyz_to_lab(X, Y, Z):
 def _hunt_lab(r, g, b):
     """Linear RGB planes -> Hunt-adjusted L*a*b* (L, 0.01 L a, 0.01 L b), with the white folded
     into the matrix."""
-    fx, fy, fz = (_lab_f(t) for t in _mix((r, g, b), _RGB_TO_XYZN))
+    fx, fy, fz = (_lab_f(t, finite=True) for t in _mix((r, g, b), _RGB_TO_XYZN))
     L = 116.0 * fy - 16.0
     return L, (5.0 * L) * (fx - fy), (2.0 * L) * (fy - fz)
 
@@ -809,7 +852,7 @@ def _colour_difference(lab_t, lab_r, eps):
     knee = PC * _CMAX
     low = e * (PT / knee)
     high = PT + (e - knee) * ((1.0 - PT) / (_CMAX - knee))
-    return torch.where(e < knee, low, high)
+    return _select(_at_least(e, knee), low, high)
 
 
 def hunt_hyab(test_rgb, reference_rgb, eps=DEFAULT_EPS):
@@ -842,7 +885,7 @@ def _feature_term(edge_point_t, edge_point_r, eps):
     # Ties go to the edge term. A blend with weights 0 and 1 selects either value exactly, as
     # torch.where would, and routes the whole gradient to it; it runs several times faster than
     # torch.where on a condition as unpredictable as which difference is the larger.
-    m = torch.lerp(d_point, d_edge, (d_edge >= d_point).to(d_edge.dtype))
+    m = torch.lerp(d_point, d_edge, _at_least(d_edge, d_point))
     return _power(m / math.sqrt(2.0), QF, floor=eps)
 
 
@@ -865,7 +908,7 @@ def _image_terms(x, ppd, srgb, halo=0):
     differentiated = _needs_derivative(x)
     if not differentiated:
         x = torch.clamp(x, 0.0, 1.0)
-        x = _srgb_decode(x) if srgb else x
+        x = _srgb_decode_unit(x) if srgb else x
     else:
         x = _DecodedClamp.apply((), x) if srgb else _Clamp.apply((0.0, 1.0, 0.0), x)
     y, d1, d2 = _mix(x.unbind(1), _RGB_TO_CSF)
