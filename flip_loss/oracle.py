@@ -9,12 +9,13 @@ into 3x3 matrices.
 * Works on any device and float dtype. float64 is computed in float64, float32 in float32 (no float64
   tensor of image size: a device may have none), and float16 / bfloat16 in float32 with the result
   cast back to the input dtype.
-* Everything is built from differentiable torch ops, so autograd gives the gradient of every public
-  function with respect to every tensor argument. At a kink the gradient is the project's own rule
-  (docs/algorithm.md §7.4), the kernels' rule, written out on explicit conditions: the clamps,
-  absolute values, norms and powers by the helpers below "The gradient at every kink", the
-  branches and maxima by ``torch.where`` on the kernels' comparisons. Nothing is left to torch's
-  autograd at a kink, whose rules differ between torch releases (``torch.clamp`` at its bounds).
+* Everything is built from differentiable torch ops and autograd Functions whose derivatives are
+  torch ops, so autograd gives the gradient of every public function with respect to every tensor
+  argument. At a kink the gradient is the project's own rule (docs/algorithm.md §7.4), the kernels'
+  rule, written out on explicit conditions: by the helpers below "The gradient at every kink" and
+  the element-wise stages' own slopes (``_Pointwise``), the branches and maxima by selections on
+  the kernels' comparisons. Nothing is left to torch's autograd at a kink, whose rules differ
+  between torch releases (``torch.clamp`` at its bounds).
 * Tensors are N x C x H x W. Only :func:`ldr_flip` also accepts an unbatched C x H x W pair.
 """
 
@@ -906,21 +907,22 @@ def _image_terms(x, ppd, srgb, halo=0):
     the conditions that only shape a gradient (the clamps' and norms' rules at their kinks). A strip
     with ``halo`` rows above and below its own (_with_halo) gives the terms of its own rows."""
     differentiated = _needs_derivative(x)
-    if not differentiated:
-        x = torch.clamp(x, 0.0, 1.0)
-        x = _srgb_decode_unit(x) if srgb else x
-    else:
-        x = _DecodedClamp.apply((), x) if srgb else _Clamp.apply((0.0, 1.0, 0.0), x)
-    y, d1, d2 = _mix(x.unbind(1), _RGB_TO_CSF)
+    # Channel by channel: temporaries of one plane's size (see STRIP_PIXELS).
+    rgb = []
+    for c in x.unbind(1):
+        if not differentiated:
+            c = torch.clamp(c, 0.0, 1.0)
+            rgb.append(_srgb_decode_unit(c) if srgb else c)
+        else:
+            rgb.append(_DecodedClamp.apply((), c) if srgb else _Clamp.apply((0.0, 1.0, 0.0), c))
+    y, d1, d2 = _mix(rgb, _RGB_TO_CSF)
     # Both banks in one pair of passes: the CSF's planes, and the feature detectors' differences of
     # the unfiltered, normalised achromatic channel y (as feature_responses).
     r, taps = _bank("image", ppd, y.dtype, y.device)
     y, along_x, along_y = _differences(_pad(y, r, r + 1, halo))
     d2 = _pad(d2, r, r, halo)
     planes = _stack([y, _pad(d1, r, r, halo), d2, d2, along_x, along_x, along_y, along_y])
-    yf, d1f, d2f, d2f2, dx, ddx, dy, ddy = _unstack(
-        _correlate(_correlate(planes, taps[:8], -1), taps[8:], -2)
-    )
+    yf, d1f, d2f, d2f2, dx, ddx, dy, ddy = _unstack(_correlate(_correlate(planes, taps[:8], -1), taps[8:], -2))
     lab = _hunt_lab(*_csf_rgb(yf, d1f, d2f, d2f2, differentiated))
     return lab, _edge_point_norms(dx, dy, ddx, ddy, differentiated)
 
