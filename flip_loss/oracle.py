@@ -930,8 +930,10 @@ def _image_terms(x, ppd, srgb, halo=0):
 # Images of more pixels (N x H x W) than this are evaluated on the CPU in horizontal strips of about
 # this many pixels, each with the rows its filters reach above and below (_with_halo): freed blocks
 # of more than a few tens of MB go back to the operating system, which zeroes them again when they
-# are allocated next, and for whole-image planes that costs as much as the arithmetic on them.
-STRIP_PIXELS = 1 << 18
+# are allocated next, and for whole-image planes that costs as much as the arithmetic on them. Not
+# fewer: every strip recomputes its halo rows (about 2 x 11 at the default ppd), a share that grows
+# as strips get shorter (a sixth of a 1080p strip of 2^18 pixels, a third of a 4K one).
+STRIP_PIXELS = 1 << 19
 
 
 def _strip_rows(x, ppd):
