@@ -9,12 +9,13 @@ into 3x3 matrices.
 * Works on any device and float dtype. float64 is computed in float64, float32 in float32 (no float64
   tensor of image size: a device may have none), and float16 / bfloat16 in float32 with the result
   cast back to the input dtype.
-* Everything is built from differentiable torch ops, so autograd gives the gradient of every public
-  function with respect to every tensor argument. At a kink the gradient is the project's own rule
-  (docs/algorithm.md §7.4), the kernels' rule, written out on explicit conditions: the clamps,
-  absolute values, norms and powers by the helpers below "The gradient at every kink", the
-  branches and maxima by ``torch.where`` on the kernels' comparisons. Nothing is left to torch's
-  autograd at a kink, whose rules differ between torch releases (``torch.clamp`` at its bounds).
+* Everything is built from differentiable torch ops and autograd Functions whose derivatives are
+  torch ops, so autograd gives the gradient of every public function with respect to every tensor
+  argument. At a kink the gradient is the project's own rule (docs/algorithm.md §7.4), the kernels'
+  rule, written out on explicit conditions: by the helpers below "The gradient at every kink" and
+  the element-wise stages' own slopes (``_Pointwise``), the branches and maxima by selections on
+  the kernels' comparisons. Nothing is left to torch's autograd at a kink, whose rules differ
+  between torch releases (``torch.clamp`` at its bounds).
 * Tensors are N x C x H x W. Only :func:`ldr_flip` also accepts an unbatched C x H x W pair.
 """
 
@@ -186,18 +187,13 @@ def _positive_power(x, p: float):
 def _power(x, p: float, floor: float = 0.0):
     """max(x, floor)^p for 0 < p < 1, with the gradient p x^(p-1) where x >= floor and x > 0 and 0
     elsewhere (no infinite slope at 0)."""
-    below = x < floor if floor > 0 else x <= 0
-    return torch.where(below, floor**p, _positive_power(torch.where(below, 1.0, x), p))
+    return _Power.apply((p, floor), x)
 
 
 def combine(colour, feature):
     """colour^(1 - feature), passing no gradient where colour = 0 (where the power's slopes in both
     arguments are not finite)."""
-    passes = colour > 0
-    exponent = 1.0 - feature
-    # Where it does not pass, the power sees detached arguments: its slopes there (infinite or NaN)
-    # reach nothing, since torch.where routes no gradient to the branch not taken.
-    return torch.pow(torch.where(passes, colour, colour.detach()), torch.where(passes, exponent, exponent.detach()))
+    return _Combine.apply((), colour, 1.0 - feature)
 
 
 def _squares(u, v):
@@ -206,28 +202,188 @@ def _squares(u, v):
 
 def _safe_norm(u, v):
     """sqrt(u^2 + v^2) with a zero gradient where u = v = 0 (instead of NaN)."""
-    s = _squares(u, v)
-    zero = s == 0
-    return torch.where(zero, 0.0, torch.sqrt(torch.where(zero, 1.0, s)))
+    return _Norm.apply(0.0, u, v)
 
 
 def chroma_norm(u, v):
     """HyAB's chroma distance sqrt(u^2 + v^2), passing no gradient where it is below the rounding
     noise of grey colours (1e-3 in float32, 1e-12 in float64; docs/algorithm.md §7.11): there the
     direction of (u, v) is noise. The value is unchanged."""
-    s = _squares(u, v)
-    n = torch.sqrt(s.detach())
-    passes = n > (1e-12 if n.dtype == torch.float64 else 1e-3)
-    return torch.where(passes, torch.sqrt(torch.where(passes, s, 1.0)), n)
+    return _Norm.apply(1e-12 if u.dtype == torch.float64 else 1e-3, u, v)
 
 
 def floored_abs(d, eps):
     """sqrt(max(d^2, eps)): |d| where d^2 >= eps, else sqrt(eps), with the gradient of the clamped
     square root: sign(d) where d^2 >= eps (the clamp's bound passes) and d^2 > 0, else 0."""
-    dd = d.detach()
-    below = dd * dd < eps if eps > 0 else dd == 0
-    # |d| only where d != 0: torch's slope of abs there is sign(d), on every release.
-    return torch.where(below, math.sqrt(eps), d.abs())
+    return _FlooredAbs.apply(float(eps), d)
+
+
+# Conditions as 0/1 planes of the compute dtype, from the sign of a difference (exact: a difference
+# of two unequal floats is never 0 and keeps their order), and selections as torch.lerp with such a
+# weight (exactly one branch, both finite): on the CPU comparisons into bool tensors, torch.where
+# and bool-to-float conversions run several times slower than float arithmetic.
+
+
+def _above(x, a):
+    """1.0 where x > a, else 0.0 (of x's dtype; NaN where x or a is NaN)."""
+    return torch.sign(_difference(x, a)).clamp_(min=0.0)
+
+
+def _at_least(x, a):
+    """1.0 where x >= a, else 0.0 (of x's dtype; NaN where x or a is NaN)."""
+    return torch.sign(_difference(x, a)).add_(1.0).clamp_(max=1.0)
+
+
+def _difference(x, a):
+    return x.detach() - (a.detach() if isinstance(a, torch.Tensor) else a)
+
+
+def _select(weight, if_zero, if_one):
+    """``if_one`` where ``weight`` is 1, ``if_zero`` where it is 0, exactly (both finite). A number
+    becomes a 0-dim tensor made on the device (a fill, never a host-to-device copy)."""
+    if not isinstance(if_zero, torch.Tensor):
+        if_zero = weight.new_full((), if_zero)
+    if not isinstance(if_one, torch.Tensor):
+        if_one = weight.new_full((), if_one)
+    return torch.lerp(if_zero, if_one, weight)
+
+
+class _Pointwise(torch.autograd.Function):
+    """Base of an element-wise stage y = value(x, ...) differentiated by its own slopes: a subclass
+    gives ``value(params, *xs)`` and ``slopes(params, y, *xs)`` (dy/dx per input, the rule of
+    docs/algorithm.md §7.4 at every kink written into them). The forward computes the value alone
+    and records one node; the backward multiplies by the slopes, and forward mode too. The slopes
+    are torch ops on the saved inputs and output, so autograd can differentiate them again."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.params = inputs[0]
+        ctx.save_for_backward(output, *inputs[1:])
+        ctx.save_for_forward(output, *inputs[1:])
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        slopes = cls.slopes
+
+        def backward(ctx, grad):
+            return (None,) + tuple(grad * s for s in slopes(ctx.params, *ctx.saved_tensors))
+
+        def jvp(ctx, _params, *tangents):
+            out = None
+            for t, s in zip(tangents, slopes(ctx.params, *ctx.saved_tensors)):
+                if t is not None:
+                    out = t * s if out is None else torch.addcmul(out, t, s)
+            return out
+
+        cls.backward, cls.jvp = staticmethod(backward), staticmethod(jvp)
+
+
+class _Clamp(_Pointwise):
+    """clamp(x, low, high) with the gradient of :func:`clamp` (params: low, high, slack)."""
+
+    @staticmethod
+    def forward(params, x):
+        return torch.clamp(x, params[0], params[1])
+
+    @staticmethod
+    def slopes(params, y, x):
+        low, high, slack = params
+        # 1 where x equals its clamp to the widened interval, 0 elsewhere.
+        return (1.0 - torch.sign(x - torch.clamp(x, low - slack, high + slack)).abs_(),)
+
+
+class _DecodedClamp(_Pointwise):
+    """The sRGB decode of clamp(x, 0, 1) (params: ()), as _srgb_decode(clamp(x, 0.0, 1.0))."""
+
+    @staticmethod
+    def forward(params, x):
+        return _srgb_decode_unit(torch.clamp(x, 0.0, 1.0))
+
+    @staticmethod
+    def slopes(params, y, x):
+        # d/dc ((c + 0.055) / 1.055)^2.4 = 2.4 y / (c + 0.055), on c > 0.04045 (the knee decodes
+        # linearly); nothing outside [0, 1].
+        power = 2.4 * y / (torch.clamp(x, min=SRGB_DECODE_T) + 0.055)
+        slope = _select(_above(x, SRGB_DECODE_T), 1.0 / 12.92, power)
+        return (slope * (1.0 - torch.sign(x - torch.clamp(x, 0.0, 1.0)).abs_()),)
+
+
+class _LabF(_Pointwise):
+    """CIE Lab's f(t) (params: ()): the cube root above the knee, the line at and below it."""
+
+    @staticmethod
+    def forward(params, t):
+        return _lab_value(t, *params)
+
+    @staticmethod
+    def slopes(params, y, t):
+        cube_root = y / (3.0 * torch.clamp(t, min=LAB_T))
+        return (_select(_above(t, LAB_T), 1.0 / (3.0 * LAB_DELTA**2), cube_root),)
+
+
+class _Power(_Pointwise):
+    """max(x, floor)^p (params: p, floor), the slopes of :func:`_power`."""
+
+    @staticmethod
+    def forward(params, x):
+        p, floor = params
+        if floor > 0:  # x >= 0 (the callers'), so both branches are finite
+            return _select(_at_least(x, floor), floor**p, _positive_power(x, p))
+        # 0^p = exp(-inf) = 0, below 0 the clamp: floor^p.
+        return _positive_power(torch.clamp(x, min=0.0), p)
+
+    @staticmethod
+    def slopes(params, y, x):
+        p, floor = params
+        passes = _at_least(x, floor) if floor > 0 else _above(x, 0.0)
+        # The divisor is x where it passes, x + 1 elsewhere (never 0 for x >= 0).
+        return (passes * (p * y) / (x + (1.0 - passes)),)
+
+
+class _Combine(_Pointwise):
+    """colour^exponent (params: ()), passing nothing where colour <= 0 (see :func:`combine`)."""
+
+    @staticmethod
+    def forward(params, colour, exponent):
+        return torch.pow(colour, exponent)
+
+    @staticmethod
+    def slopes(params, y, colour, exponent):
+        passes = _above(colour, 0.0)
+        c = colour + (1.0 - passes)  # 1 where it does not pass (colour = 0)
+        py = passes * y
+        return py * exponent / c, py * torch.log(c)
+
+
+class _Norm(_Pointwise):
+    """sqrt(u^2 + v^2) (params: the norm at or below which the gradient is 0): the gradient
+    (u, v) / norm above it."""
+
+    @staticmethod
+    def forward(params, u, v):
+        return torch.sqrt(_squares(u, v))
+
+    @staticmethod
+    def slopes(params, y, u, v):
+        passes = _above(y, params)
+        inverse = passes / (y + (1.0 - passes))
+        return u * inverse, v * inverse
+
+
+class _FlooredAbs(_Pointwise):
+    """sqrt(max(d^2, eps)) (params: eps), the slopes of :func:`floored_abs`."""
+
+    @staticmethod
+    def forward(params, d):
+        below = d * d < params if params > 0 else d == 0
+        return torch.where(below, math.sqrt(params), d.abs())
+
+    @staticmethod
+    def slopes(params, y, d):
+        slope = torch.sign(d)  # 0 at d = 0
+        return (slope * _at_least(d * d, params) if params > 0 else slope,)
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,6 +396,12 @@ def _srgb_decode(x):
     # slopes; where it is taken (x > 0.04045) the clamp's slope is 1.
     power = _positive_power((torch.clamp(x, min=SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
     return torch.where(x <= SRGB_DECODE_T, x / 12.92, power)
+
+
+def _srgb_decode_unit(x):
+    """_srgb_decode of x in [0, 1] (both branches finite, one selected by a blend)."""
+    power = _positive_power((torch.clamp(x, min=SRGB_DECODE_T) + 0.055) / 1.055, 2.4)
+    return _select(_above(x, SRGB_DECODE_T), x / 12.92, power)
 
 
 def srgb_to_linear(x):
@@ -294,11 +456,20 @@ def opponent_to_linear_rgb(opp):
     return torch.stack(_opponent_to_rgb(opp[:, 0], opp[:, 1], opp[:, 2]), dim=1).to(dt)
 
 
-def _lab_f(t):
+def _lab_f(t, finite=False):
+    """f(t); ``finite``: t is known finite (both branches are then, and one is selected by a
+    blend)."""
+    return _LabF.apply((finite,), t)
+
+
+def _lab_value(t, finite):
     # The cube root's argument is clamped to the knee for the branch not taken; the knee itself
     # takes the linear branch (docs/algorithm.md §7.4).
     cube_root = _positive_power(torch.clamp(t, min=LAB_T), 1.0 / 3.0)
-    return torch.where(t > LAB_T, cube_root, t / (3.0 * LAB_DELTA**2) + LAB_LIN_OFFSET)
+    linear = t / (3.0 * LAB_DELTA**2) + LAB_LIN_OFFSET
+    if finite:
+        return _select(_above(t, LAB_T), linear, cube_root)
+    return torch.where(t > LAB_T, cube_root, linear)
 
 
 def xyz_to_lab(X, Y, Z):
@@ -310,7 +481,7 @@ def xyz_to_lab(X, Y, Z):
 def _hunt_lab(r, g, b):
     """Linear RGB planes -> Hunt-adjusted L*a*b* (L, 0.01 L a, 0.01 L b), with the white folded
     into the matrix."""
-    fx, fy, fz = (_lab_f(t) for t in _mix((r, g, b), _RGB_TO_XYZN))
+    fx, fy, fz = (_lab_f(t, finite=True) for t in _mix((r, g, b), _RGB_TO_XYZN))
     L = 116.0 * fy - 16.0
     return L, (5.0 * L) * (fx - fy), (2.0 * L) * (fy - fz)
 
@@ -648,7 +819,7 @@ def _csf_rgb(yf, d1f, d2f, d2f2, differentiated):
     rgb = _mix((yf, d1f, d2f + d2f2), _CSF_TO_RGB)
     if not differentiated:
         return [torch.clamp(c, 0.0, 1.0) for c in rgb]
-    return [clamp(c, 0.0, 1.0, GAMUT_GRADIENT_SLACK) for c in rgb]
+    return [_Clamp.apply((0.0, 1.0, GAMUT_GRADIENT_SLACK), c) for c in rgb]
 
 
 def csf_filter(opponent, pixels_per_degree):
@@ -682,7 +853,7 @@ def _colour_difference(lab_t, lab_r, eps):
     knee = PC * _CMAX
     low = e * (PT / knee)
     high = PT + (e - knee) * ((1.0 - PT) / (_CMAX - knee))
-    return torch.where(e < knee, low, high)
+    return _select(_at_least(e, knee), low, high)
 
 
 def hunt_hyab(test_rgb, reference_rgb, eps=DEFAULT_EPS):
@@ -715,7 +886,7 @@ def _feature_term(edge_point_t, edge_point_r, eps):
     # Ties go to the edge term. A blend with weights 0 and 1 selects either value exactly, as
     # torch.where would, and routes the whole gradient to it; it runs several times faster than
     # torch.where on a condition as unpredictable as which difference is the larger.
-    m = torch.lerp(d_point, d_edge, (d_edge >= d_point).to(d_edge.dtype))
+    m = torch.lerp(d_point, d_edge, _at_least(d_edge, d_point))
     return _power(m / math.sqrt(2.0), QF, floor=eps)
 
 
@@ -736,19 +907,22 @@ def _image_terms(x, ppd, srgb, halo=0):
     the conditions that only shape a gradient (the clamps' and norms' rules at their kinks). A strip
     with ``halo`` rows above and below its own (_with_halo) gives the terms of its own rows."""
     differentiated = _needs_derivative(x)
-    x = clamp(x, 0.0, 1.0) if differentiated else torch.clamp(x, 0.0, 1.0)
-    if srgb:
-        x = _srgb_decode(x)
-    y, d1, d2 = _mix(x.unbind(1), _RGB_TO_CSF)
+    # Channel by channel: temporaries of one plane's size (see STRIP_PIXELS).
+    rgb = []
+    for c in x.unbind(1):
+        if not differentiated:
+            c = torch.clamp(c, 0.0, 1.0)
+            rgb.append(_srgb_decode_unit(c) if srgb else c)
+        else:
+            rgb.append(_DecodedClamp.apply((), c) if srgb else _Clamp.apply((0.0, 1.0, 0.0), c))
+    y, d1, d2 = _mix(rgb, _RGB_TO_CSF)
     # Both banks in one pair of passes: the CSF's planes, and the feature detectors' differences of
     # the unfiltered, normalised achromatic channel y (as feature_responses).
     r, taps = _bank("image", ppd, y.dtype, y.device)
     y, along_x, along_y = _differences(_pad(y, r, r + 1, halo))
     d2 = _pad(d2, r, r, halo)
     planes = _stack([y, _pad(d1, r, r, halo), d2, d2, along_x, along_x, along_y, along_y])
-    yf, d1f, d2f, d2f2, dx, ddx, dy, ddy = _unstack(
-        _correlate(_correlate(planes, taps[:8], -1), taps[8:], -2)
-    )
+    yf, d1f, d2f, d2f2, dx, ddx, dy, ddy = _unstack(_correlate(_correlate(planes, taps[:8], -1), taps[8:], -2))
     lab = _hunt_lab(*_csf_rgb(yf, d1f, d2f, d2f2, differentiated))
     return lab, _edge_point_norms(dx, dy, ddx, ddy, differentiated)
 
@@ -756,8 +930,10 @@ def _image_terms(x, ppd, srgb, halo=0):
 # Images of more pixels (N x H x W) than this are evaluated on the CPU in horizontal strips of about
 # this many pixels, each with the rows its filters reach above and below (_with_halo): freed blocks
 # of more than a few tens of MB go back to the operating system, which zeroes them again when they
-# are allocated next, and for whole-image planes that costs as much as the arithmetic on them.
-STRIP_PIXELS = 1 << 18
+# are allocated next, and for whole-image planes that costs as much as the arithmetic on them. Not
+# fewer: every strip recomputes its halo rows (about 2 x 11 at the default ppd), a share that grows
+# as strips get shorter (a sixth of a 1080p strip of 2^18 pixels, a third of a 4K one).
+STRIP_PIXELS = 1 << 19
 
 
 def _strip_rows(x, ppd):
