@@ -439,7 +439,7 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
 # rows are stored unfiltered. The deflate stream comes from ISA-L (the optional `isal` package:
 # `pip install flip-loss[png]`) at level 2, else from zlib at level 1: on 1080p magma maps of
 # renders (benchmarks/cli_bench.py --encodings) 2.1 MB in about 13 ms against zlib's 2.3 MB in
-# about 55 ms. Either encoder's output depends only on its input, level and version: a rerun with
+# about 65 ms. Either encoder's output depends only on its input, level and version: a rerun with
 # the same install writes the same bytes.
 PNG_ENCODERS = {"isal": 2, "zlib": 1}  # encoder -> level, in order of preference
 _PNG_COLOUR_TYPES = {1: 0, 3: 2, 4: 6}  # channels -> PNG colour type (grey, RGB, RGBA)
