@@ -219,19 +219,20 @@ def floored_abs(d, eps):
 
 
 # Conditions as 0/1 planes of the compute dtype, from the sign of a difference (exact: a difference
-# of two unequal floats is never 0 and keeps their order), and selections as torch.lerp with such a
-# weight (exactly one branch, both finite): on the CPU comparisons into bool tensors, torch.where
-# and bool-to-float conversions run several times slower than float arithmetic.
+# of two unequal floats is never 0 and keeps their order; where subnormals are flushed, floats
+# within 2^-126 of each other count as equal), and selections by such a weight (_select: exactly
+# one branch, both finite): on the CPU comparisons into bool tensors, torch.where and bool-to-float
+# conversions run several times slower than float arithmetic.
 
 
 def _above(x, a):
     """1.0 where x > a, else 0.0 (of x's dtype; NaN where x or a is NaN)."""
-    return torch.sign(_difference(x, a)).clamp_(min=0.0)
+    return torch.sign(_difference(x, a)).clamp(min=0.0)  # out of place: vmap has no rule for clamp_
 
 
 def _at_least(x, a):
     """1.0 where x >= a, else 0.0 (of x's dtype; NaN where x or a is NaN)."""
-    return torch.sign(_difference(x, a)).add_(1.0).clamp_(max=1.0)
+    return (torch.sign(_difference(x, a)) + 1.0).clamp(max=1.0)
 
 
 def _difference(x, a):
@@ -239,13 +240,17 @@ def _difference(x, a):
 
 
 def _select(weight, if_zero, if_one):
-    """``if_one`` where ``weight`` is 1, ``if_zero`` where it is 0, exactly (both finite). A number
-    becomes a 0-dim tensor made on the device (a fill, never a host-to-device copy)."""
+    """``if_one`` where ``weight`` is 1, ``if_zero`` where it is 0, exactly (both finite). On the
+    CPU a blend: torch.lerp gives an end exactly there (end - (end - start)(1 - w) for w >= 0.5);
+    elsewhere torch.where (MPS's lerp computes start + w (end - start), which is not exact). A
+    number becomes a 0-dim tensor made on the device (a fill, never a host-to-device copy)."""
     if not isinstance(if_zero, torch.Tensor):
         if_zero = weight.new_full((), if_zero)
     if not isinstance(if_one, torch.Tensor):
         if_one = weight.new_full((), if_one)
-    return torch.lerp(if_zero, if_one, weight)
+    if weight.device.type == "cpu":
+        return torch.lerp(if_zero, if_one, weight)
+    return torch.where(weight > 0.5, if_one, if_zero)
 
 
 class _Pointwise(torch.autograd.Function):
@@ -338,8 +343,8 @@ class _Power(_Pointwise):
     def slopes(params, y, x):
         p, floor = params
         passes = _at_least(x, floor) if floor > 0 else _above(x, 0.0)
-        # The divisor is x where it passes, x + 1 elsewhere (never 0 for x >= 0).
-        return (passes * (p * y) / (x + (1.0 - passes)),)
+        # The divisor is x where it passes, max(x, 0) + 1 elsewhere (never 0).
+        return (passes * (p * y) / (torch.clamp(x, min=0.0) + (1.0 - passes)),)
 
 
 class _Combine(_Pointwise):
@@ -352,7 +357,7 @@ class _Combine(_Pointwise):
     @staticmethod
     def slopes(params, y, colour, exponent):
         passes = _above(colour, 0.0)
-        c = colour + (1.0 - passes)  # 1 where it does not pass (colour = 0)
+        c = torch.clamp(colour, min=0.0) + (1.0 - passes)  # 1 where it does not pass (colour <= 0)
         py = passes * y
         return py * exponent / c, py * torch.log(c)
 
@@ -478,10 +483,11 @@ def xyz_to_lab(X, Y, Z):
     return 116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)
 
 
-def _hunt_lab(r, g, b):
+def _hunt_lab(r, g, b, bounded=False):
     """Linear RGB planes -> Hunt-adjusted L*a*b* (L, 0.01 L a, 0.01 L b), with the white folded
-    into the matrix."""
-    fx, fy, fz = (_lab_f(t, finite=True) for t in _mix((r, g, b), _RGB_TO_XYZN))
+    into the matrix; ``bounded``: the planes are in [0, 1] (as after the gamut clamp), so both of
+    Lab's branches are finite."""
+    fx, fy, fz = (_lab_f(t, finite=bounded) for t in _mix((r, g, b), _RGB_TO_XYZN))
     L = 116.0 * fy - 16.0
     return L, (5.0 * L) * (fx - fy), (2.0 * L) * (fy - fz)
 
@@ -886,7 +892,7 @@ def _feature_term(edge_point_t, edge_point_r, eps):
     # Ties go to the edge term. A blend with weights 0 and 1 selects either value exactly, as
     # torch.where would, and routes the whole gradient to it; it runs several times faster than
     # torch.where on a condition as unpredictable as which difference is the larger.
-    m = torch.lerp(d_point, d_edge, _at_least(d_edge, d_point))
+    m = _select(_at_least(d_edge, d_point), d_point, d_edge)
     return _power(m / math.sqrt(2.0), QF, floor=eps)
 
 
@@ -923,7 +929,7 @@ def _image_terms(x, ppd, srgb, halo=0):
     d2 = _pad(d2, r, r, halo)
     planes = _stack([y, _pad(d1, r, r, halo), d2, d2, along_x, along_x, along_y, along_y])
     yf, d1f, d2f, d2f2, dx, ddx, dy, ddy = _unstack(_correlate(_correlate(planes, taps[:8], -1), taps[8:], -2))
-    lab = _hunt_lab(*_csf_rgb(yf, d1f, d2f, d2f2, differentiated))
+    lab = _hunt_lab(*_csf_rgb(yf, d1f, d2f, d2f2, differentiated), bounded=True)
     return lab, _edge_point_norms(dx, dy, ddx, ddy, differentiated)
 
 

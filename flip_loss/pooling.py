@@ -50,7 +50,8 @@ def _as_flat_array(error_map) -> np.ndarray:
             raise TypeError("flip_loss.pooling: complex error maps are not supported")
         if a.dtype.kind not in "fiub":
             raise TypeError(f"flip_loss.pooling: expected a numeric array, got dtype {a.dtype}")
-        a = a.astype(np.float64 if a.dtype == np.float64 else np.float32, copy=False)
+        wide = a.dtype.kind == "f" and a.dtype.itemsize >= 8  # float64 of either byte order, or wider
+        a = a.astype(np.float64 if wide else np.float32, copy=False)
     a = a.reshape(-1)
     if a.size == 0:
         raise ValueError("flip_loss.pooling: the error map is empty")
@@ -84,14 +85,15 @@ def _order(flat: np.ndarray) -> _Order:
     sums where it is loaded (a quarter of NumPy's time on a 1080p map), else by NumPy."""
     from . import _ops
 
-    source = np.ascontiguousarray(flat)
+    source = np.require(flat, flat.dtype, ["C_CONTIGUOUS", "ALIGNED"])
     ordered, running = np.empty_like(source), np.empty_like(source)
+    walk = None
     if _ops.HAS_EXTENSION:
         from . import _C
 
-        total = _C.pooling_order(
-            source.ctypes.data, ordered.ctypes.data, running.ctypes.data, source.size, source.itemsize
-        )
+        walk = getattr(_C, "pooling_order", None)  # None in an extension built before it
+    if walk is not None:
+        total = walk(source.ctypes.data, ordered.ctypes.data, running.ctypes.data, source.size, source.itemsize)
     else:
         total = float(np.add.accumulate(source, dtype=source.dtype, out=running)[-1])
         ordered[:] = np.sort(source)
@@ -166,7 +168,8 @@ def pool(error_map) -> PooledValues:
 
 def _pooled(flat: np.ndarray, order: _Order) -> PooledValues:
     mean = float(np.sum(flat, dtype=np.float64) / flat.size)
-    low, high = float(order.ordered[0]), float(order.ordered[-1])
+    # + 0.0 turns -0 into 0 (the sort puts -0 first among the zeros), any other value unchanged.
+    low, high = float(order.ordered[0]) + 0.0, float(order.ordered[-1]) + 0.0
     return pooled_values(mean, _weighted_percentiles(order, PERCENTILES), low, high)
 
 

@@ -129,8 +129,8 @@ class FlipEvaluator:
     """Loads images on the run's device and evaluates FLIP on pairs with the run's settings: each
     pair with its own kind, HDR-FLIP for an OpenEXR reference, LDR-FLIP otherwise (the pairs'
     kinds were checked: an .exr reference has an .exr test image). Keeps the last reference (and
-    its exposures) so that the test images of one reference share it; :meth:`reference` is called
-    from one thread at a time (the one that reads the pairs). ``given`` holds the exposure options
+    its exposures) so that the test images of one reference share it; the reading threads may call
+    :meth:`reference` at once (the cache is replaced whole). ``given`` holds the exposure options
     (start, stop, count; None where not given), which apply to the HDR-FLIP pairs. ``alpha``
     (``--alpha``: None for each file format's convention, a rule of ``flip_loss.alpha.ALPHA_MODES``,
     or "ignore") and ``background`` say how an image with alpha becomes the RGB image evaluated

@@ -230,6 +230,27 @@ def test_pooling_without_the_extension_gives_the_same_values(monkeypatch):
         assert np.array_equal(got_edges, edges) and np.array_equal(got_weighted, weighted)
 
 
+def test_pooling_takes_any_layout_and_byte_order_and_reports_no_negative_zero(monkeypatch):
+    """Unaligned, big-endian and strided arrays pool as their native, aligned copies do (a
+    big-endian float64 map in float64); the min and max of a map with -0 are +0; an extension
+    built without the compiled walk falls back to NumPy's."""
+    from flip_loss import _C, _ops
+
+    rng = np.random.default_rng(21)
+    v = rng.random(3001) ** 2
+    want = pool(v)
+    raw = b"\0" + v.tobytes()
+    unaligned = np.frombuffer(raw, np.float64, offset=1)
+    assert unaligned.ctypes.data % 8 != 0 and pool(unaligned) == want
+    assert pool(v.astype(">f8")) == want and pool(np.repeat(v, 2)[::2]) == want
+    assert pool(v.astype(np.float32).astype(">f4")) == pool(v.astype(np.float32))
+    zeros = pool(np.array([0.0, -0.0, 0.0], np.float32))
+    assert math.copysign(1.0, zeros.min) == 1.0 and math.copysign(1.0, zeros.max) == 1.0
+    if _ops.HAS_EXTENSION:
+        monkeypatch.delattr(_C, "pooling_order")
+        assert pool(v) == want
+
+
 @pytest.mark.parametrize("bins", [100, 7])
 def test_histogram_matches_brute_force(bins):
     rng = np.random.default_rng(bins)

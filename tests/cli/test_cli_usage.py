@@ -252,23 +252,25 @@ def test_the_command_answers_help_version_and_usage_errors_without_torch(tmp_pat
 
 
 @pytest.mark.parametrize("given", [None, "ACTIVE"])
-def test_the_command_lets_idle_compute_threads_sleep_unless_told_otherwise(given):
-    """The flip-loss command asks OpenMP for sleeping idle threads (OMP_WAIT_POLICY=PASSIVE) before
-    torch loads it, keeps a policy the user set, and changes nothing once torch is imported."""
+def test_the_command_lets_idle_compute_threads_sleep_unless_told_otherwise(tmp_path, given):
+    """The flip-loss command has torch load OpenMP with OMP_WAIT_POLICY=PASSIVE (idle threads
+    sleep), unless the user set a policy, and leaves the environment as it found it."""
     program = (
-        "import os, sys, _flip_loss_launcher as launcher\n"
-        "launcher.main(['--version'])\n"
-        "first = os.environ.get('OMP_WAIT_POLICY')\n"
-        "os.environ.pop('OMP_WAIT_POLICY', None) if first == 'PASSIVE' else None\n"
-        "import torch\n"
-        "launcher.main(['--version'])\n"
-        "print('RESULT', first, os.environ.get('OMP_WAIT_POLICY'))\n"
+        "import builtins, os, sys\n"
+        "seen, real = [], builtins.__import__\n"
+        "def spy(name, *args, **kwargs):\n"
+        "    if name == 'torch' and 'torch' not in sys.modules and not seen:\n"
+        "        seen.append(os.environ.get('OMP_WAIT_POLICY'))\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = spy\n"
+        "import _flip_loss_launcher as launcher\n"
+        "code = launcher.main(['--example', '-nerm', '-v', '0'])\n"
+        "print('RESULT', code, seen, os.environ.get('OMP_WAIT_POLICY'))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("OMP_WAIT_POLICY", None)
     if given is not None:
         env["OMP_WAIT_POLICY"] = given
-    res = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    expected = f"RESULT {given} {given}" if given is not None else "RESULT PASSIVE None"
-    assert res.stdout.splitlines()[-1] == expected
+    assert res.stdout.splitlines()[-1] == f"RESULT 0 [{(given or 'PASSIVE')!r}] {given}"

@@ -390,3 +390,22 @@ def test_norms_pass_nothing_at_the_origin_and_the_chroma_norm_nothing_below_its_
     u.grad, v.grad = None, None
     oracle._safe_norm(u, v).sum().backward()
     assert u.grad.tolist() == pytest.approx([0.0, 0.6, 1.0]) and u.grad[0] == 0 and v.grad[0] == 0
+
+
+def test_the_portable_path_has_batching_rules_for_vmap():
+    """torch.vmap over the portable path runs batched (no op falls back to a loop over the batch,
+    which warns) and gives each example's map and gradient."""
+    import warnings
+
+    torch.manual_seed(3)
+    t = torch.rand(3, 1, 3, 12, 14, dtype=torch.float64, requires_grad=True)
+    r = torch.rand(3, 1, 3, 12, 14, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        batched = torch.vmap(lambda a, b: oracle.ldr_flip(a, b, 10.0))(t, r)
+        (grad,) = torch.autograd.grad(batched.sum(), t)
+    for i in range(3):
+        ti = t[i].detach().requires_grad_()
+        one = oracle.ldr_flip(ti, r[i], 10.0)
+        torch.testing.assert_close(batched[i], one, rtol=0, atol=1e-15)
+        torch.testing.assert_close(grad[i], torch.autograd.grad(one.sum(), ti)[0], rtol=1e-12, atol=1e-14)
