@@ -235,6 +235,12 @@ def _at_least(x, a):
     return (torch.sign(_difference(x, a)) + 1.0).clamp(max=1.0)
 
 
+def _inside(x, low, high):
+    """1.0 where low <= x <= high, else 0.0 (of x's dtype; NaN where x is NaN): where x equals its
+    clamp."""
+    return 1.0 - torch.sign(x - torch.clamp(x, low, high)).abs()
+
+
 def _difference(x, a):
     return x.detach() - (a.detach() if isinstance(a, torch.Tensor) else a)
 
@@ -295,8 +301,7 @@ class _Clamp(_Pointwise):
     @staticmethod
     def slopes(params, y, x):
         low, high, slack = params
-        # 1 where x equals its clamp to the widened interval, 0 elsewhere.
-        return (1.0 - torch.sign(x - torch.clamp(x, low - slack, high + slack)).abs_(),)
+        return (_inside(x, low - slack, high + slack),)
 
 
 class _DecodedClamp(_Pointwise):
@@ -312,7 +317,7 @@ class _DecodedClamp(_Pointwise):
         # linearly); nothing outside [0, 1].
         power = 2.4 * y / (torch.clamp(x, min=SRGB_DECODE_T) + 0.055)
         slope = _select(_above(x, SRGB_DECODE_T), 1.0 / 12.92, power)
-        return (slope * (1.0 - torch.sign(x - torch.clamp(x, 0.0, 1.0)).abs_()),)
+        return (slope * _inside(x, 0.0, 1.0),)
 
 
 class _LabF(_Pointwise):

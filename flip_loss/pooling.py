@@ -86,17 +86,18 @@ def _order(flat: np.ndarray) -> _Order:
     from . import _ops
 
     source = np.require(flat, flat.dtype, ["C_CONTIGUOUS", "ALIGNED"])
-    ordered, running = np.empty_like(source), np.empty_like(source)
+    running = np.empty_like(source)
     walk = None
     if _ops.HAS_EXTENSION:
         from . import _C
 
         walk = getattr(_C, "pooling_order", None)  # None in an extension built before it
     if walk is not None:
+        ordered = np.empty_like(source)
         total = walk(source.ctypes.data, ordered.ctypes.data, running.ctypes.data, source.size, source.itemsize)
     else:
         total = float(np.add.accumulate(source, dtype=source.dtype, out=running)[-1])
-        ordered[:] = np.sort(source)
+        ordered = np.sort(source)
         np.add.accumulate(ordered, dtype=source.dtype, out=running)
     return _Order(ordered, running, total)
 
