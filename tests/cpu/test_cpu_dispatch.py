@@ -148,3 +148,11 @@ def test_per_pixel_loops_are_vectorised(level, register):
         calls = [line for line in body if "call" in line and f"flip_{level}::" in line]
         assert packed >= 16, f"{key}...): {packed} packed double {register} operations; the loop is not vectorised"
         assert not calls, f"{key}...) calls kernel code in its loop: {calls[:3]}"
+    # The 8-bit rows' loops (eight_bit_srgb.h): float only, a division and table reads per sample.
+    for key in (f"{ns}eight_bit_srgb_row<float>(", f"{ns}eight_bit_srgb_row_vjp<float>("):
+        body = [line for name, b in functions.items() if key in name for line in b]
+        assert body, f"{key}...) is not in the library (inlined or renamed?)"
+        packed = sum(1 for line in body if ("mulps" in line or "divps" in line) and register in line)
+        calls = [line for line in body if "call" in line and f"flip_{level}::" in line]
+        assert packed >= 8, f"{key}...): {packed} packed float {register} operations; the loop is not vectorised"
+        assert not calls, f"{key}...) calls kernel code in its loop: {calls[:3]}"

@@ -21,6 +21,7 @@
 
 #include "../pixel.h"
 #include "banks.h"
+#include "eight_bit_srgb.h"
 #include "parallel.h"
 #include "workspace.h"
 
@@ -97,6 +98,20 @@ FLIP_LOOP bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const
   return nonfinite == 0;
 }
 
+// A conversion that picks its form row by row derives from RowChoice and converts a whole row with
+// convert(src, HW, W, o0, o1, o2, yh) (LDR-FLIP's sRGB input: 8-bit rows from a table); any other
+// conversion is convert_row's conv.
+struct RowChoice {};
+
+template <class T, class Conv>
+bool convert_input_row(const T* src, int64_t HW, int64_t W, const Conv& conv, T* o0, T* o1, T* o2, T* yh) {
+  if constexpr (std::is_base_of<RowChoice, Conv>::value) {
+    return conv.convert(src, HW, W, o0, o1, o2, yh);
+  } else {
+    return convert_row(src, HW, W, conv, o0, o1, o2, yh);
+  }
+}
+
 // One row of an image's horizontal planes: input row src (3 channels HW apart) -> the 7 planes'
 // rows at base + q * plane + off, through the conversion conv. Returns false if the row holds a NaN
 // or an infinity.
@@ -104,7 +119,7 @@ template <class T, class Conv>
 bool horizontal_row(const T* src, int64_t HW, int64_t W, const Conv& conv, const Context<T>& cx, Scratch<T>& sc,
                     T* base, int64_t plane, int64_t off) {
   T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3);
-  const bool ok = convert_row(src, HW, W, conv, o0, o1, o2, yh);
+  const bool ok = convert_input_row(src, HW, W, conv, o0, o1, o2, yh);
   csf_h_row(o0, o1, o2, W, *cx.csf, sc.pad(), csf_planes(base, plane), off);
   feature_h_row(yh, W, *cx.feat, sc.pad(), feature_planes(base + kCsfFilters * plane, plane), off);
   return ok;

@@ -1,0 +1,104 @@
+// The sRGB decoding of 8-bit images from a table. Images read from PNG or JPEG files reach the
+// kernels as code values k / 255 (k = 0..255, each rounded once: what uint8 / 255 gives in torch and
+// NumPy), and decoding them costs a power per sample, about a tenth of a forward per image. A row
+// whose samples are all such values is decoded from a table of the 256 values input_to_linear gives
+// for them: the same function on the same inputs, so the same bits, and every other row takes the
+// power. Which rows are which is decided row by row, so an image of mixed rows is still exact.
+#pragma once
+
+#include <cstdint>
+
+#include "../color.h"
+
+namespace flip {
+namespace cpu {
+
+template <class T>
+struct EightBitSrgb {
+  T linear[256];  // input_to_linear(k / 255, sRGB)
+  T slope[256];   // its derivative there
+  EightBitSrgb() {
+    for (int k = 0; k < 256; ++k) linear[k] = input_to_linear(T(k) / T(255), true, &slope[k]);
+  }
+};
+
+// One table per type, built on first use (thread-safe: a function-local static).
+template <class T>
+const EightBitSrgb<T>& eight_bit_srgb() {
+  static const EightBitSrgb<T> table;
+  return table;
+}
+
+// The k whose code value k / 255 v would be if it is one: v * 255 to the nearest integer, clamped to
+// [0, 255] first (NaN -> 0), so that it is an index into the table for any v.
+template <class T>
+FLIP_HD int eight_bit_code(T v) {
+  T s = v * T(255);
+  s = s > T(0) ? s : T(0);
+  s = s < T(255) ? s : T(255);
+  return static_cast<int>(s + T(0.5));
+}
+
+// Whether the first n samples of each channel of an input row (3 channels HW apart) are code
+// values k / 255: a cheap test that turns most rows of other images away before the table is tried.
+template <class T>
+__attribute__((noinline)) bool starts_on_eight_bit_codes(const T* __restrict src, int64_t HW, int64_t n) {
+  int off = 0;
+  for (int c = 0; c < 3; ++c) {
+    const T* __restrict row = src + c * HW;
+    for (int64_t x = 0; x < n; ++x) off |= row[x] != T(eight_bit_code(row[x])) / T(255);
+  }
+  return off == 0;
+}
+
+// convert_row (pipeline.h) for a row of code values: one input row (3 channels HW apart) -> its
+// opponent rows o0..o2 and achromatic row yh, the linear values read from the table. Returns false,
+// the rows then incomplete, if a sample is not a code value.
+template <class T>
+__attribute__((noinline)) bool eight_bit_srgb_row(const T* __restrict src, int64_t HW, int64_t W, T* __restrict o0,
+                                                  T* __restrict o1, T* __restrict o2, T* __restrict yh) {
+  const EightBitSrgb<T>& table = eight_bit_srgb<T>();
+  int off = 0;
+#pragma GCC ivdep  // the 3 rows of src are HW >= W apart
+  for (int64_t x = 0; x < W; ++x) {
+    T lin[3], opp[3];
+    FLIP_UNROLL
+    for (int c = 0; c < 3; ++c) {
+      const T v = src[c * HW + x];
+      const int k = eight_bit_code(v);
+      off |= v != T(k) / T(255);
+      lin[c] = table.linear[k];
+    }
+    linear_to_opponent(lin, opp);
+    o0[x] = opp[0];
+    o1[x] = opp[1];
+    o2[x] = opp[2];
+    yh[x] = achromatic(opp);
+  }
+  return off == 0;
+}
+
+// The gradient w.r.t. a row of code values (3 channels HW apart) from the gradient glin w.r.t. its
+// linear RGB (3 rows W apart), with the table's slopes. Returns false, gv then incomplete, if a
+// sample is not a code value.
+template <class T>
+__attribute__((noinline)) bool eight_bit_srgb_row_vjp(const T* __restrict v, int64_t HW, int64_t W,
+                                                      const T* __restrict glin, T* __restrict gv) {
+  const EightBitSrgb<T>& table = eight_bit_srgb<T>();
+  int off = 0;
+  for (int c = 0; c < 3; ++c) {
+    for (int64_t x = 0; x < W; ++x) {
+      const T vc = v[c * HW + x];
+      const int k = eight_bit_code(vc);
+      off |= vc != T(k) / T(255);
+      gv[c * HW + x] = glin[c * W + x] * table.slope[k];
+    }
+  }
+  return off == 0;
+}
+
+// Rows that start with code values are tried on the table; this many samples per channel decide.
+constexpr int64_t kEightBitProbe = 16;
+
+}  // namespace cpu
+}  // namespace flip
