@@ -1,5 +1,5 @@
-"""Loading images as tensors (LDR with Pillow, OpenEXR with the ``openexr`` package) and saving
-8-bit PNGs and OpenEXR files.
+"""Loading images as tensors (LDR with Pillow, most 8-bit PNGs' pixels here: :func:`_png8_samples`;
+OpenEXR with the ``openexr`` package) and saving 8-bit PNGs and OpenEXR files.
 
 ``load_image`` dispatches on the file extension. PNG, JPEG, BMP and TGA files give a 3 x H x W
 float32 tensor of the stored code values / (2^depth - 1), still sRGB-encoded, as NVIDIA's evaluator
@@ -249,6 +249,118 @@ def _png_key(path: str) -> Optional[_PngKey]:
         return None
 
 
+# 8-bit PNGs whose samples Pillow gives as the file stores them (np.asarray of the loaded image)
+# are decoded here instead, in about half Pillow's time: the IDAT stream inflated by ISA-L (the optional
+# `isal` package, as for save_png) or zlib, both without the GIL (the command line reads two pairs
+# at once), its row filters reversed by the compiled extension (csrc/flip/cpu/png_unfilter.h).
+# Whatever this path does not take, or finds amiss, is Pillow's: the same pixels, and for a
+# damaged file Pillow's own verdict.
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG8_MODES = {0: "L", 2: "RGB", 4: "LA", 6: "RGBA"}  # colour type -> Pillow's mode
+_PNG8_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
+
+
+@functools.lru_cache(maxsize=None)
+def _png_inflate_module():
+    """The zlib-compatible module that inflates PNG image data: ISA-L's when installed, else zlib."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return zlib
+    return isal_zlib
+
+
+def _png_unfilter() -> Optional[Callable]:
+    """The compiled extension's ``png_unfilter``, or None (no extension, or one built before it)."""
+    from . import _ops
+
+    if not _ops.HAS_EXTENSION:
+        return None
+    from . import _C
+
+    return getattr(_C, "png_unfilter", None)
+
+
+def _png_image_data(f, im) -> Optional[bytearray]:
+    """The IDAT chunks' payloads, one after another, of the PNG file open as ``f`` (at its start)
+    that Pillow opened as ``im``; None unless the file is one :func:`_png8_samples` decodes: an
+    8-bit, non-interlaced grey, grey + alpha, RGB or RGBA image as ``im`` describes it, one image
+    (no animation), its IDAT chunks one after another within the file and followed by IEND alone
+    (other chunks after the image data are read by Pillow, which may refuse them). The payloads
+    are read into one buffer: a copy less than reading the file and joining them."""
+    head = f.read(33)  # the signature and IHDR
+    if len(head) != 33 or head[:8] != _PNG_SIGNATURE or head[8:16] != b"\0\0\0\x0dIHDR":
+        return None
+    width, height, depth, colour_type, compression, filter_method, interlace = struct.unpack_from(">IIBBBBB", head, 16)
+    if (depth, compression, filter_method, interlace) != (8, 0, 0, 0) or _PNG8_MODES.get(colour_type) != im.mode:
+        return None
+    tile = im.tile[0]
+    if (width, height) != im.size or width == 0 or height == 0 or tuple(tile[1]) != (0, 0, width, height):
+        return None
+    file_size = os.fstat(f.fileno()).st_size
+    spans: List[Tuple[int, int]] = []  # (offset, length) of each IDAT payload
+    at = len(head)
+    while True:
+        if at + 12 > file_size:
+            return None
+        f.seek(at)
+        length, tag = struct.unpack(">I4s", f.read(8))
+        if at + 12 + length > file_size:
+            return None
+        if tag == b"IDAT":
+            if not spans and at + 8 != tile[2]:  # not the image data Pillow found
+                return None
+            spans.append((at + 8, length))
+        elif spans:
+            if tag != b"IEND":
+                return None
+            break
+        elif tag in (b"IEND", b"acTL", b"fcTL", b"fdAT"):
+            return None
+        at += 12 + length
+    data = bytearray(sum(length for _, length in spans))
+    view = memoryview(data)
+    filled = 0
+    for offset, length in spans:
+        f.seek(offset)
+        if f.readinto(view[filled : filled + length]) != length:
+            return None
+        filled += length
+    return data
+
+
+def _png8_samples(path: str, im) -> Optional[np.ndarray]:
+    """The samples ``np.asarray`` gives of the PNG file ``path`` once Pillow has loaded it (opened as
+    ``im``, not loaded), decoded here: H x W for grey, else H x W x C. None where Pillow is to
+    decode the file: see :func:`_png_image_data`, and a stream that does not inflate to exactly the
+    image's filtered rows, a row filter type beyond 4, no compiled extension."""
+    unfilter = _png_unfilter()
+    if unfilter is None or im.format != "PNG" or len(im.tile) != 1 or getattr(im, "n_frames", 1) != 1:
+        return None
+    try:
+        with open(path, "rb") as f:
+            stream = _png_image_data(f, im)
+        if stream is None:
+            return None
+        width, height = im.size
+        channels = _PNG8_CHANNELS[im.mode]
+        row_bytes = width * channels
+        size = height * (row_bytes + 1)
+        inflater = _png_inflate_module().decompressobj()
+        # One byte more than the rows: a stream that holds more is left to Pillow, one that ends
+        # early or fails its checksum too (eof: the stream's end and checksum were reached).
+        rows = inflater.decompress(stream, size + 1)
+        del stream
+        if len(rows) != size or not inflater.eof:
+            return None
+        samples = np.empty((height, width, channels), np.uint8)
+        if not unfilter(np.frombuffer(rows, np.uint8).ctypes.data, samples.ctypes.data, height, row_bytes, channels):
+            return None
+    except Exception:  # noqa: BLE001 - an inflate error or anything else: Pillow's verdict instead
+        return None
+    return samples[..., 0] if channels == 1 else samples
+
+
 def _has_alpha(im) -> bool:
     """Whether an opened Pillow image has an alpha channel or a transparent colour (a palette PNG
     with a tRNS chunk; grey and RGB PNGs are read by :func:`_png_key`)."""
@@ -276,10 +388,13 @@ def _planar_float(samples: np.ndarray, largest: float) -> torch.Tensor:
     return torch.from_numpy(planes)
 
 
-def _to_float(path, im, keep_alpha: bool, key: Optional[_PngKey] = None) -> torch.Tensor:
+def _to_float(
+    path, im, keep_alpha: bool, key: Optional[_PngKey] = None, decoded: Optional[np.ndarray] = None
+) -> torch.Tensor:
     """C x H x W float32 in [0, 1] from an opened, loaded Pillow image: C = 3 (RGB), or 4 (RGBA)
     for an image with alpha (or the transparent colour ``key`` of a grey or RGB PNG) when
-    ``keep_alpha``."""
+    ``keep_alpha``. ``decoded``: the image's ``np.asarray`` when decoded without Pillow (an L, LA,
+    RGB or RGBA image, not loaded then; see :func:`_png8_samples`)."""
     mode = im.mode
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
         a = np.asarray(im)
@@ -301,7 +416,7 @@ def _to_float(path, im, keep_alpha: bool, key: Optional[_PngKey] = None) -> torc
         samples = colour.astype(np.int64) // key.step if key.step > 1 else colour
         a = _with_key_alpha(colour, samples, key.samples if keep_alpha else None)
     elif mode in ("RGB", "RGBA", "L", "LA"):
-        a = np.asarray(im)
+        a = np.asarray(im) if decoded is None else decoded
     else:
         a = np.asarray(im.convert("RGBA" if _has_alpha(im) else "RGB"))
     a = a[..., None] if a.ndim == 2 else a
@@ -402,8 +517,10 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
             key = _png_key(path) if im.format == "PNG" else None
             if im.format == "TGA" and _tga_alpha(path) is None:
                 keep_alpha = False  # the fourth byte of its pixels is not alpha by the file's header
+            decoded = _png8_samples(path, im) if im.format == "PNG" and key is None else None
             try:
-                im.load()
+                if decoded is None:
+                    im.load()
             except (OSError, SyntaxError, ValueError) as exc:
                 raise ValueError(f"cannot read image '{path}': the file is damaged or truncated ({exc})") from None
             if im.width == 0 or im.height == 0:
@@ -423,7 +540,7 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
                 else:
                     a = _planar_float(samples, 65535.0)
             else:
-                a = _to_float(path, im, keep_alpha, key)
+                a = _to_float(path, im, keep_alpha, key, decoded)
                 if im.format == "BMP" and rawmode in _BMP16_BITS:
                     a = _bmp16_as_nvidia(a, _BMP16_BITS[rawmode])
     except ValueError:

@@ -3,11 +3,13 @@
 // (one binary for every Python from 3.10 on) and links no part of torch's Python bindings.
 // Everything goes through torch.ops.flip; the module's functions say which instruction-set level
 // the CPU kernels run with (for benchmarks and bug reports), the limits and constants the kernels
-// use, carry a Python exception raised during a long CPU loop (Ctrl-C) back to Python, and walk an
-// error map in order for its pooled values.
+// use, carry a Python exception raised during a long CPU loop (Ctrl-C) back to Python, walk an
+// error map in order for its pooled values, and reverse the row filters of an 8-bit PNG image.
 #include <Python.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -15,6 +17,7 @@
 #include "../flip/cpu/interrupt.h"
 #include "../flip/constants.h"
 #include "../flip/cpu/kernels.h"
+#include "../flip/cpu/png_unfilter.h"
 #include "../flip/cpu/pooling_order.h"
 #include "../flip/hdr_pixel.h"
 #include "../flip/plane_counts.h"
@@ -224,6 +227,36 @@ PyObject* pooling_order(PyObject*, PyObject* args) {
   return PyFloat_FromDouble(total);
 }
 
+// png_unfilter(filtered, out, height, row_bytes, bytes_per_pixel) -> bool: png_unfilter.h's
+// reversal of the row filters of `height` scanlines, each a filter type byte and `row_bytes` bytes
+// at address `filtered`, into the height * row_bytes bytes at address `out`, without the GIL; False
+// for a filter type beyond 4. As for pooling_order, flip_loss/imageio.py, the one caller, passes
+// the addresses of buffers it holds meanwhile.
+PyObject* png_unfilter(PyObject*, PyObject* args) {
+  unsigned long long filtered = 0, out = 0;
+  Py_ssize_t height = 0, row_bytes = 0, bytes_per_pixel = 0;
+  if (!PyArg_ParseTuple(args, "KKnnn", &filtered, &out, &height, &row_bytes, &bytes_per_pixel)) return nullptr;
+  if (height < 0 || row_bytes < 1 || bytes_per_pixel < 1 || bytes_per_pixel > 4 ||
+      (height > 0 && (filtered == 0 || out == 0))) {
+    PyErr_SetString(PyExc_ValueError,
+                    "png_unfilter: expected two addresses, a height >= 0, row_bytes >= 1 and bytes_per_pixel "
+                    "from 1 to 4");
+    return nullptr;
+  }
+  bool known = false, out_of_memory = false;
+  Py_BEGIN_ALLOW_THREADS;
+  try {
+    known = flip::cpu::png_unfilter(reinterpret_cast<const std::uint8_t*>(filtered),
+                                    reinterpret_cast<std::uint8_t*>(out), static_cast<std::size_t>(height),
+                                    static_cast<std::size_t>(row_bytes), static_cast<std::size_t>(bytes_per_pixel));
+  } catch (const std::bad_alloc&) {
+    out_of_memory = true;
+  }
+  Py_END_ALLOW_THREADS;
+  if (out_of_memory) return PyErr_NoMemory();
+  return PyBool_FromLong(known ? 1 : 0);
+}
+
 PyMethodDef methods[] = {
     {"cpu_capability", &cpu_capability, METH_NOARGS,
      "The instruction-set level of the CPU kernels: 'avx512', 'avx2' or 'baseline'."},
@@ -245,6 +278,10 @@ PyMethodDef methods[] = {
      "pooling_order(source, sorted, running, count, itemsize) -> total: the values at address source sorted into "
      "the buffer at sorted, their running sums into running, and their sum in their own order (flip_loss.pooling's "
      "private helper)."},
+    {"png_unfilter", &png_unfilter, METH_VARARGS,
+     "png_unfilter(filtered, out, height, row_bytes, bytes_per_pixel) -> bool: the row filters of an 8-bit PNG "
+     "image's scanlines at address filtered reversed into the buffer at out; False for an unknown filter type "
+     "(flip_loss.imageio's private helper)."},
     {"_stop_polling", &stop_polling, METH_NOARGS, "Stops the kernels' polling for signals (at interpreter exit)."},
     {nullptr, nullptr, 0, nullptr}};
 

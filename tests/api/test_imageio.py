@@ -1,5 +1,6 @@
 """flip_loss.imageio: loading PNG (every colour type and bit depth, row filters, interlacing,
-transparent colours), JPEG, BMP and TGA against the specifications and NVIDIA's evaluator, the
+transparent colours; 8-bit files decoded without Pillow, bit for bit as Pillow decodes them, and
+Pillow's verdict on damaged ones), JPEG, BMP and TGA against the specifications and NVIDIA's evaluator, the
 formats refused, the bundled example pair, loading errors, the PNG round trip and the command
 line's note on compositing."""
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 import flip_loss
 from flip_loss import imageio
@@ -329,6 +330,212 @@ def test_jpeg_in_cmyk_is_refused(tmp_path):
     Image.new("CMYK", (4, 3), (10, 20, 30, 40)).save(tmp_path / "cmyk.jpg")
     with pytest.raises(ValueError, match=r"cmyk.jpg': CMYK images are not supported \(convert it to RGB\)"):
         load_image(tmp_path / "cmyk.jpg")
+
+
+# ----------------------------------------------------------------------------------------------
+# 8-bit PNGs decoded without Pillow (imageio._png8_samples), Pillow's verdict on the others
+# ----------------------------------------------------------------------------------------------
+
+PNG8 = [(0, 1), (4, 2), (2, 3), (6, 4)]  # (colour type, channels): grey, grey + alpha, RGB, RGBA
+PNG8_SIZES = [(1, 1), (1, 6), (5, 1), (4, 7), (19, 33)]  # (height, width)
+
+
+def awkward_samples(rng, shape) -> np.ndarray:
+    """Random 8-bit samples, half of them from a few values: equal neighbours make the Paeth
+    predictor's ties frequent, the extremes make the filters wrap around."""
+    few = rng.choice(np.array([0, 1, 2, 127, 128, 254, 255]), shape)
+    return np.where(rng.random(shape) < 0.5, few, rng.integers(0, 256, shape))
+
+
+def block_pillow_decoding(monkeypatch):
+    """Makes Pillow's decoding of a PNG's pixels fail: what load_image returns then was decoded
+    without it."""
+
+    def load(self):
+        raise AssertionError("Pillow decoded the pixels")
+
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", load)
+
+
+def count_pillow_decoding(monkeypatch) -> list:
+    """Counts Pillow's PngImageFile.load calls in the list returned."""
+    calls = []
+    original = PngImagePlugin.PngImageFile.load
+
+    def load(self):
+        calls.append(self)
+        return original(self)
+
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", load)
+    return calls
+
+
+def fast_samples(path):
+    with imageio._open(str(path)) as im:
+        return imageio._png8_samples(str(path), im)
+
+
+@pytest.mark.parametrize("inflater", ["isal", "zlib"])
+@pytest.mark.parametrize("colour_type,channels", PNG8)
+def test_png8_decoded_without_pillow_matches_pillow_for_every_row_filter(
+    tmp_path, monkeypatch, inflater, colour_type, channels
+):
+    """Every row filter (0-4) at the first row (a row of zeros above) and below it, on images one
+    pixel wide or high (no left neighbour) and larger, the stream in several IDAT chunks (one
+    empty): the samples are Pillow's, as its array (shape, type, values), and load_image gives the
+    same tensor as through Pillow, Pillow's decoding blocked; with ISA-L's inflate or zlib's."""
+    if not flip_loss.HAS_EXTENSION:
+        pytest.skip("the compiled extension is not built: Pillow decodes every PNG")
+    module = pytest.importorskip("isal.isal_zlib") if inflater == "isal" else zlib
+    monkeypatch.setattr(imageio, "_png_inflate_module", lambda: module)
+    rng = np.random.default_rng(colour_type)
+    for height, width in PNG8_SIZES:
+        for first in range(5):  # the filter of the first row; the rows below take the next ones
+            s = awkward_samples(rng, (height, width, channels))
+            path = tmp_path / f"x{height}x{width}f{first}.png"
+            filters = [(first + y) % 5 for y in range(5)]
+            idat_chunks = 3 if height * width > 1 else 4  # a one-pixel stream: an empty chunk too
+            write_png(path, s, colour_type, 8, filters, idat_chunks=idat_chunks)
+            with Image.open(path) as im:
+                want = np.asarray(im)
+            np.testing.assert_array_equal(want.reshape(height, width, channels), s)
+            through_pillow = {alpha: load_image(path, keep_alpha=alpha) for alpha in (False, True)}
+            with monkeypatch.context() as m:
+                block_pillow_decoding(m)
+                got = fast_samples(path)
+                assert got is not None and got.shape == want.shape and got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want)
+                for alpha, tensor in through_pillow.items():
+                    assert torch.equal(load_image(path, keep_alpha=alpha), tensor), (height, width, first, alpha)
+
+
+def test_png8_decoded_without_pillow_for_png_files_save_png_and_pillow_write(tmp_path, monkeypatch):
+    """The PNG files most read: as save_png (filter 0, 1 MiB IDAT chunks) and Pillow (adaptive
+    filters, 64 KiB chunks) write them."""
+    if not flip_loss.HAS_EXTENSION:
+        pytest.skip("the compiled extension is not built: Pillow decodes every PNG")
+    rgb = awkward_samples(np.random.default_rng(5), (300, 400, 3)).astype(np.uint8)
+    save_png(tmp_path / "ours.png", rgb)
+    Image.fromarray(rgb).save(tmp_path / "pillow.png")
+    block_pillow_decoding(monkeypatch)
+    for name in ("ours.png", "pillow.png"):
+        t = load_image(tmp_path / name)
+        np.testing.assert_array_equal(t.numpy(), rgb.transpose(2, 0, 1).astype(np.float32) / 255)
+
+
+def add_chunk_before_iend(path, tag: bytes, payload: bytes) -> None:
+    data = Path(path).read_bytes()
+    chunk = struct.pack(">I", len(payload)) + tag + payload + struct.pack(">I", zlib.crc32(tag + payload))
+    Path(path).write_bytes(data[:-12] + chunk + data[-12:])
+
+
+def test_other_pngs_are_decoded_by_pillow(tmp_path, monkeypatch):
+    """Interlaced, 16-bit, palette, 1- to 4-bit grey files, a transparent colour (tRNS), a chunk
+    after the image data, no compiled extension: Pillow decodes them (an 8-bit RGB file beside
+    them is not)."""
+    rng = np.random.default_rng(2)
+    rgb = rng.integers(0, 256, (6, 9, 3))
+    grey = rng.integers(0, 16, (6, 9))
+    write_png(tmp_path / "plain.png", rgb, 2, 8, 4)
+    write_png(tmp_path / "adam7.png", rgb, 2, 8, 4, interlace=True)
+    write_png(tmp_path / "rgb16.png", rgb * 257, 2, 16)
+    write_png(tmp_path / "palette.png", grey, 3, 8, palette=rng.integers(0, 256, (16, 3)))
+    write_png(tmp_path / "grey4.png", grey, 0, 4)
+    write_png(tmp_path / "grey_key.png", grey * 17, 0, 8, transparent=17)
+    write_png(tmp_path / "rgb_key.png", rgb, 2, 8, transparent=tuple(rgb[0, 0]))
+    write_png(tmp_path / "text_after.png", rgb, 2, 8)
+    add_chunk_before_iend(tmp_path / "text_after.png", b"tEXt", b"Comment\0after the pixels")
+    calls = count_pillow_decoding(monkeypatch)
+    load_image(tmp_path / "plain.png")
+    assert not calls
+    for name in ("adam7", "rgb16", "palette", "grey4", "grey_key", "rgb_key", "text_after"):
+        if not name.endswith("_key"):  # load_image leaves a file with a transparent colour to Pillow
+            assert fast_samples(tmp_path / f"{name}.png") is None, name
+        load_image(tmp_path / f"{name}.png", keep_alpha=True)
+        assert calls, name
+        calls.clear()
+    monkeypatch.setattr(imageio, "_png_unfilter", lambda: None)  # an extension built before it
+    assert fast_samples(tmp_path / "plain.png") is None
+    np.testing.assert_array_equal(np.round(load_image(tmp_path / "plain.png").numpy() * 255), rgb.transpose(2, 0, 1))
+    assert calls
+
+
+def png_from_stream(path, width: int, height: int, colour_type: int, stream: bytes) -> None:
+    """An 8-bit PNG file whose IDAT holds ``stream`` as it is."""
+
+    def chunk(tag, payload):
+        return struct.pack(">I", len(payload)) + tag + payload + struct.pack(">I", zlib.crc32(tag + payload))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, colour_type, 0, 0, 0)
+    data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", stream) + chunk(b"IEND", b"")
+    Path(path).write_bytes(data)
+
+
+def outcome(path):
+    """What load_image makes of ``path``: ("pixels", the tensor's values) or ("error", message)."""
+    try:
+        return "pixels", load_image(path, keep_alpha=True).numpy().tobytes()
+    except ValueError as exc:
+        return "error", str(exc)
+
+
+def test_damaged_png_gets_the_verdict_pillow_gives(tmp_path, monkeypatch):
+    """A damaged or truncated 8-bit PNG: load_image raises the same ValueError (or reads the same
+    pixels) as with Pillow decoding every file: deflate data with bytes flipped (checksum
+    included), a file cut short anywhere, a row filter type beyond 4, a stream one row short or
+    long, or without its checksum."""
+    height, width = 12, 10
+    s = awkward_samples(np.random.default_rng(3), (height, width, 3))
+    good = tmp_path / "good.png"
+    write_png(good, s, 2, 8, [0, 1, 2, 3, 4], idat_chunks=3)
+    data = good.read_bytes()
+    idat = [m.start() for m in re.finditer(b"IDAT", data)]
+    variants = {}
+    for i, at in enumerate(idat):  # flipped bytes at the start, middle and end of each chunk
+        length = struct.unpack(">I", data[at - 4 : at])[0]
+        for kind, where in (("first", at + 4), ("middle", at + 4 + length // 2), ("last", at + 3 + length)):
+            variants[f"flip{i}_{kind}"] = data[:where] + bytes([data[where] ^ 0x5A]) + data[where + 1 :]
+    for cut in sorted({12, 33, idat[0] + 2, idat[0] + 20, idat[1] - 6, idat[-1] + 9, len(data) - 14, len(data) - 3}):
+        variants[f"cut{cut}"] = data[:cut]
+    rows = bytearray(b"".join(bytes([0]) + s[y].astype(np.uint8).tobytes() for y in range(height)))
+    streams = {"ok": bytes(rows), "long": bytes(rows) + rows[: 1 + 3 * width], "short": bytes(rows[: -(1 + 3 * width)])}
+    rows[5 * (1 + 3 * width)] = 5  # the sixth row's filter type
+    streams["filter5"] = bytes(rows)
+    for name, raw in streams.items():
+        png_from_stream(tmp_path / f"{name}.png", width, height, 2, zlib.compress(raw))
+        variants[name] = (tmp_path / f"{name}.png").read_bytes()
+    png_from_stream(tmp_path / "no_checksum.png", width, height, 2, zlib.compress(streams["ok"])[:-4])
+    variants["no_checksum"] = (tmp_path / "no_checksum.png").read_bytes()
+    verdicts = {}
+    for name, content in variants.items():
+        path = tmp_path / f"{name}.png"
+        path.write_bytes(content)
+        verdict = outcome(path)
+        with monkeypatch.context() as m:
+            m.setattr(imageio, "_png8_samples", lambda path, im: None)  # Pillow decodes every file
+            assert outcome(path) == verdict, name
+        verdicts[name] = verdict[0]
+    # a flipped first byte of the stream names no compression method
+    assert verdicts["ok"] == "pixels" and verdicts["filter5"] == verdicts["flip0_first"] == "error"
+    assert sum(kind == "error" for kind in verdicts.values()) >= len(variants) // 2, verdicts
+
+
+def test_png_unfilter_checks_its_arguments():
+    if not flip_loss.HAS_EXTENSION:
+        pytest.skip("the compiled extension is not built")
+    from flip_loss import _C
+
+    rows = np.array([[1, 10, 20, 30], [4, 1, 2, 3]], np.uint8)  # Sub, then Paeth, one byte a pixel
+    out = np.zeros((2, 3), np.uint8)
+    assert _C.png_unfilter(rows.ctypes.data, out.ctypes.data, 2, 3, 1) is True
+    np.testing.assert_array_equal(out, [[10, 30, 60], [11, 32, 63]])
+    rows[1, 0] = 5
+    assert _C.png_unfilter(rows.ctypes.data, out.ctypes.data, 2, 3, 1) is False
+    for height, row_bytes, bpp in ((-1, 3, 1), (2, 0, 1), (2, 3, 0), (2, 3, 5)):
+        with pytest.raises(ValueError, match="png_unfilter: expected two addresses"):
+            _C.png_unfilter(rows.ctypes.data, out.ctypes.data, height, row_bytes, bpp)
+    with pytest.raises(ValueError, match="png_unfilter: expected two addresses"):
+        _C.png_unfilter(0, out.ctypes.data, 2, 3, 1)
 
 
 # ----------------------------------------------------------------------------------------------
