@@ -297,6 +297,9 @@ def _png_image_data(f, im) -> Optional[bytearray]:
     tile = im.tile[0]
     if (width, height) != im.size or width == 0 or height == 0 or tuple(tile[1]) != (0, 0, width, height):
         return None
+    rawmode = tile[3][0] if isinstance(tile[3], tuple) else tile[3]
+    if im.info.get("interlace") or rawmode != im.mode:  # Pillow decodes another layout
+        return None
     file_size = os.fstat(f.fileno()).st_size
     spans: List[Tuple[int, int]] = []  # (offset, length) of each IDAT payload
     at = len(head)
@@ -315,7 +318,7 @@ def _png_image_data(f, im) -> Optional[bytearray]:
             if tag != b"IEND":
                 return None
             break
-        elif tag in (b"IEND", b"acTL", b"fcTL", b"fdAT"):
+        elif tag in (b"IEND", b"IHDR", b"acTL", b"fcTL", b"fdAT"):  # a second IHDR: Pillow takes the last
             return None
         at += 12 + length
     data = bytearray(sum(length for _, length in spans))

@@ -483,7 +483,7 @@ def test_damaged_png_gets_the_verdict_pillow_gives(tmp_path, monkeypatch):
     """A damaged or truncated 8-bit PNG: load_image raises the same ValueError (or reads the same
     pixels) as with Pillow decoding every file: deflate data with bytes flipped (checksum
     included), a file cut short anywhere, a row filter type beyond 4, a stream one row short or
-    long, or without its checksum."""
+    long, or without its checksum, a second IHDR chunk that changes the layout."""
     height, width = 12, 10
     s = awkward_samples(np.random.default_rng(3), (height, width, 3))
     good = tmp_path / "good.png"
@@ -506,6 +506,12 @@ def test_damaged_png_gets_the_verdict_pillow_gives(tmp_path, monkeypatch):
         variants[name] = (tmp_path / f"{name}.png").read_bytes()
     png_from_stream(tmp_path / "no_checksum.png", width, height, 2, zlib.compress(streams["ok"])[:-4])
     variants["no_checksum"] = (tmp_path / "no_checksum.png").read_bytes()
+    # a second IHDR (Pillow reads the last): interlaced, or 16 bits, over rows stored plainly
+    header_end = 8 + 8 + 13 + 4
+    for name, depth, interlace in (("second_ihdr_adam7", 8, 1), ("second_ihdr_16bit", 16, 0)):
+        payload = struct.pack(">IIBBBBB", width, height, depth, 2, 0, 0, interlace)
+        second = struct.pack(">I", 13) + b"IHDR" + payload + struct.pack(">I", zlib.crc32(b"IHDR" + payload))
+        variants[name] = variants["ok"][:header_end] + second + variants["ok"][header_end:]
     verdicts = {}
     for name, content in variants.items():
         path = tmp_path / f"{name}.png"
