@@ -116,6 +116,16 @@ else:
             warn_once("no-ext", _fallback_message(), stacklevel=2)
 
 
+def extension_function(name: str):
+    """The function ``name`` of ``flip_loss._C`` (its helpers for image files and pooling), or None:
+    no extension, or one built before it (the callers then use NumPy or Pillow)."""
+    if not HAS_EXTENSION:
+        return None
+    from . import _C
+
+    return getattr(_C, name, None)
+
+
 def _cuda_kernels_wanted() -> bool:
     # FLIP_LOSS_CUDA_KERNELS=0 sends CUDA tensors to the portable path instead (a way around a
     # CUDA-kernel problem on some GPU, or a CUDA module that does not load, without rebuilding);

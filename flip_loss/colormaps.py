@@ -116,7 +116,16 @@ def apply_colormap(values_hw, table=MAGMA) -> np.ndarray:
     wrapping as in NVIDIA's evaluator (module docstring).
     """
     lut = _lut(table)
-    return np.take(lut, _unit_codes(values_hw, "apply_colormap"), axis=0)
+    values = _as_hw_float32(values_hw, "apply_colormap")
+    from ._ops import extension_function
+
+    colour_map = extension_function("colour_map")
+    if colour_map is None:  # NumPy: the same colours
+        return np.take(lut, _unit_codes(values, "apply_colormap"), axis=0)
+    values = np.require(values, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
+    colours = np.empty(values.shape + (3,), np.uint8)
+    colour_map(values.ctypes.data, values.size, lut.ctypes.data, colours.ctypes.data)
+    return colours
 
 
 def to_grey_uint8(values_hw) -> np.ndarray:

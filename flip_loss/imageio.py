@@ -271,14 +271,10 @@ def _png_inflate_module():
 
 
 def _png_unfilter() -> Optional[Callable]:
-    """The compiled extension's ``png_unfilter``, or None (no extension, or one built before it)."""
-    from . import _ops
+    """The compiled extension's ``png_unfilter``, or None."""
+    from ._ops import extension_function
 
-    if not _ops.HAS_EXTENSION:
-        return None
-    from . import _C
-
-    return getattr(_C, "png_unfilter", None)
+    return extension_function("png_unfilter")
 
 
 def _png_image_data(f, im) -> Optional[bytearray]:
@@ -382,10 +378,18 @@ def _with_key_alpha(colour: np.ndarray, samples: np.ndarray, key: Optional[Tuple
 
 
 def _planar_float(samples: np.ndarray, largest: float) -> torch.Tensor:
-    """C x H x W float32 ``samples / largest`` of H x W x C integer samples. The samples are
-    reordered before they are widened: a quarter of the bytes to move for 8-bit ones."""
+    """C x H x W float32 ``samples / largest`` of H x W x C integer samples: 8-bit ones in one sweep
+    by the compiled extension (each pixel's channels side by side), else by NumPy, which reorders
+    the samples before it widens them (a quarter of the bytes to move for 8-bit ones)."""
+    from ._ops import extension_function
+
     height, width, channels = samples.shape
     planes = np.empty((channels, height, width), np.float32)
+    row_stride, pixel_stride, channel_stride = samples.strides
+    convert = extension_function("byte_planes") if samples.dtype == np.uint8 and largest == 255.0 else None
+    if convert is not None and channel_stride == 1 and channels <= pixel_stride and width * pixel_stride <= row_stride:
+        convert(samples.ctypes.data, planes.ctypes.data, height, width, channels, row_stride, pixel_stride)
+        return torch.from_numpy(planes)
     np.copyto(planes, samples.transpose(2, 0, 1), casting="safe")
     planes /= np.float32(largest)
     return torch.from_numpy(planes)

@@ -4,7 +4,8 @@
 // Everything goes through torch.ops.flip; the module's functions say which instruction-set level
 // the CPU kernels run with (for benchmarks and bug reports), the limits and constants the kernels
 // use, carry a Python exception raised during a long CPU loop (Ctrl-C) back to Python, walk an
-// error map in order for its pooled values, and reverse the row filters of an 8-bit PNG image.
+// error map in order for its pooled values, reverse the row filters of an 8-bit PNG image, and turn
+// 8-bit samples into float planes and a map's values into colours.
 #include <Python.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "../flip/cpu/interrupt.h"
 #include "../flip/constants.h"
 #include "../flip/cpu/kernels.h"
+#include "../flip/cpu/byte_images.h"
 #include "../flip/cpu/png_unfilter.h"
 #include "../flip/cpu/pooling_order.h"
 #include "../flip/hdr_pixel.h"
@@ -257,6 +259,46 @@ PyObject* png_unfilter(PyObject*, PyObject* args) {
   return PyBool_FromLong(known ? 1 : 0);
 }
 
+// byte_planes(samples, planes, height, width, channels, row_stride, pixel_stride): byte_images.h's
+// 8-bit samples (strides in bytes, each channel one byte after the last) into float planes at address
+// `planes`, without the GIL. flip_loss/imageio.py, the one caller, holds the buffers meanwhile.
+PyObject* byte_planes(PyObject*, PyObject* args) {
+  unsigned long long samples = 0, planes = 0;
+  Py_ssize_t height = 0, width = 0, channels = 0, row_stride = 0, pixel_stride = 0;
+  if (!PyArg_ParseTuple(args, "KKnnnnn", &samples, &planes, &height, &width, &channels, &row_stride, &pixel_stride))
+    return nullptr;
+  if (height < 0 || width < 0 || channels < 1 || pixel_stride < channels || row_stride < width * pixel_stride ||
+      (height > 0 && width > 0 && (samples == 0 || planes == 0))) {
+    PyErr_SetString(PyExc_ValueError,
+                    "byte_planes: expected two addresses, sizes >= 0, channels >= 1 and strides that hold them");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS;
+  flip::cpu::byte_planes(reinterpret_cast<const std::uint8_t*>(samples), row_stride, pixel_stride,
+                         static_cast<std::size_t>(height), static_cast<std::size_t>(width),
+                         static_cast<std::size_t>(channels), reinterpret_cast<float*>(planes));
+  Py_END_ALLOW_THREADS;
+  Py_RETURN_NONE;
+}
+
+// colour_map(values, count, table, colours): byte_images.h's colours of `count` float32 values
+// through a 256 x 3 table of bytes, without the GIL. flip_loss/colormaps.py, the one caller, holds
+// the buffers meanwhile.
+PyObject* colour_map(PyObject*, PyObject* args) {
+  unsigned long long values = 0, table = 0, colours = 0;
+  Py_ssize_t count = 0;
+  if (!PyArg_ParseTuple(args, "KnKK", &values, &count, &table, &colours)) return nullptr;
+  if (count < 0 || table == 0 || (count > 0 && (values == 0 || colours == 0))) {
+    PyErr_SetString(PyExc_ValueError, "colour_map: expected three addresses and a count >= 0");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS;
+  flip::cpu::colour_map(reinterpret_cast<const float*>(values), static_cast<std::size_t>(count),
+                        reinterpret_cast<const std::uint8_t*>(table), reinterpret_cast<std::uint8_t*>(colours));
+  Py_END_ALLOW_THREADS;
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
     {"cpu_capability", &cpu_capability, METH_NOARGS,
      "The instruction-set level of the CPU kernels: 'avx512', 'avx2' or 'baseline'."},
@@ -282,6 +324,12 @@ PyMethodDef methods[] = {
      "png_unfilter(filtered, out, height, row_bytes, bytes_per_pixel) -> bool: the row filters of an 8-bit PNG "
      "image's scanlines at address filtered reversed into the buffer at out; False for an unknown filter type "
      "(flip_loss.imageio's private helper)."},
+    {"byte_planes", &byte_planes, METH_VARARGS,
+     "byte_planes(samples, planes, height, width, channels, row_stride, pixel_stride): 8-bit samples / 255 into "
+     "float planes (flip_loss.imageio's private helper)."},
+    {"colour_map", &colour_map, METH_VARARGS,
+     "colour_map(values, count, table, colours): float32 values in [0, 1] to the colours of a 256 x 3 byte table "
+     "(flip_loss.colormaps' private helper)."},
     {"_stop_polling", &stop_polling, METH_NOARGS, "Stops the kernels' polling for signals (at interpreter exit)."},
     {nullptr, nullptr, 0, nullptr}};
 

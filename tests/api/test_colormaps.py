@@ -148,3 +148,27 @@ def test_tables_are_matplotlibs_colormaps(name):
     theirs = np.array(matplotlib.colormaps[name].colors)
     assert ours.shape == (256, 3)
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=5e-7)
+
+
+def test_compiled_colours_are_numpys(monkeypatch):
+    """The compiled extension's colour look-up (csrc/flip/cpu/byte_images.h) gives NumPy's colours
+    for every value: each index's boundary v = (k - 0.5) / 255 and its float neighbours, values
+    outside [0, 1], NaN, infinities, -0, subnormals; maps that are views, float64 and big-endian."""
+    import flip_loss
+
+    if not flip_loss.HAS_EXTENSION:
+        pytest.skip("the compiled extension is not built")
+    assert flip_loss._ops.extension_function("colour_map") is not None
+    k = np.arange(257, dtype=np.float32)
+    edges = (k - np.float32(0.5)) / np.float32(255)
+    near = np.concatenate([np.nextafter(edges, np.float32(-1)), edges, np.nextafter(edges, np.float32(2))])
+    odd = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-45, -1e-45, -3.0, 7.0, 1.0, 0.0], np.float32)
+    rng = np.random.default_rng(0)
+    values = np.concatenate([near, odd, rng.uniform(-0.1, 1.1, 9000).astype(np.float32)])
+    values = values[: values.size // 97 * 97].reshape(-1, 97)
+    maps = [values, values[:, ::2], values.T, values.astype(np.float64), values.astype(">f4"), torch.from_numpy(values)]
+    compiled = [apply_colormap(m, table) for m in maps for table in (MAGMA, VIRIDIS)]
+    monkeypatch.setattr(flip_loss._ops, "extension_function", lambda name: None)
+    for got, want in zip(compiled, [apply_colormap(m, table) for m in maps for table in (MAGMA, VIRIDIS)]):
+        assert got.dtype == want.dtype == np.uint8
+        np.testing.assert_array_equal(got, want)

@@ -593,3 +593,50 @@ def test_cli_composites_a_tga_as_premultiplied_where_its_extension_area_says_so(
     out, err = capsys.readouterr()
     assert re.findall(r"^     Mean: (\d+\.\d{6})$", out, flags=re.M) == [want]
     assert "composited over white as premultiplied alpha (as the TGA file says)" in err
+
+
+def test_compiled_planes_are_numpys(monkeypatch):
+    """8-bit samples become float planes in the compiled extension (csrc/flip/cpu/byte_images.h)
+    with NumPy's values: every sample value, contiguous samples and the views load_image makes
+    (RGB of RGBA, grey repeated); other layouts and 16-bit samples through NumPy."""
+    if not flip_loss.HAS_EXTENSION:
+        pytest.skip("the compiled extension is not built")
+    assert flip_loss._ops.extension_function("byte_planes") is not None
+    rng = np.random.default_rng(7)
+    rgba = rng.integers(0, 256, (37, 29, 4), dtype=np.uint8)
+    rgba[0, :, 0] = np.arange(29)
+    rgba.reshape(-1)[:256] = np.arange(256)
+    grey = rgba[..., 0]
+    layouts = [rgba, rgba[..., :3], np.repeat(grey[..., None], 3, axis=2), rgba[:, ::-1, :3], rgba[::2, ::3]]
+    layouts += [rgba[..., :1], rgba.transpose(1, 0, 2), (rgba.astype(np.uint16) * 257)[..., :3]]
+    compiled = [imageio._planar_float(a, 65535.0 if a.dtype == np.uint16 else 255.0) for a in layouts]
+    monkeypatch.setattr(flip_loss._ops, "extension_function", lambda name: None)
+    for a, got in zip(layouts, compiled):
+        want = imageio._planar_float(a, 65535.0 if a.dtype == np.uint16 else 255.0)
+        assert got.dtype == want.dtype == torch.float32 and got.shape == want.shape
+        assert torch.equal(got, want)
+
+
+def test_byte_planes_and_colour_map_check_their_arguments():
+    if not flip_loss.HAS_EXTENSION:
+        pytest.skip("the compiled extension is not built")
+    from flip_loss import _C
+
+    samples = np.zeros((2, 3, 4), np.uint8)
+    planes = np.zeros((4, 2, 3), np.float32)
+    for height, width, channels, row, pixel in (
+        (-1, 3, 4, 12, 4),
+        (2, 3, 0, 12, 4),
+        (2, 3, 4, 12, 3),
+        (2, 3, 4, 11, 4),
+    ):
+        with pytest.raises(ValueError, match="byte_planes: expected two addresses"):
+            _C.byte_planes(samples.ctypes.data, planes.ctypes.data, height, width, channels, row, pixel)
+    with pytest.raises(ValueError, match="byte_planes: expected two addresses"):
+        _C.byte_planes(0, planes.ctypes.data, 2, 3, 4, 12, 4)
+    values = np.zeros(5, np.float32)
+    colours = np.zeros((5, 3), np.uint8)
+    table = np.zeros((256, 3), np.uint8)
+    for count, address in ((-1, table.ctypes.data), (5, 0)):
+        with pytest.raises(ValueError, match="colour_map: expected three addresses"):
+            _C.colour_map(values.ctypes.data, count, address, colours.ctypes.data)
