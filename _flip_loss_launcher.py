@@ -14,9 +14,13 @@ script; ``python -m flip_loss`` imports the package first).
 While torch is imported, the command also asks OpenMP, through ``OMP_WAIT_POLICY``, to let its
 idle compute threads sleep (unless the variable is set): by default they spin between torch's
 parallel regions, taking the cores that folder mode's reading and writing threads need; 24 pairs of
-1080p PNGs took about 8 % longer so on 2 cores.
+1080p PNGs took about 8 % longer so on 2 cores. And as the process ends (``console_main``, the
+console script's entry point), the objects still alive are frozen (``gc.freeze``), so that Python's
+last garbage collection does not walk the millions torch and the run made: about 0.4 s of every
+command that evaluates.
 """
 
+import gc
 import importlib.util
 import os
 import sys
@@ -90,5 +94,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return code
 
 
+def console_main() -> int:
+    """The console script: :func:`main` for this process's arguments, then the objects left to the
+    process's exit (the module docstring)."""
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

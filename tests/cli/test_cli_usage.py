@@ -274,3 +274,25 @@ def test_the_command_lets_idle_compute_threads_sleep_unless_told_otherwise(tmp_p
     res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1] == f"RESULT 0 [{(given or 'PASSIVE')!r}] {given}"
+
+
+def test_the_console_script_leaves_its_objects_to_the_exit(tmp_path):
+    """The console script's entry point (pyproject.toml) runs the command, returns its exit code and
+    then freezes the objects alive (gc.freeze: the interpreter's last collection skips them);
+    launcher.main, which other Python code may call, freezes nothing."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["flip-loss"] == "_flip_loss_launcher:console_main"
+    program = (
+        "import gc, sys, _flip_loss_launcher as launcher\n"
+        "first = launcher.main(['--example', '-nerm', '-v', '0'])\n"
+        "frozen_by_main = gc.get_freeze_count()\n"
+        "sys.argv = ['flip-loss', '--example', '-nerm', '-v', '0']\n"
+        "code = launcher.console_main()\n"
+        "print('RESULT', first, frozen_by_main, code, gc.get_freeze_count() > 0)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "RESULT 0 0 0 True"
