@@ -14,10 +14,7 @@ script; ``python -m flip_loss`` imports the package first).
 While torch is imported, the command also asks OpenMP, through ``OMP_WAIT_POLICY``, to let its
 idle compute threads sleep (unless the variable is set): by default they spin between torch's
 parallel regions, taking the cores that folder mode's reading and writing threads need; 24 pairs of
-1080p PNGs took about 8 % longer so on 2 cores. And as the process ends (``console_main``, the
-console script's entry point), the objects still alive are frozen (``gc.freeze``), so that Python's
-last garbage collection does not walk the millions torch and the run made: about 0.4 s of every
-command that evaluates.
+1080p PNGs took about 8 % longer so on 2 cores. The process's end is ``console_main``'s.
 """
 
 import gc
@@ -95,8 +92,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def console_main() -> int:
-    """The console script: :func:`main` for this process's arguments, then the objects left to the
-    process's exit (the module docstring)."""
+    """The console script: :func:`main` for this process's arguments; then, as the process ends, the
+    objects still alive are frozen (``gc.freeze``), so that Python's last garbage collection does not
+    walk the millions torch and the run made: about 0.4 s of every command that evaluates."""
     code = main()
     gc.freeze()
     return code
