@@ -95,7 +95,7 @@ def _lut(table) -> np.ndarray:
         )
     if not np.isfinite(t).all():
         raise ValueError("flip_loss.colormaps.apply_colormap: the table contains NaN or inf")
-    lut = _to_uint8(np.clip(t, 0.0, 1.0).astype(np.float32))
+    lut = np.ascontiguousarray(_to_uint8(np.clip(t, 0.0, 1.0).astype(np.float32)))  # rows of 3 bytes
     if table is MAGMA or table is VIRIDIS:  # this module's own tables: nothing can change them
         _LUT_CACHE[key] = (table, lut)
     return lut

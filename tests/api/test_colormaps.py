@@ -153,7 +153,8 @@ def test_tables_are_matplotlibs_colormaps(name):
 def test_compiled_colours_are_numpys(monkeypatch):
     """The compiled extension's colour look-up (csrc/flip/cpu/byte_images.h) gives NumPy's colours
     for every value: each index's boundary v = (k - 0.5) / 255 and its float neighbours, values
-    outside [0, 1], NaN, infinities, -0, subnormals; maps that are views, float64 and big-endian."""
+    outside [0, 1], NaN, infinities, -0, subnormals; maps that are views, float64 and big-endian;
+    tables in either memory order."""
     import flip_loss
 
     if not flip_loss.HAS_EXTENSION:
@@ -167,8 +168,10 @@ def test_compiled_colours_are_numpys(monkeypatch):
     values = np.concatenate([near, odd, rng.uniform(-0.1, 1.1, 9000).astype(np.float32)])
     values = values[: values.size // 97 * 97].reshape(-1, 97)
     maps = [values, values[:, ::2], values.T, values.astype(np.float64), values.astype(">f4"), torch.from_numpy(values)]
-    compiled = [apply_colormap(m, table) for m in maps for table in (MAGMA, VIRIDIS)]
+    # users' tables too: column-major (a transposed 3 x 256 array) and float32
+    tables = (MAGMA, VIRIDIS, np.asarray(VIRIDIS).T.copy().T, np.asfortranarray(MAGMA, dtype=np.float32))
+    compiled = [apply_colormap(m, table) for m in maps for table in tables]
     monkeypatch.setattr(flip_loss._ops, "extension_function", lambda name: None)
-    for got, want in zip(compiled, [apply_colormap(m, table) for m in maps for table in (MAGMA, VIRIDIS)]):
+    for got, want in zip(compiled, [apply_colormap(m, table) for m in maps for table in tables]):
         assert got.dtype == want.dtype == np.uint8
         np.testing.assert_array_equal(got, want)
