@@ -29,8 +29,8 @@ const EightBitSrgb<T>& eight_bit_srgb() {
   return table;
 }
 
-// The k whose code value k / 255 v would be if it is one: v * 255 to the nearest integer, clamped to
-// [0, 255] first (NaN -> 0), so that it is an index into the table for any v.
+// The k of v's code value k / 255 if v is one: v * 255 rounded to the nearest integer after clamping
+// to [0, 255] (NaN -> 0), so that it indexes the table for any v.
 template <class T>
 FLIP_HD int eight_bit_code(T v) {
   T s = v * T(255);
