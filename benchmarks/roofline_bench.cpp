@@ -158,8 +158,9 @@ double bandwidth(int threads, size_t bytes, int mode) {
 
 // The LDR input conversion (ldr_flip.inc's LdrInput for sRGB input).
 struct SrgbInput {
-  void operator()(const float v[3], float lin[3]) const {
+  int operator()(const float v[3], float lin[3]) const {
     for (int c = 0; c < 3; ++c) lin[c] = flip::input_to_linear(v[c], true);
+    return 0;
   }
 };
 

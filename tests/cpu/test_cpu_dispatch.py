@@ -138,7 +138,7 @@ def test_per_pixel_loops_are_vectorised(level, register):
         f"{ns}flip_row_sensitivities<true, true, false, float>(",
         f"{ns}flip_row_sensitivities<true, false, true, float>(",
         f"{ns}convert_row<float, {ns}(anonymous namespace)::LdrInput<float, true> >(",
-        f"{ns}(anonymous namespace)::input_row_vjp<true, float>(",
+        f"{ns}(anonymous namespace)::input_row_vjp<float, {ns}(anonymous namespace)::LdrSlope<float, true> >(",
     ]
     for key in wanted:
         bodies = [body for name, body in functions.items() if key in name]
@@ -149,7 +149,10 @@ def test_per_pixel_loops_are_vectorised(level, register):
         assert packed >= 16, f"{key}...): {packed} packed double {register} operations; the loop is not vectorised"
         assert not calls, f"{key}...) calls kernel code in its loop: {calls[:3]}"
     # The 8-bit rows' loops (eight_bit_srgb.h): float only, a division and table reads per sample.
-    for key in (f"{ns}eight_bit_srgb_row<float>(", f"{ns}eight_bit_srgb_row_vjp<float>("):
+    for key in (
+        f"{ns}convert_row<float, {ns}EightBitSrgbInput<float> >(",
+        f"{ns}(anonymous namespace)::input_row_vjp<float, {ns}EightBitSrgbSlope<float> >(",
+    ):
         body = [line for name, b in functions.items() if key in name for line in b]
         assert body, f"{key}...) is not in the library (inlined or renamed?)"
         packed = sum(1 for line in body if ("mulps" in line or "divps" in line) and register in line)

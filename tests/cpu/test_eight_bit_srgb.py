@@ -63,9 +63,13 @@ def test_code_value_rows_give_the_bits_of_the_power(dtype):
         assert torch.equal(far(r), far(p))
 
     ppds, weights = [PPD, 2 * PPD], [0.25, 0.75]
-    table_ms, _ = ops._ldr_flip_multiscale(a, b, ppds, weights, "srgb", 1e-15, [False, False])
-    power_ms, _ = ops._ldr_flip_multiscale(a_off, b_off, ppds, weights, "srgb", 1e-15, [False, False])
+    table_ms, table_ms_s = ops._ldr_flip_multiscale(a, b, ppds, weights, "srgb", 1e-15, both)
+    power_ms, power_ms_s = ops._ldr_flip_multiscale(a_off, b_off, ppds, weights, "srgb", 1e-15, both)
     assert torch.equal(far(table_ms), far(power_ms))
+    table_ms_g = ops._ldr_flip_multiscale_backward(grad, table_ms_s, a, b, ppds, weights, "srgb", both)
+    power_ms_g = ops._ldr_flip_multiscale_backward(grad, power_ms_s, a_off, b_off, ppds, weights, "srgb", both)
+    for t, p in zip(table_ms_g, power_ms_g):
+        assert torch.equal(far(t), far(p))
 
 
 def test_values_near_code_values_take_the_power():

@@ -51,51 +51,34 @@ __attribute__((noinline)) bool starts_on_eight_bit_codes(const T* __restrict src
   return off == 0;
 }
 
-// convert_row (pipeline.h) for a row of code values: one input row (3 channels HW apart) -> its
-// opponent rows o0..o2 and achromatic row yh, the linear values read from the table. Returns false,
-// the rows then incomplete, if a sample is not a code value.
+// convert_row's conversion (pipeline.h) from the table: a pixel's linear RGB, and whether a sample
+// is not a code value (convert_row then refuses the row, its outputs incomplete).
 template <class T>
-__attribute__((noinline)) bool eight_bit_srgb_row(const T* __restrict src, int64_t HW, int64_t W, T* __restrict o0,
-                                                  T* __restrict o1, T* __restrict o2, T* __restrict yh) {
-  const EightBitSrgb<T>& table = eight_bit_srgb<T>();
-  int off = 0;
-#pragma GCC ivdep  // the 3 rows of src are HW >= W apart
-  for (int64_t x = 0; x < W; ++x) {
-    T lin[3], opp[3];
+struct EightBitSrgbInput {
+  const EightBitSrgb<T>& table;
+  int operator()(const T v[3], T lin[3]) const {
+    int off = 0;
     FLIP_UNROLL
     for (int c = 0; c < 3; ++c) {
-      const T v = src[c * HW + x];
-      const int k = eight_bit_code(v);
-      off |= v != T(k) / T(255);
+      const int k = eight_bit_code(v[c]);
+      off |= v[c] != T(k) / T(255);
       lin[c] = table.linear[k];
     }
-    linear_to_opponent(lin, opp);
-    o0[x] = opp[0];
-    o1[x] = opp[1];
-    o2[x] = opp[2];
-    yh[x] = achromatic(opp);
+    return off;
   }
-  return off == 0;
-}
+};
 
-// The gradient w.r.t. a row of code values (3 channels HW apart) from the gradient glin w.r.t. its
-// linear RGB (3 rows W apart), with the table's slopes. Returns false, gv then incomplete, if a
+// input_row_vjp's slope (ldr_flip.inc) from the table: the derivative at a sample, and whether the
 // sample is not a code value.
 template <class T>
-__attribute__((noinline)) bool eight_bit_srgb_row_vjp(const T* __restrict v, int64_t HW, int64_t W,
-                                                      const T* __restrict glin, T* __restrict gv) {
-  const EightBitSrgb<T>& table = eight_bit_srgb<T>();
-  int off = 0;
-  for (int c = 0; c < 3; ++c) {
-    for (int64_t x = 0; x < W; ++x) {
-      const T vc = v[c * HW + x];
-      const int k = eight_bit_code(vc);
-      off |= vc != T(k) / T(255);
-      gv[c * HW + x] = glin[c * W + x] * table.slope[k];
-    }
+struct EightBitSrgbSlope {
+  const EightBitSrgb<T>& table;
+  int operator()(T v, T& d) const {
+    const int k = eight_bit_code(v);
+    d = table.slope[k];
+    return v != T(k) / T(255);
   }
-  return off == 0;
-}
+};
 
 // Rows that start with code values are tried on the table; this many samples per channel decide.
 constexpr int64_t kEightBitProbe = 16;

@@ -76,26 +76,27 @@ struct Context {
 #define FLIP_LOOP __attribute__((noinline))
 
 // One input row of an image -> its opponent rows o0..o2 and achromatic row yh. conv(v, lin): v =
-// the input pixel (3 channels, planes HW apart), lin = linear RGB. Returns false if the row holds a
-// NaN or an infinity.
+// the input pixel (3 channels, planes HW apart), lin = linear RGB; it returns nonzero where it
+// refuses the pixel (a conversion for some inputs only: eight_bit_srgb.h). Returns false if the row
+// holds a NaN, an infinity or a refused pixel.
 template <class T, class Conv>
 FLIP_LOOP bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const Conv& conv, T* __restrict o0,
                            T* __restrict o1, T* __restrict o2, T* __restrict yh) {
-  int nonfinite = 0;
+  int rejected = 0;
 #pragma GCC ivdep  // the 3 rows of src are HW >= W apart
   for (int64_t x = 0; x < W; ++x) {
     const T v[3] = {src[x], src[HW + x], src[2 * HW + x]};
     // v - v is 0 for a finite v and NaN otherwise; the sum is NaN if any of the three is.
-    nonfinite |= ((v[0] - v[0]) + (v[1] - v[1]) + (v[2] - v[2])) != T(0);
+    rejected |= ((v[0] - v[0]) + (v[1] - v[1]) + (v[2] - v[2])) != T(0);
     T lin[3], opp[3];
-    conv(v, lin);
+    rejected |= conv(v, lin);
     linear_to_opponent(lin, opp);
     o0[x] = opp[0];
     o1[x] = opp[1];
     o2[x] = opp[2];
     yh[x] = achromatic(opp);
   }
-  return nonfinite == 0;
+  return rejected == 0;
 }
 
 // A conversion that picks its form row by row derives from RowChoice and converts a whole row with
