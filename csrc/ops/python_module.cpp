@@ -195,6 +195,21 @@ PyObject* constants(PyObject*, PyObject*) {
                        flip::gamut_gradient_slack<double>());
 }
 
+// Runs work() with the GIL released, for the helpers below that read and write buffers Python holds;
+// false if it ran out of memory (its caller then raises MemoryError).
+template <class Work>
+bool without_gil(const Work& work) {
+  bool out_of_memory = false;
+  Py_BEGIN_ALLOW_THREADS;
+  try {
+    work();
+  } catch (const std::bad_alloc&) {
+    out_of_memory = true;
+  }
+  Py_END_ALLOW_THREADS;
+  return !out_of_memory;
+}
+
 // pooling_order(source, sorted, running, count, itemsize) -> total: pooling_order.h's walk over
 // `count` floats of `itemsize` bytes (4 or 8) at address `source`, into the buffers at `sorted` and
 // `running`, without the GIL. Python's limited API of the oldest supported Python has no buffer
@@ -210,9 +225,7 @@ PyObject* pooling_order(PyObject*, PyObject* args) {
     return nullptr;
   }
   double total = 0.0;
-  bool out_of_memory = false;
-  Py_BEGIN_ALLOW_THREADS;
-  try {
+  const bool done = without_gil([&] {
     const auto n = static_cast<std::size_t>(count);
     if (itemsize == 4) {
       total = flip::cpu::pooling_order(reinterpret_cast<const float*>(source), reinterpret_cast<float*>(sorted),
@@ -221,12 +234,8 @@ PyObject* pooling_order(PyObject*, PyObject* args) {
       total = flip::cpu::pooling_order(reinterpret_cast<const double*>(source), reinterpret_cast<double*>(sorted),
                                        reinterpret_cast<double*>(running), n);
     }
-  } catch (const std::bad_alloc&) {
-    out_of_memory = true;
-  }
-  Py_END_ALLOW_THREADS;
-  if (out_of_memory) return PyErr_NoMemory();
-  return PyFloat_FromDouble(total);
+  });
+  return done ? PyFloat_FromDouble(total) : PyErr_NoMemory();
 }
 
 // png_unfilter(filtered, out, height, row_bytes, bytes_per_pixel) -> bool: png_unfilter.h's
@@ -245,18 +254,13 @@ PyObject* png_unfilter(PyObject*, PyObject* args) {
                     "from 1 to 4");
     return nullptr;
   }
-  bool known = false, out_of_memory = false;
-  Py_BEGIN_ALLOW_THREADS;
-  try {
+  bool known = false;
+  const bool done = without_gil([&] {
     known = flip::cpu::png_unfilter(reinterpret_cast<const std::uint8_t*>(filtered),
                                     reinterpret_cast<std::uint8_t*>(out), static_cast<std::size_t>(height),
                                     static_cast<std::size_t>(row_bytes), static_cast<std::size_t>(bytes_per_pixel));
-  } catch (const std::bad_alloc&) {
-    out_of_memory = true;
-  }
-  Py_END_ALLOW_THREADS;
-  if (out_of_memory) return PyErr_NoMemory();
-  return PyBool_FromLong(known ? 1 : 0);
+  });
+  return done ? PyBool_FromLong(known ? 1 : 0) : PyErr_NoMemory();
 }
 
 // byte_planes(samples, planes, height, width, channels, row_stride, pixel_stride): byte_images.h's
@@ -273,11 +277,11 @@ PyObject* byte_planes(PyObject*, PyObject* args) {
                     "byte_planes: expected two addresses, sizes >= 0, channels >= 1 and strides that hold them");
     return nullptr;
   }
-  Py_BEGIN_ALLOW_THREADS;
-  flip::cpu::byte_planes(reinterpret_cast<const std::uint8_t*>(samples), row_stride, pixel_stride,
-                         static_cast<std::size_t>(height), static_cast<std::size_t>(width),
-                         static_cast<std::size_t>(channels), reinterpret_cast<float*>(planes));
-  Py_END_ALLOW_THREADS;
+  without_gil([&] {
+    flip::cpu::byte_planes(reinterpret_cast<const std::uint8_t*>(samples), row_stride, pixel_stride,
+                           static_cast<std::size_t>(height), static_cast<std::size_t>(width),
+                           static_cast<std::size_t>(channels), reinterpret_cast<float*>(planes));
+  });
   Py_RETURN_NONE;
 }
 
@@ -292,10 +296,10 @@ PyObject* colour_map(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "colour_map: expected three addresses and a count >= 0");
     return nullptr;
   }
-  Py_BEGIN_ALLOW_THREADS;
-  flip::cpu::colour_map(reinterpret_cast<const float*>(values), static_cast<std::size_t>(count),
-                        reinterpret_cast<const std::uint8_t*>(table), reinterpret_cast<std::uint8_t*>(colours));
-  Py_END_ALLOW_THREADS;
+  without_gil([&] {
+    flip::cpu::colour_map(reinterpret_cast<const float*>(values), static_cast<std::size_t>(count),
+                          reinterpret_cast<const std::uint8_t*>(table), reinterpret_cast<std::uint8_t*>(colours));
+  });
   Py_RETURN_NONE;
 }
 
