@@ -225,6 +225,19 @@ def psychophysics_cli_presets():
     return PRESETS
 
 
+def run_python(program: str, cwd, **variables):
+    """``program`` in a fresh Python that imports this checkout (the launcher is a top-level module
+    beside the package); ``variables`` set (None: unset) in its environment."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for name, value in variables.items():
+        env.pop(name, None)
+        if value is not None:
+            env[name] = value
+    res = subprocess.run([sys.executable, "-c", program], cwd=cwd, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return res
+
+
 def test_the_command_answers_help_version_and_usage_errors_without_torch(tmp_path):
     """The flip-loss command (its console script, _flip_loss_launcher) answers --help, --version
     and a usage error without importing torch or numpy, leaving nothing of flip_loss imported; a
@@ -238,9 +251,7 @@ def test_the_command_answers_help_version_and_usage_errors_without_torch(tmp_pat
         "import flip_loss\n"
         "print('RESULT', codes, before, heavy(), flip_loss.HAS_EXTENSION, flip_loss.__version__)\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+    res = run_python(program, tmp_path)
     assert res.stdout.startswith("usage: flip-loss ") and f"\nflip-loss {flip_loss.__version__}\n" in res.stdout
     assert res.stderr.splitlines() == [
         "flip-loss: error: argument -cstop/--stop-exposure: expected a finite number (of stops) from -149 to 127 "
@@ -267,12 +278,7 @@ def test_the_command_lets_idle_compute_threads_sleep_unless_told_otherwise(tmp_p
         "code = launcher.main(['--example', '-nerm', '-v', '0'])\n"
         "print('RESULT', code, seen, os.environ.get('OMP_WAIT_POLICY'))\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("OMP_WAIT_POLICY", None)
-    if given is not None:
-        env["OMP_WAIT_POLICY"] = given
-    res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+    res = run_python(program, tmp_path, OMP_WAIT_POLICY=given)
     assert res.stdout.splitlines()[-1] == f"RESULT 0 [{(given or 'PASSIVE')!r}] {given}"
 
 
@@ -292,7 +298,5 @@ def test_the_console_script_leaves_its_objects_to_the_exit(tmp_path):
         "code = launcher.console_main()\n"
         "print('RESULT', first, frozen_by_main, code, gc.get_freeze_count() > 0)\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+    res = run_python(program, tmp_path)
     assert res.stdout.splitlines()[-1] == "RESULT 0 0 0 True"
