@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
       for (int64_t y = b; y < e; ++y)
         for (int im = 0; im < 2; ++im)
           horizontal_row(img[im] + y * W, HW, W, SrgbInput{}, cx, sc,
-                         ring.as<float>() + im * kHorizontalPlanesPerImage * plane, plane, y % ring_rows * W);
+                         ring.as<float>() + im * kHorizontalPlanesPerImage * plane, plane, PlainRow{y % ring_rows * W});
     });
   });
   const double t_stages = best_of(

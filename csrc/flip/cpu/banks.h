@@ -51,15 +51,16 @@ struct Scratch {
   static int64_t round_up(int64_t n) { return (n + kLine - 1) / kLine * kLine; }
 };
 
-// Horizontal CSF pass of one row: opponent rows o0, o1, o2 -> the four intermediates at `off`.
-template <class T>
+// Horizontal CSF pass of one row: opponent rows o0, o1, o2 -> the four intermediates' rows, placed
+// in their planes by `place` (PlainRow, PieceRow).
+template <class T, class Place>
 inline void csf_h_row(const T* o0, const T* o1, const T* o2, int64_t W, const CsfTaps<T>& t, T* pad, CsfPlanes<T> p,
-                      int64_t off) {
-  hconv(o0, W, t.y, pad, p.y + off);
-  hconv(o1, W, t.cx, pad, p.cx + off);
+                      const Place& place) {
+  hconv(o0, W, t.y, pad, p.y, place);
+  hconv(o1, W, t.cx, pad, p.cx, place);
   pad_edge(o2, W, t.cz1.radius, pad);
-  hconv_padded(pad, W, t.cz1, p.cz1 + off);
-  hconv_padded(pad, W, t.cz2, p.cz2 + off);
+  hconv_padded(pad, W, t.cz1, p.cz1, place);
+  hconv_padded(pad, W, t.cz2, p.cz2, place);
 }
 
 // The vertical CSF pass of a tile, the planes' rows found by rows (ClampedRows, TableRows): per
@@ -96,13 +97,14 @@ inline void feature_v_tile(FeaturePlanes<T> p, int64_t H, int64_t W, const Tile&
   feature_v_tile(p, ClampedRows<T>{H, W}, t, taps, dst, stride);
 }
 
-// Horizontal feature pass of one achromatic row.
-template <class T>
-inline void feature_h_row(const T* yhat, int64_t W, const FeatureTaps<T>& t, T* pad, FeaturePlanes<T> p, int64_t off) {
+// Horizontal feature pass of one achromatic row, placed as csf_h_row's.
+template <class T, class Place>
+inline void feature_h_row(const T* yhat, int64_t W, const FeatureTaps<T>& t, T* pad, FeaturePlanes<T> p,
+                          const Place& place) {
   pad_edge(yhat, W, t.g.radius, pad);
-  hconv_padded(pad, W, t.g, p.g + off);
-  hconv_padded<Form::kOdd>(pad, W, t.dg, p.dg + off);
-  hconv_padded<Form::kCentred>(pad, W, t.ddg, p.ddg + off);
+  hconv_padded(pad, W, t.g, p.g, place);
+  hconv_padded<Form::kOdd>(pad, W, t.dg, p.dg, place);
+  hconv_padded<Form::kCentred>(pad, W, t.ddg, p.ddg, place);
 }
 
 // The transposed banks, in two halves: the vertical transposes of a tile (whose columns need not

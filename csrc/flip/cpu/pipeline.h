@@ -114,15 +114,15 @@ bool convert_input_row(const T* src, int64_t HW, int64_t W, const Conv& conv, T*
 }
 
 // One row of an image's horizontal planes: input row src (3 channels HW apart) -> the 7 planes'
-// rows at base + q * plane + off, through the conversion conv. Returns false if the row holds a NaN
-// or an infinity.
-template <class T, class Conv>
+// rows, plane q's at base + q * plane placed by `place` (PlainRow, PieceRow), through the
+// conversion conv. Returns false if the row holds a NaN or an infinity.
+template <class T, class Conv, class Place>
 bool horizontal_row(const T* src, int64_t HW, int64_t W, const Conv& conv, const Context<T>& cx, Scratch<T>& sc,
-                    T* base, int64_t plane, int64_t off) {
+                    T* base, int64_t plane, const Place& place) {
   T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3);
   const bool ok = convert_input_row(src, HW, W, conv, o0, o1, o2, yh);
-  csf_h_row(o0, o1, o2, W, *cx.csf, sc.pad(), csf_planes(base, plane), off);
-  feature_h_row(yh, W, *cx.feat, sc.pad(), feature_planes(base + kCsfFilters * plane, plane), off);
+  csf_h_row(o0, o1, o2, W, *cx.csf, sc.pad(), csf_planes(base, plane), place);
+  feature_h_row(yh, W, *cx.feat, sc.pad(), feature_planes(base + kCsfFilters * plane, plane), place);
   return ok;
 }
 
@@ -157,8 +157,9 @@ void vertical_tile(const T* planes, int64_t plane, const Rows& rows, const Tile&
 }
 
 // Both stages of both images, band by band of kTileRows rows, threads sharing out the bands:
-// hrow(im, y, sc, base, plane, off) writes row y of image im's 7 horizontal planes (horizontal_row:
-// at base + q * plane + off, sc a Scratch of 4 rows) and returns false for a non-finite input;
+// hrow(im, y, sc, base, plane, place) writes row y of image im's 7 horizontal planes (horizontal_row:
+// plane q's at base + q * plane, placed by the PieceRow place; sc a Scratch of 4 rows) and returns
+// false for a non-finite input;
 // then the vertical passes of the band tile by tile, and row_fn(rt, rr, n, p) for each row of a
 // tile: rt and rr the test's and the reference's 7 rows of n samples (kResponsePlanesPerImage rows
 // n apart), p the index of the row's first pixel in an H x W plane. Returns false if hrow did.
@@ -169,7 +170,8 @@ void vertical_tile(const T* planes, int64_t plane, const Rows& rows, const Tile&
 // while it is still in the caches. Whole planes of a 1080p pair (116 MB) went to memory and came
 // back (docs/algorithm.md §8.10). The ring is stored tile column by tile column (kTileColumns
 // samples of each of its rows, then the next column's), so that the rows a tile reads are one
-// contiguous block the hardware prefetcher follows, not 52 pieces of 512 bytes a row apart.
+// contiguous block the hardware prefetcher follows, not 52 pieces of 512 bytes a row apart; the
+// horizontal filters write their outputs there directly (PieceRow).
 template <class T, class HRow, class RowFn>
 bool banded_stages(int64_t H, int64_t W, const Context<T>& cx, const HRow& hrow, const RowFn& row_fn) {
   const int64_t R = cx.rmax, bands = (H + kTileRows - 1) / kTileRows;
@@ -183,8 +185,7 @@ bool banded_stages(int64_t H, int64_t W, const Context<T>& cx, const HRow& hrow,
   parallel_for(0, bands, grain, [&](int64_t b, int64_t e) {
     Workspace ws(sizeof(T) * 2 * kHorizontalPlanesPerImage * plane);
     T* ring = ws.as<T>();
-    Scratch<T> sc(W, cx.rmax, 4 + kHorizontalPlanesPerImage);  // hrow's 4 rows, then one row per plane
-    T* hrows = sc.row(4);
+    Scratch<T> sc(W, cx.rmax, 4);  // hrow's 4 rows
     TileScratch<T> scratch(W);
     std::vector<int64_t> offset(static_cast<size_t>(kTileRows + 2 * R));
     bool ok = true;
@@ -193,15 +194,9 @@ bool banded_stages(int64_t H, int64_t W, const Context<T>& cx, const HRow& hrow,
       const int64_t y0 = band * kTileRows, y1 = std::min(H, y0 + kTileRows);
       // The ring holds rows next - ring_rows .. next - 1: with next = y1 + R, all that the band reads.
       for (const int64_t last = std::min(H, y1 + R); next < last; ++next)
-        for (int im = 0; im < 2; ++im) {
-          ok &= hrow(im, next, sc, hrows, W, 0);
-          T* slot = ring + im * kHorizontalPlanesPerImage * plane + next % ring_rows * kTileColumns;
-          for (int q = 0; q < kHorizontalPlanesPerImage; ++q)
-            for (int64_t j = 0; j < across; ++j) {
-              const T* src = hrows + q * W + j * kTileColumns;
-              std::copy(src, src + std::min(kTileColumns, W - j * kTileColumns), slot + q * plane + j * chunk);
-            }
-        }
+        for (int im = 0; im < 2; ++im)
+          ok &= hrow(im, next, sc, ring + im * kHorizontalPlanesPerImage * plane, plane,
+                     PieceRow<kTileColumns>{next % ring_rows * kTileColumns, chunk});
       for (int64_t i = 0; i < y1 - y0 + 2 * R; ++i)
         offset[i] = std::min(std::max(y0 - R + i, int64_t{0}), H - 1) % ring_rows * kTileColumns;
       const TableRows rows{offset.data(), y0 - R};
@@ -228,8 +223,8 @@ bool image_stages(const T* const img[2], int64_t H, int64_t W, const Conv& conv,
   const int64_t HW = H * W;
   return banded_stages(
       H, W, cx,
-      [&](int im, int64_t y, Scratch<T>& sc, T* base, int64_t plane, int64_t off) {
-        return horizontal_row(img[im] + y * W, HW, W, conv, cx, sc, base, plane, off);
+      [&](int im, int64_t y, Scratch<T>& sc, T* base, int64_t plane, const auto& place) {
+        return horizontal_row(img[im] + y * W, HW, W, conv, cx, sc, base, plane, place);
       },
       row_fn);
 }

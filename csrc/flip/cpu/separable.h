@@ -98,31 +98,60 @@ inline void block_taps_registers(const RowAt& at, const T* w, int r, int64_t x0,
   for (int v = 0; v < kVecs; ++v) std::memcpy(out + v * L, &acc[v], sizeof acc[v]);
 }
 
-// dst[x] (+)= sum_k w[k] * at(k)[x] over the taps of f in form F (filters.h). Register-blocked: a
-// block of 256 bytes of outputs stays in registers across all taps, so each tap costs one load per
-// vector instead of also a load and a store of dst; the last partial block goes through memory.
-template <Form F, class T, class RowAt>
-inline void correlate_rows(const RowAt& at, const Filter1D<T>& f, int64_t W, T* __restrict dst, bool accumulate) {
+// The outputs correlate_rows keeps in registers at once: 8 vectors of Lanes.
+template <class T>
+constexpr int64_t kCorrelateBlock = 8 * static_cast<int64_t>(sizeof(Lanes<T>) / sizeof(T));
+
+// Where a row's outputs go: output x at plane + off + x (PlainRow), or in pieces of kColumns
+// samples `piece` apart, output x at plane + off + x / kColumns * piece + x % kColumns (PieceRow:
+// the banded stages' ring of rows, pipeline.h). A piece holds whole blocks of correlate_rows.
+struct PlainRow {
+  int64_t off;
+  template <class T>
+  T* operator()(T* plane, int64_t x) const {
+    return plane + off + x;
+  }
+};
+template <int64_t kColumns>
+struct PieceRow {
+  int64_t off, piece;
+  template <class T>
+  T* operator()(T* plane, int64_t x) const {
+    static_assert(kColumns % kCorrelateBlock<T> == 0, "a piece must hold whole blocks");
+    return plane + off + x / kColumns * piece + x % kColumns;
+  }
+};
+
+// dst[x] (+)= sum_k w[k] * at(k)[x] over the taps of f in form F (filters.h), dst[x] at
+// place(dst, x). Register-blocked: a block of 256 bytes of outputs stays in registers across all
+// taps, so each tap costs one load per vector instead of also a load and a store of dst; the last
+// partial block goes through memory.
+template <Form F, class T, class RowAt, class Place = PlainRow>
+inline void correlate_rows(const RowAt& at, const Filter1D<T>& f, int64_t W, T* __restrict dst, bool accumulate,
+                           const Place& place = PlainRow{0}) {
   constexpr int kVecs = 8;
-  constexpr int64_t kBlock = kVecs * static_cast<int64_t>(sizeof(Lanes<T>) / sizeof(T));
+  constexpr int64_t kBlock = kCorrelateBlock<T>;
+  static_assert(kBlock == kVecs * static_cast<int64_t>(sizeof(Lanes<T>) / sizeof(T)));
   int64_t x0 = 0;
   for (; x0 + kBlock <= W; x0 += kBlock)
-    block_taps_registers<F, kVecs>(at, f.w.data(), f.radius, x0, dst + x0, accumulate);
+    block_taps_registers<F, kVecs>(at, f.w.data(), f.radius, x0, place(dst, x0), accumulate);
   if (x0 < W) {
     const int64_t n = W - x0;
+    T* d = place(dst, x0);
     T acc[kBlock];
-    for (int64_t i = 0; i < n; ++i) acc[i] = accumulate ? dst[x0 + i] : T(0);
+    for (int64_t i = 0; i < n; ++i) acc[i] = accumulate ? d[i] : T(0);
     block_taps<F>(at, f.w.data(), f.radius, x0, n, acc);
-    for (int64_t i = 0; i < n; ++i) dst[x0 + i] = acc[i];
+    for (int64_t i = 0; i < n; ++i) d[i] = acc[i];
   }
 }
 
 // dst[x] = sum_k w[k] * src[clamp(x + k)], with src already padded by r samples on each side,
-// evaluated in form F (filters.h).
-template <Form F = Form::kPlain, class T>
-inline void hconv_padded(const T* pad, int64_t W, const Filter1D<T>& f, T* __restrict dst) {
+// evaluated in form F (filters.h); dst[x] at place(dst, x).
+template <Form F = Form::kPlain, class T, class Place = PlainRow>
+inline void hconv_padded(const T* pad, int64_t W, const Filter1D<T>& f, T* __restrict dst,
+                         const Place& place = PlainRow{0}) {
   const T* centre = pad + f.radius;
-  correlate_rows<F>([centre](int k) { return centre + k; }, f, W, dst, false);
+  correlate_rows<F>([centre](int k) { return centre + k; }, f, W, dst, false, place);
 }
 
 // Copies a row into pad with r replicated samples on each side.
@@ -133,10 +162,10 @@ inline void pad_edge(const T* src, int64_t W, int r, T* pad) {
   std::fill(pad + r + W, pad + 2 * r + W, src[W - 1]);
 }
 
-template <class T>
-inline void hconv(const T* src, int64_t W, const Filter1D<T>& f, T* pad, T* dst) {
+template <class T, class Place = PlainRow>
+inline void hconv(const T* src, int64_t W, const Filter1D<T>& f, T* pad, T* dst, const Place& place = PlainRow{0}) {
   pad_edge(src, W, f.radius, pad);
-  hconv_padded(pad, W, f, dst);
+  hconv_padded(pad, W, f, dst, place);
 }
 
 // A tile of the vertical passes: rows y0 .. y1 - 1 by columns x0 .. x0 + n - 1 (a single row:
