@@ -67,35 +67,55 @@ def _idle_threads_sleep() -> bool:
     return True
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Runs ``flip-loss`` with ``argv`` (default: ``sys.argv[1:]``) and returns its exit code. As the
-    process's entry point, it points a standard stream whose reader has gone at os.devnull at the
-    end (``flip_loss.cli.console.release_closed_streams``), so that Python's last flush succeeds."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _imported(argv: Sequence[str]) -> Optional[int]:
+    """Imports the package for ``argv``; the exit code of a command that ends at parsing, else None."""
     policy_set = _idle_threads_sleep()
     try:
         if "flip_loss" not in sys.modules:
-            code = _answered_without_torch(argv)
-            if code is not None:
-                return code
-        from flip_loss.cli import main as cli_main
-        from flip_loss.cli.console import release_closed_streams
+            return _answered_without_torch(argv)
+        return None
     finally:
         # The runtime reads the variable once, as torch loads it: nothing else (a program that
         # called this function, its child processes) sees it.
         if policy_set:
             os.environ.pop("OMP_WAIT_POLICY", None)
 
+
+def _run(argv: Sequence[str]) -> int:
+    from flip_loss.cli import main as cli_main
+    from flip_loss.cli.console import release_closed_streams
+
     code = cli_main(argv)
     release_closed_streams()
     return code
 
 
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs ``flip-loss`` with ``argv`` (default: ``sys.argv[1:]``) and returns its exit code. As the
+    process's entry point, it points a standard stream whose reader has gone at os.devnull at the
+    end (``flip_loss.cli.console.release_closed_streams``), so that Python's last flush succeeds."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    code = _imported(argv)
+    return code if code is not None else _run(argv)
+
+
 def console_main() -> int:
-    """The console script: :func:`main` for this process's arguments; then, as the process ends, the
-    objects still alive are frozen (``gc.freeze``), so that Python's last garbage collection does not
-    walk the millions torch and the run made: about 0.4 s of every command that evaluates."""
-    code = main()
+    """The console script: :func:`main` for this process's arguments, with the process's garbage
+    collector set for a run. Importing torch makes millions of objects and next to no garbage: the
+    collector is off meanwhile (the collections it made took about a tenth of the import), and
+    what the import made is frozen (``gc.freeze``) before the command runs, so that the run's
+    collections do not walk it. As the process ends, the objects still alive are frozen too, so that
+    Python's last collection does not walk those either: about 0.4 s of every command that
+    evaluates."""
+    argv = sys.argv[1:]
+    gc.disable()
+    try:
+        code = _imported(argv)
+    finally:
+        gc.enable()
+    if code is None:
+        gc.freeze()
+        code = _run(argv)
     gc.freeze()
     return code
 

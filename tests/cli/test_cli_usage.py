@@ -283,9 +283,10 @@ def test_the_command_lets_idle_compute_threads_sleep_unless_told_otherwise(tmp_p
 
 
 def test_the_console_script_leaves_its_objects_to_the_exit(tmp_path):
-    """The console script's entry point (pyproject.toml) runs the command, returns its exit code and
-    then freezes the objects alive (gc.freeze: the interpreter's last collection skips them);
-    launcher.main, which other Python code may call, freezes nothing."""
+    """The console script's entry point (pyproject.toml) runs the command with the garbage collector
+    on and what was imported frozen (gc.freeze), returns its exit code and then freezes the objects
+    alive (the interpreter's last collection skips them); launcher.main, which other Python code
+    may call, freezes nothing and leaves the collector as it was."""
     import tomllib
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
@@ -293,10 +294,16 @@ def test_the_console_script_leaves_its_objects_to_the_exit(tmp_path):
     program = (
         "import gc, sys, _flip_loss_launcher as launcher\n"
         "first = launcher.main(['--example', '-nerm', '-v', '0'])\n"
-        "frozen_by_main = gc.get_freeze_count()\n"
+        "after_main = (gc.get_freeze_count(), gc.isenabled())\n"
+        "import flip_loss.cli\n"
+        "real, seen = flip_loss.cli.main, []\n"
+        "def spy(argv):\n"
+        "    seen.append((gc.isenabled(), gc.get_freeze_count() > 0))\n"
+        "    return real(argv)\n"
+        "flip_loss.cli.main = spy\n"
         "sys.argv = ['flip-loss', '--example', '-nerm', '-v', '0']\n"
         "code = launcher.console_main()\n"
-        "print('RESULT', first, frozen_by_main, code, gc.get_freeze_count() > 0)\n"
+        "print('RESULT', first, after_main, code, seen, gc.isenabled())\n"
     )
     res = run_python(program, tmp_path)
-    assert res.stdout.splitlines()[-1] == "RESULT 0 0 0 True"
+    assert res.stdout.splitlines()[-1] == "RESULT 0 (0, True) 0 [(True, True)] True"
