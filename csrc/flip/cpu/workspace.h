@@ -1,17 +1,25 @@
 // Scratch planes for the CPU kernels (and the sensitivities that the CPU autograd keeps, see
 // csrc/ops/cpu.cpp), borrowed from a small process-wide pool. Fresh allocations of tens to
 // hundreds of MB (1080p) cost more in page faults and zeroing than the filters themselves, so the
-// pool keeps the last few buffers alive (at most kKeep of them) and lends the smallest that fits
-// (if not far larger than asked for). Buffers start on a cache line (kAlignment), as do the rows
-// of Scratch (banks.h), so that the filters' 32-byte loads of a row whose width is a multiple of
-// 16 floats never straddle two lines (a plain new[] of this size is only 16-byte aligned, and
-// loads that straddle lines slow the filters down; benchmarks/RESULTS.md has the timings).
+// pool keeps returned buffers alive and lends the smallest that fits (if not far larger than asked
+// for). It keeps as many as were lent at once lately, plus kSpare, and drops the oldest beyond: a
+// forward borrows a ring of rows per thread, a forward+backward the sensitivities and gradient
+// planes too, and a loop that alternates the two (validation between training steps) must find
+// all of them again; a fixed count of 3 faulted in a fresh 1080p buffer at every step of such a
+// loop, and at every forward on more threads than that. "Lately" is the last kWindow to
+// 2 kWindow loans, so that after a burst (many graphs kept alive at once) the pool shrinks again.
+// Buffers start on a cache line (kAlignment), as do the rows of Scratch (banks.h), so that the
+// filters' 32-byte loads of a row whose width is a multiple of 16 floats never straddle two lines
+// (a plain new[] of this size is only 16-byte aligned, and loads that straddle lines slow the
+// filters down; benchmarks/RESULTS.md has the timings).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace flip {
@@ -33,15 +41,18 @@ class Workspace {
       buf_ = std::move(pool[best].first);
       bytes_ = pool[best].second;
       pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(best));
-      return;
+    } else {
+      buf_.reset(new char[bytes + kAlignment]);  // uninitialised on purpose: every element is written before use
     }
-    buf_.reset(new char[bytes + kAlignment]);  // uninitialised on purpose: every element is written before use
+    loans().lend();
   }
   ~Workspace() {
     std::lock_guard<std::mutex> lock(mutex());
     auto& pool = free_list();
+    Loans& l = loans();
+    l.back();
     pool.emplace_back(std::move(buf_), bytes_);
-    if (pool.size() > kKeep) pool.erase(pool.begin());  // drop the oldest
+    while (pool.size() > l.recent_peak() + kSpare) pool.erase(pool.begin());  // drop the oldest
   }
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
@@ -55,9 +66,23 @@ class Workspace {
   static constexpr size_t kAlignment = 64;
 
  private:
-  static constexpr size_t kKeep = 3;
+  static constexpr size_t kSpare = 2;
   static constexpr size_t kMaxSlack = 4;
+  static constexpr size_t kWindow = 64;
   using Entry = std::pair<std::unique_ptr<char[]>, size_t>;
+
+  // How many buffers are lent now, and the most lent at once in this window of kWindow loans and
+  // in the one before.
+  struct Loans {
+    size_t out = 0, loans = 0, peak = 0, previous_peak = 0;
+    void lend() {
+      if (++loans % kWindow == 0) previous_peak = std::exchange(peak, out);
+      peak = std::max(peak, ++out);
+    }
+    void back() { --out; }
+    size_t recent_peak() const { return std::max(peak, previous_peak); }
+  };
+
   static std::mutex& mutex() {
     static std::mutex m;
     return m;
@@ -65,6 +90,10 @@ class Workspace {
   static std::vector<Entry>& free_list() {
     static std::vector<Entry> pool;
     return pool;
+  }
+  static Loans& loans() {
+    static Loans l;
+    return l;
   }
   std::unique_ptr<char[]> buf_;
   size_t bytes_;
