@@ -98,9 +98,10 @@ inline void block_taps_registers(const RowAt& at, const T* w, int r, int64_t x0,
   for (int v = 0; v < kVecs; ++v) std::memcpy(out + v * L, &acc[v], sizeof acc[v]);
 }
 
-// The outputs correlate_rows keeps in registers at once: 8 vectors of Lanes.
+// The outputs correlate_rows keeps in registers at once: kCorrelateVecs vectors of Lanes.
+constexpr int kCorrelateVecs = 8;
 template <class T>
-constexpr int64_t kCorrelateBlock = 8 * static_cast<int64_t>(sizeof(Lanes<T>) / sizeof(T));
+constexpr int64_t kCorrelateBlock = kCorrelateVecs * static_cast<int64_t>(sizeof(Lanes<T>) / sizeof(T));
 
 // Where a row's outputs go: output x at plane + off + x (PlainRow), or in pieces of kColumns
 // samples `piece` apart, output x at plane + off + x / kColumns * piece + x % kColumns (PieceRow:
@@ -129,12 +130,10 @@ struct PieceRow {
 template <Form F, class T, class RowAt, class Place = PlainRow>
 inline void correlate_rows(const RowAt& at, const Filter1D<T>& f, int64_t W, T* __restrict dst, bool accumulate,
                            const Place& place = PlainRow{0}) {
-  constexpr int kVecs = 8;
   constexpr int64_t kBlock = kCorrelateBlock<T>;
-  static_assert(kBlock == kVecs * static_cast<int64_t>(sizeof(Lanes<T>) / sizeof(T)));
   int64_t x0 = 0;
   for (; x0 + kBlock <= W; x0 += kBlock)
-    block_taps_registers<F, kVecs>(at, f.w.data(), f.radius, x0, place(dst, x0), accumulate);
+    block_taps_registers<F, kCorrelateVecs>(at, f.w.data(), f.radius, x0, place(dst, x0), accumulate);
   if (x0 < W) {
     const int64_t n = W - x0;
     T* d = place(dst, x0);
