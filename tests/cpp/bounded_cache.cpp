@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "check.h"
 #include "flip/bounded_cache.h"
 
 namespace {
@@ -32,14 +33,6 @@ struct Value {
 };
 
 using Cache = flip::BoundedCache<int, Value>;
-
-#define CHECK(cond)                                            \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      std::printf("FAILED at line %d: %s\n", __LINE__, #cond); \
-      std::exit(1);                                            \
-    }                                                          \
-  } while (0)
 
 void reset_counts() {
   made = 0;

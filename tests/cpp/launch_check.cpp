@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "flip/cuda/launch_check.h"
 #include "flip/cuda/op_launches.h"
 
@@ -23,14 +24,6 @@ using flip::cuda::GridLimits;
 using flip::cuda::Kernel;
 using flip::cuda::Params;
 using flip::cuda::Step;
-
-#define CHECK(cond)                                            \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      std::printf("FAILED at line %d: %s\n", __LINE__, #cond); \
-      std::exit(1);                                            \
-    }                                                          \
-  } while (0)
 
 // The errors the simulation uses, with the CUDA runtime's names.
 enum class Err { kSuccess, kInvalidConfiguration, kOutOfResources, kMemoryAllocation, kIllegalAddress };

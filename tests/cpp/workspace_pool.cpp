@@ -12,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "check.h"
 #include "flip/cpu/workspace.h"
 
 namespace {
@@ -43,14 +44,6 @@ void operator delete[](void* p) noexcept {
 void operator delete[](void* p, size_t) noexcept { operator delete[](p); }
 
 namespace {
-
-#define CHECK(cond)                                            \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      std::printf("FAILED at line %d: %s\n", __LINE__, #cond); \
-      std::exit(1);                                            \
-    }                                                          \
-  } while (0)
 
 using flip::cpu::Workspace;
 
