@@ -12,7 +12,7 @@ from . import alpha as alpha_rule, options
 from ._ops import kernels_serve
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 from .tensor_values import host_table, is_compiling, is_device_call, is_plain_tensor
-from .image_checks import checked_pair
+from .image_checks import checked_pair, code_values
 from .multiscale import multiscale_op, multiscale_op_serves, weighted_sum
 
 __all__ = ["INPUT_SPACES", "OUT_OF_RANGE_TOLERANCE", "ldr_flip"]
@@ -67,6 +67,34 @@ def to_unit_range(x: torch.Tensor, data_range: Tuple[float, float]) -> torch.Ten
 # not looked at.
 _out_of_range_warned = False
 _device_inputs_looked_at = False
+
+
+def unit_pair(
+    test: torch.Tensor, reference: torch.Tensor, data_range: Tuple[float, float], keep_codes: bool
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Both images as LDR-FLIP's ops take them. A floating-point image is mapped from ``data_range``
+    to [0, 1]; a uint8 image (8-bit codes k) means the values k / 255 whatever ``data_range`` says:
+    kept as codes when both images are and ``keep_codes`` (the kernels read them as they are), else
+    as those values (``code_values``) in the other image's dtype, float32 beside another uint8 one.
+    TorchScript-compatible."""
+    test_codes = test.dtype == torch.uint8
+    ref_codes = reference.dtype == torch.uint8
+    if not test_codes:
+        test = to_unit_range(test, data_range)
+    if not ref_codes:
+        reference = to_unit_range(reference, data_range)
+    if test_codes and ref_codes and keep_codes:
+        return test, reference
+    dtype = torch.float32
+    if not test_codes:
+        dtype = test.dtype
+    elif not ref_codes:
+        dtype = reference.dtype
+    if test_codes:
+        test = code_values(test, dtype)
+    if ref_codes:
+        reference = code_values(reference, dtype)
+    return test, reference
 
 
 def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_device: bool) -> None:
@@ -177,15 +205,16 @@ def ldr_flip_with_look(
     """``ldr_flip`` with ``look_on_device``: whether inputs on a device other than the CPU may be
     read back for the out-of-range warning (see above)."""
     mode, bg = options.alpha_options(alpha, background)
-    test, reference = checked_pair(test, reference, mode is not None)
+    test, reference = checked_pair(test, reference, mode is not None, codes=True)
     ppds, weights = options.pixels_per_degree_scales(pixels_per_degree, ppd_weights)
     space = options.input_space(input_space)
     eps = options.eps(eps)
     unit = options.data_range(data_range)
     options.check_background_value(bg, unit[0], unit[1])
-    test, reference = to_unit_range(test, unit), to_unit_range(reference, unit)
+    test, reference = unit_pair(test, reference, unit, mode is None and len(ppds) == 1)
     # Alpha shares the colour's data range and is looked at with it (it is clamped as they are).
-    _warn_if_outside_unit_range(test, reference, look_on_device)
+    if test.dtype != torch.uint8:  # codes are in range
+        _warn_if_outside_unit_range(test, reference, look_on_device)
     if mode is not None:
         bg = alpha_rule.unit_background(bg, unit[0], unit[1])
         linear = space == "linear"

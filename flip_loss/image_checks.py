@@ -1,15 +1,30 @@
 """The image checks shared by every entry point (``ldr_flip``, ``hdr_flip``, ``FLIPLoss``, NVIDIA's
-API): dtype, shape and matching sizes, with a TypeError or ValueError that names the argument."""
+API): dtype, shape and matching sizes, with a TypeError or ValueError that names the argument; and
+what LDR-FLIP's uint8 images mean (:func:`code_values`)."""
 
-from typing import List
+from typing import List, Tuple
 
 import torch
 
 
-def check_image(name: str, t: torch.Tensor, rgba: bool = False) -> None:
-    """The checks of one image that need no data: a float dtype, N x 3 x H x W or 3 x H x W (with
-    ``rgba``, 4 channels too), not empty. TorchScript-compatible."""
-    if not t.is_floating_point():
+def code_values(image: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An image of 8-bit codes (uint8 samples k) as the values k / 255 in ``dtype``, each correctly
+    rounded: what the kernels read uint8 images as. The divisor is a tensor on the image's device:
+    divided by a number, PyTorch's CUDA kernels multiply by its rounded reciprocal, which gives
+    other values for some codes. TorchScript-compatible."""
+    return image.to(dtype) / torch.full((), 255.0, dtype=dtype, device=image.device)
+
+
+def check_image(name: str, t: torch.Tensor, rgba: bool = False, codes: bool = False) -> None:
+    """The checks of one image that need no data: a float dtype (or, with ``codes``, uint8: 8-bit
+    codes, which LDR-FLIP alone takes), N x 3 x H x W or 3 x H x W (with ``rgba``, 4 channels too),
+    not empty. TorchScript-compatible."""
+    if not t.is_floating_point() and not (codes and t.dtype == torch.uint8):
+        if codes:
+            raise TypeError(
+                "flip_loss: " + name + " must have a floating-point dtype or be uint8 (8-bit codes k, "
+                "read as k / 255), got " + str(t.dtype)
+            )
         raise TypeError(
             "flip_loss: "
             + name
@@ -41,13 +56,13 @@ def _without_channels(t: torch.Tensor) -> List[int]:
     return shape[:-3] + shape[-2:]
 
 
-def check_image_pair(test: torch.Tensor, reference: torch.Tensor, rgba: bool = False) -> None:
+def check_image_pair(test: torch.Tensor, reference: torch.Tensor, rgba: bool = False, codes: bool = False) -> None:
     """The checks of an image pair that need no data (dtype, layout, emptiness, matching shapes and
     devices); with ``rgba`` each image may have an alpha channel (4 channels), and the shapes must
-    match but for the channels (an RGB image beside an RGBA one is opaque). TorchScript-compatible:
-    a scripted ``FLIPLoss`` makes them too."""
-    check_image("test", test, rgba)
-    check_image("reference", reference, rgba)
+    match but for the channels (an RGB image beside an RGBA one is opaque); with ``codes`` either
+    may be uint8. TorchScript-compatible: a scripted ``FLIPLoss`` makes them too."""
+    check_image("test", test, rgba, codes)
+    check_image("reference", reference, rgba, codes)
     if rgba:
         same_shape = _without_channels(test) == _without_channels(reference)
     else:
@@ -68,13 +83,20 @@ def check_image_pair(test: torch.Tensor, reference: torch.Tensor, rgba: bool = F
         )
 
 
-def checked_pair(test, reference, rgba: bool = False):
-    """Checks an image pair (see check_image_pair) and promotes both to a common dtype."""
+def checked_pair(test, reference, rgba: bool = False, codes: bool = False):
+    """Checks an image pair (see check_image_pair) and promotes two floating-point dtypes to a
+    common one (a uint8 image is left to :func:`unit_pair`)."""
     for name, t in (("test", test), ("reference", reference)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"flip_loss: {name} must be a torch.Tensor, got {type(t).__name__}")
-    check_image_pair(test, reference, rgba)
-    if test.dtype != reference.dtype:
+    check_image_pair(test, reference, rgba, codes)
+    return promoted_pair(test, reference)
+
+
+def promoted_pair(test: torch.Tensor, reference: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Two floating-point images of different dtypes in their common one; a pair with a uint8
+    image as it is. TorchScript-compatible."""
+    if test.dtype != reference.dtype and test.dtype != torch.uint8 and reference.dtype != torch.uint8:
         common = torch.promote_types(test.dtype, reference.dtype)
         test, reference = test.to(common), reference.to(common)
     return test, reference

@@ -395,13 +395,19 @@ def _planar_float(samples: np.ndarray, largest: float) -> torch.Tensor:
     return torch.from_numpy(planes)
 
 
-def _to_float(
-    path, im, keep_alpha: bool, key: Optional[_PngKey] = None, decoded: Optional[np.ndarray] = None
+def _to_planes(
+    path,
+    im,
+    keep_alpha: bool,
+    key: Optional[_PngKey] = None,
+    decoded: Optional[np.ndarray] = None,
+    codes: bool = False,
 ) -> torch.Tensor:
     """C x H x W float32 in [0, 1] from an opened, loaded Pillow image: C = 3 (RGB), or 4 (RGBA)
     for an image with alpha (or the transparent colour ``key`` of a grey or RGB PNG) when
     ``keep_alpha``. ``decoded``: the image's ``np.asarray`` when decoded without Pillow (an L, LA,
-    RGB or RGBA image, not loaded then; see :func:`_png8_samples`)."""
+    RGB or RGBA image, not loaded then; see :func:`_png8_samples`). ``codes``: an image of 8-bit
+    samples as its uint8 codes instead (see :func:`load_image`)."""
     mode = im.mode
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
         a = np.asarray(im)
@@ -430,6 +436,8 @@ def _to_float(
     colour = np.repeat(a[..., :1], 3, axis=2) if a.shape[2] in (1, 2) else a[..., :3]  # grey (+ alpha)
     if keep_alpha and a.shape[2] in (2, 4):
         colour = np.concatenate([colour, a[..., -1:]], axis=2)
+    if codes:
+        return torch.from_numpy(np.ascontiguousarray(colour.transpose(2, 0, 1)))
     return _planar_float(colour, 255.0)
 
 
@@ -494,12 +502,16 @@ def alpha_convention(path) -> str:
     return "straight"
 
 
-def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
+def load_image(path, keep_alpha: bool = False, codes: bool = False) -> torch.Tensor:
     """Loads an image file as a 3 x H x W float32 CPU tensor. LDR files (PNG, JPEG, BMP, TGA): values
     in [0, 1] (code values / (2^depth - 1): they stay sRGB-encoded); grey images are repeated into
     3 channels; alpha is dropped, or with ``keep_alpha=True`` returned as a fourth channel (4 x H x W,
     alpha in [0, 1], for files with an alpha channel or a transparent colour; see
     :func:`alpha_convention`). ``.exr`` files: linear HDR values, see :func:`load_exr`.
+
+    ``codes=True``: a file of 8 bits per sample comes back as its uint8 codes k instead, which
+    :func:`flip_loss.ldr_flip` reads as the values k / 255 (the same map, from a quarter of the
+    bytes); other files as above.
 
     Raises ``FileNotFoundError`` if ``path`` does not exist and ``ValueError`` if it is not a
     readable image (a directory, a damaged or truncated file, an unsupported format such as GIF,
@@ -543,12 +555,13 @@ def load_image(path, keep_alpha: bool = False) -> torch.Tensor:
                     )
                     # the 8-bit values are the high bytes: so is the transparent colour then
                     key = key and _PngKey(tuple(v >> 8 for v in key.samples), 1)
-                    a = _to_float(path, im, keep_alpha, key)
+                    a = _to_planes(path, im, keep_alpha, key)
                 else:
                     a = _planar_float(samples, 65535.0)
             else:
-                a = _to_float(path, im, keep_alpha, key, decoded)
-                if im.format == "BMP" and rawmode in _BMP16_BITS:
+                bmp16 = im.format == "BMP" and rawmode in _BMP16_BITS
+                a = _to_planes(path, im, keep_alpha, key, decoded, codes and not bmp16)
+                if bmp16:
                     a = _bmp16_as_nvidia(a, _BMP16_BITS[rawmode])
     except ValueError:
         raise

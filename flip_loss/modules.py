@@ -10,9 +10,9 @@ import torch
 from . import _ops, options
 from .alpha import composite, unit_background
 from .constants import DEFAULT_EPS, DEFAULT_PPD
-from .functional import ldr_flip_with_look, to_unit_range
+from .functional import ldr_flip_with_look, unit_pair
 from .tensor_values import host_table, is_compiling, is_device_call, is_plain_tensor
-from .image_checks import check_image_pair
+from .image_checks import check_image_pair, promoted_pair
 from .multiscale import multiscale_op, multiscale_op_serves, weighted_sum
 from .hdr import (
     check_range_rows,
@@ -455,12 +455,10 @@ class FLIPLoss(torch.nn.Module):
                 _exposures_given(self.start_exposure, self.stop_exposure, self.num_exposures),
                 self.data_range,
             )
-            check_image_pair(test, reference, alpha is not None)
+            check_image_pair(test, reference, alpha is not None, not self.hdr)
             # The ops require only ppd > 0; the Python API's limits (and the weights) are checked here.
             ppds, weights = options.checked_scales(self.pixels_per_degree, self.ppd_weights)
-            if test.dtype != reference.dtype:  # promoted, as eager does
-                common = torch.promote_types(test.dtype, reference.dtype)
-                test, reference = test.to(common), reference.to(common)
+            test, reference = promoted_pair(test, reference)  # as eager does
             if self.hdr:
                 if alpha is not None:
                     options.check_background_value(background, 0.0, math.inf)
@@ -493,8 +491,7 @@ class FLIPLoss(torch.nn.Module):
                 ]
                 error = weighted_sum(maps, weights)
             else:
-                test = to_unit_range(test, self.data_range)
-                reference = to_unit_range(reference, self.data_range)
+                test, reference = unit_pair(test, reference, self.data_range, alpha is None and len(ppds) == 1)
                 if alpha is not None:
                     low, high = self.data_range
                     options.check_background_value(background, low, high)

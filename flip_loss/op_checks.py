@@ -82,21 +82,30 @@ def _type(cond, message):
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float16/bfloat16 are computed (and their sensitivities kept) in float32."""
+    """float16/bfloat16 (and uint8 codes) are computed (and their sensitivities kept) in float32."""
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def map_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the map for images of ``dtype``: theirs, float32 for uint8 codes."""
+    return torch.float32 if dtype == torch.uint8 else dtype
 
 
 def _is_integral(dtype: torch.dtype) -> bool:
     return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
 
 
-def check_image(t, name: str, channels: int) -> None:
+def check_image(t, name: str, channels: int, codes: bool = False) -> None:
+    """``codes``: the op takes images of 8-bit codes (uint8 samples k, the values k / 255): ldr_flip
+    alone, since they have no gradient and the other ops' inputs are not 8-bit values."""
     if t is None:
         raise RuntimeError(f"flip: {name} is undefined")
+    byte = t.dtype == torch.uint8
     _type(
-        t.dtype.is_floating_point,
-        f"flip: {name} must have a floating-point dtype (float16, bfloat16, float32 or float64), got "
-        f"{dtype_name(t.dtype)}",
+        t.dtype.is_floating_point or (codes and byte),
+        f"flip: {name} must have a floating-point dtype (float16, bfloat16, float32 or float64)"
+        f"{' or be uint8 (8-bit codes)' if codes else ''}, got {dtype_name(t.dtype)}"
+        f"{' (uint8 images, 8-bit codes, are taken by ldr_flip alone)' if byte else ''}",
     )
     _value(
         t.dim() in (3, 4),
@@ -109,9 +118,9 @@ def check_image(t, name: str, channels: int) -> None:
     _value(t.dim() == 3 or t.shape[0] > 0, f"flip: {name} is an empty batch (N = 0), got shape {_sizes(t)}")
 
 
-def check_pair(test, ref, channels: int) -> None:
-    check_image(test, "test", channels)
-    check_image(ref, "reference", channels)
+def check_pair(test, ref, channels: int, codes: bool = False) -> None:
+    check_image(test, "test", channels, codes)
+    check_image(ref, "reference", channels, codes)
     _value(test.shape == ref.shape, f"flip: test and reference shapes differ: {_sizes(test)} vs {_sizes(ref)}")
     _value(
         test.device == ref.device, f"flip: test and reference are on different devices: {test.device} vs {ref.device}"
@@ -269,22 +278,26 @@ def keeps_sensitivities(test, ref) -> bool:
 # ---- one check per op (its backward adds check_grad) ----
 
 
-def ldr_flip(test, ref, ppd, space, eps) -> None:
-    check_pair(test, ref, 3)
+def _ldr_args(test, ref, ppd, space, eps, codes: bool = False) -> None:
+    check_pair(test, ref, 3, codes)
     check_ppd(ppd)
     check_eps(eps)
     check_input_space(space)
 
 
+def ldr_flip(test, ref, ppd, space, eps) -> None:
+    _ldr_args(test, ref, ppd, space, eps, codes=True)
+
+
 def ldr_flip_backward(grad, test, ref, ppd, space, eps, mask) -> None:
     check_mask(mask)
-    ldr_flip(test, ref, ppd, space, eps)
+    _ldr_args(test, ref, ppd, space, eps)
     check_grad(grad, test, 1)
 
 
 def ldr_flip_with_sensitivities(test, ref, ppd, space, eps, mask) -> None:
     check_mask(mask)
-    ldr_flip(test, ref, ppd, space, eps)
+    _ldr_args(test, ref, ppd, space, eps)
     _value(mask[0] or mask[1], "flip: output_mask must ask for the sensitivities of at least one image")
 
 

@@ -365,7 +365,7 @@ def _grad_like(t, wanted):
 
 def _fake_ldr_flip(test, ref, ppd, space, eps):
     op_checks.ldr_flip(test, ref, ppd, space, eps)
-    return _map_like(test)
+    return _map_like(test, op_checks.map_dtype(test.dtype))
 
 
 def _fake_ldr_flip_backward(grad, test, ref, ppd, space, eps, mask):

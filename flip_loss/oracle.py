@@ -995,22 +995,34 @@ def _error_map(test, reference, ppd, srgb, eps, halo=0):
     return combine(_colour_difference(lab_t, lab_r, eps), _feature_term(features_t, features_r, eps))
 
 
+def code_values(image, dtype=torch.float32):
+    """An image of 8-bit codes (uint8 samples k) as the values k / 255 in ``dtype``, each correctly
+    rounded. The divisor is a tensor on the image's device: divided by a number, PyTorch's CUDA
+    kernels multiply by its rounded reciprocal, which gives other values for some codes."""
+    return image.to(dtype) / torch.full((), 255.0, dtype=dtype, device=image.device)
+
+
+def _values(image, dtype):
+    return code_values(image, dtype) if image.dtype == torch.uint8 else image.to(dtype)
+
+
 def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb", eps=DEFAULT_EPS):
     """LDR-FLIP error map of ``test`` against ``reference`` (N x 3 x H x W -> N x 1 x H x W, or
-    3 x H x W -> 1 x H x W), in the input dtype.
+    3 x H x W -> 1 x H x W), in the input dtype (float32 for uint8 images: 8-bit codes k, the values
+    k / 255).
 
     ``input_space="srgb"``: inputs are clamped to [0, 1] and sRGB-decoded; ``"linear"``: inputs
     are linear RGB, clamped to [0, 1]."""
     space = input_space.lower()
     if space not in ("srgb", "linear"):
         raise ValueError(f"input_space must be 'srgb' or 'linear', got {input_space!r}")
-    dt = test.dtype
+    dt = torch.float32 if test.dtype == torch.uint8 else test.dtype
     unbatched = test.dim() == 3
     if unbatched:
         test, reference = test.unsqueeze(0), reference.unsqueeze(0)
     ppd = float(pixels_per_degree)
     cdt = _compute_dtype(torch.promote_types(test.dtype, reference.dtype))
-    test, reference, srgb = test.to(cdt), reference.to(cdt), space == "srgb"
+    test, reference, srgb = _values(test, cdt), _values(reference, cdt), space == "srgb"
     strips = _strip_rows(test, ppd)
     if strips is None:
         out = _error_map(test, reference, ppd, srgb, eps)

@@ -77,10 +77,17 @@ inline bool is_integral(ScalarType t) {
          t == ScalarType::Long || t == ScalarType::UInt16 || t == ScalarType::UInt32 || t == ScalarType::UInt64;
 }
 
-inline void check_image(const Tensor& t, const char* name, int64_t channels) {
+// Images of 8-bit codes (uint8 samples k, the values k / 255) are taken by ldr_flip alone (codes =
+// true): they have no gradient, and the other ops' inputs are not 8-bit values.
+constexpr bool kCodesTaken = true;
+
+inline void check_image(const Tensor& t, const char* name, int64_t channels, bool codes = false) {
   FLIP_CHECK(t.defined(), "flip: ", name, " is undefined");
-  FLIP_CHECK(is_floating(t.scalar_type()), "flip: ", name,
-             " must have a floating-point dtype (float16, bfloat16, float32 or float64), got ", t.scalar_type());
+  const ScalarType d = t.scalar_type();
+  FLIP_CHECK(is_floating(d) || (codes && d == ScalarType::Byte), "flip: ", name,
+             " must have a floating-point dtype (float16, bfloat16, float32 or float64)",
+             codes ? " or be uint8 (8-bit codes)" : "", ", got ", d,
+             d == ScalarType::Byte ? " (uint8 images, 8-bit codes, are taken by ldr_flip alone)" : "");
   FLIP_CHECK(t.dim() == 3 || t.dim() == 4, "flip: ", name, " must be N x ", channels, " x H x W or ", channels,
              " x H x W, got ", t.dim(), " dimensions ", sizes_of(t));
   FLIP_CHECK(t.size(-3) == channels, "flip: ", name, " must have ", channels, " channel(s) in dimension -3, got shape ",
@@ -90,9 +97,9 @@ inline void check_image(const Tensor& t, const char* name, int64_t channels) {
   FLIP_CHECK(t.dim() == 3 || t.size(0) > 0, "flip: ", name, " is an empty batch (N = 0), got shape ", sizes_of(t));
 }
 
-inline void check_pair(const Tensor& test, const Tensor& ref, int64_t channels) {
-  check_image(test, "test", channels);
-  check_image(ref, "reference", channels);
+inline void check_pair(const Tensor& test, const Tensor& ref, int64_t channels, bool codes = false) {
+  check_image(test, "test", channels, codes);
+  check_image(ref, "reference", channels, codes);
   FLIP_CHECK(sizes_of(test).v == sizes_of(ref).v, "flip: test and reference shapes differ: ", sizes_of(test), " vs ",
              sizes_of(ref));
   FLIP_CHECK(test.device() == ref.device(), "flip: test and reference are on different devices: ", device_name(test),
@@ -206,9 +213,10 @@ inline void check_exposure_index(const Tensor& index, const Tensor& grad) {
 
 // ---- one check per op (its backward adds check_grad) ----
 
-// ldr_flip: returns true for sRGB input.
-inline bool check_ldr_args(const Tensor& test, const Tensor& ref, double ppd, std::string_view space, double eps) {
-  check_pair(test, ref, 3);
+// ldr_flip (codes: kCodesTaken) and the LDR ops that share its arguments: returns true for sRGB input.
+inline bool check_ldr_args(const Tensor& test, const Tensor& ref, double ppd, std::string_view space, double eps,
+                           bool codes = false) {
+  check_pair(test, ref, 3, codes);
   check_ppd(ppd);
   check_eps(eps);
   return parse_input_space(space);

@@ -1,5 +1,6 @@
 // STABLE_TORCH_LIBRARY_IMPL(flip, CPU): argument checks, dtype dispatch, calls into the CPU core.
-// float16/bfloat16 are computed in float32 and returned in the input dtype.
+// float16/bfloat16 are computed in float32 and returned in the input dtype; ldr_flip reads uint8
+// images (8-bit codes) as they are and returns a float32 map.
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
@@ -32,12 +33,18 @@ Shape shape_of(const Tensor& t) { return Shape{batch_of(t), t.size(-2), t.size(-
 // The arguments an LDR-FLIP or HDR-FLIP call sets alike in both directions; each op then adds its
 // outputs (or incoming gradient and gradient buffers).
 template <class T>
-flip::cpu::LdrFlipArgs<T> ldr_args(const Tensor& t, const Tensor& r, double ppd, double eps, bool srgb) {
+flip::cpu::LdrFlipArgs<T> ldr_settings(const Tensor& t, double ppd, double eps, bool srgb) {
   flip::cpu::LdrFlipArgs<T> a;
   a.s = shape_of(t);
   a.ppd = ppd;
   a.eps = eps;
   a.srgb = srgb;
+  return a;
+}
+
+template <class T>
+flip::cpu::LdrFlipArgs<T> ldr_args(const Tensor& t, const Tensor& r, double ppd, double eps, bool srgb) {
+  auto a = ldr_settings<T>(t, ppd, eps, srgb);
   a.test = data<T>(t);
   a.ref = data<T>(r);
   return a;
@@ -85,7 +92,17 @@ Tensor pooled_empty(const std::vector<int64_t>& sizes, ScalarType dtype) {
 }
 
 Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps) {
-  const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
+  const bool srgb = check_ldr_args(test, ref, ppd, space, eps, kCodesTaken);
+  if (test.scalar_type() == ScalarType::Byte) {  // 8-bit codes, read as they are
+    const Tensor t = torch::stable::contiguous(test), r = torch::stable::contiguous(ref);
+    auto out = empty_as(t, map_shape(t), map_dtype(ScalarType::Byte));
+    auto a = ldr_settings<float>(t, ppd, eps, srgb);
+    a.test_codes = data<const uint8_t>(t);
+    a.ref_codes = data<const uint8_t>(r);
+    a.out = data<float>(out);
+    flip::cpu::ldr_flip_forward(a);  // codes are finite
+    return out;
+  }
   auto t = compute_copy(test), r = compute_copy(ref);
   auto out = empty_as(t, map_shape(t));
   bool ok = true;

@@ -10,6 +10,7 @@
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -285,10 +286,23 @@ flip::cuda::Params<T> ldr_params(const Geometry& g, const Tensor& t, const Tenso
   return p;
 }
 
+// Images of 8-bit codes as the float32 values k / 255 the kernels take. The divisor is a tensor on
+// the device: divided by a number, torch multiplies by its rounded reciprocal instead, which gives
+// other values for some codes (the CPU's values are k / 255 correctly rounded).
+Tensor code_values(const Tensor& codes) {
+  const Tensor values = torch::stable::to(codes, ScalarType::Float);
+  Tensor divisor = empty_as(values, {});
+  torch::stable::fill_(divisor, 255.0);
+  std::array<StableIValue, 2> stack{torch::stable::detail::from(values), torch::stable::detail::from(divisor)};
+  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("aten::div", "Tensor", stack.data(), TORCH_ABI_VERSION));
+  return torch::stable::contiguous(torch::stable::detail::to<Tensor>(stack[0]));
+}
+
 Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps) {
-  const bool srgb = check_ldr_args(test, ref, ppd, space, eps);
+  const bool srgb = check_ldr_args(test, ref, ppd, space, eps, kCodesTaken);
   torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
-  auto t = compute_copy(test), r = compute_copy(ref);
+  const bool codes = test.scalar_type() == ScalarType::Byte;
+  auto t = codes ? code_values(test) : compute_copy(test), r = codes ? code_values(ref) : compute_copy(ref);
   auto out = empty_as(t, map_shape(t));
   const Geometry g = geometry(t, 2, true, true);
   const cudaStream_t stream = current_stream(t);
@@ -301,7 +315,7 @@ Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string s
     tiled_or_rows(p, g, t, stream, use_fused_forward(p.taps), false, flip::cuda::ldr_flip_forward_fused<T>,
                   flip::cuda::ldr_flip_forward<T>);
   });
-  return to_dtype(out, test.scalar_type());
+  return to_dtype(out, map_dtype(test.scalar_type()));
 }
 
 Pair ldr_flip_backward(const Tensor& grad, const Tensor& test, const Tensor& ref, double ppd, std::string space,

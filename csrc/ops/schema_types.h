@@ -48,6 +48,9 @@ inline ScalarType compute_dtype(ScalarType t) {
 }
 inline ScalarType compute_dtype(const Tensor& t) { return compute_dtype(t.scalar_type()); }
 
+// The dtype of an op's map for images of dtype t: theirs, float32 for uint8 codes (ldr_flip).
+inline ScalarType map_dtype(ScalarType t) { return t == ScalarType::Byte ? ScalarType::Float : t; }
+
 // Planes per image of the sensitivities: the gradient of a pixel's error w.r.t. each of its
 // filtered responses, in the kernels' layout of per-response planes.
 constexpr int64_t kSensitivityPlanesPerImage = flip::kResponsePlanesPerImage;

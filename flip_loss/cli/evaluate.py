@@ -152,17 +152,24 @@ class FlipEvaluator:
     def load(self, path: str, said: Said):
         """The image ``path`` on the run's device, as FLIP sees it (an alpha channel composited);
         what there is to say about it goes to ``said``."""
+        import torch
+
         from ..alpha import composite
+        from ..image_checks import code_values
         from ..imageio import alpha_convention, is_exr_path, load_image
 
         try:
-            image = load_image(path, keep_alpha=self.alpha != "ignore").to(self.device)
+            # An 8-bit file as its codes: ldr_flip reads them as their values, from a quarter of the bytes.
+            image = load_image(path, keep_alpha=self.alpha != "ignore", codes=True).to(self.device)
         except (FileNotFoundError, ValueError) as exc:
             raise UsageError(str(exc)) from None
         if image.shape[0] != 4:
             return image
-        if bool((image[3] >= 1.0).all()):  # opaque everywhere (e.g. a transparent colour no pixel has)
+        opaque = 255 if image.dtype == torch.uint8 else 1.0
+        if bool((image[3] >= opaque).all()):  # opaque everywhere (e.g. a transparent colour no pixel has)
             return image[:3]  # compositing would change nothing: none is done, and no note says so
+        if image.dtype == torch.uint8:
+            image = code_values(image)
         mode = self.alpha if self.alpha is not None else alpha_convention(path)
         if self.alpha is None:
             said.note(_alpha_note(mode, self.background, is_exr_path(path)))
@@ -228,6 +235,7 @@ class FlipEvaluator:
 
         from ..functional import ldr_flip
         from ..hdr import hdr_flip
+        from ..image_checks import code_values
 
         hdr = exposures is not None
         exposure_np = None
@@ -237,6 +245,8 @@ class FlipEvaluator:
         t0 = time.perf_counter()
         with torch.no_grad():  # eps=0: the metric itself, no gradient regulariser
             if hdr:
+                if test_image.dtype == torch.uint8:  # an 8-bit test beside an HDR reference
+                    test_image = code_values(test_image)
                 error_map, exposure_map = hdr_flip(
                     test_image,
                     ref_image,

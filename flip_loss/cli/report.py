@@ -265,6 +265,12 @@ def display_image(image, hdr: bool, tone_mapper: str, exposure: Optional[float])
     import numpy as np
     import torch
 
+    from ..image_checks import code_values
+
+    if image.dtype == torch.uint8:  # 8-bit codes (flip_loss.imageio.load_image)
+        if not hdr:
+            return image.to("cpu").permute(1, 2, 0).contiguous().numpy()
+        image = code_values(image)
     x = image.detach().to("cpu", torch.float32)
     if hdr:
         from ..oracle import hdr_to_ldr, linear_to_srgb

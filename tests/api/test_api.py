@@ -214,7 +214,7 @@ def test_api_bad_input_raises(case, exc):
     elif case == "shape":
         b = b[:, :, :10]
     elif case == "int":
-        a, b = (a * 255).byte(), (b * 255).byte()
+        a, b = (a * 255).short(), (b * 255).short()  # uint8: 8-bit codes
     elif case == "ppd":
         kwargs["pixels_per_degree"] = -3
     elif case == "space":

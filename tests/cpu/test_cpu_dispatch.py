@@ -137,7 +137,7 @@ def test_per_pixel_loops_are_vectorised(level, register):
         f"{ns}flip_row_sensitivities<true, false, false, float>(",
         f"{ns}flip_row_sensitivities<true, true, false, float>(",
         f"{ns}flip_row_sensitivities<true, false, true, float>(",
-        f"{ns}convert_row<float, {ns}(anonymous namespace)::LdrInput<float, true> >(",
+        f"{ns}convert_row<float, float, {ns}(anonymous namespace)::LdrInput<float, true> >(",
         f"{ns}(anonymous namespace)::input_row_vjp<float, {ns}(anonymous namespace)::LdrSlope<float, true> >(",
     ]
     for key in wanted:
@@ -148,9 +148,12 @@ def test_per_pixel_loops_are_vectorised(level, register):
         calls = [line for line in body if "call" in line and f"flip_{level}::" in line]
         assert packed >= 16, f"{key}...): {packed} packed double {register} operations; the loop is not vectorised"
         assert not calls, f"{key}...) calls kernel code in its loop: {calls[:3]}"
-    # The 8-bit rows' loops (eight_bit_srgb.h): float only, a division and table reads per sample.
+    # The 8-bit rows' loops (eight_bit_srgb.h): float only, a division and table reads per sample;
+    # uint8 codes: table reads, or a division for linear input, then the opponent matrix.
     for key in (
-        f"{ns}convert_row<float, {ns}EightBitSrgbInput<float> >(",
+        f"{ns}convert_row<float, float, {ns}EightBitSrgbInput<float> >(",
+        f"{ns}convert_row<float, unsigned char, {ns}EightBitCodes<float, true> >(",
+        f"{ns}convert_row<float, unsigned char, {ns}EightBitCodes<float, false> >(",
         f"{ns}(anonymous namespace)::input_row_vjp<float, {ns}EightBitSrgbSlope<float> >(",
     ):
         body = [line for name, b in functions.items() if key in name for line in b]

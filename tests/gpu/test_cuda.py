@@ -148,6 +148,17 @@ def test_low_precision_on_cuda(ops, dtype):
 
 
 @needs_kernels
+@pytest.mark.parametrize("space", ["srgb", "linear"])
+def test_eight_bit_codes_on_cuda_are_their_values(ops, space):
+    g = torch.Generator().manual_seed(7)
+    a, b = (torch.randint(0, 256, (2, 3, 40, 50), generator=g, dtype=torch.uint8) for _ in range(2))
+    out = ops.ldr_flip(a.cuda(), b.cuda(), 67.0, space, 1e-15)
+    assert out.dtype == torch.float32
+    values = [(x.double() / 255).float().cuda() for x in (a, b)]  # k / 255 correctly rounded
+    torch.testing.assert_close(out, ops.ldr_flip(*values, 67.0, space, 1e-15), rtol=0, atol=0)
+
+
+@needs_kernels
 def test_non_contiguous_cuda(ops):
     a, b = inputs((2, 3, 20, 30))
     ac = a.cuda().permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)

@@ -188,6 +188,12 @@ def _multiscale_backward_args():
     return grad, sens, a, b, [3.0, 5.0], [0.4, 0.6], "srgb", [False, True]
 
 
+def _code_pair():
+    """Two uint8 images of 8-bit codes (ldr_flip's forward takes them; they have no gradient)."""
+    g = torch.Generator().manual_seed(5)
+    return tuple(torch.randint(0, 256, (2, 3, 6, 7), generator=g, dtype=torch.uint8) for _ in range(2))
+
+
 # The backward ops' opcheck leaves out the tests that differentiate them (they have no derivative).
 NO_DOUBLE_BACKWARD = ("test_schema", "test_autograd_registration", "test_faketensor")
 
@@ -203,6 +209,7 @@ OPS = (
             Call("larger-radius", _ldr("srgb", 12.0, (1, 3, 9, 7), seed=3)),
         ),
         opchecks=(
+            OpCheck("8-bit-codes", "ldr_flip", lambda: (*_code_pair(), 30.0, "srgb", 1e-15)),
             OpCheck("batch", "ldr_flip", lambda: (*_opcheck_pair(), 30.0, "srgb", 1e-15), requires_grad=2),
             OpCheck("unbatched", "ldr_flip", lambda: (*(x[0] for x in _opcheck_pair()), 30.0, "linear", 1e-15), 2),
             OpCheck(

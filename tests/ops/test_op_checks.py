@@ -184,10 +184,16 @@ def test_every_backward_op_checks_the_grad_shape(name, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_wrong_dtypes_and_shapes_raise_type_and_value_errors(device):
     a, b = on(device, tensors_for("ldr_flip"))
-    with pytest.raises(TypeError, match="floating-point dtype"):
-        call("ldr_flip", [(a * 255).to(torch.uint8), (b * 255).to(torch.uint8)])
+    with pytest.raises(TypeError, match="floating-point dtype .* or be uint8"):
+        call("ldr_flip", [(a * 255).to(torch.int16), (b * 255).to(torch.int16)])
     with pytest.raises(TypeError, match="dtypes differ"):
         call("ldr_flip", [a, b.float()])
+    with pytest.raises(TypeError, match="dtypes differ"):
+        call("ldr_flip", [a, (b * 255).to(torch.uint8)])
+    # 8-bit codes have no gradient: the backward ops, like every op but ldr_flip, refuse them.
+    grad, a, b = on(device, tensors_for("ldr_flip_backward"))
+    with pytest.raises(TypeError, match=r"got Byte \(uint8 images, 8-bit codes, are taken by ldr_flip alone\)"):
+        call("ldr_flip_backward", [grad, (a * 255).to(torch.uint8), (b * 255).to(torch.uint8)])
     with pytest.raises(ValueError, match="shapes differ"):
         call("ldr_flip", [a, b[..., :-1]])
     with pytest.raises(ValueError, match="3 channel"):
@@ -663,6 +669,13 @@ def _bad_calls():
     return {
         "integer image": lambda: ops.ldr_flip(a.to(torch.int32), b.to(torch.int32), 30.0, "srgb", 0.0),
         "dtypes differ": lambda: ops.ldr_flip(a, b.float(), 30.0, "srgb", 0.0),
+        "codes and values": lambda: ops.ldr_flip(a.to(torch.uint8), b, 30.0, "srgb", 0.0),
+        "codes without gradient": lambda: ops.ldr_flip_backward(
+            grad, a.to(torch.uint8), b.to(torch.uint8), 30.0, "srgb", 0.0, mask
+        ),
+        "codes into HDR-FLIP": lambda: ops.hdr_flip(
+            hdr[0].to(torch.uint8), hdr[1].to(torch.uint8), *hdr[2:], 30.0, "aces", 0.0
+        ),
         "shapes differ": lambda: ops.ldr_flip(a, b[..., :3], 30.0, "srgb", 0.0),
         "two dimensions": lambda: ops.hunt_hyab(a[0, 0], b[0, 0], 0.0),
         "channels": lambda: ops.feature_difference(a, b, 30.0, 0.0),

@@ -16,7 +16,8 @@ from op_registry import OPS
 
 MESSAGE = r"forward-mode automatic differentiation .* is not supported: flip::{}"
 
-# Every op's calls: the opcheck calls of the registry, which cover each op and each backward op.
+# Every op's calls: the opcheck calls of the registry, which cover each op and each backward op
+# (the last of an op's calls, one with floating-point images).
 CALLS = {check.op: check.args for entry in OPS for check in entry.opchecks}
 
 

@@ -360,7 +360,7 @@ def test_bad_input_raises(ops, case):
     elif case == "dtype":
         args[1] = b.double()
     elif case == "int":
-        args[0], args[1] = (a * 255).to(torch.uint8), (b * 255).to(torch.uint8)
+        args[0], args[1] = (a * 255).to(torch.int16), (b * 255).to(torch.int16)  # uint8: 8-bit codes
     elif case == "ppd":
         args[2] = 0.0
     elif case == "ppd-nan":

@@ -1,9 +1,10 @@
 // The sRGB decoding of 8-bit images from a table. Images read from PNG or JPEG files reach the
 // kernels as code values k / 255 (k = 0..255, each rounded once: what uint8 / 255 gives in torch and
-// NumPy), and decoding them costs a power per sample, about a tenth of a forward per image. A row
-// whose samples are all such values is decoded from a table of the 256 values input_to_linear gives
-// for them: the same function on the same inputs, so the same bits, and every other row takes the
-// power. Which rows are which is decided row by row, so an image of mixed rows is still exact.
+// NumPy), or as the uint8 codes themselves (ldr_flip takes them), and decoding them costs a power
+// per sample, about a tenth of a forward per image. A row whose samples are all such values is
+// decoded from a table of the 256 values input_to_linear gives for them: the same function on the
+// same inputs, so the same bits, and every other row takes the power. Which rows are which is
+// decided row by row, so an image of mixed rows is still exact; uint8 codes always use the table.
 #pragma once
 
 #include <cstdint>
@@ -77,6 +78,20 @@ struct EightBitSrgbSlope {
     const int k = eight_bit_code(v);
     d = table.slope[k];
     return v != T(k) / T(255);
+  }
+};
+
+// convert_row's conversion of images stored as 8-bit codes (uint8 samples k, the values k / 255):
+// from the table for sRGB input, k / 255 for linear input. The same values those codes give as
+// floating-point samples (input_to_linear of T(k) / T(255)), so the same bits, with a quarter of
+// the bytes to read and no test of each sample.
+template <class T, bool kSrgb>
+struct EightBitCodes {
+  const EightBitSrgb<T>& table;  // read for sRGB input only
+  int operator()(const uint8_t k[3], T lin[3]) const {
+    FLIP_UNROLL
+    for (int c = 0; c < 3; ++c) lin[c] = kSrgb ? table.linear[k[c]] : T(k[c]) / T(255);
+    return 0;
   }
 };
 

@@ -34,6 +34,10 @@ struct LdrFlipArgs {
   bool srgb = false;  // sRGB (else linear) input
   const T* test = nullptr;
   const T* ref = nullptr;
+  // ldr_flip_forward with T = float only: both images as 8-bit codes (uint8 samples k, the values
+  // k / 255) in place of test and ref; the map is that of those values.
+  const uint8_t* test_codes = nullptr;
+  const uint8_t* ref_codes = nullptr;
   const T* grad = nullptr;     // the backwards: the incoming gradient of the map
   T* out = nullptr;            // the forwards: the map
   T* sensitivities = nullptr;  // ldr_flip_forward_sensitivities writes them, ..._backward_sensitivities reads

@@ -76,16 +76,16 @@ struct Context {
 #define FLIP_LOOP __attribute__((noinline))
 
 // One input row of an image -> its opponent rows o0..o2 and achromatic row yh. conv(v, lin): v =
-// the input pixel (3 channels, planes HW apart), lin = linear RGB; it returns nonzero where it
-// refuses the pixel (a conversion for some inputs only: eight_bit_srgb.h). Returns false if the row
-// holds a NaN, an infinity or a refused pixel.
-template <class T, class Conv>
-FLIP_LOOP bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const Conv& conv, T* __restrict o0,
+// the input pixel (3 channels, planes HW apart; samples of type S: T, or uint8_t for 8-bit codes),
+// lin = linear RGB; it returns nonzero where it refuses the pixel (a conversion for some inputs
+// only: eight_bit_srgb.h). Returns false if the row holds a NaN, an infinity or a refused pixel.
+template <class T, class S, class Conv>
+FLIP_LOOP bool convert_row(const S* __restrict src, int64_t HW, int64_t W, const Conv& conv, T* __restrict o0,
                            T* __restrict o1, T* __restrict o2, T* __restrict yh) {
   int rejected = 0;
 #pragma GCC ivdep  // the 3 rows of src are HW >= W apart
   for (int64_t x = 0; x < W; ++x) {
-    const T v[3] = {src[x], src[HW + x], src[2 * HW + x]};
+    const S v[3] = {src[x], src[HW + x], src[2 * HW + x]};
     // v - v is 0 for a finite v and NaN otherwise; the sum is NaN if any of the three is.
     rejected |= ((v[0] - v[0]) + (v[1] - v[1]) + (v[2] - v[2])) != T(0);
     T lin[3], opp[3];
@@ -104,8 +104,8 @@ FLIP_LOOP bool convert_row(const T* __restrict src, int64_t HW, int64_t W, const
 // conversion is convert_row's conv.
 struct RowChoice {};
 
-template <class T, class Conv>
-bool convert_input_row(const T* src, int64_t HW, int64_t W, const Conv& conv, T* o0, T* o1, T* o2, T* yh) {
+template <class T, class S, class Conv>
+bool convert_input_row(const S* src, int64_t HW, int64_t W, const Conv& conv, T* o0, T* o1, T* o2, T* yh) {
   if constexpr (std::is_base_of<RowChoice, Conv>::value) {
     return conv.convert(src, HW, W, o0, o1, o2, yh);
   } else {
@@ -116,8 +116,8 @@ bool convert_input_row(const T* src, int64_t HW, int64_t W, const Conv& conv, T*
 // One row of an image's horizontal planes: input row src (3 channels HW apart) -> the 7 planes'
 // rows, plane q's at base + q * plane placed by `place` (PlainRow, PieceRow), through the
 // conversion conv. Returns false if the row holds a NaN or an infinity.
-template <class T, class Conv, class Place>
-bool horizontal_row(const T* src, int64_t HW, int64_t W, const Conv& conv, const Context<T>& cx, Scratch<T>& sc,
+template <class T, class S, class Conv, class Place>
+bool horizontal_row(const S* src, int64_t HW, int64_t W, const Conv& conv, const Context<T>& cx, Scratch<T>& sc,
                     T* base, int64_t plane, const Place& place) {
   T *o0 = sc.row(0), *o1 = sc.row(1), *o2 = sc.row(2), *yh = sc.row(3);
   const bool ok = convert_input_row(src, HW, W, conv, o0, o1, o2, yh);
@@ -216,9 +216,10 @@ bool banded_stages(int64_t H, int64_t W, const Context<T>& cx, const HRow& hrow,
   return finite;
 }
 
-// banded_stages with the rows of both input images (3 channels HW apart) converted by conv.
-template <class T, class Conv, class RowFn>
-bool image_stages(const T* const img[2], int64_t H, int64_t W, const Conv& conv, const Context<T>& cx,
+// banded_stages with the rows of both input images (3 channels HW apart, samples of type S)
+// converted by conv.
+template <class T, class S, class Conv, class RowFn>
+bool image_stages(const S* const img[2], int64_t H, int64_t W, const Conv& conv, const Context<T>& cx,
                   const RowFn& row_fn) {
   const int64_t HW = H * W;
   return banded_stages(
