@@ -77,13 +77,15 @@ def test_alpha_and_scales_take_codes_as_their_values():
     assert torch.equal(flip_loss.ldr_flip(test, ref, **scales), expected)
 
 
-def test_flip_loss_eager_scripted_and_compiled_agree_on_codes():
+def test_flip_loss_eager_scripted_compiled_and_the_metric_agree_on_codes():
     test, ref = codes((2, 3, 20, 26), 10), codes((2, 3, 20, 26), 11)
     expected = flip_loss.FLIPLoss()(code_values(test), code_values(ref))
     assert torch.equal(flip_loss.FLIPLoss()(test, ref), expected)
     assert torch.equal(torch.jit.script(flip_loss.FLIPLoss())(test, ref), expected)
     compiled = torch.compile(lambda a, b: flip_loss.ldr_flip(a, b), backend="eager")
     assert torch.equal(compiled(test, ref), flip_loss.ldr_flip(test, ref))
+    per_image = flip_loss.FLIPMetric().update(code_values(test), code_values(ref))
+    assert torch.equal(flip_loss.FLIPMetric().update(test, ref), per_image)
 
 
 def test_fake_and_meta_maps_of_codes_are_float32():

@@ -82,6 +82,18 @@ bool autocast_computes_in_float32(const at::Tensor& test, const at::Tensor& refe
          at::equal(hdr, flip_loss::hdr_flip(t32 * 4, r32 * 4, -2.0, 1.0, 3, ppd).error);
 }
 
+// uint8 images are 8-bit codes k: ldr_flip gives them the float32 map of the values k / 255
+// (correctly rounded: divided in double, then rounded once), bit for bit; hdr_flip refuses them.
+bool codes_are_read_as_their_values(const at::Tensor& test, const at::Tensor& reference, double ppd) {
+  const at::Tensor t = (test.detach() * 255).round().to(at::kByte),
+                   r = (reference.detach() * 255).round().to(at::kByte);
+  const at::Tensor map = flip_loss::ldr_flip(t, r, ppd);
+  const at::Tensor values =
+      flip_loss::ldr_flip(t.to(at::kDouble).div(255).to(at::kFloat), r.to(at::kDouble).div(255).to(at::kFloat), ppd);
+  return map.scalar_type() == at::kFloat && at::equal(map, values) &&
+         throws_with_message([&] { flip_loss::hdr_flip(t, r, -2.0, 1.0, 3, ppd); }, "uint8");
+}
+
 int run(const std::string& inputs_path, const std::string& outputs_path) {
   torch::jit::Module inputs = torch::jit::load(inputs_path, at::kCPU);
   const at::Tensor params = tensor_attr(inputs, "params").to(at::kDouble);
@@ -158,6 +170,7 @@ int run(const std::string& inputs_path, const std::string& outputs_path) {
       },
       "double backward"));
   checks.push_back(autocast_computes_in_float32(t0, r0, ppd));
+  checks.push_back(codes_are_read_as_their_values(t0, r0, ppd));
   put("checks", at::tensor(checks, at::kLong));
 
   std::vector<c10::IValue> entries;

@@ -487,7 +487,9 @@ def test_header_api_matches_python(cpp_build, tmp_path):
         assert got[0] == pytest.approx(want[0], rel=1e-14, abs=1e-15), f"pool({name}).mean: {got[0]} vs {want[0]}"
         assert got[1:] == want[1:], f"pool({name}): C++ {got} vs Python {want}"
 
-    assert out["checks"].tolist() == [1] * 12, f"error-path and autocast checks failed: {out['checks'].tolist()}"
+    assert out["checks"].tolist() == [1] * 13, (
+        f"error-path, autocast and 8-bit code checks failed: {out['checks'].tolist()}"
+    )
 
 
 # ---- (c) torch.export ---------------------------------------------------------------------------
