@@ -5,7 +5,7 @@ forward+backward), flip-evaluator's C++ evaluate() (forward), the separable pure
 path's HDR-FLIP forward+backward peak memory with 2 and 16 exposures (one child process each).
 
     .venv/bin/python benchmarks/cpu_bench.py [--repeats 5] [--sizes 512x512 1920x1080 ...]
-                                             [--skip-reference] [--threads N]
+                                             [--skip-reference] [--threads N] [--eight-bit]
 
 Sizes: 512x512, 1920x1080, 3840x2160 (batch 1) and 8x256x256 (batch 8; flip-evaluator's figure is 8
 calls in a loop), cut from a 1920x1080 render of cli_bench.py's ray caster; the test image adds
@@ -14,7 +14,9 @@ repeats run round-robin, so that a load change hits every implementation alike; 
 medians, and each size reports how far the separable and flip-evaluator maps are from flip_loss's.
 The load average is printed before and after: on cores that other work also uses, the
 implementations made of many small parallel ATen ops (separable, oracle.py) slow down most, so
-record figures on an otherwise idle machine. --skip-reference skips the portable path.
+record figures on an otherwise idle machine. --skip-reference skips the portable path. --eight-bit:
+both images as 8-bit files hold them (the noise rounded to codes), flip_loss's forward given the
+uint8 codes themselves.
 """
 
 import argparse
@@ -32,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import flip_loss  # noqa: E402
 from flip_loss import oracle  # noqa: E402
+from flip_loss.image_checks import code_values  # noqa: E402
 
 import torch_separable  # noqa: E402  (beside this script)
 
@@ -177,6 +180,13 @@ def main():
     )
     p.add_argument("--skip-reference", action="store_true", help="skip the portable path (oracle.py)")
     p.add_argument("--threads", type=int, help="threads for torch and flip-evaluator (default: torch's default)")
+    p.add_argument(
+        "--eight-bit",
+        action="store_true",
+        help="both images as 8-bit files hold them (the noisy test rounded to codes k): flip_loss's forward "
+        "takes the uint8 codes, everything else (and flip_loss's forward+backward, whose test needs a "
+        "gradient) their values k / 255",
+    )
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -219,9 +229,13 @@ def main():
     for label in args.sizes:
         n, h, w = SIZES[label]
         data = pairs(reference_batch(img, n, h, w))
+        ours_fwd_data = data
+        if args.eight_bit:
+            ours_fwd_data = [tuple((x * 255).round().to(torch.uint8) for x in pair) for pair in data]
+            data = [tuple(code_values(x) for x in pair) for pair in ours_fwd_data]
         np_data = [to_numpy(pair) for pair in data]
         cases = {
-            "ours_fwd": (ours_fwd, data, args.repeats),
+            "ours_fwd": (ours_fwd, ours_fwd_data, args.repeats),
             "ours_fb": (ours_fwd_bwd, data, args.repeats),
             "eval_fwd": (evaluator_fwd, np_data, args.repeats),
             "sep_fwd": (separable_fwd, data, args.repeats),
@@ -256,7 +270,8 @@ def main():
         f"torch {torch.__version__} (intra-op threads: {torch.get_num_threads()}); flip-evaluator {evaluator} "
         f"(its own OpenMP runtime, threads: {evaluator_threads}) on the same cores; flip_loss CPU kernels: "
         f"{flip_loss._C.cpu_capability()}. Image: {source}, test = reference + N(0, 0.03) noise; "
-        f"ppd {ppd:.2f}; float32; median of {args.repeats} after a warm-up.\n"
+        f"ppd {ppd:.2f}; {'8-bit codes (flip_loss fwd: uint8)' if args.eight_bit else 'float32'}; "
+        f"median of {args.repeats} after a warm-up.\n"
     )
     print(
         "| size | flip_loss fwd | flip_loss fwd+bwd | fwd+bwd / fwd | flip_loss fwd+bwd throughput | "
