@@ -286,23 +286,10 @@ flip::cuda::Params<T> ldr_params(const Geometry& g, const Tensor& t, const Tenso
   return p;
 }
 
-// Images of 8-bit codes as the float32 values k / 255 the kernels take. The divisor is a tensor on
-// the device: divided by a number, torch multiplies by its rounded reciprocal instead, which gives
-// other values for some codes (the CPU's values are k / 255 correctly rounded).
-Tensor code_values(const Tensor& codes) {
-  const Tensor values = torch::stable::to(codes, ScalarType::Float);
-  Tensor divisor = empty_as(values, {});
-  torch::stable::fill_(divisor, 255.0);
-  std::array<StableIValue, 2> stack{torch::stable::detail::from(values), torch::stable::detail::from(divisor)};
-  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("aten::div", "Tensor", stack.data(), TORCH_ABI_VERSION));
-  return torch::stable::contiguous(torch::stable::detail::to<Tensor>(stack[0]));
-}
-
 Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps) {
   const bool srgb = check_ldr_args(test, ref, ppd, space, eps, kCodesTaken);
   torch::stable::accelerator::DeviceGuard guard(test.get_device_index());
-  const bool codes = test.scalar_type() == ScalarType::Byte;
-  auto t = codes ? code_values(test) : compute_copy(test), r = codes ? code_values(ref) : compute_copy(ref);
+  auto t = ldr_values(test), r = ldr_values(ref);
   auto out = empty_as(t, map_shape(t));
   const Geometry g = geometry(t, 2, true, true);
   const cudaStream_t stream = current_stream(t);

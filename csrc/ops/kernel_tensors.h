@@ -54,6 +54,24 @@ inline Tensor empty_as(const Tensor& like, const std::vector<int64_t>& sizes, Sc
 }
 inline Tensor nothing_like(const Tensor& like) { return empty_as(like, {0}); }
 
+// Images of 8-bit codes (uint8, ldr_flip's) as the float32 values k / 255 that the CUDA kernels and
+// their emulator take. The divisor is a tensor on the images' device: divided by a number, torch's
+// CUDA kernels multiply by its rounded reciprocal, which gives other values for some codes (the CPU
+// kernels' values, and flip_loss.image_checks.code_values, are k / 255 correctly rounded).
+inline Tensor code_values(const Tensor& codes) {
+  const Tensor values = torch::stable::to(codes, ScalarType::Float);
+  Tensor divisor = empty_as(values, {});
+  torch::stable::fill_(divisor, 255.0);
+  std::array<StableIValue, 2> stack{torch::stable::detail::from(values), torch::stable::detail::from(divisor)};
+  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("aten::div", "Tensor", stack.data(), TORCH_ABI_VERSION));
+  return torch::stable::contiguous(torch::stable::detail::to<Tensor>(stack[0]));
+}
+
+// An LDR-FLIP image as those kernels take it: its compute-dtype copy, or the values of its codes.
+inline Tensor ldr_values(const Tensor& image) {
+  return image.scalar_type() == ScalarType::Byte ? code_values(image) : compute_copy(image);
+}
+
 // Runs f(T{}) with T the C++ type of a compute dtype (float32 or float64).
 template <class F>
 void dispatch_compute_dtype(ScalarType t, F&& f) {

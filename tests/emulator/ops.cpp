@@ -69,8 +69,8 @@ void check_fits(const Params<T>& p, Formulation f) {
 
 Tensor ldr_flip_impl(const Tensor& test, const Tensor& ref, double ppd, const std::string& space, double eps,
                      bool fused) {
-  const bool srgb = flip_ops::check_ldr_args(test, ref, ppd, space, eps);
-  auto t = flip_ops::compute_copy(test), r = flip_ops::compute_copy(ref);
+  const bool srgb = flip_ops::check_ldr_args(test, ref, ppd, space, eps, flip_ops::kCodesTaken);
+  auto t = flip_ops::ldr_values(test), r = flip_ops::ldr_values(ref);
   auto out = flip_ops::empty_as(t, flip_ops::map_shape(t));
   const Geometry g = flip_ops::geometry(t, 2, true, true);
   flip_ops::dispatch_compute_dtype(t.scalar_type(), [&](auto zero) {
@@ -84,7 +84,7 @@ Tensor ldr_flip_impl(const Tensor& test, const Tensor& ref, double ppd, const st
     p.out = data<T>(out);
     em::run(fused ? Sequence::kLdrForwardFused : Sequence::kLdrForward, p, 3);
   });
-  return flip_ops::to_dtype(out, test.scalar_type());
+  return flip_ops::to_dtype(out, flip_ops::map_dtype(test.scalar_type()));
 }
 
 Tensor ldr_flip(const Tensor& test, const Tensor& ref, double ppd, std::string space, double eps) {

@@ -57,6 +57,20 @@ def test_ldr_flip_passes_match_cpu_kernels(ops, emulator, dtype, shape, ppd):
         close(g_ref, expected[1], dtype, grad=True)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_eight_bit_codes_take_the_values_k_over_255(emulator, fused):
+    # The CUDA glue's conversion (csrc/ops/kernel_tensors.h, code_values), shared with the emulator:
+    # k / 255 correctly rounded, so the map of the codes is that of their float32 values.
+    g = torch.Generator().manual_seed(3)
+    a, b = (torch.randint(0, 256, (2, 3, 23, 31), generator=g, dtype=torch.uint8) for _ in range(2))
+    op = emulator.ldr_flip_fused if fused else emulator.ldr_flip
+    for space in ("srgb", "linear"):
+        out = op(a, b, 30.0, space, 1e-15)
+        assert out.dtype == torch.float32
+        values = [(x.double() / 255).float() for x in (a, b)]
+        assert torch.equal(out, op(*values, 30.0, space, 1e-15))
+
+
 def saturated_flat_pairs(count=24, seed=5):
     """Flat 1 x 3 x 6 x 7 image pairs whose channels are 0, 1 or a random value: the colour round
     trip puts a channel at 0 or 1 within rounding of the RGB cube's face, on a side that depends on
