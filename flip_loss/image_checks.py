@@ -15,6 +15,25 @@ def code_values(image: torch.Tensor, dtype: torch.dtype = torch.float32) -> torc
     return image.to(dtype) / torch.full((), 255.0, dtype=dtype, device=image.device)
 
 
+def _dtype_name(t: torch.Tensor) -> str:
+    """The name of a non-floating dtype for a message, in eager and TorchScript alike (whose
+    str(dtype) is a number)."""
+    names = {
+        "torch.uint8": t.dtype == torch.uint8,
+        "torch.int8": t.dtype == torch.int8,
+        "torch.int16": t.dtype == torch.int16,
+        "torch.int32": t.dtype == torch.int32,
+        "torch.int64": t.dtype == torch.int64,
+        "torch.bool": t.dtype == torch.bool,
+        "torch.complex64": t.dtype == torch.complex64,
+        "torch.complex128": t.dtype == torch.complex128,
+    }
+    for name, matches in names.items():
+        if matches:
+            return name
+    return str(t.dtype)
+
+
 def check_image(name: str, t: torch.Tensor, rgba: bool = False, codes: bool = False) -> None:
     """The checks of one image that need no data: a float dtype (or, with ``codes``, uint8: 8-bit
     codes, which LDR-FLIP alone takes), N x 3 x H x W or 3 x H x W (with ``rgba``, 4 channels too),
@@ -23,15 +42,15 @@ def check_image(name: str, t: torch.Tensor, rgba: bool = False, codes: bool = Fa
         if codes:
             raise TypeError(
                 "flip_loss: " + name + " must have a floating-point dtype or be uint8 (8-bit codes k, "
-                "read as k / 255), got " + str(t.dtype)
+                "read as k / 255), got " + _dtype_name(t)
             )
-        raise TypeError(
-            "flip_loss: "
-            + name
-            + " must have a floating-point dtype, got "
-            + str(t.dtype)
-            + "; convert 8-bit images with .float() / 255 (or pass data_range=255)"
-        )
+        advice = "; convert 8-bit images with .float() / 255 (or pass data_range=255)"
+        if t.dtype == torch.uint8:
+            advice = (
+                ": uint8 images (8-bit codes k, the values k / 255) are LDR images, which ldr_flip, "
+                "FLIPLoss and FLIPMetric take as they are; HDR-FLIP takes linear floating-point values"
+            )
+        raise TypeError("flip_loss: " + name + " must have a floating-point dtype, got " + _dtype_name(t) + advice)
     if (t.dim() == 3 or t.dim() == 4) and t.shape[-3] == 4 and not rgba:
         # Whoever passes RGBA must say what alpha means: guessing straight or premultiplied would
         # silently change the result for half of the images.

@@ -143,6 +143,8 @@ def weighted_reduce(error: torch.Tensor, weight: Optional[torch.Tensor], reducti
         options.check_reduction_value(reduction)
     else:
         options.reduction(reduction)  # any value: one of another type gets the constructor's TypeError
+    if not error.is_floating_point():  # an integer map's sums would wrap
+        raise TypeError("flip_loss: the error map must be floating point, got " + str(error.dtype))
     if not torch.jit.is_scripting():
         if weight is not None and not isinstance(weight, torch.Tensor):
             hint = _ppd_hint() if isinstance(weight, numbers.Real) and not isinstance(weight, bool) else ""

@@ -601,6 +601,7 @@ class LDRFLIPLoss(_FLIPConstants):
         self, test: torch.Tensor, reference: torch.Tensor, pixels_per_degree=NVIDIA_DEFAULT_PPD
     ) -> torch.Tensor:
         ppd = _pixels_per_degree(pixels_per_degree)
+        test, reference = checked_pair(test, reference)  # float images, as NVIDIA's loss takes them
         look = not self._looked_at_device_inputs
         if is_device_call(test):
             self._looked_at_device_inputs = True

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .constants import DEFAULT_EPS, DEFAULT_PPD, GW, PC, PT, QC, QF, TONE_MAPPERS, tone_coefficients
+from .image_checks import code_values
 from .tensor_values import is_compiling, is_plain_tensor
 
 __all__ = [
@@ -995,15 +996,22 @@ def _error_map(test, reference, ppd, srgb, eps, halo=0):
     return combine(_colour_difference(lab_t, lab_r, eps), _feature_term(features_t, features_r, eps))
 
 
-def code_values(image, dtype=torch.float32):
-    """An image of 8-bit codes (uint8 samples k) as the values k / 255 in ``dtype``, each correctly
-    rounded. The divisor is a tensor on the image's device: divided by a number, PyTorch's CUDA
-    kernels multiply by its rounded reciprocal, which gives other values for some codes."""
-    return image.to(dtype) / torch.full((), 255.0, dtype=dtype, device=image.device)
+def _check_floating(test, reference, codes: bool) -> None:
+    """Floating-point images (or, with ``codes``, uint8: 8-bit codes) or a TypeError."""
+    for name, x in (("test", test), ("reference", reference)):
+        if not (x.is_floating_point() or (codes and x.dtype == torch.uint8)):
+            allowed = "floating point or uint8 (8-bit codes)" if codes else "floating point"
+            raise TypeError(f"flip_loss.oracle: {name} must be {allowed}, got {x.dtype}")
 
 
-def _values(image, dtype):
-    return code_values(image, dtype) if image.dtype == torch.uint8 else image.to(dtype)
+def _values_of_codes(test, reference):
+    """uint8 images (8-bit codes k) as the values k / 255 (``code_values``) in the other image's
+    dtype, float32 beside another uint8 one, as ``flip_loss.ldr_flip`` takes them; other integer
+    images are refused."""
+    _check_floating(test, reference, codes=True)
+    values = [x for x in (test, reference) if x.dtype != torch.uint8]
+    dtype = values[0].dtype if values else torch.float32
+    return tuple(code_values(x, dtype) if x.dtype == torch.uint8 else x for x in (test, reference))
 
 
 def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb", eps=DEFAULT_EPS):
@@ -1016,13 +1024,14 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
     space = input_space.lower()
     if space not in ("srgb", "linear"):
         raise ValueError(f"input_space must be 'srgb' or 'linear', got {input_space!r}")
-    dt = torch.float32 if test.dtype == torch.uint8 else test.dtype
+    test, reference = _values_of_codes(test, reference)
+    dt = test.dtype
     unbatched = test.dim() == 3
     if unbatched:
         test, reference = test.unsqueeze(0), reference.unsqueeze(0)
     ppd = float(pixels_per_degree)
     cdt = _compute_dtype(torch.promote_types(test.dtype, reference.dtype))
-    test, reference, srgb = _values(test, cdt), _values(reference, cdt), space == "srgb"
+    test, reference, srgb = test.to(cdt), reference.to(cdt), space == "srgb"
     strips = _strip_rows(test, ppd)
     if strips is None:
         out = _error_map(test, reference, ppd, srgb, eps)
@@ -1133,6 +1142,7 @@ def hdr_flip(test, reference, pixels_per_degree, tone_mapper, exposures, counts,
     tm = tone_mapper.lower()
     if tm not in TONE_MAPPERS:
         raise ValueError(f"tone_mapper must be one of {TONE_MAPPERS}, got {tone_mapper!r}")
+    _check_floating(test, reference, codes=False)
     dt = test.dtype
     cdt = _compute_dtype(dt)
     t, r = test.to(cdt), reference.to(cdt)

@@ -8,6 +8,7 @@ import torch
 import flip_loss
 from flip_loss import oracle
 from flip_loss.image_checks import code_values
+from flip_loss.modules import weighted_reduce
 
 SHAPES = [(2, 3, 37, 53), (3, 64, 41), (1, 3, 1, 1), (1, 3, 300, 517)]
 
@@ -44,6 +45,19 @@ def test_the_oracle_reads_codes_as_the_kernels_do(space):
     assert out.dtype == torch.float32
     assert torch.equal(out, oracle.ldr_flip(code_values(test), code_values(ref), 40.0, space))
     torch.testing.assert_close(out, torch.ops.flip.ldr_flip(test, ref, 40.0, space, 1e-15), rtol=0, atol=1e-5)
+    # Beside a float image, in either order: the codes' values in its dtype, as the API takes them.
+    for dtype in (torch.float16, torch.float64):
+        other = torch.rand(2, 3, 30, 40, dtype=dtype)
+        for a, b in ((test, other), (other, test)):
+            out = oracle.ldr_flip(a, b, 40.0, space)
+            values = [code_values(x, dtype) if x.dtype == torch.uint8 else x for x in (a, b)]
+            assert out.dtype == dtype and torch.equal(out, oracle.ldr_flip(*values, 40.0, space))
+    for bad in (
+        lambda: oracle.ldr_flip(test.short(), ref.short()),
+        lambda: oracle.hdr_flip(test, ref, 40.0, "aces", torch.zeros(2, 2), torch.tensor([2, 2])),
+    ):
+        with pytest.raises(TypeError, match="must be floating point"):
+            bad()
 
 
 def test_codes_beside_a_float_image_are_their_values_in_its_dtype():
@@ -96,10 +110,23 @@ def test_fake_and_meta_maps_of_codes_are_float32():
 
 def test_every_other_entry_point_refuses_codes():
     test, ref = codes((1, 3, 8, 9), 13), codes((1, 3, 8, 9), 14)
-    with pytest.raises(TypeError, match="floating-point dtype"):
+    hdr_message = "HDR-FLIP takes linear floating-point values"
+    with pytest.raises(TypeError, match=hdr_message):
         flip_loss.hdr_flip(test, ref)
-    with pytest.raises(TypeError, match="floating-point dtype"):
+    with pytest.raises(TypeError, match=hdr_message):
         flip_loss.FLIPLoss(hdr=True)(test, ref)
+    with pytest.raises((TypeError, torch.jit.Error), match="got torch.uint8: .*" + hdr_message):
+        torch.jit.script(flip_loss.FLIPLoss(hdr=True))(test, ref)
+    # NVIDIA's API takes float images, as NVIDIA's loss does, in each of its entry points.
+    for call in (
+        lambda: flip_loss.nvidia.LDRFLIPLoss()(test, ref),
+        lambda: flip_loss.nvidia.HDRFLIPLoss()(test, ref),
+        lambda: flip_loss.nvidia.compute_ldrflip(test, ref, 67.0),
+    ):
+        with pytest.raises(TypeError, match="floating-point dtype"):
+            call()
+    with pytest.raises(TypeError, match="error map must be floating point"):
+        weighted_reduce(test[:, :1], None, "sum")
     with pytest.raises(TypeError, match="taken by ldr_flip alone"):
         torch.ops.flip.csf_filter(test, 67.0)
     with pytest.raises(TypeError, match="or be uint8"):

@@ -50,8 +50,9 @@ constexpr double kDefaultEps = 1e-15;
 // ---- the ops ------------------------------------------------------------------------------------
 
 // The LDR-FLIP error map between `test` and `reference`: N x 1 x H x W (1 x H x W for a CHW
-// input), values in [0, 1], in the input dtype. `input_space` is "srgb" or "linear". Differentiable
-// in both inputs. (torch.ops.flip.ldr_flip)
+// input), values in [0, 1], in the input dtype (float32 for uint8 images: 8-bit codes k, the values
+// k / 255). `input_space` is "srgb" or "linear". Differentiable in both floating-point inputs.
+// (torch.ops.flip.ldr_flip)
 inline at::Tensor ldr_flip(const at::Tensor& test, const at::Tensor& reference, double ppd = kDefaultPpd,
                            const std::string& input_space = "srgb", double eps = kDefaultEps) {
   return op::call<op::LdrFlip>(test, reference, ppd, c10::string_view(input_space.data(), input_space.size()), eps);
