@@ -63,7 +63,9 @@ inline Tensor code_values(const Tensor& codes) {
   Tensor divisor = empty_as(values, {});
   torch::stable::fill_(divisor, 255.0);
   std::array<StableIValue, 2> stack{torch::stable::detail::from(values), torch::stable::detail::from(divisor)};
-  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("aten::div", "Tensor", stack.data(), TORCH_ABI_VERSION));
+  // The shim's own error macro has another name in each release: its status is checked here.
+  if (torch_call_dispatcher("aten::div", "Tensor", stack.data(), TORCH_ABI_VERSION) != AOTI_TORCH_SUCCESS)
+    throw std::runtime_error("flip: dividing 8-bit codes by 255 failed");
   return torch::stable::contiguous(torch::stable::detail::to<Tensor>(stack[0]));
 }
 
