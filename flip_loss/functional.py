@@ -12,7 +12,7 @@ from . import alpha as alpha_rule, options
 from ._ops import kernels_serve
 from .constants import DEFAULT_EPS, DEFAULT_PPD
 from .tensor_values import host_table, is_compiling, is_device_call, is_plain_tensor
-from .image_checks import checked_pair, code_values
+from .image_checks import checked_pair, pair_values
 from .multiscale import multiscale_op, multiscale_op_serves, weighted_sum
 
 __all__ = ["INPUT_SPACES", "OUT_OF_RANGE_TOLERANCE", "ldr_flip"]
@@ -75,8 +75,7 @@ def unit_pair(
     """Both images as LDR-FLIP's ops take them. A floating-point image is mapped from ``data_range``
     to [0, 1]; a uint8 image (8-bit codes k) means the values k / 255 whatever ``data_range`` says:
     kept as codes when both images are and ``keep_codes`` (the kernels read them as they are), else
-    as those values (``code_values``) in the other image's dtype, float32 beside another uint8 one.
-    TorchScript-compatible."""
+    as those values (``pair_values``). TorchScript-compatible."""
     test_codes = test.dtype == torch.uint8
     ref_codes = reference.dtype == torch.uint8
     if not test_codes:
@@ -85,16 +84,7 @@ def unit_pair(
         reference = to_unit_range(reference, data_range)
     if test_codes and ref_codes and keep_codes:
         return test, reference
-    dtype = torch.float32
-    if not test_codes:
-        dtype = test.dtype
-    elif not ref_codes:
-        dtype = reference.dtype
-    if test_codes:
-        test = code_values(test, dtype)
-    if ref_codes:
-        reference = code_values(reference, dtype)
-    return test, reference
+    return pair_values(test, reference)
 
 
 def _warn_if_outside_unit_range(test: torch.Tensor, reference: torch.Tensor, on_device: bool) -> None:

@@ -15,6 +15,24 @@ def code_values(image: torch.Tensor, dtype: torch.dtype = torch.float32) -> torc
     return image.to(dtype) / torch.full((), 255.0, dtype=dtype, device=image.device)
 
 
+def pair_values(test: torch.Tensor, reference: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A pair with uint8 images as LDR-FLIP reads them: each uint8 one as its values
+    (:func:`code_values`) in the other image's dtype, float32 beside another uint8 one; float images
+    as they are. TorchScript-compatible."""
+    test_codes = test.dtype == torch.uint8
+    ref_codes = reference.dtype == torch.uint8
+    dtype = torch.float32
+    if not test_codes:
+        dtype = test.dtype
+    elif not ref_codes:
+        dtype = reference.dtype
+    if test_codes:
+        test = code_values(test, dtype)
+    if ref_codes:
+        reference = code_values(reference, dtype)
+    return test, reference
+
+
 def _dtype_name(t: torch.Tensor) -> str:
     """The name of a non-floating dtype for a message, in eager and TorchScript alike (whose
     str(dtype) is a number)."""

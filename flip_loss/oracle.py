@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .constants import DEFAULT_EPS, DEFAULT_PPD, GW, PC, PT, QC, QF, TONE_MAPPERS, tone_coefficients
-from .image_checks import code_values
+from .image_checks import pair_values
 from .tensor_values import is_compiling, is_plain_tensor
 
 __all__ = [
@@ -1004,16 +1004,6 @@ def _check_floating(test, reference, codes: bool) -> None:
             raise TypeError(f"flip_loss.oracle: {name} must be {allowed}, got {x.dtype}")
 
 
-def _values_of_codes(test, reference):
-    """uint8 images (8-bit codes k) as the values k / 255 (``code_values``) in the other image's
-    dtype, float32 beside another uint8 one, as ``flip_loss.ldr_flip`` takes them; other integer
-    images are refused."""
-    _check_floating(test, reference, codes=True)
-    values = [x for x in (test, reference) if x.dtype != torch.uint8]
-    dtype = values[0].dtype if values else torch.float32
-    return tuple(code_values(x, dtype) if x.dtype == torch.uint8 else x for x in (test, reference))
-
-
 def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb", eps=DEFAULT_EPS):
     """LDR-FLIP error map of ``test`` against ``reference`` (N x 3 x H x W -> N x 1 x H x W, or
     3 x H x W -> 1 x H x W), in the input dtype (float32 for uint8 images: 8-bit codes k, the values
@@ -1024,7 +1014,8 @@ def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb",
     space = input_space.lower()
     if space not in ("srgb", "linear"):
         raise ValueError(f"input_space must be 'srgb' or 'linear', got {input_space!r}")
-    test, reference = _values_of_codes(test, reference)
+    _check_floating(test, reference, codes=True)
+    test, reference = pair_values(test, reference)  # uint8 images as flip_loss.ldr_flip reads them
     dt = test.dtype
     unbatched = test.dim() == 3
     if unbatched:

@@ -235,7 +235,6 @@ class FlipEvaluator:
 
         from ..functional import ldr_flip
         from ..hdr import hdr_flip
-        from ..image_checks import code_values
 
         hdr = exposures is not None
         exposure_np = None
@@ -245,8 +244,6 @@ class FlipEvaluator:
         t0 = time.perf_counter()
         with torch.no_grad():  # eps=0: the metric itself, no gradient regulariser
             if hdr:
-                if test_image.dtype == torch.uint8:  # an 8-bit test beside an HDR reference
-                    test_image = code_values(test_image)
                 error_map, exposure_map = hdr_flip(
                     test_image,
                     ref_image,
