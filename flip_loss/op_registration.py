@@ -118,15 +118,47 @@ def _kept(flag: bool, t):
     return t if flag else None
 
 
+# The ops' autograd nodes: torch.autograd.Function less its routing to torch.func (see _record).
+_SingleLevelFunction = torch.autograd.function._SingleLevelFunction
+
+
+def _record(function, *args):
+    """``function.apply(*args)``, the autograd node of an op, from inside the op's Autograd kernel.
+    Under one torch.func gradient transform (grad, vjp, jacrev; a vmap inside it reaches here per
+    sample) the transform has already unwrapped the tensors of its level, as for ATen's own ops, and
+    a plain node on them is what it differentiates: the node is recorded as functorch records its
+    own single-level ones. A transform outside that one (nested gradients, vmap over grad) would
+    need a node per level, which the ops do not have: refused, rather than a silent zero."""
+    if not torch._C._are_functorch_transforms_active():
+        return function.apply(*args)
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+    from torch._functorch.utils import enable_single_level_autograd_function
+
+    levels = [
+        str(interpreter.key()).rsplit(".", 1)[-1].lower() for interpreter in retrieve_all_functorch_interpreters()
+    ]
+    if levels != ["grad"]:
+        raise NotImplementedError(
+            "flip: under torch.func the ops support one gradient transform (grad, vjp, jacrev), with "
+            f"vmap only inside it; this call is under {' over '.join(levels)}"
+        )
+    with enable_single_level_autograd_function():
+        return function.apply(*args)
+
+
 # ---- the forward ops ----
 
 
-class _LdrFlip(torch.autograd.Function):
+class _LdrFlip(_SingleLevelFunction):
     @staticmethod
-    def forward(ctx, keyset, test, ref, ppd, space, eps):
+    def forward(keyset, test, ref, ppd, space, eps):
+        return _run("ldr_flip", keyset, test, ref, ppd, space, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, test, ref, ppd, space, eps = inputs
         ctx.save_for_backward(test, ref)
         ctx.args = (ppd, space, eps)
-        return _run("ldr_flip", keyset, test, ref, ppd, space, eps)
 
     @staticmethod
     def backward(ctx, grad):
@@ -136,13 +168,18 @@ class _LdrFlip(torch.autograd.Function):
         return None, _kept(mask[0], gt), _kept(mask[1], gr), None, None, None
 
 
-class _LdrFlipWithSensitivities(torch.autograd.Function):
+class _LdrFlipWithSensitivities(_SingleLevelFunction):
     """A forward that also keeps the sensitivities of the images in ``keep`` (a non-differentiable
     second output), so that the backward only scales them and runs the transposed filters."""
 
     @staticmethod
-    def forward(ctx, keyset, test, ref, ppd, space, eps, keep):
-        flip_map, sens = _run("_ldr_flip_with_sensitivities", keyset, test, ref, ppd, space, eps, keep)
+    def forward(keyset, test, ref, ppd, space, eps, keep):
+        return _run("_ldr_flip_with_sensitivities", keyset, test, ref, ppd, space, eps, keep)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, test, ref, ppd, space, eps, keep = inputs
+        sens = output[1]
         ctx.save_for_backward(test, ref, sens)
         ctx.args = (ppd, space, eps)
         ctx.keep = tuple(keep)
@@ -150,7 +187,6 @@ class _LdrFlipWithSensitivities(torch.autograd.Function):
         # No gradient ever flows into the sensitivities: without this, autograd would hand the
         # backward a zero-filled tensor of their size (7 planes per image) on every call.
         ctx.set_materialize_grads(False)
-        return flip_map, sens
 
     @staticmethod
     def backward(ctx, grad, _grad_sens):
@@ -173,21 +209,25 @@ class _LdrFlipWithSensitivities(torch.autograd.Function):
         return None, _kept(want[0], gt), _kept(want[1], gr), None, None, None, None
 
 
-class _LdrFlipMultiscale(torch.autograd.Function):
+class _LdrFlipMultiscale(_SingleLevelFunction):
     """Multi-scale LDR-FLIP (CPU): the forward keeps the sensitivities of the images in ``keep`` at
     every scale, the backward runs each scale's transposed filters from them. There is no
     recomputing backward, so the Autograd kernel refuses a ``keep`` that leaves out an input that
     requires grad."""
 
     @staticmethod
-    def forward(ctx, keyset, test, ref, ppds, weights, space, eps, keep):
-        flip_map, sens = _run("_ldr_flip_multiscale", keyset, test, ref, ppds, weights, space, eps, keep)
+    def forward(keyset, test, ref, ppds, weights, space, eps, keep):
+        return _run("_ldr_flip_multiscale", keyset, test, ref, ppds, weights, space, eps, keep)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, test, ref, ppds, weights, space, eps, keep = inputs
+        sens = output[1]
         ctx.save_for_backward(test, ref, sens)
         ctx.args = (ppds, weights, space)
         ctx.keep = list(keep)
         ctx.mark_non_differentiable(sens)
         ctx.set_materialize_grads(False)  # as _LdrFlipWithSensitivities
-        return flip_map, sens
 
     @staticmethod
     def backward(ctx, grad, _grad_sens):
@@ -200,15 +240,19 @@ class _LdrFlipMultiscale(torch.autograd.Function):
         return None, _kept(want[0], gt), _kept(want[1], gr), None, None, None, None, None
 
 
-class _HdrFlip(torch.autograd.Function):
+class _HdrFlip(_SingleLevelFunction):
     @staticmethod
-    def forward(ctx, keyset, test, ref, exposures, counts, ppd, tone_mapper, eps):
-        flip_map, exposure_map, index = _run("hdr_flip", keyset, test, ref, exposures, counts, ppd, tone_mapper, eps)
+    def forward(keyset, test, ref, exposures, counts, ppd, tone_mapper, eps):
+        return _run("hdr_flip", keyset, test, ref, exposures, counts, ppd, tone_mapper, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, test, ref, exposures, counts, ppd, tone_mapper, eps = inputs
+        _, exposure_map, index = output
         ctx.save_for_backward(test, ref, exposures, counts, index)
         ctx.args = (ppd, tone_mapper, eps)
         ctx.mark_non_differentiable(exposure_map, index)
         ctx.set_materialize_grads(False)  # as above: no zero-filled exposure-map / index gradients
-        return flip_map, exposure_map, index
 
     @staticmethod
     def backward(ctx, grad, _grad_emap, _grad_index):
@@ -220,12 +264,16 @@ class _HdrFlip(torch.autograd.Function):
         return None, _kept(mask[0], gt), _kept(mask[1], gr), None, None, None, None, None
 
 
-class _CsfFilter(torch.autograd.Function):
+class _CsfFilter(_SingleLevelFunction):
     @staticmethod
-    def forward(ctx, keyset, opponent, ppd):
+    def forward(keyset, opponent, ppd):
+        return _run("csf_filter", keyset, opponent, ppd)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, opponent, ppd = inputs
         ctx.save_for_backward(opponent)
         ctx.ppd = ppd
-        return _run("csf_filter", keyset, opponent, ppd)
 
     @staticmethod
     def backward(ctx, grad):
@@ -233,12 +281,16 @@ class _CsfFilter(torch.autograd.Function):
         return None, torch.ops.flip.csf_filter_backward(grad, opponent, ctx.ppd), None
 
 
-class _HuntHyab(torch.autograd.Function):
+class _HuntHyab(_SingleLevelFunction):
     @staticmethod
-    def forward(ctx, keyset, test, ref, eps):
+    def forward(keyset, test, ref, eps):
+        return _run("hunt_hyab", keyset, test, ref, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, test, ref, eps = inputs
         ctx.save_for_backward(test, ref)
         ctx.eps = eps
-        return _run("hunt_hyab", keyset, test, ref, eps)
 
     @staticmethod
     def backward(ctx, grad):
@@ -248,12 +300,16 @@ class _HuntHyab(torch.autograd.Function):
         return None, _kept(mask[0], gt), _kept(mask[1], gr), None
 
 
-class _FeatureDifference(torch.autograd.Function):
+class _FeatureDifference(_SingleLevelFunction):
     @staticmethod
-    def forward(ctx, keyset, test, ref, ppd, eps):
+    def forward(keyset, test, ref, ppd, eps):
+        return _run("feature_difference", keyset, test, ref, ppd, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, test, ref, ppd, eps = inputs
         ctx.save_for_backward(test, ref)
         ctx.args = (ppd, eps)
-        return _run("feature_difference", keyset, test, ref, ppd, eps)
 
     @staticmethod
     def backward(ctx, grad):
@@ -277,15 +333,15 @@ def _ldr_flip_autograd(keyset, test, ref, ppd, space, eps):
         return _run("ldr_flip", keyset, test, ref, ppd, space, eps)
     if op_checks.keeps_sensitivities(test, ref):
         keep = [test.requires_grad, ref.requires_grad]
-        return _LdrFlipWithSensitivities.apply(keyset, test, ref, ppd, space, eps, keep)[0]
-    return _LdrFlip.apply(keyset, test, ref, ppd, space, eps)
+        return _record(_LdrFlipWithSensitivities, keyset, test, ref, ppd, space, eps, keep)[0]
+    return _record(_LdrFlip, keyset, test, ref, ppd, space, eps)
 
 
 def _ldr_flip_with_sensitivities_autograd(keyset, test, ref, ppd, space, eps, keep):
     op_checks.ldr_flip_with_sensitivities(test, ref, ppd, space, eps, keep)
     if not _wants_grad(test, ref):
         return _run("_ldr_flip_with_sensitivities", keyset, test, ref, ppd, space, eps, keep)
-    return _LdrFlipWithSensitivities.apply(keyset, test, ref, ppd, space, eps, keep)
+    return _record(_LdrFlipWithSensitivities, keyset, test, ref, ppd, space, eps, keep)
 
 
 def _ldr_flip_multiscale_autograd(keyset, test, ref, ppds, weights, space, eps, keep):
@@ -298,7 +354,7 @@ def _ldr_flip_multiscale_autograd(keyset, test, ref, ppds, weights, space, eps, 
         raise ValueError(
             "flip: _ldr_flip_multiscale's output_mask must keep the sensitivities of every input that requires grad"
         )
-    return _LdrFlipMultiscale.apply(keyset, test, ref, ppds, weights, space, eps, keep)
+    return _record(_LdrFlipMultiscale, keyset, test, ref, ppds, weights, space, eps, keep)
 
 
 def _forward_autograd(name, function, tensors):
@@ -311,7 +367,7 @@ def _forward_autograd(name, function, tensors):
             return PORTABLE_OPS[name](*args)
         if not _wants_grad(*args[:tensors]):
             return _run(name, keyset, *args)
-        return function.apply(keyset, *args)
+        return _record(function, keyset, *args)
 
     return kernel
 
@@ -319,15 +375,18 @@ def _forward_autograd(name, function, tensors):
 # ---- the backward ops ----
 
 
-class _FirstOrderOnly(torch.autograd.Function):
+class _FirstOrderOnly(_SingleLevelFunction):
     """Runs a backward op below autograd; differentiating its results raises (with
     ``create_graph=True``), so a gradient penalty through FLIP fails loudly instead of silently
     getting no gradient from it."""
 
     @staticmethod
-    def forward(ctx, name, keyset, *args):
-        ctx.name = name
+    def forward(name, keyset, *args):
         return _run(name, keyset, *args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.name = inputs[0]
 
     @staticmethod
     def backward(ctx, *grads):
@@ -345,7 +404,7 @@ def _backward_autograd(name):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if not _wants_grad(*tensors):
             return _run(name, keyset, *args)
-        return _FirstOrderOnly.apply(name, keyset, *args)
+        return _record(_FirstOrderOnly, name, keyset, *args)
 
     return kernel
 

@@ -1,0 +1,80 @@
+"""Reverse-mode torch.func transforms through the ops: ``torch.func.grad``, ``vjp`` and ``jacrev``
+give the gradients eager autograd gives, bit for bit, through the public ops, the Python API and
+``FLIPLoss``; a vmap inside the transform is computed per sample. Transforms outside the one gradient
+level (nested gradients, vmap over grad) would need an autograd node per level, which the ops do not
+have: they raise NotImplementedError naming the transforms, never a silent zero."""
+
+import pytest
+import torch
+from torch.func import grad, jacrev, vmap, vjp
+
+import flip_loss
+
+PPD = 67.0
+
+
+def _images(seed, shape=(3, 12, 14), scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g, dtype=torch.float64) * scale for _ in range(2))
+
+
+def _eager_grad(f, x):
+    x = x.detach().clone().requires_grad_()
+    f(x).backward()
+    return x.grad
+
+
+LDR_TEST, LDR_REF = _images(1)
+HDR_TEST, HDR_REF = _images(2, (1, 3, 12, 14), 4.0)
+OPPONENT, _ = _images(3)
+
+SCALARS = {
+    "ldr_flip, test": (lambda x: flip_loss.ldr_flip(x, LDR_REF, PPD).mean(), LDR_TEST),
+    "ldr_flip, reference": (lambda x: flip_loss.ldr_flip(LDR_TEST, x, PPD).mean(), LDR_REF),
+    "ldr_flip, two scales": (lambda x: flip_loss.ldr_flip(x, LDR_REF, [PPD, 30.0]).mean(), LDR_TEST),
+    "hdr_flip": (lambda x: flip_loss.hdr_flip(x, HDR_REF, PPD).mean(), HDR_TEST),
+    "FLIPLoss": (lambda x: flip_loss.FLIPLoss()(x, LDR_REF), LDR_TEST),
+    "csf_filter": (lambda x: torch.ops.flip.csf_filter(x, PPD).square().sum(), OPPONENT),
+    "hunt_hyab": (lambda x: torch.ops.flip.hunt_hyab(x, OPPONENT, 0.0).sum(), LDR_TEST),
+    "feature_difference": (lambda x: torch.ops.flip.feature_difference(x, LDR_REF[:1], PPD, 0.0).sum(), LDR_TEST[:1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCALARS))
+def test_grad_is_eager_autograd(name):
+    f, x = SCALARS[name]
+    expected = _eager_grad(f, x)
+    assert expected.abs().sum() > 0
+    assert torch.equal(grad(f)(x), expected)
+
+
+def test_vjp_and_jacrev_are_eager_autograd():
+    def per_channel(x):
+        return flip_loss.ldr_flip(x, LDR_REF, PPD).sum(dim=(-1, -2))
+
+    out, pull = vjp(per_channel, LDR_TEST)
+    (by_vjp,) = pull(torch.ones_like(out))
+    assert torch.equal(by_vjp, _eager_grad(lambda x: per_channel(x).sum(), LDR_TEST))
+    jacobian = jacrev(lambda x: flip_loss.ldr_flip(x, LDR_REF, PPD).mean())(LDR_TEST)
+    assert torch.equal(jacobian, _eager_grad(lambda x: flip_loss.ldr_flip(x, LDR_REF, PPD).mean(), LDR_TEST))
+
+
+def test_vmap_inside_grad_is_per_sample():
+    batch = torch.stack([LDR_TEST, LDR_TEST.flip(-1)])
+    by_func = grad(lambda x: vmap(lambda one: flip_loss.ldr_flip(one, LDR_REF, PPD).mean())(x).sum())(batch)
+    for i in range(2):
+        assert torch.equal(by_func[i], _eager_grad(lambda x: flip_loss.ldr_flip(x, LDR_REF, PPD).mean(), batch[i]))
+
+
+@pytest.mark.parametrize(
+    "transform, words",
+    [
+        (lambda f: grad(lambda x: grad(f)(x).sum()), "grad over grad"),
+        (lambda f: lambda x: vmap(grad(f))(torch.stack([x, x])), "vmap over grad"),
+    ],
+    ids=["grad of grad", "vmap of grad"],
+)
+def test_transforms_outside_the_gradient_are_refused(transform, words):
+    f, x = SCALARS["ldr_flip, test"]
+    with pytest.raises(NotImplementedError, match=f"flip: under torch.func .* this call is under {words}"):
+        transform(f)(x)
