@@ -238,27 +238,30 @@ PyObject* pooling_order(PyObject*, PyObject* args) {
   return done ? PyFloat_FromDouble(total) : PyErr_NoMemory();
 }
 
-// png_unfilter(filtered, out, height, row_bytes, bytes_per_pixel) -> bool: png_unfilter.h's
+// png_unfilter(filtered, out, height, row_bytes, bytes_per_pixel, planar) -> bool: png_unfilter.h's
 // reversal of the row filters of `height` scanlines, each a filter type byte and `row_bytes` bytes
-// at address `filtered`, into the height * row_bytes bytes at address `out`, without the GIL; False
-// for a filter type beyond 4. As for pooling_order, flip_loss/imageio.py, the one caller, passes
-// the addresses of buffers it holds meanwhile.
+// at address `filtered`, into the height * row_bytes bytes at address `out` (as rows, or as planes
+// where `planar` is true), without the GIL; False for a filter type beyond 4. As for pooling_order,
+// flip_loss/imageio.py, the one caller, passes the addresses of buffers it holds meanwhile.
 PyObject* png_unfilter(PyObject*, PyObject* args) {
   unsigned long long filtered = 0, out = 0;
   Py_ssize_t height = 0, row_bytes = 0, bytes_per_pixel = 0;
-  if (!PyArg_ParseTuple(args, "KKnnn", &filtered, &out, &height, &row_bytes, &bytes_per_pixel)) return nullptr;
-  if (height < 0 || row_bytes < 1 || bytes_per_pixel < 1 || bytes_per_pixel > 4 ||
+  int planar = 0;
+  if (!PyArg_ParseTuple(args, "KKnnnp", &filtered, &out, &height, &row_bytes, &bytes_per_pixel, &planar))
+    return nullptr;
+  if (height < 0 || row_bytes < 1 || bytes_per_pixel < 1 || bytes_per_pixel > 4 || row_bytes % bytes_per_pixel != 0 ||
       (height > 0 && (filtered == 0 || out == 0))) {
     PyErr_SetString(PyExc_ValueError,
-                    "png_unfilter: expected two addresses, a height >= 0, row_bytes >= 1 and bytes_per_pixel "
-                    "from 1 to 4");
+                    "png_unfilter: expected two addresses, a height >= 0, bytes_per_pixel from 1 to 4 and row_bytes "
+                    "a multiple of it");
     return nullptr;
   }
   bool known = false;
   const bool done = without_gil([&] {
-    known = flip::cpu::png_unfilter(reinterpret_cast<const std::uint8_t*>(filtered),
-                                    reinterpret_cast<std::uint8_t*>(out), static_cast<std::size_t>(height),
-                                    static_cast<std::size_t>(row_bytes), static_cast<std::size_t>(bytes_per_pixel));
+    known =
+        flip::cpu::png_unfilter(reinterpret_cast<const std::uint8_t*>(filtered), reinterpret_cast<std::uint8_t*>(out),
+                                static_cast<std::size_t>(height), static_cast<std::size_t>(row_bytes),
+                                static_cast<std::size_t>(bytes_per_pixel), planar != 0);
   });
   return done ? PyBool_FromLong(known ? 1 : 0) : PyErr_NoMemory();
 }
@@ -325,8 +328,9 @@ PyMethodDef methods[] = {
      "the buffer at sorted, their running sums into running, and their sum in their own order (flip_loss.pooling's "
      "private helper)."},
     {"png_unfilter", &png_unfilter, METH_VARARGS,
-     "png_unfilter(filtered, out, height, row_bytes, bytes_per_pixel) -> bool: the row filters of an 8-bit PNG "
-     "image's scanlines at address filtered reversed into the buffer at out; False for an unknown filter type "
+     "png_unfilter(filtered, out, height, row_bytes, bytes_per_pixel, planar) -> bool: the row filters of an 8-bit "
+     "PNG image's scanlines at address filtered reversed into the buffer at out, as rows or as planes; False for an "
+     "unknown filter type "
      "(flip_loss.imageio's private helper)."},
     {"byte_planes", &byte_planes, METH_VARARGS,
      "byte_planes(samples, planes, height, width, channels, row_stride, pixel_stride): 8-bit samples / 255 into "

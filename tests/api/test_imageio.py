@@ -518,7 +518,7 @@ def test_damaged_png_gets_the_verdict_pillow_gives(tmp_path, monkeypatch):
         path.write_bytes(content)
         verdict = outcome(path)
         with monkeypatch.context() as m:
-            m.setattr(imageio, "_png8_samples", lambda path, im: None)  # Pillow decodes every file
+            m.setattr(imageio, "_png8_samples", lambda path, im, planar=False: None)  # Pillow decodes every file
             assert outcome(path) == verdict, name
         verdicts[name] = verdict[0]
     # a flipped first byte of the stream names no compression method
@@ -533,15 +533,37 @@ def test_png_unfilter_checks_its_arguments():
 
     rows = np.array([[1, 10, 20, 30], [4, 1, 2, 3]], np.uint8)  # Sub, then Paeth, one byte a pixel
     out = np.zeros((2, 3), np.uint8)
-    assert _C.png_unfilter(rows.ctypes.data, out.ctypes.data, 2, 3, 1) is True
+    assert _C.png_unfilter(rows.ctypes.data, out.ctypes.data, 2, 3, 1, False) is True
     np.testing.assert_array_equal(out, [[10, 30, 60], [11, 32, 63]])
     rows[1, 0] = 5
-    assert _C.png_unfilter(rows.ctypes.data, out.ctypes.data, 2, 3, 1) is False
-    for height, row_bytes, bpp in ((-1, 3, 1), (2, 0, 1), (2, 3, 0), (2, 3, 5)):
+    assert _C.png_unfilter(rows.ctypes.data, out.ctypes.data, 2, 3, 1, False) is False
+    for height, row_bytes, bpp in ((-1, 3, 1), (2, 0, 1), (2, 3, 0), (2, 3, 5), (2, 3, 2)):
         with pytest.raises(ValueError, match="png_unfilter: expected two addresses"):
-            _C.png_unfilter(rows.ctypes.data, out.ctypes.data, height, row_bytes, bpp)
+            _C.png_unfilter(rows.ctypes.data, out.ctypes.data, height, row_bytes, bpp, False)
     with pytest.raises(ValueError, match="png_unfilter: expected two addresses"):
-        _C.png_unfilter(0, out.ctypes.data, 2, 3, 1)
+        _C.png_unfilter(0, out.ctypes.data, 2, 3, 1, False)
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+def test_png_unfilter_into_planes_deals_out_the_rows(channels):
+    """Every filter type on every row (the Paeth rows' ties too): the planes are the rows' samples
+    channel by channel, and a filter type beyond 4 stops both layouts alike."""
+    if not flip_loss.HAS_EXTENSION:
+        pytest.skip("the compiled extension is not built")
+    from flip_loss import _C
+
+    rng = np.random.default_rng(channels)
+    height, width = 11, 9
+    rows = rng.integers(0, 256, (height, 1 + width * channels), dtype=np.uint8)
+    rows[:4, 1:] = rows[0, 1:] // 3  # repeated bytes: ties in the Paeth predictor
+    rows[:, 0] = np.arange(height) % 5
+    interleaved = np.zeros((height, width, channels), np.uint8)
+    planes = np.zeros((channels, height, width), np.uint8)
+    assert _C.png_unfilter(rows.ctypes.data, interleaved.ctypes.data, height, width * channels, channels, False)
+    assert _C.png_unfilter(rows.ctypes.data, planes.ctypes.data, height, width * channels, channels, True)
+    np.testing.assert_array_equal(planes, interleaved.transpose(2, 0, 1))
+    rows[6, 0] = 7
+    assert not _C.png_unfilter(rows.ctypes.data, planes.ctypes.data, height, width * channels, channels, True)
 
 
 # ----------------------------------------------------------------------------------------------

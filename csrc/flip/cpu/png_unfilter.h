@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>  // std::abs
 #include <cstring>
+#include <utility>  // std::swap
 #include <vector>
 
 namespace flip::cpu {
@@ -72,26 +73,52 @@ bool unfilter_rows(const std::uint8_t* filtered, std::uint8_t* out, std::size_t 
   return true;
 }
 
+// As unfilter_rows, into Bpp planes of height x (row_bytes / Bpp) samples: each row is unfiltered
+// into one of two rows that stay in the cache (the one above is the filters' `up`), then dealt out.
+template <std::size_t Bpp>
+bool unfilter_rows_to_planes(const std::uint8_t* filtered, std::uint8_t* planes, std::size_t height,
+                             std::size_t row_bytes) {
+  std::vector<std::uint8_t> rows(2 * row_bytes);  // zeros: the row above the first
+  std::uint8_t* up = rows.data();
+  std::uint8_t* row = rows.data() + row_bytes;
+  const std::size_t width = row_bytes / Bpp;
+  for (std::size_t y = 0; y < height; ++y) {
+    const std::uint8_t* in = filtered + y * (row_bytes + 1);
+    if (!unfilter_row<Bpp>(in[0], in + 1, up, row, row_bytes)) return false;
+    std::uint8_t* plane_rows[Bpp];
+    for (std::size_t c = 0; c < Bpp; ++c) plane_rows[c] = planes + (c * height + y) * width;
+    for (std::size_t x = 0; x < width; ++x) {
+      for (std::size_t c = 0; c < Bpp; ++c) plane_rows[c][x] = row[x * Bpp + c];
+    }
+    std::swap(up, row);
+  }
+  return true;
+}
+
 }  // namespace png_detail
 
 // Unfilters `height` scanlines of `row_bytes` bytes each: `filtered` holds them as inflated from
 // the IDAT stream, each after its filter type byte (height * (row_bytes + 1) bytes); `out` receives
-// the rows one after another (height * row_bytes bytes; it may not overlap `filtered`).
-// `bytes_per_pixel` is the channel count of an 8-bit image: 1 (grey), 2 (grey + alpha), 3 (RGB) or
-// 4 (RGBA); the caller checks it. Returns false at the first row whose filter type is beyond 4
-// (that row and the ones below it are left unwritten). Throws std::bad_alloc when the one row of
-// zeros cannot be allocated.
+// the rows one after another (height * row_bytes bytes; it may not overlap `filtered`), or with
+// `planar` each channel's samples as a plane of height x (row_bytes / bytes_per_pixel), the planes
+// one after another. `bytes_per_pixel` is the channel count of an 8-bit image: 1 (grey), 2 (grey +
+// alpha), 3 (RGB) or 4 (RGBA); the caller checks it. Returns false at the first row whose filter
+// type is beyond 4 (that row and the ones below it are left unwritten). Throws std::bad_alloc when
+// the rows it works in cannot be allocated.
 inline bool png_unfilter(const std::uint8_t* filtered, std::uint8_t* out, std::size_t height, std::size_t row_bytes,
-                         std::size_t bytes_per_pixel) {
+                         std::size_t bytes_per_pixel, bool planar = false) {
   switch (bytes_per_pixel) {
-    case 1:
+    case 1:  // one channel: the rows are its plane
       return png_detail::unfilter_rows<1>(filtered, out, height, row_bytes);
     case 2:
-      return png_detail::unfilter_rows<2>(filtered, out, height, row_bytes);
+      return planar ? png_detail::unfilter_rows_to_planes<2>(filtered, out, height, row_bytes)
+                    : png_detail::unfilter_rows<2>(filtered, out, height, row_bytes);
     case 3:
-      return png_detail::unfilter_rows<3>(filtered, out, height, row_bytes);
+      return planar ? png_detail::unfilter_rows_to_planes<3>(filtered, out, height, row_bytes)
+                    : png_detail::unfilter_rows<3>(filtered, out, height, row_bytes);
     default:
-      return png_detail::unfilter_rows<4>(filtered, out, height, row_bytes);
+      return planar ? png_detail::unfilter_rows_to_planes<4>(filtered, out, height, row_bytes)
+                    : png_detail::unfilter_rows<4>(filtered, out, height, row_bytes);
   }
 }
 
