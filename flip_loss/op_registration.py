@@ -124,11 +124,12 @@ _SingleLevelFunction = torch.autograd.function._SingleLevelFunction
 
 def _record(function, *args):
     """``function.apply(*args)``, the autograd node of an op, from inside the op's Autograd kernel.
-    Under one torch.func gradient transform (grad, vjp, jacrev; a vmap inside it reaches here per
-    sample) the transform has already unwrapped the tensors of its level, as for ATen's own ops, and
-    a plain node on them is what it differentiates: the node is recorded as functorch records its
-    own single-level ones. A transform outside that one (nested gradients, vmap over grad) would
-    need a node per level, which the ops do not have: refused, rather than a silent zero."""
+    Under a torch.func gradient transform (grad, vjp, jacrev) the transform has already unwrapped
+    the tensors of its level, as for ATen's own ops, and a plain node on them is what it
+    differentiates: the node is recorded as functorch records its own single-level ones. vmap
+    levels around it are carried by the tensors (per-example gradients). A second gradient level
+    would need a node of its own, which the ops do not have (first order only): refused, rather
+    than a silent zero."""
     if not torch._C._are_functorch_transforms_active():
         return function.apply(*args)
     from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
@@ -137,10 +138,10 @@ def _record(function, *args):
     levels = [
         str(interpreter.key()).rsplit(".", 1)[-1].lower() for interpreter in retrieve_all_functorch_interpreters()
     ]
-    if levels != ["grad"]:
+    if levels.count("grad") != 1 or any(level not in ("grad", "vmap") for level in levels):
         raise NotImplementedError(
-            "flip: under torch.func the ops support one gradient transform (grad, vjp, jacrev), with "
-            f"vmap only inside it; this call is under {' over '.join(levels)}"
+            "flip: under torch.func the ops support one gradient transform (grad, vjp, jacrev), with vmap "
+            f"inside or around it; this call is under {' over '.join(levels)}"
         )
     with enable_single_level_autograd_function():
         return function.apply(*args)
