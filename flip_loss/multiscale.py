@@ -38,6 +38,23 @@ def multiscale_op(
     """The weighted mean of the maps at each scale from ``_ldr_flip_multiscale``, which keeps the
     sensitivities of the inputs a gradient will be taken for (TorchScript-compatible: a scripted
     FLIPLoss calls it too, so that both give the same bits)."""
+    wanted = [test.requires_grad, reference.requires_grad]
+    if not torch.jit.is_scripting():
+        wanted = [_requires_grad_inside(test), _requires_grad_inside(reference)]
     grad = torch.is_grad_enabled()
-    keep = [grad and test.requires_grad, grad and reference.requires_grad]
+    keep = [grad and wanted[0], grad and wanted[1]]
     return torch.ops.flip._ldr_flip_multiscale(test, reference, ppds, weights, space, eps, keep)[0]
+
+
+@torch.jit.unused
+def _requires_grad_inside(t: torch.Tensor) -> bool:
+    """Whether ``t`` or a tensor inside its functorch wrappers requires grad: a vmapped tensor never
+    says so itself, while the op's Autograd kernel sees each example's, which may."""
+    from .tensor_values import is_compiling
+
+    if is_compiling():  # torch.compile cannot trace the unwrapping: the tensor's own flag there
+        return t.requires_grad
+    functorch = torch._C._functorch
+    while not t.requires_grad and functorch.is_functorch_wrapped_tensor(t):
+        t = functorch.get_unwrapped(t)
+    return t.requires_grad

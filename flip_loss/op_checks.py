@@ -63,12 +63,17 @@ def refuse_forward_mode(name: str, *args) -> None:
     the ops' Autograd and BackendSelect kernels, and by the Python API where the compiled ops
     serve, before any work that a tangent could reach first (automatic exposures)."""
     if carries_tangent(*args):
-        raise NotImplementedError(
-            f"flip: forward-mode automatic differentiation (torch.func.jvp, jacfwd, hessian, "
-            f"torch.autograd.forward_ad) is not supported: flip::{name} has no JVP. Use reverse "
-            f"mode (loss.backward(), torch.autograd.grad), or flip_loss.oracle (pure PyTorch, "
-            f"which supports forward mode) for the same function."
-        )
+        raise forward_mode_error(name)
+
+
+def forward_mode_error(name: str) -> NotImplementedError:
+    """The refusal of forward mode by op ``name``."""
+    return NotImplementedError(
+        f"flip: forward-mode automatic differentiation (torch.func.jvp, jacfwd, hessian, "
+        f"torch.autograd.forward_ad) is not supported: flip::{name} has no JVP. Use reverse "
+        f"mode (loss.backward(), torch.autograd.grad), or flip_loss.oracle (pure PyTorch, "
+        f"which supports forward mode) for the same function."
+    )
 
 
 def _value(cond, message):

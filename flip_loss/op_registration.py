@@ -122,14 +122,14 @@ def _kept(flag: bool, t):
 _SingleLevelFunction = torch.autograd.function._SingleLevelFunction
 
 
-def _record(function, *args):
-    """``function.apply(*args)``, the autograd node of an op, from inside the op's Autograd kernel.
+def _record(name, function, *args):
+    """``function.apply(*args)``, the autograd node of op ``name``, from inside its Autograd kernel.
     Under a torch.func gradient transform (grad, vjp, jacrev) the transform has already unwrapped
     the tensors of its level, as for ATen's own ops, and a plain node on them is what it
     differentiates: the node is recorded as functorch records its own single-level ones. vmap
     levels around it are carried by the tensors (per-example gradients). A second gradient level
-    would need a node of its own, which the ops do not have (first order only): refused, rather
-    than a silent zero."""
+    would need a node of its own, which the ops do not have (first order only), and a forward-mode
+    level around it a JVP: refused, rather than a silent zero."""
     if not torch._C._are_functorch_transforms_active():
         return function.apply(*args)
     from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
@@ -138,6 +138,8 @@ def _record(function, *args):
     levels = [
         str(interpreter.key()).rsplit(".", 1)[-1].lower() for interpreter in retrieve_all_functorch_interpreters()
     ]
+    if "jvp" in levels:
+        raise op_checks.forward_mode_error(name)
     if levels.count("grad") != 1 or any(level not in ("grad", "vmap") for level in levels):
         raise NotImplementedError(
             "flip: under torch.func the ops support one gradient transform (grad, vjp, jacrev), with vmap "
@@ -334,15 +336,15 @@ def _ldr_flip_autograd(keyset, test, ref, ppd, space, eps):
         return _run("ldr_flip", keyset, test, ref, ppd, space, eps)
     if op_checks.keeps_sensitivities(test, ref):
         keep = [test.requires_grad, ref.requires_grad]
-        return _record(_LdrFlipWithSensitivities, keyset, test, ref, ppd, space, eps, keep)[0]
-    return _record(_LdrFlip, keyset, test, ref, ppd, space, eps)
+        return _record("ldr_flip", _LdrFlipWithSensitivities, keyset, test, ref, ppd, space, eps, keep)[0]
+    return _record("ldr_flip", _LdrFlip, keyset, test, ref, ppd, space, eps)
 
 
 def _ldr_flip_with_sensitivities_autograd(keyset, test, ref, ppd, space, eps, keep):
     op_checks.ldr_flip_with_sensitivities(test, ref, ppd, space, eps, keep)
     if not _wants_grad(test, ref):
         return _run("_ldr_flip_with_sensitivities", keyset, test, ref, ppd, space, eps, keep)
-    return _record(_LdrFlipWithSensitivities, keyset, test, ref, ppd, space, eps, keep)
+    return _record("_ldr_flip_with_sensitivities", _LdrFlipWithSensitivities, keyset, test, ref, ppd, space, eps, keep)
 
 
 def _ldr_flip_multiscale_autograd(keyset, test, ref, ppds, weights, space, eps, keep):
@@ -355,7 +357,7 @@ def _ldr_flip_multiscale_autograd(keyset, test, ref, ppds, weights, space, eps, 
         raise ValueError(
             "flip: _ldr_flip_multiscale's output_mask must keep the sensitivities of every input that requires grad"
         )
-    return _record(_LdrFlipMultiscale, keyset, test, ref, ppds, weights, space, eps, keep)
+    return _record("_ldr_flip_multiscale", _LdrFlipMultiscale, keyset, test, ref, ppds, weights, space, eps, keep)
 
 
 def _forward_autograd(name, function, tensors):
@@ -368,7 +370,7 @@ def _forward_autograd(name, function, tensors):
             return PORTABLE_OPS[name](*args)
         if not _wants_grad(*args[:tensors]):
             return _run(name, keyset, *args)
-        return _record(function, keyset, *args)
+        return _record(name, function, keyset, *args)
 
     return kernel
 
@@ -405,7 +407,7 @@ def _backward_autograd(name):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if not _wants_grad(*tensors):
             return _run(name, keyset, *args)
-        return _record(_FirstOrderOnly, name, keyset, *args)
+        return _record(name, _FirstOrderOnly, name, keyset, *args)
 
     return kernel
 

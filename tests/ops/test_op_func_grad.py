@@ -1,12 +1,13 @@
 """Reverse-mode torch.func transforms through the ops: ``torch.func.grad``, ``vjp`` and ``jacrev``
 give the gradients eager autograd gives, bit for bit, through the public ops, the Python API and
 ``FLIPLoss``, also with vmap inside them (computed per example) or around them (per-example
-gradients). A second gradient level (grad of grad, hessian by jacrev of jacrev) would need an
-autograd node of its own: it raises NotImplementedError naming the transforms, never a silent zero."""
+gradients). A second gradient level (grad of grad, jacrev of jacrev) would need an autograd node of
+its own, and forward mode around a gradient (jvp of grad, hessian) a JVP: both raise
+NotImplementedError naming what is missing, never a silent zero."""
 
 import pytest
 import torch
-from torch.func import grad, jacrev, vmap, vjp
+from torch.func import grad, hessian, jacfwd, jacrev, jvp, vmap, vjp
 
 import flip_loss
 
@@ -59,11 +60,36 @@ def test_vjp_and_jacrev_are_eager_autograd():
     assert torch.equal(jacobian, _eager_grad(lambda x: flip_loss.ldr_flip(x, LDR_REF, PPD).mean(), LDR_TEST))
 
 
-def test_vmap_inside_grad_is_per_sample():
-    batch = torch.stack([LDR_TEST, LDR_TEST.flip(-1)])
-    by_func = grad(lambda x: vmap(lambda one: flip_loss.ldr_flip(one, LDR_REF, PPD).mean())(x).sum())(batch)
+@pytest.mark.parametrize("name", ["ldr_flip, test", "ldr_flip, two scales", "FLIPLoss"])
+def test_vmap_inside_grad_is_per_sample(name):
+    f, x = SCALARS[name]
+    batch = torch.stack([x, x.flip(-1)])
+    by_func = grad(lambda xs: vmap(f)(xs).sum())(batch)
     for i in range(2):
-        assert torch.equal(by_func[i], _eager_grad(lambda x: flip_loss.ldr_flip(x, LDR_REF, PPD).mean(), batch[i]))
+        assert torch.equal(by_func[i], _eager_grad(f, batch[i]))
+
+
+def test_two_scales_under_vmap_keep_what_each_example_needs():
+    """A vmapped image never says that it requires grad itself: multi-scale LDR-FLIP's one-op path
+    looks inside, so that eager backward through vmap keeps the sensitivities it needs."""
+    f, x = SCALARS["ldr_flip, two scales"]
+    batch = torch.stack([x, x.flip(-2)]).requires_grad_()
+    vmap(f)(batch).sum().backward()
+    for i in range(2):
+        assert torch.equal(batch.grad[i], _eager_grad(f, batch[i]))
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [lambda f, x: jvp(grad(f), (x,), (x,)), lambda f, x: hessian(f)(x), lambda f, x: jacfwd(jacrev(f))(x)],
+    ids=["jvp of grad", "hessian", "jacfwd of jacrev"],
+)
+def test_forward_mode_around_a_gradient_is_refused_as_forward_mode(transform):
+    f, x = SCALARS["ldr_flip, test"]
+    with pytest.raises(
+        NotImplementedError, match="forward-mode automatic differentiation .* flip::ldr_flip has no JVP"
+    ):
+        transform(f, x)
 
 
 @pytest.mark.parametrize("name", ["ldr_flip, test", "ldr_flip, reference", "hdr_flip", "FLIPLoss"])
