@@ -644,26 +644,25 @@ def save_png(path, hwc_uint8) -> None:
 
 def _write_png(path, shape: Tuple[int, int, int], fill: Callable[[int, int, np.ndarray], object]) -> None:
     """Writes a PNG file of an H x W x C (``shape``) 8-bit image whose rows ``fill(top, bottom, out)``
-    writes, a block at a time, into the (bottom - top) x W x C uint8 array ``out``."""
+    writes, a block at a time, into the (bottom - top) x W x C uint8 array ``out``. The file is
+    opened once the whole stream is deflated: an error before leaves any file there as it was."""
     height, width, channels = shape
     block_rows = max(1, min(height, _PNG_BLOCK_BYTES // (1 + width * channels)))
     rows = np.zeros((block_rows, 1 + width * channels), np.uint8)  # each row: filter type 0 (none), samples
     samples = rows[:, 1:].reshape(block_rows, width, channels)
     compressor = png_encoder()[1]()
+    stream = bytearray()
+    for top in range(0, height, block_rows):
+        count = min(block_rows, height - top)
+        fill(top, top + count, samples[:count])
+        stream += compressor.compress(rows[:count])
+    stream += compressor.flush()
     header = struct.pack(">IIBBBBB", width, height, 8, _PNG_COLOUR_TYPES[channels], 0, 0, 0)
+    data = memoryview(stream)
     with open(os.fspath(path), "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header))
-        stream = bytearray()
-        for top in range(0, height, block_rows):
-            count = min(block_rows, height - top)
-            fill(top, top + count, samples[:count])
-            stream += compressor.compress(rows[:count])
-            while len(stream) >= _IDAT_BYTES:
-                f.write(_png_chunk(b"IDAT", memoryview(stream)[:_IDAT_BYTES]))
-                del stream[:_IDAT_BYTES]
-        stream += compressor.flush()
-        for i in range(0, len(stream), _IDAT_BYTES):
-            f.write(_png_chunk(b"IDAT", memoryview(stream)[i : i + _IDAT_BYTES]))
+        for i in range(0, len(data), _IDAT_BYTES):
+            f.write(_png_chunk(b"IDAT", data[i : i + _IDAT_BYTES]))
         f.write(_png_chunk(b"IEND", b""))
 
 

@@ -118,6 +118,32 @@ def test_save_png_round_trip(tmp_path):
         save_png(tmp_path / "f.png", a[..., :2])
 
 
+def test_a_failed_save_png_leaves_the_file_there_as_it_was(tmp_path, monkeypatch):
+    """The rows are deflated a block at a time; the file is opened only once the stream is whole, so
+    an error in between (here the encoder's, on the second block) leaves an earlier file intact."""
+    path = tmp_path / "map.png"
+    path.write_bytes(b"an earlier file")
+
+    class Failing:
+        def __init__(self):
+            self.calls = 0
+
+        def compress(self, data):
+            self.calls += 1
+            if self.calls == 2:
+                raise OSError("the encoder failed")
+            return b""
+
+        def flush(self):
+            return b""
+
+    monkeypatch.setattr(imageio, "png_encoder", lambda: ("failing", Failing))
+    monkeypatch.setattr(imageio, "_PNG_BLOCK_BYTES", 1024)
+    with pytest.raises(OSError, match="the encoder failed"):
+        imageio.save_png(path, np.zeros((64, 64, 3), np.uint8))
+    assert path.read_bytes() == b"an earlier file"
+
+
 @pytest.mark.parametrize("encoder", ["isal", "zlib"])
 def test_save_png_encoders_store_the_same_pixels(tmp_path, monkeypatch, encoder):
     """Either deflate encoder (ISA-L when installed, else zlib) writes the same pixels, and writing
