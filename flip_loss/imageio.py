@@ -362,16 +362,22 @@ def _png8_samples(path: str, im, planar: bool = False) -> Optional[np.ndarray]:
     return samples[..., 0] if channels == 1 and not planar else samples
 
 
-def _planar_codes(planes: np.ndarray, keep_alpha: bool) -> np.ndarray:
-    """3 (or with ``keep_alpha``, for an image with alpha, 4) x H x W codes of an 8-bit image given
-    as its C x H x W planes (grey, grey + alpha, RGB, RGBA): grey repeated into three channels, as
-    :func:`_to_planes` makes them of an image's samples. The colour planes of RGB and RGBA are
-    ``planes`` itself or its first three, no copy."""
-    channels = planes.shape[0]
-    colour = planes[:3] if channels >= 3 else np.repeat(planes[:1], 3, axis=0)
-    if not keep_alpha or channels in (1, 3):
-        return colour
-    return planes if channels == 4 else np.concatenate([colour, planes[1:]], axis=0)
+def _flip_channels(samples: np.ndarray, keep_alpha: bool, axis: int) -> np.ndarray:
+    """The channels FLIP reads of an 8-bit image's samples, whose channels (grey, grey + alpha, RGB
+    or RGBA) lie along ``axis``: 3, grey repeated into them, or with ``keep_alpha`` for an image with
+    alpha 4, alpha last. Those of RGB and RGBA are ``samples`` itself or a view of it."""
+
+    def channels(start: int, stop: int) -> np.ndarray:
+        index = [slice(None)] * samples.ndim
+        index[axis] = slice(start, stop)
+        return samples[tuple(index)]
+
+    count = samples.shape[axis]
+    alpha = keep_alpha and count in (2, 4)
+    if count == (4 if alpha else 3):
+        return samples
+    colour = channels(0, 3) if count >= 3 else np.repeat(channels(0, 1), 3, axis=axis)
+    return np.concatenate([colour, channels(count - 1, count)], axis=axis) if alpha else colour
 
 
 def _has_alpha(im) -> bool:
@@ -443,15 +449,12 @@ def _to_planes(
         samples = colour.astype(np.int64) // key.step if key.step > 1 else colour
         a = _with_key_alpha(colour, samples, key.samples if keep_alpha else None)
     elif mode in ("RGB", "RGBA", "L", "LA"):
-        if decoded is not None and codes:
-            return torch.from_numpy(_planar_codes(decoded, keep_alpha))
+        if decoded is not None and codes:  # planes
+            return torch.from_numpy(_flip_channels(decoded, keep_alpha, 0))
         a = np.asarray(im) if decoded is None else decoded
     else:
         a = np.asarray(im.convert("RGBA" if _has_alpha(im) else "RGB"))
-    a = a[..., None] if a.ndim == 2 else a
-    colour = np.repeat(a[..., :1], 3, axis=2) if a.shape[2] in (1, 2) else a[..., :3]  # grey (+ alpha)
-    if keep_alpha and a.shape[2] in (2, 4):
-        colour = np.concatenate([colour, a[..., -1:]], axis=2)
+    colour = _flip_channels(a[..., None] if a.ndim == 2 else a, keep_alpha, 2)
     if codes:
         return torch.from_numpy(np.ascontiguousarray(colour.transpose(2, 0, 1)))
     return _planar_float(colour, 255.0)
@@ -617,44 +620,31 @@ def _png_chunk(tag: bytes, data) -> bytes:
     return struct.pack(">I", len(data)) + tag + bytes(data) + struct.pack(">I", zlib.crc32(data, zlib.crc32(tag)))
 
 
-def _checked_samples(image, function: str) -> np.ndarray:
-    """An 8-bit image for a PNG file as an H x W x C uint8 array (C = 1, 3 or 4)."""
-    if isinstance(image, torch.Tensor):
-        image = image.detach().to("cpu").numpy()
-    a = np.asarray(image)
+def save_png(path, hwc_uint8) -> None:
+    """Writes an 8-bit image to ``path`` as PNG: an H x W x 3 (RGB), H x W x 4 (RGBA), H x W x 1 or
+    H x W (grey) ``uint8`` numpy array or tensor. The parent directory must exist. The rows are
+    stored unfiltered and deflated by :func:`png_encoder`'s encoder, no ancillary chunk. The file
+    is opened once the whole stream is deflated: an error before leaves any file there as it was."""
+    if isinstance(hwc_uint8, torch.Tensor):
+        hwc_uint8 = hwc_uint8.detach().to("cpu").numpy()
+    a = np.asarray(hwc_uint8)
     if a.dtype != np.uint8:
-        raise TypeError(f"flip_loss.imageio.{function}: expected uint8 values, got {a.dtype}")
+        raise TypeError(f"flip_loss.imageio.save_png: expected uint8 values, got {a.dtype}")
     if a.ndim == 2:
         a = a[..., None]
     if a.ndim != 3 or a.shape[2] not in _PNG_COLOUR_TYPES or a.size == 0:
         raise ValueError(
-            f"flip_loss.imageio.{function}: expected an H x W, H x W x 1, H x W x 3 or "
-            f"H x W x 4 image, got shape {np.shape(image)}"
+            "flip_loss.imageio.save_png: expected an H x W, H x W x 1, H x W x 3 or "
+            f"H x W x 4 image, got shape {np.shape(hwc_uint8)}"
         )
-    return a
-
-
-def save_png(path, hwc_uint8) -> None:
-    """Writes an 8-bit image to ``path`` as PNG: an H x W x 3 (RGB), H x W x 4 (RGBA), H x W x 1 or
-    H x W (grey) ``uint8`` numpy array or tensor. The parent directory must exist. The rows are
-    stored unfiltered and deflated by :func:`png_encoder`'s encoder, no ancillary chunk."""
-    a = _checked_samples(hwc_uint8, "save_png")
-    _write_png(path, a.shape, lambda top, bottom, out: np.copyto(out, a[top:bottom]))
-
-
-def _write_png(path, shape: Tuple[int, int, int], fill: Callable[[int, int, np.ndarray], object]) -> None:
-    """Writes a PNG file of an H x W x C (``shape``) 8-bit image whose rows ``fill(top, bottom, out)``
-    writes, a block at a time, into the (bottom - top) x W x C uint8 array ``out``. The file is
-    opened once the whole stream is deflated: an error before leaves any file there as it was."""
-    height, width, channels = shape
+    height, width, channels = a.shape
     block_rows = max(1, min(height, _PNG_BLOCK_BYTES // (1 + width * channels)))
     rows = np.zeros((block_rows, 1 + width * channels), np.uint8)  # each row: filter type 0 (none), samples
-    samples = rows[:, 1:].reshape(block_rows, width, channels)
     compressor = png_encoder()[1]()
     stream = bytearray()
     for top in range(0, height, block_rows):
         count = min(block_rows, height - top)
-        fill(top, top + count, samples[:count])
+        rows[:count, 1:] = a[top : top + count].reshape(count, -1)
         stream += compressor.compress(rows[:count])
     stream += compressor.flush()
     header = struct.pack(">IIBBBBB", width, height, 8, _PNG_COLOUR_TYPES[channels], 0, 0, 0)
