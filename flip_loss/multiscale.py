@@ -6,6 +6,8 @@ from typing import List
 
 import torch
 
+from .tensor_values import requires_grad_inside
+
 
 def weighted_sum(maps: List[torch.Tensor], weights: List[float]) -> torch.Tensor:
     """Multi-scale FLIP's map: maps[0] * weights[0] + maps[1] * weights[1] + ..., in that order (the
@@ -40,21 +42,7 @@ def multiscale_op(
     FLIPLoss calls it too, so that both give the same bits)."""
     wanted = [test.requires_grad, reference.requires_grad]
     if not torch.jit.is_scripting():
-        wanted = [_requires_grad_inside(test), _requires_grad_inside(reference)]
+        wanted = [requires_grad_inside(test), requires_grad_inside(reference)]
     grad = torch.is_grad_enabled()
     keep = [grad and wanted[0], grad and wanted[1]]
     return torch.ops.flip._ldr_flip_multiscale(test, reference, ppds, weights, space, eps, keep)[0]
-
-
-@torch.jit.unused
-def _requires_grad_inside(t: torch.Tensor) -> bool:
-    """Whether ``t`` or a tensor inside its functorch wrappers requires grad: a vmapped tensor never
-    says so itself, while the op's Autograd kernel sees each example's, which may."""
-    from .tensor_values import is_compiling
-
-    if is_compiling():  # torch.compile cannot trace the unwrapping: the tensor's own flag there
-        return t.requires_grad
-    functorch = torch._C._functorch
-    while not t.requires_grad and functorch.is_functorch_wrapped_tensor(t):
-        t = functorch.get_unwrapped(t)
-    return t.requires_grad

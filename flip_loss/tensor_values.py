@@ -33,6 +33,19 @@ def _unwrapped(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+@torch.jit.unused
+def requires_grad_inside(t: torch.Tensor) -> bool:
+    """Whether ``t`` or a tensor inside its functorch wrappers requires grad: a vmapped tensor never
+    says so itself, while an op's Autograd kernel sees each example's, which may. Under
+    torch.compile, which cannot trace the unwrapping, the tensor's own flag."""
+    if is_compiling():
+        return t.requires_grad
+    functorch = torch._C._functorch
+    while not t.requires_grad and functorch.is_functorch_wrapped_tensor(t):
+        t = functorch.get_unwrapped(t)
+    return t.requires_grad
+
+
 def is_plain_tensor(t: torch.Tensor) -> bool:
     """A tensor that holds its values itself: not a subclass (FakeTensor), not functorch-wrapped,
     not on the meta device."""
