@@ -456,7 +456,8 @@ def _to_planes(
         a = np.asarray(im.convert("RGBA" if _has_alpha(im) else "RGB"))
     colour = _flip_channels(a[..., None] if a.ndim == 2 else a, keep_alpha, 2)
     if codes:
-        return torch.from_numpy(np.ascontiguousarray(colour.transpose(2, 0, 1)))
+        planes = np.ascontiguousarray(colour.transpose(2, 0, 1))  # a one-pixel image: Pillow's own, read-only
+        return torch.from_numpy(planes if planes.flags.writeable else planes.copy())
     return _planar_float(colour, 255.0)
 
 

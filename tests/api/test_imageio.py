@@ -8,6 +8,7 @@ import os
 import re
 import struct
 import sys
+import warnings
 import zlib
 from pathlib import Path
 
@@ -688,3 +689,16 @@ def test_byte_planes_and_colour_map_check_their_arguments():
     for count, address in ((-1, table.ctypes.data), (5, 0)):
         with pytest.raises(ValueError, match="colour_map: expected three addresses"):
             _C.colour_map(values.ctypes.data, count, address, colours.ctypes.data)
+
+
+@pytest.mark.parametrize("suffix", [".png", ".bmp"])
+def test_a_one_pixel_image_as_codes_is_its_own_writable_tensor(tmp_path, suffix):
+    """Pillow's samples of a one-pixel image are already laid out as planes, and read-only: the
+    codes come back as a copy, without torch's warning about a non-writable array."""
+    path = tmp_path / f"pixel{suffix}"
+    Image.fromarray(np.array([[[10, 20, 30]]], np.uint8)).save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        codes = load_image(path, codes=True)
+    codes += 1
+    assert codes.flatten().tolist() == [11, 21, 31]
