@@ -17,6 +17,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from . import environment, torch_releases
+from .tensor_values import beyond_first_order_reverse
 
 HAS_EXTENSION = False
 IMPORT_ERROR = None
@@ -350,9 +351,13 @@ def use_extension(*tensors: torch.Tensor, op: str = "ldr_flip") -> bool:
 def kernels_serve(op: str, *tensors: torch.Tensor) -> bool:
     """Whether the compiled ``op`` serves these tensors: on a device with kernels (``use_extension``), or on
     the meta device, where the ops' Meta kernels give the result's shape and dtype (the
-    pure-PyTorch oracle would work too, but slowly and with a warning)."""
+    pure-PyTorch oracle would work too, but slowly and with a warning). Not where the call is
+    differentiated beyond first-order reverse mode (forward mode, grad of grad), which the ops'
+    autograd nodes cannot follow and the portable path can: no warning, nothing was missing."""
     if HAS_EXTENSION and all(t.device.type == "meta" for t in tensors):
         return True
+    if beyond_first_order_reverse(*tensors):
+        return False
     return use_extension(*tensors, op=op)
 
 

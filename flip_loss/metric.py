@@ -24,7 +24,7 @@ import torch
 from . import options
 from .constants import DEFAULT_PPD
 from .functional import ldr_flip_with_look
-from .tensor_values import is_device_call
+from .tensor_values import carries_tangent, functorch_levels, is_compiling, is_device_call
 from .pooling import PERCENTILES, PooledValues, pooled_values
 
 __all__ = ["FLIPMetric", "FLIPMetricResult"]
@@ -373,6 +373,13 @@ def metric_error_map(metric, opts: MetricOptions, test: torch.Tensor, reference:
     """The LDR-FLIP map of one batch with a metric's (checked) options (FLIPMetric and
     FLIPTorchMetric): the inputs' values are looked at (range warning) on the first device batch
     only, so that later batches cost no device-to-host copy."""
+    # The statistics are accumulated without autograd: a derivative through them would read as 0.
+    if carries_tangent(test, reference) or (not is_compiling() and {"grad", "jvp"} & set(functorch_levels())):
+        raise NotImplementedError(
+            f"flip_loss: {type(metric).__name__} is not differentiable (it accumulates statistics without "
+            "autograd), under forward mode or torch.func's gradient transforms alike; use flip_loss.ldr_flip "
+            "or FLIPLoss for derivatives"
+        )
     look = not metric.looked_at_device_inputs
     if is_device_call(test):
         metric.looked_at_device_inputs = True

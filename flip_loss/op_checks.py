@@ -15,8 +15,8 @@ values). ``tests/ops/test_op_checks.py`` holds the two sets of checks to each ot
 import math
 
 import torch
-from torch.autograd import forward_ad
 
+from .tensor_values import carries_tangent
 from .constants import MAX_EPS, MAX_EXPOSURES, MAX_PPD, MIN_EXPOSURES, MIN_PPD, TONE_MAPPERS
 
 # torch's C++ names of dtypes, which the C++ messages print.
@@ -49,14 +49,6 @@ def _sizes(t: torch.Tensor) -> str:
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
 
-def carries_tangent(*args) -> bool:
-    """Whether a tensor among ``args`` carries a forward-mode tangent (a dual tensor of
-    ``torch.autograd.forward_ad``, or of ``torch.func.jvp``/``jacfwd``, which use the same levels)."""
-    if getattr(forward_ad, "_current_level", 0) < 0:  # no dual level is open: no tangent anywhere
-        return False
-    return any(isinstance(a, torch.Tensor) and forward_ad.unpack_dual(a).tangent is not None for a in args)
-
-
 def refuse_forward_mode(name: str, *args) -> None:
     """Raises NotImplementedError where a tensor among ``args`` carries a forward-mode tangent. The
     compiled ops have no JVP: a result without a tangent would read as a derivative of 0. Called by
@@ -70,9 +62,9 @@ def forward_mode_error(name: str) -> NotImplementedError:
     """The refusal of forward mode by op ``name``."""
     return NotImplementedError(
         f"flip: forward-mode automatic differentiation (torch.func.jvp, jacfwd, hessian, "
-        f"torch.autograd.forward_ad) is not supported: flip::{name} has no JVP. Use reverse "
-        f"mode (loss.backward(), torch.autograd.grad), or flip_loss.oracle (pure PyTorch, "
-        f"which supports forward mode) for the same function."
+        f"torch.autograd.forward_ad) is not supported: flip::{name} has no JVP. Call it "
+        f"through the Python API (flip_loss.ldr_flip, hdr_flip, FLIPLoss), which computes "
+        f"forward mode with the portable path (flip_loss.oracle), outside torch.compile."
     )
 
 

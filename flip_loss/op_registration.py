@@ -13,10 +13,13 @@ error before any kernel runs. Where the compiled kernels cannot serve a device
 (``PORTABLE_OPS``) on the same paths, so every entry point follows the Python API's rule.
 """
 
+import functools
+
 import torch
 from torch import _C as _torch_C
 
 from . import _C, op_checks
+from .tensor_values import functorch_levels, is_compiling
 
 _LIB = torch.library.Library("flip", "IMPL")  # kept alive for the process: the registrations' owner
 
@@ -53,6 +56,62 @@ def _portable_hdr_flip(test, ref, exposures, counts, ppd, tone_mapper, eps):
             x.squeeze(0) for x in _portable_hdr_flip(test[None], ref[None], exposures, counts, ppd, tone_mapper, eps)
         )
     return oracle.hdr_flip(test, ref, ppd, tone_mapper, exposures, counts, eps)
+
+
+def _portable_stage(name):
+    """The portable form of a stage op (``flip_loss.oracle``'s function of the same name), for a
+    batch or one C x H x W image as the op takes."""
+
+    def run(*args):
+        from . import oracle
+
+        function = getattr(oracle, name)
+        if args[0].dim() == 3:
+            return function(*(a[None] if isinstance(a, torch.Tensor) else a for a in args)).squeeze(0)
+        return function(*args)
+
+    return run
+
+
+def _portable_multiscale(test, ref, ppds, weights, space, eps):
+    from .multiscale import weighted_sum
+
+    return weighted_sum([_portable_ldr_flip(test, ref, ppd, space, eps) for ppd in ppds], weights)
+
+
+def _second_order_through_portable(portable):
+    """Makes an op's backward differentiable where autograd asks for it (``create_graph=True``,
+    eager): the kernels' gradient keeps its values and gains the graph of the portable path's
+    gradient of the same call, g + (p - p.detach()), so that a second derivative (a gradient
+    penalty, MAML's inner step, torch.autograd.functional.hessian) is the exact reference's.
+    ``portable(ctx)`` (each node's) gives the differentiable inputs by argument position and the
+    portable form of the op's map over them. Under torch.func and torch.compile, which differentiate the node once
+    (their nested transforms are refused before it), the backward runs as it is."""
+
+    def decorate(backward):
+        @functools.wraps(backward)
+        def run(ctx, grad, *rest):
+            if not _torch_C.is_grad_enabled() or getattr(ctx, "under_func_transform", False) or is_compiling():
+                return backward(ctx, grad, *rest)
+            with torch.no_grad():
+                values = list(backward(ctx, grad, *rest))
+            inputs, function = portable(ctx)
+            wanted = [p for p in sorted(inputs) if values[p] is not None and inputs[p].requires_grad]
+            if not wanted or grad is None:
+                return tuple(values)
+            with torch.enable_grad():
+                out = function(*(inputs[p] for p in sorted(inputs)))
+                slopes = torch.autograd.grad(
+                    out, [inputs[p] for p in wanted], grad, create_graph=True, allow_unused=True
+                )
+            for p, slope in zip(wanted, slopes):
+                if slope is not None:
+                    values[p] = values[p] + (slope - slope.detach())
+            return tuple(values)
+
+        return run
+
+    return decorate
 
 
 # The ops that compute with the portable path (the pure-PyTorch flip_loss.oracle, differentiated by
@@ -130,14 +189,11 @@ def _record(name, function, *args):
     levels around it are carried by the tensors (per-example gradients). A second gradient level
     would need a node of its own, which the ops do not have (first order only), and a forward-mode
     level around it a JVP: refused, rather than a silent zero."""
-    if not torch._C._are_functorch_transforms_active():
+    levels = functorch_levels()
+    if not levels:
         return function.apply(*args)
-    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
     from torch._functorch.utils import enable_single_level_autograd_function
 
-    levels = [
-        str(interpreter.key()).rsplit(".", 1)[-1].lower() for interpreter in retrieve_all_functorch_interpreters()
-    ]
     if "jvp" in levels:
         raise op_checks.forward_mode_error(name)
     if levels.count("grad") != 1 or any(level not in ("grad", "vmap") for level in levels):
@@ -146,7 +202,11 @@ def _record(name, function, *args):
             f"inside or around it; this call is under {' over '.join(levels)}"
         )
     with enable_single_level_autograd_function():
-        return function.apply(*args)
+        outputs = function.apply(*args)
+    node = (outputs[0] if isinstance(outputs, (tuple, list)) else outputs).grad_fn
+    if node is not None:  # its backward runs under the transform's create_graph=True: first order
+        node.under_func_transform = True
+    return outputs
 
 
 # ---- the forward ops ----
@@ -164,6 +224,13 @@ class _LdrFlip(_SingleLevelFunction):
         ctx.args = (ppd, space, eps)
 
     @staticmethod
+    def portable(ctx):
+        test, ref = ctx.saved_tensors[:2]
+        ppd, space, eps = ctx.args
+        return {1: test, 2: ref}, lambda t, r: _portable_ldr_flip(t, r, ppd, space, eps)
+
+    @staticmethod
+    @_second_order_through_portable(portable.__func__)
     def backward(ctx, grad):
         test, ref = ctx.saved_tensors
         mask = [ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
@@ -192,6 +259,7 @@ class _LdrFlipWithSensitivities(_SingleLevelFunction):
         ctx.set_materialize_grads(False)
 
     @staticmethod
+    @_second_order_through_portable(_LdrFlip.portable)
     def backward(ctx, grad, _grad_sens):
         test, ref, sens = ctx.saved_tensors
         want = (ctx.needs_input_grad[1], ctx.needs_input_grad[2])
@@ -228,11 +296,19 @@ class _LdrFlipMultiscale(_SingleLevelFunction):
         sens = output[1]
         ctx.save_for_backward(test, ref, sens)
         ctx.args = (ppds, weights, space)
+        ctx.eps = eps  # for the portable form (second order); the backward op takes no eps
         ctx.keep = list(keep)
         ctx.mark_non_differentiable(sens)
         ctx.set_materialize_grads(False)  # as _LdrFlipWithSensitivities
 
     @staticmethod
+    def portable(ctx):
+        test, ref = ctx.saved_tensors[:2]
+        ppds, weights, space = ctx.args
+        return {1: test, 2: ref}, lambda t, r: _portable_multiscale(t, r, ppds, weights, space, ctx.eps)
+
+    @staticmethod
+    @_second_order_through_portable(portable.__func__)
     def backward(ctx, grad, _grad_sens):
         want = (ctx.needs_input_grad[1], ctx.needs_input_grad[2])
         if not (want[0] or want[1]) or grad is None:
@@ -258,6 +334,12 @@ class _HdrFlip(_SingleLevelFunction):
         ctx.set_materialize_grads(False)  # as above: no zero-filled exposure-map / index gradients
 
     @staticmethod
+    def portable(ctx):
+        test, ref, exposures, counts = ctx.saved_tensors[:4]
+        return {1: test, 2: ref}, lambda t, r: _portable_hdr_flip(t, r, exposures, counts, *ctx.args)[0]
+
+    @staticmethod
+    @_second_order_through_portable(portable.__func__)
     def backward(ctx, grad, _grad_emap, _grad_index):
         if grad is None:
             return (None,) * 8
@@ -279,6 +361,11 @@ class _CsfFilter(_SingleLevelFunction):
         ctx.ppd = ppd
 
     @staticmethod
+    def portable(ctx):
+        return {1: ctx.saved_tensors[0]}, lambda o: _portable_stage("csf_filter")(o, ctx.ppd)
+
+    @staticmethod
+    @_second_order_through_portable(portable.__func__)
     def backward(ctx, grad):
         (opponent,) = ctx.saved_tensors
         return None, torch.ops.flip.csf_filter_backward(grad, opponent, ctx.ppd), None
@@ -296,6 +383,12 @@ class _HuntHyab(_SingleLevelFunction):
         ctx.eps = eps
 
     @staticmethod
+    def portable(ctx):
+        test, ref = ctx.saved_tensors
+        return {1: test, 2: ref}, lambda t, r: _portable_stage("hunt_hyab")(t, r, ctx.eps)
+
+    @staticmethod
+    @_second_order_through_portable(portable.__func__)
     def backward(ctx, grad):
         test, ref = ctx.saved_tensors
         mask = [ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
@@ -315,6 +408,12 @@ class _FeatureDifference(_SingleLevelFunction):
         ctx.args = (ppd, eps)
 
     @staticmethod
+    def portable(ctx):
+        test, ref = ctx.saved_tensors
+        return {1: test, 2: ref}, lambda t, r: _portable_stage("feature_difference")(t, r, *ctx.args)
+
+    @staticmethod
+    @_second_order_through_portable(portable.__func__)
     def backward(ctx, grad):
         test, ref = ctx.saved_tensors
         mask = [ctx.needs_input_grad[1], ctx.needs_input_grad[2]]

@@ -1089,7 +1089,9 @@ class _ExposureMaximum(torch.autograd.Function):
     the forward keeps only the inputs and the winning index, and the backward runs each winning
     exposure's LDR-FLIP again with autograd and sends it the gradient of the pixels it won. Memory
     is that of one exposure, whatever the count; the gradient is autograd's, exposure by exposure
-    (docs/algorithm.md §8.5). Not differentiable twice, like the op."""
+    (docs/algorithm.md §8.5). Under ``create_graph=True`` the exposures' vector-Jacobian products
+    keep their graphs, so the gradient is itself differentiable (a second derivative, a gradient
+    penalty)."""
 
     @staticmethod
     def forward(t, r, exposures, counts, ppd, tone_mapper, eps):
@@ -1103,7 +1105,6 @@ class _ExposureMaximum(torch.autograd.Function):
         ctx.mark_non_differentiable(output[1], output[2])
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad, _emap, _index):
         t, r, exposures, index = ctx.saved_tensors
         wanted = ctx.needs_input_grad[:2]

@@ -3,9 +3,10 @@ its tensors hold values at all (not meta tensors or FakeTensors, seen through fu
 and a small table of them read back for the checks that need values (``ldr_flip``, ``hdr_flip``,
 ``FLIPLoss``, ``FLIPMetric`` and NVIDIA's API share them)."""
 
-from typing import Optional
+from typing import List, Optional
 
 import torch
+from torch.autograd import forward_ad
 
 
 def is_compiling() -> bool:
@@ -44,6 +45,37 @@ def requires_grad_inside(t: torch.Tensor) -> bool:
     while not t.requires_grad and functorch.is_functorch_wrapped_tensor(t):
         t = functorch.get_unwrapped(t)
     return t.requires_grad
+
+
+def carries_tangent(*args) -> bool:
+    """Whether a tensor among ``args`` carries a forward-mode tangent (a dual tensor of
+    ``torch.autograd.forward_ad``, or of ``torch.func.jvp``/``jacfwd``, which use the same levels)."""
+    if getattr(forward_ad, "_current_level", 0) < 0:  # no dual level is open: no tangent anywhere
+        return False
+    return any(isinstance(a, torch.Tensor) and forward_ad.unpack_dual(a).tangent is not None for a in args)
+
+
+def functorch_levels() -> List[str]:
+    """The torch.func transforms the call is under, innermost last ("grad", "vmap", "jvp", ...)."""
+    if not torch._C._are_functorch_transforms_active():
+        return []
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    return [str(interpreter.key()).rsplit(".", 1)[-1].lower() for interpreter in retrieve_all_functorch_interpreters()]
+
+
+def beyond_first_order_reverse(*tensors) -> bool:
+    """Whether the call is differentiated in a way the compiled ops' autograd nodes cannot follow:
+    forward mode (a tangent on one of ``tensors``: forward_ad, jvp, jacfwd, hessian) or two or more
+    torch.func gradient transforms (grad of grad). The Python API computes such calls with the
+    portable path, which autograd differentiates every way. Not under torch.compile, whose trace
+    of the portable path under these transforms fails inside PyTorch: the ops refuse them there."""
+    if is_compiling():
+        return False
+    if carries_tangent(*tensors):
+        return True
+    levels = functorch_levels()  # jvp around grad (hessian): the tangent sits below grad's wrapper
+    return "jvp" in levels or levels.count("grad") > 1
 
 
 def is_plain_tensor(t: torch.Tensor) -> bool:

@@ -1,13 +1,14 @@
-"""Forward-mode automatic differentiation through the Python API: refused where the compiled ops
-compute, exact where the pure-PyTorch oracle does.
+"""Forward-mode automatic differentiation through the Python API: computed with the pure-PyTorch
+portable path (the oracle), exact, wherever the call carries a tangent.
 
-Every entry point that runs the compiled ops (``ldr_flip``, multi-scale, ``hdr_flip``, ``FLIPLoss``
-eager, scripted and compiled, NVIDIA's losses and ``compute_ldrflip``, ``FLIPMetric``) raises
-NotImplementedError for a ``torch.func.jvp``/``jacfwd`` or ``forward_ad`` call (before: a tangent of
-exactly 0 where the directional derivative was not). The oracle (``flip_loss.oracle``, and the API
-where it serves) is plain PyTorch: its forward mode gives reverse mode's Jacobian, at every kink its
-helpers handle (clamps, |d|, the floored square roots, the branches), and finite differences where
-the functions are smooth.
+Every entry point that runs the compiled ops (``ldr_flip``, multi-scale, ``hdr_flip``, ``FLIPLoss``,
+NVIDIA's losses and ``compute_ldrflip``) gives under ``torch.func.jvp``/``jacfwd`` or ``forward_ad``
+the directional derivative of the kernels' reverse mode; the compiled ops have no JVP, and where
+the portable path cannot run the call (TorchScript, torch.compile, the raw ops) forward mode raises
+rather than give a tangent of 0, as does ``FLIPMetric``, which is not differentiable. The oracle is
+plain PyTorch: its forward mode gives reverse mode's Jacobian, at every kink its helpers handle
+(clamps, |d|, the floored square roots, the branches), and finite differences where the functions
+are smooth.
 """
 
 import pytest
@@ -60,16 +61,49 @@ def _entry(name):
     return (ldr_pair() if kind == "ldr" else hdr_pair()), f
 
 
-@pytest.mark.parametrize("name", list(ENTRIES))
-def test_every_entry_point_refuses_jvp_where_the_ops_compute(name):
+REFUSING = ("FLIPLoss-scripted", "FLIPMetric")
+
+
+@pytest.mark.parametrize("name", [n for n in ENTRIES if n not in REFUSING])
+def test_every_entry_point_computes_forward_mode_with_the_portable_path(name):
     (test, ref), f = _entry(name)
-    exc = RuntimeError if name == "FLIPLoss-scripted" else NotImplementedError
-    with pytest.raises(exc, match=REFUSED):
+    g = torch.Generator().manual_seed(6)
+    for which in (0, 1):  # a tangent on the test image, then on the reference
+        x = (test, ref)[which].clone()
+        v = torch.randn(x.shape, generator=g, dtype=x.dtype)
+
+        def of(y, which=which):
+            return f(y, ref) if which == 0 else f(test, y)
+
+        _, tangent = torch.func.jvp(lambda y: of(y).sum(), (x,), (v,))
+        with fwAD.dual_level():
+            dual = fwAD.unpack_dual(of(fwAD.make_dual(x, v)).sum()).tangent
+        x.requires_grad_()
+        of(x).sum().backward()  # the compiled kernels' reverse mode
+        reverse = (x.grad * v).sum()
+        assert reverse.abs() > 1e-3
+        torch.testing.assert_close(tangent, reverse, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(dual, tangent, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", REFUSING)
+def test_the_scripted_loss_and_the_metric_refuse_forward_mode(name):
+    (test, ref), f = _entry(name)
+    exc, message = (
+        (RuntimeError, REFUSED) if name == "FLIPLoss-scripted" else (NotImplementedError, "not differentiable")
+    )
+    with pytest.raises(exc, match=message):
         torch.func.jvp(lambda x: f(x, ref).sum(), (test,), (torch.randn_like(test),))
-    with pytest.raises(exc, match=REFUSED):  # a tangent on the reference
+    with pytest.raises(exc, match=message):  # a tangent on the reference
         torch.func.jvp(lambda x: f(test, x).sum(), (ref,), (torch.randn_like(ref),))
-    with fwAD.dual_level(), pytest.raises(exc, match=REFUSED):
+    with fwAD.dual_level(), pytest.raises(exc, match=message):
         f(fwAD.make_dual(test, torch.randn_like(test)), ref)
+
+
+def test_the_metric_refuses_a_gradient_transform():
+    (test, ref), f = _entry("FLIPMetric")
+    with pytest.raises(NotImplementedError, match="FLIPMetric is not differentiable"):
+        torch.func.grad(lambda x: f(x, ref).sum())(test)
 
 
 @pytest.mark.parametrize("name", ["FLIPLoss", "FLIPLoss-hdr", "LDRFLIPLoss", "HDRFLIPLoss"])

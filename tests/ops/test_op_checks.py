@@ -307,42 +307,64 @@ def test_stage_ops_do_not_clamp_out_of_range_inputs(ops):
     torch.testing.assert_close(feature, oracle.feature_difference(y0, step, 67.0, 0.0), rtol=1e-12, atol=0)
 
 
-# ---- double backward: first order only, loudly ----
+# ---- double backward: the second order is the portable path's ----
 
+EXPOSURES = [[-2.0, 0.0, 1.5]]
 FIRST_ORDER = {
     "ldr_flip": lambda x, y: torch.ops.flip.ldr_flip(x, y, 30.0, "srgb", 1e-15),
     "hdr_flip": lambda x, y: torch.ops.flip.hdr_flip(
-        x, y, torch.tensor([[-2.0, 0.0, 1.5]], dtype=x.dtype), torch.tensor([3]), 30.0, "aces", 1e-15
+        x, y, torch.tensor(EXPOSURES, dtype=x.dtype), torch.tensor([3]), 30.0, "aces", 1e-15
     )[0],
     "csf_filter": lambda x, y: torch.ops.flip.csf_filter(x, 30.0),
     "hunt_hyab": lambda x, y: torch.ops.flip.hunt_hyab(x, y, 1e-15),
     "feature_difference": lambda x, y: torch.ops.flip.feature_difference(x, y, 30.0, 1e-15),
 }
+PORTABLE = {
+    "ldr_flip": lambda x, y: oracle.ldr_flip(x, y, 30.0, "srgb", 1e-15),
+    "hdr_flip": lambda x, y: oracle.hdr_flip(
+        x, y, 30.0, "aces", torch.tensor(EXPOSURES, dtype=x.dtype), torch.tensor([3]), 1e-15
+    )[0],
+    "csf_filter": lambda x, y: oracle.csf_filter(x, 30.0),
+    "hunt_hyab": lambda x, y: oracle.hunt_hyab(x, y, 1e-15),
+    "feature_difference": lambda x, y: oracle.feature_difference(x, y, 30.0, 1e-15),
+}
 
 
 @pytest.mark.parametrize("name", FORWARD_OPS)
-def test_double_backward_raises(name):
-    fn = FIRST_ORDER[name]
+def test_double_backward_is_the_portable_paths(name):
     x, y = (tensors_for(name) + [None])[:2]  # csf_filter has one input
-    x = x.clone().requires_grad_()
-    (plain,) = torch.autograd.grad(fn(x, y).sum(), x)
-    (first,) = torch.autograd.grad(fn(x, y).sum(), x, create_graph=True)
-    # create_graph=True changes nothing in the first-order gradient...
-    torch.testing.assert_close(first.detach(), plain, rtol=0, atol=0)
-    assert first.requires_grad
-    # ...but differentiating it raises instead of returning None (a silently empty penalty).
-    with pytest.raises(RuntimeError, match=r"double backward \(second-order gradients\) of FLIP is not supported"):
-        torch.autograd.grad((first**2).sum(), x)
+    second = {}
+    for which, fn in (("op", FIRST_ORDER[name]), ("portable", PORTABLE[name])):
+        xs = x.clone().requires_grad_()
+        # Squared, so that a linear stage (the CSF filter) has a second derivative too.
+        (plain,) = torch.autograd.grad((fn(xs, y) ** 2).sum(), xs)
+        (first,) = torch.autograd.grad((fn(xs, y) ** 2).sum(), xs, create_graph=True)
+        if which == "op":  # create_graph=True changes nothing in the kernels' first-order gradient
+            torch.testing.assert_close(first.detach(), plain, rtol=0, atol=0)
+        (second[which],) = torch.autograd.grad((first**2).sum(), xs)
+    assert second["portable"].abs().max() > 1e-6, "a case with no second derivative tells nothing"
+    torch.testing.assert_close(second["op"], second["portable"], rtol=1e-9, atol=1e-12)
 
 
-def test_gradient_penalty_through_flip_raises():
+@pytest.mark.parametrize("name", FORWARD_OPS)
+def test_gradgradcheck(name):
+    x, y = (tensors_for(name, hw=(5, 6)) + [None])[:2]
+    inputs = (x.clone().requires_grad_(),) if y is None else (x.clone().requires_grad_(), y.clone().requires_grad_())
+    fn = FIRST_ORDER[name]
+    assert torch.autograd.gradgradcheck(lambda *a: fn(*a) if len(a) == 2 else fn(a[0], None), inputs)
+
+
+def test_gradient_penalty_through_flip():
     # A WGAN-GP style penalty: grad of the loss w.r.t. the input, its norm, backward to the weights.
     x, y = tensors_for("ldr_flip")
-    w = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
-    loss = torch.ops.flip.ldr_flip(x * w, y, 30.0, "srgb", 1e-15).mean()
-    (g,) = torch.autograd.grad(loss, w, create_graph=True)
-    with pytest.raises(RuntimeError, match="double backward"):
+    grads = []
+    for fn in (FIRST_ORDER["ldr_flip"], PORTABLE["ldr_flip"]):
+        w = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+        (g,) = torch.autograd.grad(fn(x * w, y).mean(), w, create_graph=True)
         (g**2).backward()
+        grads.append(w.grad)
+    assert grads[1].abs() > 1e-6
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-9, atol=0)
 
 
 @pytest.mark.parametrize("name", BACKWARD_OPS)

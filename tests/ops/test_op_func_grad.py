@@ -1,15 +1,18 @@
 """Reverse-mode torch.func transforms through the ops: ``torch.func.grad``, ``vjp`` and ``jacrev``
 give the gradients eager autograd gives, bit for bit, through the public ops, the Python API and
 ``FLIPLoss``, also with vmap inside them (computed per example) or around them (per-example
-gradients). A second gradient level (grad of grad, jacrev of jacrev) would need an autograd node of
-its own, and forward mode around a gradient (jvp of grad, hessian) a JVP: both raise
-NotImplementedError naming what is missing, never a silent zero."""
+gradients). Beyond one gradient level (grad of grad, jacrev of jacrev) and with forward mode around
+a gradient (jvp of grad, hessian) the Python API computes with the portable path, whose autograd
+graph every transform follows; the raw ops, whose nodes are first order, raise NotImplementedError
+naming what is missing, never a silent zero."""
 
 import pytest
 import torch
 from torch.func import grad, hessian, jacfwd, jacrev, jvp, vmap, vjp
 
 import flip_loss
+from flip_loss import oracle
+from flip_loss.constants import DEFAULT_EPS
 
 PPD = 67.0
 
@@ -79,17 +82,33 @@ def test_two_scales_under_vmap_keep_what_each_example_needs():
         assert torch.equal(batch.grad[i], _eager_grad(f, batch[i]))
 
 
-@pytest.mark.parametrize(
-    "transform",
-    [lambda f, x: jvp(grad(f), (x,), (x,)), lambda f, x: hessian(f)(x), lambda f, x: jacfwd(jacrev(f))(x)],
-    ids=["jvp of grad", "hessian", "jacfwd of jacrev"],
-)
-def test_forward_mode_around_a_gradient_is_refused_as_forward_mode(transform):
-    f, x = SCALARS["ldr_flip, test"]
+BEYOND_FIRST_ORDER = {
+    "jvp of grad": lambda f, x: jvp(grad(f), (x,), (x,))[1],
+    "hessian": lambda f, x: hessian(f)(x),
+    "jacfwd of jacrev": lambda f, x: jacfwd(jacrev(f))(x),
+}
+
+
+@pytest.mark.parametrize("transform", list(BEYOND_FIRST_ORDER))
+def test_forward_mode_around_a_gradient_is_the_portable_paths(transform):
+    x = LDR_TEST[..., :6, :7]
+    ref = LDR_REF[..., :6, :7]
+    run = BEYOND_FIRST_ORDER[transform]
+    got = run(lambda y: flip_loss.ldr_flip(y, ref, PPD).mean(), x)
+    expected = run(lambda y: oracle.ldr_flip(y, ref, PPD, "srgb", DEFAULT_EPS).mean(), x)
+    assert expected.abs().max() > 1e-3
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("transform", list(BEYOND_FIRST_ORDER))
+def test_forward_mode_around_a_gradient_of_a_raw_op_is_refused_as_forward_mode(transform):
+    def f(x):
+        return torch.ops.flip.ldr_flip(x, LDR_REF, PPD, "srgb", 0.0).mean()
+
     with pytest.raises(
         NotImplementedError, match="forward-mode automatic differentiation .* flip::ldr_flip has no JVP"
     ):
-        transform(f, x)
+        BEYOND_FIRST_ORDER[transform](f, LDR_TEST)
 
 
 @pytest.mark.parametrize("name", ["ldr_flip, test", "ldr_flip, reference", "hdr_flip", "FLIPLoss"])
@@ -101,16 +120,28 @@ def test_vmap_around_grad_gives_each_example_its_gradient(name):
         assert torch.equal(per_example[i], _eager_grad(f, batch[i]))
 
 
-@pytest.mark.parametrize(
-    "transform, words",
-    [
-        (lambda f: grad(lambda x: grad(f)(x).sum()), "grad over grad"),
-        (lambda f: jacrev(jacrev(f)), "grad over grad"),
-        (lambda f: grad(lambda x: vmap(grad(f))(torch.stack([x, x])).sum()), "grad over vmap over grad"),
-    ],
-    ids=["grad of grad", "jacrev of jacrev", "grad of vmap of grad"],
-)
-def test_a_second_gradient_level_is_refused(transform, words):
-    f, x = SCALARS["ldr_flip, test"]
+SECOND_LEVELS = [
+    (lambda f: grad(lambda x: grad(f)(x).sum()), "grad over grad"),
+    (lambda f: jacrev(jacrev(f)), "grad over grad"),
+    (lambda f: grad(lambda x: vmap(grad(f))(torch.stack([x, x])).sum()), "grad over vmap over grad"),
+]
+SECOND_LEVEL_IDS = ["grad of grad", "jacrev of jacrev", "grad of vmap of grad"]
+
+
+@pytest.mark.parametrize("transform, words", SECOND_LEVELS, ids=SECOND_LEVEL_IDS)
+def test_a_second_gradient_level_is_the_portable_paths(transform, words):
+    x = LDR_TEST[..., :6, :7]
+    ref = LDR_REF[..., :6, :7]
+    got = transform(lambda y: flip_loss.ldr_flip(y, ref, PPD).mean())(x)
+    expected = transform(lambda y: oracle.ldr_flip(y, ref, PPD, "srgb", DEFAULT_EPS).mean())(x)
+    assert expected.abs().max() > 1e-3
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("transform, words", SECOND_LEVELS, ids=SECOND_LEVEL_IDS)
+def test_a_second_gradient_level_of_a_raw_op_is_refused(transform, words):
+    def f(x):
+        return torch.ops.flip.ldr_flip(x, LDR_REF, PPD, "srgb", 0.0).mean()
+
     with pytest.raises(NotImplementedError, match=f"flip: under torch.func .* this call is under {words}$"):
-        transform(f)(x)
+        transform(f)(LDR_TEST)
