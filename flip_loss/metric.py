@@ -160,12 +160,14 @@ def buckets(flat: torch.Tensor, bins: int) -> torch.Tensor:
     return torch.clamp((significand * bins) >> shift, max=bins - 1)
 
 
-def fold(stats: Statistics, e: torch.Tensor) -> torch.Tensor:
-    """Adds the maps ``e`` (N x P float32 or float64, on the statistics' device, whose extremes
-    hold its dtype: ``holding``) to ``stats`` (in place) and returns their per-image sums as
-    N x LIMBS int64 limbs (not carried). Every step is exact in the maps' own dtype."""
+def fold(stats: Statistics, e: torch.Tensor) -> Tuple[Statistics, torch.Tensor]:
+    """``stats`` with the maps ``e`` (N x P float32 or float64, on the statistics' device, whose
+    extremes hold its dtype: ``holding``) added, in new tensors, and the maps' per-image sums as
+    N x LIMBS int64 limbs (not carried). ``stats`` is left as it was, so that an update stopped
+    midway (Ctrl-C) changes nothing its owner keeps. Every step is exact in the maps' own dtype."""
     n, p = e.shape
     bins = stats.count.numel()
+    before, stats = stats, empty_statistics(bins, e.device, stats.bin_min.dtype)  # the batch's
     per_image = torch.zeros(n, LIMBS, dtype=torch.int64, device=e.device)
     step = max(1, _CHUNK // n)
     for start in range(0, p, step):
@@ -191,10 +193,16 @@ def fold(stats: Statistics, e: torch.Tensor) -> torch.Tensor:
             per_image[:, i] += limb.sum(1)
             if i + 1 < LIMBS:
                 scaled = (scaled - whole).mul_(_LIMB_SCALE)
-    stats.min.copy_(torch.minimum(stats.min, e.min()))
-    stats.max.copy_(torch.maximum(stats.max, e.max()))
-    carry(stats.limbs)
-    return per_image
+    merged = Statistics(
+        count=before.count + stats.count,
+        limbs=before.limbs + stats.limbs,
+        bin_min=torch.minimum(before.bin_min, stats.bin_min),
+        bin_max=torch.maximum(before.bin_max, stats.bin_max),
+        min=torch.minimum(before.min, e.min()),
+        max=torch.maximum(before.max, e.max()),
+    )
+    carry(merged.limbs)
+    return merged, per_image
 
 
 def _fixed_point(limbs: Sequence[int]) -> int:
@@ -479,12 +487,13 @@ class FLIPMetric:
                 self._stats = empty_statistics(opts.bins, e.device, e.dtype)
                 self._stats_options = opts
             self._stats = holding(self._stats, e.dtype)
-        per_image = fold(self._stats, e.to(self._stats.count.device))
-        self._num_pixels += e.numel()
+        stats, per_image = fold(self._stats, e.to(self._stats.count.device))
         means = exact_means(per_image, e.shape[1])
-        self._means.append(means)
-        # float64 on the map's device; on the CPU for a device without float64 (MPS).
-        return means if error_map.device.type == "mps" else means.to(error_map.device)
+        # One step with no call in it, so that an update stopped before it (Ctrl-C) leaves no trace.
+        self._stats, self._num_pixels, self._means = stats, self._num_pixels + e.numel(), [*self._means, means]
+        # float64 on the map's device (on the CPU for a device without float64, MPS); a copy, so
+        # that changing it in place changes nothing the metric keeps.
+        return means.to("cpu" if error_map.device.type == "mps" else error_map.device, copy=True)
 
     def _syncs(self) -> bool:
         from . import distributed

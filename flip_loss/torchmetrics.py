@@ -200,8 +200,11 @@ class FLIPTorchMetric(Metric):
             error = metric_error_map(self, self._options(), test, reference)
             e = checked_error_batch(error, _WHO).to(self.count.device)
             check_pixel_capacity(int(self.count.sum()), e.numel(), _WHO)
-            per_image = fold(self._statistics(), e)
-            self.per_image_means.append(exact_means(per_image, e.shape[1]).to(self.count.device))
+            stats, per_image = fold(self._statistics(), e)
+            means = exact_means(per_image, e.shape[1]).to(self.count.device)
+            for name, value in zip(_STATISTICS_STATES, stats):  # after the whole fold: Ctrl-C leaves no trace
+                setattr(self, name, value)
+            self.per_image_means.append(means)
 
     def _wrap_compute(self, compute):
         # torchmetrics squeezes every one-element tensor of a result; the per-image means stay a

@@ -468,3 +468,52 @@ def test_a_metric_first_used_under_inference_mode_works_outside_it():
         for t, r in data:
             metric.update(t, r)
         assert_same_result(metric.compute(), want)
+
+
+def test_the_returned_means_are_the_callers_to_change():
+    g = torch.Generator().manual_seed(11)
+    test, ref = torch.rand(2, 3, 9, 10, generator=g), torch.rand(2, 3, 9, 10, generator=g)
+    metric = FLIPMetric()
+    kept = metric.update(test, ref).clone()
+    metric.update_error_map(torch.rand(1, 1, 9, 10, generator=g)).mul_(100)
+    metric.update(test, ref).mul_(100)
+    assert torch.equal(metric.compute().per_image_means[:2], kept)
+    assert bool((metric.compute().per_image_means <= 1).all())
+
+
+@pytest.mark.parametrize("which", ["FLIPMetric", "FLIPTorchMetric"])
+def test_an_update_stopped_midway_leaves_no_trace(which, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt) inside an update, after part of the maps was folded in: the
+    statistics are those of the earlier updates, and later ones give what they would have."""
+    if which == "FLIPTorchMetric":
+        pytest.importorskip("torchmetrics")
+        from flip_loss.torchmetrics import FLIPTorchMetric as make
+    else:
+        make = FLIPMetric
+    import flip_loss.metric as metric_module
+
+    stopped = torch.rand(1, 3, 40, 50, generator=torch.Generator().manual_seed(12))
+    real_buckets = metric_module.buckets
+    calls = []
+
+    def buckets_then_stop(flat, bins):
+        calls.append(1)
+        if len(calls) == 2:  # the second block of the map: the first is already folded in
+            raise KeyboardInterrupt
+        return real_buckets(flat, bins)
+
+    def run(metric, interrupted):
+        test = torch.rand(1, 3, 8, 9, generator=torch.Generator().manual_seed(13))
+        metric.update(test, test.flip(-1))
+        if interrupted:
+            monkeypatch.setattr(metric_module, "_CHUNK", 500)  # blocks of 500 pixels
+            monkeypatch.setattr(metric_module, "buckets", buckets_then_stop)
+            with pytest.raises(KeyboardInterrupt):
+                metric.update(stopped, stopped.flip(-1))
+            monkeypatch.undo()
+        metric.update(test.flip(-2), test)
+        return metric.compute()
+
+    got, clean = run(make(), True), run(make(), False)
+    assert len(calls) == 2
+    assert all(torch.equal(torch.as_tensor(x), torch.as_tensor(y)) for x, y in zip(got, clean))
