@@ -105,11 +105,11 @@ def _pillow_open(path: str):
     first = Image.registered_extensions().get(extension)  # also registers every plugin
     for name in dict.fromkeys(([first] if first else []) + list(Image.ID)):
         factory, accept = Image.OPEN[name]
-        if accept is not None:
-            verdict = accept(prefix)
-            if isinstance(verdict, str) or not verdict:  # a string: rejected, with a reason
-                continue
-        try:
+        try:  # a check of the prefix may read past a short file's end (BMP's: struct.error)
+            if accept is not None:
+                verdict = accept(prefix)
+                if isinstance(verdict, str) or not verdict:  # a string: rejected, with a reason
+                    continue
             return factory(path)
         except (SyntaxError, IndexError, TypeError, struct.error):  # not this format
             continue
@@ -131,9 +131,8 @@ def _open(path):
     except Image.DecompressionBombError:  # a plugin's own check of a frame
         raise _too_large(path, "its header gives") from None
     except UnidentifiedImageError:
-        raise ValueError(
-            f"cannot read image '{path}': not an image format Pillow recognises (supported: PNG, JPEG, BMP, TGA)"
-        ) from None
+        what = "the file is empty" if os.path.getsize(path) == 0 else "not an image format Pillow recognises"
+        raise ValueError(f"cannot read image '{path}': {what} (supported: PNG, JPEG, BMP, TGA)") from None
     except OSError as exc:
         raise ValueError(f"cannot read image '{path}': {exc.strerror or exc}") from None
     except ValueError as exc:  # a damaged header chunk (e.g. a PNG's tRNS) Pillow reads on opening

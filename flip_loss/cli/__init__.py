@@ -24,7 +24,7 @@ import traceback
 from typing import Optional, Sequence
 
 from .arguments import build_parser, parse_arguments
-from .console import flush_stdout, write_text
+from .console import flush_stdout_before_error, write_text
 from .errors import (
     EXIT_CODES,
     EXIT_GATE,
@@ -146,7 +146,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return _run_psychophysics(args.argv)
             return _evaluate(args, t_start)
         except UsageError as exc:
-            flush_stdout()
+            flush_stdout_before_error()
             if not _secondary_rank():
                 write_text(sys.stderr, f"{PROG}: error: {exc}\n")
             return EXIT_USAGE
@@ -154,12 +154,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             code = exc.code
             return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
         except KeyboardInterrupt as exc:
-            flush_stdout()
+            flush_stdout_before_error()
             if not _secondary_rank():
                 write_text(sys.stderr, f"{PROG}: interrupted" + (f"; {exc}" if str(exc) else "") + "\n")
             return EXIT_INTERRUPTED
         except Exception:  # noqa: BLE001 - anything else is a bug: say so, with the traceback
-            flush_stdout()
+            flush_stdout_before_error()
             write_text(
                 sys.stderr,
                 traceback.format_exc()

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Callable, Optional, Sequence
 
-from .errors import PROG
+from .errors import PROG, UsageError
 
 # A log (stderr not a terminal) gets at most one progress line per this many seconds.
 LOG_PROGRESS_INTERVAL_S = 30.0
@@ -40,14 +40,19 @@ def _closed_stream(exc: BaseException) -> bool:
 
 def write_text(stream, text: str) -> None:
     """Writes ``text`` to ``stream`` and flushes it; a closed stream (None, as Python sets a stream
-    closed before it started, or one whose reader has gone) takes nothing and raises nothing."""
+    closed before it started, or one whose reader has gone) takes nothing and raises nothing. A
+    standard output that fails otherwise (a full disk, an I/O error) stops the run as an error the
+    user can act on: nothing is written."""
     if stream is None:
         return
     try:
         _write_text(stream, text)
     except (OSError, ValueError) as exc:
-        if not _closed_stream(exc):
-            raise
+        if _closed_stream(exc):
+            return
+        if stream is sys.stdout and isinstance(exc, OSError):
+            raise UsageError(f"cannot write to standard output: {exc.strerror or exc}") from None
+        raise
 
 
 def flush_stdout() -> None:
@@ -55,11 +60,20 @@ def flush_stdout() -> None:
     write_text(sys.stdout, "")
 
 
+def flush_stdout_before_error() -> None:
+    """``flush_stdout`` where an error is being reported already: a standard output that fails is
+    left to :func:`release_closed_streams`."""
+    try:
+        flush_stdout()
+    except UsageError:
+        pass
+
+
 def release_closed_streams() -> None:
     """For a process entry point of the command line, as it ends: a standard stream whose reader
-    has gone may still hold text, which Python's flush at exit would fail to write (exit code 120
-    and an 'Exception ignored' message); its descriptor is pointed at os.devnull instead, as Python's
-    documentation advises. Changes nothing when the streams are alive (never called by
+    has gone (or that fails, as on a full disk) may still hold text, which Python's flush at exit
+    would fail to write (exit code 120 and an 'Exception ignored' message); its descriptor is
+    pointed at os.devnull instead, as Python's documentation advises. Changes nothing when the streams are alive (never called by
     ``flip_loss.cli.main``, which leaves the process's descriptors alone)."""
     for stream in (sys.stdout, sys.stderr):
         if stream is None:
@@ -67,7 +81,7 @@ def release_closed_streams() -> None:
         try:
             stream.flush()
         except (OSError, ValueError) as exc:
-            if isinstance(exc, OSError) and _closed_stream(exc):
+            if isinstance(exc, OSError):  # a reader gone, or a stream that fails (a full disk)
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 try:
                     os.dup2(devnull, stream.fileno())

@@ -258,6 +258,17 @@ def test_png_damaged_transparency_chunk_is_a_clear_error(tmp_path):
         load_image(tmp_path / "k.png", keep_alpha=True)
 
 
+@pytest.mark.parametrize("extension", [".png", ".jpg", ".bmp", ".tga", ".img"])
+@pytest.mark.parametrize("content", [b"", b"B", b"BM", b"\x89PN"])
+def test_a_file_of_a_few_bytes_is_a_clear_error(tmp_path, extension, content):
+    """A renderer that crashed leaves an empty or truncated file: an error naming it, never an
+    exception from inside a format's check of the first bytes (BMP's read four of them)."""
+    (tmp_path / f"short{extension}").write_bytes(content)
+    what = "the file is empty" if not content else "not an image format Pillow recognises"
+    with pytest.raises(ValueError, match=rf"cannot read image '.*short{re.escape(extension)}': {what}"):
+        load_image(tmp_path / f"short{extension}")
+
+
 def write_tga(path, pixels: bytes, width, height, depth, alpha_bits, image_type=2, attributes=None):
     """A TGA file, top row first; ``attributes``: the TGA 2.0 extension area's attribute type."""
     data = struct.pack("<BBBHHBHHHHBB", 0, 0, image_type, 0, 0, 0, 0, 0, width, height, depth, 0x20 | alpha_bits)

@@ -356,3 +356,17 @@ def test_the_command_with_its_standard_streams_closed(pairs, tmp_path, how):
         "flip.ref0.test0.67ppd.ldr.png",
         "pooled_values.flip.ref0.test0.67ppd.ldr.txt",
     ]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_standard_output_that_fails_is_an_error_and_nothing_is_written(pairs, tmp_path):
+    """stdout on a full disk (/dev/full: every write fails with ENOSPC) is neither a reader gone
+    nor a gate failure: one error line, exit code 2, no output, no traceback."""
+    (reference, test), out = pairs[0], tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, "-m", "flip_loss", "-r", str(reference), "-t", str(test), "-d", str(out)]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command, env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr == "flip-loss: error: cannot write to standard output: No space left on device\n"
+    assert not out.exists()
