@@ -33,7 +33,7 @@ EXIT_CODES = (
     ),
     (
         EXIT_INTERRUPTED,
-        "interrupted (Ctrl-C or SIGTERM); the message says whether the outputs had been "
+        "interrupted (Ctrl-C, SIGTERM or SIGHUP); the message says whether the outputs had been "
         "written (they appear all together at the end of a run, or not at all)",
     ),
 )

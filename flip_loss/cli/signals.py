@@ -1,14 +1,15 @@
-"""Ctrl-C and SIGTERM in the command line, without taking a signal from a program that owns it.
+"""Ctrl-C, SIGTERM and SIGHUP in the command line, without taking a signal from a program that owns it.
 
 ``flip_loss.cli.main`` is a program's entry point and a library function alike, so it follows one
 rule: it installs its handler for a signal only in the main thread (the only one that can) and
 only while the signal's handler is Python's default (SIGINT: ``signal.default_int_handler``, which
-raises KeyboardInterrupt; SIGTERM: ``SIG_DFL``, which kills the process), and restores that
+raises KeyboardInterrupt; SIGTERM and SIGHUP: ``SIG_DFL``, which kills the process), and restores that
 default when it returns. A handler someone else installed (or ``SIG_IGN``) is theirs: it stays in
 place, and the run reacts to that signal however the handler does.
 
 The command line's handler raises KeyboardInterrupt, so SIGTERM (a CI timeout, ``kill``, torchrun
-stopping its workers) ends a run as Ctrl-C does, removing its temporary files (exit code 130).
+stopping its workers) and SIGHUP (a closed terminal or ssh session; ``nohup`` ignores it, and the
+run goes on) end a run as Ctrl-C does, removing its temporary files (exit code 130).
 While :func:`interrupts_deferred` holds it back (the renames that publish the outputs), the handler
 only notes the signal, and KeyboardInterrupt is raised once the block has ended; no handler is
 swapped for it. Both work in the main thread only: signals are delivered there, and nowhere else
@@ -22,7 +23,7 @@ from typing import Dict, List
 
 __all__ = ["interrupts_handled", "interrupts_deferred"]
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 _deferring = 0  # nesting depth of interrupts_deferred (main thread only)
 _received: List[int] = []  # signals held back meanwhile
 
@@ -46,8 +47,8 @@ def _in_main_thread() -> bool:
 
 @contextlib.contextmanager
 def interrupts_handled():
-    """While the block runs, SIGINT and SIGTERM raise KeyboardInterrupt in the main thread, for
-    each of the two whose handler is the default when the block starts (see the module's rule);
+    """While the block runs, SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread,
+    for each whose handler is the default when the block starts (see the module's rule);
     the default is restored when it ends."""
     installed: Dict[int, object] = {}
     if _in_main_thread():

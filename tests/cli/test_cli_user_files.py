@@ -245,7 +245,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_interrupted_run_leaves_nothing(work, sig):
     (work / "other.png").write_bytes((work / "test.png").read_bytes())
     (work / "r.csv").write_text(HEADER_LINE + "\n")
