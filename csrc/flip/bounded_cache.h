@@ -2,8 +2,8 @@
 // the CUDA launch argument per ppd and device, with device memory for large radii): a thread-safe
 // map from key to a shared, immutable value, holding at most kTapCacheEntries entries, so that a
 // process that meets ever new ppd values (a training run that varies the viewing distance) keeps
-// a bounded amount of memory on every device. Framework-free; tests/cpp/bounded_cache.cpp checks
-// the policy on the host.
+// a bounded amount of memory on every device; its lock is released in a forked child
+// (fork_safety.h). Framework-free; tests/cpp/bounded_cache.cpp checks the policy on the host.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +12,8 @@
 #include <mutex>
 #include <utility>
 #include <vector>
+
+#include "fork_safety.h"
 
 namespace flip {
 
@@ -23,7 +25,8 @@ inline constexpr std::size_t kTapCacheEntries = 64;
 template <class Key, class Value>
 class BoundedCache {
  public:
-  explicit BoundedCache(std::size_t capacity) : capacity_(capacity) {}
+  explicit BoundedCache(std::size_t capacity) : capacity_(capacity) { ::flip::ForkSafeLocks::add(&mu_); }
+  ~BoundedCache() { ::flip::ForkSafeLocks::remove(&mu_); }
   BoundedCache(const BoundedCache&) = delete;
   BoundedCache& operator=(const BoundedCache&) = delete;
 

@@ -22,7 +22,7 @@ TORCH_RELEASE_MODULES = frozenset(
         "test_sensitivities",  # the Autograd kernel's choice of the internal ops, under compile too
         "test_op_forward_mode",  # forward-mode AD refused by each op's registered kernels
         "test_op_func_grad",  # torch.func's reverse-mode transforms through the Autograd kernels
-        "test_forward_mode",  # the same through the Python API; the oracle's forward mode
+        "test_forward_mode",  # forward mode through the Python API (the portable path); the oracle's
         "test_process_defaults",  # default device and dtype as each release applies them
         "test_torch_releases",  # the supported range, at build and import
         "test_missing_extension",  # import, fallback and torch.jit.script without the extension

@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "../fork_safety.h"
+
 namespace flip {
 namespace cpu {
 
@@ -83,9 +85,14 @@ class Workspace {
     size_t recent_peak() const { return std::max(peak, previous_peak); }
   };
 
+  // Never destroyed, and released in a forked child (fork_safety.h).
   static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
+    static std::mutex* m = [] {
+      auto* lock = new std::mutex();
+      ::flip::ForkSafeLocks::add(lock);  // global: the CPU variants wrap flip in their own namespace
+      return lock;
+    }();
+    return *m;
   }
   static std::vector<Entry>& free_list() {
     static std::vector<Entry> pool;
