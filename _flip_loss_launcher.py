@@ -8,7 +8,8 @@ outside the package, puts the package into ``sys.modules`` from its spec without
 and answers there when the command ends at parsing. Otherwise it runs the package's ``__init__``
 in that module object, as ``import flip_loss`` would have, and hands the command to
 ``flip_loss.cli.main``; if that import fails, the package is taken out of ``sys.modules`` again,
-as a failed import is. From Python, call ``flip_loss.cli.main`` (this module is for the console
+as a failed import is. Ctrl-C, SIGTERM and SIGHUP during that import end the command as they end a
+run (``flip_loss.cli.signals``'s rule: exit code 130, one line). From Python, call ``flip_loss.cli.main`` (this module is for the console
 script; ``python -m flip_loss`` imports the package first).
 
 While torch is imported, the command also asks OpenMP, through ``OMP_WAIT_POLICY``, to let its
@@ -39,8 +40,9 @@ def _answered_without_torch(argv: Sequence[str]) -> Optional[int]:
     try:
         from flip_loss.cli import main as cli_main
         from flip_loss.cli.arguments import parse_arguments
-        from flip_loss.cli.console import release_closed_streams
-        from flip_loss.cli.errors import UsageError
+        from flip_loss.cli.console import release_closed_streams, write_text
+        from flip_loss.cli.errors import EXIT_INTERRUPTED, PROG, UsageError
+        from flip_loss.cli.signals import interrupts_handled
 
         try:
             parse_arguments(argv)
@@ -48,7 +50,15 @@ def _answered_without_torch(argv: Sequence[str]) -> Optional[int]:
             code = cli_main(argv)  # parses again and prints the help, the version or the error
             release_closed_streams()
             return code
-        spec.loader.exec_module(package)  # the package as `import flip_loss` makes it: torch, the ops
+        try:
+            # Seconds of importing torch: Ctrl-C, SIGTERM and SIGHUP end the command as they end a
+            # run, before it has written anything.
+            with interrupts_handled():
+                spec.loader.exec_module(package)  # the package as `import flip_loss` makes it
+        except KeyboardInterrupt:
+            write_text(sys.stderr, f"{PROG}: interrupted; no output file was written\n")
+            release_closed_streams()
+            return EXIT_INTERRUPTED
         imported = True
         return None
     finally:

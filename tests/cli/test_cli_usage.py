@@ -307,3 +307,28 @@ def test_the_console_script_leaves_its_objects_to_the_exit(tmp_path):
     )
     res = run_python(program, tmp_path)
     assert res.stdout.splitlines()[-1] == "RESULT 0 (0, True) 0 [(True, True)] True"
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_the_command_interrupted_while_torch_loads_says_so(tmp_path, sig):
+    """Ctrl-C, SIGTERM or SIGHUP during the seconds the flip-loss command spends importing torch
+    end it as they end a run: one line, exit code 130, no traceback, nothing written, and the
+    signals' handlers as they were."""
+    program = (
+        "import builtins, os, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def spy(name, *args, **kwargs):\n"
+        "    if name == 'torch' and 'torch' not in sys.modules:\n"
+        f"        os.kill(os.getpid(), signal.{sig})\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = spy\n"
+        "import _flip_loss_launcher as launcher\n"
+        "before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]\n"
+        "code = launcher.main(['--example', '-d', 'out'])\n"
+        "after = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]\n"
+        "print('RESULT', code, before == after, 'torch' in sys.modules)\n"
+    )
+    res = run_python(program, tmp_path)
+    assert res.stdout.splitlines()[-1] == "RESULT 130 True False"
+    assert res.stderr == "flip-loss: interrupted; no output file was written\n"
+    assert os.listdir(tmp_path) == []
