@@ -79,10 +79,13 @@ class Run:
             # otherwise; the HDR-FLIP options apply to the HDR-FLIP pairs.
             kinds = {is_hdr_pair(ref) for i, (ref, _) in enumerate(self.pairs, 1) if i not in self.refused}
             hdr, ldr = True in kinds, False in kinds
+            # A refused .exr pair (an ambiguous name) is what HDR-FLIP options were given for: its
+            # row says why it was not evaluated, and the other pairs are.
+            hdr_named = hdr or any(is_hdr_pair(ref) for ref, _ in self.pairs)
         else:
-            hdr = uses_hdr(self.pairs)
+            hdr = hdr_named = uses_hdr(self.pairs)
             ldr = not hdr
-        if not hdr:
+        if not hdr_named:
             flags = hdr_option_flags(args)
             if flags:
                 raise UsageError(

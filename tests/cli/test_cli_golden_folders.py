@@ -240,6 +240,26 @@ def test_a_png_beside_an_exr_of_the_same_name_is_that_pairs_error(clash, golden,
     assert sorted(p.name.split(".")[1] for p in out.glob("flip.*")) == evaluated
 
 
+def test_hdr_options_with_every_exr_pair_refused_evaluate_the_others(golden, tmp_path, capsys):
+    """-tm given, and both .exr pairs refused (a stale PNG render beside each): the options were
+    meant for them, so the run is not a usage error; the LDR pairs are evaluated and the refused
+    pairs are rows of their own (exit code 4)."""
+    refs, tests = golden
+    for name in ("c_room", "d_sun"):
+        Image.new("RGB", (W, H)).save(tests / f"{name}.png")
+    out = tmp_path / "out"
+    argv = ["--reference-dir", str(refs), "--test-dir", str(tests), "-d", str(out), "-v", "0", "-tm", "hable"]
+    assert main(argv) == 4
+    rows = csv_rows(out / "summary.csv")
+    states = sorted((r[1].rsplit("/", 1)[-1].split(".")[0], r[8].split(":")[0]) for r in rows[1:])
+    assert states == [
+        ("a_ui", "evaluated"),
+        ("b_sky", "evaluated"),
+        ("c_room", "not evaluated"),
+        ("d_sun", "not evaluated"),
+    ]
+
+
 def test_an_exr_reference_with_a_png_render_is_that_pairs_error(golden, tmp_path, capsys):
     refs, tests = golden
     (tests / "d_sun.exr").unlink()
