@@ -347,11 +347,11 @@ def color_space_transform(input_color: torch.Tensor, fromSpace2toSpace: str) -> 
         raise ValueError(
             f"flip_loss: input_color must be N x 3 x H x W or 3 x H x W, got shape {list(input_color.shape)}"
         )
-    if src == dst:
-        return input_color
     dt = input_color.dtype
     x = input_color.to(_compute_dtype(input_color)) if input_color.is_floating_point() else input_color.float()
-    if src == "srgb" and dst == "linrgb":
+    if src == dst:  # a new tensor, in the dtype every other transform gives
+        out = x.clone()
+    elif src == "srgb" and dst == "linrgb":
         out = oracle.srgb_to_linear(x)
     elif src == "linrgb" and dst == "srgb":
         out = oracle.linear_to_srgb(x)

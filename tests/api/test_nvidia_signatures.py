@@ -666,6 +666,19 @@ def test_color_space_transform_values():
         cst(x, "srgb2hsv")  # NVIDIA's calls sys.exit
 
 
+@pytest.mark.parametrize("space", ["srgb", "linrgb", "xyz", "ycxcz", "cielab"])
+def test_a_transform_into_the_same_space_is_a_new_tensor(space):
+    """As every other transform: a new tensor (changing it leaves the caller's image alone), float
+    for an integer image."""
+    x = torch.rand(1, 3, 4, 5, generator=torch.Generator().manual_seed(22))
+    out = flip_loss.color_space_transform(x, f"{space}2{space}")
+    assert torch.equal(out, x) and out.data_ptr() != x.data_ptr()
+    out.mul_(2)
+    assert torch.equal(x, torch.rand(1, 3, 4, 5, generator=torch.Generator().manual_seed(22)))
+    codes = torch.arange(60, dtype=torch.uint8).view(3, 4, 5)
+    assert flip_loss.color_space_transform(codes, f"{space}2{space}").dtype == torch.float32
+
+
 @pytest.mark.cuda
 def test_the_functions_on_cuda_give_the_cpu_values():
     test, ref = ldr_pair(seed=21)
