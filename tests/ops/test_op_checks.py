@@ -348,10 +348,11 @@ def test_double_backward_is_the_portable_paths(name):
 
 @pytest.mark.parametrize("name", FORWARD_OPS)
 def test_gradgradcheck(name):
-    x, y = (tensors_for(name, hw=(5, 6)) + [None])[:2]
+    x, y = (tensors_for(name, hw=(4, 5)) + [None])[:2]
     inputs = (x.clone().requires_grad_(),) if y is None else (x.clone().requires_grad_(), y.clone().requires_grad_())
     fn = FIRST_ORDER[name]
-    assert torch.autograd.gradgradcheck(lambda *a: fn(*a) if len(a) == 2 else fn(a[0], None), inputs)
+    # fast_mode: finite differences along random directions, not one per input element (minutes).
+    assert torch.autograd.gradgradcheck(lambda *a: fn(*a) if len(a) == 2 else fn(a[0], None), inputs, fast_mode=True)
 
 
 def test_gradient_penalty_through_flip():

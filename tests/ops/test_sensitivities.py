@@ -159,9 +159,11 @@ def test_internal_forward_without_an_input_that_requires_grad_still_differentiat
 
 def test_double_backward_through_the_kept_sensitivities():
     g = torch.Generator().manual_seed(1)  # values away from the clamps' kinks, for finite differences
-    test, ref = (0.1 + 0.8 * torch.rand(1, 3, 6, 7, generator=g, dtype=torch.float64) for _ in range(2))
+    test, ref = (0.1 + 0.8 * torch.rand(1, 3, 4, 5, generator=g, dtype=torch.float64) for _ in range(2))
     inputs = (test.requires_grad_(), ref.requires_grad_())
-    assert torch.autograd.gradgradcheck(lambda x, y: torch.ops.flip.ldr_flip(x, y, PPD, "srgb", 1e-15), inputs)
+    assert torch.autograd.gradgradcheck(
+        lambda x, y: torch.ops.flip.ldr_flip(x, y, PPD, "srgb", 1e-15), inputs, fast_mode=True
+    )
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
