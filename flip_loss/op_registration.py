@@ -14,12 +14,13 @@ error before any kernel runs. Where the compiled kernels cannot serve a device
 """
 
 import functools
+from contextlib import nullcontext
 
 import torch
 from torch import _C as _torch_C
 
 from . import _C, op_checks
-from .tensor_values import functorch_levels, is_compiling
+from .tensor_values import differentiated_around, functorch_levels, is_compiling
 
 _LIB = torch.library.Library("flip", "IMPL")  # kept alive for the process: the registrations' owner
 
@@ -99,7 +100,11 @@ def _second_order_through_portable(portable):
             wanted = [p for p in sorted(inputs) if values[p] is not None and inputs[p].requires_grad]
             if not wanted or grad is None:
                 return tuple(values)
-            with torch.enable_grad():
+            # Autocast off, as the ops' Autocast kernels run them: the portable path's own backward
+            # would otherwise convolve in the autocast dtype.
+            device = inputs[wanted[0]].device.type
+            autocast_off = torch.autocast(device, enabled=False) if torch.is_autocast_enabled(device) else nullcontext()
+            with torch.enable_grad(), autocast_off:
                 out = function(*(inputs[p] for p in sorted(inputs)))
                 slopes = torch.autograd.grad(
                     out, [inputs[p] for p in wanted], grad, create_graph=True, allow_unused=True
@@ -188,7 +193,8 @@ def _record(name, function, *args):
     differentiates: the node is recorded as functorch records its own single-level ones. vmap
     levels around it are carried by the tensors (per-example gradients). A second gradient level
     would need a node of its own, which the ops do not have (first order only), and a forward-mode
-    level around it a JVP: refused, rather than a silent zero."""
+    level around it a JVP, as would eager autograd or forward mode around the transform (outside its
+    wrappers): refused, rather than a silent zero (the Python API takes the portable path there)."""
     levels = functorch_levels()
     if not levels:
         return function.apply(*args)
@@ -200,6 +206,12 @@ def _record(name, function, *args):
         raise NotImplementedError(
             "flip: under torch.func the ops support one gradient transform (grad, vjp, jacrev), with vmap "
             f"inside or around it; this call is under {' over '.join(levels)}"
+        )
+    if any(differentiated_around(a) for a in args):
+        raise NotImplementedError(
+            "flip: under torch.func the ops support one gradient transform (grad, vjp, jacrev), with vmap "
+            "inside or around it; this call is under grad with autograd or forward mode around it (a "
+            "tensor below its wrappers requires grad or carries a tangent)"
         )
     with enable_single_level_autograd_function():
         outputs = function.apply(*args)

@@ -834,6 +834,35 @@ def _csf_rgb(yf, d1f, d2f, d2f2, differentiated):
     return [_Clamp.apply((0.0, 1.0, GAMUT_GRADIENT_SLACK), c) for c in rgb]
 
 
+def _autocast_on(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4: no device argument
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+
+
+def _float32_under_autocast(function):
+    """The ops' autocast rule for the portable path's public functions: under torch.autocast on the
+    inputs' device, the floating-point tensors in float32 and the function with autocast off (its
+    convolutions would run in the autocast dtype), so the result is float32 as the ops' Autocast
+    kernels give it, with their values."""
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if first is None or not _autocast_on(first.device.type):
+            return function(*args, **kwargs)
+
+        def cast(a):
+            return a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+
+        with torch.autocast(first.device.type, enabled=False):
+            return function(*map(cast, args), **{k: cast(v) for k, v in kwargs.items()})
+
+    return run
+
+
+@_float32_under_autocast
 def csf_filter(opponent, pixels_per_degree):
     """N x 3 x H x W YCxCz -> CSF-filtered linear RGB clamped to [0, 1] (docs/algorithm.md §4.4-§4.6).
     Separable correlation (horizontal, then vertical) with clamp-to-edge borders; the blue-yellow
@@ -868,6 +897,7 @@ def _colour_difference(lab_t, lab_r, eps):
     return _select(_at_least(e, knee), low, high)
 
 
+@_float32_under_autocast
 def hunt_hyab(test_rgb, reference_rgb, eps=DEFAULT_EPS):
     """Two filtered linear-RGB images (N x 3 x H x W) -> colour difference dE_c (N x 1 x H x W) in
     [0, 1]: Hunt-adjusted Lab, HyAB with the L term sqrt(max(dL^2, eps)), ^qc, then the piecewise
@@ -902,6 +932,7 @@ def _feature_term(edge_point_t, edge_point_r, eps):
     return _power(m / math.sqrt(2.0), QF, floor=eps)
 
 
+@_float32_under_autocast
 def feature_difference(test_y, reference_y, pixels_per_degree, eps=DEFAULT_EPS):
     """Two normalised achromatic images (N x 1 x H x W, Y-hat = (Y + 16) / 116 of the unfiltered
     opponent image) -> feature difference dE_f (N x 1 x H x W):
@@ -1004,6 +1035,7 @@ def _check_floating(test, reference, codes: bool) -> None:
             raise TypeError(f"flip_loss.oracle: {name} must be {allowed}, got {x.dtype}")
 
 
+@_float32_under_autocast
 def ldr_flip(test, reference, pixels_per_degree=DEFAULT_PPD, input_space="srgb", eps=DEFAULT_EPS):
     """LDR-FLIP error map of ``test`` against ``reference`` (N x 3 x H x W -> N x 1 x H x W, or
     3 x H x W -> 1 x H x W), in the input dtype (float32 for uint8 images: 8-bit codes k, the values
@@ -1127,6 +1159,7 @@ class _ExposureMaximum(torch.autograd.Function):
         return grads[0], grads[1], None, None, None, None, None
 
 
+@_float32_under_autocast
 def hdr_flip(test, reference, pixels_per_degree, tone_mapper, exposures, counts, eps=DEFAULT_EPS):
     """HDR-FLIP with given exposures: ``exposures`` N x E (stops), ``counts`` N (how many of each
     row to use). Returns (error map, exposure map, winning index) like ``torch.ops.flip.hdr_flip``;

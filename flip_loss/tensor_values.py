@@ -64,18 +64,31 @@ def functorch_levels() -> List[str]:
     return [str(interpreter.key()).rsplit(".", 1)[-1].lower() for interpreter in retrieve_all_functorch_interpreters()]
 
 
+def differentiated_around(t) -> bool:
+    """Whether autograd or forward mode differentiates ``t`` outside its torch.func wrappers: the
+    tensor below them requires grad or carries a tangent (a function of a parameter that eager
+    autograd differentiates, taken through ``torch.func.grad``)."""
+    if not isinstance(t, torch.Tensor):
+        return False
+    base = _unwrapped(t)
+    return base.requires_grad or carries_tangent(base)
+
+
 def beyond_first_order_reverse(*tensors) -> bool:
     """Whether the call is differentiated in a way the compiled ops' autograd nodes cannot follow:
-    forward mode (a tangent on one of ``tensors``: forward_ad, jvp, jacfwd, hessian) or two or more
-    torch.func gradient transforms (grad of grad). The Python API computes such calls with the
-    portable path, which autograd differentiates every way. Not under torch.compile, whose trace
-    of the portable path under these transforms fails inside PyTorch: the ops refuse them there."""
+    forward mode (a tangent on one of ``tensors``: forward_ad, jvp, jacfwd, hessian), two or more
+    torch.func gradient transforms (grad of grad), or one with autograd or forward mode around it.
+    The Python API computes such calls with the portable path, which autograd differentiates every
+    way. Not under torch.compile, whose trace of the portable path under these transforms fails
+    inside PyTorch: the ops refuse them there."""
     if is_compiling():
         return False
     if carries_tangent(*tensors):
         return True
     levels = functorch_levels()  # jvp around grad (hessian): the tangent sits below grad's wrapper
-    return "jvp" in levels or levels.count("grad") > 1
+    if "jvp" in levels or levels.count("grad") > 1:
+        return True
+    return "grad" in levels and any(differentiated_around(t) for t in tensors)
 
 
 def is_plain_tensor(t: torch.Tensor) -> bool:

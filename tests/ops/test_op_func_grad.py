@@ -145,3 +145,50 @@ def test_a_second_gradient_level_of_a_raw_op_is_refused(transform, words):
 
     with pytest.raises(NotImplementedError, match=f"flip: under torch.func .* this call is under {words}$"):
         transform(f)(LDR_TEST)
+
+
+AROUND = {
+    "ldr_flip": (
+        lambda x: flip_loss.ldr_flip(x, LDR_REF, PPD),
+        LDR_TEST,
+        lambda x: oracle.ldr_flip(x, LDR_REF, PPD, "srgb", DEFAULT_EPS),
+    ),
+    "FLIPLoss": (
+        lambda x: flip_loss.FLIPLoss(PPD, reduction="sum")(x, LDR_REF),
+        LDR_TEST,
+        lambda x: oracle.ldr_flip(x, LDR_REF, PPD, "srgb", DEFAULT_EPS).sum(),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AROUND))
+def test_autograd_around_a_func_gradient_is_the_portable_paths(name):
+    """torch.func.grad of a function of a parameter that eager autograd differentiates: the gradient
+    depends on the parameter, and its derivative is the portable path's (the compiled ops' node at
+    the transform's level alone gave about half of it, silently)."""
+    f, x, portable = AROUND[name]
+    derivatives = []
+    for fn in (f, portable):
+        w = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+        g = grad(lambda z, fn=fn, w=w: fn(z * w).sum())(x)
+        assert g.requires_grad
+        derivatives.append(torch.autograd.grad(g.sum(), w)[0])
+    assert derivatives[1].abs() > 1e-3
+    torch.testing.assert_close(derivatives[0], derivatives[1], rtol=1e-12, atol=0)
+    value = torch.func.grad_and_value(lambda z: f(z).sum())(x.clone().requires_grad_())[1]
+    assert value.requires_grad  # the value keeps its graph too
+
+
+def test_autograd_or_forward_mode_around_a_func_gradient_of_a_raw_op_is_refused():
+    import torch.autograd.forward_ad as fwAD
+
+    def f(z):
+        return torch.ops.flip.ldr_flip(z, LDR_REF, PPD, "srgb", 0.0).sum()
+
+    w = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="under grad with autograd or forward mode around it"):
+        grad(lambda z: f(z * w))(LDR_TEST)
+    with fwAD.dual_level(), pytest.raises(NotImplementedError, match="under grad with autograd or forward mode"):
+        grad(f)(fwAD.make_dual(LDR_TEST, torch.ones_like(LDR_TEST)))
+    with fwAD.dual_level(), pytest.raises(NotImplementedError, match="under grad with autograd or forward mode"):
+        grad(lambda z: flip_loss.ldr_flip(z, LDR_REF, PPD).sum())(fwAD.make_dual(LDR_TEST, torch.ones_like(LDR_TEST)))
