@@ -837,7 +837,7 @@ def _csf_rgb(yf, d1f, d2f, d2f2, differentiated):
 def _autocast_on(device_type: str) -> bool:
     try:
         return torch.is_autocast_enabled(device_type)
-    except TypeError:  # torch < 2.4: no device argument
+    except (TypeError, RuntimeError):  # torch < 2.4: no device argument
         return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
 
 
