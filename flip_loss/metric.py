@@ -167,39 +167,39 @@ def fold(stats: Statistics, e: torch.Tensor) -> Tuple[Statistics, torch.Tensor]:
     midway (Ctrl-C) changes nothing its owner keeps. Every step is exact in the maps' own dtype."""
     n, p = e.shape
     bins = stats.count.numel()
-    before, stats = stats, empty_statistics(bins, e.device, stats.bin_min.dtype)  # the batch's
+    batch = empty_statistics(bins, e.device, stats.bin_min.dtype)  # the maps' own, merged at the end
     per_image = torch.zeros(n, LIMBS, dtype=torch.int64, device=e.device)
     step = max(1, _CHUNK // n)
     for start in range(0, p, step):
         block = e[:, start : start + step]
         flat = block.reshape(-1)
         index = buckets(flat.clamp(0.0, 1.0), bins)
-        stats.count.add_(torch.bincount(index, minlength=bins))
-        if flat.dtype == stats.bin_min.dtype:
-            stats.bin_min.scatter_reduce_(0, index, flat, reduce="amin")
-            stats.bin_max.scatter_reduce_(0, index, flat, reduce="amax")
+        batch.count.add_(torch.bincount(index, minlength=bins))
+        if flat.dtype == batch.bin_min.dtype:
+            batch.bin_min.scatter_reduce_(0, index, flat, reduce="amin")
+            batch.bin_max.scatter_reduce_(0, index, flat, reduce="amax")
         else:  # a float32 map, float64 extremes (FLIPTorchMetric): no float64 copy of the map
             lowest = torch.full((bins,), float("inf"), dtype=flat.dtype, device=flat.device)
             highest = torch.full((bins,), float("-inf"), dtype=flat.dtype, device=flat.device)
-            stats.bin_min.copy_(torch.minimum(stats.bin_min, lowest.scatter_reduce_(0, index, flat, reduce="amin")))
-            stats.bin_max.copy_(torch.maximum(stats.bin_max, highest.scatter_reduce_(0, index, flat, reduce="amax")))
+            batch.bin_min.copy_(torch.minimum(batch.bin_min, lowest.scatter_reduce_(0, index, flat, reduce="amin")))
+            batch.bin_max.copy_(torch.maximum(batch.bin_max, highest.scatter_reduce_(0, index, flat, reduce="amax")))
         # Limb i is the i-th group of 24 bits below the binary point (the first with the integer
         # part): scaling by 2**24 and splitting off the floor are exact in float32 and float64.
         scaled = block * _LIMB_SCALE
         for i in range(LIMBS):
             whole = torch.floor(scaled)
             limb = whole.long()
-            stats.limbs[i].index_add_(0, index, limb.reshape(-1))
+            batch.limbs[i].index_add_(0, index, limb.reshape(-1))
             per_image[:, i] += limb.sum(1)
             if i + 1 < LIMBS:
                 scaled = (scaled - whole).mul_(_LIMB_SCALE)
     merged = Statistics(
-        count=before.count + stats.count,
-        limbs=before.limbs + stats.limbs,
-        bin_min=torch.minimum(before.bin_min, stats.bin_min),
-        bin_max=torch.maximum(before.bin_max, stats.bin_max),
-        min=torch.minimum(before.min, e.min()),
-        max=torch.maximum(before.max, e.max()),
+        count=stats.count + batch.count,
+        limbs=stats.limbs + batch.limbs,
+        bin_min=torch.minimum(stats.bin_min, batch.bin_min),
+        bin_max=torch.maximum(stats.bin_max, batch.bin_max),
+        min=torch.minimum(stats.min, e.min()),
+        max=torch.maximum(stats.max, e.max()),
     )
     carry(merged.limbs)
     return merged, per_image
