@@ -9,8 +9,9 @@ and answers there when the command ends at parsing. Otherwise it runs the packag
 in that module object, as ``import flip_loss`` would have, and hands the command to
 ``flip_loss.cli.main``; if that import fails, the package is taken out of ``sys.modules`` again,
 as a failed import is. Ctrl-C, SIGTERM and SIGHUP during that import end the command as they end a
-run (``flip_loss.cli.signals``'s rule: exit code 130, one line). From Python, call ``flip_loss.cli.main`` (this module is for the console
-script; ``python -m flip_loss`` imports the package first).
+run (``flip_loss.cli.signals``'s rule: exit code 130, one line). From Python, call
+``flip_loss.cli.main`` (this module is for the console script; ``python -m flip_loss`` imports the
+package first).
 
 While torch is imported, the command also asks OpenMP, through ``OMP_WAIT_POLICY``, to let its
 idle compute threads sleep (unless the variable is set): by default they spin between torch's
@@ -41,7 +42,7 @@ def _answered_without_torch(argv: Sequence[str]) -> Optional[int]:
         from flip_loss.cli import main as cli_main
         from flip_loss.cli.arguments import parse_arguments
         from flip_loss.cli.console import release_closed_streams, write_text
-        from flip_loss.cli.errors import EXIT_INTERRUPTED, PROG, UsageError
+        from flip_loss.cli.errors import EXIT_INTERRUPTED, UsageError, interrupted_line
         from flip_loss.cli.signals import interrupts_handled
 
         try:
@@ -56,7 +57,7 @@ def _answered_without_torch(argv: Sequence[str]) -> Optional[int]:
             with interrupts_handled():
                 spec.loader.exec_module(package)  # the package as `import flip_loss` makes it
         except KeyboardInterrupt:
-            write_text(sys.stderr, f"{PROG}: interrupted; no output file was written\n")
+            write_text(sys.stderr, interrupted_line("no output file was written"))
             release_closed_streams()
             return EXIT_INTERRUPTED
         imported = True

@@ -35,6 +35,7 @@ from .errors import (
     EXIT_USAGE,
     PROG,
     UsageError,
+    interrupted_line,
 )
 from .outputs import CSV_HEADER
 from .pairs import FOLDER_EXTENSIONS, example_paths
@@ -156,7 +157,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except KeyboardInterrupt as exc:
             flush_stdout_before_error()
             if not _secondary_rank():
-                write_text(sys.stderr, f"{PROG}: interrupted" + (f"; {exc}" if str(exc) else "") + "\n")
+                write_text(sys.stderr, interrupted_line(str(exc)))
             return EXIT_INTERRUPTED
         except Exception:  # noqa: BLE001 - anything else is a bug: say so, with the traceback
             flush_stdout_before_error()

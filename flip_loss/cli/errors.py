@@ -47,6 +47,12 @@ def exit_code_lines() -> str:
     )
 
 
+def interrupted_line(detail: str) -> str:
+    """The line an interrupted command ends with on stderr (exit code 130); ``detail`` says what
+    became of the outputs."""
+    return f"{PROG}: interrupted" + (f"; {detail}" if detail else "") + "\n"
+
+
 class UsageError(Exception):
     """An error the user can act on: printed as one ``<prog>: error:`` line, exit code 2."""
 
