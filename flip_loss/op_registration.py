@@ -86,8 +86,8 @@ def _second_order_through_portable(portable):
     gradient of the same call, g + (p - p.detach()), so that a second derivative (a gradient
     penalty, MAML's inner step, torch.autograd.functional.hessian) is the exact reference's.
     ``portable(ctx)`` (each node's) gives the differentiable inputs by argument position and the
-    portable form of the op's map over them. Under torch.func and torch.compile, which differentiate the node once
-    (their nested transforms are refused before it), the backward runs as it is."""
+    portable form of the op's map over them. Under torch.func and torch.compile, which differentiate
+    the node once (their nested transforms are refused before it), the backward runs as it is."""
 
     def decorate(backward):
         @functools.wraps(backward)

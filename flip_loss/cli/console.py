@@ -73,8 +73,9 @@ def release_closed_streams() -> None:
     """For a process entry point of the command line, as it ends: a standard stream whose reader
     has gone (or that fails, as on a full disk) may still hold text, which Python's flush at exit
     would fail to write (exit code 120 and an 'Exception ignored' message); its descriptor is
-    pointed at os.devnull instead, as Python's documentation advises. Changes nothing when the streams are alive (never called by
-    ``flip_loss.cli.main``, which leaves the process's descriptors alone)."""
+    pointed at os.devnull instead, as Python's documentation advises. Changes nothing when the
+    streams are alive (never called by ``flip_loss.cli.main``, which leaves the process's
+    descriptors alone)."""
     for stream in (sys.stdout, sys.stderr):
         if stream is None:
             continue

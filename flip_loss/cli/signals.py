@@ -3,8 +3,8 @@
 ``flip_loss.cli.main`` is a program's entry point and a library function alike, so it follows one
 rule: it installs its handler for a signal only in the main thread (the only one that can) and
 only while the signal's handler is Python's default (SIGINT: ``signal.default_int_handler``, which
-raises KeyboardInterrupt; SIGTERM and SIGHUP: ``SIG_DFL``, which kills the process), and restores that
-default when it returns. A handler someone else installed (or ``SIG_IGN``) is theirs: it stays in
+raises KeyboardInterrupt; SIGTERM and SIGHUP: ``SIG_DFL``, which kills the process), and restores
+that default when it returns. A handler someone else installed (or ``SIG_IGN``) is theirs: it stays in
 place, and the run reacts to that signal however the handler does.
 
 The command line's handler raises KeyboardInterrupt, so SIGTERM (a CI timeout, ``kill``, torchrun
